@@ -1,0 +1,74 @@
+/*
+ * backend.h — what the engine needs of a backend (internal to gpu/).
+ *
+ * A backend owns the network state (params, target params, Adam moments,
+ * grads), the environments, the replay ring and the ISV / sentinel buffers,
+ * and runs full steps. The engine owns the data, the folds, evaluation,
+ * epochs and checkpoints files, and reaches the backend only through this
+ * table. Both backends compute the same math; cpu/ is the reference.
+ */
+#ifndef FOX_BACKEND_H
+#define FOX_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data.h"
+#include "engine.h"
+#include "model.h"
+
+/* What a backend trains on; owned by the engine, valid for the backend's life. */
+typedef struct fox_backend_env {
+    const fox_config *cfg;          /* resolved: batch and n_envs filled in */
+    const fox_model_layout *lay;
+    const fox_series *series;
+    const fox_features *feat;       /* norm refitted by the engine at each fold */
+    const fox_fold *fold;           /* current fold's segments */
+} fox_backend_env;
+
+/* Counters that survive a checkpoint. */
+typedef struct fox_train_counters {
+    int64_t adam_t;                 /* Adam step (bias correction) */
+    int64_t step;                   /* full steps in the fold */
+    int64_t train_steps;            /* train steps in the fold (after learning_starts) */
+    int64_t env_steps;
+    uint64_t rng_state[2];          /* collection and sampling streams */
+} fox_train_counters;
+
+typedef struct fox_backend fox_backend;
+
+/* Fields every backend struct starts with. */
+typedef struct fox_backend_base {
+    const struct fox_backend_ops *ops;
+    volatile float *isv;            /* FOX_ISV_TOTAL_DIM, host-readable at any time */
+    volatile int *flags;            /* FOX_SENTINEL_SLOTS, host-readable at any time */
+    char err[512];
+} fox_backend_base;
+
+typedef struct fox_backend_ops {
+    const char *name;
+    /* 1 if usable here; else 0 and why. */
+    int (*available)(char *why, size_t len);
+    int (*create)(fox_backend **out, const fox_backend_env *env, char *err, size_t errlen);
+    void (*destroy)(fox_backend *be);
+    /* The fold's features are normalized: take them, empty replay, reset envs. */
+    int (*begin_fold)(fox_backend *be);
+    /* Adam state, hard target sync, flags, ISV per its table. */
+    int (*reset_for_fold)(fox_backend *be);
+    int (*run_steps)(fox_backend *be, int n, fox_step_stats *st);
+    /* Expected Q [B × n_actions] of host states [B × S]. */
+    int (*q_values)(fox_backend *be, const float *s, int B, float *q);
+    /* Copy the training state out (load = 0) or in (load = 1); arrays of n_params floats. */
+    int (*state_io)(fox_backend *be, int load, float *params, float *target, float *adam_m,
+                    float *adam_v, fox_train_counters *c);
+} fox_backend_ops;
+
+extern const fox_backend_ops fox_cpu_backend_ops;
+#ifdef FOX_HAVE_CUDA
+extern const fox_backend_ops fox_cuda_backend_ops;
+#endif
+
+/* Build the state of bar t with portfolio features port into s [S]. */
+void fox__state_build(const fox_features *feat, int S, int t, const float port[3], float *s);
+
+#endif

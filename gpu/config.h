@@ -1,0 +1,119 @@
+/*
+ * config.h — the engine's configuration: one struct, one key table.
+ *
+ * Every key has a default (fox_config_default), so an engine created from a
+ * default config trains on the embedded synthetic series. Keys are dotted
+ * ("train.batch"); the one table in config.c drives defaults, range checks,
+ * `--set key=value`, the daemon's JSON config file and `config_get`, so a key
+ * exists in exactly one place. Not thread-safe: a config is a value the owner
+ * copies.
+ */
+#ifndef FOX_CONFIG_H
+#define FOX_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FOX_MAX_BRANCHES 4
+#define FOX_PATH_MAX 1024
+
+enum { FOX_BACKEND_AUTO = 0, FOX_BACKEND_CPU = 1, FOX_BACKEND_CUDA = 2 };
+enum { FOX_TARGET_MEAN = 0, FOX_TARGET_INDEP = 1 };
+enum { FOX_BOUNDS_FIXED = 0, FOX_BOUNDS_ADAPTIVE = 1 };
+enum { FOX_FAULT_NONE = 0, FOX_FAULT_NAN = 1, FOX_FAULT_INF = 2, FOX_FAULT_HUGE = 3 };
+
+typedef struct fox_config {
+    /* model: widths of foxnet v1 (DESIGN.md "The model") */
+    int state_dim;    /* S, market + portfolio features, zero-padded */
+    int h1, h2;       /* trunk GRN widths */
+    int head_hidden;  /* value and branch hidden width */
+    int n_atoms;      /* C51 atoms */
+    float v_min, v_max;
+    int n_tau;        /* IQN sampled quantile fractions */
+    int n_cos;        /* IQN cosine embedding size */
+    int aux_hidden;   /* aux heads' hidden width */
+    int n_regimes;    /* regime classes of the aux head */
+    int size_levels;  /* branch 1: position sizes (k+1)/n */
+    int order_types;  /* branch 2: 1 = market only, 2 = market/limit */
+    int urgency_levels; /* branch 3: fraction (k+1)/n of the gap moved */
+
+    /* train */
+    int batch;
+    float lr;
+    float gamma;
+    int n_step;
+    int target_sync;  /* hard copy every T train steps */
+    float polyak;     /* 0 = hard sync only; else tau of a soft update per step */
+    int target_mode;  /* FOX_TARGET_MEAN | FOX_TARGET_INDEP */
+    float iqn_lambda, aux_lambda;
+    float grad_clip;  /* global-norm clip */
+    float adam_b1, adam_b2, adam_eps;
+    int bdq_trunk_scale; /* 1: trunk gradient from the C51 heads scaled by 1/(D+1) */
+    int steps_per_epoch, epochs;
+    int replay_capacity;
+    int learning_starts;  /* transitions collected before the first train step */
+    int prioritized;
+    float per_alpha, per_beta;
+    float eps_start, eps_end;
+    int eps_decay_steps;
+    uint64_t seed;
+    int folds_mask;   /* bit k set: fold k is trained by a run */
+
+    /* env */
+    int n_envs;       /* 0: the backend's default (1024 CUDA, 64 CPU) */
+    int episode_len;
+    float fee;        /* per unit of |Δposition|, market orders */
+    float half_spread;
+    float limit_fee;  /* limit orders pay no spread, this fee */
+    float reward_scale;
+
+    /* data */
+    char data[FOX_PATH_MAX]; /* "synthetic" or a CSV path */
+    int synth_bars;
+    int n_folds;      /* K: the series splits into K+1 blocks */
+    double bars_per_year; /* 0: inferred (synthetic: 8760) */
+
+    /* engine */
+    int backend;      /* FOX_BACKEND_* */
+    int bounds_mode;  /* FOX_BOUNDS_* */
+    int sentinel;     /* 1: run the fused NaN check every step */
+    int threads;      /* BLAS threads on the CPU backend; 0 = library default */
+
+    /* debug: fault injection (refused unless debug.enable or given explicitly) */
+    int debug_enable;
+    char fault_buffer[64];
+    int fault_step;
+    int fault_kind;   /* FOX_FAULT_* */
+} fox_config;
+
+/* Fill *cfg with every key's default. */
+void fox_config_default(fox_config *cfg);
+
+/*
+ * Set one key from text ("train.batch", "256"). Returns FOX_EINVAL with a
+ * message in err (may be NULL) naming the key and the reason: unknown key,
+ * unparsable value or value out of range.
+ */
+int fox_config_set(fox_config *cfg, const char *key, const char *value, char *err, size_t errlen);
+
+/* "key=value" form of fox_config_set, as given to --set. */
+int fox_config_set_pair(fox_config *cfg, const char *pair, char *err, size_t errlen);
+
+/* Value of one key as text into buf. FOX_ENOENT for an unknown key. */
+int fox_config_get(const fox_config *cfg, const char *key, char *buf, size_t len);
+
+typedef enum { FOX_CFG_INT, FOX_CFG_U64, FOX_CFG_FLOAT, FOX_CFG_DOUBLE, FOX_CFG_STR, FOX_CFG_ENUM } fox_cfg_type;
+
+/* Key table iteration, for config_get of everything and for docs. */
+int fox_config_key_count(void);
+const char *fox_config_key_name(int i);
+fox_cfg_type fox_config_key_type(int i);
+const char *fox_config_key_help(int i);
+
+/* Cross-key checks (h widths positive, v_min < v_max, ...). FOX_EINVAL + message. */
+int fox_config_validate(const fox_config *cfg, char *err, size_t errlen);
+
+/* Branch sizes implied by the config: {3, size_levels, order_types, urgency_levels}. */
+int fox_config_branches(const fox_config *cfg, int sizes[FOX_MAX_BRANCHES]);
+
+#endif

@@ -1,0 +1,461 @@
+/*
+ * backend.c — the CPU reference backend: environments, n-step collection,
+ * replay, the train step (net.c + optim.c) and the stability buffers, in
+ * plain C. Everything the CUDA backend does on the device happens here in the
+ * same order with the same math, so that it can be checked against this.
+ *
+ * Single-threaded apart from BLAS; deterministic for a seed.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../backend.h"
+#include "../env.h"
+#include "../error.h"
+#include "../isv.h"
+#include "../log.h"
+#include "../sentinel.h"
+#include "net.h"
+#include "optim.h"
+#include "replay.h"
+
+#ifdef FOX_HAVE_OPENBLAS_THREADS
+void openblas_set_num_threads(int);
+#endif
+
+/* One environment: where it is, what it holds, its open n-step window. */
+typedef struct cpu_env {
+    int bar;           /* decision bar t */
+    int steps;         /* steps in this episode */
+    fox_env_pos st;
+    int wlen;          /* entries in the n-step window */
+    int wbar[64];
+    float wport[64][3];
+    int32_t wa[64][4];
+    float wr[64];
+} cpu_env;
+
+typedef struct cpu_backend {
+    fox_backend_base base;
+    fox_backend_env env;
+    const fox_model_layout *lay;
+    int S, N, B, D, n_step;
+    size_t np;
+    float *params, *target, *grads, *adam_m, *adam_v;
+    fox_cpu_net *net;
+    fox_replay replay;
+    cpu_env *envs;
+    fox_env_params envp;
+    fox_env_bars bars;
+    fox_rng rng_collect, rng_sample;
+    fox_train_counters ctr;
+    /* scratch */
+    float *states, *q;      /* [N × S], [N × n_actions] */
+    float *bs, *bs_next, *br, *bdone, *bw, *baux, *btau, *btau_next, *bprio;
+    int32_t *ba, *bregime, *bidx;
+    float isv_mem[FOX_ISV_TOTAL_DIM];
+    int flags_mem[FOX_SENTINEL_SLOTS];
+} cpu_backend;
+
+static int
+cpu_available(char *why, size_t len)
+{
+    (void)why;
+    (void)len;
+    return 1;
+}
+
+static void
+cpu_destroy(fox_backend *be_)
+{
+    cpu_backend *be = (cpu_backend *)be_;
+    if (!be)
+        return;
+    fox_cpu_net_destroy(be->net);
+    fox_replay_fini(&be->replay);
+    free(be->params);
+    free(be->target);
+    free(be->grads);
+    free(be->adam_m);
+    free(be->adam_v);
+    free(be->envs);
+    free(be->states);
+    free(be->q);
+    free(be->bs);
+    free(be->bs_next);
+    free(be->br);
+    free(be->bdone);
+    free(be->bw);
+    free(be->baux);
+    free(be->btau);
+    free(be->btau_next);
+    free(be->bprio);
+    free(be->ba);
+    free(be->bregime);
+    free(be->bidx);
+    free(be);
+}
+
+static int
+cpu_create(fox_backend **out, const fox_backend_env *env, char *err, size_t errlen)
+{
+    const fox_config *cfg = env->cfg;
+    cpu_backend *be = calloc(1, sizeof *be);
+    *out = NULL;
+    if (!be)
+        return FOX_ENOMEM;
+    be->base.ops = &fox_cpu_backend_ops;
+    be->base.isv = be->isv_mem;
+    be->base.flags = be->flags_mem;
+    be->env = *env;
+    be->lay = env->lay;
+    be->S = env->lay->S;
+    be->N = cfg->n_envs;
+    be->B = cfg->batch;
+    be->D = env->lay->n_branches;
+    be->n_step = cfg->n_step;
+    be->np = env->lay->n_params;
+#ifdef FOX_HAVE_OPENBLAS_THREADS
+    if (cfg->threads > 0)
+        openblas_set_num_threads(cfg->threads);
+#endif
+    size_t np = be->np, S = (size_t)be->S, B = (size_t)be->B, N = (size_t)be->N;
+    size_t NT = (size_t)env->lay->NT, NAct = (size_t)env->lay->n_actions;
+    int max_b = be->B > be->N ? be->B : be->N;
+    int rv = fox_cpu_net_create(&be->net, env->lay, max_b);
+    if (rv == FOX_OK)
+        rv = fox_replay_init(&be->replay, cfg->replay_capacity, cfg->prioritized, cfg->per_alpha);
+    if (rv != FOX_OK) {
+        snprintf(err, errlen, "cpu backend: %s", fox_strerror(rv));
+        cpu_destroy((fox_backend *)be);
+        return rv;
+    }
+    be->params = calloc(np, sizeof(float));
+    be->target = calloc(np, sizeof(float));
+    be->grads = calloc(np, sizeof(float));
+    be->adam_m = calloc(np, sizeof(float));
+    be->adam_v = calloc(np, sizeof(float));
+    be->envs = calloc(N, sizeof *be->envs);
+    be->states = calloc(N * S, sizeof(float));
+    be->q = calloc(N * NAct, sizeof(float));
+    be->bs = calloc(B * S, sizeof(float));
+    be->bs_next = calloc(B * S, sizeof(float));
+    be->br = calloc(B, sizeof(float));
+    be->bdone = calloc(B, sizeof(float));
+    be->bw = calloc(B, sizeof(float));
+    be->baux = calloc(B, sizeof(float));
+    be->btau = calloc(B * NT, sizeof(float));
+    be->btau_next = calloc(B * NT, sizeof(float));
+    be->bprio = calloc(B, sizeof(float));
+    be->ba = calloc(B * 4, sizeof(int32_t));
+    be->bregime = calloc(B, sizeof(int32_t));
+    be->bidx = calloc(B, sizeof(int32_t));
+    if (!be->params || !be->target || !be->grads || !be->adam_m || !be->adam_v || !be->envs ||
+        !be->states || !be->q || !be->bs || !be->bs_next || !be->br || !be->bdone || !be->bw ||
+        !be->baux || !be->btau || !be->btau_next || !be->bprio || !be->ba || !be->bregime ||
+        !be->bidx) {
+        snprintf(err, errlen, "cpu backend: out of memory");
+        cpu_destroy((fox_backend *)be);
+        return FOX_ENOMEM;
+    }
+    fox_model_init_params(env->lay, be->params, cfg->seed);
+    memcpy(be->target, be->params, np * sizeof(float));
+    be->envp = (fox_env_params){cfg->fee, cfg->half_spread, cfg->limit_fee, cfg->reward_scale,
+                                cfg->size_levels, cfg->urgency_levels};
+    const fox_series *s = env->series;
+    be->bars = (fox_env_bars){s->open, s->high, s->low, s->close};
+    fox_rng_seed(&be->rng_collect, cfg->seed ^ 0xc011ec7ULL);
+    fox_rng_seed(&be->rng_sample, cfg->seed ^ 0x5a3b1eULL);
+    fox_isv_init((float *)be->isv_mem);
+    *out = (fox_backend *)be;
+    return FOX_OK;
+}
+
+static void
+env_reset(cpu_backend *be, cpu_env *e)
+{
+    const fox_fold *f = be->env.fold;
+    /* Leave room for at least n steps before the segment's last bar. */
+    int span = f->train_end - 1 - f->train_begin - be->n_step;
+    e->bar = f->train_begin + (int)fox_rng_below(&be->rng_collect, (uint32_t)(span > 1 ? span : 1));
+    e->steps = 0;
+    e->st = (fox_env_pos){0.0f, be->bars.close[e->bar], 0};
+    e->wlen = 0;
+}
+
+static int
+cpu_begin_fold(fox_backend *be_)
+{
+    cpu_backend *be = (cpu_backend *)be_;
+    fox_replay_clear(&be->replay);
+    for (int i = 0; i < be->N; i++)
+        env_reset(be, &be->envs[i]);
+    return FOX_OK;
+}
+
+static int
+cpu_reset_for_fold(fox_backend *be_)
+{
+    cpu_backend *be = (cpu_backend *)be_;
+    /* Mech 4: every Adam state; Mech 3: hard target sync. */
+    memset(be->adam_m, 0, be->np * sizeof(float));
+    memset(be->adam_v, 0, be->np * sizeof(float));
+    be->ctr.adam_t = 0;
+    be->ctr.step = 0;
+    be->ctr.env_steps = 0;
+    be->ctr.train_steps = 0;
+    fox_cpu_target_sync(be->target, be->params, be->np, 0.0f);
+    memset((int *)be->flags_mem, 0, sizeof be->flags_mem);
+    fox_isv_reset((float *)be->isv_mem);
+    return FOX_OK;
+}
+
+static float
+epsilon(const cpu_backend *be)
+{
+    const fox_config *c = be->env.cfg;
+    double frac = (double)be->ctr.train_steps / (double)c->eps_decay_steps;
+    if (frac > 1.0)
+        frac = 1.0;
+    return (float)(c->eps_start + (c->eps_end - c->eps_start) * frac);
+}
+
+/* Emit the window's oldest entry as a transition bootstrapping from env e's current state. */
+static void
+emit_oldest(cpu_backend *be, cpu_env *e, const float port_now[3], float done)
+{
+    fox_transition t;
+    float g = 1.0f, R = 0.0f, gamma = be->env.cfg->gamma;
+    for (int k = 0; k < e->wlen; k++) {
+        R += g * e->wr[k];
+        g *= gamma;
+    }
+    t.bar = e->wbar[0];
+    t.bar_next = e->bar;
+    memcpy(t.port, e->wport[0], sizeof t.port);
+    memcpy(t.port_next, port_now, sizeof t.port_next);
+    memcpy(t.a, e->wa[0], sizeof t.a);
+    t.r = R;
+    t.done = done;
+    fox_replay_push(&be->replay, &t);
+    e->wlen--;
+    memmove(e->wbar, e->wbar + 1, (size_t)e->wlen * sizeof e->wbar[0]);
+    memmove(e->wport, e->wport + 1, (size_t)e->wlen * sizeof e->wport[0]);
+    memmove(e->wa, e->wa + 1, (size_t)e->wlen * sizeof e->wa[0]);
+    memmove(e->wr, e->wr + 1, (size_t)e->wlen * sizeof e->wr[0]);
+}
+
+/* Greedy sub-action per branch from expected Q [n_actions]. */
+static void
+greedy(const fox_model_layout *lay, const float *q, int32_t a[4])
+{
+    for (int d = 0; d < lay->n_branches; d++) {
+        const float *qd = q + lay->branch_off[d];
+        int best = 0;
+        for (int k = 1; k < lay->branch_size[d]; k++)
+            if (qd[k] > qd[best])
+                best = k;
+        a[d] = best;
+    }
+}
+
+static int
+collect(cpu_backend *be, float eps)
+{
+    const fox_model_layout *lay = be->lay;
+    const fox_features *feat = be->env.feat;
+    int S = be->S, NAct = lay->n_actions;
+    for (int i = 0; i < be->N; i++) {
+        float port[3];
+        cpu_env *e = &be->envs[i];
+        fox_env_portfolio(&e->st, be->bars.close[e->bar], port);
+        fox__state_build(feat, S, e->bar, port, be->states + (size_t)i * S);
+    }
+    int rv = fox_cpu_net_q_values(be->net, be->params, be->states, be->N, be->q);
+    if (rv != FOX_OK)
+        return rv;
+    const fox_fold *f = be->env.fold;
+    for (int i = 0; i < be->N; i++) {
+        cpu_env *e = &be->envs[i];
+        int32_t a[4];
+        greedy(lay, be->q + (size_t)i * NAct, a);
+        for (int d = 0; d < lay->n_branches; d++)
+            if (fox_rng_uniform(&be->rng_collect) < eps)
+                a[d] = (int32_t)fox_rng_below(&be->rng_collect, (uint32_t)lay->branch_size[d]);
+        float port[3];
+        fox_env_portfolio(&e->st, be->bars.close[e->bar], port);
+        fox_env_fill fill = fox_env_step(&be->envp, &be->bars, e->bar, &e->st, a);
+        e->wbar[e->wlen] = e->bar;
+        memcpy(e->wport[e->wlen], port, sizeof port);
+        memcpy(e->wa[e->wlen], a, sizeof e->wa[0]);
+        e->wr[e->wlen] = fill.reward;
+        e->wlen++;
+        e->bar++;
+        e->steps++;
+        float port_now[3];
+        fox_env_portfolio(&e->st, be->bars.close[e->bar], port_now);
+        int ended = e->bar + 1 >= f->train_end || e->steps >= be->env.cfg->episode_len;
+        if (e->wlen == be->n_step)
+            emit_oldest(be, e, port_now, ended ? 1.0f : 0.0f);
+        if (ended) {
+            while (e->wlen > 0)
+                emit_oldest(be, e, port_now, 1.0f);
+            env_reset(be, e);
+        }
+    }
+    be->ctr.env_steps += be->N;
+    return FOX_OK;
+}
+
+static void
+gather_batch(cpu_backend *be)
+{
+    const fox_features *feat = be->env.feat;
+    const fox_series *s = be->env.series;
+    int S = be->S, NT = be->lay->NT;
+    fox_replay_sample(&be->replay, &be->rng_sample, be->B, be->env.cfg->per_beta, be->bidx, be->bw);
+    for (int b = 0; b < be->B; b++) {
+        const fox_transition *t = &be->replay.items[be->bidx[b]];
+        fox__state_build(feat, S, t->bar, t->port, be->bs + (size_t)b * S);
+        fox__state_build(feat, S, t->bar_next, t->port_next, be->bs_next + (size_t)b * S);
+        memcpy(be->ba + 4 * b, t->a, sizeof t->a);
+        be->br[b] = t->r;
+        be->bdone[b] = t->done;
+        be->baux[b] = logf(s->close[t->bar + 1] / s->close[t->bar]);
+        be->bregime[b] = s->regime[t->bar];
+    }
+    for (int k = 0; k < be->B * NT; k++) {
+        be->btau[k] = fox_rng_uniform(&be->rng_sample);
+        be->btau_next[k] = fox_rng_uniform(&be->rng_sample);
+    }
+}
+
+/* EMA with a zero sentinel: the first observation replaces it (Pearl A). */
+static void
+isv_ema(volatile float *isv, int slot, double x, double alpha)
+{
+    float old = isv[slot];
+    isv[slot] = old == 0.0f ? (float)x : (float)((1.0 - alpha) * old + alpha * x);
+}
+
+static int
+train_step(cpu_backend *be, fox_step_stats *st)
+{
+    const fox_config *c = be->env.cfg;
+    gather_batch(be);
+    double aux_abs = 0.0;
+    for (int b = 0; b < be->B; b++)
+        aux_abs += fabsf(be->baux[b]);
+    isv_ema(be->base.isv, FOX_ISV_AUX_LABEL_SCALE_EMA, aux_abs / be->B, 0.01);
+    float aux_scale = be->base.isv[FOX_ISV_AUX_LABEL_SCALE_EMA];
+    fox_cpu_net_batch batch = {be->B, be->bs, be->bs_next, be->ba, be->br, be->bdone,
+                               c->prioritized ? be->bw : NULL, be->baux, be->bregime,
+                               be->btau, be->btau_next};
+    fox_cpu_net_hparams hp = {powf(c->gamma, (float)c->n_step), c->iqn_lambda, c->aux_lambda,
+                              aux_scale > 1e-8f ? aux_scale : 1e-8f, c->target_mode,
+                              c->bdq_trunk_scale};
+    fox_cpu_net_loss loss;
+    int rv = fox_cpu_net_loss_grad(be->net, be->params, be->target, &batch, &hp, &loss, be->grads,
+                                   be->bprio);
+    if (rv != FOX_OK)
+        return rv;
+    size_t nonfinite = 0;
+    fox_cpu_grad_sanitize(be->grads, be->np, &nonfinite);
+    double norm = fox_cpu_grad_norm(be->grads, be->np);
+    float scale = fox_cpu_clip_scale(norm, c->grad_clip);
+    be->ctr.adam_t++;
+    fox_cpu_adam_step(be->params, be->grads, be->adam_m, be->adam_v, be->np, c->lr, c->adam_b1,
+                      c->adam_b2, c->adam_eps, be->ctr.adam_t, scale);
+    be->ctr.train_steps++;
+    if (c->polyak > 0.0f)
+        fox_cpu_target_sync(be->target, be->params, be->np, c->polyak);
+    else if (be->ctr.train_steps % c->target_sync == 0)
+        fox_cpu_target_sync(be->target, be->params, be->np, 0.0f);
+    fox_replay_update(&be->replay, be->bidx, be->bprio, be->B);
+    isv_ema(be->base.isv, FOX_ISV_GRAD_NORM_EMA, norm, 0.01);
+    st->loss = (float)loss.total;
+    st->loss_c51 = (float)loss.c51;
+    st->loss_iqn = (float)loss.iqn;
+    st->loss_aux = (float)(loss.aux_ret + loss.aux_regime);
+    st->grad_norm = (float)norm;
+    return FOX_OK;
+}
+
+static int
+cpu_run_steps(fox_backend *be_, int n, fox_step_stats *st)
+{
+    cpu_backend *be = (cpu_backend *)be_;
+    const fox_config *c = be->env.cfg;
+    memset(st, 0, sizeof *st);
+    for (int i = 0; i < n; i++) {
+        int ready = be->replay.size >= c->learning_starts && be->replay.size >= be->B;
+        float eps = ready ? epsilon(be) : c->eps_start;
+        int rv = collect(be, eps);
+        if (rv == FOX_OK && ready)
+            rv = train_step(be, st);
+        if (rv != FOX_OK)
+            return rv;
+        be->ctr.step++;
+        st->epsilon = eps;
+    }
+    /* Q_ABS_REF: mean |E[Q]| over the last collection's greedy actions. */
+    double qabs = 0.0;
+    for (size_t k = 0; k < (size_t)be->N * be->lay->n_actions; k++)
+        qabs += fabsf(be->q[k]);
+    isv_ema(be->base.isv, FOX_ISV_Q_ABS_REF, qabs / ((double)be->N * be->lay->n_actions), 0.05);
+    st->step = be->ctr.step;
+    st->env_steps = be->ctr.env_steps;
+    return FOX_OK;
+}
+
+static int
+cpu_q_values(fox_backend *be_, const float *s, int B, float *q)
+{
+    cpu_backend *be = (cpu_backend *)be_;
+    return fox_cpu_net_q_values(be->net, be->params, s, B, q);
+}
+
+static int
+cpu_state_io(fox_backend *be_, int load, float *params, float *target, float *adam_m,
+             float *adam_v, fox_train_counters *c)
+{
+    cpu_backend *be = (cpu_backend *)be_;
+    size_t bytes = be->np * sizeof(float);
+    if (load) {
+        memcpy(be->params, params, bytes);
+        memcpy(be->target, target, bytes);
+        memcpy(be->adam_m, adam_m, bytes);
+        memcpy(be->adam_v, adam_v, bytes);
+        be->ctr = *c;
+        be->rng_collect.s = c->rng_state[0];
+        be->rng_sample.s = c->rng_state[1];
+    } else {
+        if (params)
+            memcpy(params, be->params, bytes);
+        if (target)
+            memcpy(target, be->target, bytes);
+        if (adam_m)
+            memcpy(adam_m, be->adam_m, bytes);
+        if (adam_v)
+            memcpy(adam_v, be->adam_v, bytes);
+        if (c) {
+            *c = be->ctr;
+            c->rng_state[0] = be->rng_collect.s;
+            c->rng_state[1] = be->rng_sample.s;
+        }
+    }
+    return FOX_OK;
+}
+
+const fox_backend_ops fox_cpu_backend_ops = {
+    .name = "cpu",
+    .available = cpu_available,
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .begin_fold = cpu_begin_fold,
+    .reset_for_fold = cpu_reset_for_fold,
+    .run_steps = cpu_run_steps,
+    .q_values = cpu_q_values,
+    .state_io = cpu_state_io,
+};

@@ -1,0 +1,62 @@
+/*
+ * net_decl.h — the declarations of net.h for one real type. Included by
+ * net.h twice (FOX_REAL float and double); no include guard on purpose.
+ */
+/* One training batch; every array in host memory, rows batch-major. */
+typedef struct FOX_NET(batch) {
+    int B;
+    const FOX_REAL *s;          /* [B × S] states */
+    const FOX_REAL *s_next;     /* [B × S] states n steps later */
+    const int32_t *a;           /* [B × D] sub-action taken per branch */
+    const FOX_REAL *r;          /* [B] n-step discounted reward */
+    const FOX_REAL *done;       /* [B] 1 when the window ended the episode (no bootstrap) */
+    const FOX_REAL *w;          /* [B] importance weights (NULL = all 1) */
+    const FOX_REAL *aux_ret;    /* [B] next-bar log return label (unscaled) */
+    const int32_t *aux_regime;  /* [B] regime class label */
+    const FOX_REAL *tau;        /* [B × NT] IQN fractions for the online quantiles */
+    const FOX_REAL *tau_next;   /* [B × NT] IQN fractions for the target quantiles */
+} FOX_NET(batch);
+
+typedef struct FOX_NET(hparams) {
+    FOX_REAL gamma_n;           /* γ^n */
+    FOX_REAL iqn_lambda, aux_lambda;
+    FOX_REAL aux_label_scale;   /* label divided by this (AUX_LABEL_SCALE_EMA) */
+    int target_mode;            /* FOX_TARGET_MEAN | FOX_TARGET_INDEP */
+    int bdq_trunk_scale;        /* 1: d h_s2 from value+branch heads × 1/(D+1) */
+} FOX_NET(hparams);
+
+typedef struct FOX_NET(loss) {
+    double total, c51, iqn, aux_ret, aux_regime;
+} FOX_NET(loss);
+
+typedef struct FOX_NET_T FOX_NET_T;
+
+/* Scratch for batches up to max_batch. The layout is copied. */
+int FOX_NET(create)(FOX_NET_T **out, const fox_model_layout *lay, int max_batch);
+void FOX_NET(destroy)(FOX_NET_T *net);
+
+/*
+ * Expected Q of every flat action, Σ_j p_d(a, j)·z_j, for B ≤ max_batch
+ * states: q is [B × n_actions], branch d's actions at branch_off[d].
+ */
+int FOX_NET(q_values)(FOX_NET_T *net, const FOX_REAL *params, const FOX_REAL *s, int B,
+                      FOX_REAL *q);
+
+/*
+ * One training step's losses and gradients. grads (n_params) is overwritten.
+ * priority (may be NULL) receives Σ_d |δ_d| per sample, where δ_d is the
+ * difference of expected values between the target pmf and branch d's
+ * predicted pmf for the chosen action.
+ */
+int FOX_NET(loss_grad)(FOX_NET_T *net, const FOX_REAL *params, const FOX_REAL *target_params,
+                       const FOX_NET(batch) *b, const FOX_NET(hparams) *hp,
+                       FOX_NET(loss) *loss, FOX_REAL *grads, FOX_REAL *priority);
+
+/*
+ * C51 projection of one distribution: probabilities p over the support
+ * z_j = v_min + j·Δz, shifted to Tz_j = clamp(r + g·z_j, v_min, v_max)
+ * (g = γ^n·(1 − done)) and split between the two neighbouring atoms. out
+ * sums to Σ p. Exposed for the hand-computed tests.
+ */
+void FOX_NET(c51_project)(const FOX_REAL *p, int NA, FOX_REAL v_min, FOX_REAL v_max, FOX_REAL r,
+                          FOX_REAL g, FOX_REAL *out);

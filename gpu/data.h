@@ -1,0 +1,71 @@
+/*
+ * data.h — bar series, causal features and walk-forward folds.
+ *
+ * A series comes from the seeded synthetic generator (the embedded default:
+ * regime-switching, fat-tailed, with true regime labels) or from a CSV file
+ * (OHLCV or close-only), refused with file, line and reason when bad.
+ * Features are causal: the row of bar t uses bars ≤ t only. Folds are
+ * anchored walk-forward: the series splits into K+1 blocks; fold k trains on
+ * blocks 0..k and evaluates on block k+1 (first half validation, second half
+ * test). Plain data, no threads, no backend.
+ */
+#ifndef FOX_DATA_H
+#define FOX_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Portfolio features appended after the market features in every state. */
+#define FOX_PORTFOLIO_FEATURES 3
+#define FOX_FEATURE_CLIP 5.0f
+
+typedef struct fox_series {
+    int n;               /* bars */
+    double *time;        /* seconds since the epoch; NULL when the file has none */
+    float *open, *high, *low, *close, *volume; /* open/high/low NULL when close-only; volume may be NULL */
+    int8_t *regime;      /* [n] regime label 0..3: true for synthetic, causal proxy for CSV */
+    double bars_per_year;/* inferred: synthetic 8760 (hourly, 24/7); CSV from the median bar spacing */
+    char source[256];    /* "synthetic(seed=…)" or the path */
+} fox_series;
+
+/* Generate n bars (n ≥ 1000) of the regime-switching synthetic series. */
+int fox_series_synthetic(fox_series *s, int n, uint64_t seed);
+
+/*
+ * Load a CSV with a header naming its columns: time (optional; unix seconds
+ * or ISO-8601), open, high, low (optional, all three or none), close
+ * (required), volume (optional). Refuses missing columns, non-numeric or
+ * non-finite values, non-positive prices, high < low, non-increasing time and
+ * fewer than min_rows rows, with "path:line: reason" in err.
+ */
+int fox_series_load_csv(fox_series *s, const char *path, int min_rows, char *err, size_t errlen);
+
+void fox_series_fini(fox_series *s);
+
+typedef struct fox_features {
+    int n_bars;
+    int n_feat;          /* market features per bar (≤ state_dim − FOX_PORTFOLIO_FEATURES) */
+    int warmup;          /* first bar whose features are all defined */
+    float *raw;          /* [n_bars × n_feat] causal, un-normalized */
+    float *norm;         /* [n_bars × n_feat] (raw − mean)/std clipped to ±FOX_FEATURE_CLIP */
+    float *mean, *std;   /* [n_feat] fitted by fox_features_normalize */
+    char (*names)[32];   /* [n_feat] feature names, for docs and debugging */
+} fox_features;
+
+int fox_features_compute(fox_features *f, const fox_series *s, int state_dim);
+
+/* Fit mean/std on bars [begin, end) only and fill norm for every bar. */
+void fox_features_normalize(fox_features *f, int begin, int end);
+
+void fox_features_fini(fox_features *f);
+
+typedef struct fox_fold {
+    int train_begin, train_end; /* [begin, end) bar indices */
+    int val_begin, val_end;
+    int test_begin, test_end;
+} fox_fold;
+
+/* Bars of fold k of n_folds (K) on a series of n bars whose first valid bar is warmup. */
+int fox_fold_split(int n, int warmup, int n_folds, int k, fox_fold *out);
+
+#endif

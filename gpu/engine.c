@@ -1,0 +1,324 @@
+/*
+ * engine.c — the backend-neutral engine: configuration resolution, backend
+ * choice, data and folds, epochs and the fold report. Evaluation lives in
+ * evaluate.c, checkpoint files in checkpoint.c; the math of a step lives in
+ * the backends.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine_impl.h"
+#include "isv.h"
+#include "log.h"
+#include "sentinel.h"
+
+/* Bump when the checkpoint payload or a table changes meaning. */
+#define FOX_FORMAT_VERSION 1
+
+int
+fox__engine_fail(fox_engine *e, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->err, sizeof e->err, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+double
+fox__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void
+fox__state_build(const fox_features *feat, int S, int t, const float port[3], float *s)
+{
+    memset(s, 0, (size_t)S * sizeof *s);
+    memcpy(s, feat->norm + (size_t)t * feat->n_feat, (size_t)feat->n_feat * sizeof *s);
+    memcpy(s + S - FOX_PORTFOLIO_FEATURES, port, FOX_PORTFOLIO_FEATURES * sizeof *s);
+}
+
+static const fox_backend_ops *
+pick_backend(int want, char *err, size_t errlen)
+{
+    char why[256] = "not built with CUDA";
+#ifdef FOX_HAVE_CUDA
+    if (want != FOX_BACKEND_CPU && fox_cuda_backend_ops.available(why, sizeof why))
+        return &fox_cuda_backend_ops;
+#endif
+    if (want == FOX_BACKEND_CUDA) {
+        snprintf(err, errlen, "backend cuda requested but unavailable: %s", why);
+        return NULL;
+    }
+    if (want == FOX_BACKEND_AUTO)
+        fox_log(FOX_LOG_NOTICE, "backend auto: using cpu (%s)", why);
+    return &fox_cpu_backend_ops;
+}
+
+int
+fox_engine_create(fox_engine **out, const fox_config *cfg, char *err, size_t errlen)
+{
+    char local[512];
+    if (!err) {
+        err = local;
+        errlen = sizeof local;
+    }
+    *out = NULL;
+    int rv = fox_config_validate(cfg, err, errlen);
+    if (rv != FOX_OK)
+        return rv;
+    fox_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return FOX_ENOMEM;
+    e->cfg = *cfg;
+    e->fold = -1;
+    e->ops = pick_backend(cfg->backend, err, errlen);
+    if (!e->ops) {
+        free(e);
+        return FOX_ENODEV;
+    }
+    int gpu = e->ops != &fox_cpu_backend_ops;
+    if (e->cfg.n_envs == 0)
+        e->cfg.n_envs = gpu ? 1024 : 64;
+    if (e->cfg.batch == 0)
+        e->cfg.batch = gpu ? 256 : 64;
+    if ((rv = fox_model_layout_init(&e->lay, &e->cfg)) != FOX_OK) {
+        snprintf(err, errlen, "model widths unusable");
+        free(e);
+        return rv;
+    }
+    e->fingerprint = fox_layout_fingerprint(fox_model_layout_hash(&e->lay), FOX_FORMAT_VERSION);
+    e->eval_s = calloc((size_t)e->lay.S, sizeof(float));
+    e->eval_q = calloc((size_t)e->lay.n_actions, sizeof(float));
+    if (!e->eval_s || !e->eval_q) {
+        fox_engine_destroy(e);
+        return FOX_ENOMEM;
+    }
+    *out = e;
+    return FOX_OK;
+}
+
+void
+fox_engine_destroy(fox_engine *e)
+{
+    if (!e)
+        return;
+    if (e->be)
+        e->ops->destroy(e->be);
+    fox_features_fini(&e->feat);
+    fox_series_fini(&e->series);
+    free(e->eval_s);
+    free(e->eval_q);
+    free(e);
+}
+
+const char *
+fox_engine_errmsg(const fox_engine *e)
+{
+    return e ? e->err : "";
+}
+
+int
+fox_engine_load_data(fox_engine *e)
+{
+    char err[512] = "";
+    int rv;
+    if (e->data_loaded)
+        return fox__engine_fail(e, FOX_ESTATE, "data already loaded");
+    if (strcmp(e->cfg.data, "synthetic") == 0)
+        rv = fox_series_synthetic(&e->series, e->cfg.synth_bars, e->cfg.seed);
+    else
+        rv = fox_series_load_csv(&e->series, e->cfg.data, 200 * (e->cfg.n_folds + 1), err,
+                                 sizeof err);
+    if (rv != FOX_OK)
+        return fox__engine_fail(e, rv, "data: %s", err[0] ? err : fox_strerror(rv));
+    if (e->cfg.bars_per_year > 0)
+        e->series.bars_per_year = e->cfg.bars_per_year;
+    if ((rv = fox_features_compute(&e->feat, &e->series, e->lay.S)) != FOX_OK)
+        return fox__engine_fail(e, rv, "features: %s", fox_strerror(rv));
+    /* The backend needs the series; it is created once the data exists. */
+    fox_backend_env env = {&e->cfg, &e->lay, &e->series, &e->feat, &e->seg};
+    fox_fold_split(e->series.n, e->feat.warmup, e->cfg.n_folds, 0, &e->seg);
+    if ((rv = e->ops->create(&e->be, &env, err, sizeof err)) != FOX_OK)
+        return fox__engine_fail(e, rv, "%s", err);
+    fox_isv_store_fingerprint((float *)e->be->isv, e->fingerprint);
+    e->data_loaded = 1;
+    fox_log(FOX_LOG_INFO, "engine: %s backend, %zu parameters, %d envs, batch %d, %d bars from %s",
+            e->ops->name, e->lay.n_real, e->cfg.n_envs, e->cfg.batch, e->series.n,
+            e->series.source);
+    return FOX_OK;
+}
+
+int
+fox_engine_reset_for_fold(fox_engine *e)
+{
+    if (!e->be)
+        return fox__engine_fail(e, FOX_ESTATE, "reset_for_fold before load_data");
+    int rv = e->ops->reset_for_fold(e->be);
+    fox_isv_store_fingerprint((float *)e->be->isv, e->fingerprint);
+    return rv;
+}
+
+int
+fox_engine_begin_fold(fox_engine *e, int fold)
+{
+    if (!e->data_loaded)
+        return fox__engine_fail(e, FOX_ESTATE, "begin_fold before load_data");
+    int rv = fox_fold_split(e->series.n, e->feat.warmup, e->cfg.n_folds, fold, &e->seg);
+    if (rv != FOX_OK)
+        return fox__engine_fail(e, rv, "fold %d: no such fold of %d (or blocks too short)", fold,
+                                e->cfg.n_folds);
+    /* Normalization is fitted on the training blocks only. */
+    fox_features_normalize(&e->feat, e->seg.train_begin, e->seg.train_end);
+    if ((rv = e->ops->begin_fold(e->be)) != FOX_OK)
+        return fox__engine_fail(e, rv, "begin_fold: %s", fox_strerror(rv));
+    if ((rv = fox_engine_reset_for_fold(e)) != FOX_OK)
+        return rv;
+    e->fold = fold;
+    memset(&e->rep, 0, sizeof e->rep);
+    e->rep.fold = fold;
+    e->rep.best_epoch = -1;
+    e->rep.bars_per_year = e->series.bars_per_year;
+    e->epoch_t0 = fox__now();
+    e->epoch_step0 = 0;
+    e->epoch_loss_sum = 0.0;
+    e->epoch_loss_n = 0;
+    return FOX_OK;
+}
+
+int
+fox_engine_run_steps(fox_engine *e, int n, fox_step_stats *stats)
+{
+    fox_step_stats local;
+    if (!stats)
+        stats = &local;
+    if (e->fold < 0)
+        return fox__engine_fail(e, FOX_ESTATE, "run_steps before begin_fold");
+    int rv = e->ops->run_steps(e->be, n, stats);
+    if (rv != FOX_OK)
+        return fox__engine_fail(e, rv, "%s", ((fox_backend_base *)e->be)->err[0]
+                                                  ? ((fox_backend_base *)e->be)->err
+                                                  : fox_strerror(rv));
+    e->total_steps += n;
+    if (stats->loss != 0.0f) {
+        e->epoch_loss_sum += stats->loss;
+        e->epoch_loss_n++;
+    }
+    e->rep.final_loss = stats->loss;
+    return FOX_OK;
+}
+
+int
+fox_engine_end_epoch(fox_engine *e, fox_epoch_report *rep)
+{
+    if (e->fold < 0)
+        return fox__engine_fail(e, FOX_ESTATE, "end_epoch before begin_fold");
+    memset(rep, 0, sizeof *rep);
+    fox_train_counters c;
+    e->ops->state_io(e->be, 0, NULL, NULL, NULL, NULL, &c);
+    double dt = fox__now() - e->epoch_t0;
+    rep->fold = e->fold;
+    rep->epoch = e->rep.epochs_done;
+    rep->last.step = c.step;
+    rep->last.env_steps = c.env_steps;
+    rep->mean_loss = e->epoch_loss_n ? e->epoch_loss_sum / (double)e->epoch_loss_n : 0.0;
+    rep->steps_per_sec = dt > 0 ? (double)(c.step - e->epoch_step0) / dt : 0.0;
+    int rv = fox_engine_evaluate(e, FOX_SPLIT_VALIDATION, FOX_POLICY_GREEDY, &rep->val);
+    if (rv == FOX_OK)
+        rv = fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_GREEDY, &rep->test);
+    if (rv != FOX_OK)
+        return rv;
+    fox_fold_report *fr = &e->rep;
+    /* Selection on validation only; the test figure of that epoch is the unbiased one. */
+    if (fr->best_epoch < 0 || rep->val.sharpe > fr->best_val_sharpe) {
+        fr->best_epoch = rep->epoch;
+        fr->best_val_sharpe = rep->val.sharpe;
+        fr->test_at_best = rep->test;
+    }
+    fr->epochs_done++;
+    fr->final_loss = rep->mean_loss;
+    fr->steps_per_sec = fr->steps_per_sec == 0.0
+                            ? rep->steps_per_sec
+                            : (fr->steps_per_sec * (fr->epochs_done - 1) + rep->steps_per_sec) /
+                                  fr->epochs_done;
+    e->epoch_t0 = fox__now();
+    e->epoch_step0 = c.step;
+    e->epoch_loss_sum = 0.0;
+    e->epoch_loss_n = 0;
+    return FOX_OK;
+}
+
+int
+fox_engine_fold_report(const fox_engine *e, fox_fold_report *out)
+{
+    if (e->fold < 0)
+        return FOX_ESTATE;
+    *out = e->rep;
+    return FOX_OK;
+}
+
+void
+fox_engine_get_info(const fox_engine *e, fox_engine_info *out)
+{
+    memset(out, 0, sizeof *out);
+    out->backend = e->ops->name;
+    out->n_params = e->lay.n_real;
+    out->n_envs = e->cfg.n_envs;
+    out->batch = e->cfg.batch;
+    out->n_bars = e->series.n;
+    out->fold = e->fold;
+    out->epoch = e->rep.epochs_done;
+    out->total_steps = e->total_steps;
+    out->fingerprint = e->fingerprint;
+    if (e->be) {
+        fox_train_counters c;
+        e->ops->state_io(e->be, 0, NULL, NULL, NULL, NULL, &c);
+        out->step = c.step;
+    }
+}
+
+const volatile float *
+fox_engine_isv(const fox_engine *e)
+{
+    return e->be ? ((const fox_backend_base *)e->be)->isv : NULL;
+}
+
+const volatile int *
+fox_engine_flags(const fox_engine *e)
+{
+    return e->be ? ((const fox_backend_base *)e->be)->flags : NULL;
+}
+
+int
+fox_engine_clear_flags(fox_engine *e)
+{
+    if (!e->be)
+        return fox__engine_fail(e, FOX_ESTATE, "no backend yet (load_data first)");
+    volatile int *flags = ((fox_backend_base *)e->be)->flags;
+    for (int i = 0; i < FOX_SENTINEL_SLOTS; i++)
+        flags[i] = 0;
+    return FOX_OK;
+}
+
+size_t
+fox_engine_param_count(const fox_engine *e)
+{
+    return e->lay.n_params;
+}
+
+int
+fox_engine_get_params(fox_engine *e, float *out, size_t n)
+{
+    if (!e->be)
+        return fox__engine_fail(e, FOX_ESTATE, "no backend yet (load_data first)");
+    if (n < e->lay.n_params)
+        return fox__engine_fail(e, FOX_EINVAL, "buffer of %zu floats, %zu needed", n,
+                                e->lay.n_params);
+    return e->ops->state_io(e->be, 0, out, NULL, NULL, NULL, NULL);
+}

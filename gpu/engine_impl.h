@@ -1,0 +1,40 @@
+/*
+ * engine_impl.h — the engine struct, shared by engine.c, evaluate.c and
+ * checkpoint.c. Nothing outside gpu/ includes it.
+ */
+#ifndef FOX_ENGINE_IMPL_H
+#define FOX_ENGINE_IMPL_H
+
+#include "backend.h"
+#include "data.h"
+#include "engine.h"
+#include "model.h"
+
+struct fox_engine {
+    fox_config cfg;             /* resolved copy */
+    fox_model_layout lay;
+    const fox_backend_ops *ops;
+    fox_backend *be;
+    fox_series series;
+    fox_features feat;
+    int data_loaded;
+    int fold;                   /* -1 before begin_fold */
+    fox_fold seg;
+    fox_fold_report rep;
+    double epoch_t0;            /* monotonic seconds at the epoch's start */
+    int64_t epoch_step0;
+    double epoch_loss_sum;
+    int64_t epoch_loss_n;
+    int64_t total_steps;
+    uint64_t fingerprint;
+    float *eval_s, *eval_q;     /* [S], [n_actions] */
+    char err[512];
+};
+
+/* Record a failure message and return code. */
+int fox__engine_fail(fox_engine *e, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+double fox__now(void);
+
+#endif
