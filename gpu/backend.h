@@ -56,6 +56,8 @@ typedef struct fox_backend_ops {
     /* Adam state, hard target sync, flags, ISV per its table. */
     int (*reset_for_fold)(fox_backend *be);
     int (*run_steps)(fox_backend *be, int n, fox_step_stats *st);
+    /* n train steps without collection (benchmarks); the ring must hold a batch. */
+    int (*train_only)(fox_backend *be, int n, fox_step_stats *st);
     /* Expected Q [B × n_actions] of host states [B × S]. */
     int (*q_values)(fox_backend *be, const float *s, int B, float *q);
     /* Copy the training state out (load = 0) or in (load = 1); arrays of n_params floats. */

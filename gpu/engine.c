@@ -215,6 +215,18 @@ fox_engine_run_steps(fox_engine *e, int n, fox_step_stats *stats)
 }
 
 int
+fox_engine_train_only(fox_engine *e, int n, fox_step_stats *stats)
+{
+    fox_step_stats local;
+    if (e->fold < 0)
+        return fox__engine_fail(e, FOX_ESTATE, "train_only before begin_fold");
+    int rv = e->ops->train_only(e->be, n, stats ? stats : &local);
+    if (rv != FOX_OK)
+        return fox__engine_fail(e, rv, "train_only: %s", rv == FOX_ESTATE ? "replay not filled yet" : fox_strerror(rv));
+    return FOX_OK;
+}
+
+int
 fox_engine_end_epoch(fox_engine *e, fox_epoch_report *rep)
 {
     if (e->fold < 0)

@@ -118,6 +118,12 @@ int fox_engine_reset_for_fold(fox_engine *e);
 /* Run n full steps (collect from every environment, then one train step). */
 int fox_engine_run_steps(fox_engine *e, int n, fox_step_stats *stats);
 
+/*
+ * Run n train steps without collecting (for benchmarks: the train step alone).
+ * FOX_ESTATE until the replay ring holds learning_starts transitions.
+ */
+int fox_engine_train_only(fox_engine *e, int n, fox_step_stats *stats);
+
 /* Evaluate a policy with one sequential pass over a split of the current fold. */
 int fox_engine_evaluate(fox_engine *e, fox_split split, fox_policy policy, fox_eval_result *out);
 

@@ -410,6 +410,21 @@ cpu_run_steps(fox_backend *be_, int n, fox_step_stats *st)
 }
 
 static int
+cpu_train_only(fox_backend *be_, int n, fox_step_stats *st)
+{
+    cpu_backend *be = (cpu_backend *)be_;
+    if (be->replay.size < be->B || be->replay.size < be->env.cfg->learning_starts)
+        return FOX_ESTATE;
+    memset(st, 0, sizeof *st);
+    for (int i = 0; i < n; i++) {
+        int rv = train_step(be, st);
+        if (rv != FOX_OK)
+            return rv;
+    }
+    return FOX_OK;
+}
+
+static int
 cpu_q_values(fox_backend *be_, const float *s, int B, float *q)
 {
     cpu_backend *be = (cpu_backend *)be_;
@@ -456,6 +471,7 @@ const fox_backend_ops fox_cpu_backend_ops = {
     .begin_fold = cpu_begin_fold,
     .reset_for_fold = cpu_reset_for_fold,
     .run_steps = cpu_run_steps,
+    .train_only = cpu_train_only,
     .q_values = cpu_q_values,
     .state_io = cpu_state_io,
 };
