@@ -97,7 +97,7 @@ fox_engine_checkpoint_save(fox_engine *e, const char *path)
     float *f = (float *)payload;
     fox_train_counters c;
     e->ops->state_io(e->be, 0, f, f + np, f + 2 * np, f + 3 * np, &c);
-    const volatile float *isv = ((fox_backend_base *)e->be)->isv;
+    const volatile float *isv = fox__be(e)->isv;
     for (int i = 0; i < FOX_ISV_TOTAL_DIM; i++)
         f[4 * np + (size_t)i] = isv[i];
     ckpt_counters cc = {c.adam_t, c.step, c.train_steps, c.env_steps,
@@ -180,8 +180,8 @@ fox_engine_checkpoint_load(fox_engine *e, const char *path)
 {
     if (!e->be)
         return fox__engine_fail(e, FOX_ESTATE, "checkpoint_load before load_data");
-    char *buf;
-    size_t len;
+    char *buf = NULL;
+    size_t len = 0;
     int rv = slurp(e, path, &buf, &len);
     if (rv != FOX_OK)
         return rv;
@@ -240,7 +240,7 @@ fox_engine_checkpoint_load(fox_engine *e, const char *path)
     fox_train_counters c = {cc.adam_t, cc.step, cc.train_steps, cc.env_steps,
                             {cc.rng_state[0], cc.rng_state[1]}};
     rv = e->ops->state_io(e->be, 1, f, f + np, f + 2 * np, f + 3 * np, &c);
-    volatile float *isv = ((fox_backend_base *)e->be)->isv;
+    volatile float *isv = fox__be(e)->isv;
     for (int i = 0; i < FOX_ISV_TOTAL_DIM; i++)
         isv[i] = f[4 * np + (size_t)i];
     if (cc.fold >= 0)

@@ -82,7 +82,7 @@ static const key_def keys[] = {
     FLT("train.eps_end", eps_end, 0, 1, "0.05", "final exploration rate"),
     INT("train.eps_decay_steps", eps_decay_steps, 1, 1 << 30, "1500", "train steps of the linear ε decay"),
     U64("train.seed", seed, "1", "seed of every random stream"),
-    {"train.folds", FOX_CFG_INT, OFF(folds_mask), 1, 255, "7", NULL,
+    {"train.folds", FOX_CFG_INT, OFF(folds_mask), 1, 255, "0,1,2", NULL,
      "folds a run trains, as a list \"0,1,2\" (stored as a bit mask)"},
 
     INT("env.n_envs", n_envs, 0, 1 << 20, "0", "parallel environments; 0 = backend default (1024 CUDA, 64 CPU)"),

@@ -837,6 +837,7 @@ out:
 static const int cum_w[6] = {2, 4, 8, 16, 32, 64};
 static const int win4[4] = {8, 16, 32, 64};
 static const char *const time_names[4] = {"hour_sin", "hour_cos", "dow_sin", "dow_cos"};
+static const int ac_w[2] = {32, 64};
 
 void
 fox_features_fini(fox_features *f)
@@ -877,8 +878,10 @@ feat_names(fox_features *f)
             snprintf(nm, 32, "atr14_close");
         else if (j == 32)
             snprintf(nm, 32, "volume_z32");
-        else
+        else if (j < 37)
             snprintf(nm, 32, "%s", time_names[j - 33]);
+        else
+            snprintf(nm, 32, "autocorr1_%d", ac_w[j - 37]);
     }
 }
 
@@ -892,6 +895,8 @@ feat_names(fox_features *f)
  *   31    atr14_close      ATR14 / close
  *   32    volume_z32       z-score of log(1 + volume) over 32 bars (0 without volume)
  *   33–36 hour sin/cos, day-of-week sin/cos, UTC (0 without time)
+ *   37–38 autocorr1_w      lag-1 autocorrelation of 1-bar log returns over w = 32 64
+ *                          bars (Σ r_t·r_{t−1} / Σ r_t²): momentum vs mean reversion
  * Bars before the warmup use the shorter history they have (missing returns
  * count as 0), so every row is finite; the trainer starts at the warmup.
  * The z-scores use log prices so that they are scale-free and the rolling
@@ -934,6 +939,8 @@ fox_features_compute(fox_features *f, const fox_series *s, int state_dim)
     feat_names(f);
 
     roll vol[4], zc[4], atr = {14, 0, 0, 0}, vz = {32, 0, 0, 0};
+    roll ac_xy[2] = {{ac_w[0], 0, 0, 0}, {ac_w[1], 0, 0, 0}};
+    roll ac_xx[2] = {{ac_w[0], 0, 0, 0}, {ac_w[1], 0, 0, 0}};
     for (int k = 0; k < 4; k++) {
         vol[k] = (roll){win4[k], 0, 0, 0};
         zc[k] = (roll){win4[k], 0, 0, 0};
@@ -976,6 +983,15 @@ fox_features_compute(fox_features *f, const fox_series *s, int state_dim)
             roll_push(&vz, lv[t], t - 32 >= 0 ? lv[t - 32] : 0.0);
             double sd = roll_std(&vz);
             feat_put(f, t, 32, sd > 1e-12 ? (lv[t] - roll_mean(&vz)) / sd : 0.0);
+        }
+        for (int k = 0; k < 2; k++) {
+            int w = ac_w[k];
+            double xy = t > 0 ? ret[t] * ret[t - 1] : 0.0;
+            double old_xy = t - w > 0 ? ret[t - w] * ret[t - w - 1] : 0.0;
+            roll_push(&ac_xy[k], xy, old_xy);
+            roll_push(&ac_xx[k], ret[t] * ret[t], t - w >= 0 ? ret[t - w] * ret[t - w] : 0.0);
+            double den = ac_xx[k].sum;
+            feat_put(f, t, 37 + k, den > 1e-18 ? ac_xy[k].sum / den : 0.0);
         }
         if (s->time) {
             double tt = s->time[t];

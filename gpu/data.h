@@ -19,7 +19,7 @@
 #define FOX_PORTFOLIO_FEATURES 3
 #define FOX_FEATURE_CLIP 5.0f
 /* Market features per bar (fewer when the state is smaller); first bar with all defined. */
-#define FOX_MARKET_FEATURES 37
+#define FOX_MARKET_FEATURES 39
 #define FOX_FEATURE_WARMUP 65
 
 typedef struct fox_series {

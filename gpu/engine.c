@@ -147,7 +147,7 @@ fox_engine_load_data(fox_engine *e)
     fox_fold_split(e->series.n, e->feat.warmup, e->cfg.n_folds, 0, &e->seg);
     if ((rv = e->ops->create(&e->be, &env, err, sizeof err)) != FOX_OK)
         return fox__engine_fail(e, rv, "%s", err);
-    fox_isv_store_fingerprint((float *)e->be->isv, e->fingerprint);
+    fox_isv_store_fingerprint((float *)fox__be(e)->isv, e->fingerprint);
     e->data_loaded = 1;
     fox_log(FOX_LOG_INFO, "engine: %s backend, %zu parameters, %d envs, batch %d, %d bars from %s",
             e->ops->name, e->lay.n_real, e->cfg.n_envs, e->cfg.batch, e->series.n,
@@ -161,7 +161,7 @@ fox_engine_reset_for_fold(fox_engine *e)
     if (!e->be)
         return fox__engine_fail(e, FOX_ESTATE, "reset_for_fold before load_data");
     int rv = e->ops->reset_for_fold(e->be);
-    fox_isv_store_fingerprint((float *)e->be->isv, e->fingerprint);
+    fox_isv_store_fingerprint((float *)fox__be(e)->isv, e->fingerprint);
     return rv;
 }
 
@@ -202,8 +202,8 @@ fox_engine_run_steps(fox_engine *e, int n, fox_step_stats *stats)
         return fox__engine_fail(e, FOX_ESTATE, "run_steps before begin_fold");
     int rv = e->ops->run_steps(e->be, n, stats);
     if (rv != FOX_OK)
-        return fox__engine_fail(e, rv, "%s", ((fox_backend_base *)e->be)->err[0]
-                                                  ? ((fox_backend_base *)e->be)->err
+        return fox__engine_fail(e, rv, "%s", fox__be(e)->err[0]
+                                                  ? fox__be(e)->err
                                                   : fox_strerror(rv));
     e->total_steps += n;
     if (stats->loss != 0.0f) {
@@ -298,13 +298,13 @@ fox_engine_get_info(const fox_engine *e, fox_engine_info *out)
 const volatile float *
 fox_engine_isv(const fox_engine *e)
 {
-    return e->be ? ((const fox_backend_base *)e->be)->isv : NULL;
+    return e->be ? fox__be(e)->isv : NULL;
 }
 
 const volatile int *
 fox_engine_flags(const fox_engine *e)
 {
-    return e->be ? ((const fox_backend_base *)e->be)->flags : NULL;
+    return e->be ? fox__be(e)->flags : NULL;
 }
 
 int
@@ -312,7 +312,7 @@ fox_engine_clear_flags(fox_engine *e)
 {
     if (!e->be)
         return fox__engine_fail(e, FOX_ESTATE, "no backend yet (load_data first)");
-    volatile int *flags = ((fox_backend_base *)e->be)->flags;
+    volatile int *flags = fox__be(e)->flags;
     for (int i = 0; i < FOX_SENTINEL_SLOTS; i++)
         flags[i] = 0;
     return FOX_OK;

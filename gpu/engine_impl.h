@@ -31,6 +31,13 @@ struct fox_engine {
     char err[512];
 };
 
+/* The fields every backend starts with. */
+static inline fox_backend_base *
+fox__be(const fox_engine *e)
+{
+    return (fox_backend_base *)e->be;
+}
+
 /* Record a failure message and return code. */
 int fox__engine_fail(fox_engine *e, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -242,8 +242,8 @@ START_TEST(test_synthetic_learnable)
         fox_series s;
         fox_features f;
         ck_assert_fox_ok(fox_series_synthetic(&s, 20000, seed));
-        ck_assert_fox_ok(fox_features_compute(&f, &s, 40));
-        ck_assert_int_eq(f.n_feat, 37);
+        ck_assert_fox_ok(fox_features_compute(&f, &s, 64));
+        ck_assert_int_eq(f.n_feat, FOX_MARKET_FEATURES);
         double sh[3];
         for (int rule = 0; rule < 3; rule++) {
             double sm = 0, ss = 0, pos = 0;
@@ -535,9 +535,9 @@ START_TEST(test_features_values)
     fox_series s;
     fox_features f;
     ck_assert_fox_ok(fox_series_synthetic(&s, 3000, 5));
-    ck_assert_fox_ok(fox_features_compute(&f, &s, 40));
+    ck_assert_fox_ok(fox_features_compute(&f, &s, 64));
     ck_assert_int_eq(f.n_bars, 3000);
-    ck_assert_int_eq(f.n_feat, 37);
+    ck_assert_int_eq(f.n_feat, FOX_MARKET_FEATURES);
     ck_assert_int_eq(f.warmup, 65);
     ck_assert_str_eq(f.names[0], "ret_lag0");
     ck_assert_str_eq(f.names[15], "ret_lag15");

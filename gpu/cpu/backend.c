@@ -7,6 +7,7 @@
  * Single-threaded apart from BLAS; deterministic for a seed.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

@@ -14,6 +14,11 @@
  * (κ = 1) against the target net's quantiles at the greedy next action per
  * branch; aux heads (next-bar return MSE, regime 4-way CE).
  * Loss = c51 + iqn_lambda·iqn + aux_lambda·(aux_ret + aux_regime).
+ * Normalisations: c51 and iqn are means over batch and branches weighted by
+ * w_b (iqn: Σ_i mean_j ρ_ij per branch); aux_ret is the w_b-weighted batch
+ * mean of the squared error; aux_regime the unweighted batch mean of the CE.
+ * The exact conventions a CUDA port must copy are listed at the top of
+ * net.c. No stability clamps here (Mech 10 etc. belong to the backend).
  *
  * Not thread-safe: a net owns its scratch; one thread uses it.
  */

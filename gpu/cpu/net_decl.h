@@ -60,3 +60,25 @@ int FOX_NET(loss_grad)(FOX_NET_T *net, const FOX_REAL *params, const FOX_REAL *t
  */
 void FOX_NET(c51_project)(const FOX_REAL *p, int NA, FOX_REAL v_min, FOX_REAL v_max, FOX_REAL r,
                           FOX_REAL g, FOX_REAL *out);
+
+/*
+ * Layer entry points for the finite-difference tests. They allocate their
+ * scratch on every call: never use them in a training step.
+ *
+ * GRN(in → out) on B rows. p[k] are the block's tensors in FOX_GRN_* order
+ * with the shapes of model.h (p[FOX_GRN_WR] and dp[FOX_GRN_WR] NULL exactly
+ * when in == out, the identity skip). Forward a [B × in] → y [B × out]; the
+ * backward of dy [B × out] overwrites dp[k] and da [B × in] (da may be NULL).
+ */
+int FOX_NET(grn_fwd_bwd)(int in, int out, int B, const FOX_REAL *const p[FOX_GRN_NT],
+                         const FOX_REAL *a, const FOX_REAL *dy, FOX_REAL *y,
+                         FOX_REAL *const dp[FOX_GRN_NT], FOX_REAL *da);
+
+/*
+ * LayerNorm over N features of B rows (biased variance, eps 1e-5):
+ * y = x̂·g + b for x [B × N]; the backward of dy overwrites dx [B × N],
+ * dg [N] and db [N].
+ */
+int FOX_NET(layernorm_fwd_bwd)(int N, int B, const FOX_REAL *x, const FOX_REAL *g,
+                               const FOX_REAL *b, const FOX_REAL *dy, FOX_REAL *y, FOX_REAL *dx,
+                               FOX_REAL *dg, FOX_REAL *db);

@@ -1,0 +1,373 @@
+/*
+ * bounds.h — the maths of the numerical-stability bounds, shared by both
+ * backends: the fixed-mode (SP3) bound formulas, clamp_finite, the SP4 p99
+ * producer (256-bin three-pass histogram), Pearl A (first observation
+ * replaces the zero sentinel), Pearl D (Wiener-optimal EMA rate), Pearl C
+ * (engagement-rate correction) and Pearl B (per-param-group statistics).
+ *
+ * The small per-value pieces are header-inline and marked FOX_HD, so the
+ * CUDA backend compiles the very same code into its kernels (Pearls A+D run
+ * in the producer kernel's tail, on the device, with no host sync); the
+ * whole-buffer passes (p99, Pearl B) are host reference implementations in
+ * bounds.c that the CUDA kernels must agree with.
+ *
+ * It does not own any buffer, launch anything or decide when a producer runs
+ * (the engine does), and it reads no config: every constant below is
+ * structural (a bin count, a percentile, a seed multiplier), not a knob.
+ *
+ * Threading: pure functions plus functions that write only what they are
+ * given; safe from any thread. C and C++ (nvcc) compatible.
+ */
+#ifndef FOX_BOUNDS_H
+#define FOX_BOUNDS_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "isv.h"
+#include "rng.h" /* FOX_HD */
+
+/* ---- structural constants ------------------------------------------------------------- */
+
+/* p99 producer: 256 linear bins give ~0.4 % of the range per bin at the top (seed). */
+enum { FOX_P99_BINS = 256 };
+#define FOX_P99_PERCENTILE 0.99f
+
+/* Pearl D: one uniform meta-rate for every variance tracker, never tuned per signal. */
+#define FOX_PEARL_ALPHA_META 1e-3f
+/* Divisor floor, Adam-ε category: keeps 0/0 at 0 on a signal with no variance yet. */
+#define FOX_PEARL_EPS_DIV 1e-8f
+/* Consumer cold-start floor: the ε goes on the ISV multiplier, never on the bound (SP1 pearl). */
+#define FOX_PEARL_EPS_CLAMP_FLOOR 1.0f
+/* Pearl C: a p99 bound is exceeded by 1 % of values by definition... */
+#define FOX_PEARL_C_EXPECTED_RATE 0.01f
+/* ...and a sustained engagement rate above twice that means the clamp feeds its own bound. */
+#define FOX_PEARL_C_SATURATION 2.0f
+
+/* Fixed-mode (SP3) multipliers, from the seeds' smokes. */
+#define FOX_MECH1_TARGET_Q_MULT 10.0f  /* Mech 1: |target Q| ≤ 10 × q_eff */
+#define FOX_MECH2_ATOM_MULT     10.0f  /* Mech 2: |atom| ≤ 10 × q_eff (same scale as Mech 1) */
+#define FOX_MECH6_CAP_MULT      100.0f /* Mech 6: clip ≤ 100 × slow EMA × q_eff */
+#define FOX_MECH6_MIN_CLIP      1.0f   /* Mech 6: cold-start floor of the clip */
+#define FOX_MECH6_SLOW_ALPHA    1e-3f  /* Mech 6: slow EMA rate (half-life ~693 steps) */
+#define FOX_MECH9_WEIGHT_MULT   100.0f /* Mech 9: |w| ≤ 100 × q_eff, 10× below slots 44/45/48 */
+#define FOX_MECH10_H_S2_MULT    100.0f /* Mech 10: |h_s2| ≤ 100 × h_eff, 10× below slot 49 */
+#define FOX_BWD_GUARD_MULT      1e6f   /* SP1 Phase C: backward input guards, 1e6 × eff */
+
+/* ---- state ------------------------------------------------------------------------------ */
+
+/*
+ * Pearl D state of one producer: the seeds' wiener_state, three floats. All
+ * zero is the fold-boundary state (together with a zero ISV slot it is the
+ * Pearl A sentinel).
+ *   sample_var  EMA of ½(x_t − x_{t−1})²: the sampling-noise power. A level
+ *               shift cancels in a first difference, so this sees the noise.
+ *   diff_var    EMA of (x_t − m)(x_{t−1} − m), m the current estimate: the
+ *               power of the deviation that persists from one sample to the
+ *               next, i.e. the level difference the estimate has not yet
+ *               followed. White noise averages to ≤ 0 here.
+ *   x_lag       the previous observation.
+ */
+typedef struct fox_wiener_state {
+    float sample_var;
+    float diff_var;
+    float x_lag;
+} fox_wiener_state;
+
+/* Pearl C state of one clamp (one per param group): EMA of its engagement rate. */
+typedef struct fox_pearl_c_state {
+    float rate_ema;
+} fox_pearl_c_state;
+
+/* A run of floats inside a flat buffer (one tensor of a param group). */
+typedef struct fox_span {
+    size_t offset;
+    size_t len;
+} fox_span;
+
+/* Pearl B: one param group's statistics of one step (NaN = not observed). */
+typedef struct fox_group_stats {
+    float weight_p99; /* p99 |w|       → WEIGHT_BOUND_<group> */
+    float adam_m_p99; /* p99 |Adam m|  → ADAM_M_BOUND_<group> */
+    float adam_v_p99; /* p99 Adam v    → ADAM_V_BOUND_<group> */
+    float wd_rate;    /* |w·g| / max(‖w‖², ε) → WD_RATE_<group> */
+} fox_group_stats;
+
+/* ---- shared per-value maths (host and device) ------------------------------------------ */
+
+/* An ISV scale as a multiplier: max(v, 1); a non-finite or unset value counts as 1. */
+FOX_HD float
+fox_isv_eff(float v)
+{
+    return isfinite(v) && v > FOX_PEARL_EPS_CLAMP_FLOOR ? v : FOX_PEARL_EPS_CLAMP_FLOOR;
+}
+
+/* clamp_finite: NaN/Inf → 0, finite values clamped to ±bound. */
+FOX_HD float
+fox_clamp_finite(float v, float bound)
+{
+    if (!isfinite(v))
+        return 0.0f;
+    return v > bound ? bound : (v < -bound ? -bound : v);
+}
+
+/* Mech 1 fixed mode: TARGET_Q_BOUND = 10 × max(Q_ABS_REF, 1). */
+FOX_HD float
+fox_bound_target_q_fixed(float q_abs_ref)
+{
+    return FOX_MECH1_TARGET_Q_MULT * fox_isv_eff(q_abs_ref);
+}
+
+/* Mech 2 fixed mode: atom positions within ±10 × max(Q_ABS_REF, 1). */
+FOX_HD float
+fox_bound_atom_fixed(float q_abs_ref)
+{
+    return FOX_MECH2_ATOM_MULT * fox_isv_eff(q_abs_ref);
+}
+
+/* Mech 9 fixed mode: post-Adam |w| ≤ 100 × max(Q_ABS_REF, 1). */
+FOX_HD float
+fox_bound_weight_fixed(float q_abs_ref)
+{
+    return FOX_MECH9_WEIGHT_MULT * fox_isv_eff(q_abs_ref);
+}
+
+/* Mech 10 fixed mode: |h_s2| ≤ 100 × max(H_S2_RMS_EMA, 1). */
+FOX_HD float
+fox_bound_h_s2_fixed(float h_s2_rms_ema)
+{
+    return FOX_MECH10_H_S2_MULT * fox_isv_eff(h_s2_rms_ema);
+}
+
+/*
+ * Mech 6 cap on the adaptive global-norm clip: 100 × slow EMA × max(Q_ABS_REF,
+ * 1), floored at MIN_CLIP = 1 for the cold start (slow EMA still 0), as the
+ * seed has it. The slow EMA persists across folds (Mech 8 was reverted).
+ */
+FOX_HD float
+fox_bound_grad_clip_cap(float grad_norm_slow_ema, float q_abs_ref)
+{
+    float s = isfinite(grad_norm_slow_ema) && grad_norm_slow_ema > 0.0f ? grad_norm_slow_ema : 0.0f;
+    float cap = FOX_MECH6_CAP_MULT * s * fox_isv_eff(q_abs_ref);
+    return cap > FOX_MECH6_MIN_CLIP ? cap : FOX_MECH6_MIN_CLIP;
+}
+
+/* SP1 Phase C guard on backward inputs: 1e6 × max(isv, 1) (ISV 21 or 96). */
+FOX_HD float
+fox_bound_backward_guard(float isv_scale)
+{
+    return FOX_BWD_GUARD_MULT * fox_isv_eff(isv_scale);
+}
+
+/*
+ * Adaptive (SP4) mode: what a consumer clamps at, given a bound slot's value.
+ * The only floor is the cold-start one (Pearl A's sentinel reads as 1). Rate
+ * slots (WD_RATE_*, L1_LAMBDA) are read raw: 0 means "off", which is safe.
+ */
+FOX_HD float
+fox_bound_adaptive(float isv_bound)
+{
+    return fox_isv_eff(isv_bound);
+}
+
+/* Plain EMA for fixed-rate producers, with the Pearl A sentinel: 0 is replaced, not blended. */
+FOX_HD float
+fox_ema_first(float x_mean, float x, float alpha)
+{
+    if (!isfinite(x))
+        return x_mean;
+    return x_mean == 0.0f ? x : x_mean + alpha * (x - x_mean);
+}
+
+/*
+ * Pearl D: the Wiener-optimal EMA rate α* = diff_var / (diff_var + sample_var
+ * + ε): the power of the level change the estimate has not followed, over
+ * that plus the sampling noise. A stationary signal drives diff_var to ≤ 0
+ * and α to 0 (anchor); a step drives diff_var up and α towards 1 (track).
+ * On a zero state α = 0, not 1: Pearl D does not subsume Pearl A at t = 0.
+ */
+FOX_HD float
+fox_wiener_alpha(const fox_wiener_state *s)
+{
+    float d = s->diff_var > 0.0f ? s->diff_var : 0.0f;
+    float n = s->sample_var > 0.0f ? s->sample_var : 0.0f;
+    float a = d / (d + n + FOX_PEARL_EPS_DIV);
+    return a < 1.0f ? a : 1.0f;
+}
+
+/*
+ * Pearl D alone: update s with observation x and return the new estimate.
+ * An empty state (all zero) has no previous observation yet, so the first
+ * call only records x_lag and leaves the estimate alone. A non-finite x is
+ * ignored (the sentinel reports it; it must not poison a bound).
+ */
+FOX_HD float
+fox_pearl_d_update(float x_mean, fox_wiener_state *s, float x)
+{
+    if (!isfinite(x))
+        return x_mean;
+    if (s->sample_var == 0.0f && s->diff_var == 0.0f && s->x_lag == 0.0f) {
+        s->x_lag = x;
+        return x_mean;
+    }
+    const float a = FOX_PEARL_ALPHA_META;
+    float innov = x - x_mean;
+    float prev = s->x_lag - x_mean;
+    float step = x - s->x_lag;
+    s->sample_var += a * (0.5f * step * step - s->sample_var);
+    s->diff_var += a * (innov * prev - s->diff_var);
+    s->x_lag = x;
+    return x_mean + fox_wiener_alpha(s) * innov;
+}
+
+/*
+ * Pearls A + D (the seeds' pearls_ad_update): Pearl A fires only when both the
+ * estimate and x_lag are zero (the fold-boundary sentinel): the observation
+ * replaces the estimate directly, bypassing the Wiener maths. Once x_lag holds
+ * an observation, an estimate that crosses zero later does not re-fire it.
+ * Otherwise Pearl D.
+ */
+FOX_HD float
+fox_pearls_ad_update(float x_mean, fox_wiener_state *s, float x)
+{
+    if (!isfinite(x))
+        return x_mean;
+    if (x_mean == 0.0f && s->x_lag == 0.0f) {
+        s->x_lag = x;
+        return x;
+    }
+    return fox_pearl_d_update(x_mean, s, x);
+}
+
+/* One observation into ISV slot `slot` through Pearls A+D; ws is indexed by ISV slot. */
+FOX_HD void
+fox_bounds_observe(float *isv, fox_wiener_state *ws, int slot, float obs)
+{
+    isv[slot] = fox_pearls_ad_update(isv[slot], &ws[slot], obs);
+}
+
+/*
+ * Pearl C: feed one step's engagement count of an in-kernel clamp (engaged of
+ * total values clamped). The rate's EMA (meta-rate) is compared with the rate a
+ * p99 bound implies (1 %); above twice that for long enough, the clamp is
+ * feeding its own bound (post-clamp values can never exceed it), so the bound
+ * is forced up to step_max, the pre-clamp maximum of the step, and the EMA is
+ * re-armed at the expected rate. Returns 1 when saturation was detected.
+ */
+FOX_HD int
+fox_pearl_c_update(fox_pearl_c_state *s, float engaged, float total, float step_max, float *bound)
+{
+    if (!(total > 0.0f) || !isfinite(engaged))
+        return 0;
+    s->rate_ema += FOX_PEARL_ALPHA_META * (engaged / total - s->rate_ema);
+    if (!(s->rate_ema > FOX_PEARL_C_SATURATION * FOX_PEARL_C_EXPECTED_RATE))
+        return 0;
+    s->rate_ema = FOX_PEARL_C_EXPECTED_RATE;
+    if (isfinite(step_max) && step_max > *bound)
+        *bound = step_max;
+    return 1;
+}
+
+/* Pearl B weight-decay rate from the equilibrium of d‖w‖²/dt = 2 w·g − 2λ‖w‖². */
+FOX_HD float
+fox_wd_rate(float w_dot_g, float w_sumsq)
+{
+    float den = w_sumsq > FOX_PEARL_EPS_DIV ? w_sumsq : FOX_PEARL_EPS_DIV;
+    return fabsf(w_dot_g) / den;
+}
+
+/* p99 pass 2: bin of |x| = a in [lo, hi] (scale = BINS / (hi − lo)), clamped to the last bin. */
+FOX_HD int
+fox_p99_bin(float a, float lo, float scale)
+{
+    float f = (a - lo) * scale;
+    int b = f > 0.0f ? (int)f : 0;
+    return b < FOX_P99_BINS ? b : FOX_P99_BINS - 1;
+}
+
+/*
+ * p99 pass 3: from the histogram of n values over [lo, hi], the 99th
+ * percentile, walking cumulative counts from the top (the tail is 1 % of n)
+ * and interpolating linearly inside the bin that holds it. The sample's
+ * nearest-rank p99 lies in that same bin, so the error is at most one bin.
+ */
+FOX_HD float
+fox_p99_from_hist(const uint32_t *hist, uint32_t n, float lo, float hi)
+{
+    float w = (hi - lo) / (float)FOX_P99_BINS;
+    float tail = (1.0f - FOX_P99_PERCENTILE) * (float)n;
+    float above = 0.0f;
+    for (int b = FOX_P99_BINS - 1; b >= 0; b--) {
+        float c = (float)hist[b];
+        if (c > 0.0f && tail < above + c) {
+            float frac = (tail - above) / c;
+            return lo + ((float)(b + 1) - frac) * w;
+        }
+        above += c;
+    }
+    return lo;
+}
+
+/* ---- host reference passes (bounds.c) -------------------------------------------------- */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * p99 of |x| over x [n], the three passes: (1) min and max of |x|, (2) a
+ * 256-bin linear histogram over [min, max], (3) fox_p99_from_hist.
+ * Non-finite values are skipped (the sentinel reports them; a bound must not
+ * become NaN). Returns 0 when there is nothing to measure (n = 0, nothing
+ * finite, or all zero: the caller then skips the ISV update, as in the seed)
+ * and the common value when every |x| is equal.
+ */
+float fox_p99_abs(const float *x, size_t n);
+
+/* The same over several runs of one buffer (a param group's tensors, padding excluded). */
+float fox_p99_abs_spans(const float *base, const fox_span *spans, int n_spans);
+
+/*
+ * Pearl B: one group's statistics over the runs spans of the flat buffers
+ * (shared layout): p99 |w|, p99 |m|, p99 v and the weight-decay rate
+ * |w·g| / max(‖w‖², ε). A NULL buffer leaves its statistics NaN ("not
+ * observed", skipped by fox_bounds_observe). FOX_EINVAL on bad arguments.
+ */
+int fox_pearl_b_group(const float *w, const float *g, const float *m, const float *v,
+                      const fox_span *spans, int n_spans, fox_group_stats *out);
+
+/*
+ * Pearl B trunk L1 rate over one weight matrix w, g [rows × cols] (row-major
+ * [out × in]; the engine passes the trunk's input layer, GRN1 W2 [H1 × S]):
+ * λ = (mean|g| / max(mean|w|, ε)) × D, D = (log K − H) / log K the entropy
+ * deficit of the gradient's direction over input features, with p_i =
+ * ‖g[:, i]‖ / Σ_j ‖g[:, j]‖ and H = −Σ p_i log p_i. A column whose gradient
+ * is exactly zero (a zero-padded state feature) is not a feature and does not
+ * count in K. D = 0 (no pruning) when the gradient is uniform, zero, or has
+ * fewer than two live features.
+ */
+float fox_pearl_b_l1_rate(const float *w, const float *g, int rows, int cols);
+
+/* The entropy deficit D alone (same definition), in [0, 1]. */
+float fox_entropy_deficit(const float *g, int rows, int cols);
+
+/* Feed one group's statistics into its four SP4 slots through Pearls A+D. */
+void fox_bounds_observe_group(float *isv, fox_wiener_state *ws, int group,
+                              const fox_group_stats *st);
+
+/*
+ * Fold-boundary reset of the Pearl D states ws [FOX_ISV_TOTAL_DIM], indexed
+ * by ISV slot: zeroed for every slot whose ISV rule is not KEEP, so that a
+ * ZERO slot is back to the full Pearl A sentinel (estimate 0 and x_lag 0).
+ * reset_for_fold calls it next to fox_isv_reset. fox_bounds_wiener_init
+ * zeroes all of them (creation).
+ */
+void fox_bounds_wiener_reset(fox_wiener_state *ws);
+void fox_bounds_wiener_init(fox_wiener_state *ws);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

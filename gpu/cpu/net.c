@@ -1,0 +1,1139 @@
+/*
+ * net.c — foxnet v1 on the CPU: forward, the three losses and the full
+ * backward, written for reading. Every CUDA kernel is checked against it.
+ *
+ * Compiled twice from this one source: plain, FOX_REAL = float gives the
+ * training backend (fox_cpu_net_*); with -DFOX_NET_DOUBLE, FOX_REAL = double
+ * gives fox_cpud_net_*, used only by the finite-difference gradient checks.
+ *
+ * Conventions a port must copy exactly:
+ *   - weights are row-major [out × in]; y = x·Wᵀ + b; every matrix product
+ *     goes through cblas ?gemm (row-major);
+ *   - LayerNorm over the feature dimension, biased variance, eps 1e-5;
+ *   - ELU(x) = x > 0 ? x : expm1(x); its derivative is y + 1 for y ≤ 0;
+ *   - dueling per branch on the logits, then log_softmax over atoms;
+ *   - argmax ties go to the lowest sub-action index;
+ *   - C51 loss = (1/(B·D)) Σ_b Σ_d w_b·CE_d; IQN loss = (1/(B·D)) Σ_b Σ_d
+ *     w_b Σ_i (1/NT) Σ_j ρ_ij; aux next-bar = (1/B) Σ_b w_b·err²; aux regime
+ *     = (1/B) Σ_b CE (unweighted);
+ *   - d h_s2 is accumulated in the order C51 heads (× 1/(D+1) when
+ *     bdq_trunk_scale), aux heads, IQN head — sentinel slots 33/34/35.
+ *
+ * Not here: the Mech 10 clamp on h_s2, the isfinite guard, clipping and
+ * Adam (optim.c), and every other part of the stability system; this file
+ * is the unclamped math. Scratch is carved from one allocation in create,
+ * sized for max_batch: no allocation per step (except the test-only layer
+ * entry points at the end).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "../error.h"
+#include "net.h"
+
+/*
+ * net.h declares both variants; pick this compilation's after including it
+ * (net.h defines and undefines these same names around each declaration).
+ */
+#ifdef FOX_NET_DOUBLE
+#define FOX_REAL double
+#define FOX_NET(name) fox_cpud_net_##name
+#define FOX_NET_T fox_cpud_net
+#define GEMM cblas_dgemm
+#define R_EXP exp
+#define R_EXPM1 expm1
+#define R_LOG log
+#define R_SQRT sqrt
+#define R_COS cos
+#define R_FABS fabs
+#define R_FLOOR floor
+#define R_CEIL ceil
+#else
+#define FOX_REAL float
+#define FOX_NET(name) fox_cpu_net_##name
+#define FOX_NET_T fox_cpu_net
+#define GEMM cblas_sgemm
+#define R_EXP expf
+#define R_EXPM1 expm1f
+#define R_LOG logf
+#define R_SQRT sqrtf
+#define R_COS cosf
+#define R_FABS fabsf
+#define R_FLOOR floorf
+#define R_CEIL ceilf
+#endif
+
+typedef FOX_REAL real;
+#define R(x) ((real)(x))
+
+#define LN_EPS R(1e-5)
+#define PI_R R(3.14159265358979323846)
+
+/* ------------------------------------------------------------------------------------------ */
+/* Dense algebra                                                                              */
+
+/*
+ * Row-major C [M × N] = alpha·op(A)·op(Bm) + beta·C, K the inner size;
+ * op(X) = Xᵀ when tX. A is stored [M × K] (or [K × M] when ta), Bm [K × N]
+ * (or [N × K] when tb).
+ */
+static void
+gemm(int ta, int tb, int M, int N, int K, real alpha, const real *A, const real *Bm, real beta,
+     real *C)
+{
+    GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K,
+         alpha, A, ta ? M : K, Bm, tb ? K : N, beta, C, N);
+}
+
+/* y [B × out] = x [B × in] · Wᵀ + b; W [out × in], b [out] or NULL (no bias). */
+static void
+linear_fwd(int B, int in, int out, const real *x, const real *W, const real *b, real *y)
+{
+    if (b)
+        for (int r = 0; r < B; r++)
+            memcpy(y + (size_t)r * out, b, (size_t)out * sizeof *y);
+    gemm(0, 1, B, out, in, R(1), x, W, b ? R(1) : R(0), y);
+}
+
+/*
+ * Backward of linear_fwd for dy [B × out]: dW [out × in] += dyᵀ·x,
+ * db [out] += Σ_rows dy (db NULL: no bias), dx [B × in] = dx_beta·dx + dy·W
+ * (dx NULL: not needed).
+ */
+static void
+linear_bwd(int B, int in, int out, const real *dy, const real *x, const real *W, real *dW,
+           real *db, real *dx, real dx_beta)
+{
+    gemm(1, 0, out, in, B, R(1), dy, x, R(1), dW);
+    if (db)
+        for (int r = 0; r < B; r++)
+            for (int o = 0; o < out; o++)
+                db[o] += dy[(size_t)r * out + o];
+    if (dx)
+        gemm(0, 0, B, in, out, R(1), dy, W, dx_beta, dx);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Elementwise ops (forward in place; backward multiplies d by f'(x) given the output y)      */
+
+static void
+elu_fwd(size_t n, real *x)
+{
+    for (size_t k = 0; k < n; k++)
+        if (x[k] <= R(0))
+            x[k] = R_EXPM1(x[k]);
+}
+
+/* ELU'(x) = 1 for x > 0, exp(x) = y + 1 otherwise. */
+static void
+elu_bwd(size_t n, const real *y, real *d)
+{
+    for (size_t k = 0; k < n; k++)
+        if (y[k] <= R(0))
+            d[k] *= y[k] + R(1);
+}
+
+static void
+relu_fwd(size_t n, real *x)
+{
+    for (size_t k = 0; k < n; k++)
+        if (x[k] < R(0))
+            x[k] = R(0);
+}
+
+/* The kink at 0 takes derivative 0, like the forward's clamp. */
+static void
+relu_bwd(size_t n, const real *y, real *d)
+{
+    for (size_t k = 0; k < n; k++)
+        if (y[k] <= R(0))
+            d[k] = R(0);
+}
+
+/* exp(−x) overflows to inf for very negative x, giving exactly 0: no NaN. */
+static void
+sigmoid_fwd(size_t n, real *x)
+{
+    for (size_t k = 0; k < n; k++)
+        x[k] = R(1) / (R(1) + R_EXP(-x[k]));
+}
+
+/* GLU: u += σ ⊙ lin, where sg = σ(Wg·η1 + bg) and lin = Wv·η1 + bv. */
+static void
+glu_fwd(size_t n, const real *sg, const real *lin, real *u)
+{
+    for (size_t k = 0; k < n; k++)
+        u[k] += sg[k] * lin[k];
+}
+
+/* d(pre-sigmoid) = du·lin·σ(1 − σ); d lin = du·σ. */
+static void
+glu_bwd(size_t n, const real *du, const real *sg, const real *lin, real *dzg, real *dlin)
+{
+    for (size_t k = 0; k < n; k++) {
+        dzg[k] = du[k] * lin[k] * sg[k] * (R(1) - sg[k]);
+        dlin[k] = du[k] * sg[k];
+    }
+}
+
+/* Stable log_softmax of each of the rows [rows × N], in place. */
+static void
+log_softmax_rows(real *x, size_t rows, int N)
+{
+    for (size_t r = 0; r < rows; r++) {
+        real *v = x + r * N;
+        real mx = v[0];
+        for (int j = 1; j < N; j++)
+            mx = v[j] > mx ? v[j] : mx;
+        real sum = R(0);
+        for (int j = 0; j < N; j++)
+            sum += R_EXP(v[j] - mx);
+        real lse = mx + R_LOG(sum);
+        for (int j = 0; j < N; j++)
+            v[j] -= lse;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* LayerNorm over N features of B rows: biased variance, eps 1e-5                              */
+
+/* x, xhat, y [B × N]; rstd [B]; g, b [N]. x may alias xhat. */
+static void
+layernorm_fwd(int B, int N, const real *x, const real *g, const real *b, real *xhat, real *rstd,
+              real *y)
+{
+    for (int r = 0; r < B; r++) {
+        const real *xr = x + (size_t)r * N;
+        real mean = R(0), var = R(0);
+        for (int k = 0; k < N; k++)
+            mean += xr[k];
+        mean /= (real)N;
+        for (int k = 0; k < N; k++)
+            var += (xr[k] - mean) * (xr[k] - mean);
+        var /= (real)N;
+        real rs = R(1) / R_SQRT(var + LN_EPS);
+        rstd[r] = rs;
+        real *xh = xhat + (size_t)r * N, *yr = y + (size_t)r * N;
+        for (int k = 0; k < N; k++) {
+            xh[k] = (xr[k] - mean) * rs;
+            yr[k] = xh[k] * g[k] + b[k];
+        }
+    }
+}
+
+/*
+ * dg, db [N] += Σ_rows; dx [B × N] = rstd·(dx̂ − mean(dx̂) − x̂·mean(dx̂ ⊙ x̂)),
+ * dx̂ = dy ⊙ g: the mean and the variance both depend on every x of the row.
+ */
+static void
+layernorm_bwd(int B, int N, const real *dy, const real *xhat, const real *rstd, const real *g,
+              real *dg, real *db, real *dx)
+{
+    for (int r = 0; r < B; r++) {
+        const real *dyr = dy + (size_t)r * N, *xh = xhat + (size_t)r * N;
+        real *dxr = dx + (size_t)r * N;
+        real m1 = R(0), m2 = R(0);
+        for (int k = 0; k < N; k++) {
+            dg[k] += dyr[k] * xh[k];
+            db[k] += dyr[k];
+            real dxh = dyr[k] * g[k];
+            m1 += dxh;
+            m2 += dxh * xh[k];
+        }
+        m1 /= (real)N;
+        m2 /= (real)N;
+        for (int k = 0; k < N; k++)
+            dxr[k] = rstd[r] * (dyr[k] * g[k] - m1 - xh[k] * m2);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* GRN(a; in → out)                                                                           */
+
+typedef struct grn {
+    int in, out;
+    const real *p[FOX_GRN_NT]; /* FOX_GRN_* order; p[FOX_GRN_WR] NULL for the identity skip */
+    real *d[FOX_GRN_NT];       /* their gradients, accumulated; NULL in a forward-only view */
+} grn;
+
+typedef struct grn_cache {
+    real *eta2; /* [B × out] ELU(W2·a + b2) */
+    real *eta1; /* [B × out] W1·η2 + b1 */
+    real *sg;   /* [B × out] σ(Wg·η1 + bg) */
+    real *lin;  /* [B × out] Wv·η1 + bv */
+    real *xhat; /* [B × out] LayerNorm-normalised r + g */
+    real *rstd; /* [B] */
+    real *y;    /* [B × out] x̂·γ + β: the block's output */
+} grn_cache;
+
+/* a [B × in] → c->y [B × out], keeping what grn_bwd needs. */
+static void
+grn_fwd(const grn *g, int B, const real *a, grn_cache *c)
+{
+    int in = g->in, out = g->out;
+    size_t n = (size_t)B * out;
+    linear_fwd(B, in, out, a, g->p[FOX_GRN_W2], g->p[FOX_GRN_B2], c->eta2);
+    elu_fwd(n, c->eta2);
+    linear_fwd(B, out, out, c->eta2, g->p[FOX_GRN_W1], g->p[FOX_GRN_B1], c->eta1);
+    linear_fwd(B, out, out, c->eta1, g->p[FOX_GRN_WG], g->p[FOX_GRN_BG], c->sg);
+    sigmoid_fwd(n, c->sg);
+    linear_fwd(B, out, out, c->eta1, g->p[FOX_GRN_WV], g->p[FOX_GRN_BV], c->lin);
+    /* The LayerNorm input r + g is built in xhat and normalised in place. */
+    if (g->p[FOX_GRN_WR])
+        linear_fwd(B, in, out, a, g->p[FOX_GRN_WR], NULL, c->xhat);
+    else
+        memcpy(c->xhat, a, n * sizeof *a);
+    glu_fwd(n, c->sg, c->lin, c->xhat);
+    layernorm_fwd(B, out, c->xhat, g->p[FOX_GRN_LN_G], g->p[FOX_GRN_LN_B], c->xhat, c->rstd, c->y);
+}
+
+/*
+ * Backward of grn_fwd for dy [B × out]: accumulates into g->d, writes
+ * da [B × in] (NULL: not needed). tmp: four [B × out] scratch buffers.
+ */
+static void
+grn_bwd(const grn *g, int B, const real *a, const grn_cache *c, const real *dy, real *da,
+        real *const tmp[4])
+{
+    int in = g->in, out = g->out;
+    size_t n = (size_t)B * out;
+    real *du = tmp[0], *dzg = tmp[1], *dlin = tmp[2], *deta1 = tmp[3];
+    layernorm_bwd(B, out, dy, c->xhat, c->rstd, g->p[FOX_GRN_LN_G], g->d[FOX_GRN_LN_G],
+                  g->d[FOX_GRN_LN_B], du);
+    /* Skip path first: it writes da, the main path then adds to it. */
+    if (g->p[FOX_GRN_WR])
+        linear_bwd(B, in, out, du, a, g->p[FOX_GRN_WR], g->d[FOX_GRN_WR], NULL, da, R(0));
+    else if (da)
+        memcpy(da, du, n * sizeof *da);
+    glu_bwd(n, du, c->sg, c->lin, dzg, dlin);
+    linear_bwd(B, out, out, dzg, c->eta1, g->p[FOX_GRN_WG], g->d[FOX_GRN_WG], g->d[FOX_GRN_BG],
+               deta1, R(0));
+    linear_bwd(B, out, out, dlin, c->eta1, g->p[FOX_GRN_WV], g->d[FOX_GRN_WV], g->d[FOX_GRN_BV],
+               deta1, R(1));
+    real *deta2 = du; /* du is spent */
+    linear_bwd(B, out, out, deta1, c->eta2, g->p[FOX_GRN_W1], g->d[FOX_GRN_W1], g->d[FOX_GRN_B1],
+               deta2, R(0));
+    elu_bwd(n, c->eta2, deta2);
+    linear_bwd(B, in, out, deta2, a, g->p[FOX_GRN_W2], g->d[FOX_GRN_W2], g->d[FOX_GRN_B2], da,
+               R(1));
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Two-layer MLP x → ReLU(W1·x + b1) → W2·h + b2: value, branch and aux heads                 */
+
+typedef struct mlp2 {
+    int in, hid, out;
+    const real *w1, *b1, *w2, *b2; /* [hid × in] [hid] [out × hid] [out] */
+    real *dw1, *db1, *dw2, *db2;   /* NULL in a forward-only view */
+} mlp2;
+
+/* x [B × in] → hid [B × hid] (post-ReLU, kept for backward) → y [B × out]. */
+static void
+mlp2_fwd(const mlp2 *m, int B, const real *x, real *hid, real *y)
+{
+    linear_fwd(B, m->in, m->hid, x, m->w1, m->b1, hid);
+    relu_fwd((size_t)B * m->hid, hid);
+    linear_fwd(B, m->hid, m->out, hid, m->w2, m->b2, y);
+}
+
+/* dy [B × out] → weight grads (accumulated) and dx [B × in] += ; dhid [B × hid] scratch. */
+static void
+mlp2_bwd(const mlp2 *m, int B, const real *x, const real *hid, const real *dy, real *dhid,
+         real *dx)
+{
+    linear_bwd(B, m->hid, m->out, dy, hid, m->w2, m->dw2, m->db2, dhid, R(0));
+    relu_bwd((size_t)B * m->hid, hid, dhid);
+    linear_bwd(B, m->in, m->hid, dhid, x, m->w1, m->dw1, m->db1, dx, R(1));
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Dueling per branch on the logits                                                           */
+
+/*
+ * V [B × NA], A [B × n × NA] → logp [B × n × NA]:
+ * logit[b,a,j] = V[b,j] + A[b,a,j] − mean_a′ A[b,a′,j], then log_softmax over j.
+ */
+static void
+dueling_fwd(int B, int n, int NA, const real *V, const real *A, real *logp)
+{
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < NA; j++) {
+            const real *Ab = A + (size_t)b * n * NA;
+            real mean = R(0);
+            for (int a = 0; a < n; a++)
+                mean += Ab[a * NA + j];
+            mean /= (real)n;
+            for (int a = 0; a < n; a++)
+                logp[((size_t)b * n + a) * NA + j] = V[(size_t)b * NA + j] + Ab[a * NA + j] - mean;
+        }
+    log_softmax_rows(logp, (size_t)B * n, NA);
+}
+
+/* dlogit [B × n × NA] → dV [B × NA] += Σ_a dlogit; dA [B × n × NA] = dlogit − mean_a dlogit. */
+static void
+dueling_bwd(int B, int n, int NA, const real *dlogit, real *dV, real *dA)
+{
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < NA; j++) {
+            real sum = R(0);
+            for (int a = 0; a < n; a++)
+                sum += dlogit[((size_t)b * n + a) * NA + j];
+            dV[(size_t)b * NA + j] += sum;
+            for (int a = 0; a < n; a++) {
+                size_t k = ((size_t)b * n + a) * NA + j;
+                dA[k] = dlogit[k] - sum / (real)n;
+            }
+        }
+}
+
+/* E[z] of the distribution with log-probabilities logp [NA]. */
+static real
+expected_z(const real *logp, const real *z, int NA)
+{
+    real e = R(0);
+    for (int j = 0; j < NA; j++)
+        e += R_EXP(logp[j]) * z[j];
+    return e;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The network's views, caches and scratch                                                    */
+
+typedef struct iqn_head {
+    const real *wphi, *bphi, *wq, *bq; /* [H2 × NC] [H2] [NAct × H2] [NAct] */
+    real *dwphi, *dbphi, *dwq, *dbq;
+} iqn_head;
+
+/* Pointers into one params buffer (and its grads, or NULL) by the layout. */
+typedef struct net_view {
+    grn g1, g2;
+    mlp2 val, br[FOX_MAX_BRANCHES], auxr, auxg;
+    iqn_head iqn;
+} net_view;
+
+typedef struct c51_acts {
+    grn_cache g1, g2;                 /* g1.y = h_s1 [B × H1], g2.y = h_s2 [B × H2] */
+    real *val_hid;                    /* [B × HH] */
+    real *val;                        /* [B × NA] V */
+    real *br_hid[FOX_MAX_BRANCHES];   /* [B × HH] */
+    real *adv[FOX_MAX_BRANCHES];      /* [B × n_d·NA] A_d */
+    real *logp[FOX_MAX_BRANCHES];     /* [B × n_d × NA] log p_d after dueling */
+} c51_acts;
+
+typedef struct iqn_cache {
+    real *cosf; /* [B·NT × NC] cos(π k τ) */
+    real *phi;  /* [B·NT × H2] ReLU(Wφ·cos + bφ) */
+    real *x;    /* [B·NT × H2] h_s2 ⊙ φ */
+    real *q;    /* [B·NT × NAct] */
+} iqn_cache;
+
+typedef struct aux_cache {
+    real *ret_hid;  /* [B × HA] */
+    real *ret;      /* [B] predicted scaled next-bar return */
+    real *reg_hid;  /* [B × HA] */
+    real *reg_logp; /* [B × NR] log-softmax of the regime logits */
+} aux_cache;
+
+struct FOX_NET_T {
+    fox_model_layout lay;
+    int max_batch;
+    real *z;           /* [NA] atom support z_j = v_min + j·Δz */
+    c51_acts on;       /* online net on s: everything backward needs */
+    c51_acts on_next;  /* online net on s′: the double-DQN argmax only (q_values reuses it) */
+    c51_acts tgt;      /* target net on s′ */
+    iqn_cache iq_on;   /* online quantiles at tau */
+    iqn_cache iq_tgt;  /* target quantiles at tau_next */
+    aux_cache aux;
+    int32_t *a_star;   /* [B × D] greedy next sub-action per branch */
+    real *m;           /* [B × D × NA] target pmf per branch (MEAN: D equal rows) */
+    real *p_tmp;       /* [NA] */
+    real *theta_t;     /* [NT] target quantiles of one (b, d) */
+    /* gradients of activations */
+    real *d_logit;     /* [B × NAct × NA], branch d's [B × n_d × NA] at B·off_d·NA */
+    real *d_adv;       /* [B × n_max·NA] */
+    real *d_val;       /* [B × NA] */
+    real *d_hid;       /* [B × max(HH, HA)] */
+    real *dh_c51;      /* [B × H2] d h_s2 from the value and branch heads */
+    real *dh_s2;       /* [B × H2] */
+    real *dh_s1;       /* [B × H1] */
+    real *d_q;         /* [B·NT × NAct] */
+    real *d_x;         /* [B·NT × H2] */
+    real *d_ret;       /* [B] */
+    real *d_reg;       /* [B × NR] */
+    real *grn_tmp[4];  /* [B × max(H1, H2)] */
+    real *arena;
+};
+
+static int
+imax(int x, int y)
+{
+    return x > y ? x : y;
+}
+
+static const real *
+tensor(const fox_model_layout *lay, const real *params, int i)
+{
+    return fox_tensor_size(lay, i) ? params + lay->t[i].offset : NULL;
+}
+
+static real *
+tensor_grad(const fox_model_layout *lay, real *grads, int i)
+{
+    return grads && fox_tensor_size(lay, i) ? grads + lay->t[i].offset : NULL;
+}
+
+static grn
+grn_view(const fox_model_layout *lay, const real *params, real *grads, int first)
+{
+    grn g = {.in = lay->t[first + FOX_GRN_W2].cols, .out = lay->t[first + FOX_GRN_W2].rows};
+    for (int k = 0; k < FOX_GRN_NT; k++) {
+        g.p[k] = tensor(lay, params, first + k);
+        g.d[k] = tensor_grad(lay, grads, first + k);
+    }
+    return g;
+}
+
+/* Tensors first .. first+3 are W1, b1, W2, b2 for every two-layer head. */
+static mlp2
+mlp2_view(const fox_model_layout *lay, const real *params, real *grads, int first)
+{
+    mlp2 m = {.in = lay->t[first].cols, .hid = lay->t[first].rows, .out = lay->t[first + 2].rows};
+    m.w1 = tensor(lay, params, first);
+    m.b1 = tensor(lay, params, first + 1);
+    m.w2 = tensor(lay, params, first + 2);
+    m.b2 = tensor(lay, params, first + 3);
+    m.dw1 = tensor_grad(lay, grads, first);
+    m.db1 = tensor_grad(lay, grads, first + 1);
+    m.dw2 = tensor_grad(lay, grads, first + 2);
+    m.db2 = tensor_grad(lay, grads, first + 3);
+    return m;
+}
+
+static net_view
+net_view_of(const fox_model_layout *lay, const real *params, real *grads)
+{
+    net_view v;
+    v.g1 = grn_view(lay, params, grads, FOX_P_GRN1_W2);
+    v.g2 = grn_view(lay, params, grads, FOX_P_GRN2_W2);
+    v.val = mlp2_view(lay, params, grads, FOX_P_VAL_W1);
+    for (int d = 0; d < lay->n_branches; d++)
+        v.br[d] = mlp2_view(lay, params, grads, FOX_P_BR0_W1 + FOX_BRANCH_NT * d);
+    v.auxr = mlp2_view(lay, params, grads, FOX_P_AUXR_W1);
+    v.auxg = mlp2_view(lay, params, grads, FOX_P_AUXG_W1);
+    v.iqn.wphi = tensor(lay, params, FOX_P_IQN_WPHI);
+    v.iqn.bphi = tensor(lay, params, FOX_P_IQN_BPHI);
+    v.iqn.wq = tensor(lay, params, FOX_P_IQN_WQ);
+    v.iqn.bq = tensor(lay, params, FOX_P_IQN_BQ);
+    v.iqn.dwphi = tensor_grad(lay, grads, FOX_P_IQN_WPHI);
+    v.iqn.dbphi = tensor_grad(lay, grads, FOX_P_IQN_BPHI);
+    v.iqn.dwq = tensor_grad(lay, grads, FOX_P_IQN_WQ);
+    v.iqn.dbq = tensor_grad(lay, grads, FOX_P_IQN_BQ);
+    return v;
+}
+
+/*
+ * Scratch is laid out twice by the same code: once with a NULL base to
+ * count, once over the real allocation, so the two can never disagree.
+ */
+typedef struct carver {
+    real *base;
+    size_t used;
+} carver;
+
+static real *
+take(carver *c, size_t n)
+{
+    real *p = c->base ? c->base + c->used : NULL;
+    c->used += n;
+    return p;
+}
+
+static void
+carve_grn(carver *c, grn_cache *g, size_t B, size_t out)
+{
+    g->eta2 = take(c, B * out);
+    g->eta1 = take(c, B * out);
+    g->sg = take(c, B * out);
+    g->lin = take(c, B * out);
+    g->xhat = take(c, B * out);
+    g->rstd = take(c, B);
+    g->y = take(c, B * out);
+}
+
+static void
+carve_c51(carver *c, c51_acts *a, const fox_model_layout *lay, size_t B)
+{
+    carve_grn(c, &a->g1, B, (size_t)lay->H1);
+    carve_grn(c, &a->g2, B, (size_t)lay->H2);
+    a->val_hid = take(c, B * lay->HH);
+    a->val = take(c, B * lay->NA);
+    for (int d = 0; d < lay->n_branches; d++) {
+        size_t nd = (size_t)lay->branch_size[d] * lay->NA;
+        a->br_hid[d] = take(c, B * lay->HH);
+        a->adv[d] = take(c, B * nd);
+        a->logp[d] = take(c, B * nd);
+    }
+}
+
+static void
+carve_iqn(carver *c, iqn_cache *q, const fox_model_layout *lay, size_t B)
+{
+    size_t rows = B * lay->NT;
+    q->cosf = take(c, rows * lay->NC);
+    q->phi = take(c, rows * lay->H2);
+    q->x = take(c, rows * lay->H2);
+    q->q = take(c, rows * lay->n_actions);
+}
+
+static void
+carve_all(carver *c, struct FOX_NET_T *net)
+{
+    const fox_model_layout *lay = &net->lay;
+    size_t B = (size_t)net->max_batch, D = (size_t)lay->n_branches;
+    int n_max = 0;
+    for (int d = 0; d < lay->n_branches; d++)
+        n_max = imax(n_max, lay->branch_size[d]);
+    net->z = take(c, lay->NA);
+    carve_c51(c, &net->on, lay, B);
+    carve_c51(c, &net->on_next, lay, B);
+    carve_c51(c, &net->tgt, lay, B);
+    carve_iqn(c, &net->iq_on, lay, B);
+    carve_iqn(c, &net->iq_tgt, lay, B);
+    net->aux.ret_hid = take(c, B * lay->HA);
+    net->aux.ret = take(c, B);
+    net->aux.reg_hid = take(c, B * lay->HA);
+    net->aux.reg_logp = take(c, B * lay->NR);
+    net->m = take(c, B * D * lay->NA);
+    net->p_tmp = take(c, lay->NA);
+    net->theta_t = take(c, lay->NT);
+    net->d_logit = take(c, B * lay->n_actions * lay->NA);
+    net->d_adv = take(c, B * n_max * lay->NA);
+    net->d_val = take(c, B * lay->NA);
+    net->d_hid = take(c, B * imax(lay->HH, lay->HA));
+    net->dh_c51 = take(c, B * lay->H2);
+    net->dh_s2 = take(c, B * lay->H2);
+    net->dh_s1 = take(c, B * lay->H1);
+    net->d_q = take(c, B * lay->NT * lay->n_actions);
+    net->d_x = take(c, B * lay->NT * lay->H2);
+    net->d_ret = take(c, B);
+    net->d_reg = take(c, B * lay->NR);
+    for (int k = 0; k < 4; k++)
+        net->grn_tmp[k] = take(c, B * imax(lay->H1, lay->H2));
+}
+
+int
+FOX_NET(create)(FOX_NET_T **out, const fox_model_layout *lay, int max_batch)
+{
+    if (!out)
+        return FOX_EINVAL;
+    *out = NULL;
+    if (!lay || max_batch < 1 || lay->NA < 2 || lay->n_branches < 1 ||
+        lay->n_branches > FOX_MAX_BRANCHES || lay->n_params == 0)
+        return FOX_EINVAL;
+    FOX_NET_T *net = calloc(1, sizeof *net);
+    if (!net)
+        return FOX_ENOMEM;
+    net->lay = *lay;
+    net->max_batch = max_batch;
+    carver c = {NULL, 0};
+    carve_all(&c, net);
+    net->arena = calloc(c.used, sizeof *net->arena);
+    net->a_star = calloc((size_t)max_batch * lay->n_branches, sizeof *net->a_star);
+    if (!net->arena || !net->a_star) {
+        FOX_NET(destroy)(net);
+        return FOX_ENOMEM;
+    }
+    c = (carver){net->arena, 0};
+    carve_all(&c, net);
+    real dz = ((real)lay->v_max - (real)lay->v_min) / (real)(lay->NA - 1);
+    for (int j = 0; j < lay->NA; j++)
+        net->z[j] = (real)lay->v_min + (real)j * dz;
+    *out = net;
+    return FOX_OK;
+}
+
+void
+FOX_NET(destroy)(FOX_NET_T *net)
+{
+    if (!net)
+        return;
+    free(net->arena);
+    free(net->a_star);
+    free(net);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Forward passes                                                                             */
+
+/* s [B × S] → trunk, value and branch heads, per-branch dueling log-probabilities. */
+static void
+c51_forward(const net_view *v, const fox_model_layout *lay, c51_acts *a, const real *s, int B)
+{
+    grn_fwd(&v->g1, B, s, &a->g1);
+    grn_fwd(&v->g2, B, a->g1.y, &a->g2);
+    mlp2_fwd(&v->val, B, a->g2.y, a->val_hid, a->val);
+    for (int d = 0; d < lay->n_branches; d++) {
+        mlp2_fwd(&v->br[d], B, a->g2.y, a->br_hid[d], a->adv[d]);
+        dueling_fwd(B, lay->branch_size[d], lay->NA, a->val, a->adv[d], a->logp[d]);
+    }
+}
+
+/*
+ * IQN head on h [B × H2] and fractions tau [B × NT] (rows b·NT + i):
+ * φ = ReLU(Wφ·cos(π k τ) + bφ), k = 0..NC−1 (k = 0 gives the constant 1);
+ * q = Wq·(h ⊙ φ) + bq → c->q [B·NT × NAct].
+ */
+static void
+iqn_fwd(const iqn_head *h, const fox_model_layout *lay, int B, const real *hs2, const real *tau,
+        iqn_cache *c)
+{
+    int rows = B * lay->NT, NC = lay->NC, H2 = lay->H2;
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < NC; k++)
+            c->cosf[(size_t)r * NC + k] = R_COS(PI_R * (real)k * tau[r]);
+    linear_fwd(rows, NC, H2, c->cosf, h->wphi, h->bphi, c->phi);
+    relu_fwd((size_t)rows * H2, c->phi);
+    for (int r = 0; r < rows; r++) {
+        const real *hb = hs2 + (size_t)(r / lay->NT) * H2;
+        for (int k = 0; k < H2; k++)
+            c->x[(size_t)r * H2 + k] = hb[k] * c->phi[(size_t)r * H2 + k];
+    }
+    linear_fwd(rows, H2, lay->n_actions, c->x, h->wq, h->bq, c->q);
+}
+
+/* Aux heads on h_s2 [B × H2]: the scaled next-bar return and the regime log-probabilities. */
+static void
+aux_fwd(const net_view *v, const fox_model_layout *lay, int B, const real *hs2, aux_cache *c)
+{
+    mlp2_fwd(&v->auxr, B, hs2, c->ret_hid, c->ret);
+    mlp2_fwd(&v->auxg, B, hs2, c->reg_hid, c->reg_logp);
+    log_softmax_rows(c->reg_logp, (size_t)B, lay->NR);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Targets                                                                                    */
+
+void
+FOX_NET(c51_project)(const FOX_REAL *p, int NA, FOX_REAL v_min, FOX_REAL v_max, FOX_REAL r,
+                     FOX_REAL g, FOX_REAL *out)
+{
+    real dz = (v_max - v_min) / (real)(NA - 1);
+    for (int j = 0; j < NA; j++)
+        out[j] = R(0);
+    for (int j = 0; j < NA; j++) {
+        real tz = r + g * (v_min + (real)j * dz);
+        tz = tz < v_min ? v_min : tz > v_max ? v_max : tz;
+        /* Rounding can put b a hair outside [0, NA−1] even with tz clamped. */
+        real b = (tz - v_min) / dz;
+        b = b < R(0) ? R(0) : b > (real)(NA - 1) ? (real)(NA - 1) : b;
+        int l = (int)R_FLOOR(b), u = (int)R_CEIL(b);
+        if (l == u) {
+            /* On an atom exactly: the two-way split below would drop the mass. */
+            out[l] += p[j];
+        } else {
+            out[l] += p[j] * ((real)u - b);
+            out[u] += p[j] * (b - (real)l);
+        }
+    }
+}
+
+/* a*_d(s′) = argmax_a E_online[Z_d(s′, a)] for every row; ties to the lowest a. */
+static void
+greedy_next(struct FOX_NET_T *net, int B)
+{
+    const fox_model_layout *lay = &net->lay;
+    int D = lay->n_branches;
+    for (int b = 0; b < B; b++)
+        for (int d = 0; d < D; d++) {
+            int n = lay->branch_size[d], best = 0;
+            real best_q = R(0);
+            for (int a = 0; a < n; a++) {
+                const real *lp = net->on_next.logp[d] + ((size_t)b * n + a) * lay->NA;
+                real q = expected_z(lp, net->z, lay->NA);
+                if (a == 0 || q > best_q) {
+                    best = a;
+                    best_q = q;
+                }
+            }
+            net->a_star[b * D + d] = best;
+        }
+}
+
+/*
+ * Target pmf per (b, d): the target net's p_d(s′, a*_d) projected with
+ * reward r and discount γⁿ(1 − done). MEAN replaces every branch's pmf by
+ * the mean of the D projections (BDQ's shared target).
+ */
+static void
+c51_targets(struct FOX_NET_T *net, const FOX_NET(batch) *bt, const FOX_NET(hparams) *hp)
+{
+    const fox_model_layout *lay = &net->lay;
+    int D = lay->n_branches, NA = lay->NA;
+    for (int b = 0; b < bt->B; b++) {
+        real g = hp->gamma_n * (R(1) - bt->done[b]);
+        real *mb = net->m + (size_t)b * D * NA;
+        for (int d = 0; d < D; d++) {
+            int n = lay->branch_size[d];
+            const real *lp = net->tgt.logp[d] + ((size_t)b * n + net->a_star[b * D + d]) * NA;
+            for (int j = 0; j < NA; j++)
+                net->p_tmp[j] = R_EXP(lp[j]);
+            FOX_NET(c51_project)(net->p_tmp, NA, (real)lay->v_min, (real)lay->v_max, bt->r[b], g,
+                                 mb + (size_t)d * NA);
+        }
+        if (hp->target_mode != FOX_TARGET_MEAN)
+            continue;
+        for (int j = 0; j < NA; j++) {
+            real mean = R(0);
+            for (int d = 0; d < D; d++)
+                mean += mb[(size_t)d * NA + j];
+            mean /= (real)D;
+            for (int d = 0; d < D; d++)
+                mb[(size_t)d * NA + j] = mean;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Losses: each returns its value and writes the gradient of λ·loss w.r.t. its head's output  */
+
+static real
+weight_of(const FOX_NET(batch) *bt, int b)
+{
+    return bt->w ? bt->w[b] : R(1);
+}
+
+/*
+ * C51: (1/(B·D)) Σ_b Σ_d w_b·(−Σ_j m_j log p_d(s, a_d, j)). d_logit gets
+ * coef·(p_j·Σm − m_j) at the chosen action's row, 0 at the others.
+ * priority[b] (may be NULL) = Σ_d |E_m[z] − E_{p_d(s,a_d)}[z]|.
+ */
+static double
+c51_loss(struct FOX_NET_T *net, const FOX_NET(batch) *bt, FOX_REAL *priority)
+{
+    const fox_model_layout *lay = &net->lay;
+    int B = bt->B, D = lay->n_branches, NA = lay->NA;
+    double loss = 0.0;
+    memset(net->d_logit, 0, (size_t)B * lay->n_actions * NA * sizeof *net->d_logit);
+    for (int b = 0; b < B; b++) {
+        real coef = weight_of(bt, b) / (real)(B * D);
+        real prio = R(0);
+        for (int d = 0; d < D; d++) {
+            int n = lay->branch_size[d], a = bt->a[b * D + d];
+            size_t row = ((size_t)b * n + a) * NA;
+            const real *lp = net->on.logp[d] + row;
+            const real *m = net->m + ((size_t)b * D + d) * NA;
+            real *dl = net->d_logit + (size_t)B * lay->branch_off[d] * NA + row;
+            real ce = R(0), msum = R(0), em = R(0), ep = R(0);
+            for (int j = 0; j < NA; j++) {
+                ce -= m[j] * lp[j];
+                msum += m[j];
+                em += m[j] * net->z[j];
+                ep += R_EXP(lp[j]) * net->z[j];
+            }
+            for (int j = 0; j < NA; j++)
+                dl[j] = coef * (R_EXP(lp[j]) * msum - m[j]);
+            loss += (double)(coef * ce);
+            prio += R_FABS(em - ep);
+        }
+        if (priority)
+            priority[b] = prio;
+    }
+    return loss;
+}
+
+/* Huber (κ = 1) and its derivative. */
+static real
+huber(real x)
+{
+    real ax = R_FABS(x);
+    return ax <= R(1) ? R(0.5) * x * x : ax - R(0.5);
+}
+
+static real
+huber_grad(real x)
+{
+    return x > R(1) ? R(1) : x < R(-1) ? R(-1) : x;
+}
+
+/*
+ * IQN quantile Huber: θ_i = q(τ_i)[off_d + a_d], θ′_j = r + γⁿ(1 − done)·
+ * q_target(τ′_j)[off_d + a*_d], δ_ij = θ′_j − θ_i,
+ * ρ_ij = |τ_i − 1{δ_ij < 0}|·Huber(δ_ij);
+ * loss = (1/(B·D)) Σ_b w_b Σ_d Σ_i (1/NT) Σ_j ρ_ij. d_q gets λ·∂loss/∂q.
+ */
+static double
+iqn_loss(struct FOX_NET_T *net, const FOX_NET(batch) *bt, const FOX_NET(hparams) *hp)
+{
+    const fox_model_layout *lay = &net->lay;
+    int B = bt->B, D = lay->n_branches, NT = lay->NT, NAct = lay->n_actions;
+    double loss = 0.0;
+    memset(net->d_q, 0, (size_t)B * NT * NAct * sizeof *net->d_q);
+    for (int b = 0; b < B; b++) {
+        real coef = weight_of(bt, b) / (real)(B * D) / (real)NT;
+        real g = hp->gamma_n * (R(1) - bt->done[b]);
+        for (int d = 0; d < D; d++) {
+            int col = lay->branch_off[d] + bt->a[b * D + d];
+            int col_t = lay->branch_off[d] + net->a_star[b * D + d];
+            for (int j = 0; j < NT; j++)
+                net->theta_t[j] = bt->r[b] + g * net->iq_tgt.q[((size_t)b * NT + j) * NAct + col_t];
+            for (int i = 0; i < NT; i++) {
+                size_t qi = ((size_t)b * NT + i) * NAct + col;
+                real theta = net->iq_on.q[qi], tau = bt->tau[b * NT + i];
+                real rho = R(0), drho = R(0);
+                for (int j = 0; j < NT; j++) {
+                    real delta = net->theta_t[j] - theta;
+                    real wq = R_FABS(tau - (delta < R(0) ? R(1) : R(0)));
+                    rho += wq * huber(delta);
+                    drho += wq * huber_grad(delta);
+                }
+                loss += (double)(coef * rho);
+                /* ∂δ/∂θ_i = −1 */
+                net->d_q[qi] -= hp->iqn_lambda * coef * drho;
+            }
+        }
+    }
+    return loss;
+}
+
+/*
+ * Aux: next-bar MSE (1/B) Σ w_b·(pred − aux_ret/scale)², regime CE
+ * (1/B) Σ −log p(label), unweighted. d_ret, d_reg get λ·∂/∂(head output).
+ */
+static void
+aux_loss(struct FOX_NET_T *net, const FOX_NET(batch) *bt, const FOX_NET(hparams) *hp,
+         double *ret_loss, double *reg_loss)
+{
+    int B = bt->B, NR = net->lay.NR;
+    real lam = hp->aux_lambda;
+    *ret_loss = 0.0;
+    *reg_loss = 0.0;
+    for (int b = 0; b < B; b++) {
+        real w = weight_of(bt, b);
+        real err = net->aux.ret[b] - bt->aux_ret[b] / hp->aux_label_scale;
+        *ret_loss += (double)(w * err * err / (real)B);
+        net->d_ret[b] = lam * R(2) * w * err / (real)B;
+
+        const real *lp = net->aux.reg_logp + (size_t)b * NR;
+        int label = bt->aux_regime[b];
+        *reg_loss -= (double)(lp[label] / (real)B);
+        for (int k = 0; k < NR; k++)
+            net->d_reg[(size_t)b * NR + k] =
+                lam * (R_EXP(lp[k]) - (k == label ? R(1) : R(0))) / (real)B;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Backward of the heads into d h_s2                                                          */
+
+/* d_logit → branch and value heads; d h_s2 = scale·(their input gradient). */
+static void
+c51_bwd(struct FOX_NET_T *net, const net_view *v, int B, real scale)
+{
+    const fox_model_layout *lay = &net->lay;
+    const real *hs2 = net->on.g2.y;
+    size_t nh = (size_t)B * lay->H2;
+    memset(net->d_val, 0, (size_t)B * lay->NA * sizeof *net->d_val);
+    memset(net->dh_c51, 0, nh * sizeof *net->dh_c51);
+    for (int d = 0; d < lay->n_branches; d++) {
+        const real *dl = net->d_logit + (size_t)B * lay->branch_off[d] * lay->NA;
+        dueling_bwd(B, lay->branch_size[d], lay->NA, dl, net->d_val, net->d_adv);
+        mlp2_bwd(&v->br[d], B, hs2, net->on.br_hid[d], net->d_adv, net->d_hid, net->dh_c51);
+    }
+    mlp2_bwd(&v->val, B, hs2, net->on.val_hid, net->d_val, net->d_hid, net->dh_c51);
+    for (size_t k = 0; k < nh; k++)
+        net->dh_s2[k] = scale * net->dh_c51[k];
+}
+
+static void
+aux_bwd(struct FOX_NET_T *net, const net_view *v, int B)
+{
+    const real *hs2 = net->on.g2.y;
+    mlp2_bwd(&v->auxr, B, hs2, net->aux.ret_hid, net->d_ret, net->d_hid, net->dh_s2);
+    mlp2_bwd(&v->auxg, B, hs2, net->aux.reg_hid, net->d_reg, net->d_hid, net->dh_s2);
+}
+
+/* d_q → Wq, bq, Wφ, bφ and d h_s2 += Σ_i (Wqᵀ d_q) ⊙ φ_i (through x = h_s2 ⊙ φ). */
+static void
+iqn_bwd(struct FOX_NET_T *net, const iqn_head *h, int B)
+{
+    const fox_model_layout *lay = &net->lay;
+    const iqn_cache *c = &net->iq_on;
+    const real *hs2 = net->on.g2.y;
+    int rows = B * lay->NT, H2 = lay->H2;
+    linear_bwd(rows, H2, lay->n_actions, net->d_q, c->x, h->wq, h->dwq, h->dbq, net->d_x, R(0));
+    for (int r = 0; r < rows; r++) {
+        const real *hb = hs2 + (size_t)(r / lay->NT) * H2;
+        real *dhb = net->dh_s2 + (size_t)(r / lay->NT) * H2;
+        real *dx = net->d_x + (size_t)r * H2;
+        const real *phi = c->phi + (size_t)r * H2;
+        for (int k = 0; k < H2; k++) {
+            dhb[k] += dx[k] * phi[k];
+            dx[k] *= hb[k]; /* now d φ */
+        }
+    }
+    relu_bwd((size_t)rows * H2, c->phi, net->d_x);
+    linear_bwd(rows, lay->NC, H2, net->d_x, c->cosf, h->wphi, h->dwphi, h->dbphi, NULL, R(0));
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Public entry points                                                                        */
+
+int
+FOX_NET(q_values)(FOX_NET_T *net, const FOX_REAL *params, const FOX_REAL *s, int B, FOX_REAL *q)
+{
+    if (!net || !params || !s || !q || B < 1 || B > net->max_batch)
+        return FOX_EINVAL;
+    const fox_model_layout *lay = &net->lay;
+    net_view v = net_view_of(lay, params, NULL);
+    c51_forward(&v, lay, &net->on_next, s, B);
+    for (int b = 0; b < B; b++)
+        for (int d = 0; d < lay->n_branches; d++) {
+            int n = lay->branch_size[d];
+            for (int a = 0; a < n; a++) {
+                const real *lp = net->on_next.logp[d] + ((size_t)b * n + a) * lay->NA;
+                q[(size_t)b * lay->n_actions + lay->branch_off[d] + a] =
+                    expected_z(lp, net->z, lay->NA);
+            }
+        }
+    return FOX_OK;
+}
+
+static int
+check_inputs(const FOX_NET_T *net, const FOX_NET(batch) *bt, const FOX_NET(hparams) *hp)
+{
+    const fox_model_layout *lay = &net->lay;
+    if (bt->B < 1 || bt->B > net->max_batch || !bt->s || !bt->s_next || !bt->a || !bt->r ||
+        !bt->done || !bt->aux_ret || !bt->aux_regime || !bt->tau || !bt->tau_next)
+        return FOX_EINVAL;
+    if ((hp->target_mode != FOX_TARGET_MEAN && hp->target_mode != FOX_TARGET_INDEP) ||
+        !(hp->aux_label_scale > R(0)))
+        return FOX_EINVAL;
+    int D = lay->n_branches;
+    for (int b = 0; b < bt->B; b++) {
+        for (int d = 0; d < D; d++)
+            if (bt->a[b * D + d] < 0 || bt->a[b * D + d] >= lay->branch_size[d])
+                return FOX_EINVAL;
+        if (bt->aux_regime[b] < 0 || bt->aux_regime[b] >= lay->NR)
+            return FOX_EINVAL;
+    }
+    return FOX_OK;
+}
+
+int
+FOX_NET(loss_grad)(FOX_NET_T *net, const FOX_REAL *params, const FOX_REAL *target_params,
+                   const FOX_NET(batch) *bt, const FOX_NET(hparams) *hp, FOX_NET(loss) *loss,
+                   FOX_REAL *grads, FOX_REAL *priority)
+{
+    if (!net || !params || !target_params || !bt || !hp || !loss || !grads)
+        return FOX_EINVAL;
+    int rv = check_inputs(net, bt, hp);
+    if (rv != FOX_OK)
+        return rv;
+    const fox_model_layout *lay = &net->lay;
+    int B = bt->B, D = lay->n_branches;
+    memset(grads, 0, lay->n_params * sizeof *grads);
+    net_view on = net_view_of(lay, params, grads);
+    net_view tg = net_view_of(lay, target_params, NULL);
+
+    /* Forward: online on s (cached for backward), online on s′ (argmax), target on s′. */
+    c51_forward(&on, lay, &net->on, bt->s, B);
+    c51_forward(&on, lay, &net->on_next, bt->s_next, B);
+    c51_forward(&tg, lay, &net->tgt, bt->s_next, B);
+    greedy_next(net, B);
+    c51_targets(net, bt, hp);
+    iqn_fwd(&on.iqn, lay, B, net->on.g2.y, bt->tau, &net->iq_on);
+    iqn_fwd(&tg.iqn, lay, B, net->tgt.g2.y, bt->tau_next, &net->iq_tgt);
+    aux_fwd(&on, lay, B, net->on.g2.y, &net->aux);
+
+    /* Losses, and the gradients of the head outputs (λ included). */
+    loss->c51 = c51_loss(net, bt, priority);
+    loss->iqn = iqn_loss(net, bt, hp);
+    aux_loss(net, bt, hp, &loss->aux_ret, &loss->aux_regime);
+    loss->total = loss->c51 + (double)hp->iqn_lambda * loss->iqn +
+                  (double)hp->aux_lambda * (loss->aux_ret + loss->aux_regime);
+
+    /* Backward: heads into d h_s2 (C51 scaled as in BDQ, then aux, then IQN), then the trunk. */
+    real scale = hp->bdq_trunk_scale ? R(1) / (real)(D + 1) : R(1);
+    c51_bwd(net, &on, B, scale);
+    aux_bwd(net, &on, B);
+    iqn_bwd(net, &on.iqn, B);
+    grn_bwd(&on.g2, B, net->on.g1.y, &net->on.g2, net->dh_s2, net->dh_s1, net->grn_tmp);
+    grn_bwd(&on.g1, B, bt->s, &net->on.g1, net->dh_s1, NULL, net->grn_tmp);
+    return FOX_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Test-only layer entry points (they allocate)                                               */
+
+static size_t
+grn_tensor_size(int k, int in, int out)
+{
+    switch (k) {
+    case FOX_GRN_W2:
+        return (size_t)out * in;
+    case FOX_GRN_WR:
+        return in == out ? 0 : (size_t)out * in;
+    case FOX_GRN_W1:
+    case FOX_GRN_WG:
+    case FOX_GRN_WV:
+        return (size_t)out * out;
+    default:
+        return (size_t)out;
+    }
+}
+
+int
+FOX_NET(grn_fwd_bwd)(int in, int out, int B, const FOX_REAL *const p[FOX_GRN_NT],
+                     const FOX_REAL *a, const FOX_REAL *dy, FOX_REAL *y,
+                     FOX_REAL *const dp[FOX_GRN_NT], FOX_REAL *da)
+{
+    if (in < 1 || out < 1 || B < 1 || !p || !a || !dy || !y || !dp)
+        return FOX_EINVAL;
+    grn g = {.in = in, .out = out};
+    for (int k = 0; k < FOX_GRN_NT; k++) {
+        /* Every tensor present except Wr, which exists exactly when in != out. */
+        int want = k != FOX_GRN_WR || in != out;
+        if ((p[k] != NULL) != want || (dp[k] != NULL) != want)
+            return FOX_EINVAL;
+    }
+    for (int k = 0; k < FOX_GRN_NT; k++) {
+        g.p[k] = p[k];
+        g.d[k] = dp[k];
+        if (dp[k])
+            memset(dp[k], 0, grn_tensor_size(k, in, out) * sizeof *dp[k]);
+    }
+    size_t n = (size_t)B * out;
+    real *buf = calloc(10 * n + (size_t)B, sizeof *buf);
+    if (!buf)
+        return FOX_ENOMEM;
+    grn_cache c = {buf, buf + n, buf + 2 * n, buf + 3 * n, buf + 4 * n, buf + 10 * n, buf + 5 * n};
+    real *const tmp[4] = {buf + 6 * n, buf + 7 * n, buf + 8 * n, buf + 9 * n};
+    grn_fwd(&g, B, a, &c);
+    memcpy(y, c.y, n * sizeof *y);
+    grn_bwd(&g, B, a, &c, dy, da, tmp);
+    free(buf);
+    return FOX_OK;
+}
+
+int
+FOX_NET(layernorm_fwd_bwd)(int N, int B, const FOX_REAL *x, const FOX_REAL *g, const FOX_REAL *b,
+                           const FOX_REAL *dy, FOX_REAL *y, FOX_REAL *dx, FOX_REAL *dg,
+                           FOX_REAL *db)
+{
+    if (N < 1 || B < 1 || !x || !g || !b || !dy || !y || !dx || !dg || !db)
+        return FOX_EINVAL;
+    size_t n = (size_t)B * N;
+    real *buf = malloc((n + (size_t)B) * sizeof *buf);
+    if (!buf)
+        return FOX_ENOMEM;
+    memset(dg, 0, (size_t)N * sizeof *dg);
+    memset(db, 0, (size_t)N * sizeof *db);
+    layernorm_fwd(B, N, x, g, b, buf, buf + n, y);
+    layernorm_bwd(B, N, dy, buf, buf + n, g, dg, db, dx);
+    free(buf);
+    return FOX_OK;
+}

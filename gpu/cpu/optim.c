@@ -1,0 +1,70 @@
+/*
+ * optim.c — gradient guard, norm, clip factor, Adam and target sync for the
+ * CPU backend (contracts in optim.h). Plain loops; the CUDA twins must give
+ * the same numbers up to float rounding (the norm's order of summation is
+ * the only expected difference).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "optim.h"
+
+void
+fox_cpu_grad_sanitize(float *grads, size_t n, size_t *nonfinite)
+{
+    size_t bad = 0;
+    for (size_t k = 0; k < n; k++)
+        if (!isfinite(grads[k])) {
+            grads[k] = 0.0f;
+            bad++;
+        }
+    if (nonfinite)
+        *nonfinite = bad;
+}
+
+double
+fox_cpu_grad_norm(const float *grads, size_t n)
+{
+    double sum = 0.0;
+    for (size_t k = 0; k < n; k++)
+        sum += (double)grads[k] * (double)grads[k];
+    return sqrt(sum);
+}
+
+float
+fox_cpu_clip_scale(double norm, float max_norm)
+{
+    if (!isfinite(norm))
+        return 0.0f;
+    if (!(max_norm > 0.0f) || norm <= (double)max_norm)
+        return 1.0f;
+    return (float)((double)max_norm / norm);
+}
+
+void
+fox_cpu_adam_step(float *params, const float *grads, float *m, float *v, size_t n, float lr,
+                  float b1, float b2, float eps, int64_t t, float grad_scale)
+{
+    /* t < 1 would divide by 1 − b^0 = 0; treat it as the first step. */
+    double tt = t < 1 ? 1.0 : (double)t;
+    float bc1 = (float)(1.0 - pow((double)b1, tt));
+    float bc2 = (float)(1.0 - pow((double)b2, tt));
+    for (size_t k = 0; k < n; k++) {
+        float g = grads[k] * grad_scale;
+        m[k] = b1 * m[k] + (1.0f - b1) * g;
+        v[k] = b2 * v[k] + (1.0f - b2) * g * g;
+        float mhat = m[k] / bc1, vhat = v[k] / bc2;
+        params[k] -= lr * mhat / (sqrtf(vhat) + eps);
+    }
+}
+
+void
+fox_cpu_target_sync(float *target, const float *params, size_t n, float polyak)
+{
+    if (!(polyak > 0.0f) || polyak >= 1.0f) {
+        memcpy(target, params, n * sizeof *target);
+        return;
+    }
+    for (size_t k = 0; k < n; k++)
+        target[k] = (1.0f - polyak) * target[k] + polyak * params[k];
+}

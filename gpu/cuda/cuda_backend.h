@@ -1,0 +1,49 @@
+/*
+ * cuda_backend.h — debug entry points of the CUDA backend, for the parity
+ * test and the GPU benchmarks only (the engine reaches the backend through
+ * fox_cuda_backend_ops alone).
+ *
+ * Each function takes a backend created by fox_cuda_backend_ops.create and
+ * runs on the caller's thread, synchronously. They overwrite the backend's
+ * training state (parameters, Adam moments, counters): call them on a
+ * backend made for the purpose, not on one in the middle of a fold.
+ * Errors: FOX_ECUDA (the CUDA call, code and string are logged and kept in
+ * the backend's err), FOX_EINVAL for a batch larger than the backend's.
+ */
+#ifndef FOX_CUDA_BACKEND_H
+#define FOX_CUDA_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../backend.h"
+#include "../cpu/net.h"
+
+/*
+ * The device twin of fox_cpu_net_loss_grad: load params and target
+ * (n_params floats each), run the forward, losses and backward of the host
+ * batch b (b->B ≤ the backend's batch; every array host memory, weights
+ * honoured) and copy back the losses, grads (n_params) and, if not NULL,
+ * the per-sample priorities [B] and greedy next sub-actions a_star [B × D].
+ */
+int fox_cuda_debug_loss_grad(fox_backend *be, const float *params, const float *target,
+                             const fox_cpu_net_batch *b, const fox_cpu_net_hparams *hp,
+                             fox_cpu_net_loss *loss, float *grads, float *priority,
+                             int32_t *a_star);
+
+/*
+ * One optimizer step on the device from host arrays: isfinite guard, global
+ * norm, clip (the backend's grad_clip), Adam at step t with the backend's
+ * lr/β/ε. params, m and v (n_params) are updated in place; grads is not
+ * modified; *norm (may be NULL) gets the norm before clipping.
+ */
+int fox_cuda_debug_adam(fox_backend *be, float *params, const float *grads, float *m, float *v,
+                        int64_t t, double *norm);
+
+/* Math mode of every cuBLAS product: 0 FP32 (the default), 1 TF32 tensor ops. */
+int fox_cuda_debug_set_tf32(fox_backend *be, int on);
+
+/* Device memory the backend holds: in all, and in its replay ring. */
+void fox_cuda_debug_memory(const fox_backend *be, size_t *total, size_t *replay);
+
+#endif

@@ -1,0 +1,603 @@
+/*
+ * net.c (CUDA) — foxnet v1's forward, losses, backward and optimizer step
+ * as a sequence of cuBLAS products and hand kernels on two streams; the
+ * twin of gpu/cpu/net.c + gpu/cpu/optim.c.
+ *
+ * Layout choices, each to cut launches:
+ *   - the online net runs once on [s; s′] (2B rows): rows [0, B) feed the
+ *     loss and the backward, rows [B, 2B) the double-DQN argmax;
+ *   - the first layers of the seven heads (value, 4 branches, 2 aux) are
+ *     packed into one [HW × H2] matrix (re-packed after every update), so
+ *     their forward, their weight gradient and their input gradient are
+ *     one product each;
+ *   - the online and target parameters sit np floats apart, so the IQN
+ *     products of both nets are one strided-batched call; so are a GRN's
+ *     gate and value products (their tensors sit a fixed distance apart);
+ *   - stream 1 runs the target net's forward and every weight gradient,
+ *     which nothing on stream 0 waits for until the optimizer.
+ * Every buffer a stream-1 product reads is written once per step and not
+ * reused later in the step, so the two streams never race.
+ *
+ * Not here: collection, replay and graphs (backend.c), the kernels
+ * themselves (*.cu).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../log.h"
+#include "cuda_impl.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* Setup                                                                                      */
+
+static int
+dalloc(void *pp, size_t bytes)
+{
+    void **p = pp;
+    *p = NULL;
+    if (bytes == 0)
+        return 0;
+    FOX_CUDA_TRY(cudaMalloc(p, bytes));
+    return 0;
+}
+
+#define DALLOC(ptr, count) FOX_TRY(dalloc(&(ptr), (size_t)(count) * sizeof *(ptr)))
+
+static size_t
+toff(const fox_cuda_net *n, int tensor)
+{
+    return n->lay->t[tensor].offset;
+}
+
+int
+fox__cuda_fwd_alloc(fox_cuda_fwd *f, const fox_model_layout *lay, const fox_cuda_dims *dm, int R)
+{
+    const int outs[2] = {lay->H1, lay->H2}, skips[2] = {lay->S != lay->H1, lay->H1 != lay->H2};
+    fox_cuda_grn_act *g[2] = {&f->g1, &f->g2};
+    f->cap = R;
+    for (int k = 0; k < 2; k++) {
+        size_t n = (size_t)R * outs[k];
+        DALLOC(g[k]->eta2, n);
+        DALLOC(g[k]->eta1, n);
+        DALLOC(g[k]->zgv, 2 * n);
+        if (skips[k])
+            DALLOC(g[k]->xr, n);
+        DALLOC(g[k]->xhat, n);
+        DALLOC(g[k]->rstd, R);
+        DALLOC(g[k]->y, n);
+    }
+    DALLOC(f->hid, (size_t)R * dm->HW);
+    DALLOC(f->out, (size_t)R * dm->OW);
+    DALLOC(f->logp, (size_t)R * dm->NAct * dm->NA);
+    DALLOC(f->q, (size_t)R * dm->NAct);
+    return 0;
+}
+
+void
+fox__cuda_fwd_free(fox_cuda_fwd *f)
+{
+    fox_cuda_grn_act *g[2] = {&f->g1, &f->g2};
+    for (int k = 0; k < 2; k++) {
+        cudaFree(g[k]->eta2);
+        cudaFree(g[k]->eta1);
+        cudaFree(g[k]->zgv);
+        cudaFree(g[k]->xr);
+        cudaFree(g[k]->xhat);
+        cudaFree(g[k]->rstd);
+        cudaFree(g[k]->y);
+    }
+    cudaFree(f->hid);
+    cudaFree(f->out);
+    cudaFree(f->logp);
+    cudaFree(f->q);
+    memset(f, 0, sizeof *f);
+}
+
+static int
+grn_grad_alloc(fox_cuda_grn_grad *g, int B, int out)
+{
+    size_t n = (size_t)B * out;
+    DALLOC(g->du, n);
+    DALLOC(g->dyx, n);
+    DALLOC(g->dzgv, 2 * n);
+    DALLOC(g->deta1, n);
+    DALLOC(g->deta2, n);
+    return 0;
+}
+
+static void
+grn_grad_free(fox_cuda_grn_grad *g)
+{
+    cudaFree(g->du);
+    cudaFree(g->dyx);
+    cudaFree(g->dzgv);
+    cudaFree(g->deta1);
+    cudaFree(g->deta2);
+}
+
+static void
+dims_of(fox_cuda_dims *dm, fox_cuda_heads *hd, const fox_model_layout *lay)
+{
+    memset(dm, 0, sizeof *dm);
+    dm->S = lay->S;
+    dm->H1 = lay->H1;
+    dm->H2 = lay->H2;
+    dm->HH = lay->HH;
+    dm->NA = lay->NA;
+    dm->NT = lay->NT;
+    dm->NC = lay->NC;
+    dm->HA = lay->HA;
+    dm->NR = lay->NR;
+    dm->D = lay->n_branches;
+    dm->NAct = lay->n_actions;
+    for (int d = 0; d < FOX_MAX_BRANCHES; d++) {
+        dm->bsize[d] = lay->branch_size[d];
+        dm->boff[d] = lay->branch_off[d];
+    }
+    dm->HW = FOX_CUDA_C51_HEADS * lay->HH + 2 * lay->HA;
+    dm->out_ret = lay->NA + lay->n_actions * lay->NA;
+    dm->out_reg = dm->out_ret + 1;
+    dm->OW = dm->out_reg + lay->NR;
+    dm->v_min = lay->v_min;
+    dm->v_max = lay->v_max;
+
+    /* Packed order: value, branches 0..3, aux next-bar, aux regime. */
+    const int first[FOX_CUDA_HEADS] = {FOX_P_VAL_W1,
+                                       FOX_P_BR0_W1,
+                                       FOX_P_BR0_W1 + FOX_BRANCH_NT,
+                                       FOX_P_BR0_W1 + 2 * FOX_BRANCH_NT,
+                                       FOX_P_BR0_W1 + 3 * FOX_BRANCH_NT,
+                                       FOX_P_AUXR_W1,
+                                       FOX_P_AUXG_W1};
+    hd->hid0[0] = 0;
+    hd->out0[0] = 0;
+    for (int h = 0; h < FOX_CUDA_HEADS; h++) {
+        int f = first[h];
+        hd->w1[h] = lay->t[f].offset;
+        hd->b1[h] = lay->t[f + 1].offset;
+        hd->w2[h] = lay->t[f + 2].offset;
+        hd->b2[h] = lay->t[f + 3].offset;
+        hd->hid0[h + 1] = hd->hid0[h] + lay->t[f].rows;
+        hd->out0[h + 1] = hd->out0[h] + lay->t[f + 2].rows;
+    }
+}
+
+int
+fox__cuda_set_math(fox_cuda_net *n, int tf32)
+{
+    /*
+     * FP32 by default: at these widths the step is bound by launches, not
+     * arithmetic, and FP32 keeps the parity with the CPU backend at ~1e-6.
+     * TF32 (10-bit mantissa products) pays only at large batches; the
+     * parity test reports its error.
+     */
+    cublasMath_t mode = tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+    for (int k = 0; k < 2; k++)
+        FOX_CUBLAS_TRY(cublasSetMathMode(n->cb[k], mode));
+    n->tf32 = tf32;
+    return 0;
+}
+
+#define CUBLAS_WORKSPACE (32u << 20)
+
+int
+fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_rows)
+{
+    memset(n, 0, sizeof *n);
+    n->lay = lay;
+    n->np = lay->n_params;
+    n->B = B;
+    n->use_side = 1;
+    dims_of(&n->dm, &n->heads, lay);
+    const fox_cuda_dims *dm = &n->dm;
+    for (int k = 0; k < 2; k++) {
+        FOX_CUDA_TRY(cudaStreamCreateWithFlags(&n->st[k], cudaStreamNonBlocking));
+        FOX_CUBLAS_TRY(cublasCreate(&n->cb[k]));
+        FOX_CUBLAS_TRY(cublasSetStream(n->cb[k], n->st[k]));
+        /* A workspace of its own per handle: cuBLAS must not allocate inside a graph capture. */
+        FOX_CUDA_TRY(cudaMalloc(&n->cb_work[k], CUBLAS_WORKSPACE));
+        FOX_CUBLAS_TRY(cublasSetWorkspace(n->cb[k], n->cb_work[k], CUBLAS_WORKSPACE));
+    }
+    FOX_TRY(fox__cuda_set_math(n, 0));
+    for (int k = 0; k < FOX_CUDA_EVENTS; k++)
+        FOX_CUDA_TRY(cudaEventCreateWithFlags(&n->ev[k], cudaEventDisableTiming));
+
+    size_t np = n->np;
+    DALLOC(n->params, 2 * np);
+    DALLOC(n->grads, np);
+    DALLOC(n->adam_m, np);
+    DALLOC(n->adam_v, np);
+    /* Padding between tensors is never written by a kernel: zero it once. */
+    FOX_CUDA_TRY(cudaMemset(n->params, 0, 2 * np * sizeof(float)));
+    FOX_CUDA_TRY(cudaMemset(n->grads, 0, np * sizeof(float)));
+    FOX_CUDA_TRY(cudaMemset(n->adam_m, 0, np * sizeof(float)));
+    FOX_CUDA_TRY(cudaMemset(n->adam_v, 0, np * sizeof(float)));
+    DALLOC(n->wpk, 2 * (size_t)dm->HW * dm->H2);
+    DALLOC(n->bpk, 2 * (size_t)dm->HW);
+    DALLOC(n->z, dm->NA);
+    float *z = malloc((size_t)dm->NA * sizeof *z);
+    if (!z)
+        return FOX_ENOMEM;
+    /* The CPU's support, computed the CPU's way, so both backends use the same atoms. */
+    float dz = (lay->v_max - lay->v_min) / (float)(lay->NA - 1);
+    for (int j = 0; j < lay->NA; j++)
+        z[j] = lay->v_min + (float)j * dz;
+    cudaError_t ce = cudaMemcpy(n->z, z, (size_t)dm->NA * sizeof *z, cudaMemcpyHostToDevice);
+    free(z);
+    FOX_CUDA_TRY(ce);
+
+    int rows_on = 2 * B;
+    n->n_ones = B * dm->NT;
+    if (n->n_ones < rows_on)
+        n->n_ones = rows_on;
+    if (n->n_ones < fwd_rows)
+        n->n_ones = fwd_rows;
+    float *ones = malloc((size_t)n->n_ones * sizeof *ones);
+    if (!ones)
+        return FOX_ENOMEM;
+    for (int k = 0; k < n->n_ones; k++)
+        ones[k] = 1.0f;
+    DALLOC(n->ones, n->n_ones);
+    ce = cudaMemcpy(n->ones, ones, (size_t)n->n_ones * sizeof *ones, cudaMemcpyHostToDevice);
+    free(ones);
+    FOX_CUDA_TRY(ce);
+
+    FOX_TRY(fox__cuda_fwd_alloc(&n->on, lay, dm, rows_on));
+    FOX_TRY(fox__cuda_fwd_alloc(&n->tg, lay, dm, B));
+
+    size_t rq = (size_t)B * dm->NT;
+    DALLOC(n->iq.cosf, 2 * rq * dm->NC);
+    DALLOC(n->iq.phi, 2 * rq * dm->H2);
+    DALLOC(n->iq.x, 2 * rq * dm->H2);
+    DALLOC(n->iq.q, 2 * rq * dm->NAct);
+
+    fox_cuda_bwd *bw = &n->bw;
+    DALLOC(bw->dout, (size_t)B * dm->OW);
+    DALLOC(bw->dhid, (size_t)B * dm->HW);
+    DALLOC(bw->dwpk, (size_t)dm->HW * dm->H2);
+    DALLOC(bw->dbpk, dm->HW);
+    DALLOC(bw->dbout, dm->OW);
+    DALLOC(bw->dh_s2, (size_t)B * dm->H2);
+    DALLOC(bw->dh_s1, (size_t)B * dm->H1);
+    DALLOC(bw->d_q, rq * dm->NAct);
+    DALLOC(bw->d_x, rq * dm->H2);
+    FOX_TRY(grn_grad_alloc(&bw->g1, B, dm->H1));
+    FOX_TRY(grn_grad_alloc(&bw->g2, B, dm->H2));
+
+    fox_cuda_batch *bt = &n->bt;
+    DALLOC(bt->s2, 2 * (size_t)B * dm->S);
+    DALLOC(bt->a, (size_t)B * dm->D);
+    DALLOC(bt->r, B);
+    DALLOC(bt->done, B);
+    DALLOC(bt->aux, B);
+    DALLOC(bt->regime, B);
+    DALLOC(bt->tau, 2 * rq);
+    DALLOC(bt->idx, B);
+    DALLOC(bt->prio, B);
+    DALLOC(bt->a_star, (size_t)B * dm->D);
+    bt->w = NULL;
+    DALLOC(n->loss_parts, (size_t)B * 4);
+    DALLOC(n->norm_part, FOX_CUDA_NORM_BLOCKS);
+    return 0;
+}
+
+void
+fox__cuda_net_fini(fox_cuda_net *n)
+{
+    if (n->st[0])
+        cudaStreamSynchronize(n->st[0]);
+    if (n->st[1])
+        cudaStreamSynchronize(n->st[1]);
+    fox__cuda_fwd_free(&n->on);
+    fox__cuda_fwd_free(&n->tg);
+    void *bufs[] = {n->params, n->grads, n->adam_m, n->adam_v, n->wpk, n->bpk, n->z, n->ones,
+                    n->iq.cosf, n->iq.phi, n->iq.x, n->iq.q, n->bw.dout, n->bw.dhid, n->bw.dwpk,
+                    n->bw.dbpk, n->bw.dbout, n->bw.dh_s2, n->bw.dh_s1, n->bw.d_q, n->bw.d_x,
+                    n->bt.s2, n->bt.a, n->bt.r, n->bt.done, n->bt.aux, n->bt.regime, n->bt.tau,
+                    n->bt.idx, n->bt.prio, n->bt.a_star, n->loss_parts, n->norm_part};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+        cudaFree(bufs[k]);
+    grn_grad_free(&n->bw.g1);
+    grn_grad_free(&n->bw.g2);
+    for (int k = 0; k < FOX_CUDA_EVENTS; k++)
+        if (n->ev[k])
+            cudaEventDestroy(n->ev[k]);
+    for (int k = 0; k < 2; k++) {
+        if (n->cb[k])
+            cublasDestroy(n->cb[k]);
+        cudaFree(n->cb_work[k]);
+        if (n->st[k])
+            cudaStreamDestroy(n->st[k]);
+    }
+    memset(n, 0, sizeof *n);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Streams                                                                                    */
+
+int
+fox__cuda_dep(fox_cuda_net *n, int from, int to)
+{
+    if (from == to)
+        return 0;
+    cudaEvent_t ev = n->ev[n->ev_next];
+    n->ev_next = (n->ev_next + 1) % FOX_CUDA_EVENTS;
+    FOX_CUDA_TRY(cudaEventRecord(ev, n->st[from]));
+    FOX_CUDA_TRY(cudaStreamWaitEvent(n->st[to], ev, 0));
+    return 0;
+}
+
+/* The stream for weight gradients: fork from stream 0 at this point. */
+static int
+side(fox_cuda_net *n)
+{
+    if (!n->use_side)
+        return 0;
+    FOX_TRY(fox__cuda_dep(n, 0, 1));
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Forward                                                                                    */
+
+int
+fox__cuda_pack(fox_cuda_net *n, int s)
+{
+    return fox__cuda_head_pack(n->st[s], &n->dm, &n->heads, n->params, n->np, n->wpk, n->bpk);
+}
+
+/* GRN(a [R × in] → g->y [R × out]) with the block's tensors from `first` in params P. */
+static int
+grn_fwd(fox_cuda_net *n, int s, const float *P, int first, int in, int out, const float *a, int R,
+        fox_cuda_grn_act *g)
+{
+    cublasHandle_t h = n->cb[s];
+    cudaStream_t st = n->st[s];
+#define T(k) (P + toff(n, first + (k)))
+    FOX_TRY(fox__cuda_lin_fwd(h, R, in, out, a, in, T(FOX_GRN_W2), g->eta2, out, 0.0f));
+    FOX_TRY(fox__cuda_bias_act(st, g->eta2, T(FOX_GRN_B2), R, out, out, FOX_ACT_ELU));
+    FOX_TRY(fox__cuda_lin_fwd(h, R, out, out, g->eta2, out, T(FOX_GRN_W1), g->eta1, out, 0.0f));
+    FOX_TRY(fox__cuda_bias_act(st, g->eta1, T(FOX_GRN_B1), R, out, out, FOX_ACT_NONE));
+    /* Gate and value products in one call: Wv sits a fixed distance after Wg. */
+    long long gv = (long long)(toff(n, first + FOX_GRN_WV) - toff(n, first + FOX_GRN_WG));
+    FOX_TRY(fox__cuda_lin_fwd_batched(h, R, out, out, g->eta1, out, 0, T(FOX_GRN_WG), gv, g->zgv,
+                                      out, (long long)R * out, 2));
+    const float *r = a;
+    if (in != out) {
+        FOX_TRY(fox__cuda_lin_fwd(h, R, in, out, a, in, T(FOX_GRN_WR), g->xr, out, 0.0f));
+        r = g->xr;
+    }
+    FOX_TRY(fox__cuda_grn_tail(st, R, out, g->zgv, r, T(FOX_GRN_BG), T(FOX_GRN_BV),
+                               T(FOX_GRN_LN_G), T(FOX_GRN_LN_B), g->xhat, g->rstd, g->y));
+#undef T
+    return 0;
+}
+
+static fox_cuda_c51_bias
+c51_bias(const fox_cuda_net *n, const float *P)
+{
+    fox_cuda_c51_bias b;
+    b.bv2 = P + n->heads.b2[0];
+    for (int d = 0; d < FOX_MAX_BRANCHES; d++)
+        b.bb2[d] = P + n->heads.b2[1 + d];
+    return b;
+}
+
+int
+fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, int which, const float *X, int R,
+                  int aux)
+{
+    if (R < 1 || R > f->cap)
+        return FOX_EINVAL;
+    const fox_cuda_dims *dm = &n->dm;
+    const fox_cuda_heads *hd = &n->heads;
+    const float *P = n->params + (which ? n->np : 0);
+    const float *wpk = n->wpk + (which ? (size_t)dm->HW * dm->H2 : 0);
+    const float *bpk = n->bpk + (which ? dm->HW : 0);
+    cublasHandle_t h = n->cb[s];
+    f->rows = R;
+    FOX_TRY(grn_fwd(n, s, P, FOX_P_GRN1_W2, dm->S, dm->H1, X, R, &f->g1));
+    FOX_TRY(grn_fwd(n, s, P, FOX_P_GRN2_W2, dm->H1, dm->H2, f->g1.y, R, &f->g2));
+    /* All heads' first layers in one product (the C51 heads' only, without aux). */
+    int nh = aux ? FOX_CUDA_HEADS : FOX_CUDA_C51_HEADS, hw = hd->hid0[nh];
+    FOX_TRY(fox__cuda_lin_fwd(h, R, dm->H2, hw, f->g2.y, dm->H2, wpk, f->hid, dm->HW, 0.0f));
+    FOX_TRY(fox__cuda_bias_act(n->st[s], f->hid, bpk, R, hw, dm->HW, FOX_ACT_RELU));
+    for (int k = 0; k < nh; k++) {
+        int in = hd->hid0[k + 1] - hd->hid0[k], out = hd->out0[k + 1] - hd->out0[k];
+        FOX_TRY(fox__cuda_lin_fwd(h, R, in, out, f->hid + hd->hid0[k], dm->HW, P + hd->w2[k],
+                                  f->out + hd->out0[k], dm->OW, 0.0f));
+    }
+    return fox__cuda_dueling(n->st[s], R, dm, f->out, c51_bias(n, P), n->z, f->logp, f->q);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Backward                                                                                   */
+
+/*
+ * Backward of a GRN over the first B rows of its forward cache f_rows rows
+ * long: weight gradients (stream 1) into grads at the block's offsets,
+ * da [B × in] (stream 0; NULL: not needed).
+ */
+static int
+grn_bwd(fox_cuda_net *n, int first, int in, int out, const float *a, const fox_cuda_grn_act *c,
+        int f_rows, const float *dy, float *da, fox_cuda_grn_grad *gg)
+{
+    const int B = n->B;
+    const float *P = n->params;
+    float *G = n->grads;
+    cublasHandle_t h0 = n->cb[0];
+    cudaStream_t s0 = n->st[0];
+    const float *ones = n->ones;
+    int ws;
+#define T(k) (P + toff(n, first + (k)))
+#define DT(k) (G + toff(n, first + (k)))
+    FOX_TRY(fox__cuda_ln_bwd(s0, B, out, dy, c->xhat, c->rstd, T(FOX_GRN_LN_G), gg->du, gg->dyx));
+    ws = side(n);
+    FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, gg->dyx, out, ones, DT(FOX_GRN_LN_G), 0.0f));
+    FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, dy, out, ones, DT(FOX_GRN_LN_B), 0.0f));
+    if (in != out)
+        FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, in, out, gg->du, out, a, in, DT(FOX_GRN_WR), 0.0f));
+    /* Skip path first: it writes da, the main path then adds to it (grn_bwd). */
+    if (da && in != out)
+        FOX_TRY(fox__cuda_lin_dx(h0, B, in, out, gg->du, out, T(FOX_GRN_WR), in, da, in, 1.0f,
+                                 0.0f));
+    else if (da)
+        FOX_CUDA_TRY(cudaMemcpyAsync(da, gg->du, (size_t)B * out * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, s0));
+    FOX_TRY(fox__cuda_glu_bwd(s0, B, out, (long long)f_rows * out, c->zgv, gg->du, gg->dzgv));
+    long long gv = (long long)(toff(n, first + FOX_GRN_WV) - toff(n, first + FOX_GRN_WG));
+    long long gvb = (long long)(toff(n, first + FOX_GRN_BV) - toff(n, first + FOX_GRN_BG));
+    long long bn = (long long)B * out;
+    ws = side(n);
+    FOX_TRY(fox__cuda_lin_dw_batched(n->cb[ws], B, out, out, gg->dzgv, out, bn, c->eta1, out, 0,
+                                     DT(FOX_GRN_WG), gv, 2));
+    FOX_TRY(fox__cuda_colsum_batched(n->cb[ws], B, out, gg->dzgv, out, bn, ones, DT(FOX_GRN_BG),
+                                     gvb, 2));
+    FOX_TRY(fox__cuda_lin_dx(h0, B, out, out, gg->dzgv, out, T(FOX_GRN_WG), out, gg->deta1, out,
+                             1.0f, 0.0f));
+    FOX_TRY(fox__cuda_lin_dx(h0, B, out, out, gg->dzgv + bn, out, T(FOX_GRN_WV), out, gg->deta1,
+                             out, 1.0f, 1.0f));
+    ws = side(n);
+    FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, out, out, gg->deta1, out, c->eta2, out, DT(FOX_GRN_W1),
+                             0.0f));
+    FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, gg->deta1, out, ones, DT(FOX_GRN_B1), 0.0f));
+    FOX_TRY(fox__cuda_lin_dx(h0, B, out, out, gg->deta1, out, T(FOX_GRN_W1), out, gg->deta2, out,
+                             1.0f, 0.0f));
+    FOX_TRY(fox__cuda_act_bwd(s0, c->eta2, gg->deta2, B, out, out, FOX_ACT_ELU));
+    ws = side(n);
+    FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, in, out, gg->deta2, out, a, in, DT(FOX_GRN_W2), 0.0f));
+    FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, gg->deta2, out, ones, DT(FOX_GRN_B2), 0.0f));
+    if (da)
+        FOX_TRY(fox__cuda_lin_dx(h0, B, in, out, gg->deta2, out, T(FOX_GRN_W2), in, da, in, 1.0f,
+                                 1.0f));
+#undef T
+#undef DT
+    return 0;
+}
+
+int
+fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
+{
+    const fox_cuda_dims *dm = &n->dm;
+    const fox_cuda_heads *hd = &n->heads;
+    const int B = n->B, NT = dm->NT, rq = B * NT;
+    const float *P = n->params, *PT = n->params + n->np;
+    float *G = n->grads;
+    cublasHandle_t h0 = n->cb[0];
+    cudaStream_t s0 = n->st[0];
+    fox_cuda_batch *bt = &n->bt;
+    fox_cuda_bwd *bw = &n->bw;
+    int ws;
+
+    /* Forward: the target net on s′ beside the online net on [s; s′]. */
+    ws = side(n);
+    FOX_TRY(fox__cuda_forward(n, ws, &n->tg, 1, bt->s2 + (size_t)B * dm->S, B, 0));
+    FOX_TRY(fox__cuda_forward(n, 0, &n->on, 0, bt->s2, 2 * B, 1));
+    FOX_TRY(fox__cuda_iqn_cos(s0, 2 * rq, dm->NC, bt->tau, n->iq.cosf));
+    FOX_TRY(fox__cuda_dep(n, ws, 0));
+
+    /* IQN of both nets: online on h_s2(s) with τ, target on h_s2′ with τ′. */
+    FOX_TRY(fox__cuda_lin_fwd_batched(h0, rq, dm->NC, dm->H2, n->iq.cosf, dm->NC,
+                                      (long long)rq * dm->NC, P + toff(n, FOX_P_IQN_WPHI),
+                                      (long long)n->np, n->iq.phi, dm->H2, (long long)rq * dm->H2,
+                                      2));
+    FOX_TRY(fox__cuda_iqn_phi(s0, rq, dm->H2, NT, n->iq.phi, n->iq.x, P + toff(n, FOX_P_IQN_BPHI),
+                              PT + toff(n, FOX_P_IQN_BPHI), n->on.g2.y, n->tg.g2.y));
+    FOX_TRY(fox__cuda_lin_fwd_batched(h0, rq, dm->H2, dm->NAct, n->iq.x, dm->H2,
+                                      (long long)rq * dm->H2, P + toff(n, FOX_P_IQN_WQ),
+                                      (long long)n->np, n->iq.q, dm->NAct,
+                                      (long long)rq * dm->NAct, 2));
+
+    /* Losses and the gradients of every head output. */
+    fox_cuda_loss_args la = {
+        .B = B,
+        .z = n->z,
+        .on_logp = n->on.logp,
+        .on_q = n->on.q,
+        .on_out = n->on.out,
+        .tg_logp = n->tg.logp,
+        .iq_q = n->iq.q,
+        .bq_on = P + toff(n, FOX_P_IQN_BQ),
+        .bq_tg = PT + toff(n, FOX_P_IQN_BQ),
+        .auxr_b2 = P + toff(n, FOX_P_AUXR_B2),
+        .auxg_b2 = P + toff(n, FOX_P_AUXG_B2),
+        .tau = bt->tau,
+        .a = bt->a,
+        .regime = bt->regime,
+        .r = bt->r,
+        .done = bt->done,
+        .w = bt->w,
+        .aux_ret = bt->aux,
+        .dout = bw->dout,
+        .d_q = bw->d_q,
+        .prio = bt->prio,
+        .parts = n->loss_parts,
+        .a_star = bt->a_star,
+    };
+    FOX_TRY(fox__cuda_loss(s0, dm, hp, &la));
+
+    /* Heads' output layers: input gradients on stream 0, weight gradients on stream 1. */
+    int nh = FOX_CUDA_HEADS;
+    ws = side(n);
+    FOX_TRY(fox__cuda_colsum(n->cb[ws], B, dm->OW, bw->dout, dm->OW, n->ones, bw->dbout, 0.0f));
+    for (int k = 0; k < nh; k++) {
+        int in = hd->hid0[k + 1] - hd->hid0[k], out = hd->out0[k + 1] - hd->out0[k];
+        FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, in, out, bw->dout + hd->out0[k], dm->OW,
+                                 n->on.hid + hd->hid0[k], dm->HW, G + hd->w2[k], 0.0f));
+        FOX_TRY(fox__cuda_lin_dx(h0, B, in, out, bw->dout + hd->out0[k], dm->OW, P + hd->w2[k], in,
+                                 bw->dhid + hd->hid0[k], dm->HW, 1.0f, 0.0f));
+    }
+    FOX_TRY(fox__cuda_act_bwd(s0, n->on.hid, bw->dhid, B, dm->HW, dm->HW, FOX_ACT_RELU));
+    ws = side(n);
+    FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, dm->H2, dm->HW, bw->dhid, dm->HW, n->on.g2.y, dm->H2,
+                             bw->dwpk, 0.0f));
+    FOX_TRY(fox__cuda_colsum(n->cb[ws], B, dm->HW, bw->dhid, dm->HW, n->ones, bw->dbpk, 0.0f));
+    FOX_TRY(fox__cuda_head_unpack(n->st[ws], dm, hd, bw->dwpk, bw->dbpk, bw->dbout, G));
+    /* d h_s2: the C51 heads scaled by 1/(D+1) as in BDQ, then the aux heads, then IQN. */
+    float scale = hp->bdq_trunk_scale ? 1.0f / (float)(dm->D + 1) : 1.0f;
+    int c51w = hd->hid0[FOX_CUDA_C51_HEADS];
+    FOX_TRY(fox__cuda_lin_dx(h0, B, dm->H2, c51w, bw->dhid, dm->HW, n->wpk, dm->H2, bw->dh_s2,
+                             dm->H2, scale, 0.0f));
+    FOX_TRY(fox__cuda_lin_dx(h0, B, dm->H2, dm->HW - c51w, bw->dhid + c51w, dm->HW,
+                             n->wpk + (size_t)c51w * dm->H2, dm->H2, bw->dh_s2, dm->H2, 1.0f,
+                             1.0f));
+
+    /* IQN head backward. */
+    ws = side(n);
+    FOX_TRY(fox__cuda_lin_dw(n->cb[ws], rq, dm->H2, dm->NAct, bw->d_q, dm->NAct, n->iq.x, dm->H2,
+                             G + toff(n, FOX_P_IQN_WQ), 0.0f));
+    FOX_TRY(fox__cuda_colsum(n->cb[ws], rq, dm->NAct, bw->d_q, dm->NAct, n->ones,
+                             G + toff(n, FOX_P_IQN_BQ), 0.0f));
+    FOX_TRY(fox__cuda_lin_dx(h0, rq, dm->H2, dm->NAct, bw->d_q, dm->NAct,
+                             P + toff(n, FOX_P_IQN_WQ), dm->H2, bw->d_x, dm->H2, 1.0f, 0.0f));
+    FOX_TRY(fox__cuda_iqn_bwd(s0, B, NT, dm->H2, bw->d_x, n->iq.phi, n->on.g2.y, bw->dh_s2));
+    ws = side(n);
+    FOX_TRY(fox__cuda_lin_dw(n->cb[ws], rq, dm->NC, dm->H2, bw->d_x, dm->H2, n->iq.cosf, dm->NC,
+                             G + toff(n, FOX_P_IQN_WPHI), 0.0f));
+    FOX_TRY(fox__cuda_colsum(n->cb[ws], rq, dm->H2, bw->d_x, dm->H2, n->ones,
+                             G + toff(n, FOX_P_IQN_BPHI), 0.0f));
+
+    /* Trunk. */
+    FOX_TRY(grn_bwd(n, FOX_P_GRN2_W2, dm->H1, dm->H2, n->on.g1.y, &n->on.g2, n->on.rows,
+                    bw->dh_s2, bw->dh_s1, &bw->g2));
+    FOX_TRY(grn_bwd(n, FOX_P_GRN1_W2, dm->S, dm->H1, bt->s2, &n->on.g1, n->on.rows, bw->dh_s1,
+                    NULL, &bw->g1));
+    if (n->use_side)
+        FOX_TRY(fox__cuda_dep(n, 1, 0));
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Optimizer                                                                                  */
+
+int
+fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl, float *isv_dev)
+{
+    cudaStream_t s0 = n->st[0];
+    FOX_TRY(fox__cuda_grad_norm(s0, n->np, n->grads, n->norm_part));
+    FOX_TRY(fox__cuda_adam(s0, n->np, n->params, n->grads, n->adam_m, n->adam_v, n->norm_part, oc,
+                           ctl));
+    FOX_TRY(fox__cuda_finish(s0, n->B, n->loss_parts, n->norm_part, oc, ctl, isv_dev));
+    FOX_TRY(fox__cuda_target(s0, n->np, n->params, n->params + n->np, oc, ctl));
+    return fox__cuda_pack(n, 0);
+}

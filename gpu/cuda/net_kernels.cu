@@ -1,0 +1,673 @@
+/*
+ * net_kernels.cu — the hand kernels of foxnet v1 on the device: bias and
+ * activations, the GRN tail (σ gate, GLU, skip, LayerNorm) and its
+ * backward, dueling + log_softmax + expected Q, the IQN cosine embedding
+ * and its backward, the fused loss kernel (double-DQN argmax, C51
+ * projection and cross-entropy, dueling backward, IQN quantile Huber, aux
+ * losses) and the packing of the heads' first layers.
+ *
+ * Every kernel is the twin of a function of gpu/cpu/net.c and follows its
+ * arithmetic in the same order wherever the order is not a parallel
+ * reduction (LN eps 1e-5 with biased variance, ELU via expm1, ties of an
+ * argmax to the lowest index, the loss normalizations 1/(B·D), 1/NT, 1/B).
+ * Not here: matrix products (cuBLAS, matmul.c) and their orchestration
+ * (net.c).
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include "cuda_impl.h"
+
+#define WARP 32
+#define FULL_MASK 0xffffffffu
+#define PI_F 3.14159265358979323846f
+
+/* Grid for a grid-stride loop over n items: enough blocks to fill the GPU, no more. */
+static unsigned int
+grid_for(size_t n, int threads)
+{
+    size_t g = (n + (size_t)threads - 1) / (size_t)threads;
+    if (g > 4096)
+        g = 4096;
+    return (unsigned int)(g > 0 ? g : 1);
+}
+
+static __device__ __forceinline__ float
+warp_sum(float v)
+{
+    for (int o = WARP / 2; o > 0; o >>= 1)
+        v += __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
+}
+
+static __device__ __forceinline__ float
+warp_max(float v)
+{
+    for (int o = WARP / 2; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
+    return v;
+}
+
+/* Branch of flat action act (D ≤ 4 branches, offsets ascending). */
+static __device__ __forceinline__ int
+branch_of(const fox_cuda_dims &dm, int act)
+{
+    int d = 0;
+    while (d + 1 < dm.D && act >= dm.boff[d + 1])
+        d++;
+    return d;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Bias and activations (twins of linear_fwd's bias, elu_fwd, relu_fwd and their backward)    */
+
+static __device__ __forceinline__ float
+act_fwd(float v, int act)
+{
+    if (act == FOX_ACT_ELU)
+        return v <= 0.0f ? expm1f(v) : v;
+    if (act == FOX_ACT_RELU)
+        return v < 0.0f ? 0.0f : v;
+    return v;
+}
+
+__global__ void
+bias_act_kernel(float *x, const float *b, int rows, int cols, int ld, int act)
+{
+    size_t n = (size_t)rows * cols;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        size_t r = k / cols;
+        int c = (int)(k % cols);
+        float *p = x + r * ld + c;
+        *p = act_fwd(*p + b[c], act);
+    }
+}
+
+int
+fox__cuda_bias_act(cudaStream_t s, float *x, const float *b, int rows, int cols, int ld, int act)
+{
+    bias_act_kernel<<<grid_for((size_t)rows * cols, 256), 256, 0, s>>>(x, b, rows, cols, ld, act);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+/* ELU'(x) = y + 1 for y ≤ 0; ReLU' = 0 at y ≤ 0 (the kink takes 0, like the forward's clamp). */
+__global__ void
+act_bwd_kernel(const float *y, float *d, int rows, int cols, int ld, int act)
+{
+    size_t n = (size_t)rows * cols;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        size_t at = (k / cols) * ld + k % cols;
+        float yv = y[at];
+        if (yv <= 0.0f)
+            d[at] = act == FOX_ACT_ELU ? d[at] * (yv + 1.0f) : 0.0f;
+    }
+}
+
+int
+fox__cuda_act_bwd(cudaStream_t s, const float *y, float *d, int rows, int cols, int ld, int act)
+{
+    act_bwd_kernel<<<grid_for((size_t)rows * cols, 256), 256, 0, s>>>(y, d, rows, cols, ld, act);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* GRN tail and LayerNorm (twins of grn_fwd's tail, layernorm_fwd/bwd, glu_bwd)               */
+
+/*
+ * One warp per row: sg = σ(zg + bg), lin = zv + bv (both kept in zgv for the
+ * backward), x = r + sg·lin, then LayerNorm over the row (two-pass mean and
+ * biased variance, eps 1e-5): x̂ = (x − mean)·rstd, y = x̂·γ + β.
+ */
+__global__ void
+grn_tail_kernel(int rows, int out, float *zgv, const float *r, const float *bg, const float *bv,
+                const float *g, const float *beta, float *xhat, float *rstd, float *y)
+{
+    int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    if (row >= rows)
+        return;
+    size_t o = (size_t)row * out;
+    float *zg = zgv + o, *zv = zgv + (size_t)rows * out + o, *xh = xhat + o;
+    const float *rr = r + o;
+    float sum = 0.0f;
+    for (int c = lane; c < out; c += WARP) {
+        float sg = 1.0f / (1.0f + expf(-(zg[c] + bg[c])));
+        float lin = zv[c] + bv[c];
+        float x = rr[c] + sg * lin;
+        zg[c] = sg;
+        zv[c] = lin;
+        xh[c] = x;
+        sum += x;
+    }
+    float mean = warp_sum(sum) / (float)out;
+    float var = 0.0f;
+    for (int c = lane; c < out; c += WARP)
+        var += (xh[c] - mean) * (xh[c] - mean);
+    var = warp_sum(var) / (float)out;
+    float rs = 1.0f / sqrtf(var + 1e-5f);
+    if (lane == 0)
+        rstd[row] = rs;
+    for (int c = lane; c < out; c += WARP) {
+        float v = (xh[c] - mean) * rs;
+        xh[c] = v;
+        y[o + c] = v * g[c] + beta[c];
+    }
+}
+
+int
+fox__cuda_grn_tail(cudaStream_t s, int rows, int out, float *zgv, const float *r, const float *bg,
+                   const float *bv, const float *g, const float *beta, float *xhat, float *rstd,
+                   float *y)
+{
+    const int per_block = 8;
+    grn_tail_kernel<<<(rows + per_block - 1) / per_block, per_block * WARP, 0, s>>>(
+        rows, out, zgv, r, bg, bv, g, beta, xhat, rstd, y);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+/*
+ * One warp per row: du = rstd·(dx̂ − mean(dx̂) − x̂·mean(dx̂ ⊙ x̂)), dx̂ = dy ⊙ γ;
+ * dyx = dy ⊙ x̂, whose column sums (a gemv) give dγ.
+ */
+__global__ void
+ln_bwd_kernel(int rows, int out, const float *dy, const float *xhat, const float *rstd,
+              const float *g, float *du, float *dyx)
+{
+    int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    if (row >= rows)
+        return;
+    size_t o = (size_t)row * out;
+    float m1 = 0.0f, m2 = 0.0f;
+    for (int c = lane; c < out; c += WARP) {
+        float dxh = dy[o + c] * g[c];
+        m1 += dxh;
+        m2 += dxh * xhat[o + c];
+    }
+    m1 = warp_sum(m1) / (float)out;
+    m2 = warp_sum(m2) / (float)out;
+    float rs = rstd[row];
+    for (int c = lane; c < out; c += WARP) {
+        float d = dy[o + c], xh = xhat[o + c];
+        du[o + c] = rs * (d * g[c] - m1 - xh * m2);
+        dyx[o + c] = d * xh;
+    }
+}
+
+int
+fox__cuda_ln_bwd(cudaStream_t s, int rows, int out, const float *dy, const float *xhat,
+                 const float *rstd, const float *g, float *du, float *dyx)
+{
+    const int per_block = 8;
+    ln_bwd_kernel<<<(rows + per_block - 1) / per_block, per_block * WARP, 0, s>>>(
+        rows, out, dy, xhat, rstd, g, du, dyx);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+/* d(pre-gate) = du·lin·σ(1 − σ), d lin = du·σ. */
+__global__ void
+glu_bwd_kernel(int rows, int out, long long fwd_stride, const float *zgv, const float *du,
+               float *dzgv)
+{
+    size_t n = (size_t)rows * out;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        float sg = zgv[k], lin = zgv[(size_t)fwd_stride + k], d = du[k];
+        dzgv[k] = d * lin * sg * (1.0f - sg);
+        dzgv[n + k] = d * sg;
+    }
+}
+
+int
+fox__cuda_glu_bwd(cudaStream_t s, int rows, int out, long long fwd_stride, const float *zgv,
+                  const float *du, float *dzgv)
+{
+    glu_bwd_kernel<<<grid_for((size_t)rows * out, 256), 256, 0, s>>>(rows, out, fwd_stride, zgv,
+                                                                      du, dzgv);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Dueling (twin of dueling_fwd + log_softmax_rows + expected_z)                              */
+
+/*
+ * One warp per (row, flat action): logit_j = V_j + A_a,j − mean_a′ A_a′,j
+ * with the output biases added here (out holds the products only), then
+ * log_softmax over the atoms and q = Σ_j p_j·z_j. The logits are recomputed
+ * in each pass rather than kept, so any atom count works.
+ */
+__global__ void
+dueling_kernel(int rows, fox_cuda_dims dm, const float *out, fox_cuda_c51_bias bias,
+               const float *z, float *logp, float *q)
+{
+    size_t wid = blockIdx.x * (size_t)(blockDim.x / WARP) + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP, NA = dm.NA;
+    if (wid >= (size_t)rows * dm.NAct)
+        return;
+    size_t row = wid / dm.NAct;
+    int act = (int)(wid % dm.NAct), d = branch_of(dm, act), n = dm.bsize[d];
+    int a = act - dm.boff[d];
+    const float *orow = out + row * dm.OW;
+    const float *A = orow + NA + (size_t)dm.boff[d] * NA, *bb = bias.bb2[d];
+#define LOGIT(j, dst)                                                                              \
+    do {                                                                                           \
+        float mean_ = 0.0f;                                                                        \
+        for (int a2 = 0; a2 < n; a2++)                                                             \
+            mean_ += A[a2 * NA + (j)] + bb[a2 * NA + (j)];                                         \
+        mean_ /= (float)n;                                                                         \
+        dst = orow[(j)] + bias.bv2[(j)] + (A[a * NA + (j)] + bb[a * NA + (j)]) - mean_;            \
+    } while (0)
+    float mx = -INFINITY;
+    for (int j = lane; j < NA; j += WARP) {
+        float v;
+        LOGIT(j, v);
+        mx = fmaxf(mx, v);
+    }
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int j = lane; j < NA; j += WARP) {
+        float v;
+        LOGIT(j, v);
+        sum += expf(v - mx);
+    }
+    float lse = mx + logf(warp_sum(sum));
+    float e = 0.0f;
+    float *lp = logp + wid * NA;
+    for (int j = lane; j < NA; j += WARP) {
+        float v;
+        LOGIT(j, v);
+        v -= lse;
+        lp[j] = v;
+        e += expf(v) * z[j];
+    }
+#undef LOGIT
+    e = warp_sum(e);
+    if (lane == 0)
+        q[wid] = e;
+}
+
+int
+fox__cuda_dueling(cudaStream_t s, int rows, const fox_cuda_dims *dm, const float *out,
+                  fox_cuda_c51_bias bias, const float *z, float *logp, float *q)
+{
+    size_t warps = (size_t)rows * dm->NAct;
+    const int per_block = 8;
+    dueling_kernel<<<(unsigned int)((warps + per_block - 1) / per_block), per_block * WARP, 0,
+                     s>>>(rows, *dm, out, bias, z, logp, q);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* IQN (twins of iqn_fwd's elementwise parts and iqn_bwd)                                     */
+
+/* cos(π·k·τ) for k = 0..NC−1 (k = 0 gives the constant 1), rows of τ. */
+__global__ void
+iqn_cos_kernel(int rows, int NC, const float *tau, float *cosf_)
+{
+    size_t n = (size_t)rows * NC;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x)
+        cosf_[k] = cosf(PI_F * (float)(int)(k % NC) * tau[k / NC]);
+}
+
+int
+fox__cuda_iqn_cos(cudaStream_t s, int rows, int NC, const float *tau, float *cosf_)
+{
+    iqn_cos_kernel<<<grid_for((size_t)rows * NC, 256), 256, 0, s>>>(rows, NC, tau, cosf_);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+/*
+ * φ = ReLU(pre + bφ) in place and x = h_s2 ⊙ φ, for the online half
+ * (rows [0, rows)) and the target half (the next rows) at once.
+ */
+__global__ void
+iqn_phi_kernel(int rows, int H2, int NT, float *phi, float *x, const float *bphi_on,
+               const float *bphi_tg, const float *h_on, const float *h_tg)
+{
+    size_t half = (size_t)rows * H2, n = 2 * half;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        int tgt = k >= half;
+        size_t kk = k - (tgt ? half : 0);
+        size_t r = kk / H2;
+        int c = (int)(kk % H2);
+        float v = phi[k] + (tgt ? bphi_tg : bphi_on)[c];
+        v = v < 0.0f ? 0.0f : v;
+        phi[k] = v;
+        x[k] = (tgt ? h_tg : h_on)[(r / NT) * H2 + c] * v;
+    }
+}
+
+int
+fox__cuda_iqn_phi(cudaStream_t s, int rows, int H2, int NT, float *phi, float *x,
+                  const float *bphi_on, const float *bphi_tg, const float *h_on, const float *h_tg)
+{
+    iqn_phi_kernel<<<grid_for(2 * (size_t)rows * H2, 256), 256, 0, s>>>(rows, H2, NT, phi, x,
+                                                                        bphi_on, bphi_tg, h_on,
+                                                                        h_tg);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+/*
+ * Thread per (b, k): d h_s2[b, k] += Σ_i dx[b·NT+i, k]·φ (in i order, as the
+ * CPU adds them), then dx becomes dφ = dx·h·[φ > 0] in place.
+ */
+__global__ void
+iqn_bwd_kernel(int B, int NT, int H2, float *d_x, const float *phi, const float *h, float *dh_s2)
+{
+    size_t n = (size_t)B * H2;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        size_t b = k / H2;
+        int c = (int)(k % H2);
+        float dh = dh_s2[k], hv = h[k];
+        for (int i = 0; i < NT; i++) {
+            size_t at = (b * NT + i) * H2 + c;
+            float dx = d_x[at], ph = phi[at];
+            dh += dx * ph;
+            d_x[at] = ph <= 0.0f ? 0.0f : dx * hv;
+        }
+        dh_s2[k] = dh;
+    }
+}
+
+int
+fox__cuda_iqn_bwd(cudaStream_t s, int B, int NT, int H2, float *d_x, const float *phi,
+                  const float *h, float *dh_s2)
+{
+    iqn_bwd_kernel<<<grid_for((size_t)B * H2, 256), 256, 0, s>>>(B, NT, H2, d_x, phi, h, dh_s2);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The loss kernel (twin of greedy_next, c51_targets, c51_loss, dueling_bwd, iqn_loss, aux_loss) */
+
+static __device__ __forceinline__ float
+huber(float x)
+{
+    float ax = fabsf(x);
+    return ax <= 1.0f ? 0.5f * x * x : ax - 0.5f;
+}
+
+static __device__ __forceinline__ float
+huber_grad(float x)
+{
+    return x > 1.0f ? 1.0f : x < -1.0f ? -1.0f : x;
+}
+
+#define LOSS_THREADS 128
+
+/*
+ * One block per sample b, 4 warps (D ≤ 4: warp d owns branch d's
+ * cross-entropy). Shared memory: p [D × NA] target probabilities, m
+ * [D × NA] projected targets, dl [D × NA] logit gradients at the chosen
+ * actions, and per atom j of the shifted support its bin (lo, weight).
+ */
+__global__ void
+loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
+{
+    extern __shared__ float sm[];
+    const int D = dm.D, NA = dm.NA, NAct = dm.NAct, NT = dm.NT, B = A.B;
+    float *p = sm, *m = sm + D * NA, *dl = sm + 2 * D * NA, *bj = sm + 3 * D * NA;
+    __shared__ int s_astar[FOX_MAX_BRANCHES], s_a[FOX_MAX_BRANCHES];
+    __shared__ double s_c51[FOX_MAX_BRANCHES], s_iqn[LOSS_THREADS];
+    __shared__ float s_prio[FOX_MAX_BRANCHES];
+    const int b = blockIdx.x, t = threadIdx.x, lane = t % WARP, warp = t / WARP;
+    const float w = A.w ? A.w[b] : 1.0f;
+    const float dz = (dm.v_max - dm.v_min) / (float)(NA - 1);
+
+    /* Double DQN: a*_d = argmax_a E_online[Z_d(s′, a)], ties to the lowest a. */
+    if (t < D) {
+        const float *qn = A.on_q + (size_t)(B + b) * NAct + dm.boff[t];
+        int best = 0;
+        float bq = qn[0];
+        for (int a = 1; a < dm.bsize[t]; a++)
+            if (qn[a] > bq) {
+                best = a;
+                bq = qn[a];
+            }
+        s_astar[t] = best;
+        A.a_star[b * D + t] = best;
+        s_a[t] = A.a[b * D + t];
+    }
+    /* The shifted support's bins, shared by every branch (c51_project). */
+    const float g = hp.gamma_n * (1.0f - A.done[b]), rb = A.r[b];
+    for (int j = t; j < NA; j += blockDim.x) {
+        float tz = rb + g * (dm.v_min + (float)j * dz);
+        tz = tz < dm.v_min ? dm.v_min : tz > dm.v_max ? dm.v_max : tz;
+        float bb = (tz - dm.v_min) / dz;
+        bb = bb < 0.0f ? 0.0f : bb > (float)(NA - 1) ? (float)(NA - 1) : bb;
+        bj[j] = bb;
+    }
+    __syncthreads();
+    for (int k = t; k < D * NA; k += blockDim.x) {
+        int d = k / NA, j = k % NA;
+        const float *lp = A.tg_logp + ((size_t)b * NAct + dm.boff[d] + s_astar[d]) * NA;
+        p[k] = expf(lp[j]);
+    }
+    __syncthreads();
+    /* Projection as a gather: atom i collects, in j order, what each j sends it. */
+    for (int k = t; k < D * NA; k += blockDim.x) {
+        int d = k / NA, i = k % NA;
+        const float *pd = p + d * NA;
+        float acc = 0.0f;
+        for (int j = 0; j < NA; j++) {
+            float bb = bj[j];
+            int l = (int)floorf(bb), u = (int)ceilf(bb);
+            if (l == u) {
+                if (l == i)
+                    acc += pd[j];
+            } else {
+                if (l == i)
+                    acc += pd[j] * ((float)u - bb);
+                if (u == i)
+                    acc += pd[j] * (bb - (float)l);
+            }
+        }
+        m[k] = acc;
+    }
+    __syncthreads();
+    if (hp.target_mode == FOX_TARGET_MEAN) {
+        for (int i = t; i < NA; i += blockDim.x) {
+            float mean = 0.0f;
+            for (int d = 0; d < D; d++)
+                mean += m[d * NA + i];
+            mean /= (float)D;
+            for (int d = 0; d < D; d++)
+                m[d * NA + i] = mean;
+        }
+        __syncthreads();
+    }
+    /* C51 cross-entropy of branch `warp` at its chosen action. */
+    if (warp < D) {
+        int d = warp;
+        const float *lp = A.on_logp + ((size_t)b * NAct + dm.boff[d] + s_a[d]) * NA;
+        const float *md = m + d * NA;
+        float coef = w / (float)(B * D);
+        float ce = 0.0f, msum = 0.0f, em = 0.0f, ep = 0.0f;
+        for (int j = lane; j < NA; j += WARP) {
+            ce -= md[j] * lp[j];
+            msum += md[j];
+            em += md[j] * A.z[j];
+            ep += expf(lp[j]) * A.z[j];
+        }
+        ce = warp_sum(ce);
+        msum = warp_sum(msum);
+        em = warp_sum(em);
+        ep = warp_sum(ep);
+        for (int j = lane; j < NA; j += WARP)
+            dl[d * NA + j] = coef * (expf(lp[j]) * msum - md[j]);
+        if (lane == 0) {
+            s_c51[d] = (double)(coef * ce);
+            s_prio[d] = fabsf(em - ep);
+        }
+    }
+    __syncthreads();
+    /* Dueling backward into the packed output gradient: dV = Σ_d dl_d; dA = [a = a_d]·dl − dl/n. */
+    float *dout = A.dout + (size_t)b * dm.OW;
+    for (int c = t; c < NA + NAct * NA; c += blockDim.x) {
+        if (c < NA) {
+            float sdv = 0.0f;
+            for (int d = 0; d < D; d++)
+                sdv += dl[d * NA + c];
+            dout[c] = sdv;
+        } else {
+            int k = c - NA, act = k / NA, j = k % NA, d = branch_of(dm, act);
+            float v = dl[d * NA + j];
+            dout[c] = (act - dm.boff[d] == s_a[d] ? v : 0.0f) - v / (float)dm.bsize[d];
+        }
+    }
+    /* IQN quantile Huber: thread per (i, flat action); only each branch's chosen action is live. */
+    s_iqn[t] = 0.0;
+    for (int k = t; k < NT * NAct; k += blockDim.x) {
+        int i = k / NAct, c = k % NAct, d = branch_of(dm, c);
+        int col = dm.boff[d] + s_a[d];
+        float val = 0.0f;
+        if (c == col) {
+            int col_t = dm.boff[d] + s_astar[d];
+            float coef = w / (float)(B * D) / (float)NT;
+            float theta = A.iq_q[((size_t)b * NT + i) * NAct + col] + A.bq_on[col];
+            float tau = A.tau[b * NT + i], rho = 0.0f, drho = 0.0f;
+            const float *qt = A.iq_q + (size_t)B * NT * NAct;
+            for (int j = 0; j < NT; j++) {
+                float th_t = rb + g * (qt[((size_t)b * NT + j) * NAct + col_t] + A.bq_tg[col_t]);
+                float delta = th_t - theta;
+                float wq = fabsf(tau - (delta < 0.0f ? 1.0f : 0.0f));
+                rho += wq * huber(delta);
+                drho += wq * huber_grad(delta);
+            }
+            s_iqn[t] += (double)(coef * rho);
+            val = -(hp.iqn_lambda * coef * drho);
+        }
+        A.d_q[((size_t)b * NT + i) * NAct + c] = val;
+    }
+    __syncthreads();
+    if (t == 0) {
+        double c51 = 0.0, iqn = 0.0;
+        float prio = 0.0f;
+        for (int d = 0; d < D; d++) {
+            c51 += s_c51[d];
+            prio += s_prio[d];
+        }
+        for (int k = 0; k < (int)blockDim.x; k++)
+            iqn += s_iqn[k];
+        /* Aux: next-bar MSE (weighted) and regime CE (unweighted), each over B. */
+        float lam = hp.aux_lambda, scale = *hp.aux_scale;
+        scale = scale > 1e-8f ? scale : 1e-8f;
+        const float *orow = A.on_out + (size_t)b * dm.OW;
+        float err = orow[dm.out_ret] + A.auxr_b2[0] - A.aux_ret[b] / scale;
+        double ret = (double)(w * err * err / (float)B);
+        dout[dm.out_ret] = lam * 2.0f * w * err / (float)B;
+        float lg[4], mx = -INFINITY, sum = 0.0f;
+        for (int k = 0; k < dm.NR; k++) {
+            lg[k] = orow[dm.out_reg + k] + A.auxg_b2[k];
+            mx = lg[k] > mx ? lg[k] : mx;
+        }
+        for (int k = 0; k < dm.NR; k++)
+            sum += expf(lg[k] - mx);
+        float lse = mx + logf(sum);
+        int label = A.regime[b];
+        double reg = -(double)((lg[label] - lse) / (float)B);
+        for (int k = 0; k < dm.NR; k++)
+            dout[dm.out_reg + k] = lam * (expf(lg[k] - lse) - (k == label ? 1.0f : 0.0f)) / (float)B;
+        A.parts[(size_t)b * 4 + 0] = c51;
+        A.parts[(size_t)b * 4 + 1] = iqn;
+        A.parts[(size_t)b * 4 + 2] = ret;
+        A.parts[(size_t)b * 4 + 3] = reg;
+        A.prio[b] = prio;
+    }
+}
+
+int
+fox__cuda_loss(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_loss_hp *hp,
+               const fox_cuda_loss_args *a)
+{
+    size_t smem = (size_t)(3 * dm->D * dm->NA + dm->NA) * sizeof(float);
+    loss_kernel<<<a->B, LOSS_THREADS, smem, s>>>(*dm, *hp, *a);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Packing the heads' first layers                                                            */
+
+static __device__ __forceinline__ int
+head_of(const int *start, int x)
+{
+    int h = 0;
+    while (h + 1 < FOX_CUDA_HEADS && x >= start[h + 1])
+        h++;
+    return h;
+}
+
+/* wpk [2][HW × H2], bpk [2][HW] from the online and target parameters (np apart). */
+__global__ void
+head_pack_kernel(fox_cuda_dims dm, fox_cuda_heads hd, const float *params, size_t np, float *wpk,
+                 float *bpk)
+{
+    size_t nw = (size_t)dm.HW * dm.H2, per = nw + dm.HW, n = 2 * per;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        int which = k >= per;
+        size_t e = k - (which ? per : 0);
+        const float *P = params + (which ? np : 0);
+        if (e < nw) {
+            int row = (int)(e / dm.H2), col = (int)(e % dm.H2), h = head_of(hd.hid0, row);
+            wpk[which * nw + e] = P[hd.w1[h] + (size_t)(row - hd.hid0[h]) * dm.H2 + col];
+        } else {
+            int row = (int)(e - nw), h = head_of(hd.hid0, row);
+            bpk[which * dm.HW + row] = P[hd.b1[h] + (row - hd.hid0[h])];
+        }
+    }
+}
+
+int
+fox__cuda_head_pack(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_heads *hd,
+                    const float *params, size_t np, float *wpk, float *bpk)
+{
+    size_t n = 2 * ((size_t)dm->HW * dm->H2 + dm->HW);
+    head_pack_kernel<<<grid_for(n, 256), 256, 0, s>>>(*dm, *hd, params, np, wpk, bpk);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+/* The packed gradients back into the parameter layout: W1 rows, b1, and every head's b2. */
+__global__ void
+head_unpack_kernel(fox_cuda_dims dm, fox_cuda_heads hd, const float *dwpk, const float *dbpk,
+                   const float *dbout, float *grads)
+{
+    size_t nw = (size_t)dm.HW * dm.H2, n = nw + dm.HW + dm.OW;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        if (k < nw) {
+            int row = (int)(k / dm.H2), col = (int)(k % dm.H2), h = head_of(hd.hid0, row);
+            grads[hd.w1[h] + (size_t)(row - hd.hid0[h]) * dm.H2 + col] = dwpk[k];
+        } else if (k < nw + dm.HW) {
+            int row = (int)(k - nw), h = head_of(hd.hid0, row);
+            grads[hd.b1[h] + (row - hd.hid0[h])] = dbpk[row];
+        } else {
+            int c = (int)(k - nw - dm.HW), h = head_of(hd.out0, c);
+            grads[hd.b2[h] + (c - hd.out0[h])] = dbout[c];
+        }
+    }
+}
+
+int
+fox__cuda_head_unpack(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_heads *hd,
+                      const float *dwpk, const float *dbpk, const float *dbout, float *grads)
+{
+    size_t n = (size_t)dm->HW * dm->H2 + dm->HW + dm->OW;
+    head_unpack_kernel<<<grid_for(n, 256), 256, 0, s>>>(*dm, *hd, dwpk, dbpk, dbout, grads);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}

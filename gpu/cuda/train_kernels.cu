@@ -1,0 +1,540 @@
+/*
+ * train_kernels.cu — the device side of a full step around the network:
+ * environments and n-step collection, the replay ring and its sampling,
+ * the batch gather, the optimizer (isfinite guard, global norm, clip, Adam),
+ * the target update and the ISV bookkeeping.
+ *
+ * Twins: gpu/cpu/backend.c (collect, emit_oldest, env_reset, gather_batch,
+ * isv_ema), gpu/cpu/optim.c (sanitize, norm, clip scale, Adam, target
+ * sync) and gpu/env.h, which both backends run as is. Random numbers come
+ * from rng.h's counter form keyed by (stream seed, step counter, index), so
+ * nothing is drawn on the host and a captured graph replays new draws; the
+ * streams therefore differ from the CPU backend's sequential ones (same
+ * distributions, different values). Every counter a kernel needs is read
+ * from fox_cuda_ctl in device memory.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include <cub/block/block_scan.cuh>
+
+#include "cuda_impl.h"
+#include "../isv.h"
+
+#define WARP 32
+#define FULL_MASK 0xffffffffu
+
+/* Key offsets of the counter-based streams, so that no two uses share a draw. */
+#define SLOT_RESET 15   /* per env and step: 2 per branch for ε-greedy, 15 for a reset */
+#define SLOTS_PER_ENV 16
+
+static unsigned int
+grid_for(size_t n, int threads)
+{
+    size_t g = (n + (size_t)threads - 1) / (size_t)threads;
+    if (g > 4096)
+        g = 4096;
+    return (unsigned int)(g > 0 ? g : 1);
+}
+
+/* fox_rng_below of a draw already made. */
+static __device__ __forceinline__ uint32_t
+below_bits(uint64_t bits, uint32_t n)
+{
+    return (uint32_t)(((bits >> 32) * (uint64_t)n) >> 32);
+}
+
+/* Sum of v over the block (blockDim a multiple of 32, at most 1024); every thread gets it. */
+static __device__ double
+block_sum(double v)
+{
+    __shared__ double part[32];
+    int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP, nw = blockDim.x / WARP;
+    for (int o = WARP / 2; o > 0; o >>= 1)
+        v += __shfl_xor_sync(FULL_MASK, v, o);
+    __syncthreads();
+    if (lane == 0)
+        part[warp] = v;
+    __syncthreads();
+    double s = 0.0;
+    for (int k = 0; k < nw; k++)
+        s += part[k];
+    return s;
+}
+
+/* Pearl A EMA: the zero sentinel is replaced by the first observation (isv_ema). */
+static __device__ __forceinline__ void
+isv_ema(float *isv, int slot, double x, double alpha)
+{
+    float old = isv[slot];
+    isv[slot] = old == 0.0f ? (float)x : (float)((1.0 - alpha) * old + alpha * x);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Optimizer (twins of optim.c)                                                               */
+
+/* isfinite guard in place and one partial Σ g² (double) per block. */
+__global__ void
+grad_norm_kernel(size_t n, float *g, double *partial)
+{
+    double acc = 0.0;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        float v = g[k];
+        if (!isfinite(v)) {
+            v = 0.0f;
+            g[k] = 0.0f;
+        }
+        acc += (double)v * (double)v;
+    }
+    acc = block_sum(acc);
+    if (threadIdx.x == 0)
+        partial[blockIdx.x] = acc;
+}
+
+int
+fox__cuda_grad_norm(cudaStream_t s, size_t n, float *g, double *partial)
+{
+    grad_norm_kernel<<<FOX_CUDA_NORM_BLOCKS, 256, 0, s>>>(n, g, partial);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+/* The global norm from the partials, summed in one fixed order by every caller. */
+static __device__ double
+norm_of(const double *partial)
+{
+    __shared__ double s_norm;
+    if (threadIdx.x < WARP) {
+        double v = 0.0;
+        for (int k = threadIdx.x; k < FOX_CUDA_NORM_BLOCKS; k += WARP)
+            v += partial[k];
+        for (int o = WARP / 2; o > 0; o >>= 1)
+            v += __shfl_xor_sync(FULL_MASK, v, o);
+        if (threadIdx.x == 0)
+            s_norm = sqrt(v);
+    }
+    __syncthreads();
+    return s_norm;
+}
+
+/* fox_cpu_clip_scale. */
+static __device__ __forceinline__ float
+clip_scale(double norm, float max_norm)
+{
+    if (!isfinite(norm))
+        return 0.0f;
+    if (!(max_norm > 0.0f) || norm <= (double)max_norm)
+        return 1.0f;
+    return (float)((double)max_norm / norm);
+}
+
+/* Adam at step t = adam_t + 1 (the finish kernel counts it afterwards). */
+__global__ void
+adam_kernel(size_t n, float *params, const float *g, float *m, float *v, const double *partial,
+            fox_cuda_optim_cfg oc, const fox_cuda_ctl *ctl)
+{
+    float scale = clip_scale(norm_of(partial), oc.clip);
+    double t = (double)(ctl->adam_t + 1);
+    float bc1 = (float)(1.0 - pow((double)oc.b1, t));
+    float bc2 = (float)(1.0 - pow((double)oc.b2, t));
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        float gk = g[k] * scale;
+        float mk = oc.b1 * m[k] + (1.0f - oc.b1) * gk;
+        float vk = oc.b2 * v[k] + (1.0f - oc.b2) * gk * gk;
+        m[k] = mk;
+        v[k] = vk;
+        float mhat = mk / bc1, vhat = vk / bc2;
+        params[k] -= oc.lr * mhat / (sqrtf(vhat) + oc.eps);
+    }
+}
+
+int
+fox__cuda_adam(cudaStream_t s, size_t n, float *params, const float *g, float *m, float *v,
+               const double *partial, const fox_cuda_optim_cfg *oc, const fox_cuda_ctl *ctl)
+{
+    adam_kernel<<<grid_for(n, 256), 256, 0, s>>>(n, params, g, m, v, partial, *oc, ctl);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+/* One block: the step's losses (Σ over samples in double), grad-norm EMA, counters. */
+__global__ void
+finish_kernel(int B, const double *parts, const double *partial, fox_cuda_optim_cfg oc,
+              fox_cuda_ctl *ctl, float *isv)
+{
+    double acc[4];
+    for (int q = 0; q < 4; q++) {
+        double v = 0.0;
+        for (int b = threadIdx.x; b < B; b += blockDim.x)
+            v += parts[(size_t)b * 4 + q];
+        acc[q] = block_sum(v);
+    }
+    double norm = norm_of(partial);
+    if (threadIdx.x == 0) {
+        double total = acc[0] + (double)oc.iqn_lambda * acc[1] + (double)oc.aux_lambda * (acc[2] + acc[3]);
+        ctl->loss = (float)total;
+        ctl->loss_c51 = (float)acc[0];
+        ctl->loss_iqn = (float)acc[1];
+        ctl->loss_aux = (float)(acc[2] + acc[3]);
+        ctl->grad_norm = (float)norm;
+        ctl->adam_t++;
+        ctl->train_steps++;
+        ctl->trained++;
+        isv_ema(isv, FOX_ISV_GRAD_NORM_EMA, norm, 0.01);
+    }
+}
+
+int
+fox__cuda_finish(cudaStream_t s, int B, const double *parts, const double *partial,
+                 const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl, float *isv_dev)
+{
+    finish_kernel<<<1, 256, 0, s>>>(B, parts, partial, *oc, ctl, isv_dev);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+/*
+ * Target update after the step was counted: Polyak every step, or a hard
+ * copy every target_sync train steps (the grid exits at once otherwise).
+ */
+__global__ void
+target_kernel(size_t n, const float *params, float *target, fox_cuda_optim_cfg oc,
+              const fox_cuda_ctl *ctl)
+{
+    int soft = oc.polyak > 0.0f && oc.polyak < 1.0f;
+    if (!(oc.polyak > 0.0f) && ctl->train_steps % oc.target_sync != 0)
+        return;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x)
+        target[k] = soft ? (1.0f - oc.polyak) * target[k] + oc.polyak * params[k] : params[k];
+}
+
+int
+fox__cuda_target(cudaStream_t s, size_t n, const float *params, float *target,
+                 const fox_cuda_optim_cfg *oc, const fox_cuda_ctl *ctl)
+{
+    target_kernel<<<grid_for(n, 256), 256, 0, s>>>(n, params, target, *oc, ctl);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* ISV                                                                                        */
+
+/* AUX_LABEL_SCALE_EMA ← EMA(mean |aux label|), α 0.01, before the loss reads it. */
+__global__ void
+aux_scale_kernel(int B, const float *aux, float *isv)
+{
+    double v = 0.0;
+    for (int b = threadIdx.x; b < B; b += blockDim.x)
+        v += fabsf(aux[b]);
+    v = block_sum(v);
+    if (threadIdx.x == 0)
+        isv_ema(isv, FOX_ISV_AUX_LABEL_SCALE_EMA, v / B, 0.01);
+}
+
+int
+fox__cuda_aux_scale(cudaStream_t s, int B, const float *aux, float *isv_dev)
+{
+    aux_scale_kernel<<<1, 256, 0, s>>>(B, aux, isv_dev);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+/* Q_ABS_REF ← EMA(mean |E[Q]| of the last collection), α 0.05, once per chunk like the CPU. */
+__global__ void
+qabs_kernel(int n, const float *q, float *isv)
+{
+    double v = 0.0;
+    for (int k = threadIdx.x; k < n; k += blockDim.x)
+        v += fabsf(q[k]);
+    v = block_sum(v);
+    if (threadIdx.x == 0)
+        isv_ema(isv, FOX_ISV_Q_ABS_REF, v / n, 0.05);
+}
+
+int
+fox__cuda_qabs(cudaStream_t s, int n, const float *q, float *isv_dev)
+{
+    qabs_kernel<<<1, 256, 0, s>>>(n, q, isv_dev);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+/*
+ * The device copy of the ISV to the mapped-pinned one the host reads. Slot
+ * by slot with plain stores: a reader may see a mix of two steps, never a
+ * torn float.
+ */
+__global__ void
+publish_kernel(const float *src, float *dst, int n)
+{
+    for (int k = threadIdx.x; k < n; k += blockDim.x)
+        dst[k] = src[k];
+}
+
+int
+fox__cuda_publish(cudaStream_t s, const float *isv_dev, float *isv_host, int n)
+{
+    publish_kernel<<<1, 256, 0, s>>>(isv_dev, isv_host, n);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Environments and collection (twins of backend.c's env_reset, collect, emit_oldest)         */
+
+static __device__ void
+env_reset(fox_cuda_env *e, const fox_cuda_collect_cfg &c, fox_cuda_fold f, uint64_t bits)
+{
+    /* Leave room for at least n steps before the segment's last bar. */
+    int span = f.train_end - 1 - f.train_begin - c.n_step;
+    e->bar = f.train_begin + (int)below_bits(bits, (uint32_t)(span > 1 ? span : 1));
+    e->steps = 0;
+    e->st.pos = 0.0f;
+    e->st.entry = c.bars.close[e->bar];
+    e->st.held = 0;
+    e->wstart = 0;
+    e->wlen = 0;
+}
+
+__global__ void
+env_reset_kernel(fox_cuda_collect_cfg c, const fox_cuda_fold *fold, fox_cuda_env *envs,
+                 uint64_t gen)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= c.N)
+        return;
+    uint64_t key = ((gen + 1) * (uint64_t)c.N + (uint64_t)i) * SLOTS_PER_ENV + SLOT_RESET;
+    env_reset(&envs[i], c, *fold, fox_rng_at(c.seed ^ 0xbe61f01dULL, key));
+}
+
+int
+fox__cuda_env_reset(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_cuda_fold *fold,
+                    fox_cuda_env *envs, uint64_t gen)
+{
+    env_reset_kernel<<<(c->N + 255) / 256, 256, 0, s>>>(*c, fold, envs, gen);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+/* fox__state_build on the device: features of bar t, zeros, portfolio in the last 3. */
+static __device__ __forceinline__ float
+state_at(const fox_cuda_collect_cfg &c, int t, const float port[3], int k)
+{
+    if (k >= c.S - 3)
+        return port[k - (c.S - 3)];
+    return k < c.n_feat ? c.norm[(size_t)t * c.n_feat + k] : 0.0f;
+}
+
+__global__ void
+collect_state_kernel(fox_cuda_collect_cfg c, const fox_cuda_env *envs, float *X)
+{
+    size_t n = (size_t)c.N * c.S;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        int i = (int)(k / c.S), col = (int)(k % c.S);
+        fox_cuda_env e = envs[i];
+        float port[3];
+        fox_env_portfolio(&e.st, c.bars.close[e.bar], port);
+        X[k] = state_at(c, e.bar, port, col);
+    }
+}
+
+int
+fox__cuda_collect_state(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_cuda_env *envs,
+                        float *X)
+{
+    collect_state_kernel<<<grid_for((size_t)c->N * c->S, 256), 256, 0, s>>>(*c, envs, X);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+/*
+ * Thread per environment: greedy action from q, ε-greedy per branch, one
+ * env.h step, the n-step window, and the transitions it emits this step
+ * (staged [N × n_step], count in counts[i]; collect_push orders them into
+ * the ring). ε follows the CPU: eps_start until the ring is ready, then
+ * the linear decay over train steps; both read from ctl.
+ */
+__global__ void
+collect_act_kernel(fox_cuda_collect_cfg c, const fox_cuda_fold *fold, fox_cuda_env *envs,
+                   int32_t *wbar, float *wport, uint32_t *wa, float *wr, const float *q,
+                   fox_cuda_ctl *ctl, fox_cuda_trans *staged, int *counts)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    int ready = ctl->ring_size >= c.learning_starts && ctl->ring_size >= c.batch;
+    double frac = (double)ctl->train_steps / (double)c.eps_decay_steps;
+    if (frac > 1.0)
+        frac = 1.0;
+    float eps = ready ? (float)(c.eps_start + (c.eps_end - c.eps_start) * frac) : c.eps_start;
+    if (i == 0)
+        ctl->eps = eps;
+    if (i >= c.N)
+        return;
+    fox_cuda_fold f = *fold;
+    fox_cuda_env e = envs[i];
+    uint64_t key = ((uint64_t)ctl->step * (uint64_t)c.N + (uint64_t)i) * SLOTS_PER_ENV;
+    int32_t a[4] = {0, 0, 0, 0};
+    const float *qi = q + (size_t)i * c.NAct;
+    for (int d = 0; d < c.D; d++) {
+        const float *qd = qi + c.boff[d];
+        int best = 0;
+        for (int k = 1; k < c.bsize[d]; k++)
+            if (qd[k] > qd[best])
+                best = k;
+        a[d] = best;
+        if (fox_rng_unit(fox_rng_at(c.seed, key + 2 * d)) < eps)
+            a[d] = (int32_t)below_bits(fox_rng_at(c.seed, key + 2 * d + 1), (uint32_t)c.bsize[d]);
+    }
+    float port[3];
+    fox_env_portfolio(&e.st, c.bars.close[e.bar], port);
+    fox_env_fill fill = fox_env_step(&c.envp, &c.bars, e.bar, &e.st, a);
+    int n = c.n_step;
+    size_t w0 = (size_t)i * n;
+    int slot = (e.wstart + e.wlen) % n;
+    wbar[w0 + slot] = e.bar;
+    for (int k = 0; k < 3; k++)
+        wport[(w0 + slot) * 3 + k] = port[k];
+    wa[w0 + slot] = (uint32_t)a[0] | (uint32_t)a[1] << 8 | (uint32_t)a[2] << 16 |
+                    (uint32_t)a[3] << 24;
+    wr[w0 + slot] = fill.reward;
+    e.wlen++;
+    e.bar++;
+    e.steps++;
+    float port_now[3];
+    fox_env_portfolio(&e.st, c.bars.close[e.bar], port_now);
+    int ended = e.bar + 1 >= f.train_end || e.steps >= c.episode_len;
+    int emit = ended ? e.wlen : e.wlen == n ? 1 : 0;
+    for (int k = 0; k < emit; k++) {
+        /* The oldest entry bootstraps from the current state (emit_oldest). */
+        fox_cuda_trans t;
+        float g = 1.0f, R = 0.0f;
+        for (int j = 0; j < e.wlen; j++) {
+            R += g * wr[w0 + (e.wstart + j) % n];
+            g *= c.gamma;
+        }
+        size_t o = w0 + e.wstart;
+        t.bar = wbar[o];
+        t.bar_next = e.bar;
+        for (int j = 0; j < 3; j++) {
+            t.port[j] = wport[o * 3 + j];
+            t.port_next[j] = port_now[j];
+        }
+        uint32_t packed = wa[o];
+        for (int j = 0; j < 4; j++)
+            t.a[j] = (uint8_t)(packed >> (8 * j));
+        t.r = R;
+        t.done = ended ? 1.0f : 0.0f;
+        staged[w0 + k] = t;
+        e.wstart = (e.wstart + 1) % n;
+        e.wlen--;
+    }
+    counts[i] = emit;
+    if (ended)
+        env_reset(&e, c, f, fox_rng_at(c.seed, key + SLOT_RESET));
+    envs[i] = e;
+}
+
+int
+fox__cuda_collect_act(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_cuda_fold *fold,
+                      fox_cuda_env *envs, int32_t *wbar, float *wport, uint32_t *wa, float *wr,
+                      const float *q, fox_cuda_ctl *ctl, fox_cuda_trans *staged, int *counts)
+{
+    collect_act_kernel<<<(c->N + 127) / 128, 128, 0, s>>>(*c, fold, envs, wbar, wport, wa, wr, q,
+                                                          ctl, staged, counts);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+#define PUSH_THREADS 1024
+
+/*
+ * One block: an exclusive scan of the emission counts, tile by tile, puts
+ * every staged transition into the ring in environment order (the CPU's
+ * push order), then advances the ring and the step counters.
+ */
+__global__ void
+collect_push_kernel(int N, int n_step, int capacity, const fox_cuda_trans *staged,
+                    const int *counts, fox_cuda_trans *ring, fox_cuda_ctl *ctl)
+{
+    typedef cub::BlockScan<int, PUSH_THREADS> scan_t;
+    __shared__ typename scan_t::TempStorage tmp;
+    int head = ctl->ring_head, total = 0;
+    for (int base = 0; base < N; base += PUSH_THREADS) {
+        int i = base + threadIdx.x;
+        int cnt = i < N ? counts[i] : 0, off, agg;
+        scan_t(tmp).ExclusiveSum(cnt, off, agg);
+        for (int k = 0; k < cnt; k++)
+            ring[(head + total + off + k) % capacity] = staged[(size_t)i * n_step + k];
+        total += agg;
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        ctl->ring_head = (head + total) % capacity;
+        ctl->ring_size = ctl->ring_size + total < capacity ? ctl->ring_size + total : capacity;
+        ctl->step++;
+        ctl->env_steps += N;
+    }
+}
+
+int
+fox__cuda_collect_push(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_cuda_trans *staged,
+                       const int *counts, fox_cuda_trans *ring, fox_cuda_ctl *ctl)
+{
+    collect_push_kernel<<<1, PUSH_THREADS, 0, s>>>(c->N, c->n_step, c->capacity, staged, counts,
+                                                   ring, ctl);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+/*
+ * Uniform sampling and the batch gather (gather_batch): thread per (b, k of
+ * S) rebuilds both states; the k = 0 thread copies the scalars, the first
+ * NT threads draw the IQN fractions. Draws are keyed by the train step.
+ */
+__global__ void
+gather_kernel(fox_cuda_collect_cfg c, const fox_cuda_trans *ring, const int8_t *regime, int NT,
+              const fox_cuda_ctl *ctl, fox_cuda_batch bt)
+{
+    int B = c.batch, S = c.S;
+    uint64_t seed = c.seed ^ 0x5a3b1eULL;
+    uint64_t base = (uint64_t)ctl->train_steps * ((uint64_t)B * (1 + 2 * (uint64_t)NT));
+    uint32_t size = (uint32_t)ctl->ring_size;
+    size_t n = (size_t)B * S;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        int b = (int)(k / S), col = (int)(k % S);
+        int32_t idx = (int32_t)below_bits(fox_rng_at(seed, base + b), size);
+        const fox_cuda_trans *t = &ring[idx];
+        bt.s2[k] = state_at(c, t->bar, t->port, col);
+        bt.s2[n + k] = state_at(c, t->bar_next, t->port_next, col);
+        if (col == 0) {
+            for (int d = 0; d < 4; d++)
+                bt.a[b * 4 + d] = t->a[d];
+            bt.r[b] = t->r;
+            bt.done[b] = t->done;
+            bt.aux[b] = logf(c.bars.close[t->bar + 1] / c.bars.close[t->bar]);
+            bt.regime[b] = regime[t->bar];
+            bt.idx[b] = idx;
+        }
+        for (int j = col; j < NT; j += S) {
+            uint64_t o = base + (uint64_t)B + (uint64_t)b * NT + j;
+            bt.tau[(size_t)b * NT + j] = fox_rng_unit(fox_rng_at(seed, o));
+            bt.tau[(size_t)B * NT + (size_t)b * NT + j] =
+                fox_rng_unit(fox_rng_at(seed, o + (uint64_t)B * NT));
+        }
+    }
+}
+
+int
+fox__cuda_gather(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_cuda_trans *ring,
+                 const int8_t *regime, int NT, const fox_cuda_ctl *ctl, const fox_cuda_batch *bt)
+{
+    gather_kernel<<<grid_for((size_t)c->batch * c->S, 256), 256, 0, s>>>(*c, ring, regime, NT, ctl,
+                                                                         *bt);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}

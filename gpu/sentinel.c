@@ -1,0 +1,213 @@
+/*
+ * sentinel.c — the sentinel table behind sentinel.h, its lookups, thresholds
+ * and the CPU twin of the fused check kernel.
+ *
+ * Everything is generated from FOX_SENTINEL_MAP. The checks here only answer
+ * "does this buffer fire"; the sticky flag write, the launch and the halts
+ * belong to the engine and the trainer.
+ */
+#include "sentinel.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <strings.h>
+
+#include "bounds.h"
+#include "error.h"
+#include "isv.h"
+
+static const fox_sentinel_slot_info table[FOX_SENTINEL_SLOTS] = {
+#define X(i, E, n, b, g, k, m, base, mult, pw, site, eng, doc)                                     \
+    [i] = {(i),                                                                                    \
+           #n,                                                                                     \
+           b,                                                                                      \
+           (g),                                                                                    \
+           FOX_SENT_KIND_##k,                                                                      \
+           FOX_SENT_MEASURE_##m,                                                                   \
+           FOX_SENT_BASE_##base,                                                                   \
+           (mult),                                                                                 \
+           (pw),                                                                                   \
+           FOX_SENT_SITE_##site,                                                                   \
+           FOX_SENT_ENGAGE_##eng,                                                                  \
+           doc},
+    FOX_SENTINEL_MAP(X)
+#undef X
+};
+
+/* Every slot 0..49 is in the map exactly once: -Woverride-init catches a twice, this a gap. */
+enum {
+#define X(i, E, n, b, g, k, m, base, mult, pw, site, eng, doc) +1
+    N_ENTRIES = 0 FOX_SENTINEL_MAP(X)
+#undef X
+};
+_Static_assert(N_ENTRIES == FOX_SENTINEL_SLOTS, "one map entry per sentinel slot");
+_Static_assert(FOX_SENT_H_S2_MAX_ABS == FOX_SENTINEL_SLOTS - 1, "slot 49 is the last");
+_Static_assert(FOX_SENT_D_H_S2_POST_IQN + 1 == FOX_SENT_HALT_END, "halts cover 0-35");
+
+const fox_sentinel_slot_info *
+fox_sentinel_info(int i)
+{
+    return i >= 0 && i < FOX_SENTINEL_SLOTS ? &table[i] : NULL;
+}
+
+const char *
+fox_sentinel_name(int i)
+{
+    return i >= 0 && i < FOX_SENTINEL_SLOTS ? table[i].name : NULL;
+}
+
+const char *
+fox_sentinel_buffer(int i)
+{
+    return i >= 0 && i < FOX_SENTINEL_SLOTS ? table[i].buffer : NULL;
+}
+
+const char *
+fox_sentinel_doc(int i)
+{
+    return i >= 0 && i < FOX_SENTINEL_SLOTS ? table[i].doc : NULL;
+}
+
+int
+fox_sentinel_index(const char *name)
+{
+    if (!name)
+        return -1;
+    for (int i = 0; i < FOX_SENTINEL_SLOTS; i++)
+        if (strcasecmp(table[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+int
+fox_sentinel_kind(int i)
+{
+    return i >= 0 && i < FOX_SENTINEL_SLOTS ? table[i].kind : -1;
+}
+
+const char *
+fox_sentinel_kind_name(int kind)
+{
+    switch (kind) {
+    case FOX_SENT_KIND_NONFINITE:
+        return "nonfinite";
+    case FOX_SENT_KIND_THRESHOLD:
+        return "threshold";
+    default:
+        return "?";
+    }
+}
+
+int
+fox_sentinel_rule_text(int i, char *buf, size_t len)
+{
+    const fox_sentinel_slot_info *s = fox_sentinel_info(i);
+    if (!s || !buf || len == 0)
+        return FOX_EINVAL;
+    int n;
+    if (s->site == FOX_SENT_SITE_NONE) {
+        n = snprintf(buf, len, "reserved: never fires");
+    } else if (s->kind == FOX_SENT_KIND_NONFINITE) {
+        n = snprintf(buf, len, "any NaN/Inf");
+    } else {
+        const char *eff = s->base == FOX_SENT_BASE_H_S2_RMS ? "h_eff" : "q_eff";
+        int slot = s->base == FOX_SENT_BASE_H_S2_RMS ? FOX_ISV_H_S2_RMS_EMA : FOX_ISV_Q_ABS_REF;
+        n = snprintf(buf, len, "%s >= %g x %s%s, %s = max(ISV[%d], 1)",
+                     s->measure == FOX_SENT_MEASURE_SPAN ? "max x - min x" : "max|x|",
+                     (double)s->mult, eff, s->power == 2 ? "^2" : "", eff, slot);
+    }
+    return n >= 0 && (size_t)n < len ? FOX_OK : FOX_EINVAL;
+}
+
+int
+fox_sentinel_threshold(int i, const float *isv, float *out)
+{
+    const fox_sentinel_slot_info *s = fox_sentinel_info(i);
+    if (!s || !isv || !out || s->kind != FOX_SENT_KIND_THRESHOLD)
+        return FOX_EINVAL;
+    float eff = fox_isv_eff(
+        isv[s->base == FOX_SENT_BASE_H_S2_RMS ? FOX_ISV_H_S2_RMS_EMA : FOX_ISV_Q_ABS_REF]);
+    float t = s->mult;
+    for (int p = 0; p < s->power; p++)
+        t *= eff;
+    *out = t;
+    return FOX_OK;
+}
+
+int
+fox_sentinel_is_halt(int i)
+{
+    return i >= 0 && i < FOX_SENT_HALT_END && table[i].site != FOX_SENT_SITE_NONE;
+}
+
+int
+fox_sentinel_group_slot(int family, int group)
+{
+    const char *buf = family == FOX_SENT_FAMILY_WEIGHT   ? "params"
+                      : family == FOX_SENT_FAMILY_ADAM_M ? "adam_m"
+                      : family == FOX_SENT_FAMILY_ADAM_V ? "adam_v"
+                                                         : NULL;
+    if (!buf || group < 0 || group >= FOX_GROUP_COUNT)
+        return -1;
+    /* Only the threshold slots carry group masks; slot 14 (params, NaN/Inf) watches it all. */
+    for (int i = FOX_SENT_HALT_END; i < FOX_SENTINEL_SLOTS; i++)
+        if (strcasecmp(table[i].buffer, buf) == 0 && (table[i].groups & FOX_SENT_G(group)))
+            return i;
+    return -1;
+}
+
+int
+fox_sentinel_check_nonfinite(const float *buf, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(buf[i]))
+            return 1;
+    return 0;
+}
+
+int
+fox_sentinel_check_threshold(const float *buf, size_t n, float threshold)
+{
+    /* Written as !(|x| < t) so that NaN, which compares false with everything, fires. */
+    for (size_t i = 0; i < n; i++)
+        if (!(fabsf(buf[i]) < threshold))
+            return 1;
+    return 0;
+}
+
+int
+fox_sentinel_check_span(const float *buf, size_t n, float threshold)
+{
+    if (n == 0)
+        return 0;
+    float lo = INFINITY, hi = -INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(buf[i]))
+            return 1;
+        lo = buf[i] < lo ? buf[i] : lo;
+        hi = buf[i] > hi ? buf[i] : hi;
+    }
+    return !(hi - lo < threshold);
+}
+
+int
+fox_sentinel_check(int i, const float *buf, size_t n, const float *isv, int *fired)
+{
+    const fox_sentinel_slot_info *s = fox_sentinel_info(i);
+    if (!s || !fired || (n > 0 && !buf))
+        return FOX_EINVAL;
+    *fired = 0;
+    if (s->site == FOX_SENT_SITE_NONE)
+        return FOX_OK;
+    if (s->kind == FOX_SENT_KIND_NONFINITE) {
+        *fired = fox_sentinel_check_nonfinite(buf, n);
+        return FOX_OK;
+    }
+    float t;
+    int rv = fox_sentinel_threshold(i, isv, &t);
+    if (rv != FOX_OK)
+        return rv;
+    *fired = s->measure == FOX_SENT_MEASURE_SPAN ? fox_sentinel_check_span(buf, n, t)
+                                                 : fox_sentinel_check_threshold(buf, n, t);
+    return FOX_OK;
+}

@@ -1,0 +1,597 @@
+/*
+ * test_proto.c — the wire protocol (proto/): every command with good and bad
+ * arguments, the envelope's strictness, replies, events, codes and the fold
+ * table. No sockets, no engine.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/proto.h"
+
+#define ck_assert_fox_code(expr, code)                                                             \
+    do {                                                                                           \
+        int rv_ = (expr);                                                                          \
+        ck_assert_msg(rv_ == (code), "%s: got %s, want %s", #expr, fox_err_name(rv_),              \
+                      fox_err_name(code));                                                         \
+    } while (0)
+
+static char err[512];
+
+/* Parse text, check the status, keep the request for inspection. */
+static int
+parse(fox_request *req, const char *text)
+{
+    return fox_proto_parse_request(req, text, strlen(text), err, sizeof err);
+}
+
+/* Parse and release; for the many cases that only check the status. */
+static int
+status_of(const char *text)
+{
+    fox_request req;
+    int rv = parse(&req, text);
+    fox_request_fini(&req);
+    return rv;
+}
+
+/* ------------------------------------------------------------ the envelope */
+
+START_TEST(test_envelope_good)
+{
+    fox_request req;
+    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":7,\"cmd\":\"status\"}"), FOX_OK);
+    ck_assert_int_eq(req.cmd, FOX_CMD_STATUS);
+    ck_assert_int_eq(req.has_id, 1);
+    ck_assert_int_eq(req.id, 7);
+    ck_assert_ptr_null(req.token);
+    ck_assert_int_eq(fox_request_is_mutating(&req), 0);
+    fox_request_fini(&req);
+
+    ck_assert_fox_code(parse(&req, " {\"cmd\":\"pause\",\"token\":\"s3cret\",\"id\":9007199254740991,"
+                                   "\"v\":1,\"args\":{}}\n"),
+                       FOX_OK);
+    ck_assert_int_eq(req.id, FOX_PROTO_MAX_ID);
+    ck_assert_str_eq(req.token, "s3cret");
+    ck_assert_int_eq(fox_request_is_mutating(&req), 1);
+    fox_request_fini(&req);
+
+    /* One trailing NUL is what some clients send. */
+    const char with_nul[] = "{\"v\":1,\"id\":1,\"cmd\":\"version\"}";
+    ck_assert_fox_code(fox_proto_parse_request(&req, with_nul, sizeof with_nul, err, sizeof err),
+                       FOX_OK);
+    fox_request_fini(&req);
+}
+END_TEST
+
+START_TEST(test_envelope_bad)
+{
+    fox_request req;
+    static const char *const eproto[] = {
+        "",
+        "garbage",
+        "{\"v\":1,\"id\":1,\"cmd\":\"status\"",      /* truncated */
+        "[1,2,3]",                                    /* not an object */
+        "\"status\"",
+        "{\"id\":1,\"cmd\":\"status\"}",              /* no v */
+        "{\"v\":2,\"id\":1,\"cmd\":\"status\"}",      /* wrong v */
+        "{\"v\":\"1\",\"id\":1,\"cmd\":\"status\"}",
+        "{\"v\":1.5,\"id\":1,\"cmd\":\"status\"}",
+        "{\"v\":1,\"cmd\":\"status\"}",               /* no id */
+        "{\"v\":1,\"id\":-1,\"cmd\":\"status\"}",
+        "{\"v\":1,\"id\":1.5,\"cmd\":\"status\"}",
+        "{\"v\":1,\"id\":\"7\",\"cmd\":\"status\"}",
+        "{\"v\":1,\"id\":9007199254740992,\"cmd\":\"status\"}",
+        "{\"v\":1,\"id\":1e300,\"cmd\":\"status\"}",
+        "{\"v\":1,\"id\":1}",                          /* no cmd */
+        "{\"v\":1,\"id\":1,\"cmd\":7}",
+        "{\"v\":1,\"id\":1,\"cmd\":\"status\",\"extra\":1}", /* unknown field */
+        "{\"v\":1,\"id\":1,\"cmd\":\"status\",\"cmd\":\"stop\"}", /* duplicate */
+        "{\"v\":1,\"id\":1,\"cmd\":\"status\",\"token\":5}",
+        "{\"v\":1,\"id\":1,\"cmd\":\"status\"} {}",   /* trailing bytes */
+        "{\"v\":1,\"id\":1,\"cmd\":\"status\"}x",
+    };
+    for (size_t i = 0; i < sizeof eproto / sizeof eproto[0]; i++) {
+        int rv = status_of(eproto[i]);
+        ck_assert_msg(rv == FOX_EPROTO, "'%s': got %s (%s)", eproto[i], fox_err_name(rv), err);
+        ck_assert_msg(err[0] != 0, "'%s': no reason given", eproto[i]);
+    }
+
+    /* The id survives most errors so that the reply can carry it. */
+    ck_assert_fox_code(parse(&req, "{\"v\":2,\"id\":42,\"cmd\":\"status\"}"), FOX_EPROTO);
+    ck_assert_int_eq(req.has_id, 1);
+    ck_assert_int_eq(req.id, 42);
+    fox_request_fini(&req);
+
+    /* A NUL inside the message is not a terminator. */
+    const char nul[] = "{\"v\":1,\"id\":1,\"cmd\":\"status\"}\0{}";
+    ck_assert_fox_code(fox_proto_parse_request(&req, nul, sizeof nul - 1, err, sizeof err),
+                       FOX_EPROTO);
+    fox_request_fini(&req);
+
+    /* A long token is refused; one of the limit passes. */
+    char tok[FOX_PROTO_TOKEN_MAX + 64];
+    char msg[sizeof tok + 64];
+    memset(tok, 'a', FOX_PROTO_TOKEN_MAX + 1);
+    tok[FOX_PROTO_TOKEN_MAX + 1] = 0;
+    snprintf(msg, sizeof msg, "{\"v\":1,\"id\":1,\"cmd\":\"status\",\"token\":\"%s\"}", tok);
+    ck_assert_fox_code(status_of(msg), FOX_EPROTO);
+    tok[FOX_PROTO_TOKEN_MAX] = 0;
+    snprintf(msg, sizeof msg, "{\"v\":1,\"id\":1,\"cmd\":\"status\",\"token\":\"%s\"}", tok);
+    ck_assert_fox_code(status_of(msg), FOX_OK);
+}
+END_TEST
+
+START_TEST(test_size_limit)
+{
+    fox_request req;
+    /* Over the limit: refused before parsing, even when it is valid JSON. */
+    size_t n = FOX_PROTO_MAX_MSG + 1;
+    char *big = malloc(n + 1);
+    memset(big, ' ', n);
+    memcpy(big, "{\"v\":1,\"id\":3,\"cmd\":\"status\"}", 29);
+    big[n] = 0;
+    ck_assert_fox_code(fox_proto_parse_request(&req, big, n, err, sizeof err), FOX_EPROTO);
+    ck_assert_int_eq(req.has_id, 0); /* not parsed at all */
+    ck_assert_ptr_nonnull(strstr(err, "exceeds"));
+    fox_request_fini(&req);
+    /* At the limit: parsed. */
+    ck_assert_fox_code(fox_proto_parse_request(&req, big, n - 1, err, sizeof err), FOX_OK);
+    fox_request_fini(&req);
+    free(big);
+
+    /* 10 MiB of garbage is refused just as fast. */
+    n = 10u << 20;
+    big = malloc(n);
+    memset(big, '{', n);
+    ck_assert_fox_code(fox_proto_parse_request(&req, big, n, err, sizeof err), FOX_EPROTO);
+    fox_request_fini(&req);
+    free(big);
+
+    /* Deep nesting inside the limit does not crash the parser. */
+    n = 60000;
+    big = malloc(n + 1);
+    memset(big, '[', n);
+    big[n] = 0;
+    ck_assert_fox_code(fox_proto_parse_request(&req, big, n, err, sizeof err), FOX_EPROTO);
+    fox_request_fini(&req);
+    free(big);
+}
+END_TEST
+
+START_TEST(test_unknown_command)
+{
+    fox_request req;
+    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":5,\"cmd\":\"format_disk\"}"), FOX_EUNKNOWN);
+    ck_assert_int_eq(req.id, 5);
+    ck_assert_ptr_nonnull(strstr(err, "format_disk"));
+    fox_request_fini(&req);
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":5,\"cmd\":\"\"}"), FOX_EUNKNOWN);
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":5,\"cmd\":\"STATUS\"}"), FOX_EUNKNOWN);
+    /* Control bytes in a name are not echoed back. */
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":5,\"cmd\":\"a\\u0001b\\nc\"}"), FOX_EUNKNOWN);
+    for (const char *p = err; *p; p++)
+        ck_assert_msg(*p >= 0x20 && *p < 0x7f, "unprintable byte echoed");
+}
+END_TEST
+
+/* ------------------------------------------------------- every command */
+
+/* Commands that take no arguments: {} and absent args pass, anything else fails. */
+START_TEST(test_no_arg_commands)
+{
+    static const char *const names[] = {"version", "status",     "pause",         "resume",
+                                        "stop",    "reset_fold", "isv_list",      "sentinel_list",
+                                        "metrics"};
+    char msg[256];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        fox_request req;
+        snprintf(msg, sizeof msg, "{\"v\":1,\"id\":1,\"cmd\":\"%s\"}", names[i]);
+        ck_assert_fox_code(parse(&req, msg), FOX_OK);
+        ck_assert_str_eq(fox_cmd_name(req.cmd), names[i]);
+        fox_request_fini(&req);
+        snprintf(msg, sizeof msg, "{\"v\":1,\"id\":1,\"cmd\":\"%s\",\"args\":{}}", names[i]);
+        ck_assert_fox_code(status_of(msg), FOX_OK);
+        snprintf(msg, sizeof msg, "{\"v\":1,\"id\":1,\"cmd\":\"%s\",\"args\":{\"x\":1}}", names[i]);
+        ck_assert_fox_code(status_of(msg), FOX_EINVAL);
+        ck_assert_ptr_nonnull(strstr(err, "args.x"));
+        snprintf(msg, sizeof msg, "{\"v\":1,\"id\":1,\"cmd\":\"%s\",\"args\":[]}", names[i]);
+        ck_assert_fox_code(status_of(msg), FOX_EINVAL);
+        snprintf(msg, sizeof msg, "{\"v\":1,\"id\":1,\"cmd\":\"%s\",\"args\":null}", names[i]);
+        ck_assert_fox_code(status_of(msg), FOX_EINVAL);
+    }
+}
+END_TEST
+
+START_TEST(test_run)
+{
+    fox_request req;
+    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"run\"}"), FOX_OK);
+    ck_assert_int_eq(req.folds_mask, 0); /* the config's */
+    ck_assert_int_eq(req.epochs, 0);
+    ck_assert_int_eq(fox_cmd_kind_of(req.cmd), FOX_KIND_LONG);
+    fox_request_fini(&req);
+    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"run\",\"args\":{\"folds\":[0,2],"
+                                   "\"epochs\":3,\"steps_per_epoch\":200}}"),
+                       FOX_OK);
+    ck_assert_int_eq(req.folds_mask, 5);
+    ck_assert_int_eq(req.epochs, 3);
+    ck_assert_int_eq(req.steps_per_epoch, 200);
+    fox_request_fini(&req);
+
+    static const char *const bad[] = {
+        "{\"folds\":[]}",         "{\"folds\":[0,0]}",        "{\"folds\":[31]}",
+        "{\"folds\":[-1]}",       "{\"folds\":\"0,1\"}",      "{\"folds\":[0.5]}",
+        "{\"epochs\":0}",         "{\"epochs\":\"3\"}",       "{\"epochs\":1e9}",
+        "{\"steps_per_epoch\":0}", "{\"steps_per_epoch\":true}", "{\"fold\":1}",
+        "{\"epochs\":1,\"epochs\":2}",
+    };
+    char msg[256];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(msg, sizeof msg, "{\"v\":1,\"id\":1,\"cmd\":\"run\",\"args\":%s}", bad[i]);
+        int rv = status_of(msg);
+        ck_assert_msg(rv == FOX_EINVAL, "%s: got %s", bad[i], fox_err_name(rv));
+    }
+}
+END_TEST
+
+START_TEST(test_start_fold)
+{
+    fox_request req;
+    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"start_fold\",\"args\":{\"fold\":2}}"),
+                       FOX_OK);
+    ck_assert_int_eq(req.fold, 2);
+    fox_request_fini(&req);
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"start_fold\"}"), FOX_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "missing args.fold"));
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"start_fold\",\"args\":{\"fold\":\"2\"}}"),
+                       FOX_EINVAL);
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"start_fold\",\"args\":{\"fold\":2,"
+                                 "\"folds\":[1]}}"),
+                       FOX_EINVAL);
+}
+END_TEST
+
+START_TEST(test_isv_read)
+{
+    fox_request req;
+    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"isv_read\"}"), FOX_OK);
+    ck_assert_int_eq(req.n_slots, 0);
+    fox_request_fini(&req);
+    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"isv_read\",\"args\":{\"slots\":"
+                                   "[16,\"Q_ABS_REF\",170]}}"),
+                       FOX_OK);
+    ck_assert_int_eq(req.n_slots, 3);
+    ck_assert_int_eq(req.slots[0].index, 16);
+    ck_assert_ptr_null(req.slots[0].name);
+    ck_assert_int_eq(req.slots[1].index, -1);
+    ck_assert_str_eq(req.slots[1].name, "Q_ABS_REF");
+    fox_request_fini(&req);
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"isv_read\",\"args\":{\"slots\":[-1]}}"),
+                       FOX_EINVAL);
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"isv_read\",\"args\":{\"slots\":[1.5]}}"),
+                       FOX_EINVAL);
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"isv_read\",\"args\":{\"slots\":[\"\"]}}"),
+                       FOX_EINVAL);
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"isv_read\",\"args\":{\"slots\":[[1]]}}"),
+                       FOX_EINVAL);
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"isv_read\",\"args\":{\"slots\":16}}"),
+                       FOX_EINVAL);
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"isv_read\",\"args\":{\"indices\":[1]}}"),
+                       FOX_EINVAL);
+    /* More entries than the limit. */
+    char *msg = malloc(20000);
+    size_t n = (size_t)sprintf(msg, "{\"v\":1,\"id\":1,\"cmd\":\"isv_read\",\"args\":{\"slots\":[");
+    for (int i = 0; i <= FOX_PROTO_MAX_SLOTS; i++)
+        n += (size_t)sprintf(msg + n, "%s1", i ? "," : "");
+    strcpy(msg + n, "]}}");
+    ck_assert_fox_code(status_of(msg), FOX_EINVAL);
+    free(msg);
+}
+END_TEST
+
+START_TEST(test_nan_flags)
+{
+    fox_request req;
+    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"nan_flags\"}"), FOX_OK);
+    ck_assert_int_eq(fox_request_is_mutating(&req), 0);
+    fox_request_fini(&req);
+    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"nan_flags\",\"args\":{\"clear\":true}}"),
+                       FOX_OK);
+    ck_assert_int_eq(req.clear, 1);
+    ck_assert_int_eq(fox_request_is_mutating(&req), 1);
+    fox_request_fini(&req);
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"nan_flags\",\"args\":{\"clear\":1}}"),
+                       FOX_EINVAL);
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"nan_flags\",\"args\":{\"clear\":\"yes\"}}"),
+                       FOX_EINVAL);
+}
+END_TEST
+
+START_TEST(test_checkpoint)
+{
+    fox_request req;
+    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"checkpoint_save\"}"), FOX_OK);
+    ck_assert_ptr_null(req.path);
+    fox_request_fini(&req);
+    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"checkpoint_load\",\"args\":{\"path\":"
+                                   "\"a.ckpt\"}}"),
+                       FOX_OK);
+    ck_assert_str_eq(req.path, "a.ckpt");
+    fox_request_fini(&req);
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"checkpoint_save\",\"args\":{\"path\":\"\"}}"),
+                       FOX_EINVAL);
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"checkpoint_load\",\"args\":{\"path\":7}}"),
+                       FOX_EINVAL);
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"checkpoint_load\",\"args\":{\"file\":\"x\"}}"),
+                       FOX_EINVAL);
+    char *msg = malloc(4096);
+    char *path = malloc(FOX_PROTO_PATH_MAX + 2);
+    memset(path, 'p', FOX_PROTO_PATH_MAX + 1);
+    path[FOX_PROTO_PATH_MAX + 1] = 0;
+    snprintf(msg, 4096, "{\"v\":1,\"id\":1,\"cmd\":\"checkpoint_save\",\"args\":{\"path\":\"%s\"}}", path);
+    ck_assert_fox_code(status_of(msg), FOX_EINVAL);
+    free(path);
+    free(msg);
+}
+END_TEST
+
+START_TEST(test_config)
+{
+    fox_request req;
+    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"config_get\",\"args\":{\"keys\":"
+                                   "[\"train.epochs\",\"model.h1\"]}}"),
+                       FOX_OK);
+    ck_assert_int_eq(req.n_keys, 2);
+    ck_assert_str_eq(req.keys[1], "model.h1");
+    fox_request_fini(&req);
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"config_get\",\"args\":{\"keys\":[1]}}"),
+                       FOX_EINVAL);
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"config_get\",\"args\":{\"keys\":\"x\"}}"),
+                       FOX_EINVAL);
+
+    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"config_set\",\"args\":{\"values\":"
+                                   "{\"train.epochs\":3,\"data.source\":\"synthetic\",\"x\":true}}}"),
+                       FOX_OK);
+    ck_assert_int_eq(cJSON_GetArraySize(req.values), 3);
+    fox_request_fini(&req);
+    static const char *const bad[] = {
+        "{}",                                     /* values required */
+        "{\"values\":{}}",                        /* empty */
+        "{\"values\":[]}",
+        "{\"values\":{\"a\":null}}",
+        "{\"values\":{\"a\":[1]}}",
+        "{\"values\":{\"a\":{\"b\":1}}}",
+        "{\"values\":{\"a\":1,\"a\":2}}",
+        "{\"values\":{\"\":1}}",
+        "{\"values\":{\"a\":1},\"other\":1}",
+    };
+    char msg[256];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(msg, sizeof msg, "{\"v\":1,\"id\":1,\"cmd\":\"config_set\",\"args\":%s}", bad[i]);
+        int rv = status_of(msg);
+        ck_assert_msg(rv == FOX_EINVAL, "%s: got %s", bad[i], fox_err_name(rv));
+    }
+}
+END_TEST
+
+START_TEST(test_inject_and_shutdown)
+{
+    fox_request req;
+    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"inject_fault\",\"args\":{\"buffer\":"
+                                   "\"h_s2\",\"kind\":\"nan\",\"step\":20}}"),
+                       FOX_OK);
+    ck_assert_str_eq(req.fault_buffer, "h_s2");
+    ck_assert_str_eq(req.fault_kind, "nan");
+    ck_assert_int_eq(req.fault_step, 20);
+    fox_request_fini(&req);
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"inject_fault\",\"args\":{\"buffer\":\"h_s2\"}}"),
+                       FOX_EINVAL);
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"inject_fault\",\"args\":{\"buffer\":\"h_s2\","
+                                 "\"kind\":\"zero\"}}"),
+                       FOX_EINVAL);
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"inject_fault\",\"args\":{\"buffer\":\"h_s2\","
+                                 "\"kind\":\"inf\",\"step\":-1}}"),
+                       FOX_EINVAL);
+
+    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"shutdown\"}"), FOX_OK);
+    ck_assert_int_eq(req.checkpoint, 1);
+    fox_request_fini(&req);
+    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"shutdown\",\"args\":{\"checkpoint\":false}}"),
+                       FOX_OK);
+    ck_assert_int_eq(req.checkpoint, 0);
+    fox_request_fini(&req);
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"shutdown\",\"args\":{\"checkpoint\":0}}"),
+                       FOX_EINVAL);
+}
+END_TEST
+
+START_TEST(test_command_table)
+{
+    /* Every command has a name that looks itself up, and a kind. */
+    for (int c = 0; c < FOX_CMD_COUNT; c++) {
+        ck_assert_int_eq(fox_cmd_lookup(fox_cmd_name(c)), c);
+        ck_assert_int_le(fox_cmd_kind_of(c), FOX_KIND_LONG);
+    }
+    ck_assert_int_eq(fox_cmd_lookup("nope"), -1);
+    ck_assert_str_eq(fox_cmd_name(-1), "?");
+    ck_assert_int_eq(fox_cmd_kind_of(FOX_CMD_RUN), FOX_KIND_LONG);
+    ck_assert_int_eq(fox_cmd_kind_of(FOX_CMD_STATUS), FOX_KIND_READ);
+    ck_assert_int_eq(fox_cmd_kind_of(FOX_CMD_PAUSE), FOX_KIND_QUICK);
+}
+END_TEST
+
+/* ---------------------------------------------------------- replies, events */
+
+START_TEST(test_codes)
+{
+    static const char *const wire[] = {"EPROTO", "EUNKNOWN", "EINVAL", "EPERM",    "ESTATE",
+                                       "EBUSY",  "ENOENT",   "EIO",    "EINTERNAL"};
+    for (size_t i = 0; i < sizeof wire / sizeof wire[0]; i++) {
+        int code = fox_proto_code_lookup(wire[i]);
+        ck_assert_int_gt(code, 0);
+        ck_assert_str_eq(fox_proto_code_name(code), wire[i]);
+    }
+    ck_assert_str_eq(fox_proto_code_name(FOX_EFORMAT), "EIO");
+    ck_assert_str_eq(fox_proto_code_name(FOX_EMISMATCH), "EIO");
+    ck_assert_str_eq(fox_proto_code_name(FOX_EHALT), "ESTATE");
+    ck_assert_str_eq(fox_proto_code_name(FOX_ECUDA), "EINTERNAL");
+    ck_assert_str_eq(fox_proto_code_name(FOX_ENOMEM), "EINTERNAL");
+    ck_assert_int_eq(fox_proto_code_lookup("ECUDA"), -1);
+    /* Every status code maps to one of the nine. */
+    for (int c = 1; c < FOX_ERR_COUNT; c++)
+        ck_assert_int_gt(fox_proto_code_lookup(fox_proto_code_name(c)), 0);
+}
+END_TEST
+
+START_TEST(test_reply_round_trip)
+{
+    fox_reply rep;
+    /* Ids of 16 digits travel exactly (cJSON alone would round them). */
+    int64_t ids[] = {0, 7, 2147483648LL, 5831357152310049LL, FOX_PROTO_MAX_ID};
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+        cJSON *r = cJSON_CreateObject();
+        cJSON_AddStringToObject(r, "state", "idle");
+        char *s = fox_proto_reply_ok(1, ids[i], r);
+        ck_assert_ptr_nonnull(s);
+        ck_assert_fox_code(fox_proto_parse_reply(&rep, s, strlen(s), err, sizeof err), FOX_OK);
+        ck_assert_int_eq(rep.has_id, 1);
+        ck_assert_int_eq(rep.id, ids[i]);
+        ck_assert_int_eq(rep.ok, 1);
+        ck_assert_str_eq(cJSON_GetObjectItem(rep.result, "state")->valuestring, "idle");
+        fox_reply_fini(&rep);
+        free(s);
+    }
+    char *s = fox_proto_reply_error(1, 9, FOX_EMISMATCH, "fingerprint 1 != 2");
+    ck_assert_fox_code(fox_proto_parse_reply(&rep, s, strlen(s), err, sizeof err), FOX_OK);
+    ck_assert_int_eq(rep.ok, 0);
+    ck_assert_str_eq(rep.code_name, "EIO");
+    ck_assert_int_eq(rep.code, FOX_EIO);
+    ck_assert_str_eq(rep.message, "fingerprint 1 != 2");
+    fox_reply_fini(&rep);
+    free(s);
+
+    s = fox_proto_reply_error(0, 0, FOX_EPROTO, NULL);
+    ck_assert_ptr_nonnull(strstr(s, "\"id\":null"));
+    ck_assert_ptr_nonnull(strstr(s, fox_strerror(FOX_EPROTO)));
+    ck_assert_fox_code(fox_proto_parse_reply(&rep, s, strlen(s), err, sizeof err), FOX_OK);
+    ck_assert_int_eq(rep.has_id, 0);
+    fox_reply_fini(&rep);
+    free(s);
+
+    /* Client side: requests parse on the server side as sent. */
+    cJSON *args = cJSON_CreateObject();
+    cJSON_AddNumberToObject(args, "fold", 1);
+    s = fox_proto_request(5831357152310049LL, "start_fold", args, "tok");
+    fox_request req;
+    ck_assert_fox_code(fox_proto_parse_request(&req, s, strlen(s), err, sizeof err), FOX_OK);
+    ck_assert_int_eq(req.id, 5831357152310049LL);
+    ck_assert_int_eq(req.fold, 1);
+    ck_assert_str_eq(req.token, "tok");
+    fox_request_fini(&req);
+    free(s);
+
+    ck_assert_fox_code(fox_proto_parse_reply(&rep, "{\"v\":1}", 7, err, sizeof err), FOX_EPROTO);
+    fox_reply_fini(&rep);
+    ck_assert_fox_code(fox_proto_parse_reply(&rep, "{\"v\":1,\"id\":1,\"ok\":true}", 24, err,
+                                             sizeof err),
+                       FOX_EPROTO);
+    fox_reply_fini(&rep);
+}
+END_TEST
+
+START_TEST(test_event_round_trip)
+{
+    fox_event ev;
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddNumberToObject(d, "fold", 2);
+    char *s = fox_proto_event(1234567890123456ULL, 1700000000123LL, "fold_end", d);
+    /* The type comes first, so a SUB prefix selects it. */
+    ck_assert_int_eq(strncmp(s, "{\"event\":\"fold_end\"", 19), 0);
+    ck_assert_fox_code(fox_proto_parse_event(&ev, s, strlen(s), err, sizeof err), FOX_OK);
+    ck_assert_str_eq(ev.type, "fold_end");
+    ck_assert_uint_eq(ev.seq, 1234567890123456ULL);
+    ck_assert_int_eq(ev.time_ms, 1700000000123LL);
+    ck_assert_int_eq(cJSON_GetObjectItem(ev.data, "fold")->valueint, 2);
+    fox_event_fini(&ev);
+    free(s);
+    ck_assert_fox_code(fox_proto_parse_event(&ev, "{\"event\":\"x\"}", 13, err, sizeof err),
+                       FOX_EPROTO);
+    fox_event_fini(&ev);
+}
+END_TEST
+
+START_TEST(test_fold_table)
+{
+    cJSON *folds = cJSON_Parse("[{\"fold\":0,\"best_val_sharpe\":1.234,\"best_epoch\":2,"
+                               "\"test_sharpe\":0.5,\"final_loss\":0.01,\"steps_per_sec\":400,"
+                               "\"bars_per_year\":8760},{\"fold\":1,\"best_val_sharpe\":null}]");
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    fox_proto_print_folds(f, folds);
+    fclose(f);
+    ck_assert_ptr_nonnull(strstr(buf, "best val Sharpe"));
+    ck_assert_ptr_nonnull(strstr(buf, "1.234"));
+    ck_assert_ptr_nonnull(strstr(buf, "8760"));
+    ck_assert_ptr_nonnull(strstr(buf, "n/a"));
+    ck_assert_ptr_nonnull(strstr(buf, "selection-biased"));
+    free(buf);
+    cJSON_Delete(folds);
+}
+END_TEST
+
+START_TEST(test_runtime_dir)
+{
+    char buf[256];
+    setenv("RUNTIME_DIRECTORY", "/run/foxd:/run/other", 1);
+    ck_assert_fox_code(fox_proto_default_runtime_dir(buf, sizeof buf), FOX_OK);
+    ck_assert_str_eq(buf, "/run/foxd");
+    unsetenv("RUNTIME_DIRECTORY");
+    ck_assert_fox_code(fox_proto_default_runtime_dir(buf, sizeof buf), FOX_OK);
+    ck_assert_int_eq(buf[0], '/');
+    ck_assert_fox_code(fox_proto_default_runtime_dir(buf, 4), FOX_EINVAL);
+}
+END_TEST
+
+static Suite *
+proto_suite(void)
+{
+    Suite *s = suite_create("proto");
+    TCase *tc = tcase_create("envelope");
+    tcase_add_test(tc, test_envelope_good);
+    tcase_add_test(tc, test_envelope_bad);
+    tcase_add_test(tc, test_size_limit);
+    tcase_add_test(tc, test_unknown_command);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("commands");
+    tcase_add_test(tc, test_no_arg_commands);
+    tcase_add_test(tc, test_run);
+    tcase_add_test(tc, test_start_fold);
+    tcase_add_test(tc, test_isv_read);
+    tcase_add_test(tc, test_nan_flags);
+    tcase_add_test(tc, test_checkpoint);
+    tcase_add_test(tc, test_config);
+    tcase_add_test(tc, test_inject_and_shutdown);
+    tcase_add_test(tc, test_command_table);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("replies");
+    tcase_add_test(tc, test_codes);
+    tcase_add_test(tc, test_reply_round_trip);
+    tcase_add_test(tc, test_event_round_trip);
+    tcase_add_test(tc, test_fold_table);
+    tcase_add_test(tc, test_runtime_dir);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int
+main(void)
+{
+    SRunner *sr = srunner_create(proto_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
