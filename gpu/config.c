@@ -59,7 +59,7 @@ static const key_def keys[] = {
 
     INT("train.batch", batch, 0, 1 << 20, "0", "batch size; 0 = backend default (256 CUDA, 64 CPU)"),
     FLT("train.lr", lr, 0, 1, "0.0003", "Adam learning rate"),
-    FLT("train.gamma", gamma, 0, 1, "0.95", "discount per bar"),
+    FLT("train.gamma", gamma, 0, 1, "0.9", "discount per bar"),
     INT("train.n_step", n_step, 1, 64, "3", "n-step return length"),
     INT("train.target_sync", target_sync, 1, 1 << 30, "500", "hard target copy every T train steps"),
     FLT("train.polyak", polyak, 0, 1, "0", "soft target update rate per step; 0 = hard sync only"),
@@ -93,7 +93,7 @@ static const key_def keys[] = {
     FLT("env.reward_scale", reward_scale, 0, 1e6, "100", "reward multiplier"),
 
     STR("data.source", data, "synthetic", "\"synthetic\" or a CSV path"),
-    INT("data.synth_bars", synth_bars, 1000, 1 << 26, "20000", "bars of the synthetic series"),
+    INT("data.synth_bars", synth_bars, 1000, 1 << 26, "40000", "bars of the synthetic series"),
     INT("data.folds", n_folds, 1, 8, "3", "K: the series splits into K+1 blocks"),
     DBL("data.bars_per_year", bars_per_year, 0, 1e9, "0", "P for annualizing; 0 = inferred"),
 
