@@ -117,10 +117,12 @@ main(int argc, char **argv)
         }
         fox_engine_info info;
         double full[3], train[3];
-        if ((rv = fox_engine_load_data(e)) == FOX_OK && (rv = fox_engine_begin_fold(e, 0)) == FOX_OK) {
+        if ((rv = fox_engine_load_data(e)) == FOX_OK &&
+            (rv = fox_engine_begin_fold(e, 0)) == FOX_OK) {
             fox_engine_get_info(e, &info);
             int ch = chunk > 0 ? chunk : (strcmp(info.backend, "cpu") == 0 ? 5 : 200);
-            /* Warm up until the ring holds learning_starts transitions and a few train steps ran. */
+            /* Warm up until the ring holds learning_starts transitions and a few train steps ran.
+             */
             int warm = cfg.learning_starts / info.n_envs + 3;
             rv = fox_engine_run_steps(e, warm, NULL);
             if (rv == FOX_OK)

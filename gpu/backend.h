@@ -19,20 +19,20 @@
 
 /* What a backend trains on; owned by the engine, valid for the backend's life. */
 typedef struct fox_backend_env {
-    const fox_config *cfg;          /* resolved: batch and n_envs filled in */
+    const fox_config *cfg; /* resolved: batch and n_envs filled in */
     const fox_model_layout *lay;
     const fox_series *series;
-    const fox_features *feat;       /* norm refitted by the engine at each fold */
-    const fox_fold *fold;           /* current fold's segments */
+    const fox_features *feat; /* norm refitted by the engine at each fold */
+    const fox_fold *fold;     /* current fold's segments */
 } fox_backend_env;
 
 /* Counters that survive a checkpoint. */
 typedef struct fox_train_counters {
-    int64_t adam_t;                 /* Adam step (bias correction) */
-    int64_t step;                   /* full steps in the fold */
-    int64_t train_steps;            /* train steps in the fold (after learning_starts) */
+    int64_t adam_t;      /* Adam step (bias correction) */
+    int64_t step;        /* full steps in the fold */
+    int64_t train_steps; /* train steps in the fold (after learning_starts) */
     int64_t env_steps;
-    uint64_t rng_state[2];          /* collection and sampling streams */
+    uint64_t rng_state[2]; /* collection and sampling streams */
 } fox_train_counters;
 
 typedef struct fox_backend fox_backend;
@@ -40,8 +40,8 @@ typedef struct fox_backend fox_backend;
 /* Fields every backend struct starts with. */
 typedef struct fox_backend_base {
     const struct fox_backend_ops *ops;
-    volatile float *isv;            /* FOX_ISV_TOTAL_DIM, host-readable at any time */
-    volatile int *flags;            /* FOX_SENTINEL_SLOTS, host-readable at any time */
+    volatile float *isv; /* FOX_ISV_TOTAL_DIM, host-readable at any time */
+    volatile int *flags; /* FOX_SENTINEL_SLOTS, host-readable at any time */
     char err[512];
 } fox_backend_base;
 

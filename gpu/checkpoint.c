@@ -25,7 +25,7 @@
 #include "engine_impl.h"
 #include "isv.h"
 
-#define CKPT_MAGIC "FOXCKPT"
+#define CKPT_MAGIC   "FOXCKPT"
 #define CKPT_VERSION 1u
 
 typedef struct ckpt_header {
@@ -100,8 +100,13 @@ fox_engine_checkpoint_save(fox_engine *e, const char *path)
     const volatile float *isv = fox__be(e)->isv;
     for (int i = 0; i < FOX_ISV_TOTAL_DIM; i++)
         f[4 * np + (size_t)i] = isv[i];
-    ckpt_counters cc = {c.adam_t, c.step, c.train_steps, c.env_steps,
-                        {c.rng_state[0], c.rng_state[1]}, e->fold, e->rep.epochs_done};
+    ckpt_counters cc = {c.adam_t,
+                        c.step,
+                        c.train_steps,
+                        c.env_steps,
+                        {c.rng_state[0], c.rng_state[1]},
+                        e->fold,
+                        e->rep.epochs_done};
     memcpy(payload + bytes - sizeof cc, &cc, sizeof cc);
 
     ckpt_header h;
@@ -209,16 +214,15 @@ fox_engine_checkpoint_load(fox_engine *e, const char *path)
     if (h.fingerprint != e->fingerprint) {
         rv = FOX_EMISMATCH;
         fox__engine_fail(e, rv,
-                         "checkpoint %s: layout fingerprint %016llx, this engine has %016llx",
-                         path, (unsigned long long)h.fingerprint,
-                         (unsigned long long)e->fingerprint);
+                         "checkpoint %s: layout fingerprint %016llx, this engine has %016llx", path,
+                         (unsigned long long)h.fingerprint, (unsigned long long)e->fingerprint);
         goto out;
     }
     if (h.n_params != np || h.isv_dim != FOX_ISV_TOTAL_DIM ||
         h.payload_bytes != payload_bytes(np)) {
         rv = FOX_EMISMATCH;
-        fox__engine_fail(e, rv, "checkpoint %s: sizes differ (%llu params, engine has %zu)",
-                         path, (unsigned long long)h.n_params, np);
+        fox__engine_fail(e, rv, "checkpoint %s: sizes differ (%llu params, engine has %zu)", path,
+                         (unsigned long long)h.n_params, np);
         goto out;
     }
     if (len != sizeof h + h.payload_bytes) {
@@ -237,8 +241,8 @@ fox_engine_checkpoint_load(fox_engine *e, const char *path)
     if (cc.fold >= 0 && cc.fold != e->fold && (rv = fox_engine_begin_fold(e, cc.fold)) != FOX_OK)
         goto out;
     float *f = (float *)payload;
-    fox_train_counters c = {cc.adam_t, cc.step, cc.train_steps, cc.env_steps,
-                            {cc.rng_state[0], cc.rng_state[1]}};
+    fox_train_counters c = {
+        cc.adam_t, cc.step, cc.train_steps, cc.env_steps, {cc.rng_state[0], cc.rng_state[1]}};
     rv = e->ops->state_io(e->be, 1, f, f + np, f + 2 * np, f + 3 * np, &c);
     volatile float *isv = fox__be(e)->isv;
     for (int i = 0; i < FOX_ISV_TOTAL_DIM; i++)

@@ -40,12 +40,12 @@ typedef enum {
 } fox_policy;
 
 typedef struct fox_step_stats {
-    int64_t step;         /* train steps done in this fold */
-    int64_t env_steps;    /* environment transitions collected in this fold */
-    float loss;           /* total loss of the last train step */
+    int64_t step;      /* train steps done in this fold */
+    int64_t env_steps; /* environment transitions collected in this fold */
+    float loss;        /* total loss of the last train step */
     float loss_c51, loss_iqn, loss_aux;
-    float grad_norm;      /* global norm before clipping */
-    float epsilon;        /* exploration rate in use */
+    float grad_norm; /* global norm before clipping */
+    float epsilon;   /* exploration rate in use */
 } fox_step_stats;
 
 typedef struct fox_eval_result {
@@ -60,17 +60,17 @@ typedef struct fox_eval_result {
 
 typedef struct fox_epoch_report {
     int fold, epoch;
-    fox_step_stats last;     /* stats of the epoch's last train step */
-    double mean_loss;        /* over the epoch's train steps */
+    fox_step_stats last; /* stats of the epoch's last train step */
+    double mean_loss;    /* over the epoch's train steps */
     fox_eval_result val, test;
-    double steps_per_sec;    /* train steps (with collection) per wall second */
+    double steps_per_sec; /* train steps (with collection) per wall second */
 } fox_epoch_report;
 
 typedef struct fox_fold_report {
     int fold;
     int epochs_done;
-    int best_epoch;          /* chosen on validation Sharpe */
-    double best_val_sharpe;  /* selection-biased: the maximum over epochs */
+    int best_epoch;               /* chosen on validation Sharpe */
+    double best_val_sharpe;       /* selection-biased: the maximum over epochs */
     fox_eval_result test_at_best; /* the unbiased figure */
     double final_loss;
     double steps_per_sec;
@@ -78,15 +78,15 @@ typedef struct fox_fold_report {
 } fox_fold_report;
 
 typedef struct fox_engine_info {
-    const char *backend;     /* "cpu" | "cuda" */
-    size_t n_params;         /* real (unpadded) parameter count */
+    const char *backend; /* "cpu" | "cuda" */
+    size_t n_params;     /* real (unpadded) parameter count */
     int n_envs, batch;
-    int n_bars;              /* length of the loaded series */
-    int fold;                /* current fold, -1 before begin_fold */
-    int epoch;               /* epochs completed in the fold */
-    int64_t step;            /* train steps in the fold */
-    int64_t total_steps;     /* train steps since creation */
-    uint64_t fingerprint;    /* layout fingerprint (ISV slots 115–116) */
+    int n_bars;           /* length of the loaded series */
+    int fold;             /* current fold, -1 before begin_fold */
+    int epoch;            /* epochs completed in the fold */
+    int64_t step;         /* train steps in the fold */
+    int64_t total_steps;  /* train steps since creation */
+    uint64_t fingerprint; /* layout fingerprint (ISV slots 115–116) */
 } fox_engine_info;
 
 /*

@@ -35,17 +35,17 @@ typedef struct fox_env_bars {
 
 /* Portfolio of one environment. */
 typedef struct fox_env_pos {
-    float pos;        /* position in [-1, 1] */
-    float entry;      /* fill price of the current position's opening */
-    int held;         /* bars since the position was opened */
+    float pos;   /* position in [-1, 1] */
+    float entry; /* fill price of the current position's opening */
+    int held;    /* bars since the position was opened */
 } fox_env_pos;
 
 /* Outcome of one step. */
 typedef struct fox_env_fill {
-    float reward;     /* net, scaled */
-    float ret_net;    /* net log return of the bar (unscaled) */
-    float ret_gross;  /* before costs */
-    float dpos;       /* |Δposition| actually filled */
+    float reward;    /* net, scaled */
+    float ret_net;   /* net log return of the bar (unscaled) */
+    float ret_gross; /* before costs */
+    float dpos;      /* |Δposition| actually filled */
 } fox_env_fill;
 
 /* Target position of an action: direction × size, moved by urgency. */

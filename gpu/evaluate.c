@@ -71,8 +71,8 @@ fox_engine_evaluate(fox_engine *e, fox_split split, fox_policy policy, fox_eval_
     int begin = split == FOX_SPLIT_TEST ? e->seg.test_begin : e->seg.val_begin;
     int end = split == FOX_SPLIT_TEST ? e->seg.test_end : e->seg.val_end;
     const fox_config *c = &e->cfg;
-    fox_env_params p = {c->fee, c->half_spread, c->limit_fee, 1.0f, c->size_levels,
-                        c->urgency_levels};
+    fox_env_params p = {c->fee, c->half_spread, c->limit_fee,
+                        1.0f,   c->size_levels, c->urgency_levels};
     fox_env_bars bars = {e->series.open, e->series.high, e->series.low, e->series.close};
     fox_env_pos st = {0.0f, e->series.close[begin], 0};
     fox_rng rng;

@@ -26,10 +26,10 @@ static void
 small_config(fox_config *c)
 {
     fox_config_default(c);
-    const char *pairs[] = {"model.h1=32",         "model.h2=24",          "model.head_hidden=24",
-                           "model.aux_hidden=8",  "model.n_cos=8",        "model.n_atoms=21",
-                           "engine.backend=cpu",  "train.batch=32",       "env.n_envs=16",
-                           "data.synth_bars=6000", "train.learning_starts=256", NULL};
+    const char *pairs[] = {
+        "model.h1=32",   "model.h2=24",          "model.head_hidden=24",      "model.aux_hidden=8",
+        "model.n_cos=8", "model.n_atoms=21",     "engine.backend=cpu",        "train.batch=32",
+        "env.n_envs=16", "data.synth_bars=6000", "train.learning_starts=256", NULL};
     for (int i = 0; pairs[i]; i++)
         ck_assert_int_eq(fox_config_set_pair(c, pairs[i], NULL, 0), FOX_OK);
 }
@@ -160,8 +160,7 @@ START_TEST(no_lookahead_in_features_fills_rewards)
     ck_assert_int_eq(a.bars, b.bars);
     ck_assert_msg(a.total_return == b.total_return && a.sharpe == b.sharpe &&
                       a.turnover == b.turnover,
-                  "future bars changed the past: %.17g vs %.17g", a.total_return,
-                  b.total_return);
+                  "future bars changed the past: %.17g vs %.17g", a.total_return, b.total_return);
     ck_assert_msg(a.turnover > 0.0, "the policy never traded: the test would prove nothing");
 
     /* The environment step itself reads bars t and t+1 only. */
@@ -246,8 +245,8 @@ START_TEST(checkpoint_round_trip_and_refusals)
         fclose(fp);
         int rv = fox_engine_checkpoint_load(b, bad);
         ck_assert_msg(rv == cases[i].code, "%s: got %s", cases[i].why, fox_strerror(rv));
-        ck_assert_msg(strstr(fox_engine_errmsg(b), cases[i].why), "%s: message '%s'",
-                      cases[i].why, fox_engine_errmsg(b));
+        ck_assert_msg(strstr(fox_engine_errmsg(b), cases[i].why), "%s: message '%s'", cases[i].why,
+                      fox_engine_errmsg(b));
         ck_assert_fox_ok(b, fox_engine_get_params(b, pb, n));
         ck_assert_msg(memcmp(pb, pc, n * sizeof *pb) == 0, "%s: state changed", cases[i].why);
     }
@@ -300,7 +299,7 @@ END_TEST
  */
 #define LEARN_MARGIN 1.0
 #define LEARN_EPOCHS 6
-#define LEARN_STEPS 4000
+#define LEARN_STEPS  4000
 
 static void
 learning_config(fox_config *c)
@@ -333,9 +332,8 @@ START_TEST(learning_beats_baselines)
     ck_assert_fox_ok(e, fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_GREEDY, &untrained));
     printf("learning: baselines test Sharpe buy&hold %.2f flat %.2f random %.2f (P = %.0f)\n",
            bh.sharpe, flat.sharpe, rnd.sharpe, bh.bars_per_year);
-    printf("learning: untrained greedy test Sharpe %.2f (criterion > %.2f: %s)\n",
-           untrained.sharpe, base + LEARN_MARGIN,
-           untrained.sharpe > base + LEARN_MARGIN ? "passes" : "fails");
+    printf("learning: untrained greedy test Sharpe %.2f (criterion > %.2f: %s)\n", untrained.sharpe,
+           base + LEARN_MARGIN, untrained.sharpe > base + LEARN_MARGIN ? "passes" : "fails");
     ck_assert_msg(untrained.sharpe <= base + LEARN_MARGIN,
                   "the untrained network already passes: the criterion is too weak");
     for (int ep = 0; ep < LEARN_EPOCHS; ep++) {

@@ -16,11 +16,11 @@
 #include "../rng.h"
 
 typedef struct fox_transition {
-    int32_t bar, bar_next;   /* decision bar t and bar t+k of the bootstrap state */
+    int32_t bar, bar_next; /* decision bar t and bar t+k of the bootstrap state */
     float port[3], port_next[3];
     int32_t a[4];
-    float r;                 /* Σ_k γ^k r_{t+k}, scaled */
-    float done;              /* 1: the window ended the episode, no bootstrap */
+    float r;    /* Σ_k γ^k r_{t+k}, scaled */
+    float done; /* 1: the window ended the episode, no bootstrap */
 } fox_transition;
 
 typedef struct fox_replay {
@@ -28,8 +28,8 @@ typedef struct fox_replay {
     int capacity, size, head;
     int prioritized;
     float alpha, max_priority;
-    double *tree;            /* sum tree over capacity leaves (prioritized only) */
-    int leaves;              /* power of two ≥ capacity */
+    double *tree; /* sum tree over capacity leaves (prioritized only) */
+    int leaves;   /* power of two ≥ capacity */
 } fox_replay;
 
 int fox_replay_init(fox_replay *rb, int capacity, int prioritized, float alpha);
