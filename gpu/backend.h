@@ -42,6 +42,7 @@ typedef struct fox_backend_base {
     const struct fox_backend_ops *ops;
     volatile float *isv; /* FOX_ISV_TOTAL_DIM, host-readable at any time */
     volatile int *flags; /* FOX_SENTINEL_SLOTS, host-readable at any time */
+    int halt_reason;     /* FOX_HALT_* of the last FOX_EHALT (err says why) */
     char err[512];
 } fox_backend_base;
 
@@ -63,6 +64,14 @@ typedef struct fox_backend_ops {
     /* Copy the training state out (load = 0) or in (load = 1); arrays of n_params floats. */
     int (*state_io)(fox_backend *be, int load, float *params, float *target, float *adam_m,
                     float *adam_v, fox_train_counters *c);
+    /*
+     * Stability system. run_steps and train_only return FOX_EHALT (err and
+     * halt_reason set) when a step ends in halt_nan or halt_grad_collapse.
+     * Test and drill hooks (may be NULL): sentinel_where gives the host
+     * memory of slot's first watched run, check_now runs the fused check.
+     */
+    int (*sentinel_where)(fox_backend *be, int slot, float **ptr, size_t *len);
+    int (*check_now)(fox_backend *be);
 } fox_backend_ops;
 
 extern const fox_backend_ops fox_cpu_backend_ops;

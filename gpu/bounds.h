@@ -48,12 +48,20 @@ enum { FOX_P99_BINS = 256 };
 /* Fixed-mode (SP3) multipliers, from the seeds' smokes. */
 #define FOX_MECH1_TARGET_Q_MULT 10.0f  /* Mech 1: |target Q| ≤ 10 × q_eff */
 #define FOX_MECH2_ATOM_MULT     10.0f  /* Mech 2: |atom| ≤ 10 × q_eff (same scale as Mech 1) */
+#define FOX_MECH6_CLIP_MULT     10.0f  /* Mech 6: the clip follows 10 × the norm's EMA */
 #define FOX_MECH6_CAP_MULT      100.0f /* Mech 6: clip ≤ 100 × slow EMA × q_eff */
 #define FOX_MECH6_MIN_CLIP      1.0f   /* Mech 6: cold-start floor of the clip */
 #define FOX_MECH6_SLOW_ALPHA    1e-3f  /* Mech 6: slow EMA rate (half-life ~693 steps) */
 #define FOX_MECH9_WEIGHT_MULT   100.0f /* Mech 9: |w| ≤ 100 × q_eff, 10× below slots 44/45/48 */
 #define FOX_MECH10_H_S2_MULT    100.0f /* Mech 10: |h_s2| ≤ 100 × h_eff, 10× below slot 49 */
 #define FOX_BWD_GUARD_MULT      1e6f   /* SP1 Phase C: backward input guards, 1e6 × eff */
+
+/*
+ * Rate of the fixed-rate ISV signal EMAs (Q_ABS_REF, Q_DIR_ABS_REF,
+ * H_S2_RMS_EMA, AUX_LABEL_SCALE_EMA, GRAD_NORM_EMA): half-life ~69 steps, one
+ * observation per train step. The SP4 bound slots use Pearls A+D instead.
+ */
+#define FOX_SIGNAL_EMA_ALPHA 0.01f
 
 /* ---- state ------------------------------------------------------------------------------ */
 
@@ -151,6 +159,20 @@ fox_bound_grad_clip_cap(float grad_norm_slow_ema, float q_abs_ref)
     float s = isfinite(grad_norm_slow_ema) && grad_norm_slow_ema > 0.0f ? grad_norm_slow_ema : 0.0f;
     float cap = FOX_MECH6_CAP_MULT * s * fox_isv_eff(q_abs_ref);
     return cap > FOX_MECH6_MIN_CLIP ? cap : FOX_MECH6_MIN_CLIP;
+}
+
+/*
+ * Mech 6 in fixed mode: the adaptive clip 10 × GRAD_NORM_EMA, floored at
+ * MIN_CLIP and capped by fox_bound_grad_clip_cap.
+ */
+FOX_HD float
+fox_bound_grad_clip_fixed(float grad_norm_ema, float grad_norm_slow_ema, float q_abs_ref)
+{
+    float e = isfinite(grad_norm_ema) && grad_norm_ema > 0.0f ? grad_norm_ema : 0.0f;
+    float clip = FOX_MECH6_CLIP_MULT * e;
+    clip = clip > FOX_MECH6_MIN_CLIP ? clip : FOX_MECH6_MIN_CLIP;
+    float cap = fox_bound_grad_clip_cap(grad_norm_slow_ema, q_abs_ref);
+    return clip < cap ? clip : cap;
 }
 
 /* SP1 Phase C guard on backward inputs: 1e6 × max(isv, 1) (ISV 21 or 96). */

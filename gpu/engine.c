@@ -18,6 +18,8 @@
 /* Bump when the checkpoint payload or a table changes meaning. */
 #define FOX_FORMAT_VERSION 1
 
+_Static_assert(FOX_HALT_MAX_SLOTS == FOX_SENT_HALT_END, "halt_info holds every halt slot");
+
 int
 fox__engine_fail(fox_engine *e, int code, const char *fmt, ...)
 {
@@ -82,6 +84,13 @@ fox_engine_create(fox_engine **out, const fox_config *cfg, char *err, size_t err
     if (!e->ops) {
         free(e);
         return FOX_ENODEV;
+    }
+    /* A non-"none" fault kind is the explicit request; it must name a sentinel buffer. */
+    if (cfg->fault_kind != FOX_FAULT_NONE && fox_sentinel_fault_slot(cfg->fault_buffer) < 0) {
+        snprintf(err, errlen, "debug.inject_fault.buffer: '%s' names no sentinel buffer",
+                 cfg->fault_buffer);
+        free(e);
+        return FOX_EINVAL;
     }
     int gpu = e->ops != &fox_cpu_backend_ops;
     if (e->cfg.n_envs == 0)
@@ -162,7 +171,71 @@ fox_engine_reset_for_fold(fox_engine *e)
         return fox__engine_fail(e, FOX_ESTATE, "reset_for_fold before load_data");
     int rv = e->ops->reset_for_fold(e->be);
     fox_isv_store_fingerprint((float *)fox__be(e)->isv, e->fingerprint);
+    memset(&e->halt, 0, sizeof e->halt);
     return rv;
+}
+
+/* Refuse steps while the fold is halted. */
+static int
+check_not_halted(fox_engine *e, const char *what)
+{
+    if (e->halt.reason == FOX_HALT_NONE)
+        return FOX_OK;
+    return fox__engine_fail(e, FOX_ESTATE,
+                            "%s: fold %d halted at step %lld (%s); begin_fold or reset_for_fold "
+                            "to continue",
+                            what, e->halt.fold, (long long)e->halt.step, e->halt.message);
+}
+
+static int64_t
+backend_step(const fox_engine *e)
+{
+    fox_train_counters c;
+    e->ops->state_io(e->be, 0, NULL, NULL, NULL, NULL, &c);
+    return c.step;
+}
+
+/* The backend stopped a step with FOX_EHALT: keep why, as text and as data. */
+static int
+record_halt(fox_engine *e)
+{
+    fox_backend_base *b = fox__be(e);
+    fox_halt_info *h = &e->halt;
+    memset(h, 0, sizeof *h);
+    h->reason = b->halt_reason == FOX_HALT_GRAD_COLLAPSE ? FOX_HALT_GRAD_COLLAPSE : FOX_HALT_NAN;
+    h->fold = e->fold;
+    h->step = backend_step(e);
+    for (int i = 0; i < FOX_SENT_HALT_END; i++)
+        if (b->flags[i] && fox_sentinel_is_halt(i)) {
+            h->slots[h->n_slots] = i;
+            h->names[h->n_slots++] = fox_sentinel_name(i);
+        }
+    snprintf(h->message, sizeof h->message, "%s", b->err);
+    fox_log(FOX_LOG_WARNING, "engine: fold %d step %lld: %s", h->fold, (long long)h->step,
+            h->message);
+    return fox__engine_fail(e, FOX_EHALT, "%s", h->message);
+}
+
+void
+fox_engine_halt_info(const fox_engine *e, fox_halt_info *out)
+{
+    *out = e->halt;
+}
+
+int
+fox__engine_sentinel_where(fox_engine *e, int slot, float **ptr, size_t *len)
+{
+    if (!e->be || !e->ops->sentinel_where)
+        return FOX_ESTATE;
+    return e->ops->sentinel_where(e->be, slot, ptr, len);
+}
+
+int
+fox__engine_check_now(fox_engine *e)
+{
+    if (!e->be || !e->ops->check_now)
+        return FOX_ESTATE;
+    return e->ops->check_now(e->be);
 }
 
 int
@@ -200,12 +273,18 @@ fox_engine_run_steps(fox_engine *e, int n, fox_step_stats *stats)
         stats = &local;
     if (e->fold < 0)
         return fox__engine_fail(e, FOX_ESTATE, "run_steps before begin_fold");
-    int rv = e->ops->run_steps(e->be, n, stats);
+    int rv = check_not_halted(e, "run_steps");
+    if (rv != FOX_OK)
+        return rv;
+    int64_t step0 = backend_step(e);
+    rv = e->ops->run_steps(e->be, n, stats);
+    e->total_steps += backend_step(e) - step0;
+    if (rv == FOX_EHALT)
+        return record_halt(e);
     if (rv != FOX_OK)
         return fox__engine_fail(e, rv, "%s", fox__be(e)->err[0]
                                                   ? fox__be(e)->err
                                                   : fox_strerror(rv));
-    e->total_steps += n;
     if (stats->loss != 0.0f) {
         e->epoch_loss_sum += stats->loss;
         e->epoch_loss_n++;
@@ -220,7 +299,12 @@ fox_engine_train_only(fox_engine *e, int n, fox_step_stats *stats)
     fox_step_stats local;
     if (e->fold < 0)
         return fox__engine_fail(e, FOX_ESTATE, "train_only before begin_fold");
-    int rv = e->ops->train_only(e->be, n, stats ? stats : &local);
+    int rv = check_not_halted(e, "train_only");
+    if (rv != FOX_OK)
+        return rv;
+    rv = e->ops->train_only(e->be, n, stats ? stats : &local);
+    if (rv == FOX_EHALT)
+        return record_halt(e);
     if (rv != FOX_OK)
         return fox__engine_fail(e, rv, "train_only: %s", rv == FOX_ESTATE ? "replay not filled yet" : fox_strerror(rv));
     return FOX_OK;

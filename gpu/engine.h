@@ -115,14 +115,45 @@ int fox_engine_begin_fold(fox_engine *e, int fold);
 /* Fold-boundary reset: Adam state, hard target sync, flags, ISV per its table. */
 int fox_engine_reset_for_fold(fox_engine *e);
 
-/* Run n full steps (collect from every environment, then one train step). */
+/*
+ * Run n full steps (collect from every environment, then one train step).
+ * Every step ends with the fused sentinel check (engine.sentinel) and the
+ * halts: FOX_EHALT when the step ended in halt_nan (a slot 0–35 is set) or
+ * halt_grad_collapse (a non-finite loss, or a gradient norm ≈ 0 for
+ * FOX_HALT_COLLAPSE_STEPS steps); fox_engine_errmsg then says which, naming
+ * the slots ("halt_nan: slots 12 h_s2, 33 d_h_s2_post_main"), and
+ * fox_engine_halt_info gives the same as data. The fold is stopped: run_steps
+ * and train_only refuse with FOX_ESTATE until begin_fold or reset_for_fold.
+ */
 int fox_engine_run_steps(fox_engine *e, int n, fox_step_stats *stats);
 
 /*
  * Run n train steps without collecting (for benchmarks: the train step alone).
- * FOX_ESTATE until the replay ring holds learning_starts transitions.
+ * FOX_ESTATE until the replay ring holds learning_starts transitions, or while
+ * the fold is halted; FOX_EHALT as run_steps.
  */
 int fox_engine_train_only(fox_engine *e, int n, fox_step_stats *stats);
+
+typedef enum {
+    FOX_HALT_NONE = 0,         /* the fold runs */
+    FOX_HALT_NAN = 1,          /* halt_nan: a sentinel slot 0–35 fired */
+    FOX_HALT_GRAD_COLLAPSE = 2 /* halt_grad_collapse: non-finite loss or vanished gradient */
+} fox_halt_reason;
+
+#define FOX_HALT_MAX_SLOTS 36 /* slots 0–35 (sentinel.h FOX_SENT_HALT_END) */
+
+typedef struct fox_halt_info {
+    fox_halt_reason reason;
+    int fold;                             /* the fold that stopped */
+    int64_t step;                         /* its full-step count when it stopped */
+    int n_slots;                          /* halt_nan: the slots set, ascending */
+    int slots[FOX_HALT_MAX_SLOTS];
+    const char *names[FOX_HALT_MAX_SLOTS]; /* their names (static strings) */
+    char message[512];                    /* the errmsg of the halt */
+} fox_halt_info;
+
+/* Why the current fold stopped; reason FOX_HALT_NONE (and zeros) while it runs. */
+void fox_engine_halt_info(const fox_engine *e, fox_halt_info *out);
 
 /* Evaluate a policy with one sequential pass over a split of the current fold. */
 int fox_engine_evaluate(fox_engine *e, fox_split split, fox_policy policy, fox_eval_result *out);

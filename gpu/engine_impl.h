@@ -27,6 +27,7 @@ struct fox_engine {
     int64_t epoch_loss_n;
     int64_t total_steps;
     uint64_t fingerprint;
+    fox_halt_info halt;         /* reason FOX_HALT_NONE while the fold runs */
     float *eval_s, *eval_q;     /* [S], [n_actions] */
     char err[512];
 };
@@ -43,5 +44,13 @@ int fox__engine_fail(fox_engine *e, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 double fox__now(void);
+
+/*
+ * Test and drill hooks of the stability system (the backend's sentinel_where
+ * and check_now): where slot's first watched run lies in host memory, and one
+ * fused check now. FOX_ENOENT / FOX_ESTATE when the backend lacks them.
+ */
+int fox__engine_sentinel_where(fox_engine *e, int slot, float **ptr, size_t *len);
+int fox__engine_check_now(fox_engine *e);
 
 #endif

@@ -10,6 +10,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 #include <strings.h>
 
 #include "bounds.h"
@@ -154,6 +155,40 @@ fox_sentinel_group_slot(int family, int group)
         if (strcasecmp(table[i].buffer, buf) == 0 && (table[i].groups & FOX_SENT_G(group)))
             return i;
     return -1;
+}
+
+int
+fox_sentinel_fault_slot(const char *name)
+{
+    int i = fox_sentinel_index(name);
+    if (i >= 0)
+        return table[i].site == FOX_SENT_SITE_NONE ? -1 : i;
+    if (!name || !name[0])
+        return -1;
+    for (i = 0; i < FOX_SENTINEL_SLOTS; i++)
+        if (strcasecmp(table[i].buffer, name) == 0)
+            return i;
+    return -1;
+}
+
+int
+fox_sentinel_halt_text(const volatile int *flags, char *buf, size_t len)
+{
+    int count = 0;
+    size_t used = 0;
+    if (len)
+        buf[0] = '\0';
+    for (int i = 0; i < FOX_SENT_HALT_END; i++) {
+        if (!flags[i] || !fox_sentinel_is_halt(i))
+            continue;
+        if (used < len) {
+            int w = snprintf(buf + used, len - used, "%s%d %s", count ? ", " : "", i,
+                             table[i].name);
+            used += w > 0 ? (size_t)w : 0;
+        }
+        count++;
+    }
+    return count;
 }
 
 int

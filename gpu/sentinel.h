@@ -198,6 +198,16 @@ enum {
 /* halt_nan fires on any slot in [0, FOX_SENT_HALT_END) (reserved slots never fire). */
 enum { FOX_SENT_HALT_END = 36 };
 
+/*
+ * halt_grad_collapse: the loss is not finite, or the global gradient norm
+ * (finite elements) stayed at or below FOX_HALT_COLLAPSE_NORM for
+ * FOX_HALT_COLLAPSE_STEPS train steps in a row: every gradient poisoned
+ * (the isfinite guard zeroes them all) or the network dead. A healthy foxnet
+ * step has a norm many orders above the floor.
+ */
+#define FOX_HALT_COLLAPSE_NORM  1e-10
+#define FOX_HALT_COLLAPSE_STEPS 50
+
 /* Families for fox_sentinel_group_slot. */
 enum { FOX_SENT_FAMILY_WEIGHT = 0, FOX_SENT_FAMILY_ADAM_M = 1, FOX_SENT_FAMILY_ADAM_V = 2 };
 
@@ -260,6 +270,20 @@ int fox_sentinel_is_halt(int i);
  * slot covers that pair (the aux heads' Adam m/v, as in the seeds).
  */
 int fox_sentinel_group_slot(int family, int group);
+
+/*
+ * The slot a fault injection names: a slot name ("d_h_s2_post_aux"), else a
+ * buffer name ("d_h_s2", "params"), which means the first slot watching that
+ * buffer. -1 for an unknown name or a reserved slot (it has no buffer).
+ */
+int fox_sentinel_fault_slot(const char *name);
+
+/*
+ * The halt_nan slots set in flags [FOX_SENTINEL_SLOTS], as text into buf:
+ * "12 h_s2, 33 d_h_s2_post_main" (always NUL-terminated, cut if too long).
+ * Returns how many there are; 0 leaves buf "".
+ */
+int fox_sentinel_halt_text(const volatile int *flags, char *buf, size_t len);
 
 /*
  * CPU twins of the fused check kernel. Each returns 1 if the buffer fires,

@@ -49,8 +49,9 @@ START_TEST(test_envelope_good)
     ck_assert_int_eq(fox_request_is_mutating(&req), 0);
     fox_request_fini(&req);
 
-    ck_assert_fox_code(parse(&req, " {\"cmd\":\"pause\",\"token\":\"s3cret\",\"id\":9007199254740991,"
-                                   "\"v\":1,\"args\":{}}\n"),
+    ck_assert_fox_code(parse(&req,
+                             " {\"cmd\":\"pause\",\"token\":\"s3cret\",\"id\":9007199254740991,"
+                             "\"v\":1,\"args\":{}}\n"),
                        FOX_OK);
     ck_assert_int_eq(req.id, FOX_PROTO_MAX_ID);
     ck_assert_str_eq(req.token, "s3cret");
@@ -71,25 +72,25 @@ START_TEST(test_envelope_bad)
     static const char *const eproto[] = {
         "",
         "garbage",
-        "{\"v\":1,\"id\":1,\"cmd\":\"status\"",      /* truncated */
-        "[1,2,3]",                                    /* not an object */
+        "{\"v\":1,\"id\":1,\"cmd\":\"status\"", /* truncated */
+        "[1,2,3]",                              /* not an object */
         "\"status\"",
-        "{\"id\":1,\"cmd\":\"status\"}",              /* no v */
-        "{\"v\":2,\"id\":1,\"cmd\":\"status\"}",      /* wrong v */
+        "{\"id\":1,\"cmd\":\"status\"}",         /* no v */
+        "{\"v\":2,\"id\":1,\"cmd\":\"status\"}", /* wrong v */
         "{\"v\":\"1\",\"id\":1,\"cmd\":\"status\"}",
         "{\"v\":1.5,\"id\":1,\"cmd\":\"status\"}",
-        "{\"v\":1,\"cmd\":\"status\"}",               /* no id */
+        "{\"v\":1,\"cmd\":\"status\"}", /* no id */
         "{\"v\":1,\"id\":-1,\"cmd\":\"status\"}",
         "{\"v\":1,\"id\":1.5,\"cmd\":\"status\"}",
         "{\"v\":1,\"id\":\"7\",\"cmd\":\"status\"}",
         "{\"v\":1,\"id\":9007199254740992,\"cmd\":\"status\"}",
         "{\"v\":1,\"id\":1e300,\"cmd\":\"status\"}",
-        "{\"v\":1,\"id\":1}",                          /* no cmd */
+        "{\"v\":1,\"id\":1}", /* no cmd */
         "{\"v\":1,\"id\":1,\"cmd\":7}",
-        "{\"v\":1,\"id\":1,\"cmd\":\"status\",\"extra\":1}", /* unknown field */
+        "{\"v\":1,\"id\":1,\"cmd\":\"status\",\"extra\":1}",      /* unknown field */
         "{\"v\":1,\"id\":1,\"cmd\":\"status\",\"cmd\":\"stop\"}", /* duplicate */
         "{\"v\":1,\"id\":1,\"cmd\":\"status\",\"token\":5}",
-        "{\"v\":1,\"id\":1,\"cmd\":\"status\"} {}",   /* trailing bytes */
+        "{\"v\":1,\"id\":1,\"cmd\":\"status\"} {}", /* trailing bytes */
         "{\"v\":1,\"id\":1,\"cmd\":\"status\"}x",
     };
     for (size_t i = 0; i < sizeof eproto / sizeof eproto[0]; i++) {
@@ -181,9 +182,8 @@ END_TEST
 /* Commands that take no arguments: {} and absent args pass, anything else fails. */
 START_TEST(test_no_arg_commands)
 {
-    static const char *const names[] = {"version", "status",     "pause",         "resume",
-                                        "stop",    "reset_fold", "isv_list",      "sentinel_list",
-                                        "metrics"};
+    static const char *const names[] = {"version",    "status",   "pause",         "resume", "stop",
+                                        "reset_fold", "isv_list", "sentinel_list", "metrics"};
     char msg[256];
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         fox_request req;
@@ -221,10 +221,18 @@ START_TEST(test_run)
     fox_request_fini(&req);
 
     static const char *const bad[] = {
-        "{\"folds\":[]}",         "{\"folds\":[0,0]}",        "{\"folds\":[31]}",
-        "{\"folds\":[-1]}",       "{\"folds\":\"0,1\"}",      "{\"folds\":[0.5]}",
-        "{\"epochs\":0}",         "{\"epochs\":\"3\"}",       "{\"epochs\":1e9}",
-        "{\"steps_per_epoch\":0}", "{\"steps_per_epoch\":true}", "{\"fold\":1}",
+        "{\"folds\":[]}",
+        "{\"folds\":[0,0]}",
+        "{\"folds\":[31]}",
+        "{\"folds\":[-1]}",
+        "{\"folds\":\"0,1\"}",
+        "{\"folds\":[0.5]}",
+        "{\"epochs\":0}",
+        "{\"epochs\":\"3\"}",
+        "{\"epochs\":1e9}",
+        "{\"steps_per_epoch\":0}",
+        "{\"steps_per_epoch\":true}",
+        "{\"fold\":1}",
         "{\"epochs\":1,\"epochs\":2}",
     };
     char msg[256];
@@ -239,14 +247,15 @@ END_TEST
 START_TEST(test_start_fold)
 {
     fox_request req;
-    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"start_fold\",\"args\":{\"fold\":2}}"),
-                       FOX_OK);
+    ck_assert_fox_code(
+        parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"start_fold\",\"args\":{\"fold\":2}}"), FOX_OK);
     ck_assert_int_eq(req.fold, 2);
     fox_request_fini(&req);
     ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"start_fold\"}"), FOX_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "missing args.fold"));
-    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"start_fold\",\"args\":{\"fold\":\"2\"}}"),
-                       FOX_EINVAL);
+    ck_assert_fox_code(
+        status_of("{\"v\":1,\"id\":1,\"cmd\":\"start_fold\",\"args\":{\"fold\":\"2\"}}"),
+        FOX_EINVAL);
     ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"start_fold\",\"args\":{\"fold\":2,"
                                  "\"folds\":[1]}}"),
                        FOX_EINVAL);
@@ -268,18 +277,22 @@ START_TEST(test_isv_read)
     ck_assert_int_eq(req.slots[1].index, -1);
     ck_assert_str_eq(req.slots[1].name, "Q_ABS_REF");
     fox_request_fini(&req);
-    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"isv_read\",\"args\":{\"slots\":[-1]}}"),
-                       FOX_EINVAL);
-    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"isv_read\",\"args\":{\"slots\":[1.5]}}"),
-                       FOX_EINVAL);
-    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"isv_read\",\"args\":{\"slots\":[\"\"]}}"),
-                       FOX_EINVAL);
-    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"isv_read\",\"args\":{\"slots\":[[1]]}}"),
-                       FOX_EINVAL);
+    ck_assert_fox_code(
+        status_of("{\"v\":1,\"id\":1,\"cmd\":\"isv_read\",\"args\":{\"slots\":[-1]}}"), FOX_EINVAL);
+    ck_assert_fox_code(
+        status_of("{\"v\":1,\"id\":1,\"cmd\":\"isv_read\",\"args\":{\"slots\":[1.5]}}"),
+        FOX_EINVAL);
+    ck_assert_fox_code(
+        status_of("{\"v\":1,\"id\":1,\"cmd\":\"isv_read\",\"args\":{\"slots\":[\"\"]}}"),
+        FOX_EINVAL);
+    ck_assert_fox_code(
+        status_of("{\"v\":1,\"id\":1,\"cmd\":\"isv_read\",\"args\":{\"slots\":[[1]]}}"),
+        FOX_EINVAL);
     ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"isv_read\",\"args\":{\"slots\":16}}"),
                        FOX_EINVAL);
-    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"isv_read\",\"args\":{\"indices\":[1]}}"),
-                       FOX_EINVAL);
+    ck_assert_fox_code(
+        status_of("{\"v\":1,\"id\":1,\"cmd\":\"isv_read\",\"args\":{\"indices\":[1]}}"),
+        FOX_EINVAL);
     /* More entries than the limit. */
     char *msg = malloc(20000);
     size_t n = (size_t)sprintf(msg, "{\"v\":1,\"id\":1,\"cmd\":\"isv_read\",\"args\":{\"slots\":[");
@@ -297,15 +310,16 @@ START_TEST(test_nan_flags)
     ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"nan_flags\"}"), FOX_OK);
     ck_assert_int_eq(fox_request_is_mutating(&req), 0);
     fox_request_fini(&req);
-    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"nan_flags\",\"args\":{\"clear\":true}}"),
-                       FOX_OK);
+    ck_assert_fox_code(
+        parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"nan_flags\",\"args\":{\"clear\":true}}"), FOX_OK);
     ck_assert_int_eq(req.clear, 1);
     ck_assert_int_eq(fox_request_is_mutating(&req), 1);
     fox_request_fini(&req);
     ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"nan_flags\",\"args\":{\"clear\":1}}"),
                        FOX_EINVAL);
-    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"nan_flags\",\"args\":{\"clear\":\"yes\"}}"),
-                       FOX_EINVAL);
+    ck_assert_fox_code(
+        status_of("{\"v\":1,\"id\":1,\"cmd\":\"nan_flags\",\"args\":{\"clear\":\"yes\"}}"),
+        FOX_EINVAL);
 }
 END_TEST
 
@@ -315,22 +329,27 @@ START_TEST(test_checkpoint)
     ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"checkpoint_save\"}"), FOX_OK);
     ck_assert_ptr_null(req.path);
     fox_request_fini(&req);
-    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"checkpoint_load\",\"args\":{\"path\":"
-                                   "\"a.ckpt\"}}"),
+    ck_assert_fox_code(parse(&req,
+                             "{\"v\":1,\"id\":1,\"cmd\":\"checkpoint_load\",\"args\":{\"path\":"
+                             "\"a.ckpt\"}}"),
                        FOX_OK);
     ck_assert_str_eq(req.path, "a.ckpt");
     fox_request_fini(&req);
-    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"checkpoint_save\",\"args\":{\"path\":\"\"}}"),
-                       FOX_EINVAL);
-    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"checkpoint_load\",\"args\":{\"path\":7}}"),
-                       FOX_EINVAL);
-    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"checkpoint_load\",\"args\":{\"file\":\"x\"}}"),
-                       FOX_EINVAL);
+    ck_assert_fox_code(
+        status_of("{\"v\":1,\"id\":1,\"cmd\":\"checkpoint_save\",\"args\":{\"path\":\"\"}}"),
+        FOX_EINVAL);
+    ck_assert_fox_code(
+        status_of("{\"v\":1,\"id\":1,\"cmd\":\"checkpoint_load\",\"args\":{\"path\":7}}"),
+        FOX_EINVAL);
+    ck_assert_fox_code(
+        status_of("{\"v\":1,\"id\":1,\"cmd\":\"checkpoint_load\",\"args\":{\"file\":\"x\"}}"),
+        FOX_EINVAL);
     char *msg = malloc(4096);
     char *path = malloc(FOX_PROTO_PATH_MAX + 2);
     memset(path, 'p', FOX_PROTO_PATH_MAX + 1);
     path[FOX_PROTO_PATH_MAX + 1] = 0;
-    snprintf(msg, 4096, "{\"v\":1,\"id\":1,\"cmd\":\"checkpoint_save\",\"args\":{\"path\":\"%s\"}}", path);
+    snprintf(msg, 4096, "{\"v\":1,\"id\":1,\"cmd\":\"checkpoint_save\",\"args\":{\"path\":\"%s\"}}",
+             path);
     ck_assert_fox_code(status_of(msg), FOX_EINVAL);
     free(path);
     free(msg);
@@ -346,19 +365,21 @@ START_TEST(test_config)
     ck_assert_int_eq(req.n_keys, 2);
     ck_assert_str_eq(req.keys[1], "model.h1");
     fox_request_fini(&req);
-    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"config_get\",\"args\":{\"keys\":[1]}}"),
-                       FOX_EINVAL);
-    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"config_get\",\"args\":{\"keys\":\"x\"}}"),
-                       FOX_EINVAL);
+    ck_assert_fox_code(
+        status_of("{\"v\":1,\"id\":1,\"cmd\":\"config_get\",\"args\":{\"keys\":[1]}}"), FOX_EINVAL);
+    ck_assert_fox_code(
+        status_of("{\"v\":1,\"id\":1,\"cmd\":\"config_get\",\"args\":{\"keys\":\"x\"}}"),
+        FOX_EINVAL);
 
-    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"config_set\",\"args\":{\"values\":"
-                                   "{\"train.epochs\":3,\"data.source\":\"synthetic\",\"x\":true}}}"),
+    ck_assert_fox_code(parse(&req,
+                             "{\"v\":1,\"id\":1,\"cmd\":\"config_set\",\"args\":{\"values\":"
+                             "{\"train.epochs\":3,\"data.source\":\"synthetic\",\"x\":true}}}"),
                        FOX_OK);
     ck_assert_int_eq(cJSON_GetArraySize(req.values), 3);
     fox_request_fini(&req);
     static const char *const bad[] = {
-        "{}",                                     /* values required */
-        "{\"values\":{}}",                        /* empty */
+        "{}",              /* values required */
+        "{\"values\":{}}", /* empty */
         "{\"values\":[]}",
         "{\"values\":{\"a\":null}}",
         "{\"values\":{\"a\":[1]}}",
@@ -379,31 +400,37 @@ END_TEST
 START_TEST(test_inject_and_shutdown)
 {
     fox_request req;
-    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"inject_fault\",\"args\":{\"buffer\":"
-                                   "\"h_s2\",\"kind\":\"nan\",\"step\":20}}"),
+    ck_assert_fox_code(parse(&req,
+                             "{\"v\":1,\"id\":1,\"cmd\":\"inject_fault\",\"args\":{\"buffer\":"
+                             "\"h_s2\",\"kind\":\"nan\",\"step\":20}}"),
                        FOX_OK);
     ck_assert_str_eq(req.fault_buffer, "h_s2");
     ck_assert_str_eq(req.fault_kind, "nan");
     ck_assert_int_eq(req.fault_step, 20);
     fox_request_fini(&req);
-    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"inject_fault\",\"args\":{\"buffer\":\"h_s2\"}}"),
-                       FOX_EINVAL);
-    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"inject_fault\",\"args\":{\"buffer\":\"h_s2\","
-                                 "\"kind\":\"zero\"}}"),
-                       FOX_EINVAL);
-    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"inject_fault\",\"args\":{\"buffer\":\"h_s2\","
-                                 "\"kind\":\"inf\",\"step\":-1}}"),
-                       FOX_EINVAL);
+    ck_assert_fox_code(
+        status_of("{\"v\":1,\"id\":1,\"cmd\":\"inject_fault\",\"args\":{\"buffer\":\"h_s2\"}}"),
+        FOX_EINVAL);
+    ck_assert_fox_code(
+        status_of("{\"v\":1,\"id\":1,\"cmd\":\"inject_fault\",\"args\":{\"buffer\":\"h_s2\","
+                  "\"kind\":\"zero\"}}"),
+        FOX_EINVAL);
+    ck_assert_fox_code(
+        status_of("{\"v\":1,\"id\":1,\"cmd\":\"inject_fault\",\"args\":{\"buffer\":\"h_s2\","
+                  "\"kind\":\"inf\",\"step\":-1}}"),
+        FOX_EINVAL);
 
     ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"shutdown\"}"), FOX_OK);
     ck_assert_int_eq(req.checkpoint, 1);
     fox_request_fini(&req);
-    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"shutdown\",\"args\":{\"checkpoint\":false}}"),
-                       FOX_OK);
+    ck_assert_fox_code(
+        parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"shutdown\",\"args\":{\"checkpoint\":false}}"),
+        FOX_OK);
     ck_assert_int_eq(req.checkpoint, 0);
     fox_request_fini(&req);
-    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"shutdown\",\"args\":{\"checkpoint\":0}}"),
-                       FOX_EINVAL);
+    ck_assert_fox_code(
+        status_of("{\"v\":1,\"id\":1,\"cmd\":\"shutdown\",\"args\":{\"checkpoint\":0}}"),
+        FOX_EINVAL);
 }
 END_TEST
 
@@ -494,9 +521,9 @@ START_TEST(test_reply_round_trip)
 
     ck_assert_fox_code(fox_proto_parse_reply(&rep, "{\"v\":1}", 7, err, sizeof err), FOX_EPROTO);
     fox_reply_fini(&rep);
-    ck_assert_fox_code(fox_proto_parse_reply(&rep, "{\"v\":1,\"id\":1,\"ok\":true}", 24, err,
-                                             sizeof err),
-                       FOX_EPROTO);
+    ck_assert_fox_code(
+        fox_proto_parse_reply(&rep, "{\"v\":1,\"id\":1,\"ok\":true}", 24, err, sizeof err),
+        FOX_EPROTO);
     fox_reply_fini(&rep);
 }
 END_TEST

@@ -1,8 +1,9 @@
 /*
  * backend.c — the CPU reference backend: environments, n-step collection,
- * replay, the train step (net.c + optim.c) and the stability buffers, in
- * plain C. Everything the CUDA backend does on the device happens here in the
- * same order with the same math, so that it can be checked against this.
+ * replay, the train step (net.c + optim.c) and the stability system
+ * (stab.c), in plain C. Everything the CUDA backend does on the device
+ * happens here in the same order with the same math, so that it can be
+ * checked against this; train_step and cpu_run_steps spell that order out.
  *
  * Single-threaded apart from BLAS; deterministic for a seed.
  */
@@ -20,6 +21,7 @@
 #include "net.h"
 #include "optim.h"
 #include "replay.h"
+#include "stab.h"
 
 #ifdef FOX_HAVE_OPENBLAS_THREADS
 void openblas_set_num_threads(int);
@@ -57,6 +59,9 @@ typedef struct cpu_backend {
     int32_t *ba, *bregime, *bidx;
     float isv_mem[FOX_ISV_TOTAL_DIM];
     int flags_mem[FOX_SENTINEL_SLOTS];
+    fox_cpu_stab stab;
+    float last_loss;   /* of the last train step, for the halts */
+    double last_norm;
 } cpu_backend;
 
 static int
@@ -73,6 +78,7 @@ cpu_destroy(fox_backend *be_)
     cpu_backend *be = (cpu_backend *)be_;
     if (!be)
         return;
+    fox_cpu_stab_fini(&be->stab);
     fox_cpu_net_destroy(be->net);
     fox_replay_fini(&be->replay);
     free(be->params);
@@ -96,6 +102,54 @@ cpu_destroy(fox_backend *be_)
     free(be->bregime);
     free(be->bidx);
     free(be);
+}
+
+/*
+ * The stability system over this backend's buffers: the fused-check table,
+ * set once (SP2), and the net's stability points. Every sentinel buffer that
+ * exists on the CPU backend is an entry, except the inline slots (12, 33–35:
+ * checked at their points) and the reserved ones.
+ */
+static int
+watch_buffers(cpu_backend *be, char *err, size_t errlen)
+{
+    const fox_config *cfg = be->env.cfg;
+    fox_cpu_stab *st = &be->stab;
+    size_t S = (size_t)be->S, B = (size_t)be->B;
+    int rv = fox_cpu_stab_init(st, cfg, be->lay, be->base.isv, be->base.flags, be->net,
+                               be->params, be->grads, be->adam_m, be->adam_v, err, errlen);
+    struct {
+        int slot;
+        const float *p;
+        size_t n;
+    } own[] = {
+        {FOX_SENT_STATES, be->bs, B * S},
+        {FOX_SENT_NEXT_STATES, be->bs_next, B * S},
+        {FOX_SENT_GRADS, be->grads, be->np},
+        {FOX_SENT_PARAMS, be->params, be->np},
+        {FOX_SENT_REWARDS, be->br, B},
+        {FOX_SENT_ENV_OBS, be->states, (size_t)be->N * S},
+        {FOX_SENT_REPLAY_PRIORITIES, be->bprio, B},
+    };
+    for (size_t k = 0; k < sizeof own / sizeof own[0] && rv == FOX_OK; k++)
+        rv = fox_cpu_stab_watch(st, own[k].slot, own[k].p, own[k].n);
+    /* The threshold slices of the optimizer buffers (Mech 5). */
+    for (int i = FOX_SENT_HALT_END; i < FOX_SENTINEL_SLOTS && rv == FOX_OK; i++) {
+        const char *buf = fox_sentinel_buffer(i);
+        const float *base = strcmp(buf, "params") == 0   ? be->params
+                            : strcmp(buf, "adam_m") == 0 ? be->adam_m
+                            : strcmp(buf, "adam_v") == 0 ? be->adam_v
+                                                         : NULL;
+        if (base)
+            rv = fox_cpu_stab_watch_groups(st, i, base);
+    }
+    if (rv == FOX_OK)
+        rv = fox_cpu_stab_watch_net(st, be->B);
+    if (rv != FOX_OK && !err[0])
+        snprintf(err, errlen, "cpu backend: stability table: %s", fox_strerror(rv));
+    /* d_states exists only for its sentinel slot: skip the extra GEMMs when checks are off. */
+    fox_cpu_net_set_hook(be->net, fox_cpu_stab_point, st, st->sentinel);
+    return rv;
 }
 
 static int
@@ -169,6 +223,10 @@ cpu_create(fox_backend **out, const fox_backend_env *env, char *err, size_t errl
     fox_rng_seed(&be->rng_collect, cfg->seed ^ 0xc011ec7ULL);
     fox_rng_seed(&be->rng_sample, cfg->seed ^ 0x5a3b1eULL);
     fox_isv_init((float *)be->isv_mem);
+    if ((rv = watch_buffers(be, err, errlen)) != FOX_OK) {
+        cpu_destroy((fox_backend *)be);
+        return rv;
+    }
     *out = (fox_backend *)be;
     return FOX_OK;
 }
@@ -195,11 +253,16 @@ cpu_begin_fold(fox_backend *be_)
     return FOX_OK;
 }
 
+/*
+ * reset_for_fold: Mech 4, every Adam state of the one optimizer (m, v, t);
+ * Mech 3, the hard target sync; then the stability system's tables: flags,
+ * ISV per its reset rules, Pearl D and C states (fox_cpu_stab_reset_fold).
+ * GRAD_NORM_SLOW_EMA is `keep` in the ISV table: Mech 8 stays reverted.
+ */
 static int
 cpu_reset_for_fold(fox_backend *be_)
 {
     cpu_backend *be = (cpu_backend *)be_;
-    /* Mech 4: every Adam state; Mech 3: hard target sync. */
     memset(be->adam_m, 0, be->np * sizeof(float));
     memset(be->adam_v, 0, be->np * sizeof(float));
     be->ctr.adam_t = 0;
@@ -207,8 +270,8 @@ cpu_reset_for_fold(fox_backend *be_)
     be->ctr.env_steps = 0;
     be->ctr.train_steps = 0;
     fox_cpu_target_sync(be->target, be->params, be->np, 0.0f);
-    memset((int *)be->flags_mem, 0, sizeof be->flags_mem);
-    fox_isv_reset((float *)be->isv_mem);
+    fox_cpu_stab_reset_fold(&be->stab);
+    be->base.halt_reason = FOX_HALT_NONE;
     return FOX_OK;
 }
 
@@ -273,6 +336,7 @@ collect(cpu_backend *be, float eps)
         fox_env_portfolio(&e->st, be->bars.close[e->bar], port);
         fox__state_build(feat, S, e->bar, port, be->states + (size_t)i * S);
     }
+    fox_cpu_stab_point(&be->stab, FOX_SENT_ENV_OBS, be->states, (size_t)be->N * S);
     int rv = fox_cpu_net_q_values(be->net, be->params, be->states, be->N, be->q);
     if (rv != FOX_OK)
         return rv;
@@ -330,51 +394,55 @@ gather_batch(cpu_backend *be)
         be->btau[k] = fox_rng_uniform(&be->rng_sample);
         be->btau_next[k] = fox_rng_uniform(&be->rng_sample);
     }
+    fox_cpu_stab_point(&be->stab, FOX_SENT_STATES, be->bs, (size_t)be->B * S);
+    fox_cpu_stab_point(&be->stab, FOX_SENT_NEXT_STATES, be->bs_next, (size_t)be->B * S);
+    fox_cpu_stab_point(&be->stab, FOX_SENT_REWARDS, be->br, (size_t)be->B);
 }
 
-/* EMA with a zero sentinel: the first observation replaces it (Pearl A). */
-static void
-isv_ema(volatile float *isv, int slot, double x, double alpha)
-{
-    float old = isv[slot];
-    isv[slot] = old == 0.0f ? (float)x : (float)((1.0 - alpha) * old + alpha * x);
-}
-
+/*
+ * One train step, in the order the CUDA backend mirrors: batch; the aux label
+ * scale; Mech 2 on the atoms; forward, losses and backward with the net's
+ * stability points (Mech 10, Mech 1, inline checks); Q_ABS_REF; Mech 6's
+ * clip; the clamped Adam step (Mech 9, SP4 m/v); the SP4 Pearls B and C;
+ * target sync; replay priorities.
+ */
 static int
 train_step(cpu_backend *be, fox_step_stats *st)
 {
     const fox_config *c = be->env.cfg;
+    fox_cpu_stab *sb = &be->stab;
     gather_batch(be);
-    double aux_abs = 0.0;
-    for (int b = 0; b < be->B; b++)
-        aux_abs += fabsf(be->baux[b]);
-    isv_ema(be->base.isv, FOX_ISV_AUX_LABEL_SCALE_EMA, aux_abs / be->B, 0.01);
-    float aux_scale = be->base.isv[FOX_ISV_AUX_LABEL_SCALE_EMA];
+    float aux_scale = fox_cpu_stab_aux_label(sb, be->baux, be->B);
+    fox_cpu_stab_atoms(sb);
     fox_cpu_net_batch batch = {be->B, be->bs, be->bs_next, be->ba, be->br, be->bdone,
                                c->prioritized ? be->bw : NULL, be->baux, be->bregime,
                                be->btau, be->btau_next};
     fox_cpu_net_hparams hp = {powf(c->gamma, (float)c->n_step), c->iqn_lambda, c->aux_lambda,
-                              aux_scale > 1e-8f ? aux_scale : 1e-8f, c->target_mode,
-                              c->bdq_trunk_scale};
+                              aux_scale, c->target_mode, c->bdq_trunk_scale};
     fox_cpu_net_loss loss;
     int rv = fox_cpu_net_loss_grad(be->net, be->params, be->target, &batch, &hp, &loss, be->grads,
                                    be->bprio);
     if (rv != FOX_OK)
         return rv;
-    size_t nonfinite = 0;
-    fox_cpu_grad_sanitize(be->grads, be->np, &nonfinite);
-    double norm = fox_cpu_grad_norm(be->grads, be->np);
-    float scale = fox_cpu_clip_scale(norm, c->grad_clip);
+    fox_cpu_stab_q_signals(sb, loss.q_abs, loss.q_dir_abs);
+    fox_cpu_stab_point(sb, FOX_SENT_GRADS, be->grads, be->np);
+    double norm;
+    float scale = fox_cpu_stab_grad_clip(sb, &norm);
     be->ctr.adam_t++;
-    fox_cpu_adam_step(be->params, be->grads, be->adam_m, be->adam_v, be->np, c->lr, c->adam_b1,
-                      c->adam_b2, c->adam_eps, be->ctr.adam_t, scale);
+    fox_cpu_stab_adam(sb, be->ctr.adam_t, scale);
+    fox_cpu_stab_point(sb, FOX_SENT_PARAMS, be->params, be->np);
+    fox_cpu_stab_point(sb, FOX_SENT_TRUNK_ADAM_M_MAX, be->adam_m, be->np);
+    fox_cpu_stab_point(sb, FOX_SENT_TRUNK_ADAM_V_MAX, be->adam_v, be->np);
+    fox_cpu_stab_post_adam(sb);
     be->ctr.train_steps++;
     if (c->polyak > 0.0f)
         fox_cpu_target_sync(be->target, be->params, be->np, c->polyak);
     else if (be->ctr.train_steps % c->target_sync == 0)
         fox_cpu_target_sync(be->target, be->params, be->np, 0.0f);
+    fox_cpu_stab_point(sb, FOX_SENT_REPLAY_PRIORITIES, be->bprio, (size_t)be->B);
     fox_replay_update(&be->replay, be->bidx, be->bprio, be->B);
-    isv_ema(be->base.isv, FOX_ISV_GRAD_NORM_EMA, norm, 0.01);
+    be->last_loss = (float)loss.total;
+    be->last_norm = norm;
     st->loss = (float)loss.total;
     st->loss_c51 = (float)loss.c51;
     st->loss_iqn = (float)loss.iqn;
@@ -383,31 +451,41 @@ train_step(cpu_backend *be, fox_step_stats *st)
     return FOX_OK;
 }
 
+/*
+ * The end of every full step: the fused check (SP2), then the halts. On a
+ * halt the message names the slots and the step stops the caller's loop.
+ */
+static int
+end_step(cpu_backend *be, int trained)
+{
+    fox_cpu_stab_check(&be->stab);
+    return fox_cpu_stab_halt(&be->stab, trained, be->last_loss, be->last_norm,
+                             &be->base.halt_reason, be->base.err, sizeof be->base.err);
+}
+
 static int
 cpu_run_steps(fox_backend *be_, int n, fox_step_stats *st)
 {
     cpu_backend *be = (cpu_backend *)be_;
     const fox_config *c = be->env.cfg;
     memset(st, 0, sizeof *st);
-    for (int i = 0; i < n; i++) {
+    int rv = FOX_OK;
+    for (int i = 0; i < n && rv == FOX_OK; i++) {
         int ready = be->replay.size >= c->learning_starts && be->replay.size >= be->B;
         float eps = ready ? epsilon(be) : c->eps_start;
-        int rv = collect(be, eps);
+        fox_cpu_stab_begin_step(&be->stab, be->ctr.train_steps, ready);
+        rv = collect(be, eps);
         if (rv == FOX_OK && ready)
             rv = train_step(be, st);
         if (rv != FOX_OK)
             return rv;
         be->ctr.step++;
         st->epsilon = eps;
+        rv = end_step(be, ready);
     }
-    /* Q_ABS_REF: mean |E[Q]| over the last collection's greedy actions. */
-    double qabs = 0.0;
-    for (size_t k = 0; k < (size_t)be->N * be->lay->n_actions; k++)
-        qabs += fabsf(be->q[k]);
-    isv_ema(be->base.isv, FOX_ISV_Q_ABS_REF, qabs / ((double)be->N * be->lay->n_actions), 0.05);
     st->step = be->ctr.step;
     st->env_steps = be->ctr.env_steps;
-    return FOX_OK;
+    return rv;
 }
 
 static int
@@ -417,11 +495,30 @@ cpu_train_only(fox_backend *be_, int n, fox_step_stats *st)
     if (be->replay.size < be->B || be->replay.size < be->env.cfg->learning_starts)
         return FOX_ESTATE;
     memset(st, 0, sizeof *st);
-    for (int i = 0; i < n; i++) {
-        int rv = train_step(be, st);
-        if (rv != FOX_OK)
-            return rv;
+    int rv = FOX_OK;
+    for (int i = 0; i < n && rv == FOX_OK; i++) {
+        fox_cpu_stab_begin_step(&be->stab, be->ctr.train_steps, 1);
+        if ((rv = train_step(be, st)) == FOX_OK)
+            rv = end_step(be, 1);
     }
+    return rv;
+}
+
+static int
+cpu_sentinel_where(fox_backend *be_, int slot, float **ptr, size_t *len)
+{
+    cpu_backend *be = (cpu_backend *)be_;
+    if (fox_cpu_stab_where(&be->stab, slot, ptr, len) == FOX_OK)
+        return FOX_OK;
+    /* The inline slots are not table entries: their buffers are the net's. */
+    fox_cpu_net_sentinel_buffer(be->net, slot, be->B, ptr, len);
+    return *ptr ? FOX_OK : FOX_ENOENT;
+}
+
+static int
+cpu_check_now(fox_backend *be_)
+{
+    fox_cpu_stab_check(&((cpu_backend *)be_)->stab);
     return FOX_OK;
 }
 
@@ -475,4 +572,6 @@ const fox_backend_ops fox_cpu_backend_ops = {
     .train_only = cpu_train_only,
     .q_values = cpu_q_values,
     .state_io = cpu_state_io,
+    .sentinel_where = cpu_sentinel_where,
+    .check_now = cpu_check_now,
 };

@@ -19,11 +19,22 @@
  *   - d h_s2 is accumulated in the order C51 heads (× 1/(D+1) when
  *     bdq_trunk_scale), aux heads, IQN head — sentinel slots 33/34/35.
  *
- * Not here: the Mech 10 clamp on h_s2, the isfinite guard, clipping and
- * Adam (optim.c), and every other part of the stability system; this file
- * is the unclamped math. Scratch is carved from one allocation in create,
- * sized for max_batch: no allocation per step (except the test-only layer
- * entry points at the end).
+ * Stability points (net_decl.h FOX_NET(hook_fn), set_hook), in step order, each right
+ * after its buffer is written and before anything reads it; only the online
+ * forward on s and the losses/backward have them:
+ *   13 h_s1; 16 η2, 17 η1, 18 gate, 19 glu, 20 ln_in of GRN2; 12 h_s2 (the
+ *   backend's Mech 10 clamp); 1 v_logits; 2 adv_logits; 5 target_logits;
+ *   8 projected; 9 iqn_q_online; 10 iqn_q_target; 46 target_q (Mech 1);
+ *   7 current_lp; 11 td_errors; 28 d_iqn_q; 3 aux_loss; 21 total_loss;
+ *   24 d_v_logits; 25 d_adv_logits; 33 d_h_s2 post-main; 30 aux_d_h_s2;
+ *   34 d_h_s2 post-aux; 26 iqn_trunk_grad; 27 iqn_d_h_s2; 35 d_h_s2
+ *   post-IQN; 32 d_states (only when want_d_states).
+ *
+ * Not here: the clamps themselves, the isfinite guard, clipping and Adam
+ * (optim.c), and every other part of the stability system: this file is the
+ * unclamped math with named points where the backend's stability code runs.
+ * Scratch is carved from one allocation in create, sized for max_batch: no
+ * allocation per step (except the test-only layer entry points at the end).
  */
 #include <math.h>
 #include <stdint.h>
@@ -33,6 +44,7 @@
 #include <cblas.h>
 
 #include "../error.h"
+#include "../sentinel.h"
 #include "net.h"
 
 /*
@@ -162,12 +174,12 @@ sigmoid_fwd(size_t n, real *x)
         x[k] = R(1) / (R(1) + R_EXP(-x[k]));
 }
 
-/* GLU: u += σ ⊙ lin, where sg = σ(Wg·η1 + bg) and lin = Wv·η1 + bv. */
+/* GLU: g = σ ⊙ lin, where sg = σ(Wg·η1 + bg) and lin = Wv·η1 + bv. */
 static void
-glu_fwd(size_t n, const real *sg, const real *lin, real *u)
+glu_fwd(size_t n, const real *sg, const real *lin, real *g)
 {
     for (size_t k = 0; k < n; k++)
-        u[k] += sg[k] * lin[k];
+        g[k] = sg[k] * lin[k];
 }
 
 /* d(pre-sigmoid) = du·lin·σ(1 − σ); d lin = du·σ. */
@@ -265,30 +277,53 @@ typedef struct grn_cache {
     real *eta1; /* [B × out] W1·η2 + b1 */
     real *sg;   /* [B × out] σ(Wg·η1 + bg) */
     real *lin;  /* [B × out] Wv·η1 + bv */
+    real *glu;  /* [B × out] g = σ ⊙ lin */
     real *xhat; /* [B × out] LayerNorm-normalised r + g */
     real *rstd; /* [B] */
     real *y;    /* [B × out] x̂·γ + β: the block's output */
 } grn_cache;
 
-/* a [B × in] → c->y [B × out], keeping what grn_bwd needs. */
+struct FOX_NET_T;
+
+/* A stability point (net_decl.h): hk NULL (a pass without points) or slot < 0 is none. */
 static void
-grn_fwd(const grn *g, int B, const real *a, grn_cache *c)
+point(const struct FOX_NET_T *hk, int slot, real *buf, size_t n);
+
+/* The sentinel slots of one GRN forward's stages; -1 where none watches. */
+typedef struct grn_points {
+    int eta2, eta1, gate, glu, ln_in, out;
+} grn_points;
+
+static const grn_points no_points = {-1, -1, -1, -1, -1, -1};
+
+/* a [B × in] → c->y [B × out], keeping what grn_bwd needs; pt names its stability points. */
+static void
+grn_fwd(const grn *g, int B, const real *a, grn_cache *c, const struct FOX_NET_T *hk,
+        const grn_points *pt)
 {
     int in = g->in, out = g->out;
     size_t n = (size_t)B * out;
     linear_fwd(B, in, out, a, g->p[FOX_GRN_W2], g->p[FOX_GRN_B2], c->eta2);
     elu_fwd(n, c->eta2);
+    point(hk, pt->eta2, c->eta2, n);
     linear_fwd(B, out, out, c->eta2, g->p[FOX_GRN_W1], g->p[FOX_GRN_B1], c->eta1);
+    point(hk, pt->eta1, c->eta1, n);
     linear_fwd(B, out, out, c->eta1, g->p[FOX_GRN_WG], g->p[FOX_GRN_BG], c->sg);
     sigmoid_fwd(n, c->sg);
+    point(hk, pt->gate, c->sg, n);
     linear_fwd(B, out, out, c->eta1, g->p[FOX_GRN_WV], g->p[FOX_GRN_BV], c->lin);
+    glu_fwd(n, c->sg, c->lin, c->glu);
+    point(hk, pt->glu, c->glu, n);
     /* The LayerNorm input r + g is built in xhat and normalised in place. */
     if (g->p[FOX_GRN_WR])
         linear_fwd(B, in, out, a, g->p[FOX_GRN_WR], NULL, c->xhat);
     else
         memcpy(c->xhat, a, n * sizeof *a);
-    glu_fwd(n, c->sg, c->lin, c->xhat);
+    for (size_t k = 0; k < n; k++)
+        c->xhat[k] += c->glu[k];
+    point(hk, pt->ln_in, c->xhat, n);
     layernorm_fwd(B, out, c->xhat, g->p[FOX_GRN_LN_G], g->p[FOX_GRN_LN_B], c->xhat, c->rstd, c->y);
+    point(hk, pt->out, c->y, n);
 }
 
 /*
@@ -415,13 +450,18 @@ typedef struct net_view {
     iqn_head iqn;
 } net_view;
 
+/*
+ * Per-action buffers ([B × NAct × NA]) keep branch d's [B × n_d × NA] block
+ * at B·off_d·NA, like d_logit, so that each is one contiguous run for a
+ * batch of B rows (one entry of the fused check). branch_rows finds it.
+ */
 typedef struct c51_acts {
-    grn_cache g1, g2;                 /* g1.y = h_s1 [B × H1], g2.y = h_s2 [B × H2] */
-    real *val_hid;                    /* [B × HH] */
-    real *val;                        /* [B × NA] V */
-    real *br_hid[FOX_MAX_BRANCHES];   /* [B × HH] */
-    real *adv[FOX_MAX_BRANCHES];      /* [B × n_d·NA] A_d */
-    real *logp[FOX_MAX_BRANCHES];     /* [B × n_d × NA] log p_d after dueling */
+    grn_cache g1, g2; /* g1.y = h_s1 [B × H1], g2.y = h_s2 [B × H2] */
+    real *val_hid;    /* [B × HH] */
+    real *val;        /* [B × NA] V */
+    real *br_hid;     /* [D × B × HH]: branch d's hidden layer at d·B·HH */
+    real *adv;        /* [B × NAct × NA] A_d per branch */
+    real *logp;       /* [B × NAct × NA] log p_d after dueling */
 } c51_acts;
 
 typedef struct iqn_cache {
@@ -441,7 +481,8 @@ typedef struct aux_cache {
 struct FOX_NET_T {
     fox_model_layout lay;
     int max_batch;
-    real *z;           /* [NA] atom support z_j = v_min + j·Δz */
+    real sup_min, sup_max; /* the C51 support: the layout's, or as Mech 2 moved it */
+    real *z;           /* [NA] atom support z_j = sup_min + j·Δz */
     c51_acts on;       /* online net on s: everything backward needs */
     c51_acts on_next;  /* online net on s′: the double-DQN argmax only (q_values reuses it) */
     c51_acts tgt;      /* target net on s′ */
@@ -451,22 +492,48 @@ struct FOX_NET_T {
     int32_t *a_star;   /* [B × D] greedy next sub-action per branch */
     real *m;           /* [B × D × NA] target pmf per branch (MEAN: D equal rows) */
     real *p_tmp;       /* [NA] */
-    real *theta_t;     /* [NT] target quantiles of one (b, d) */
+    real *target_q;    /* [B × D × NT] IQN targets θ′ (Mech 1 clips them, slot 46) */
+    real *cur_lp;      /* [B × D × NA] log p_d(s, a_d) of the taken actions */
+    real *td;          /* [B] Σ_d |E_m[z] − E_{p_d}[z]|: TD errors, the PER priorities */
+    real *aux_loss_v;  /* [2] next-bar MSE, regime CE */
+    real *total_loss_v; /* [1] */
     /* gradients of activations */
     real *d_logit;     /* [B × NAct × NA], branch d's [B × n_d × NA] at B·off_d·NA */
-    real *d_adv;       /* [B × n_max·NA] */
+    real *d_adv;       /* [B × NAct × NA], same layout */
     real *d_val;       /* [B × NA] */
     real *d_hid;       /* [B × max(HH, HA)] */
     real *dh_c51;      /* [B × H2] d h_s2 from the value and branch heads */
+    real *dh_aux;      /* [B × H2] d h_s2 from the aux heads */
+    real *dh_iqn;      /* [B × H2] d h_s2 from the IQN head */
     real *dh_s2;       /* [B × H2] */
     real *dh_s1;       /* [B × H1] */
+    real *d_states;    /* [B × S] gradient into the states (want_d_states) */
     real *d_q;         /* [B·NT × NAct] */
-    real *d_x;         /* [B·NT × H2] */
+    real *d_x;         /* [B·NT × H2] d_q·Wq: the IQN gradient towards the trunk */
+    real *d_phi;       /* [B·NT × H2] */
     real *d_ret;       /* [B] */
     real *d_reg;       /* [B × NR] */
     real *grn_tmp[4];  /* [B × max(H1, H2)] */
     real *arena;
+    FOX_NET(hook_fn) hook; /* stability points (set_hook); NULL: none */
+    void *hook_ctx;
+    int want_d_states;
 };
+
+static void
+point(const struct FOX_NET_T *hk, int slot, real *buf, size_t n)
+{
+    if (hk && hk->hook && slot >= 0)
+        hk->hook(hk->hook_ctx, slot, buf, n);
+}
+
+void
+FOX_NET(set_hook)(FOX_NET_T *net, FOX_NET(hook_fn) fn, void *ctx, int want_d_states)
+{
+    net->hook = fn;
+    net->hook_ctx = ctx;
+    net->want_d_states = want_d_states;
+}
 
 static int
 imax(int x, int y)
@@ -559,6 +626,7 @@ carve_grn(carver *c, grn_cache *g, size_t B, size_t out)
     g->eta1 = take(c, B * out);
     g->sg = take(c, B * out);
     g->lin = take(c, B * out);
+    g->glu = take(c, B * out);
     g->xhat = take(c, B * out);
     g->rstd = take(c, B);
     g->y = take(c, B * out);
@@ -571,12 +639,9 @@ carve_c51(carver *c, c51_acts *a, const fox_model_layout *lay, size_t B)
     carve_grn(c, &a->g2, B, (size_t)lay->H2);
     a->val_hid = take(c, B * lay->HH);
     a->val = take(c, B * lay->NA);
-    for (int d = 0; d < lay->n_branches; d++) {
-        size_t nd = (size_t)lay->branch_size[d] * lay->NA;
-        a->br_hid[d] = take(c, B * lay->HH);
-        a->adv[d] = take(c, B * nd);
-        a->logp[d] = take(c, B * nd);
-    }
+    a->br_hid = take(c, (size_t)lay->n_branches * B * lay->HH);
+    a->adv = take(c, B * lay->n_actions * lay->NA);
+    a->logp = take(c, B * lay->n_actions * lay->NA);
 }
 
 static void
@@ -594,9 +659,6 @@ carve_all(carver *c, struct FOX_NET_T *net)
 {
     const fox_model_layout *lay = &net->lay;
     size_t B = (size_t)net->max_batch, D = (size_t)lay->n_branches;
-    int n_max = 0;
-    for (int d = 0; d < lay->n_branches; d++)
-        n_max = imax(n_max, lay->branch_size[d]);
     net->z = take(c, lay->NA);
     carve_c51(c, &net->on, lay, B);
     carve_c51(c, &net->on_next, lay, B);
@@ -609,16 +671,24 @@ carve_all(carver *c, struct FOX_NET_T *net)
     net->aux.reg_logp = take(c, B * lay->NR);
     net->m = take(c, B * D * lay->NA);
     net->p_tmp = take(c, lay->NA);
-    net->theta_t = take(c, lay->NT);
+    net->target_q = take(c, B * D * lay->NT);
+    net->cur_lp = take(c, B * D * lay->NA);
+    net->td = take(c, B);
+    net->aux_loss_v = take(c, 2);
+    net->total_loss_v = take(c, 1);
     net->d_logit = take(c, B * lay->n_actions * lay->NA);
-    net->d_adv = take(c, B * n_max * lay->NA);
+    net->d_adv = take(c, B * lay->n_actions * lay->NA);
     net->d_val = take(c, B * lay->NA);
     net->d_hid = take(c, B * imax(lay->HH, lay->HA));
     net->dh_c51 = take(c, B * lay->H2);
+    net->dh_aux = take(c, B * lay->H2);
+    net->dh_iqn = take(c, B * lay->H2);
     net->dh_s2 = take(c, B * lay->H2);
     net->dh_s1 = take(c, B * lay->H1);
+    net->d_states = take(c, B * lay->S);
     net->d_q = take(c, B * lay->NT * lay->n_actions);
     net->d_x = take(c, B * lay->NT * lay->H2);
+    net->d_phi = take(c, B * lay->NT * lay->H2);
     net->d_ret = take(c, B);
     net->d_reg = take(c, B * lay->NR);
     for (int k = 0; k < 4; k++)
@@ -649,10 +719,22 @@ FOX_NET(create)(FOX_NET_T **out, const fox_model_layout *lay, int max_batch)
     }
     c = (carver){net->arena, 0};
     carve_all(&c, net);
-    real dz = ((real)lay->v_max - (real)lay->v_min) / (real)(lay->NA - 1);
-    for (int j = 0; j < lay->NA; j++)
-        net->z[j] = (real)lay->v_min + (real)j * dz;
+    FOX_NET(set_support)(net, (real)lay->v_min, (real)lay->v_max);
     *out = net;
+    return FOX_OK;
+}
+
+int
+FOX_NET(set_support)(FOX_NET_T *net, FOX_REAL lo, FOX_REAL hi)
+{
+    if (!net || !isfinite(lo) || !isfinite(hi) || !(lo < hi))
+        return FOX_EINVAL;
+    int NA = net->lay.NA;
+    real dz = (hi - lo) / (real)(NA - 1);
+    net->sup_min = lo;
+    net->sup_max = hi;
+    for (int j = 0; j < NA; j++)
+        net->z[j] = lo + (real)j * dz;
     return FOX_OK;
 }
 
@@ -669,17 +751,43 @@ FOX_NET(destroy)(FOX_NET_T *net)
 /* ------------------------------------------------------------------------------------------ */
 /* Forward passes                                                                             */
 
-/* s [B × S] → trunk, value and branch heads, per-branch dueling log-probabilities. */
-static void
-c51_forward(const net_view *v, const fox_model_layout *lay, c51_acts *a, const real *s, int B)
+/* Branch d's [B × n_d × NA] block of a per-action buffer (c51_acts, d_logit, d_adv). */
+static real *
+branch_rows(const fox_model_layout *lay, real *base, int B, int d)
 {
-    grn_fwd(&v->g1, B, s, &a->g1);
-    grn_fwd(&v->g2, B, a->g1.y, &a->g2);
+    return base + (size_t)B * lay->branch_off[d] * lay->NA;
+}
+
+/* Branch d's hidden layer [B × HH]. */
+static real *
+branch_hid(const fox_model_layout *lay, const c51_acts *a, int B, int d)
+{
+    return a->br_hid + (size_t)d * B * lay->HH;
+}
+
+/*
+ * s [B × S] → trunk, value and branch heads, per-branch dueling
+ * log-probabilities. hk is the net for the online forward on s, whose
+ * stability points (h_s1, GRN2's stages, h_s2, the logits) it calls; NULL
+ * for the other passes.
+ */
+static void
+c51_forward(const net_view *v, const fox_model_layout *lay, c51_acts *a, const real *s, int B,
+            const struct FOX_NET_T *hk)
+{
+    static const grn_points g1_pt = {-1, -1, -1, -1, -1, FOX_SENT_H_S1};
+    static const grn_points g2_pt = {FOX_SENT_H_S2_ETA2, FOX_SENT_H_S2_ETA1, FOX_SENT_H_S2_GATE,
+                                     FOX_SENT_H_S2_GLU,  FOX_SENT_H_S2_LN_IN, FOX_SENT_H_S2};
+    grn_fwd(&v->g1, B, s, &a->g1, hk, hk ? &g1_pt : &no_points);
+    grn_fwd(&v->g2, B, a->g1.y, &a->g2, hk, hk ? &g2_pt : &no_points);
     mlp2_fwd(&v->val, B, a->g2.y, a->val_hid, a->val);
-    for (int d = 0; d < lay->n_branches; d++) {
-        mlp2_fwd(&v->br[d], B, a->g2.y, a->br_hid[d], a->adv[d]);
-        dueling_fwd(B, lay->branch_size[d], lay->NA, a->val, a->adv[d], a->logp[d]);
-    }
+    point(hk, FOX_SENT_V_LOGITS, a->val, (size_t)B * lay->NA);
+    for (int d = 0; d < lay->n_branches; d++)
+        mlp2_fwd(&v->br[d], B, a->g2.y, branch_hid(lay, a, B, d), branch_rows(lay, a->adv, B, d));
+    point(hk, FOX_SENT_ADV_LOGITS, a->adv, (size_t)B * lay->n_actions * lay->NA);
+    for (int d = 0; d < lay->n_branches; d++)
+        dueling_fwd(B, lay->branch_size[d], lay->NA, a->val, branch_rows(lay, a->adv, B, d),
+                    branch_rows(lay, a->logp, B, d));
 }
 
 /*
@@ -726,6 +834,9 @@ FOX_NET(c51_project)(const FOX_REAL *p, int NA, FOX_REAL v_min, FOX_REAL v_max, 
         out[j] = R(0);
     for (int j = 0; j < NA; j++) {
         real tz = r + g * (v_min + (real)j * dz);
+        /* A NaN would pass both comparisons and floor() to an index out of range. */
+        if (!isfinite(tz))
+            tz = R(0);
         tz = tz < v_min ? v_min : tz > v_max ? v_max : tz;
         /* Rounding can put b a hair outside [0, NA−1] even with tz clamped. */
         real b = (tz - v_min) / dz;
@@ -752,7 +863,8 @@ greedy_next(struct FOX_NET_T *net, int B)
             int n = lay->branch_size[d], best = 0;
             real best_q = R(0);
             for (int a = 0; a < n; a++) {
-                const real *lp = net->on_next.logp[d] + ((size_t)b * n + a) * lay->NA;
+                const real *lp =
+                    branch_rows(lay, net->on_next.logp, B, d) + ((size_t)b * n + a) * lay->NA;
                 real q = expected_z(lp, net->z, lay->NA);
                 if (a == 0 || q > best_q) {
                     best = a;
@@ -765,8 +877,8 @@ greedy_next(struct FOX_NET_T *net, int B)
 
 /*
  * Target pmf per (b, d): the target net's p_d(s′, a*_d) projected with
- * reward r and discount γⁿ(1 − done). MEAN replaces every branch's pmf by
- * the mean of the D projections (BDQ's shared target).
+ * reward r and discount γⁿ(1 − done) onto the current support. MEAN replaces
+ * every branch's pmf by the mean of the D projections (BDQ's shared target).
  */
 static void
 c51_targets(struct FOX_NET_T *net, const FOX_NET(batch) *bt, const FOX_NET(hparams) *hp)
@@ -778,10 +890,11 @@ c51_targets(struct FOX_NET_T *net, const FOX_NET(batch) *bt, const FOX_NET(hpara
         real *mb = net->m + (size_t)b * D * NA;
         for (int d = 0; d < D; d++) {
             int n = lay->branch_size[d];
-            const real *lp = net->tgt.logp[d] + ((size_t)b * n + net->a_star[b * D + d]) * NA;
+            const real *lp = branch_rows(lay, net->tgt.logp, bt->B, d) +
+                             ((size_t)b * n + net->a_star[b * D + d]) * NA;
             for (int j = 0; j < NA; j++)
                 net->p_tmp[j] = R_EXP(lp[j]);
-            FOX_NET(c51_project)(net->p_tmp, NA, (real)lay->v_min, (real)lay->v_max, bt->r[b], g,
+            FOX_NET(c51_project)(net->p_tmp, NA, net->sup_min, net->sup_max, bt->r[b], g,
                                  mb + (size_t)d * NA);
         }
         if (hp->target_mode != FOX_TARGET_MEAN)
@@ -793,6 +906,27 @@ c51_targets(struct FOX_NET_T *net, const FOX_NET(batch) *bt, const FOX_NET(hpara
             mean /= (real)D;
             for (int d = 0; d < D; d++)
                 mb[(size_t)d * NA + j] = mean;
+        }
+    }
+}
+
+/*
+ * IQN targets θ′ [B × D × NT]: θ′_j = r + γⁿ(1 − done)·q_target(τ′_j)[off_d + a*_d].
+ * Unlike the C51 target, nothing bounds them by construction: this is the
+ * buffer Mech 1 clips (slot 46).
+ */
+static void
+iqn_targets(struct FOX_NET_T *net, const FOX_NET(batch) *bt, const FOX_NET(hparams) *hp)
+{
+    const fox_model_layout *lay = &net->lay;
+    int D = lay->n_branches, NT = lay->NT, NAct = lay->n_actions;
+    for (int b = 0; b < bt->B; b++) {
+        real g = hp->gamma_n * (R(1) - bt->done[b]);
+        for (int d = 0; d < D; d++) {
+            int col_t = lay->branch_off[d] + net->a_star[b * D + d];
+            real *th = net->target_q + ((size_t)b * D + d) * NT;
+            for (int j = 0; j < NT; j++)
+                th[j] = bt->r[b] + g * net->iq_tgt.q[((size_t)b * NT + j) * NAct + col_t];
         }
     }
 }
@@ -809,24 +943,33 @@ weight_of(const FOX_NET(batch) *bt, int b)
 /*
  * C51: (1/(B·D)) Σ_b Σ_d w_b·(−Σ_j m_j log p_d(s, a_d, j)). d_logit gets
  * coef·(p_j·Σm − m_j) at the chosen action's row, 0 at the others.
- * priority[b] (may be NULL) = Σ_d |E_m[z] − E_{p_d(s,a_d)}[z]|.
+ * td[b] = Σ_d |E_m[z] − E_{p_d(s,a_d)}[z]| (the PER priority). lo->q_abs and
+ * lo->q_dir_abs get the mean |E_{p_d(s,a_d)}[z]| (all branches, direction).
  */
 static double
-c51_loss(struct FOX_NET_T *net, const FOX_NET(batch) *bt, FOX_REAL *priority)
+c51_loss(struct FOX_NET_T *net, const FOX_NET(batch) *bt, FOX_NET(loss) *lo)
 {
     const fox_model_layout *lay = &net->lay;
     int B = bt->B, D = lay->n_branches, NA = lay->NA;
-    double loss = 0.0;
+    /* The taken actions' log-probabilities, gathered: the buffer slot 7 watches. */
+    for (int b = 0; b < B; b++)
+        for (int d = 0; d < D; d++) {
+            int n = lay->branch_size[d], a = bt->a[b * D + d];
+            memcpy(net->cur_lp + ((size_t)b * D + d) * NA,
+                   branch_rows(lay, net->on.logp, B, d) + ((size_t)b * n + a) * NA,
+                   (size_t)NA * sizeof *net->cur_lp);
+        }
+    point(net, FOX_SENT_CURRENT_LP, net->cur_lp, (size_t)B * D * NA);
+    double loss = 0.0, q_abs = 0.0, q_dir = 0.0;
     memset(net->d_logit, 0, (size_t)B * lay->n_actions * NA * sizeof *net->d_logit);
     for (int b = 0; b < B; b++) {
         real coef = weight_of(bt, b) / (real)(B * D);
         real prio = R(0);
         for (int d = 0; d < D; d++) {
             int n = lay->branch_size[d], a = bt->a[b * D + d];
-            size_t row = ((size_t)b * n + a) * NA;
-            const real *lp = net->on.logp[d] + row;
+            const real *lp = net->cur_lp + ((size_t)b * D + d) * NA;
             const real *m = net->m + ((size_t)b * D + d) * NA;
-            real *dl = net->d_logit + (size_t)B * lay->branch_off[d] * NA + row;
+            real *dl = branch_rows(lay, net->d_logit, B, d) + ((size_t)b * n + a) * NA;
             real ce = R(0), msum = R(0), em = R(0), ep = R(0);
             for (int j = 0; j < NA; j++) {
                 ce -= m[j] * lp[j];
@@ -838,10 +981,15 @@ c51_loss(struct FOX_NET_T *net, const FOX_NET(batch) *bt, FOX_REAL *priority)
                 dl[j] = coef * (R_EXP(lp[j]) * msum - m[j]);
             loss += (double)(coef * ce);
             prio += R_FABS(em - ep);
+            q_abs += R_FABS(ep);
+            if (d == 0)
+                q_dir += R_FABS(ep);
         }
-        if (priority)
-            priority[b] = prio;
+        net->td[b] = prio;
     }
+    point(net, FOX_SENT_TD_ERRORS, net->td, (size_t)B);
+    lo->q_abs = q_abs / (double)(B * D);
+    lo->q_dir_abs = q_dir / (double)B;
     return loss;
 }
 
@@ -860,9 +1008,8 @@ huber_grad(real x)
 }
 
 /*
- * IQN quantile Huber: θ_i = q(τ_i)[off_d + a_d], θ′_j = r + γⁿ(1 − done)·
- * q_target(τ′_j)[off_d + a*_d], δ_ij = θ′_j − θ_i,
- * ρ_ij = |τ_i − 1{δ_ij < 0}|·Huber(δ_ij);
+ * IQN quantile Huber: θ_i = q(τ_i)[off_d + a_d], θ′_j the target_q row of
+ * (b, d) (iqn_targets), δ_ij = θ′_j − θ_i, ρ_ij = |τ_i − 1{δ_ij < 0}|·Huber(δ_ij);
  * loss = (1/(B·D)) Σ_b w_b Σ_d Σ_i (1/NT) Σ_j ρ_ij. d_q gets λ·∂loss/∂q.
  */
 static double
@@ -874,18 +1021,15 @@ iqn_loss(struct FOX_NET_T *net, const FOX_NET(batch) *bt, const FOX_NET(hparams)
     memset(net->d_q, 0, (size_t)B * NT * NAct * sizeof *net->d_q);
     for (int b = 0; b < B; b++) {
         real coef = weight_of(bt, b) / (real)(B * D) / (real)NT;
-        real g = hp->gamma_n * (R(1) - bt->done[b]);
         for (int d = 0; d < D; d++) {
             int col = lay->branch_off[d] + bt->a[b * D + d];
-            int col_t = lay->branch_off[d] + net->a_star[b * D + d];
-            for (int j = 0; j < NT; j++)
-                net->theta_t[j] = bt->r[b] + g * net->iq_tgt.q[((size_t)b * NT + j) * NAct + col_t];
+            const real *theta_t = net->target_q + ((size_t)b * D + d) * NT;
             for (int i = 0; i < NT; i++) {
                 size_t qi = ((size_t)b * NT + i) * NAct + col;
                 real theta = net->iq_on.q[qi], tau = bt->tau[b * NT + i];
                 real rho = R(0), drho = R(0);
                 for (int j = 0; j < NT; j++) {
-                    real delta = net->theta_t[j] - theta;
+                    real delta = theta_t[j] - theta;
                     real wq = R_FABS(tau - (delta < R(0) ? R(1) : R(0)));
                     rho += wq * huber(delta);
                     drho += wq * huber_grad(delta);
@@ -901,62 +1045,77 @@ iqn_loss(struct FOX_NET_T *net, const FOX_NET(batch) *bt, const FOX_NET(hparams)
 
 /*
  * Aux: next-bar MSE (1/B) Σ w_b·(pred − aux_ret/scale)², regime CE
- * (1/B) Σ −log p(label), unweighted. d_ret, d_reg get λ·∂/∂(head output).
+ * (1/B) Σ −log p(label), unweighted, into aux_loss_v [2]. d_ret, d_reg get
+ * λ·∂/∂(head output).
  */
 static void
-aux_loss(struct FOX_NET_T *net, const FOX_NET(batch) *bt, const FOX_NET(hparams) *hp,
-         double *ret_loss, double *reg_loss)
+aux_loss(struct FOX_NET_T *net, const FOX_NET(batch) *bt, const FOX_NET(hparams) *hp)
 {
     int B = bt->B, NR = net->lay.NR;
     real lam = hp->aux_lambda;
-    *ret_loss = 0.0;
-    *reg_loss = 0.0;
+    double ret_loss = 0.0, reg_loss = 0.0;
     for (int b = 0; b < B; b++) {
         real w = weight_of(bt, b);
         real err = net->aux.ret[b] - bt->aux_ret[b] / hp->aux_label_scale;
-        *ret_loss += (double)(w * err * err / (real)B);
+        ret_loss += (double)(w * err * err / (real)B);
         net->d_ret[b] = lam * R(2) * w * err / (real)B;
 
         const real *lp = net->aux.reg_logp + (size_t)b * NR;
         int label = bt->aux_regime[b];
-        *reg_loss -= (double)(lp[label] / (real)B);
+        reg_loss -= (double)(lp[label] / (real)B);
         for (int k = 0; k < NR; k++)
             net->d_reg[(size_t)b * NR + k] =
                 lam * (R_EXP(lp[k]) - (k == label ? R(1) : R(0))) / (real)B;
     }
+    net->aux_loss_v[0] = (real)ret_loss;
+    net->aux_loss_v[1] = (real)reg_loss;
 }
 
 /* ------------------------------------------------------------------------------------------ */
 /* Backward of the heads into d h_s2                                                          */
 
-/* d_logit → branch and value heads; d h_s2 = scale·(their input gradient). */
+/* d_logit → the dueling backward of every branch: d_val [B × NA], d_adv [B × NAct × NA]. */
 static void
-c51_bwd(struct FOX_NET_T *net, const net_view *v, int B, real scale)
+c51_duel_bwd(struct FOX_NET_T *net, int B)
+{
+    const fox_model_layout *lay = &net->lay;
+    memset(net->d_val, 0, (size_t)B * lay->NA * sizeof *net->d_val);
+    for (int d = 0; d < lay->n_branches; d++)
+        dueling_bwd(B, lay->branch_size[d], lay->NA, branch_rows(lay, net->d_logit, B, d),
+                    net->d_val, branch_rows(lay, net->d_adv, B, d));
+}
+
+/* d_adv, d_val → branch and value heads; d h_s2 = scale·(their input gradient). */
+static void
+c51_heads_bwd(struct FOX_NET_T *net, const net_view *v, int B, real scale)
 {
     const fox_model_layout *lay = &net->lay;
     const real *hs2 = net->on.g2.y;
     size_t nh = (size_t)B * lay->H2;
-    memset(net->d_val, 0, (size_t)B * lay->NA * sizeof *net->d_val);
     memset(net->dh_c51, 0, nh * sizeof *net->dh_c51);
-    for (int d = 0; d < lay->n_branches; d++) {
-        const real *dl = net->d_logit + (size_t)B * lay->branch_off[d] * lay->NA;
-        dueling_bwd(B, lay->branch_size[d], lay->NA, dl, net->d_val, net->d_adv);
-        mlp2_bwd(&v->br[d], B, hs2, net->on.br_hid[d], net->d_adv, net->d_hid, net->dh_c51);
-    }
+    for (int d = 0; d < lay->n_branches; d++)
+        mlp2_bwd(&v->br[d], B, hs2, branch_hid(lay, &net->on, B, d),
+                 branch_rows(lay, net->d_adv, B, d), net->d_hid, net->dh_c51);
     mlp2_bwd(&v->val, B, hs2, net->on.val_hid, net->d_val, net->d_hid, net->dh_c51);
     for (size_t k = 0; k < nh; k++)
         net->dh_s2[k] = scale * net->dh_c51[k];
 }
 
+/* Aux heads → their weights and dh_aux [B × H2], the aux heads' gradient into h_s2. */
 static void
 aux_bwd(struct FOX_NET_T *net, const net_view *v, int B)
 {
     const real *hs2 = net->on.g2.y;
-    mlp2_bwd(&v->auxr, B, hs2, net->aux.ret_hid, net->d_ret, net->d_hid, net->dh_s2);
-    mlp2_bwd(&v->auxg, B, hs2, net->aux.reg_hid, net->d_reg, net->d_hid, net->dh_s2);
+    memset(net->dh_aux, 0, (size_t)B * net->lay.H2 * sizeof *net->dh_aux);
+    mlp2_bwd(&v->auxr, B, hs2, net->aux.ret_hid, net->d_ret, net->d_hid, net->dh_aux);
+    mlp2_bwd(&v->auxg, B, hs2, net->aux.reg_hid, net->d_reg, net->d_hid, net->dh_aux);
 }
 
-/* d_q → Wq, bq, Wφ, bφ and d h_s2 += Σ_i (Wqᵀ d_q) ⊙ φ_i (through x = h_s2 ⊙ φ). */
+/*
+ * d_q → Wq, bq (and d_x = d_q·Wq, the IQN gradient towards the trunk), then
+ * dh_iqn [B × H2] = Σ_i d_x ⊙ φ_i (through x = h_s2 ⊙ φ) and d φ = d_x ⊙ h_s2
+ * → Wφ, bφ. The point between them is the seeds' slot 26.
+ */
 static void
 iqn_bwd(struct FOX_NET_T *net, const iqn_head *h, int B)
 {
@@ -965,18 +1124,29 @@ iqn_bwd(struct FOX_NET_T *net, const iqn_head *h, int B)
     const real *hs2 = net->on.g2.y;
     int rows = B * lay->NT, H2 = lay->H2;
     linear_bwd(rows, H2, lay->n_actions, net->d_q, c->x, h->wq, h->dwq, h->dbq, net->d_x, R(0));
+    point(net, FOX_SENT_IQN_TRUNK_GRAD, net->d_x, (size_t)rows * H2);
+    memset(net->dh_iqn, 0, (size_t)B * H2 * sizeof *net->dh_iqn);
     for (int r = 0; r < rows; r++) {
         const real *hb = hs2 + (size_t)(r / lay->NT) * H2;
-        real *dhb = net->dh_s2 + (size_t)(r / lay->NT) * H2;
-        real *dx = net->d_x + (size_t)r * H2;
+        real *dhb = net->dh_iqn + (size_t)(r / lay->NT) * H2;
+        const real *dx = net->d_x + (size_t)r * H2;
+        real *dphi = net->d_phi + (size_t)r * H2;
         const real *phi = c->phi + (size_t)r * H2;
         for (int k = 0; k < H2; k++) {
             dhb[k] += dx[k] * phi[k];
-            dx[k] *= hb[k]; /* now d φ */
+            dphi[k] = dx[k] * hb[k];
         }
     }
-    relu_bwd((size_t)rows * H2, c->phi, net->d_x);
-    linear_bwd(rows, lay->NC, H2, net->d_x, c->cosf, h->wphi, h->dwphi, h->dbphi, NULL, R(0));
+    relu_bwd((size_t)rows * H2, c->phi, net->d_phi);
+    linear_bwd(rows, lay->NC, H2, net->d_phi, c->cosf, h->wphi, h->dwphi, h->dbphi, NULL, R(0));
+}
+
+/* dh_s2 += a head's gradient into h_s2 [B × H2]. */
+static void
+add_into(real *dh, const real *x, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        dh[k] += x[k];
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -989,12 +1159,13 @@ FOX_NET(q_values)(FOX_NET_T *net, const FOX_REAL *params, const FOX_REAL *s, int
         return FOX_EINVAL;
     const fox_model_layout *lay = &net->lay;
     net_view v = net_view_of(lay, params, NULL);
-    c51_forward(&v, lay, &net->on_next, s, B);
+    c51_forward(&v, lay, &net->on_next, s, B, NULL);
     for (int b = 0; b < B; b++)
         for (int d = 0; d < lay->n_branches; d++) {
             int n = lay->branch_size[d];
             for (int a = 0; a < n; a++) {
-                const real *lp = net->on_next.logp[d] + ((size_t)b * n + a) * lay->NA;
+                const real *lp =
+                    branch_rows(lay, net->on_next.logp, B, d) + ((size_t)b * n + a) * lay->NA;
                 q[(size_t)b * lay->n_actions + lay->branch_off[d] + a] =
                     expected_z(lp, net->z, lay->NA);
             }
@@ -1039,31 +1210,106 @@ FOX_NET(loss_grad)(FOX_NET_T *net, const FOX_REAL *params, const FOX_REAL *targe
     net_view on = net_view_of(lay, params, grads);
     net_view tg = net_view_of(lay, target_params, NULL);
 
+    const size_t nh = (size_t)B * lay->H2, nact = (size_t)B * lay->n_actions * lay->NA;
+    const size_t nq = (size_t)B * lay->NT * lay->n_actions;
+
     /* Forward: online on s (cached for backward), online on s′ (argmax), target on s′. */
-    c51_forward(&on, lay, &net->on, bt->s, B);
-    c51_forward(&on, lay, &net->on_next, bt->s_next, B);
-    c51_forward(&tg, lay, &net->tgt, bt->s_next, B);
+    c51_forward(&on, lay, &net->on, bt->s, B, net);
+    c51_forward(&on, lay, &net->on_next, bt->s_next, B, NULL);
+    c51_forward(&tg, lay, &net->tgt, bt->s_next, B, NULL);
+    point(net, FOX_SENT_TARGET_LOGITS, net->tgt.logp, nact);
     greedy_next(net, B);
     c51_targets(net, bt, hp);
+    point(net, FOX_SENT_PROJECTED, net->m, (size_t)B * D * lay->NA);
     iqn_fwd(&on.iqn, lay, B, net->on.g2.y, bt->tau, &net->iq_on);
+    point(net, FOX_SENT_IQN_Q_ONLINE, net->iq_on.q, nq);
     iqn_fwd(&tg.iqn, lay, B, net->tgt.g2.y, bt->tau_next, &net->iq_tgt);
+    point(net, FOX_SENT_IQN_Q_TARGET, net->iq_tgt.q, nq);
+    iqn_targets(net, bt, hp);
+    point(net, FOX_SENT_TARGET_Q_POST_CLIP, net->target_q, (size_t)B * D * lay->NT);
     aux_fwd(&on, lay, B, net->on.g2.y, &net->aux);
 
     /* Losses, and the gradients of the head outputs (λ included). */
-    loss->c51 = c51_loss(net, bt, priority);
+    loss->c51 = c51_loss(net, bt, loss);
+    if (priority)
+        memcpy(priority, net->td, (size_t)B * sizeof *priority);
     loss->iqn = iqn_loss(net, bt, hp);
-    aux_loss(net, bt, hp, &loss->aux_ret, &loss->aux_regime);
-    loss->total = loss->c51 + (double)hp->iqn_lambda * loss->iqn +
-                  (double)hp->aux_lambda * (loss->aux_ret + loss->aux_regime);
+    point(net, FOX_SENT_D_IQN_Q, net->d_q, nq);
+    aux_loss(net, bt, hp);
+    point(net, FOX_SENT_AUX_LOSS, net->aux_loss_v, 2);
+    loss->aux_ret = (double)net->aux_loss_v[0];
+    loss->aux_regime = (double)net->aux_loss_v[1];
+    net->total_loss_v[0] = (real)(loss->c51 + (double)hp->iqn_lambda * loss->iqn +
+                                  (double)hp->aux_lambda * (loss->aux_ret + loss->aux_regime));
+    point(net, FOX_SENT_TOTAL_LOSS, net->total_loss_v, 1);
+    loss->total = (double)net->total_loss_v[0];
 
     /* Backward: heads into d h_s2 (C51 scaled as in BDQ, then aux, then IQN), then the trunk. */
     real scale = hp->bdq_trunk_scale ? R(1) / (real)(D + 1) : R(1);
-    c51_bwd(net, &on, B, scale);
+    c51_duel_bwd(net, B);
+    point(net, FOX_SENT_D_V_LOGITS, net->d_val, (size_t)B * lay->NA);
+    point(net, FOX_SENT_D_ADV_LOGITS, net->d_adv, nact);
+    c51_heads_bwd(net, &on, B, scale);
+    point(net, FOX_SENT_D_H_S2_POST_MAIN, net->dh_s2, nh);
     aux_bwd(net, &on, B);
+    point(net, FOX_SENT_AUX_D_H_S2, net->dh_aux, nh);
+    add_into(net->dh_s2, net->dh_aux, nh);
+    point(net, FOX_SENT_D_H_S2_POST_AUX, net->dh_s2, nh);
     iqn_bwd(net, &on.iqn, B);
+    point(net, FOX_SENT_IQN_D_H_S2, net->dh_iqn, nh);
+    add_into(net->dh_s2, net->dh_iqn, nh);
+    point(net, FOX_SENT_D_H_S2_POST_IQN, net->dh_s2, nh);
     grn_bwd(&on.g2, B, net->on.g1.y, &net->on.g2, net->dh_s2, net->dh_s1, net->grn_tmp);
-    grn_bwd(&on.g1, B, bt->s, &net->on.g1, net->dh_s1, NULL, net->grn_tmp);
+    grn_bwd(&on.g1, B, bt->s, &net->on.g1, net->dh_s1, net->want_d_states ? net->d_states : NULL,
+            net->grn_tmp);
+    if (net->want_d_states)
+        point(net, FOX_SENT_D_STATES, net->d_states, (size_t)B * lay->S);
     return FOX_OK;
+}
+
+void
+FOX_NET(sentinel_buffer)(FOX_NET_T *net, int slot, int B, FOX_REAL **ptr, size_t *n)
+{
+    const fox_model_layout *lay = &net->lay;
+    size_t b = (size_t)B, D = (size_t)lay->n_branches, NA = (size_t)lay->NA;
+    size_t H2 = (size_t)lay->H2, NT = (size_t)lay->NT, NAct = (size_t)lay->n_actions;
+    real *p = NULL;
+    size_t len = 0;
+    switch (slot) {
+    case FOX_SENT_V_LOGITS: p = net->on.val; len = b * NA; break;
+    case FOX_SENT_ADV_LOGITS: p = net->on.adv; len = b * NAct * NA; break;
+    case FOX_SENT_AUX_LOSS: p = net->aux_loss_v; len = 2; break;
+    case FOX_SENT_TARGET_LOGITS: p = net->tgt.logp; len = b * NAct * NA; break;
+    case FOX_SENT_CURRENT_LP: p = net->cur_lp; len = b * D * NA; break;
+    case FOX_SENT_PROJECTED: p = net->m; len = b * D * NA; break;
+    case FOX_SENT_IQN_Q_ONLINE: p = net->iq_on.q; len = b * NT * NAct; break;
+    case FOX_SENT_IQN_Q_TARGET: p = net->iq_tgt.q; len = b * NT * NAct; break;
+    case FOX_SENT_TD_ERRORS: p = net->td; len = b; break;
+    case FOX_SENT_H_S2:
+    case FOX_SENT_H_S2_MAX_ABS: p = net->on.g2.y; len = b * H2; break;
+    case FOX_SENT_H_S1: p = net->on.g1.y; len = b * (size_t)lay->H1; break;
+    case FOX_SENT_H_S2_ETA2: p = net->on.g2.eta2; len = b * H2; break;
+    case FOX_SENT_H_S2_ETA1: p = net->on.g2.eta1; len = b * H2; break;
+    case FOX_SENT_H_S2_GATE: p = net->on.g2.sg; len = b * H2; break;
+    case FOX_SENT_H_S2_GLU: p = net->on.g2.glu; len = b * H2; break;
+    case FOX_SENT_H_S2_LN_IN: p = net->on.g2.xhat; len = b * H2; break;
+    case FOX_SENT_TOTAL_LOSS: p = net->total_loss_v; len = 1; break;
+    case FOX_SENT_D_V_LOGITS: p = net->d_val; len = b * NA; break;
+    case FOX_SENT_D_ADV_LOGITS: p = net->d_adv; len = b * NAct * NA; break;
+    case FOX_SENT_IQN_TRUNK_GRAD: p = net->d_x; len = b * NT * H2; break;
+    case FOX_SENT_IQN_D_H_S2: p = net->dh_iqn; len = b * H2; break;
+    case FOX_SENT_D_IQN_Q: p = net->d_q; len = b * NT * NAct; break;
+    case FOX_SENT_AUX_D_H_S2: p = net->dh_aux; len = b * H2; break;
+    case FOX_SENT_D_STATES: p = net->d_states; len = b * (size_t)lay->S; break;
+    case FOX_SENT_D_H_S2_POST_MAIN:
+    case FOX_SENT_D_H_S2_POST_AUX:
+    case FOX_SENT_D_H_S2_POST_IQN: p = net->dh_s2; len = b * H2; break;
+    case FOX_SENT_TARGET_Q_POST_CLIP: p = net->target_q; len = b * D * NT; break;
+    case FOX_SENT_ATOM_SPAN_MAX: p = net->z; len = NA; break;
+    default: break;
+    }
+    *ptr = B >= 1 && B <= net->max_batch ? p : NULL;
+    *n = *ptr ? len : 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1107,12 +1353,19 @@ FOX_NET(grn_fwd_bwd)(int in, int out, int B, const FOX_REAL *const p[FOX_GRN_NT]
             memset(dp[k], 0, grn_tensor_size(k, in, out) * sizeof *dp[k]);
     }
     size_t n = (size_t)B * out;
-    real *buf = calloc(10 * n + (size_t)B, sizeof *buf);
+    real *buf = calloc(11 * n + (size_t)B, sizeof *buf);
     if (!buf)
         return FOX_ENOMEM;
-    grn_cache c = {buf, buf + n, buf + 2 * n, buf + 3 * n, buf + 4 * n, buf + 10 * n, buf + 5 * n};
-    real *const tmp[4] = {buf + 6 * n, buf + 7 * n, buf + 8 * n, buf + 9 * n};
-    grn_fwd(&g, B, a, &c);
+    grn_cache c = {.eta2 = buf,
+                   .eta1 = buf + n,
+                   .sg = buf + 2 * n,
+                   .lin = buf + 3 * n,
+                   .glu = buf + 4 * n,
+                   .xhat = buf + 5 * n,
+                   .rstd = buf + 11 * n,
+                   .y = buf + 6 * n};
+    real *const tmp[4] = {buf + 7 * n, buf + 8 * n, buf + 9 * n, buf + 10 * n};
+    grn_fwd(&g, B, a, &c, NULL, &no_points);
     memcpy(y, c.y, n * sizeof *y);
     grn_bwd(&g, B, a, &c, dy, da, tmp);
     free(buf);

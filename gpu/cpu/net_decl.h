@@ -17,6 +17,17 @@ typedef struct FOX_NET(batch) {
     const FOX_REAL *tau_next;   /* [B × NT] IQN fractions for the target quantiles */
 } FOX_NET(batch);
 
+/*
+ * A stability point of loss_grad: the net has just written buf [n], the
+ * buffer that sentinel slot `slot` watches (sentinel.h), and nothing has read
+ * it yet. The backend checks, injects faults, produces ISV signals and clamps
+ * there (Mech 1 at slot 46, Mech 10 at slot 12, the inline checks 12 and
+ * 33–35); it may rewrite buf in place. The points come in step order, listed
+ * at the top of net.c. The net itself stays the unclamped math: with no hook
+ * (the finite-difference checks) it computes exactly what it computed before.
+ */
+typedef void (*FOX_NET(hook_fn))(void *ctx, int slot, FOX_REAL *buf, size_t n);
+
 typedef struct FOX_NET(hparams) {
     FOX_REAL gamma_n;           /* γ^n */
     FOX_REAL iqn_lambda, aux_lambda;
@@ -27,6 +38,8 @@ typedef struct FOX_NET(hparams) {
 
 typedef struct FOX_NET(loss) {
     double total, c51, iqn, aux_ret, aux_regime;
+    double q_abs;               /* mean |E[Z]| of the taken actions over batch and branches */
+    double q_dir_abs;           /* the same over the direction branch (d = 0) alone */
 } FOX_NET(loss);
 
 typedef struct FOX_NET_T FOX_NET_T;
@@ -53,10 +66,36 @@ int FOX_NET(loss_grad)(FOX_NET_T *net, const FOX_REAL *params, const FOX_REAL *t
                        FOX_NET(loss) *loss, FOX_REAL *grads, FOX_REAL *priority);
 
 /*
+ * Install the stability hook of every later loss_grad (fn NULL: none, the
+ * state after create). want_d_states: also compute d_states, the gradient
+ * into the input states (slot 32; nothing else needs it).
+ */
+void FOX_NET(set_hook)(FOX_NET_T *net, FOX_NET(hook_fn) fn, void *ctx, int want_d_states);
+
+/*
+ * The buffer that sentinel slot `slot` watches, when the net owns it: *ptr and
+ * *n (the part a batch of B ≤ max_batch rows uses, contiguous), or NULL and 0
+ * for a slot whose buffer lives elsewhere (states, grads, params, ...).
+ * Pointers are fixed for the net's life, so a backend builds its fused-check
+ * table from this once. Slots 33–35 all name d_h_s2.
+ */
+void FOX_NET(sentinel_buffer)(FOX_NET_T *net, int slot, int B, FOX_REAL **ptr, size_t *n);
+
+/*
+ * Mech 2, the atom write path: move the C51 support to [lo, hi] (lo < hi),
+ * atoms evenly spaced again (Δz recomputed from the clamped span, as the
+ * seeds' per-sample support does). Every later forward, target projection
+ * and q_values uses it. FOX_EINVAL unless lo < hi, both finite.
+ */
+int FOX_NET(set_support)(FOX_NET_T *net, FOX_REAL lo, FOX_REAL hi);
+
+/*
  * C51 projection of one distribution: probabilities p over the support
  * z_j = v_min + j·Δz, shifted to Tz_j = clamp(r + g·z_j, v_min, v_max)
  * (g = γ^n·(1 − done)) and split between the two neighbouring atoms. out
- * sums to Σ p. Exposed for the hand-computed tests.
+ * sums to Σ p. A non-finite Tz_j (a poisoned reward) counts as 0 before the
+ * support clamp, so the split indices stay in range. Exposed for the
+ * hand-computed tests.
  */
 void FOX_NET(c51_project)(const FOX_REAL *p, int NA, FOX_REAL v_min, FOX_REAL v_max, FOX_REAL r,
                           FOX_REAL g, FOX_REAL *out);

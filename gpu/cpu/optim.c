@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../bounds.h"
 #include "optim.h"
 
 void
@@ -31,6 +32,22 @@ fox_cpu_grad_norm(const float *grads, size_t n)
     return sqrt(sum);
 }
 
+double
+fox_cpu_grad_norm_finite(const float *grads, size_t n, size_t *nonfinite)
+{
+    double sum = 0.0;
+    size_t bad = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (isfinite(grads[k]))
+            sum += (double)grads[k] * (double)grads[k];
+        else
+            bad++;
+    }
+    if (nonfinite)
+        *nonfinite = bad;
+    return sqrt(sum);
+}
+
 float
 fox_cpu_clip_scale(double norm, float max_norm)
 {
@@ -39,6 +56,52 @@ fox_cpu_clip_scale(double norm, float max_norm)
     if (!(max_norm > 0.0f) || norm <= (double)max_norm)
         return 1.0f;
     return (float)((double)max_norm / norm);
+}
+
+/*
+ * One clamp site of the Adam loop: a finite x within ±bound passes;
+ * otherwise it is engaged (counted, flagged past diag) and clamp_finite'd.
+ * A bound of INFINITY still engages on NaN and ±Inf, so that no Adam state
+ * stays poisoned past the step that reported it.
+ */
+static float
+engage(float x, float bound, float diag, int slot, size_t *engaged, float *max_abs,
+       volatile int *flags)
+{
+    float a = fabsf(x);
+    int finite = isfinite(a);
+    if (finite && a > *max_abs)
+        *max_abs = a;
+    if (finite && a <= bound)
+        return x;
+    (*engaged)++;
+    /* !(a < diag): a NaN fires too. */
+    if (flags && slot >= 0 && !(a < diag))
+        flags[slot] = 1;
+    return fox_clamp_finite(x, bound);
+}
+
+void
+fox_cpu_adam_step_clamped(float *params, const float *grads, float *m, float *v, size_t n,
+                          float lr, float b1, float b2, float eps, int64_t t, float grad_scale,
+                          fox_cpu_adam_clamp *c, volatile int *flags)
+{
+    double tt = t < 1 ? 1.0 : (double)t;
+    float bc1 = (float)(1.0 - pow((double)b1, tt));
+    float bc2 = (float)(1.0 - pow((double)b2, tt));
+    for (size_t k = 0; k < n; k++) {
+        /* The isfinite guard: a poisoned gradient moves nothing. */
+        float g = isfinite(grads[k]) ? grads[k] * grad_scale : 0.0f;
+        float mk = b1 * m[k] + (1.0f - b1) * g;
+        float vk = b2 * v[k] + (1.0f - b2) * g * g;
+        mk = engage(mk, c->m_bound, c->m_diag, c->m_slot, &c->m_engaged, &c->m_max, flags);
+        vk = engage(vk, c->v_bound, c->v_diag, c->v_slot, &c->v_engaged, &c->v_max, flags);
+        m[k] = mk;
+        v[k] = vk;
+        float p = params[k] - lr * (mk / bc1) / (sqrtf(vk / bc2) + eps);
+        params[k] = engage(p, c->w_bound, c->w_diag, c->w_slot, &c->w_engaged, &c->w_max, flags);
+    }
+    c->total += n;
 }
 
 void

@@ -5,10 +5,12 @@
  * model.h, so each function is one loop over n floats (padding included:
  * padding holds zeros and stays zero).
  *
- * Not here: the adaptive clip bound (Mech 6), the post-Adam weight clamp
- * (Mech 9) and the ISV bookkeeping; the backend computes those and passes
- * plain numbers in. Thread-safe in the sense that the functions keep no
- * state; the caller owns every buffer.
+ * The clamped Adam step carries the Mech 9 post-Adam weight clamp and, in
+ * adaptive mode, the SP4 clamps of m and v, with their engagement flags set
+ * inside the loop (the CPU twin of the Adam kernel). Not here: where the
+ * bounds come from (Mech 6's clip, the ISV bounds): the backend reads them
+ * from the ISV (stab.c) and passes plain numbers in. Thread-safe in the sense
+ * that the functions keep no state; the caller owns every buffer.
  */
 #ifndef FOX_CPU_OPTIM_H
 #define FOX_CPU_OPTIM_H
@@ -26,6 +28,15 @@ void fox_cpu_grad_sanitize(float *grads, size_t n, size_t *nonfinite);
 double fox_cpu_grad_norm(const float *grads, size_t n);
 
 /*
+ * The isfinite guard without touching grads: the L2 norm of the finite
+ * elements only, *nonfinite (may be NULL) receiving how many were skipped.
+ * The clamped Adam step skips the same elements, so the pair computes what
+ * sanitize + norm + Adam computed while the sentinel still sees the raw
+ * gradient.
+ */
+double fox_cpu_grad_norm_finite(const float *grads, size_t n, size_t *nonfinite);
+
+/*
  * Factor that brings a gradient of norm `norm` to at most max_norm:
  * min(1, max_norm / norm). 1 when max_norm ≤ 0 (clipping off) or norm is 0;
  * 0 when norm is not finite, so that a poisoned step moves nothing.
@@ -40,6 +51,35 @@ float fox_cpu_clip_scale(double norm, float max_norm);
  */
 void fox_cpu_adam_step(float *params, const float *grads, float *m, float *v, size_t n, float lr,
                        float b1, float b2, float eps, int64_t t, float grad_scale);
+
+/*
+ * Bounds and engagement report of one clamped Adam call (one tensor, whose
+ * param group gives the bounds). Bounds of INFINITY are off. A clamp
+ * "engages" on a value beyond its bound (or not finite: clamp_finite makes it
+ * 0); when the engaged value's magnitude also reaches diag, the sentinel slot
+ * is set in the loop. That is the in-kernel engagement flag: the fused check
+ * reads the buffer after the clamp and could never see such a value.
+ */
+typedef struct fox_cpu_adam_clamp {
+    float w_bound;  /* Mech 9: post-Adam |w| ≤ w_bound */
+    float m_bound;  /* adaptive mode: |m| ≤ m_bound */
+    float v_bound;  /* adaptive mode: v ≤ v_bound */
+    int w_slot, m_slot, v_slot; /* slot of each engagement flag; -1 for none */
+    float w_diag, m_diag, v_diag; /* the slot's threshold (INFINITY: no flag) */
+    /* accumulated over calls, for Pearl C */
+    size_t w_engaged, m_engaged, v_engaged, total;
+    float w_max, m_max, v_max; /* largest finite pre-clamp magnitude */
+} fox_cpu_adam_clamp;
+
+/*
+ * fox_cpu_adam_step with the isfinite guard (a non-finite gradient counts as
+ * 0 and is left in grads for the sentinel), then m and v clamped at their
+ * bounds, the update, and the weight clamped at its bound, each clamp
+ * reporting to c and, past its diag, to flags (may be NULL).
+ */
+void fox_cpu_adam_step_clamped(float *params, const float *grads, float *m, float *v, size_t n,
+                               float lr, float b1, float b2, float eps, int64_t t,
+                               float grad_scale, fox_cpu_adam_clamp *c, volatile int *flags);
 
 /*
  * Target update over n floats: polyak in (0, 1) is a soft update

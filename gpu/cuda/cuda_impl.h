@@ -25,6 +25,7 @@ extern "C" {
 #endif
 
 #include "../config.h"
+#include "../error.h"
 #include "../model.h"
 
 /* ------------------------------------------------------------------------------------------ */
@@ -59,36 +60,32 @@ const char *fox__cuda_last_error(void);
 /* ------------------------------------------------------------------------------------------ */
 /* Shapes                                                                                     */
 
-/* Heads whose first layers are packed into one matrix: value, 4 branches, aux ret, aux regime. */
+/*
+ * The seven two-layer heads — value, branches 0..3, aux next-bar, aux
+ * regime, in this order — run as one packed network: head h owns hidden
+ * slot h (HS units, its real ones first) and output slot h (OS outputs).
+ * The packed copies are zero-padded, so the padding computes exact zeros.
+ */
 #define FOX_CUDA_HEADS 7
 #define FOX_CUDA_C51_HEADS 5
+#define FOX_CUDA_HEAD_RET 5
+#define FOX_CUDA_HEAD_REG 6
 
 typedef struct fox_cuda_dims {
     int S, H1, H2, HH, NA, NT, NC, HA, NR, D, NAct;
     int bsize[FOX_MAX_BRANCHES], boff[FOX_MAX_BRANCHES];
-    int HW;              /* packed head hidden width: 5·HH + 2·HA */
-    int OW;              /* packed head output width: NA + NAct·NA + 1 + NR */
-    int out_ret, out_reg; /* columns of the aux outputs in OW */
+    int HS, OS;          /* head slot widths: the widest hidden layer, the widest output */
+    int HW, OW;          /* 7·HS, 7·OS */
+    /* One net's packed heads, PK floats: W1 [HW × H2], b1 [HW], W2 [7 × OS × HS], b2 [7 × OS]. */
+    size_t pk_w1, pk_b1, pk_w2, pk_b2, PK;
     float v_min, v_max;
 } fox_cuda_dims;
 
-/*
- * The seven heads in packed order. Head h's hidden units are columns
- * [hid0[h], hid0[h+1]) of the packed hidden matrix and its outputs columns
- * [out0[h], out0[h+1]) of the packed output matrix; w1..b2 are its tensors'
- * offsets in the parameter layout.
- */
+/* Real widths and parameter offsets of the seven heads' tensors. */
 typedef struct fox_cuda_heads {
-    int hid0[FOX_CUDA_HEADS + 1];
-    int out0[FOX_CUDA_HEADS + 1];
+    int hid[FOX_CUDA_HEADS], out[FOX_CUDA_HEADS];
     size_t w1[FOX_CUDA_HEADS], b1[FOX_CUDA_HEADS], w2[FOX_CUDA_HEADS], b2[FOX_CUDA_HEADS];
 } fox_cuda_heads;
-
-/* Output-layer biases of the C51 heads of one network (online or target). */
-typedef struct fox_cuda_c51_bias {
-    const float *bv2;                      /* [NA] */
-    const float *bb2[FOX_MAX_BRANCHES];    /* [n_d·NA] */
-} fox_cuda_c51_bias;
 
 /* ------------------------------------------------------------------------------------------ */
 /* Device-side state that kernels read and write (never baked into a graph)                   */
@@ -148,9 +145,9 @@ typedef struct fox_cuda_batch {
 
 /* Activations of one GRN over R rows (R the rows of the last forward). */
 typedef struct fox_cuda_grn_act {
-    float *eta2, *eta1; /* [R × out] */
+    float *eta2;        /* [R × out], then Wr·a [R × out] when the skip is not the identity */
+    float *eta1;        /* [R × out] */
     float *zgv;         /* [2 × R × out]: pre-gate then pre-lin; σ gate and lin after the tail */
-    float *xr;          /* [R × out] Wr·a, NULL for the identity skip */
     float *xhat;        /* [R × out] */
     float *rstd;        /* [R] */
     float *y;           /* [R × out] */
@@ -174,7 +171,7 @@ typedef struct fox_cuda_iqn {
 } fox_cuda_iqn;
 
 typedef struct fox_cuda_grn_grad {
-    float *du, *dyx;    /* [B × out] LayerNorm input gradient; dy ⊙ x̂ for dγ */
+    float *du, *dyx;    /* [B × out] GLU/skip input gradient; dy ⊙ x̂ for dγ */
     float *dzgv;        /* [2 × B × out] pre-gate and pre-lin gradients */
     float *deta1, *deta2;
 } fox_cuda_grn_grad;
@@ -182,9 +179,7 @@ typedef struct fox_cuda_grn_grad {
 typedef struct fox_cuda_bwd {
     float *dout;        /* [B × OW] */
     float *dhid;        /* [B × HW] */
-    float *dwpk;        /* [HW × H2] */
-    float *dbpk;        /* [HW] */
-    float *dbout;       /* [OW] */
+    float *dpk;         /* [PK] the packed heads' gradient, unpacked into grads */
     float *dh_s2;       /* [B × H2] */
     float *dh_s1;       /* [B × H1] */
     float *d_q;         /* [B·NT × NAct] */
@@ -231,8 +226,7 @@ typedef struct fox_cuda_net {
     int ev_next;
     float *params;      /* [2 × np]: online, then target (one offset np apart) */
     float *grads, *adam_m, *adam_v;   /* [np] */
-    float *wpk;         /* [2 × HW × H2] packed head W1, online then target */
-    float *bpk;         /* [2 × HW] */
+    float *pk;          /* [2 × PK] packed heads, online then target */
     float *z;           /* [NA] atom support */
     float *ones;        /* [n_ones] for column sums */
     int n_ones;
@@ -260,6 +254,9 @@ int fox__cuda_lin_dw_batched(cublasHandle_t h, int rows, int in, int out, const 
                              long long sdw, int batch);
 int fox__cuda_lin_dx(cublasHandle_t h, int rows, int in, int out, const float *dY, int ldy,
                      const float *W, int ldw, float *dX, int ldx, float alpha, float beta);
+int fox__cuda_lin_dx_batched(cublasHandle_t h, int rows, int in, int out, const float *dY,
+                             int ldy, long long sdy, const float *W, long long sw, float *dX,
+                             int ldx, long long sx, int batch);
 int fox__cuda_colsum(cublasHandle_t h, int rows, int cols, const float *dY, int ldy,
                      const float *ones, float *db, float beta);
 int fox__cuda_colsum_batched(cublasHandle_t h, int rows, int cols, const float *dY, int ldy,
@@ -275,16 +272,16 @@ int fox__cuda_fwd_alloc(fox_cuda_fwd *f, const fox_model_layout *lay, const fox_
                         int R);
 void fox__cuda_fwd_free(fox_cuda_fwd *f);
 int fox__cuda_set_math(fox_cuda_net *n, int tf32);
-/* Re-pack the head first layers of both nets after their parameters changed. */
+/* Re-pack the heads of both nets after their parameters changed. */
 int fox__cuda_pack(fox_cuda_net *n, int s);
 /* Forward of net `which` (0 online, 1 target) on X [R × S] on stream s; aux heads if aux. */
 int fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, int which, const float *X, int R,
                       int aux);
 /* Losses and every gradient of the batch in n->bt (grads, loss_parts, prio), both streams joined. */
 int fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp);
-/* Guard, norm, clip, Adam, statistics, target update and re-pack. */
+/* Guard, norm, clip, Adam, statistics (and the ISV publication), target update, re-pack. */
 int fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl,
-                    float *isv_dev);
+                    float *isv_dev, float *isv_map);
 /* Record on stream `from`, wait on stream `to`. */
 int fox__cuda_dep(fox_cuda_net *n, int from, int to);
 
@@ -303,23 +300,31 @@ int fox__cuda_act_bwd(cudaStream_t s, const float *y, float *d, int rows, int co
 int fox__cuda_grn_tail(cudaStream_t s, int rows, int out, float *zgv, const float *r,
                        const float *bg, const float *bv, const float *g, const float *beta,
                        float *xhat, float *rstd, float *y);
-int fox__cuda_ln_bwd(cudaStream_t s, int rows, int out, const float *dy, const float *xhat,
-                     const float *rstd, const float *g, float *du, float *dyx);
-/* sg, lin at zgv [2 × R_fwd × out] (first B rows used); dzgv [2 × B × out]. */
-int fox__cuda_glu_bwd(cudaStream_t s, int rows, int out, long long fwd_stride, const float *zgv,
-                      const float *du, float *dzgv);
+/* LayerNorm and GLU backward; sg, lin at zgv [2 × R_fwd × out] (first rows used). */
+int fox__cuda_ln_glu_bwd(cudaStream_t s, int rows, int out, const float *dy, const float *xhat,
+                         const float *rstd, const float *g, const float *zgv,
+                         long long fwd_stride, float *du, float *dyx, float *dzgv);
+/* b2 is the net's packed output biases [7 × OS]. */
 int fox__cuda_dueling(cudaStream_t s, int rows, const fox_cuda_dims *dm, const float *out,
-                      fox_cuda_c51_bias bias, const float *z, float *logp, float *q);
+                      const float *b2, const float *z, float *logp, float *q);
 int fox__cuda_iqn_cos(cudaStream_t s, int rows, int NC, const float *tau, float *cosf);
 int fox__cuda_iqn_phi(cudaStream_t s, int rows, int H2, int NT, float *phi, float *x,
                       const float *bphi_on, const float *bphi_tg, const float *h_on,
                       const float *h_tg);
 int fox__cuda_iqn_bwd(cudaStream_t s, int B, int NT, int H2, float *d_x, const float *phi,
                       const float *h, float *dh_s2);
+/*
+ * Pack both nets' heads from params [2 × np] into pk [2 × PK]. With oc and
+ * ctl (not NULL), first apply the step's hard target sync when it is due,
+ * in the same launch (oc->polyak must be 0: a soft update goes through
+ * fox__cuda_target first).
+ */
 int fox__cuda_head_pack(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_heads *hd,
-                        const float *params, size_t np, float *wpk, float *bpk);
+                        float *params, size_t np, float *pk, const fox_cuda_optim_cfg *oc,
+                        const fox_cuda_ctl *ctl);
+/* The packed heads' gradient dpk [PK] into grads. */
 int fox__cuda_head_unpack(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_heads *hd,
-                          const float *dwpk, const float *dbpk, const float *dbout, float *grads);
+                          const float *dpk, float *grads);
 
 /* Everything the loss kernel reads and writes. */
 typedef struct fox_cuda_loss_args {
@@ -328,7 +333,8 @@ typedef struct fox_cuda_loss_args {
     const float *on_logp, *on_q, *on_out; /* online net, rows [0, B) s and [B, 2B) s′ */
     const float *tg_logp;                 /* [B × NAct × NA] */
     const float *iq_q;                    /* [2 × B·NT × NAct] */
-    const float *bq_on, *bq_tg, *auxr_b2, *auxg_b2;
+    const float *bq_on, *bq_tg;
+    const float *b2_on;                   /* the online net's packed output biases [7 × OS] */
     const float *tau;                     /* [B × NT] online fractions */
     const int32_t *a, *regime;
     const float *r, *done, *w, *aux_ret;
@@ -346,8 +352,10 @@ int fox__cuda_loss(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_loss_
 int fox__cuda_grad_norm(cudaStream_t s, size_t n, float *g, double *partial);
 int fox__cuda_adam(cudaStream_t s, size_t n, float *params, const float *g, float *m, float *v,
                    const double *partial, const fox_cuda_optim_cfg *oc, const fox_cuda_ctl *ctl);
+/* Also publishes the device ISV to the mapped copy (isv_map), as the step's last ISV write. */
 int fox__cuda_finish(cudaStream_t s, int B, const double *parts, const double *partial,
-                     const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl, float *isv_dev);
+                     const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl, float *isv_dev,
+                     float *isv_map);
 int fox__cuda_target(cudaStream_t s, size_t n, const float *params, float *target,
                      const fox_cuda_optim_cfg *oc, const fox_cuda_ctl *ctl);
 int fox__cuda_aux_scale(cudaStream_t s, int B, const float *aux, float *isv_dev);

@@ -12,7 +12,9 @@
  *   dW = dYᵀ·X   → gemm(N, T, m = in, n = out, k = rows, X, dY, dW ld in);
  *   dX = dY·W    → gemm(N, N, m = in, n = rows, k = out, W, dY, dX);
  * and a bias gradient (column sums of dY) is a gemv of dY read column-major
- * ([cols × rows]) with a vector of ones.
+ * ([cols × rows]) with a vector of ones. The batched forms take one stride
+ * per operand; a stride smaller than a matrix (the packed heads: head h's
+ * columns start h·HS into a row) interleaves the batch inside one matrix.
  *
  * Every call runs on the handle's stream with scalars on the host (captured
  * by value into a graph) and the handle's math mode (net.c sets FP32 or
@@ -71,6 +73,17 @@ fox__cuda_lin_dx(cublasHandle_t h, int rows, int in, int out, const float *dY, i
 {
     FOX_CUBLAS_TRY(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, in, rows, out, &alpha, W, ldw, dY, ldy,
                                &beta, dX, ldx));
+    return 0;
+}
+
+int
+fox__cuda_lin_dx_batched(cublasHandle_t h, int rows, int in, int out, const float *dY, int ldy,
+                         long long sdy, const float *W, long long sw, float *dX, int ldx,
+                         long long sx, int batch)
+{
+    const float zero = 0.0f;
+    FOX_CUBLAS_TRY(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, in, rows, out, &one, W,
+                                             in, sw, dY, ldy, sdy, &zero, dX, ldx, sx, batch));
     return 0;
 }
 

@@ -6,13 +6,16 @@
  * Layout choices, each to cut launches:
  *   - the online net runs once on [s; s′] (2B rows): rows [0, B) feed the
  *     loss and the backward, rows [B, 2B) the double-DQN argmax;
- *   - the first layers of the seven heads (value, 4 branches, 2 aux) are
- *     packed into one [HW × H2] matrix (re-packed after every update), so
- *     their forward, their weight gradient and their input gradient are
- *     one product each;
+ *   - the seven heads (value, 4 branches, 2 aux) run as one packed
+ *     network, re-packed after every update into zero-padded slots of
+ *     equal width (cuda_impl.h): their first layers are one product, their
+ *     output layers one strided-batched product, in the forward and in
+ *     both halves of the backward;
+ *   - a GRN's W2 and Wr products (same input) are one strided-batched
+ *     call, as are its gate and value products (each pair of tensors sits
+ *     a fixed distance apart in the layout);
  *   - the online and target parameters sit np floats apart, so the IQN
- *     products of both nets are one strided-batched call; so are a GRN's
- *     gate and value products (their tensors sit a fixed distance apart);
+ *     products of both nets are one strided-batched call;
  *   - stream 1 runs the target net's forward and every weight gradient,
  *     which nothing on stream 0 waits for until the optimizer.
  * Every buffer a stream-1 product reads is written once per step and not
@@ -57,11 +60,9 @@ fox__cuda_fwd_alloc(fox_cuda_fwd *f, const fox_model_layout *lay, const fox_cuda
     f->cap = R;
     for (int k = 0; k < 2; k++) {
         size_t n = (size_t)R * outs[k];
-        DALLOC(g[k]->eta2, n);
+        DALLOC(g[k]->eta2, skips[k] ? 2 * n : n);
         DALLOC(g[k]->eta1, n);
         DALLOC(g[k]->zgv, 2 * n);
-        if (skips[k])
-            DALLOC(g[k]->xr, n);
         DALLOC(g[k]->xhat, n);
         DALLOC(g[k]->rstd, R);
         DALLOC(g[k]->y, n);
@@ -81,7 +82,6 @@ fox__cuda_fwd_free(fox_cuda_fwd *f)
         cudaFree(g[k]->eta2);
         cudaFree(g[k]->eta1);
         cudaFree(g[k]->zgv);
-        cudaFree(g[k]->xr);
         cudaFree(g[k]->xhat);
         cudaFree(g[k]->rstd);
         cudaFree(g[k]->y);
@@ -134,10 +134,6 @@ dims_of(fox_cuda_dims *dm, fox_cuda_heads *hd, const fox_model_layout *lay)
         dm->bsize[d] = lay->branch_size[d];
         dm->boff[d] = lay->branch_off[d];
     }
-    dm->HW = FOX_CUDA_C51_HEADS * lay->HH + 2 * lay->HA;
-    dm->out_ret = lay->NA + lay->n_actions * lay->NA;
-    dm->out_reg = dm->out_ret + 1;
-    dm->OW = dm->out_reg + lay->NR;
     dm->v_min = lay->v_min;
     dm->v_max = lay->v_max;
 
@@ -149,17 +145,27 @@ dims_of(fox_cuda_dims *dm, fox_cuda_heads *hd, const fox_model_layout *lay)
                                        FOX_P_BR0_W1 + 3 * FOX_BRANCH_NT,
                                        FOX_P_AUXR_W1,
                                        FOX_P_AUXG_W1};
-    hd->hid0[0] = 0;
-    hd->out0[0] = 0;
     for (int h = 0; h < FOX_CUDA_HEADS; h++) {
         int f = first[h];
         hd->w1[h] = lay->t[f].offset;
         hd->b1[h] = lay->t[f + 1].offset;
         hd->w2[h] = lay->t[f + 2].offset;
         hd->b2[h] = lay->t[f + 3].offset;
-        hd->hid0[h + 1] = hd->hid0[h] + lay->t[f].rows;
-        hd->out0[h + 1] = hd->out0[h] + lay->t[f + 2].rows;
+        hd->hid[h] = lay->t[f].rows;
+        hd->out[h] = lay->t[f + 2].rows;
+        dm->HS = hd->hid[h] > dm->HS ? hd->hid[h] : dm->HS;
+        dm->OS = hd->out[h] > dm->OS ? hd->out[h] : dm->OS;
     }
+    dm->HW = FOX_CUDA_HEADS * dm->HS;
+    dm->OW = FOX_CUDA_HEADS * dm->OS;
+    /* Each part starts 64 floats aligned, like the tensors of the parameter layout. */
+#define ALIGN64(x) (((x) + 63) / 64 * 64)
+    dm->pk_w1 = 0;
+    dm->pk_b1 = ALIGN64((size_t)dm->HW * dm->H2);
+    dm->pk_w2 = dm->pk_b1 + ALIGN64((size_t)dm->HW);
+    dm->pk_b2 = dm->pk_w2 + ALIGN64((size_t)FOX_CUDA_HEADS * dm->OS * dm->HS);
+    dm->PK = dm->pk_b2 + ALIGN64((size_t)dm->OW);
+#undef ALIGN64
 }
 
 int
@@ -212,8 +218,9 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
     FOX_CUDA_TRY(cudaMemset(n->grads, 0, np * sizeof(float)));
     FOX_CUDA_TRY(cudaMemset(n->adam_m, 0, np * sizeof(float)));
     FOX_CUDA_TRY(cudaMemset(n->adam_v, 0, np * sizeof(float)));
-    DALLOC(n->wpk, 2 * (size_t)dm->HW * dm->H2);
-    DALLOC(n->bpk, 2 * (size_t)dm->HW);
+    DALLOC(n->pk, 2 * dm->PK);
+    /* Alignment gaps of the packed heads are never written: zero them once. */
+    FOX_CUDA_TRY(cudaMemset(n->pk, 0, 2 * dm->PK * sizeof(float)));
     DALLOC(n->z, dm->NA);
     float *z = malloc((size_t)dm->NA * sizeof *z);
     if (!z)
@@ -254,9 +261,7 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
     fox_cuda_bwd *bw = &n->bw;
     DALLOC(bw->dout, (size_t)B * dm->OW);
     DALLOC(bw->dhid, (size_t)B * dm->HW);
-    DALLOC(bw->dwpk, (size_t)dm->HW * dm->H2);
-    DALLOC(bw->dbpk, dm->HW);
-    DALLOC(bw->dbout, dm->OW);
+    DALLOC(bw->dpk, dm->PK);
     DALLOC(bw->dh_s2, (size_t)B * dm->H2);
     DALLOC(bw->dh_s1, (size_t)B * dm->H1);
     DALLOC(bw->d_q, rq * dm->NAct);
@@ -290,9 +295,9 @@ fox__cuda_net_fini(fox_cuda_net *n)
         cudaStreamSynchronize(n->st[1]);
     fox__cuda_fwd_free(&n->on);
     fox__cuda_fwd_free(&n->tg);
-    void *bufs[] = {n->params, n->grads, n->adam_m, n->adam_v, n->wpk, n->bpk, n->z, n->ones,
-                    n->iq.cosf, n->iq.phi, n->iq.x, n->iq.q, n->bw.dout, n->bw.dhid, n->bw.dwpk,
-                    n->bw.dbpk, n->bw.dbout, n->bw.dh_s2, n->bw.dh_s1, n->bw.d_q, n->bw.d_x,
+    void *bufs[] = {n->params, n->grads, n->adam_m, n->adam_v, n->pk, n->z, n->ones,
+                    n->iq.cosf, n->iq.phi, n->iq.x, n->iq.q, n->bw.dout, n->bw.dhid, n->bw.dpk,
+                    n->bw.dh_s2, n->bw.dh_s1, n->bw.d_q, n->bw.d_x,
                     n->bt.s2, n->bt.a, n->bt.r, n->bt.done, n->bt.aux, n->bt.regime, n->bt.tau,
                     n->bt.idx, n->bt.prio, n->bt.a_star, n->loss_parts, n->norm_part};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
@@ -343,7 +348,7 @@ side(fox_cuda_net *n)
 int
 fox__cuda_pack(fox_cuda_net *n, int s)
 {
-    return fox__cuda_head_pack(n->st[s], &n->dm, &n->heads, n->params, n->np, n->wpk, n->bpk);
+    return fox__cuda_head_pack(n->st[s], &n->dm, &n->heads, n->params, n->np, n->pk, NULL, NULL);
 }
 
 /* GRN(a [R × in] → g->y [R × out]) with the block's tensors from `first` in params P. */
@@ -354,7 +359,16 @@ grn_fwd(fox_cuda_net *n, int s, const float *P, int first, int in, int out, cons
     cublasHandle_t h = n->cb[s];
     cudaStream_t st = n->st[s];
 #define T(k) (P + toff(n, first + (k)))
-    FOX_TRY(fox__cuda_lin_fwd(h, R, in, out, a, in, T(FOX_GRN_W2), g->eta2, out, 0.0f));
+    /* W2·a and the skip Wr·a in one call (eta2, then the skip product R·out floats later). */
+    const float *r = a;
+    if (in != out) {
+        long long w2r = (long long)(toff(n, first + FOX_GRN_WR) - toff(n, first + FOX_GRN_W2));
+        FOX_TRY(fox__cuda_lin_fwd_batched(h, R, in, out, a, in, 0, T(FOX_GRN_W2), w2r, g->eta2,
+                                          out, (long long)R * out, 2));
+        r = g->eta2 + (size_t)R * out;
+    } else {
+        FOX_TRY(fox__cuda_lin_fwd(h, R, in, out, a, in, T(FOX_GRN_W2), g->eta2, out, 0.0f));
+    }
     FOX_TRY(fox__cuda_bias_act(st, g->eta2, T(FOX_GRN_B2), R, out, out, FOX_ACT_ELU));
     FOX_TRY(fox__cuda_lin_fwd(h, R, out, out, g->eta2, out, T(FOX_GRN_W1), g->eta1, out, 0.0f));
     FOX_TRY(fox__cuda_bias_act(st, g->eta1, T(FOX_GRN_B1), R, out, out, FOX_ACT_NONE));
@@ -362,25 +376,10 @@ grn_fwd(fox_cuda_net *n, int s, const float *P, int first, int in, int out, cons
     long long gv = (long long)(toff(n, first + FOX_GRN_WV) - toff(n, first + FOX_GRN_WG));
     FOX_TRY(fox__cuda_lin_fwd_batched(h, R, out, out, g->eta1, out, 0, T(FOX_GRN_WG), gv, g->zgv,
                                       out, (long long)R * out, 2));
-    const float *r = a;
-    if (in != out) {
-        FOX_TRY(fox__cuda_lin_fwd(h, R, in, out, a, in, T(FOX_GRN_WR), g->xr, out, 0.0f));
-        r = g->xr;
-    }
     FOX_TRY(fox__cuda_grn_tail(st, R, out, g->zgv, r, T(FOX_GRN_BG), T(FOX_GRN_BV),
                                T(FOX_GRN_LN_G), T(FOX_GRN_LN_B), g->xhat, g->rstd, g->y));
 #undef T
     return 0;
-}
-
-static fox_cuda_c51_bias
-c51_bias(const fox_cuda_net *n, const float *P)
-{
-    fox_cuda_c51_bias b;
-    b.bv2 = P + n->heads.b2[0];
-    for (int d = 0; d < FOX_MAX_BRANCHES; d++)
-        b.bb2[d] = P + n->heads.b2[1 + d];
-    return b;
 }
 
 int
@@ -390,24 +389,21 @@ fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, int which, const floa
     if (R < 1 || R > f->cap)
         return FOX_EINVAL;
     const fox_cuda_dims *dm = &n->dm;
-    const fox_cuda_heads *hd = &n->heads;
-    const float *P = n->params + (which ? n->np : 0);
-    const float *wpk = n->wpk + (which ? (size_t)dm->HW * dm->H2 : 0);
-    const float *bpk = n->bpk + (which ? dm->HW : 0);
+    const float *P = n->params + (which ? n->np : 0), *pk = n->pk + (which ? dm->PK : 0);
     cublasHandle_t h = n->cb[s];
     f->rows = R;
     FOX_TRY(grn_fwd(n, s, P, FOX_P_GRN1_W2, dm->S, dm->H1, X, R, &f->g1));
     FOX_TRY(grn_fwd(n, s, P, FOX_P_GRN2_W2, dm->H1, dm->H2, f->g1.y, R, &f->g2));
-    /* All heads' first layers in one product (the C51 heads' only, without aux). */
-    int nh = aux ? FOX_CUDA_HEADS : FOX_CUDA_C51_HEADS, hw = hd->hid0[nh];
-    FOX_TRY(fox__cuda_lin_fwd(h, R, dm->H2, hw, f->g2.y, dm->H2, wpk, f->hid, dm->HW, 0.0f));
-    FOX_TRY(fox__cuda_bias_act(n->st[s], f->hid, bpk, R, hw, dm->HW, FOX_ACT_RELU));
-    for (int k = 0; k < nh; k++) {
-        int in = hd->hid0[k + 1] - hd->hid0[k], out = hd->out0[k + 1] - hd->out0[k];
-        FOX_TRY(fox__cuda_lin_fwd(h, R, in, out, f->hid + hd->hid0[k], dm->HW, P + hd->w2[k],
-                                  f->out + hd->out0[k], dm->OW, 0.0f));
-    }
-    return fox__cuda_dueling(n->st[s], R, dm, f->out, c51_bias(n, P), n->z, f->logp, f->q);
+    /* The packed heads: one product per layer (the C51 heads' only, without aux). */
+    int nh = aux ? FOX_CUDA_HEADS : FOX_CUDA_C51_HEADS;
+    FOX_TRY(fox__cuda_lin_fwd(h, R, dm->H2, nh * dm->HS, f->g2.y, dm->H2, pk + dm->pk_w1, f->hid,
+                              dm->HW, 0.0f));
+    FOX_TRY(fox__cuda_bias_act(n->st[s], f->hid, pk + dm->pk_b1, R, nh * dm->HS, dm->HW,
+                               FOX_ACT_RELU));
+    FOX_TRY(fox__cuda_lin_fwd_batched(h, R, dm->HS, dm->OS, f->hid, dm->HW, dm->HS,
+                                      pk + dm->pk_w2, (long long)dm->OS * dm->HS, f->out, dm->OW,
+                                      dm->OS, nh));
+    return fox__cuda_dueling(n->st[s], R, dm, f->out, pk + dm->pk_b2, n->z, f->logp, f->q);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -431,7 +427,8 @@ grn_bwd(fox_cuda_net *n, int first, int in, int out, const float *a, const fox_c
     int ws;
 #define T(k) (P + toff(n, first + (k)))
 #define DT(k) (G + toff(n, first + (k)))
-    FOX_TRY(fox__cuda_ln_bwd(s0, B, out, dy, c->xhat, c->rstd, T(FOX_GRN_LN_G), gg->du, gg->dyx));
+    FOX_TRY(fox__cuda_ln_glu_bwd(s0, B, out, dy, c->xhat, c->rstd, T(FOX_GRN_LN_G), c->zgv,
+                                 (long long)f_rows * out, gg->du, gg->dyx, gg->dzgv));
     ws = side(n);
     FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, gg->dyx, out, ones, DT(FOX_GRN_LN_G), 0.0f));
     FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, dy, out, ones, DT(FOX_GRN_LN_B), 0.0f));
@@ -444,7 +441,6 @@ grn_bwd(fox_cuda_net *n, int first, int in, int out, const float *a, const fox_c
     else if (da)
         FOX_CUDA_TRY(cudaMemcpyAsync(da, gg->du, (size_t)B * out * sizeof(float),
                                      cudaMemcpyDeviceToDevice, s0));
-    FOX_TRY(fox__cuda_glu_bwd(s0, B, out, (long long)f_rows * out, c->zgv, gg->du, gg->dzgv));
     long long gv = (long long)(toff(n, first + FOX_GRN_WV) - toff(n, first + FOX_GRN_WG));
     long long gvb = (long long)(toff(n, first + FOX_GRN_BV) - toff(n, first + FOX_GRN_BG));
     long long bn = (long long)B * out;
@@ -479,7 +475,6 @@ int
 fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
 {
     const fox_cuda_dims *dm = &n->dm;
-    const fox_cuda_heads *hd = &n->heads;
     const int B = n->B, NT = dm->NT, rq = B * NT;
     const float *P = n->params, *PT = n->params + n->np;
     float *G = n->grads;
@@ -519,8 +514,7 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
         .iq_q = n->iq.q,
         .bq_on = P + toff(n, FOX_P_IQN_BQ),
         .bq_tg = PT + toff(n, FOX_P_IQN_BQ),
-        .auxr_b2 = P + toff(n, FOX_P_AUXR_B2),
-        .auxg_b2 = P + toff(n, FOX_P_AUXG_B2),
+        .b2_on = n->pk + dm->pk_b2,
         .tau = bt->tau,
         .a = bt->a,
         .regime = bt->regime,
@@ -536,31 +530,32 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
     };
     FOX_TRY(fox__cuda_loss(s0, dm, hp, &la));
 
-    /* Heads' output layers: input gradients on stream 0, weight gradients on stream 1. */
-    int nh = FOX_CUDA_HEADS;
+    /* The packed heads: input gradients on stream 0, weight gradients on stream 1. */
+    const float *pk = n->pk;
     ws = side(n);
-    FOX_TRY(fox__cuda_colsum(n->cb[ws], B, dm->OW, bw->dout, dm->OW, n->ones, bw->dbout, 0.0f));
-    for (int k = 0; k < nh; k++) {
-        int in = hd->hid0[k + 1] - hd->hid0[k], out = hd->out0[k + 1] - hd->out0[k];
-        FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, in, out, bw->dout + hd->out0[k], dm->OW,
-                                 n->on.hid + hd->hid0[k], dm->HW, G + hd->w2[k], 0.0f));
-        FOX_TRY(fox__cuda_lin_dx(h0, B, in, out, bw->dout + hd->out0[k], dm->OW, P + hd->w2[k], in,
-                                 bw->dhid + hd->hid0[k], dm->HW, 1.0f, 0.0f));
-    }
+    FOX_TRY(fox__cuda_lin_dw_batched(n->cb[ws], B, dm->HS, dm->OS, bw->dout, dm->OW, dm->OS,
+                                     n->on.hid, dm->HW, dm->HS, bw->dpk + dm->pk_w2,
+                                     (long long)dm->OS * dm->HS, FOX_CUDA_HEADS));
+    FOX_TRY(fox__cuda_colsum(n->cb[ws], B, dm->OW, bw->dout, dm->OW, n->ones, bw->dpk + dm->pk_b2,
+                             0.0f));
+    FOX_TRY(fox__cuda_lin_dx_batched(h0, B, dm->HS, dm->OS, bw->dout, dm->OW, dm->OS,
+                                     pk + dm->pk_w2, (long long)dm->OS * dm->HS, bw->dhid, dm->HW,
+                                     dm->HS, FOX_CUDA_HEADS));
     FOX_TRY(fox__cuda_act_bwd(s0, n->on.hid, bw->dhid, B, dm->HW, dm->HW, FOX_ACT_RELU));
     ws = side(n);
     FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, dm->H2, dm->HW, bw->dhid, dm->HW, n->on.g2.y, dm->H2,
-                             bw->dwpk, 0.0f));
-    FOX_TRY(fox__cuda_colsum(n->cb[ws], B, dm->HW, bw->dhid, dm->HW, n->ones, bw->dbpk, 0.0f));
-    FOX_TRY(fox__cuda_head_unpack(n->st[ws], dm, hd, bw->dwpk, bw->dbpk, bw->dbout, G));
+                             bw->dpk + dm->pk_w1, 0.0f));
+    FOX_TRY(fox__cuda_colsum(n->cb[ws], B, dm->HW, bw->dhid, dm->HW, n->ones, bw->dpk + dm->pk_b1,
+                             0.0f));
+    FOX_TRY(fox__cuda_head_unpack(n->st[ws], dm, &n->heads, bw->dpk, G));
     /* d h_s2: the C51 heads scaled by 1/(D+1) as in BDQ, then the aux heads, then IQN. */
     float scale = hp->bdq_trunk_scale ? 1.0f / (float)(dm->D + 1) : 1.0f;
-    int c51w = hd->hid0[FOX_CUDA_C51_HEADS];
-    FOX_TRY(fox__cuda_lin_dx(h0, B, dm->H2, c51w, bw->dhid, dm->HW, n->wpk, dm->H2, bw->dh_s2,
-                             dm->H2, scale, 0.0f));
+    int c51w = FOX_CUDA_C51_HEADS * dm->HS;
+    FOX_TRY(fox__cuda_lin_dx(h0, B, dm->H2, c51w, bw->dhid, dm->HW, pk + dm->pk_w1, dm->H2,
+                             bw->dh_s2, dm->H2, scale, 0.0f));
     FOX_TRY(fox__cuda_lin_dx(h0, B, dm->H2, dm->HW - c51w, bw->dhid + c51w, dm->HW,
-                             n->wpk + (size_t)c51w * dm->H2, dm->H2, bw->dh_s2, dm->H2, 1.0f,
-                             1.0f));
+                             pk + dm->pk_w1 + (size_t)c51w * dm->H2, dm->H2, bw->dh_s2, dm->H2,
+                             1.0f, 1.0f));
 
     /* IQN head backward. */
     ws = side(n);
@@ -591,13 +586,18 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
 /* Optimizer                                                                                  */
 
 int
-fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl, float *isv_dev)
+fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl, float *isv_dev,
+                float *isv_map)
 {
     cudaStream_t s0 = n->st[0];
     FOX_TRY(fox__cuda_grad_norm(s0, n->np, n->grads, n->norm_part));
     FOX_TRY(fox__cuda_adam(s0, n->np, n->params, n->grads, n->adam_m, n->adam_v, n->norm_part, oc,
                            ctl));
-    FOX_TRY(fox__cuda_finish(s0, n->B, n->loss_parts, n->norm_part, oc, ctl, isv_dev));
-    FOX_TRY(fox__cuda_target(s0, n->np, n->params, n->params + n->np, oc, ctl));
-    return fox__cuda_pack(n, 0);
+    FOX_TRY(fox__cuda_finish(s0, n->B, n->loss_parts, n->norm_part, oc, ctl, isv_dev, isv_map));
+    /* A Polyak update reads the target it writes: its own launch before the re-pack. */
+    if (oc->polyak > 0.0f) {
+        FOX_TRY(fox__cuda_target(s0, n->np, n->params, n->params + n->np, oc, ctl));
+        return fox__cuda_pack(n, 0);
+    }
+    return fox__cuda_head_pack(s0, &n->dm, &n->heads, n->params, n->np, n->pk, oc, ctl);
 }

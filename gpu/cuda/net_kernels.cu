@@ -170,17 +170,21 @@ fox__cuda_grn_tail(cudaStream_t s, int rows, int out, float *zgv, const float *r
 }
 
 /*
- * One warp per row: du = rstd·(dx̂ − mean(dx̂) − x̂·mean(dx̂ ⊙ x̂)), dx̂ = dy ⊙ γ;
- * dyx = dy ⊙ x̂, whose column sums (a gemv) give dγ.
+ * One warp per row, LayerNorm then GLU backward (layernorm_bwd + glu_bwd):
+ * du = rstd·(dx̂ − mean(dx̂) − x̂·mean(dx̂ ⊙ x̂)), dx̂ = dy ⊙ γ, the gradient of
+ * the LayerNorm input r + g (the skip path takes it as is); dyx = dy ⊙ x̂,
+ * whose column sums (a gemv) give dγ; then d(pre-gate) = du·lin·σ(1 − σ)
+ * and d lin = du·σ into dzgv [2 × rows × out].
  */
 __global__ void
-ln_bwd_kernel(int rows, int out, const float *dy, const float *xhat, const float *rstd,
-              const float *g, float *du, float *dyx)
+ln_glu_bwd_kernel(int rows, int out, const float *dy, const float *xhat, const float *rstd,
+                  const float *g, const float *zgv, long long fwd_stride, float *du, float *dyx,
+                  float *dzgv)
 {
     int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     if (row >= rows)
         return;
-    size_t o = (size_t)row * out;
+    size_t o = (size_t)row * out, n = (size_t)rows * out;
     float m1 = 0.0f, m2 = 0.0f;
     for (int c = lane; c < out; c += WARP) {
         float dxh = dy[o + c] * g[c];
@@ -192,42 +196,23 @@ ln_bwd_kernel(int rows, int out, const float *dy, const float *xhat, const float
     float rs = rstd[row];
     for (int c = lane; c < out; c += WARP) {
         float d = dy[o + c], xh = xhat[o + c];
-        du[o + c] = rs * (d * g[c] - m1 - xh * m2);
+        float u = rs * (d * g[c] - m1 - xh * m2);
+        du[o + c] = u;
         dyx[o + c] = d * xh;
+        float sg = zgv[o + c], lin = zgv[(size_t)fwd_stride + o + c];
+        dzgv[o + c] = u * lin * sg * (1.0f - sg);
+        dzgv[n + o + c] = u * sg;
     }
 }
 
 int
-fox__cuda_ln_bwd(cudaStream_t s, int rows, int out, const float *dy, const float *xhat,
-                 const float *rstd, const float *g, float *du, float *dyx)
+fox__cuda_ln_glu_bwd(cudaStream_t s, int rows, int out, const float *dy, const float *xhat,
+                     const float *rstd, const float *g, const float *zgv, long long fwd_stride,
+                     float *du, float *dyx, float *dzgv)
 {
     const int per_block = 8;
-    ln_bwd_kernel<<<(rows + per_block - 1) / per_block, per_block * WARP, 0, s>>>(
-        rows, out, dy, xhat, rstd, g, du, dyx);
-    FOX_CUDA_TRY(cudaGetLastError());
-    return 0;
-}
-
-/* d(pre-gate) = du·lin·σ(1 − σ), d lin = du·σ. */
-__global__ void
-glu_bwd_kernel(int rows, int out, long long fwd_stride, const float *zgv, const float *du,
-               float *dzgv)
-{
-    size_t n = (size_t)rows * out;
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x) {
-        float sg = zgv[k], lin = zgv[(size_t)fwd_stride + k], d = du[k];
-        dzgv[k] = d * lin * sg * (1.0f - sg);
-        dzgv[n + k] = d * sg;
-    }
-}
-
-int
-fox__cuda_glu_bwd(cudaStream_t s, int rows, int out, long long fwd_stride, const float *zgv,
-                  const float *du, float *dzgv)
-{
-    glu_bwd_kernel<<<grid_for((size_t)rows * out, 256), 256, 0, s>>>(rows, out, fwd_stride, zgv,
-                                                                      du, dzgv);
+    ln_glu_bwd_kernel<<<(rows + per_block - 1) / per_block, per_block * WARP, 0, s>>>(
+        rows, out, dy, xhat, rstd, g, zgv, fwd_stride, du, dyx, dzgv);
     FOX_CUDA_TRY(cudaGetLastError());
     return 0;
 }
@@ -237,13 +222,14 @@ fox__cuda_glu_bwd(cudaStream_t s, int rows, int out, long long fwd_stride, const
 
 /*
  * One warp per (row, flat action): logit_j = V_j + A_a,j − mean_a′ A_a′,j
- * with the output biases added here (out holds the products only), then
- * log_softmax over the atoms and q = Σ_j p_j·z_j. The logits are recomputed
- * in each pass rather than kept, so any atom count works.
+ * with the output biases added here (out holds the products only; V in
+ * output slot 0, branch d in slot 1 + d), then log_softmax over the atoms
+ * and q = Σ_j p_j·z_j. The logits are recomputed in each pass rather than
+ * kept, so any atom count works.
  */
 __global__ void
-dueling_kernel(int rows, fox_cuda_dims dm, const float *out, fox_cuda_c51_bias bias,
-               const float *z, float *logp, float *q)
+dueling_kernel(int rows, fox_cuda_dims dm, const float *out, const float *b2, const float *z,
+               float *logp, float *q)
 {
     size_t wid = blockIdx.x * (size_t)(blockDim.x / WARP) + threadIdx.x / WARP;
     int lane = threadIdx.x % WARP, NA = dm.NA;
@@ -253,14 +239,14 @@ dueling_kernel(int rows, fox_cuda_dims dm, const float *out, fox_cuda_c51_bias b
     int act = (int)(wid % dm.NAct), d = branch_of(dm, act), n = dm.bsize[d];
     int a = act - dm.boff[d];
     const float *orow = out + row * dm.OW;
-    const float *A = orow + NA + (size_t)dm.boff[d] * NA, *bb = bias.bb2[d];
+    const float *A = orow + (size_t)(1 + d) * dm.OS, *bb = b2 + (size_t)(1 + d) * dm.OS;
 #define LOGIT(j, dst)                                                                              \
     do {                                                                                           \
         float mean_ = 0.0f;                                                                        \
         for (int a2 = 0; a2 < n; a2++)                                                             \
             mean_ += A[a2 * NA + (j)] + bb[a2 * NA + (j)];                                         \
         mean_ /= (float)n;                                                                         \
-        dst = orow[(j)] + bias.bv2[(j)] + (A[a * NA + (j)] + bb[a * NA + (j)]) - mean_;            \
+        dst = orow[(j)] + b2[(j)] + (A[a * NA + (j)] + bb[a * NA + (j)]) - mean_;                  \
     } while (0)
     float mx = -INFINITY;
     for (int j = lane; j < NA; j += WARP) {
@@ -293,12 +279,12 @@ dueling_kernel(int rows, fox_cuda_dims dm, const float *out, fox_cuda_c51_bias b
 
 int
 fox__cuda_dueling(cudaStream_t s, int rows, const fox_cuda_dims *dm, const float *out,
-                  fox_cuda_c51_bias bias, const float *z, float *logp, float *q)
+                  const float *b2, const float *z, float *logp, float *q)
 {
     size_t warps = (size_t)rows * dm->NAct;
     const int per_block = 8;
     dueling_kernel<<<(unsigned int)((warps + per_block - 1) / per_block), per_block * WARP, 0,
-                     s>>>(rows, *dm, out, bias, z, logp, q);
+                     s>>>(rows, *dm, out, b2, z, logp, q);
     FOX_CUDA_TRY(cudaGetLastError());
     return 0;
 }
@@ -421,7 +407,7 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
     float *p = sm, *m = sm + D * NA, *dl = sm + 2 * D * NA, *bj = sm + 3 * D * NA;
     __shared__ int s_astar[FOX_MAX_BRANCHES], s_a[FOX_MAX_BRANCHES];
     __shared__ double s_c51[FOX_MAX_BRANCHES], s_iqn[LOSS_THREADS];
-    __shared__ float s_prio[FOX_MAX_BRANCHES];
+    __shared__ float s_prio[FOX_MAX_BRANCHES], s_daux[1 + 4];
     const int b = blockIdx.x, t = threadIdx.x, lane = t % WARP, warp = t / WARP;
     const float w = A.w ? A.w[b] : 1.0f;
     const float dz = (dm.v_max - dm.v_min) / (float)(NA - 1);
@@ -444,6 +430,8 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
     const float g = hp.gamma_n * (1.0f - A.done[b]), rb = A.r[b];
     for (int j = t; j < NA; j += blockDim.x) {
         float tz = rb + g * (dm.v_min + (float)j * dz);
+        /* A poisoned reward counts as 0, so the split indices stay in range (c51_project). */
+        tz = isfinite(tz) ? tz : 0.0f;
         tz = tz < dm.v_min ? dm.v_min : tz > dm.v_max ? dm.v_max : tz;
         float bb = (tz - dm.v_min) / dz;
         bb = bb < 0.0f ? 0.0f : bb > (float)(NA - 1) ? (float)(NA - 1) : bb;
@@ -513,20 +501,6 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
         }
     }
     __syncthreads();
-    /* Dueling backward into the packed output gradient: dV = Σ_d dl_d; dA = [a = a_d]·dl − dl/n. */
-    float *dout = A.dout + (size_t)b * dm.OW;
-    for (int c = t; c < NA + NAct * NA; c += blockDim.x) {
-        if (c < NA) {
-            float sdv = 0.0f;
-            for (int d = 0; d < D; d++)
-                sdv += dl[d * NA + c];
-            dout[c] = sdv;
-        } else {
-            int k = c - NA, act = k / NA, j = k % NA, d = branch_of(dm, act);
-            float v = dl[d * NA + j];
-            dout[c] = (act - dm.boff[d] == s_a[d] ? v : 0.0f) - v / (float)dm.bsize[d];
-        }
-    }
     /* IQN quantile Huber: thread per (i, flat action); only each branch's chosen action is live. */
     s_iqn[t] = 0.0;
     for (int k = t; k < NT * NAct; k += blockDim.x) {
@@ -565,12 +539,14 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
         float lam = hp.aux_lambda, scale = *hp.aux_scale;
         scale = scale > 1e-8f ? scale : 1e-8f;
         const float *orow = A.on_out + (size_t)b * dm.OW;
-        float err = orow[dm.out_ret] + A.auxr_b2[0] - A.aux_ret[b] / scale;
+        const float *b2r = A.b2_on + (size_t)FOX_CUDA_HEAD_RET * dm.OS;
+        const float *b2g = A.b2_on + (size_t)FOX_CUDA_HEAD_REG * dm.OS;
+        float err = orow[FOX_CUDA_HEAD_RET * dm.OS] + b2r[0] - A.aux_ret[b] / scale;
         double ret = (double)(w * err * err / (float)B);
-        dout[dm.out_ret] = lam * 2.0f * w * err / (float)B;
+        s_daux[0] = lam * 2.0f * w * err / (float)B;
         float lg[4], mx = -INFINITY, sum = 0.0f;
         for (int k = 0; k < dm.NR; k++) {
-            lg[k] = orow[dm.out_reg + k] + A.auxg_b2[k];
+            lg[k] = orow[FOX_CUDA_HEAD_REG * dm.OS + k] + b2g[k];
             mx = lg[k] > mx ? lg[k] : mx;
         }
         for (int k = 0; k < dm.NR; k++)
@@ -579,12 +555,38 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
         int label = A.regime[b];
         double reg = -(double)((lg[label] - lse) / (float)B);
         for (int k = 0; k < dm.NR; k++)
-            dout[dm.out_reg + k] = lam * (expf(lg[k] - lse) - (k == label ? 1.0f : 0.0f)) / (float)B;
+            s_daux[1 + k] = lam * (expf(lg[k] - lse) - (k == label ? 1.0f : 0.0f)) / (float)B;
         A.parts[(size_t)b * 4 + 0] = c51;
         A.parts[(size_t)b * 4 + 1] = iqn;
         A.parts[(size_t)b * 4 + 2] = ret;
         A.parts[(size_t)b * 4 + 3] = reg;
         A.prio[b] = prio;
+    }
+    __syncthreads();
+    /*
+     * The packed output gradient, every column (padding 0): dueling backward
+     * dV = Σ_d dl_d and dA = [a = a_d]·dl − dl/n, then the aux gradients.
+     */
+    float *dout = A.dout + (size_t)b * dm.OW;
+    for (int c = t; c < dm.OW; c += blockDim.x) {
+        int h = c / dm.OS, k = c % dm.OS;
+        float v = 0.0f;
+        if (h == 0) {
+            if (k < NA)
+                for (int d = 0; d < D; d++)
+                    v += dl[d * NA + k];
+        } else if (h <= D) {
+            int d = h - 1;
+            if (k < dm.bsize[d] * NA) {
+                float x = dl[d * NA + k % NA];
+                v = (k / NA == s_a[d] ? x : 0.0f) - x / (float)dm.bsize[d];
+            }
+        } else if (h == FOX_CUDA_HEAD_RET) {
+            v = k == 0 ? s_daux[0] : 0.0f;
+        } else if (k < dm.NR) {
+            v = s_daux[1 + k];
+        }
+        dout[c] = v;
     }
 }
 
@@ -593,81 +595,108 @@ fox__cuda_loss(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_loss_hp *
                const fox_cuda_loss_args *a)
 {
     size_t smem = (size_t)(3 * dm->D * dm->NA + dm->NA) * sizeof(float);
+    if (dm->D > 4 || dm->NR > 4)
+        return FOX_EINVAL;
     loss_kernel<<<a->B, LOSS_THREADS, smem, s>>>(*dm, *hp, *a);
     FOX_CUDA_TRY(cudaGetLastError());
     return 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Packing the heads' first layers                                                            */
+/* Packing the heads                                                                          */
 
-static __device__ __forceinline__ int
-head_of(const int *start, int x)
+/*
+ * Parameter index behind element o of one net's packed heads, or −1 for
+ * padding (which packs as 0 and unpacks nowhere).
+ */
+static __device__ __forceinline__ long long
+packed_source(const fox_cuda_dims &dm, const fox_cuda_heads &hd, size_t o)
 {
-    int h = 0;
-    while (h + 1 < FOX_CUDA_HEADS && x >= start[h + 1])
-        h++;
-    return h;
+    if (o < dm.pk_b1) {
+        if (o >= (size_t)dm.HW * dm.H2)
+            return -1; /* alignment gap */
+        int row = (int)(o / dm.H2), col = (int)(o % dm.H2), h = row / dm.HS, r = row % dm.HS;
+        return r < hd.hid[h] ? (long long)(hd.w1[h] + (size_t)r * dm.H2 + col) : -1;
+    }
+    if (o < dm.pk_w2) {
+        int row = (int)(o - dm.pk_b1), h = row / dm.HS, r = row % dm.HS;
+        if (row >= dm.HW)
+            return -1;
+        return r < hd.hid[h] ? (long long)(hd.b1[h] + r) : -1;
+    }
+    if (o < dm.pk_b2) {
+        size_t e = o - dm.pk_w2, per = (size_t)dm.OS * dm.HS;
+        if (e >= FOX_CUDA_HEADS * per)
+            return -1;
+        int h = (int)(e / per), r = (int)(e % per / dm.HS), c = (int)(e % dm.HS);
+        return r < hd.out[h] && c < hd.hid[h] ? (long long)(hd.w2[h] + (size_t)r * hd.hid[h] + c)
+                                              : -1;
+    }
+    int e = (int)(o - dm.pk_b2), h = e / dm.OS, r = e % dm.OS;
+    if (e >= dm.OW)
+        return -1;
+    return r < hd.out[h] ? (long long)(hd.b2[h] + r) : -1;
 }
 
-/* wpk [2][HW × H2], bpk [2][HW] from the online and target parameters (np apart). */
+/*
+ * pk [2][PK] from params [2][np]. When `sync` (a hard target sync due at
+ * this step, read from ctl on the device) the target is first set to the
+ * online parameters, and the target's packed copy is taken from the online
+ * values directly, so the two halves of the launch never depend on each
+ * other.
+ */
 __global__ void
-head_pack_kernel(fox_cuda_dims dm, fox_cuda_heads hd, const float *params, size_t np, float *wpk,
-                 float *bpk)
+head_pack_kernel(fox_cuda_dims dm, fox_cuda_heads hd, float *params, size_t np, float *pk,
+                 int update, int target_sync, const fox_cuda_ctl *ctl)
 {
-    size_t nw = (size_t)dm.HW * dm.H2, per = nw + dm.HW, n = 2 * per;
+    int sync = update && ctl->train_steps % target_sync == 0;
+    size_t n_sync = sync ? np : 0, n = n_sync + 2 * dm.PK;
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
          k += (size_t)gridDim.x * blockDim.x) {
-        int which = k >= per;
-        size_t e = k - (which ? per : 0);
-        const float *P = params + (which ? np : 0);
-        if (e < nw) {
-            int row = (int)(e / dm.H2), col = (int)(e % dm.H2), h = head_of(hd.hid0, row);
-            wpk[which * nw + e] = P[hd.w1[h] + (size_t)(row - hd.hid0[h]) * dm.H2 + col];
-        } else {
-            int row = (int)(e - nw), h = head_of(hd.hid0, row);
-            bpk[which * dm.HW + row] = P[hd.b1[h] + (row - hd.hid0[h])];
+        if (k < n_sync) {
+            params[np + k] = params[k];
+            continue;
         }
+        size_t e = k - n_sync;
+        int which = e >= dm.PK;
+        size_t o = e - (which ? dm.PK : 0);
+        long long i = packed_source(dm, hd, o);
+        pk[e] = i < 0 ? 0.0f : params[(which && !sync ? np : 0) + (size_t)i];
     }
 }
 
 int
 fox__cuda_head_pack(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_heads *hd,
-                    const float *params, size_t np, float *wpk, float *bpk)
+                    float *params, size_t np, float *pk, const fox_cuda_optim_cfg *oc,
+                    const fox_cuda_ctl *ctl)
 {
-    size_t n = 2 * ((size_t)dm->HW * dm->H2 + dm->HW);
-    head_pack_kernel<<<grid_for(n, 256), 256, 0, s>>>(*dm, *hd, params, np, wpk, bpk);
+    int update = oc && ctl;
+    if (update && oc->polyak > 0.0f)
+        return FOX_EINVAL;
+    size_t n = 2 * dm->PK + (update ? np : 0);
+    head_pack_kernel<<<grid_for(n, 256), 256, 0, s>>>(*dm, *hd, params, np, pk, update,
+                                                      update ? oc->target_sync : 1, ctl);
     FOX_CUDA_TRY(cudaGetLastError());
     return 0;
 }
 
-/* The packed gradients back into the parameter layout: W1 rows, b1, and every head's b2. */
+/* The packed heads' gradient into the parameter layout (padding dropped). */
 __global__ void
-head_unpack_kernel(fox_cuda_dims dm, fox_cuda_heads hd, const float *dwpk, const float *dbpk,
-                   const float *dbout, float *grads)
+head_unpack_kernel(fox_cuda_dims dm, fox_cuda_heads hd, const float *dpk, float *grads)
 {
-    size_t nw = (size_t)dm.HW * dm.H2, n = nw + dm.HW + dm.OW;
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < dm.PK;
          k += (size_t)gridDim.x * blockDim.x) {
-        if (k < nw) {
-            int row = (int)(k / dm.H2), col = (int)(k % dm.H2), h = head_of(hd.hid0, row);
-            grads[hd.w1[h] + (size_t)(row - hd.hid0[h]) * dm.H2 + col] = dwpk[k];
-        } else if (k < nw + dm.HW) {
-            int row = (int)(k - nw), h = head_of(hd.hid0, row);
-            grads[hd.b1[h] + (row - hd.hid0[h])] = dbpk[row];
-        } else {
-            int c = (int)(k - nw - dm.HW), h = head_of(hd.out0, c);
-            grads[hd.b2[h] + (c - hd.out0[h])] = dbout[c];
-        }
+        long long i = packed_source(dm, hd, k);
+        if (i >= 0)
+            grads[i] = dpk[k];
     }
 }
 
 int
 fox__cuda_head_unpack(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_heads *hd,
-                      const float *dwpk, const float *dbpk, const float *dbout, float *grads)
+                      const float *dpk, float *grads)
 {
-    size_t n = (size_t)dm->HW * dm->H2 + dm->HW + dm->OW;
-    head_unpack_kernel<<<grid_for(n, 256), 256, 0, s>>>(*dm, *hd, dwpk, dbpk, dbout, grads);
+    head_unpack_kernel<<<grid_for(dm->PK, 256), 256, 0, s>>>(*dm, *hd, dpk, grads);
     FOX_CUDA_TRY(cudaGetLastError());
     return 0;
 }

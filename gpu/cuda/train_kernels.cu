@@ -159,10 +159,14 @@ fox__cuda_adam(cudaStream_t s, size_t n, float *params, const float *g, float *m
     return 0;
 }
 
-/* One block: the step's losses (Σ over samples in double), grad-norm EMA, counters. */
+/*
+ * One block: the step's losses (Σ over samples in double), grad-norm EMA,
+ * counters, then the step's ISV published to the mapped copy (see
+ * publish_kernel).
+ */
 __global__ void
 finish_kernel(int B, const double *parts, const double *partial, fox_cuda_optim_cfg oc,
-              fox_cuda_ctl *ctl, float *isv)
+              fox_cuda_ctl *ctl, float *isv, float *isv_map)
 {
     double acc[4];
     for (int q = 0; q < 4; q++) {
@@ -184,13 +188,16 @@ finish_kernel(int B, const double *parts, const double *partial, fox_cuda_optim_
         ctl->trained++;
         isv_ema(isv, FOX_ISV_GRAD_NORM_EMA, norm, 0.01);
     }
+    __syncthreads();
+    for (int k = threadIdx.x; k < FOX_ISV_TOTAL_DIM; k += blockDim.x)
+        isv_map[k] = isv[k];
 }
 
 int
 fox__cuda_finish(cudaStream_t s, int B, const double *parts, const double *partial,
-                 const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl, float *isv_dev)
+                 const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl, float *isv_dev, float *isv_map)
 {
-    finish_kernel<<<1, 256, 0, s>>>(B, parts, partial, *oc, ctl, isv_dev);
+    finish_kernel<<<1, 256, 0, s>>>(B, parts, partial, *oc, ctl, isv_dev, isv_map);
     FOX_CUDA_TRY(cudaGetLastError());
     return 0;
 }
@@ -198,6 +205,8 @@ fox__cuda_finish(cudaStream_t s, int B, const double *parts, const double *parti
 /*
  * Target update after the step was counted: Polyak every step, or a hard
  * copy every target_sync train steps (the grid exits at once otherwise).
+ * Training uses it for Polyak only; the hard sync rides in the head-pack
+ * launch (fox__cuda_head_pack).
  */
 __global__ void
 target_kernel(size_t n, const float *params, float *target, fox_cuda_optim_cfg oc,

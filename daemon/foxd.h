@@ -1,0 +1,26 @@
+/*
+ * foxd.h — foxd's two modes (internal to daemon/): the batch run of
+ * `foxd --once` and the serving daemon. main.c builds the configuration and
+ * calls one of them; each returns the process exit status.
+ */
+#ifndef FOX_DAEMON_FOXD_H
+#define FOX_DAEMON_FOXD_H
+
+#include "conf.h"
+
+/* Exit statuses of foxd, documented in --help and docs/operations.md. */
+enum {
+    FOX_EXIT_OK = 0,
+    FOX_EXIT_ERROR = 1, /* runtime failure: engine, data, socket, I/O */
+    FOX_EXIT_USAGE = 2, /* bad command line or configuration */
+    FOX_EXIT_HALT = 3,  /* training halted by the stability system (--once) */
+    FOX_EXIT_INTERRUPT = 130
+};
+
+/* Train the configured folds, print progress to stderr and the fold table to stdout. */
+int fox_once_main(const fox_config *cfg, const fox_dconf *d);
+
+/* Serve until shutdown or SIGTERM/SIGINT. */
+int fox_serve_main(const fox_config *cfg, const fox_dconf *d);
+
+#endif

@@ -1,0 +1,131 @@
+/*
+ * main.c — foxd's command line: build the configuration (defaults, then
+ * --config FILE, then the other options in the order given) and run either
+ * the batch mode (--once) or the serving daemon.
+ *
+ * It does not fork or daemonize: systemd runs foxd in the foreground
+ * (Type=notify), and nng must never see a fork.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "foxd.h"
+#include "error.h"
+#include "log.h"
+
+#ifndef FOX_VERSION
+#define FOX_VERSION "0.0.0"
+#endif
+
+static void
+usage(FILE *out)
+{
+    fprintf(out,
+            "usage: foxd [--config FILE] [--listen URL]... [--pub URL] [--backend auto|cpu|cuda]\n"
+            "            [--once] [--set key=value]... [--verbose]\n"
+            "\n"
+            "  --config FILE   JSON config; nested objects are dotted keys (default: none)\n"
+            "  --set K=V       set one config key after the file (e.g. train.epochs=3)\n"
+            "  --listen URL    control endpoint (ipc://, tcp://, tls+tcp://); repeatable\n"
+            "  --pub URL       event endpoint (PUB)\n"
+            "  --backend B     auto (CUDA when a device is present), cpu or cuda\n"
+            "  --once          train the configured folds, print the fold table, exit\n"
+            "  --verbose       log debug lines\n"
+            "\n"
+            "exit status: 0 ok, 1 runtime error, 2 usage or config error, 3 training halted\n"
+            "(--once), 130 interrupted\n");
+}
+
+/* The config key behind --backend: the engine table's name for it. */
+#define BACKEND_KEY "engine.backend"
+
+int
+main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"config", required_argument, 0, 'c'},  {"set", required_argument, 0, 's'},
+        {"listen", required_argument, 0, 'l'},  {"pub", required_argument, 0, 'p'},
+        {"backend", required_argument, 0, 'b'}, {"once", no_argument, 0, 'o'},
+        {"verbose", no_argument, 0, 'v'},       {"help", no_argument, 0, 'h'},
+        {"version", no_argument, 0, 'V'},       {0, 0, 0, 0}};
+    fox_config cfg;
+    fox_dconf d;
+    char err[1024];
+    const char *config_path = NULL;
+    int once = 0, listen_given = 0, c;
+
+    fox_config_default(&cfg);
+    fox_dconf_default(&d);
+
+    /* Pass 1: the config file and the mode, so that the file comes before every other option. */
+    while ((c = getopt_long(argc, argv, "c:s:l:p:b:ovhV", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            config_path = optarg;
+            break;
+        case 'o':
+            once = 1;
+            break;
+        case 'v':
+            fox_log_level = FOX_LOG_DEBUG;
+            break;
+        case 'h':
+            usage(stdout);
+            return FOX_EXIT_OK;
+        case 'V':
+            printf("foxd %s\n", FOX_VERSION);
+            return FOX_EXIT_OK;
+        case '?':
+            usage(stderr);
+            return FOX_EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "foxd: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return FOX_EXIT_USAGE;
+    }
+    if (config_path && fox_conf_load_file(&cfg, &d, config_path, err, sizeof err) != FOX_OK) {
+        fprintf(stderr, "foxd: config %s\n", err);
+        return FOX_EXIT_USAGE;
+    }
+    /* Pass 2: everything else, in command-line order (--listen replaces the file's list). */
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "c:s:l:p:b:ovhV", opts, NULL)) != -1) {
+        int rv = 0;
+        switch (c) {
+        case 's':
+            rv = fox_conf_set_pair(&cfg, &d, optarg, err, sizeof err);
+            break;
+        case 'l':
+            if (!listen_given++)
+                d.n_listen = 0;
+            if (d.n_listen >= FOX_DCONF_MAX_LISTEN || strlen(optarg) >= FOX_URL_MAX) {
+                snprintf(err, sizeof err, "--listen: at most %d endpoints of %d bytes",
+                         FOX_DCONF_MAX_LISTEN, FOX_URL_MAX - 1);
+                rv = 1;
+            } else {
+                strcpy(d.listen[d.n_listen++], optarg);
+            }
+            break;
+        case 'p':
+            rv = fox_conf_set_text(&cfg, &d, "daemon.pub", optarg, err, sizeof err);
+            break;
+        case 'b':
+            rv = fox_conf_set_text(&cfg, &d, BACKEND_KEY, optarg, err, sizeof err);
+            break;
+        }
+        if (rv) {
+            fprintf(stderr, "foxd: %s\n", err);
+            return FOX_EXIT_USAGE;
+        }
+    }
+    /* --once opens no socket and reads no token: the daemon keys only need to parse. */
+    if (!once && fox_dconf_finish(&d, err, sizeof err) != 0) {
+        fprintf(stderr, "foxd: %s\n", err);
+        return FOX_EXIT_USAGE;
+    }
+    return once ? fox_once_main(&cfg, &d) : fox_serve_main(&cfg, &d);
+}

@@ -1,0 +1,135 @@
+/*
+ * once.c — `foxd --once`: create the engine, load the data, walk the
+ * configured folds, print one progress line per epoch to stderr and the
+ * per-fold table to stdout. No sockets, no threads, no state directory.
+ *
+ * SIGINT/SIGTERM stop the walk at the next chunk; the folds finished so far
+ * are still printed and the exit status says it was interrupted.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "foxd.h"
+#include "proto/proto.h"
+#include "walk.h"
+
+static volatile sig_atomic_t interrupted;
+
+static void
+on_signal(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+typedef struct once_state {
+    int epochs;
+    cJSON *folds; /* fold objects, for the table */
+} once_state;
+
+static void
+once_epoch_end(void *arg, const fox_epoch_report *r)
+{
+    once_state *s = arg;
+    fprintf(stderr,
+            "fold %d epoch %d/%d: loss %.4g  val Sharpe %.3f  test Sharpe %.3f  %.0f steps/s\n",
+            r->fold, r->epoch + 1, s->epochs, r->mean_loss, r->val.sharpe, r->test.sharpe,
+            r->steps_per_sec);
+}
+
+static void
+once_fold_end(void *arg, const fox_fold_report *r)
+{
+    once_state *s = arg;
+    cJSON_AddItemToArray(s->folds, fox_walk_fold_json(r));
+}
+
+static void
+fold_list(char *buf, size_t len, int mask)
+{
+    size_t n = 0;
+    buf[0] = 0;
+    for (int k = 0; k < 31 && n < len; k++)
+        if (mask & (1 << k))
+            n += (size_t)snprintf(buf + n, len - n, "%s%d", n ? "," : "", k);
+}
+
+int
+fox_once_main(const fox_config *cfg, const fox_dconf *d)
+{
+    char err[1024], folds[128];
+    fox_engine *e = NULL;
+    fox_engine_info info;
+    once_state st = {.epochs = cfg->epochs, .folds = cJSON_CreateArray()};
+    fox_walk_sink sink = {.epoch_end = once_epoch_end, .fold_end = once_fold_end, .arg = &st};
+    fox_walk w;
+    int rv, code = FOX_EXIT_OK;
+
+    if (fox_config_validate(cfg, err, sizeof err) != FOX_OK ||
+        fox_walk_check(cfg->folds_mask, cfg->epochs, cfg->steps_per_epoch, cfg->n_folds, err,
+                       sizeof err) != FOX_OK) {
+        fprintf(stderr, "foxd: config: %s\n", err);
+        cJSON_Delete(st.folds);
+        return FOX_EXIT_USAGE;
+    }
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    err[0] = 0;
+    if ((rv = fox_engine_create(&e, cfg, err, sizeof err)) != FOX_OK) {
+        fprintf(stderr, "foxd: engine: %s (%s)\n", err[0] ? err : fox_strerror(rv),
+                fox_err_name(rv));
+        cJSON_Delete(st.folds);
+        return rv == FOX_EINVAL ? FOX_EXIT_USAGE : FOX_EXIT_ERROR;
+    }
+    if ((rv = fox_engine_load_data(e)) != FOX_OK) {
+        fprintf(stderr, "foxd: data: %s (%s)\n", fox_engine_errmsg(e), fox_err_name(rv));
+        code = FOX_EXIT_ERROR;
+        goto out;
+    }
+    fox_engine_get_info(e, &info);
+    fold_list(folds, sizeof folds, cfg->folds_mask);
+    fprintf(stderr,
+            "foxd: %s backend, %zu parameters, %d envs, batch %d, %d bars; folds %s x %d epochs "
+            "x %d steps\n",
+            info.backend, info.n_params, info.n_envs, info.batch, info.n_bars, folds, cfg->epochs,
+            cfg->steps_per_epoch);
+
+    fox_walk_init(&w, cfg->folds_mask, cfg->epochs, cfg->steps_per_epoch);
+    while (!w.done && !interrupted) {
+        if ((rv = fox_walk_advance(&w, e, d->chunk_steps, &sink)) == FOX_OK)
+            continue;
+        if (rv == FOX_EHALT) {
+            fprintf(stderr, "foxd: fold %d halted: %s\n", w.fold, fox_engine_errmsg(e));
+            code = FOX_EXIT_HALT;
+        } else {
+            fprintf(stderr, "foxd: fold %d: %s (%s)\n", w.fold, fox_engine_errmsg(e),
+                    fox_err_name(rv));
+            code = FOX_EXIT_ERROR;
+        }
+        break;
+    }
+    if (interrupted && code == FOX_EXIT_OK) {
+        fprintf(stderr, "foxd: interrupted; the table lists the folds finished so far\n");
+        code = FOX_EXIT_INTERRUPT;
+    }
+    /* A fold cut short still has its finished epochs to report. */
+    fox_fold_report part;
+    if (code != FOX_EXIT_OK && w.fold >= 0 && fox_engine_fold_report(e, &part) == FOX_OK &&
+        part.epochs_done > 0) {
+        fprintf(stderr, "foxd: fold %d stopped after %d of %d epochs (its row shows those)\n",
+                w.fold, part.epochs_done, cfg->epochs);
+        cJSON_AddItemToArray(st.folds, fox_walk_fold_json(&part));
+    }
+    if (cJSON_GetArraySize(st.folds) > 0 || code == FOX_EXIT_OK) {
+        fox_proto_print_folds(stdout, st.folds);
+        fflush(stdout);
+    }
+out:
+    fox_engine_destroy(e);
+    cJSON_Delete(st.folds);
+    return code;
+}

@@ -1,0 +1,906 @@
+/*
+ * trainer.c — the trainer thread: engine owner, command applier, snapshot
+ * publisher. See trainer.h for the contract.
+ *
+ * Locks: qlock guards the command queue; slock guards the snapshot and the
+ * engine pointer as seen by other threads (the ISV/flag readers). The
+ * trainer holds slock only to copy a few kilobytes or to swap engines, never
+ * across an engine call that trains, so readers never wait on training.
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "isv.h"
+#include "log.h"
+#include "proto/proto.h"
+#include "sentinel.h"
+#include "trainer.h"
+#include "util.h"
+#include "walk.h"
+
+/* A long phase (engine creation, data load, checkpoint) may take this long before the watchdog
+ * stops vouching. */
+#define PHASE_MS     600000
+#define IDLE_WAIT_MS 1000 /* idle/paused: the heartbeat still beats this often */
+
+static const char *const state_names[FOX_TSTATE_COUNT] = {"starting", "idle",   "training",
+                                                          "paused",   "halted", "stopping"};
+
+const char *
+fox_tstate_name(int state)
+{
+    return state >= 0 && state < FOX_TSTATE_COUNT ? state_names[state] : "?";
+}
+
+struct fox_trainer {
+    pthread_t thread;
+    int joinable;
+
+    pthread_mutex_t qlock;
+    pthread_cond_t qcond;
+    fox_tcmd *qhead, *qtail;
+    int qlen, qmax;
+    int closed;  /* no more commands accepted */
+    int started; /* start-up finished (start_rv valid) */
+    int start_rv;
+    char start_err[1024];
+
+    pthread_mutex_t slock;
+    fox_snapshot snap;
+    fox_engine *engine; /* swapped under slock; used freely by the trainer */
+
+    /* trainer-thread state */
+    fox_config cfg;
+    fox_dconf d;
+    fox_trainer_hooks hooks;
+    int state;
+    int quit;
+    fox_walk walk;
+    fox_walk_sink sink;
+    int walking;
+    int run_cmd; /* FOX_CMD_RUN or FOX_CMD_START_FOLD */
+    int64_t next_op;
+    int64_t run_op;
+    int chunk; /* steps in the next chunk (adapts to the speed) */
+    fox_step_stats last;
+    double rate;
+    int64_t last_step_event_ms;
+    char metrics_path[FOX_PATH_MAX + 32];
+};
+
+/* ---------------------------------------------------------------- helpers */
+
+static void
+emit(fox_trainer *t, const char *type, cJSON *data)
+{
+    if (t->hooks.event)
+        t->hooks.event(t->hooks.arg, type, data);
+    else
+        cJSON_Delete(data);
+}
+
+static void
+complete(fox_trainer *t, fox_tcmd *c)
+{
+    t->hooks.done(t->hooks.arg, c);
+}
+
+static int refuse(fox_tcmd *c, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int
+refuse(fox_tcmd *c, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->message, sizeof c->message, fmt, ap);
+    va_end(ap);
+    c->status = status;
+    return status;
+}
+
+static int
+wrong_state(fox_trainer *t, fox_tcmd *c)
+{
+    return refuse(c, FOX_ESTATE, "%s is not allowed while %s", fox_cmd_name(c->cmd),
+                  fox_tstate_name(t->state));
+}
+
+static void
+set_phase(fox_trainer *t, const char *name)
+{
+    pthread_mutex_lock(&t->slock);
+    snprintf(t->snap.phase, sizeof t->snap.phase, "%s", name ? name : "");
+    t->snap.phase_until_ms = name ? fox__mono_ms() + PHASE_MS : 0;
+    t->snap.beat_ms = fox__mono_ms();
+    pthread_mutex_unlock(&t->slock);
+}
+
+/* Copy the trainer's view into the snapshot. */
+static void
+publish(fox_trainer *t)
+{
+    fox_engine_info info;
+    fox_engine_get_info(t->engine, &info);
+    pthread_mutex_lock(&t->slock);
+    fox_snapshot *s = &t->snap;
+    int64_t now = fox__mono_ms();
+    s->as_of_ms = now;
+    s->beat_ms = now;
+    s->state = t->state;
+    s->info = info;
+    s->cfg = t->cfg;
+    s->fold = t->walking ? t->walk.fold : info.fold;
+    s->epoch = info.epoch;
+    s->step = info.step;
+    s->total_steps = info.total_steps;
+    s->folds_left = t->walking ? t->walk.folds_mask : 0;
+    s->loss = t->last.loss;
+    s->epsilon = t->last.epsilon;
+    s->grad_norm = t->last.grad_norm;
+    s->steps_per_sec = t->rate;
+    pthread_mutex_unlock(&t->slock);
+}
+
+static void
+set_state(fox_trainer *t, int state)
+{
+    if (state == t->state)
+        return;
+    int prev = t->state;
+    t->state = state;
+    publish(t);
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddStringToObject(d, "state", fox_tstate_name(state));
+    cJSON_AddStringToObject(d, "prev", fox_tstate_name(prev));
+    cJSON_AddNumberToObject(d, "fold", t->walking ? t->walk.fold : -1);
+    emit(t, "state", d);
+    fox_log(FOX_LOG_INFO, "state %s -> %s", fox_tstate_name(prev), fox_tstate_name(state));
+}
+
+static void
+metrics_line(fox_trainer *t, const char *type, cJSON *obj)
+{
+    char err[256];
+    cJSON_AddStringToObject(obj, "type", type);
+    cJSON_AddNumberToObject(obj, "time_ms", (double)fox__wall_ms());
+    char *s = cJSON_PrintUnformatted(obj);
+    if (s && fox__append_line(t->metrics_path, s, err, sizeof err) != FOX_OK)
+        fox_log(FOX_LOG_WARNING, "metrics: %s", err);
+    free(s);
+}
+
+/* A long operation starts: status lists it until FOX_RECENT_OPS newer ones pushed it out. */
+static int64_t
+op_begin(fox_trainer *t, int cmd)
+{
+    int64_t op = ++t->next_op;
+    pthread_mutex_lock(&t->slock);
+    fox_snapshot *s = &t->snap;
+    if (s->n_ops == FOX_RECENT_OPS) {
+        memmove(s->ops, s->ops + 1, (FOX_RECENT_OPS - 1) * sizeof s->ops[0]);
+        s->n_ops--;
+    }
+    memset(&s->ops[s->n_ops], 0, sizeof s->ops[0]);
+    s->ops[s->n_ops].op_id = op;
+    s->ops[s->n_ops].cmd = cmd;
+    s->n_ops++;
+    pthread_mutex_unlock(&t->slock);
+    return op;
+}
+
+/* An op finished: the op_done event is its completion (LONG commands), status keeps a record. */
+static void
+op_done(fox_trainer *t, int64_t op, int cmd, int status, const char *msg, cJSON *result)
+{
+    pthread_mutex_lock(&t->slock);
+    for (int i = 0; i < t->snap.n_ops; i++) {
+        if (t->snap.ops[i].op_id != op)
+            continue;
+        t->snap.ops[i].done = 1;
+        t->snap.ops[i].status = status;
+        snprintf(t->snap.ops[i].message, sizeof t->snap.ops[i].message, "%s", msg ? msg : "");
+    }
+    pthread_mutex_unlock(&t->slock);
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddNumberToObject(d, "op_id", (double)op);
+    cJSON_AddStringToObject(d, "cmd", fox_cmd_name(cmd));
+    cJSON_AddBoolToObject(d, "ok", status == FOX_OK);
+    if (status == FOX_EHALT)
+        cJSON_AddBoolToObject(d, "halted", 1);
+    if (status != FOX_OK) {
+        cJSON *e = cJSON_AddObjectToObject(d, "error");
+        cJSON_AddStringToObject(e, "code", fox_proto_code_name(status));
+        cJSON_AddStringToObject(e, "message", msg && msg[0] ? msg : fox_strerror(status));
+    }
+    if (result)
+        cJSON_AddItemToObject(d, "result", result);
+    emit(t, "op_done", d);
+}
+
+static cJSON *
+done_folds_json(fox_trainer *t)
+{
+    cJSON *a = cJSON_CreateArray();
+    pthread_mutex_lock(&t->slock);
+    for (int i = 0; i < t->snap.n_done; i++)
+        cJSON_AddItemToArray(a, fox_walk_fold_json(&t->snap.done[i]));
+    pthread_mutex_unlock(&t->slock);
+    return a;
+}
+
+/* The walk ended (done, stopped or halted): complete its op. Called after the
+ * state change, so that a client seeing op_done finds status agreeing. */
+static void
+end_walk(fox_trainer *t, int status, const char *msg)
+{
+    if (!t->walking)
+        return;
+    t->walking = 0;
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddItemToObject(r, "folds", done_folds_json(t));
+    op_done(t, t->run_op, t->run_cmd, status, msg, r);
+}
+
+/* ------------------------------------------------------------ walk sink */
+
+static void
+on_fold_begin(void *arg, int fold)
+{
+    fox_trainer *t = arg;
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddNumberToObject(d, "fold", fold);
+    cJSON_AddNumberToObject(d, "epochs", t->walk.epochs);
+    cJSON_AddNumberToObject(d, "steps_per_epoch", t->walk.steps_per_epoch);
+    emit(t, "fold_begin", d);
+    fox_log(FOX_LOG_INFO, "op %lld: fold %d begins", (long long)t->run_op, fold);
+}
+
+static void
+on_chunk(void *arg, const fox_step_stats *st)
+{
+    fox_trainer *t = arg;
+    t->last = *st;
+}
+
+static void
+on_epoch_end(void *arg, const fox_epoch_report *r)
+{
+    fox_trainer *t = arg;
+    pthread_mutex_lock(&t->slock);
+    fox_snapshot *s = &t->snap;
+    if (s->n_recent == FOX_RECENT_EPOCHS) {
+        memmove(s->recent, s->recent + 1, (FOX_RECENT_EPOCHS - 1) * sizeof s->recent[0]);
+        s->n_recent--;
+    }
+    s->recent[s->n_recent++] = *r;
+    s->epochs_total++;
+    pthread_mutex_unlock(&t->slock);
+
+    cJSON *line = fox_walk_epoch_json(r);
+    cJSON_AddNumberToObject(line, "op_id", (double)t->run_op);
+    metrics_line(t, "epoch", line);
+    cJSON_Delete(line);
+    cJSON *d = fox_walk_epoch_json(r);
+    cJSON_AddNumberToObject(d, "epochs", t->walk.epochs);
+    emit(t, "epoch_end", d);
+    fox_log(FOX_LOG_INFO,
+            "fold %d epoch %d/%d: loss %.4g val Sharpe %.3f test Sharpe %.3f %.0f steps/s", r->fold,
+            r->epoch + 1, t->walk.epochs, r->mean_loss, r->val.sharpe, r->test.sharpe,
+            r->steps_per_sec);
+}
+
+static void
+on_fold_end(void *arg, const fox_fold_report *r)
+{
+    fox_trainer *t = arg;
+    pthread_mutex_lock(&t->slock);
+    if (t->snap.n_done < FOX_MAX_FOLDS)
+        t->snap.done[t->snap.n_done++] = *r;
+    t->snap.folds_total++;
+    pthread_mutex_unlock(&t->slock);
+    cJSON *line = fox_walk_fold_json(r);
+    cJSON_AddNumberToObject(line, "op_id", (double)t->run_op);
+    metrics_line(t, "fold", line);
+    cJSON_Delete(line);
+    emit(t, "fold_end", fox_walk_fold_json(r));
+}
+
+/* ------------------------------------------------------------- the engine */
+
+static int
+make_engine(fox_trainer *t, const fox_config *cfg, fox_engine **out, char *err, size_t errlen)
+{
+    fox_engine *e = NULL;
+    int rv;
+    set_phase(t, "create");
+    err[0] = 0;
+    if ((rv = fox_engine_create(&e, cfg, err, errlen)) != FOX_OK) {
+        if (!err[0])
+            snprintf(err, errlen, "%s", fox_strerror(rv));
+    } else if ((rv = fox_engine_load_data(e)) != FOX_OK) {
+        snprintf(err, errlen, "%s", fox_engine_errmsg(e));
+        fox_engine_destroy(e);
+        e = NULL;
+    }
+    set_phase(t, NULL);
+    *out = e;
+    return rv;
+}
+
+/* Replace the engine by one for cfg; on failure the old one stays. */
+static int
+replace_engine(fox_trainer *t, const fox_config *cfg, fox_tcmd *c)
+{
+    fox_engine *e, *old;
+    int rv = make_engine(t, cfg, &e, c->message, sizeof c->message);
+    if (rv != FOX_OK)
+        return c->status = rv;
+    pthread_mutex_lock(&t->slock);
+    old = t->engine;
+    t->engine = e;
+    pthread_mutex_unlock(&t->slock);
+    fox_engine_destroy(old);
+    t->cfg = *cfg;
+    publish(t);
+    return FOX_OK;
+}
+
+/* Keys the trainer reads itself: changing them needs no new engine. */
+static int
+needs_new_engine(const fox_config *a, const fox_config *b)
+{
+    fox_config x;
+    memcpy(&x, b, sizeof x);
+    x.epochs = a->epochs;
+    x.steps_per_epoch = a->steps_per_epoch;
+    x.folds_mask = a->folds_mask;
+    return memcmp(&x, a, sizeof x) != 0;
+}
+
+static int
+save_checkpoint(fox_trainer *t, const char *path, char *msg, size_t len)
+{
+    set_phase(t, "checkpoint");
+    int rv = fox_engine_checkpoint_save(t->engine, path);
+    set_phase(t, NULL);
+    if (rv != FOX_OK) {
+        snprintf(msg, len, "%s", fox_engine_errmsg(t->engine));
+        fox_log(FOX_LOG_ERR, "checkpoint %s: %s", path, msg);
+        return rv;
+    }
+    pthread_mutex_lock(&t->slock);
+    t->snap.checkpoints_total++;
+    pthread_mutex_unlock(&t->slock);
+    fox_log(FOX_LOG_INFO, "checkpoint saved to %s", path);
+    return FOX_OK;
+}
+
+/* -------------------------------------------------------------- commands */
+
+static int
+apply_config_set(fox_trainer *t, fox_tcmd *c)
+{
+    fox_config cfg;
+    if (t->state != FOX_TSTATE_IDLE)
+        return wrong_state(t, c);
+    memcpy(&cfg, &t->cfg, sizeof cfg);
+    cJSON *applied = cJSON_CreateArray();
+    for (const cJSON *it = c->values->child; it; it = it->next) {
+        int rv = fox_conf_set_json(&cfg, NULL, it->string, it, c->message, sizeof c->message);
+        if (rv != FOX_OK) {
+            cJSON_Delete(applied);
+            return c->status = rv;
+        }
+        cJSON_AddItemToArray(applied, cJSON_CreateString(it->string));
+    }
+    if (cfg.fault_kind != FOX_FAULT_NONE && !cfg.debug_enable) {
+        cJSON_Delete(applied);
+        return refuse(c, FOX_EPERM, "fault injection needs debug.enable");
+    }
+    if (fox_config_validate(&cfg, c->message, sizeof c->message) != FOX_OK) {
+        cJSON_Delete(applied);
+        return c->status = FOX_EINVAL;
+    }
+    int fresh = needs_new_engine(&t->cfg, &cfg);
+    if (fresh && replace_engine(t, &cfg, c) != FOX_OK) {
+        cJSON_Delete(applied);
+        return c->status;
+    }
+    t->cfg = cfg;
+    publish(t);
+    c->result = cJSON_CreateObject();
+    cJSON_AddItemToObject(c->result, "applied", applied);
+    cJSON_AddBoolToObject(c->result, "engine_recreated", fresh);
+    return FOX_OK;
+}
+
+static int
+apply_run(fox_trainer *t, fox_tcmd *c)
+{
+    if (t->state != FOX_TSTATE_IDLE && t->state != FOX_TSTATE_HALTED)
+        return wrong_state(t, c);
+    int mask = c->cmd == FOX_CMD_START_FOLD ? 1 << c->fold
+               : c->folds_mask              ? c->folds_mask
+                                            : t->cfg.folds_mask;
+    int epochs = c->epochs ? c->epochs : t->cfg.epochs;
+    int steps = c->steps_per_epoch ? c->steps_per_epoch : t->cfg.steps_per_epoch;
+    int rv = fox_walk_check(mask, epochs, steps, t->cfg.n_folds, c->message, sizeof c->message);
+    if (rv != FOX_OK)
+        return c->status = rv;
+    fox_walk_init(&t->walk, mask, epochs, steps);
+    t->walking = 1;
+    t->run_cmd = c->cmd;
+    t->run_op = c->op_id = op_begin(t, c->cmd);
+    pthread_mutex_lock(&t->slock);
+    t->snap.op_id = t->run_op;
+    t->snap.run_mask = mask;
+    t->snap.epochs = epochs;
+    t->snap.steps_per_epoch = steps;
+    t->snap.n_done = 0;
+    t->snap.halt_reason[0] = 0;
+    pthread_mutex_unlock(&t->slock);
+    c->result = cJSON_CreateObject();
+    cJSON_AddBoolToObject(c->result, "accepted", 1);
+    cJSON_AddNumberToObject(c->result, "op_id", (double)c->op_id);
+    cJSON_AddItemToObject(c->result, "folds", fox_walk_mask_json(mask));
+    cJSON_AddNumberToObject(c->result, "epochs", epochs);
+    cJSON_AddNumberToObject(c->result, "steps_per_epoch", steps);
+    fox_log(FOX_LOG_INFO, "op %lld: %s accepted (folds 0x%x, %d epochs x %d steps)",
+            (long long)c->op_id, fox_cmd_name(c->cmd), mask, epochs, steps);
+    set_state(t, FOX_TSTATE_TRAINING);
+    return FOX_OK;
+}
+
+static cJSON *
+flags_json(const volatile int *flags)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < FOX_SENTINEL_SLOTS; i++)
+        if (flags[i])
+            cJSON_AddItemToArray(a, cJSON_CreateString(fox_sentinel_name(i)));
+    return a;
+}
+
+static int
+apply_inject(fox_trainer *t, fox_tcmd *c)
+{
+    fox_config cfg;
+    char step[32];
+    if (!t->cfg.debug_enable)
+        return refuse(c, FOX_EPERM, "inject_fault needs debug.enable in the configuration");
+    if (t->state != FOX_TSTATE_IDLE && t->state != FOX_TSTATE_HALTED)
+        return wrong_state(t, c);
+    if (fox_sentinel_index(c->fault_buffer) < 0)
+        return refuse(c, FOX_ENOENT, "no sentinel slot named '%s'", c->fault_buffer);
+    memcpy(&cfg, &t->cfg, sizeof cfg);
+    snprintf(step, sizeof step, "%d", c->fault_step > 0 ? c->fault_step : 1);
+    if (fox_config_set(&cfg, "debug.inject_fault.buffer", c->fault_buffer, c->message,
+                       sizeof c->message) != FOX_OK ||
+        fox_config_set(&cfg, "debug.inject_fault.kind", c->fault_kind, c->message,
+                       sizeof c->message) != FOX_OK ||
+        fox_config_set(&cfg, "debug.inject_fault.step", step, c->message, sizeof c->message) !=
+            FOX_OK)
+        return c->status = FOX_EINVAL;
+    /* The engine takes faults from its config only: arming one means a new engine. */
+    if (replace_engine(t, &cfg, c) != FOX_OK)
+        return c->status;
+    c->result = cJSON_CreateObject();
+    cJSON_AddBoolToObject(c->result, "armed", 1);
+    cJSON_AddStringToObject(c->result, "buffer", c->fault_buffer);
+    cJSON_AddStringToObject(c->result, "kind", c->fault_kind);
+    cJSON_AddNumberToObject(c->result, "step", atoi(step));
+    return FOX_OK;
+}
+
+/* Apply one command; LONG ones may keep working after completing c. */
+static void
+apply(fox_trainer *t, fox_tcmd *c)
+{
+    int rv = FOX_OK;
+    c->status = FOX_OK;
+    switch (c->cmd) {
+    case FOX_CMD_CONFIG_SET:
+        apply_config_set(t, c);
+        break;
+    case FOX_CMD_RUN:
+    case FOX_CMD_START_FOLD:
+        apply_run(t, c);
+        break;
+    case FOX_CMD_PAUSE:
+        if (t->state != FOX_TSTATE_TRAINING)
+            wrong_state(t, c);
+        else
+            set_state(t, FOX_TSTATE_PAUSED);
+        break;
+    case FOX_CMD_RESUME:
+        if (t->state != FOX_TSTATE_PAUSED)
+            wrong_state(t, c);
+        else
+            set_state(t, FOX_TSTATE_TRAINING);
+        break;
+    case FOX_CMD_STOP:
+        if (t->state != FOX_TSTATE_TRAINING && t->state != FOX_TSTATE_PAUSED &&
+            t->state != FOX_TSTATE_HALTED) {
+            wrong_state(t, c);
+            break;
+        }
+        set_state(t, FOX_TSTATE_IDLE);
+        end_walk(t, FOX_ESTATE, "stopped by request");
+        break;
+    case FOX_CMD_RESET_FOLD:
+        if (t->state == FOX_TSTATE_TRAINING) {
+            refuse(c, FOX_ESTATE, "reset_fold is not allowed while training: pause first");
+            break;
+        }
+        if ((rv = fox_engine_reset_for_fold(t->engine)) != FOX_OK) {
+            refuse(c, rv, "%s", fox_engine_errmsg(t->engine));
+            break;
+        }
+        if (t->state == FOX_TSTATE_HALTED) {
+            set_state(t, FOX_TSTATE_IDLE);
+            end_walk(t, FOX_ESTATE, "halted, then reset");
+        }
+        publish(t);
+        break;
+    case FOX_CMD_NAN_FLAGS: {
+        cJSON *before = flags_json(fox_engine_flags(t->engine));
+        if ((rv = fox_engine_clear_flags(t->engine)) != FOX_OK) {
+            cJSON_Delete(before);
+            refuse(c, rv, "%s", fox_engine_errmsg(t->engine));
+            break;
+        }
+        c->result = cJSON_CreateObject();
+        cJSON_AddItemToObject(c->result, "cleared", before);
+        break;
+    }
+    case FOX_CMD_CHECKPOINT_SAVE: {
+        char msg[1024];
+        c->op_id = op_begin(t, c->cmd);
+        c->result = cJSON_CreateObject();
+        cJSON_AddBoolToObject(c->result, "accepted", 1);
+        cJSON_AddNumberToObject(c->result, "op_id", (double)c->op_id);
+        cJSON_AddStringToObject(c->result, "path", c->path);
+        int64_t op = c->op_id;
+        char path[FOX_PATH_MAX];
+        snprintf(path, sizeof path, "%s", c->path);
+        complete(t, c); /* answered now; completion is the op_done event */
+        msg[0] = 0;
+        rv = save_checkpoint(t, path, msg, sizeof msg);
+        cJSON *r = cJSON_CreateObject();
+        cJSON_AddStringToObject(r, "path", path);
+        op_done(t, op, FOX_CMD_CHECKPOINT_SAVE, rv, msg, r);
+        return;
+    }
+    case FOX_CMD_CHECKPOINT_LOAD:
+        if (t->state == FOX_TSTATE_TRAINING) {
+            refuse(c, FOX_ESTATE, "checkpoint_load is not allowed while training: pause first");
+            break;
+        }
+        set_phase(t, "checkpoint");
+        rv = fox_engine_checkpoint_load(t->engine, c->path);
+        set_phase(t, NULL);
+        if (rv != FOX_OK) {
+            refuse(c, rv, "%s", fox_engine_errmsg(t->engine));
+            break;
+        }
+        publish(t);
+        c->result = cJSON_CreateObject();
+        cJSON_AddStringToObject(c->result, "path", c->path);
+        fox_log(FOX_LOG_INFO, "checkpoint loaded from %s", c->path);
+        break;
+    case FOX_CMD_INJECT_FAULT:
+        apply_inject(t, c);
+        break;
+    case FOX_CMD_SHUTDOWN: {
+        char msg[1024] = "";
+        set_state(t, FOX_TSTATE_STOPPING);
+        end_walk(t, FOX_ESTATE, "daemon shutting down");
+        c->result = cJSON_CreateObject();
+        if (c->checkpoint && c->path[0]) {
+            rv = save_checkpoint(t, c->path, msg, sizeof msg);
+            if (rv == FOX_OK) {
+                cJSON_AddStringToObject(c->result, "checkpoint", c->path);
+            } else {
+                cJSON_AddNullToObject(c->result, "checkpoint");
+                cJSON_AddStringToObject(c->result, "checkpoint_error", msg);
+            }
+        } else {
+            cJSON_AddNullToObject(c->result, "checkpoint");
+        }
+        c->status = FOX_OK;
+        c->exit_after = 1;
+        t->quit = 1;
+        pthread_mutex_lock(&t->qlock);
+        t->closed = 1;
+        pthread_mutex_unlock(&t->qlock);
+        break;
+    }
+    default:
+        refuse(c, FOX_EINTERNAL, "%s is not a trainer command", fox_cmd_name(c->cmd));
+        break;
+    }
+    if (c->status == FOX_OK && !c->result)
+        c->result = cJSON_CreateObject();
+    if (c->status == FOX_OK)
+        cJSON_AddStringToObject(c->result, "state", fox_tstate_name(t->state));
+    complete(t, c);
+}
+
+/* ----------------------------------------------------------------- chunks */
+
+static void
+halt(fox_trainer *t, int rv)
+{
+    const char *why = fox_engine_errmsg(t->engine);
+    char reason[512];
+    snprintf(reason, sizeof reason, "%s", why && why[0] ? why : fox_strerror(rv));
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddNumberToObject(d, "fold", t->walk.fold);
+    cJSON_AddNumberToObject(d, "epoch", t->walk.epoch);
+    cJSON_AddStringToObject(d, "code", fox_err_name(rv));
+    cJSON_AddStringToObject(d, "reason", reason);
+    cJSON_AddItemToObject(d, "slots", flags_json(fox_engine_flags(t->engine)));
+    pthread_mutex_lock(&t->slock);
+    snprintf(t->snap.halt_reason, sizeof t->snap.halt_reason, "%s", reason);
+    t->snap.halts_total++;
+    pthread_mutex_unlock(&t->slock);
+    fox_log(rv == FOX_EHALT ? FOX_LOG_WARNING : FOX_LOG_ERR, "fold %d halted: %s", t->walk.fold,
+            reason);
+    emit(t, "halt", d);
+    set_state(t, FOX_TSTATE_HALTED);
+    end_walk(t, rv, reason);
+}
+
+static void
+run_chunk(fox_trainer *t)
+{
+    int64_t t0 = fox__mono_ms();
+    int in_fold = t->walk.fold >= 0;
+    int64_t step0 = t->last.step, epochs0 = t->walk.epoch;
+    int rv = fox_walk_advance(&t->walk, t->engine, t->chunk, &t->sink);
+    int64_t dt = fox__mono_ms() - t0;
+    if (rv != FOX_OK) {
+        halt(t, rv);
+        return;
+    }
+    /* Size the next chunk to about chunk_ms, so that a command waits no longer than that
+     * whatever the speed; a chunk that also closed an epoch (evaluation) says nothing of it. */
+    if (in_fold && t->walk.epoch == epochs0 && t->walk.fold >= 0) {
+        double n = (double)(t->last.step - step0);
+        t->rate = n / (dt > 0 ? dt / 1000.0 : 1e-3);
+        int want = (int)(t->rate * t->d.chunk_ms / 1000.0);
+        t->chunk = want < 1 ? 1 : want > t->d.chunk_steps ? t->d.chunk_steps : want;
+    }
+    publish(t);
+    int64_t now = fox__mono_ms();
+    if (t->d.step_event_ms >= 0 && now - t->last_step_event_ms >= t->d.step_event_ms) {
+        t->last_step_event_ms = now;
+        cJSON *d = cJSON_CreateObject();
+        cJSON_AddNumberToObject(d, "fold", t->walk.fold);
+        cJSON_AddNumberToObject(d, "epoch", t->walk.epoch);
+        cJSON_AddNumberToObject(d, "epochs", t->walk.epochs);
+        cJSON_AddNumberToObject(d, "step_in_epoch", t->walk.step_in_epoch);
+        cJSON_AddNumberToObject(d, "steps_per_epoch", t->walk.steps_per_epoch);
+        cJSON_AddNumberToObject(d, "step", (double)t->last.step);
+        if (isfinite(t->last.loss))
+            cJSON_AddNumberToObject(d, "loss", t->last.loss);
+        cJSON_AddNumberToObject(d, "steps_per_sec", t->rate);
+        emit(t, "step", d);
+    }
+    if (t->walk.done) {
+        set_state(t, FOX_TSTATE_IDLE);
+        end_walk(t, FOX_OK, NULL);
+    }
+}
+
+/* ----------------------------------------------------------------- thread */
+
+static fox_tcmd *
+pop(fox_trainer *t)
+{
+    pthread_mutex_lock(&t->qlock);
+    fox_tcmd *c = t->qhead;
+    if (c) {
+        t->qhead = c->next;
+        if (!t->qhead)
+            t->qtail = NULL;
+        t->qlen--;
+        c->next = NULL;
+    }
+    pthread_mutex_unlock(&t->qlock);
+    return c;
+}
+
+static void
+wait_for_work(fox_trainer *t)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += IDLE_WAIT_MS / 1000;
+    pthread_mutex_lock(&t->qlock);
+    while (!t->qhead && !t->quit) {
+        if (pthread_cond_timedwait(&t->qcond, &t->qlock, &ts) == ETIMEDOUT)
+            break;
+    }
+    pthread_mutex_unlock(&t->qlock);
+    /* Idle and paused are healthy: keep the heartbeat fresh for the watchdog. */
+    pthread_mutex_lock(&t->slock);
+    t->snap.beat_ms = fox__mono_ms();
+    pthread_mutex_unlock(&t->slock);
+}
+
+static void *
+trainer_main(void *arg)
+{
+    fox_trainer *t = arg;
+    fox_engine *e = NULL;
+    char err[1024];
+    int rv = make_engine(t, &t->cfg, &e, err, sizeof err);
+
+    pthread_mutex_lock(&t->slock);
+    t->engine = e;
+    pthread_mutex_unlock(&t->slock);
+    if (rv == FOX_OK) {
+        t->state = FOX_TSTATE_IDLE;
+        publish(t);
+    }
+    pthread_mutex_lock(&t->qlock);
+    t->started = 1;
+    t->start_rv = rv;
+    snprintf(t->start_err, sizeof t->start_err, "%s", err);
+    pthread_cond_broadcast(&t->qcond);
+    pthread_mutex_unlock(&t->qlock);
+    if (rv != FOX_OK)
+        return NULL;
+
+    while (!t->quit) {
+        fox_tcmd *c;
+        while (!t->quit && (c = pop(t)))
+            apply(t, c);
+        if (t->quit)
+            break;
+        if (t->state == FOX_TSTATE_TRAINING)
+            run_chunk(t);
+        else
+            wait_for_work(t);
+    }
+
+    /* Whatever is still queued will never run: say so. */
+    fox_tcmd *c;
+    while ((c = pop(t))) {
+        refuse(c, FOX_ESTATE, "foxd is shutting down");
+        complete(t, c);
+    }
+    pthread_mutex_lock(&t->slock);
+    e = t->engine; /* config_set may have replaced the first one */
+    t->engine = NULL;
+    pthread_mutex_unlock(&t->slock);
+    fox_engine_destroy(e);
+    return NULL;
+}
+
+int
+fox_trainer_start(fox_trainer **out, const fox_config *cfg, const fox_dconf *d,
+                  const fox_trainer_hooks *hooks, char *err, size_t errlen)
+{
+    fox_trainer *t = calloc(1, sizeof *t);
+    *out = NULL;
+    if (!t)
+        return fox__errf(err, errlen, FOX_ENOMEM, "out of memory");
+    pthread_mutex_init(&t->qlock, NULL);
+    pthread_mutex_init(&t->slock, NULL);
+    pthread_cond_init(&t->qcond, NULL);
+    memcpy(&t->cfg, cfg, sizeof t->cfg);
+    t->d = *d;
+    t->hooks = *hooks;
+    t->qmax = d->queue_depth;
+    t->state = FOX_TSTATE_STARTING;
+    t->chunk = 1; /* the first chunk measures the speed */
+    t->sink = (fox_walk_sink){on_fold_begin, on_chunk, on_epoch_end, on_fold_end, t};
+    t->snap.fold = -1;
+    t->snap.cfg = *cfg;
+    snprintf(t->metrics_path, sizeof t->metrics_path, "%s/metrics.jsonl", d->state_dir);
+
+    if (pthread_create(&t->thread, NULL, trainer_main, t) != 0) {
+        fox_trainer_destroy(t);
+        return fox__errf(err, errlen, FOX_EINTERNAL, "cannot start the trainer thread");
+    }
+    t->joinable = 1;
+    pthread_mutex_lock(&t->qlock);
+    while (!t->started)
+        pthread_cond_wait(&t->qcond, &t->qlock);
+    pthread_mutex_unlock(&t->qlock);
+    if (t->start_rv != FOX_OK) {
+        int rv = t->start_rv;
+        fox__errf(err, errlen, rv, "%s", t->start_err);
+        fox_trainer_destroy(t);
+        return rv;
+    }
+    *out = t;
+    return FOX_OK;
+}
+
+int
+fox_trainer_submit(fox_trainer *t, fox_tcmd *c)
+{
+    int rv = FOX_OK;
+    pthread_mutex_lock(&t->qlock);
+    if (t->closed)
+        rv = FOX_ESTATE;
+    else if (t->qlen >= t->qmax && c->cmd != FOX_CMD_SHUTDOWN) /* a stop must always get in */
+        rv = FOX_EBUSY;
+    if (rv == FOX_OK) {
+        c->next = NULL;
+        if (t->qtail)
+            t->qtail->next = c;
+        else
+            t->qhead = c;
+        t->qtail = c;
+        t->qlen++;
+        pthread_cond_signal(&t->qcond);
+    }
+    pthread_mutex_unlock(&t->qlock);
+    return rv;
+}
+
+void
+fox_trainer_destroy(fox_trainer *t)
+{
+    if (!t)
+        return;
+    if (t->joinable)
+        pthread_join(t->thread, NULL);
+    pthread_mutex_destroy(&t->qlock);
+    pthread_mutex_destroy(&t->slock);
+    pthread_cond_destroy(&t->qcond);
+    free(t);
+}
+
+void
+fox_trainer_snapshot(fox_trainer *t, fox_snapshot *out)
+{
+    pthread_mutex_lock(&t->slock);
+    memcpy(out, &t->snap, sizeof *out);
+    pthread_mutex_unlock(&t->slock);
+}
+
+int
+fox_trainer_read_isv(fox_trainer *t, float *out, int n)
+{
+    if (n > FOX_ISV_TOTAL_DIM)
+        n = FOX_ISV_TOTAL_DIM;
+    pthread_mutex_lock(&t->slock);
+    const volatile float *isv = t->engine ? fox_engine_isv(t->engine) : NULL;
+    for (int i = 0; i < n; i++)
+        out[i] = isv ? isv[i] : NAN;
+    pthread_mutex_unlock(&t->slock);
+    return n;
+}
+
+int
+fox_trainer_read_flags(fox_trainer *t, int *out, int n)
+{
+    if (n > FOX_SENTINEL_SLOTS)
+        n = FOX_SENTINEL_SLOTS;
+    pthread_mutex_lock(&t->slock);
+    const volatile int *f = t->engine ? fox_engine_flags(t->engine) : NULL;
+    for (int i = 0; i < n; i++)
+        out[i] = f ? f[i] : 0;
+    pthread_mutex_unlock(&t->slock);
+    return n;
+}
+
+int
+fox_trainer_queued(fox_trainer *t)
+{
+    pthread_mutex_lock(&t->qlock);
+    int n = t->qlen;
+    pthread_mutex_unlock(&t->qlock);
+    return n;
+}

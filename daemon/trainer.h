@@ -1,0 +1,151 @@
+/*
+ * trainer.h — the trainer thread of foxd (internal to daemon/): it owns the
+ * engine (and so the GPU context), runs the walk-forward in chunks of steps,
+ * applies mutating commands between chunks, and publishes a snapshot of its
+ * state that any thread may copy without waiting on training.
+ *
+ * Threads: fox_trainer_start/stop and fox_trainer_submit are called from the
+ * loop thread; the snapshot, ISV and flag readers from any thread. Completed
+ * commands come back through the done callback (called on the trainer
+ * thread; it must only enqueue and wake the loop, as an nng aio callback
+ * does). Events go out through the events callback, also on the trainer
+ * thread.
+ *
+ * States: starting → idle → training(fold, epoch) ⇄ paused → idle | halted;
+ * halted → idle (stop or reset_fold) or training (run, start_fold); any
+ * state → stopping on shutdown.
+ *
+ * What it does not do: sockets, JSON parsing, authentication. The commands
+ * it receives are already validated by proto/ and checked by the server.
+ */
+#ifndef FOX_DAEMON_TRAINER_H
+#define FOX_DAEMON_TRAINER_H
+
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "conf.h"
+#include "engine.h"
+
+typedef enum {
+    FOX_TSTATE_STARTING = 0,
+    FOX_TSTATE_IDLE,
+    FOX_TSTATE_TRAINING,
+    FOX_TSTATE_PAUSED,
+    FOX_TSTATE_HALTED,
+    FOX_TSTATE_STOPPING,
+    FOX_TSTATE_COUNT
+} fox_tstate;
+
+const char *fox_tstate_name(int state);
+
+#define FOX_RECENT_EPOCHS 64 /* epoch reports kept for `metrics` */
+#define FOX_MAX_FOLDS     31
+#define FOX_RECENT_OPS    16 /* long operations kept for `status` */
+
+/* What `status` and `metrics` show: a copy made under the trainer's lock. */
+typedef struct fox_snapshot {
+    int state;
+    int64_t as_of_ms;       /* monotonic time of publication */
+    int64_t beat_ms;        /* trainer heartbeat (monotonic) */
+    int64_t phase_until_ms; /* a declared long phase (create, load, checkpoint) ends by */
+    char phase[32];         /* its name, "" when none */
+
+    /* the run in progress (or the last one) */
+    int64_t op_id;   /* of the run / start_fold, 0 when none */
+    int run_mask;    /* folds of the run */
+    int folds_left;  /* folds not yet finished */
+    int fold, epoch; /* fold in progress (-1 none), epochs completed in it */
+    int epochs, steps_per_epoch;
+    int64_t step;        /* train steps in the fold */
+    int64_t total_steps; /* since the engine was created */
+    float loss, epsilon, grad_norm;
+    double steps_per_sec; /* of the last chunk */
+    int n_done;           /* fold reports of the run so far */
+    fox_fold_report done[FOX_MAX_FOLDS];
+    char halt_reason[512]; /* when halted */
+
+    /* the engine */
+    fox_engine_info info; /* info.backend points at a static string */
+    fox_config cfg;
+
+    /* the last long operations (run, start_fold, checkpoint_save), newest last */
+    int n_ops;
+    struct fox_op_record {
+        int64_t op_id;
+        int cmd;
+        int done;   /* 0 running, 1 finished */
+        int status; /* when done */
+        char message[160];
+    } ops[FOX_RECENT_OPS];
+
+    /* counters since start */
+    int64_t epochs_total, folds_total, halts_total, checkpoints_total;
+    int n_recent; /* recent epoch reports, oldest first */
+    fox_epoch_report recent[FOX_RECENT_EPOCHS];
+} fox_snapshot;
+
+/* A mutating command on its way to the trainer and back. */
+typedef struct fox_tcmd {
+    int cmd;                                       /* FOX_CMD_* */
+    int folds_mask, fold, epochs, steps_per_epoch; /* run, start_fold (0 = config's) */
+    int clear;                                     /* nan_flags */
+    int checkpoint;                                /* shutdown */
+    char path[FOX_PATH_MAX]; /* checkpoint_save/load: absolute, resolved by the server */
+    char fault_buffer[128];  /* inject_fault */
+    char fault_kind[8];
+    int fault_step;
+    cJSON *values; /* config_set: owned */
+
+    /* filled by the trainer */
+    int status;         /* FOX_OK or FOX_E* */
+    char message[1024]; /* error text */
+    cJSON *result;      /* reply result (owned until taken) */
+    int64_t op_id;      /* LONG commands: the op completing later by event */
+    int exit_after;     /* shutdown: the loop should now stop serving */
+
+    void *ctx; /* the server's pending reply (opaque here) */
+    struct fox_tcmd *next;
+} fox_tcmd;
+
+typedef struct fox_trainer fox_trainer;
+
+typedef struct fox_trainer_hooks {
+    void (*done)(void *arg, fox_tcmd *c);                    /* a command completed */
+    void (*event)(void *arg, const char *type, cJSON *data); /* takes data */
+    void *arg;
+} fox_trainer_hooks;
+
+/*
+ * Start the thread: it creates the engine for cfg and loads the data, then
+ * waits for commands. Blocks until that start-up finished; on failure the
+ * thread is gone, err says why and the return is its status.
+ */
+int fox_trainer_start(fox_trainer **out, const fox_config *cfg, const fox_dconf *d,
+                      const fox_trainer_hooks *hooks, char *err, size_t errlen);
+
+/*
+ * Hand a command over (ownership passes; it comes back through hooks.done).
+ * FOX_EBUSY when the queue is full, FOX_ESTATE once stopping: the caller
+ * keeps the command then.
+ */
+int fox_trainer_submit(fox_trainer *t, fox_tcmd *c);
+
+/* Join the thread (after a shutdown command completed) and free everything. */
+void fox_trainer_destroy(fox_trainer *t);
+
+/* Copy the snapshot; never waits on training. */
+void fox_trainer_snapshot(fox_trainer *t, fox_snapshot *out);
+
+/*
+ * Copy the ISV (n floats) or the sentinel flags (n ints) from the engine's
+ * mapped memory; returns how many were copied (the engine's size if smaller).
+ */
+int fox_trainer_read_isv(fox_trainer *t, float *out, int n);
+int fox_trainer_read_flags(fox_trainer *t, int *out, int n);
+
+/* Queue length, for status. */
+int fox_trainer_queued(fox_trainer *t);
+
+#endif

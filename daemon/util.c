@@ -1,0 +1,135 @@
+/* util.c — error formatting, clocks, mkdir -p, atomic writes (see util.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "util.h"
+
+int
+fox__errf(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+static int64_t
+clock_ms(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t
+fox__mono_ms(void)
+{
+    return clock_ms(CLOCK_MONOTONIC);
+}
+
+int64_t
+fox__wall_ms(void)
+{
+    return clock_ms(CLOCK_REALTIME);
+}
+
+int
+fox__mkdir_p(const char *path, unsigned mode, char *err, size_t errlen)
+{
+    char buf[4096];
+    if (strlen(path) >= sizeof buf)
+        return fox__errf(err, errlen, FOX_EIO, "%s: path too long", path);
+    strcpy(buf, path);
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || *p == 0) {
+            char c = *p;
+            *p = 0;
+            if (mkdir(buf, mode) != 0 && errno != EEXIST)
+                return fox__errf(err, errlen, FOX_EIO, "mkdir %s: %s", buf, strerror(errno));
+            *p = c;
+            if (c == 0)
+                break;
+        }
+    }
+    return FOX_OK;
+}
+
+int
+fox__write_atomic(const char *path, const void *data, size_t len, int durable, char *err,
+                  size_t errlen)
+{
+    char tmp[4096], dir[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
+        return fox__errf(err, errlen, FOX_EIO, "%s: path too long", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return fox__errf(err, errlen, FOX_EIO, "%s: %s", tmp, strerror(errno));
+    const char *p = data;
+    size_t left = len;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            return fox__errf(err, errlen, FOX_EIO, "write %s: %s", tmp, strerror(e));
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if ((durable && fsync(fd) != 0) || close(fd) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return fox__errf(err, errlen, FOX_EIO, "fsync %s: %s", tmp, strerror(e));
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return fox__errf(err, errlen, FOX_EIO, "rename %s: %s", path, strerror(e));
+    }
+    if (!durable)
+        return FOX_OK;
+    /* The rename is durable only once the directory entry is. */
+    snprintf(dir, sizeof dir, "%s", path);
+    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return FOX_OK;
+}
+
+int
+fox__append_line(const char *path, const char *line, char *err, size_t errlen)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    if (fd < 0)
+        return fox__errf(err, errlen, FOX_EIO, "%s: %s", path, strerror(errno));
+    /* One write per line: O_APPEND keeps concurrent lines whole. */
+    size_t n = strlen(line);
+    char buf[8192];
+    int rv = FOX_OK;
+    if (n + 1 <= sizeof buf) {
+        memcpy(buf, line, n);
+        buf[n] = '\n';
+        if (write(fd, buf, n + 1) != (ssize_t)(n + 1))
+            rv = fox__errf(err, errlen, FOX_EIO, "write %s: %s", path, strerror(errno));
+    } else if (write(fd, line, n) != (ssize_t)n || write(fd, "\n", 1) != 1) {
+        rv = fox__errf(err, errlen, FOX_EIO, "write %s: %s", path, strerror(errno));
+    }
+    close(fd);
+    return rv;
+}

@@ -1,0 +1,655 @@
+/*
+ * test_cuda_parity.c — the CUDA backend against the CPU reference, on the
+ * GPU machine: the same weights and batch give the same expected Q, losses,
+ * per-sample priorities, every gradient tensor and Adam step; a CUDA fold
+ * trains to a validation Sharpe comparable to the CPU fold's; the graph
+ * replay is deterministic and keeps the ISV readable from the host.
+ *
+ * Exits 77 (meson: skipped) with the reason when no CUDA device is present,
+ * as on CI. Tolerances: FP32 on both sides, so the GPU's error against a
+ * double-precision run of cpu/net.c must stay within 1e-4 relative per
+ * tensor or within 4× the CPU float run's own error (summation order is
+ * the only expected difference: cuBLAS and warp reductions sum in another
+ * order than OpenBLAS and the CPU loops). TF32 is reported, not asserted
+ * beyond a loose 5e-2 sanity bound. Runs without fork (CK_NOFORK): a CUDA
+ * context does not survive fork().
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cpu/net.h"
+#include "cpu/optim.h"
+#include "cuda/cuda_backend.h"
+#include "engine.h"
+#include "isv.h"
+#include "log.h"
+#include "rng.h"
+
+#define ck_assert_fox_ok(expr)                                                                     \
+    do {                                                                                           \
+        int rv_ = (expr);                                                                          \
+        ck_assert_msg(rv_ == FOX_OK, "%s: %s", #expr, fox_strerror(rv_));                          \
+    } while (0)
+
+/* ------------------------------------------------------------------------------------------ */
+/* Fixture: the default network on the synthetic series, one CUDA backend, the CPU nets        */
+
+#define BATCH 256
+
+static fox_config cfg;
+static fox_model_layout lay;
+static fox_series series;
+static fox_features feat;
+static fox_fold fold;
+static fox_backend *gpu;
+static float *params, *target; /* perturbed so that every head carries signal */
+
+static double
+rel_err_f(const float *x, const float *ref, size_t n)
+{
+    double num = 0.0, den = 0.0;
+    for (size_t k = 0; k < n; k++) {
+        double d = (double)x[k] - (double)ref[k];
+        num += d * d;
+        den += (double)ref[k] * ref[k];
+    }
+    return sqrt(num) / (den > 0.0 ? sqrt(den) : 1e-300);
+}
+
+static double
+rel_err_fd(const float *x, const double *ref, size_t n)
+{
+    double num = 0.0, den = 0.0;
+    for (size_t k = 0; k < n; k++) {
+        double d = (double)x[k] - ref[k];
+        num += d * d;
+        den += ref[k] * ref[k];
+    }
+    return sqrt(num) / (den > 0.0 ? sqrt(den) : 1e-300);
+}
+
+static double
+rel_scalar(double x, double ref)
+{
+    return fabs(x - ref) / (fabs(ref) > 1e-300 ? fabs(ref) : 1e-300);
+}
+
+static void
+setup(void)
+{
+    char err[512];
+    fox_config_default(&cfg);
+    cfg.backend = FOX_BACKEND_CUDA;
+    cfg.batch = BATCH;
+    cfg.n_envs = 64;
+    cfg.replay_capacity = 1 << 16;
+    ck_assert_fox_ok(fox_model_layout_init(&lay, &cfg));
+    ck_assert_msg(lay.S == 64 && lay.NT == 8, "host_batch is sized for the default widths");
+    ck_assert_fox_ok(fox_series_synthetic(&series, cfg.synth_bars, cfg.seed));
+    ck_assert_fox_ok(fox_features_compute(&feat, &series, lay.S));
+    ck_assert_fox_ok(fox_fold_split(series.n, feat.warmup, cfg.n_folds, 0, &fold));
+    fox_features_normalize(&feat, fold.train_begin, fold.train_end);
+    fox_backend_env env = {&cfg, &lay, &series, &feat, &fold};
+    int rv = fox_cuda_backend_ops.create(&gpu, &env, err, sizeof err);
+    ck_assert_msg(rv == FOX_OK, "create: %s", err);
+
+    params = malloc(lay.n_params * sizeof *params);
+    target = malloc(lay.n_params * sizeof *target);
+    ck_assert_ptr_nonnull(params);
+    ck_assert_ptr_nonnull(target);
+    fox_model_init_params(&lay, params, cfg.seed);
+    /*
+     * Undo the 0.1 scale of the C51 output layers and give biases and
+     * LayerNorm parameters values away from 0 and 1, so that every
+     * gradient is non-trivial; the target net is a nearby copy.
+     */
+    fox_rng rng;
+    fox_rng_seed(&rng, 77);
+    for (int i = 0; i < FOX_P_COUNT; i++) {
+        const fox_tensor_desc *t = &lay.t[i];
+        float *p = params + t->offset;
+        size_t n = fox_tensor_size(&lay, i);
+        int out_layer = i == FOX_P_VAL_W2 || (i >= FOX_P_BR0_W1 && i < FOX_P_IQN_WPHI &&
+                                              (i - FOX_P_BR0_W1) % FOX_BRANCH_NT == FOX_BR_W2);
+        for (size_t k = 0; k < n; k++) {
+            float u = 2.0f * fox_rng_uniform(&rng) - 1.0f;
+            if (out_layer)
+                p[k] *= 10.0f;
+            else if (t->cols == 1)
+                p[k] += 0.1f * u;
+        }
+    }
+    for (size_t k = 0; k < lay.n_params; k++)
+        target[k] = params[k] * (1.0f + 0.02f * (2.0f * fox_rng_uniform(&rng) - 1.0f));
+}
+
+static void
+teardown(void)
+{
+    fox_cuda_backend_ops.destroy(gpu);
+    gpu = NULL;
+    free(params);
+    free(target);
+    fox_features_fini(&feat);
+    fox_series_fini(&series);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* A batch with a clear double-DQN argmax (so that both backends pick the same a*)             */
+
+typedef struct host_batch {
+    float s[BATCH * 64], s_next[BATCH * 64], r[BATCH], done[BATCH], w[BATCH], aux[BATCH];
+    float tau[BATCH * 8], tau_next[BATCH * 8];
+    int32_t a[BATCH * 4], regime[BATCH];
+} host_batch;
+
+static void
+random_port(fox_rng *rng, float port[3])
+{
+    port[0] = (float)((int)fox_rng_below(rng, 9) - 4) / 4.0f;
+    port[1] = port[0] != 0.0f ? 4.0f * fox_rng_uniform(rng) - 2.0f : 0.0f;
+    port[2] = port[0] != 0.0f ? (float)fox_rng_below(rng, 65) / 64.0f : 0.0f;
+}
+
+static void
+fill_row(fox_rng *rng, host_batch *hb, int b)
+{
+    int span = fold.train_end - fold.train_begin - 8;
+    int t = fold.train_begin + (int)fox_rng_below(rng, (uint32_t)span);
+    float port[3], port2[3];
+    random_port(rng, port);
+    random_port(rng, port2);
+    fox__state_build(&feat, lay.S, t, port, hb->s + (size_t)b * lay.S);
+    fox__state_build(&feat, lay.S, t + cfg.n_step, port2, hb->s_next + (size_t)b * lay.S);
+    for (int d = 0; d < 4; d++)
+        hb->a[b * 4 + d] = (int32_t)fox_rng_below(rng, (uint32_t)lay.branch_size[d]);
+    hb->r[b] = 3.0f * fox_rng_uniform(rng) - 1.5f;
+    hb->done[b] = fox_rng_uniform(rng) < 0.1f ? 1.0f : 0.0f;
+    hb->w[b] = 0.2f + 0.8f * fox_rng_uniform(rng);
+    hb->aux[b] = logf(series.close[t + 1] / series.close[t]);
+    hb->regime[b] = series.regime[t];
+    for (int k = 0; k < lay.NT; k++) {
+        hb->tau[b * lay.NT + k] = fox_rng_uniform(rng);
+        hb->tau_next[b * lay.NT + k] = fox_rng_uniform(rng);
+    }
+}
+
+/* Rows whose online argmax over s′ has a near-tie are redrawn: rounding may break a tie either way. */
+static void
+make_batch(host_batch *hb, uint64_t seed)
+{
+    fox_rng rng;
+    fox_rng_seed(&rng, seed);
+    fox_cpu_net *net = NULL;
+    ck_assert_fox_ok(fox_cpu_net_create(&net, &lay, BATCH));
+    float *q = malloc((size_t)BATCH * lay.n_actions * sizeof *q);
+    ck_assert_ptr_nonnull(q);
+    for (int b = 0; b < BATCH; b++)
+        fill_row(&rng, hb, b);
+    for (int round = 0; round < 100; round++) {
+        ck_assert_fox_ok(fox_cpu_net_q_values(net, params, hb->s_next, BATCH, q));
+        int redrawn = 0;
+        for (int b = 0; b < BATCH; b++)
+            for (int d = 0; d < 4; d++) {
+                const float *qd = q + (size_t)b * lay.n_actions + lay.branch_off[d];
+                float best = -INFINITY, second = -INFINITY;
+                for (int k = 0; k < lay.branch_size[d]; k++)
+                    if (qd[k] > best) {
+                        second = best;
+                        best = qd[k];
+                    } else if (qd[k] > second) {
+                        second = qd[k];
+                    }
+                if (best - second < 1e-4f * (1.0f + fabsf(best))) {
+                    fill_row(&rng, hb, b);
+                    redrawn++;
+                    d = 4;
+                }
+            }
+        if (!redrawn)
+            break;
+        ck_assert_msg(round < 99, "could not draw a batch without argmax near-ties");
+    }
+    free(q);
+    fox_cpu_net_destroy(net);
+}
+
+static fox_cpu_net_batch
+batch_view(const host_batch *hb, int weighted)
+{
+    fox_cpu_net_batch b = {BATCH,   hb->s,  hb->s_next, hb->a,      hb->r,       hb->done,
+                           weighted ? hb->w : NULL, hb->aux, hb->regime, hb->tau, hb->tau_next};
+    return b;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Forward                                                                                    */
+
+START_TEST(forward_q_values)
+{
+    int R = 300; /* more than one chunk of the backend's q_values forward when envs are few */
+    host_batch *hb = malloc(sizeof *hb);
+    ck_assert_ptr_nonnull(hb);
+    make_batch(hb, 11);
+    float *s = malloc((size_t)R * lay.S * sizeof *s);
+    float *qc = malloc((size_t)R * lay.n_actions * sizeof *qc);
+    float *qg = malloc((size_t)R * lay.n_actions * sizeof *qg);
+    ck_assert(s && qc && qg);
+    for (int b = 0; b < R; b++)
+        memcpy(s + (size_t)b * lay.S, hb->s + (size_t)(b % BATCH) * lay.S, lay.S * sizeof *s);
+    fox_cpu_net *net = NULL;
+    ck_assert_fox_ok(fox_cpu_net_create(&net, &lay, R));
+    ck_assert_fox_ok(fox_cpu_net_q_values(net, params, s, R, qc));
+    fox_train_counters c;
+    ck_assert_fox_ok(fox_cuda_backend_ops.state_io(gpu, 0, NULL, NULL, NULL, NULL, &c));
+    ck_assert_fox_ok(fox_cuda_backend_ops.state_io(gpu, 1, params, target, params, params, &c));
+    ck_assert_fox_ok(fox_cuda_backend_ops.q_values(gpu, s, R, qg));
+    double e = rel_err_f(qg, qc, (size_t)R * lay.n_actions);
+    printf("parity forward: expected Q of %d states, rel err %.3g (FP32)\n", R, e);
+    ck_assert_msg(e < 1e-5, "q_values rel err %g", e);
+    fox_cpu_net_destroy(net);
+    free(s);
+    free(qc);
+    free(qg);
+    free(hb);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* Losses and gradients                                                                       */
+
+typedef struct grad_run {
+    fox_cpu_net_loss loss;
+    float *grads, *prio;
+} grad_run;
+
+/* Compare one GPU run with the CPU float run and the double reference; print per tensor. */
+static void
+compare(const char *what, const grad_run *g, const grad_run *c, const double *gd,
+        const fox_cpud_net_loss *ld, const double *prio_d, int verbose, double tol_abs)
+{
+    const double lg[5] = {g->loss.total, g->loss.c51, g->loss.iqn, g->loss.aux_ret,
+                          g->loss.aux_regime};
+    const double lc[5] = {c->loss.total, c->loss.c51, c->loss.iqn, c->loss.aux_ret,
+                          c->loss.aux_regime};
+    const double lr[5] = {ld->total, ld->c51, ld->iqn, ld->aux_ret, ld->aux_regime};
+    const char *names[5] = {"total", "c51", "iqn", "aux_ret", "aux_regime"};
+    printf("parity %s: loss", what);
+    for (int k = 0; k < 5; k++) {
+        double eg = rel_scalar(lg[k], lr[k]), ec = rel_scalar(lc[k], lr[k]);
+        printf(" %s %.6g (gpu %.2g, cpu %.2g)", names[k], lr[k], eg, ec);
+        ck_assert_msg(eg < tol_abs || eg < 4 * ec, "%s loss %s: gpu rel err %g, cpu %g", what,
+                      names[k], eg, ec);
+    }
+    printf("\n");
+    double eg = rel_err_fd(g->prio, prio_d, BATCH), ec = rel_err_fd(c->prio, prio_d, BATCH);
+    printf("parity %s: priorities rel err gpu %.3g cpu %.3g\n", what, eg, ec);
+    ck_assert_msg(eg < 10 * tol_abs || eg < 4 * ec, "%s priorities: %g", what, eg);
+    double worst = 0.0;
+    const char *worst_name = "";
+    for (int i = 0; i < FOX_P_COUNT; i++) {
+        size_t n = fox_tensor_size(&lay, i), o = lay.t[i].offset;
+        if (n == 0)
+            continue;
+        eg = rel_err_fd(g->grads + o, gd + o, n);
+        ec = rel_err_fd(c->grads + o, gd + o, n);
+        double vs_cpu = rel_err_f(g->grads + o, c->grads + o, n);
+        if (verbose)
+            printf("parity %s: grad %-18s %7zu  gpu %.3g  cpu %.3g  gpu-vs-cpu %.3g\n", what,
+                   lay.t[i].name, n, eg, ec, vs_cpu);
+        if (eg > worst) {
+            worst = eg;
+            worst_name = lay.t[i].name;
+        }
+        ck_assert_msg(eg < tol_abs || eg < 4 * ec, "%s grad %s: gpu rel err %g, cpu %g", what,
+                      lay.t[i].name, eg, ec);
+    }
+    printf("parity %s: worst gradient rel err vs double %.3g (%s)\n", what, worst, worst_name);
+}
+
+static void
+run_all(const host_batch *hb, int weighted, int mode, const char *what, int verbose,
+        double tol_abs)
+{
+    size_t np = lay.n_params;
+    fox_cpu_net_batch b = batch_view(hb, weighted);
+    fox_cpu_net_hparams hp = {powf(cfg.gamma, (float)cfg.n_step), cfg.iqn_lambda, cfg.aux_lambda,
+                              0.004f, mode, 1};
+    grad_run g = {{0}, calloc(np, sizeof(float)), calloc(BATCH, sizeof(float))};
+    grad_run c = {{0}, calloc(np, sizeof(float)), calloc(BATCH, sizeof(float))};
+    double *gd = calloc(np, sizeof *gd), *pd = calloc(np, sizeof *pd), *td = calloc(np, sizeof *td);
+    double *prio_d = calloc(BATCH, sizeof *prio_d);
+    int32_t *astar = calloc(BATCH * 4, sizeof *astar);
+    ck_assert(g.grads && g.prio && c.grads && c.prio && gd && pd && td && prio_d && astar);
+
+    fox_cpu_net *net = NULL;
+    ck_assert_fox_ok(fox_cpu_net_create(&net, &lay, BATCH));
+    ck_assert_fox_ok(fox_cpu_net_loss_grad(net, params, target, &b, &hp, &c.loss, c.grads, c.prio));
+
+    /* The double reference on the same (float) inputs. */
+    fox_cpud_net *dnet = NULL;
+    ck_assert_fox_ok(fox_cpud_net_create(&dnet, &lay, BATCH));
+    size_t ns = (size_t)BATCH * lay.S, nt = (size_t)BATCH * lay.NT;
+    double *ds = malloc(2 * ns * sizeof *ds), *dr = malloc(5 * BATCH * sizeof *dr);
+    double *dtau = malloc(2 * nt * sizeof *dtau);
+    ck_assert(ds && dr && dtau);
+    for (size_t k = 0; k < ns; k++) {
+        ds[k] = hb->s[k];
+        ds[ns + k] = hb->s_next[k];
+    }
+    for (int k = 0; k < BATCH; k++) {
+        dr[k] = hb->r[k];
+        dr[BATCH + k] = hb->done[k];
+        dr[2 * BATCH + k] = hb->w[k];
+        dr[3 * BATCH + k] = hb->aux[k];
+    }
+    for (size_t k = 0; k < nt; k++) {
+        dtau[k] = hb->tau[k];
+        dtau[nt + k] = hb->tau_next[k];
+    }
+    for (size_t k = 0; k < np; k++) {
+        pd[k] = params[k];
+        td[k] = target[k];
+    }
+    fox_cpud_net_batch bd = {BATCH,         ds,           ds + ns,      hb->a,
+                             dr,            dr + BATCH,   weighted ? dr + 2 * BATCH : NULL,
+                             dr + 3 * BATCH, hb->regime,  dtau,         dtau + nt};
+    fox_cpud_net_hparams hpd = {hp.gamma_n, hp.iqn_lambda, hp.aux_lambda, hp.aux_label_scale,
+                                mode, 1};
+    fox_cpud_net_loss ld;
+    ck_assert_fox_ok(fox_cpud_net_loss_grad(dnet, pd, td, &bd, &hpd, &ld, gd, prio_d));
+
+    ck_assert_fox_ok(fox_cuda_debug_loss_grad(gpu, params, target, &b, &hp, &g.loss, g.grads,
+                                              g.prio, astar));
+    /* The greedy next actions: same as the CPU's argmax of E[Z] on s′. */
+    float *q = malloc((size_t)BATCH * lay.n_actions * sizeof *q);
+    ck_assert_ptr_nonnull(q);
+    ck_assert_fox_ok(fox_cpu_net_q_values(net, params, hb->s_next, BATCH, q));
+    for (int i = 0; i < BATCH; i++)
+        for (int d = 0; d < 4; d++) {
+            const float *qd = q + (size_t)i * lay.n_actions + lay.branch_off[d];
+            int best = 0;
+            for (int k = 1; k < lay.branch_size[d]; k++)
+                if (qd[k] > qd[best])
+                    best = k;
+            ck_assert_msg(astar[i * 4 + d] == best, "a* of sample %d branch %d: gpu %d cpu %d", i,
+                          d, astar[i * 4 + d], best);
+        }
+    compare(what, &g, &c, gd, &ld, prio_d, verbose, tol_abs);
+
+    free(q);
+    fox_cpud_net_destroy(dnet);
+    fox_cpu_net_destroy(net);
+    free(ds);
+    free(dr);
+    free(dtau);
+    free(g.grads);
+    free(g.prio);
+    free(c.grads);
+    free(c.prio);
+    free(gd);
+    free(pd);
+    free(td);
+    free(prio_d);
+    free(astar);
+}
+
+START_TEST(loss_and_gradients)
+{
+    host_batch *hb = malloc(sizeof *hb);
+    ck_assert_ptr_nonnull(hb);
+    make_batch(hb, 21);
+    run_all(hb, 0, FOX_TARGET_MEAN, "fp32 mean", 1, 1e-4);
+    run_all(hb, 1, FOX_TARGET_MEAN, "fp32 mean weighted", 0, 1e-4);
+    run_all(hb, 0, FOX_TARGET_INDEP, "fp32 indep", 0, 1e-4);
+    free(hb);
+}
+END_TEST
+
+START_TEST(tf32_accuracy)
+{
+    host_batch *hb = malloc(sizeof *hb);
+    ck_assert_ptr_nonnull(hb);
+    make_batch(hb, 31);
+    ck_assert_fox_ok(fox_cuda_debug_set_tf32(gpu, 1));
+    run_all(hb, 0, FOX_TARGET_MEAN, "tf32 mean", 1, 5e-2);
+    ck_assert_fox_ok(fox_cuda_debug_set_tf32(gpu, 0));
+    free(hb);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* Adam                                                                                       */
+
+START_TEST(adam_step)
+{
+    size_t np = lay.n_params;
+    float *g = malloc(np * sizeof *g), *gc = malloc(np * sizeof *gc);
+    float *pc = malloc(np * sizeof *pc), *pg = malloc(np * sizeof *pg);
+    float *mc = malloc(np * sizeof *mc), *mg = malloc(np * sizeof *mg);
+    float *vc = malloc(np * sizeof *vc), *vg = malloc(np * sizeof *vg);
+    ck_assert(g && gc && pc && pg && mc && mg && vc && vg);
+    fox_rng rng;
+    fox_rng_seed(&rng, 5);
+    for (size_t k = 0; k < np; k++) {
+        g[k] = (float)fox_rng_normal(&rng) * 0.05f;
+        mc[k] = (float)fox_rng_normal(&rng) * 1e-3f;
+        vc[k] = fox_rng_uniform(&rng) * 1e-5f;
+    }
+    /* The isfinite guard must zero these; the norm (~37) exceeds the clip (10). */
+    g[7] = NAN;
+    g[np / 2] = INFINITY;
+    g[np - 70] = -INFINITY;
+    memcpy(pc, params, np * sizeof *pc);
+    memcpy(pg, params, np * sizeof *pg);
+    memcpy(mg, mc, np * sizeof *mg);
+    memcpy(vg, vc, np * sizeof *vg);
+    memcpy(gc, g, np * sizeof *gc);
+    int64_t t = 3;
+    size_t bad = 0;
+    fox_cpu_grad_sanitize(gc, np, &bad);
+    double norm_c = fox_cpu_grad_norm(gc, np), norm_g = 0.0;
+    float scale = fox_cpu_clip_scale(norm_c, cfg.grad_clip);
+    fox_cpu_adam_step(pc, gc, mc, vc, np, cfg.lr, cfg.adam_b1, cfg.adam_b2, cfg.adam_eps, t, scale);
+    ck_assert_fox_ok(fox_cuda_debug_adam(gpu, pg, g, mg, vg, t, &norm_g));
+    ck_assert_int_eq(bad, 3);
+    /* Compare the updates, not the parameters (the update is ~1e-4 of a parameter). */
+    double num = 0.0, den = 0.0;
+    for (size_t k = 0; k < np; k++) {
+        double uc = (double)pc[k] - params[k], ug = (double)pg[k] - params[k];
+        num += (ug - uc) * (ug - uc);
+        den += uc * uc;
+    }
+    double eu = sqrt(num / den), em = rel_err_f(mg, mc, np), ev = rel_err_f(vg, vc, np);
+    double en = rel_scalar(norm_g, norm_c);
+    printf("parity adam: norm %.6g (clip scale %.4f) rel err %.3g; update %.3g, m %.3g, v %.3g\n",
+           norm_c, scale, en, eu, em, ev);
+    ck_assert_msg(en < 1e-12, "norm rel err %g", en);
+    ck_assert_msg(eu < 1e-4 && em < 1e-6 && ev < 1e-6, "adam: update %g m %g v %g", eu, em, ev);
+    free(g);
+    free(gc);
+    free(pc);
+    free(pg);
+    free(mc);
+    free(mg);
+    free(vc);
+    free(vg);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* Engine level: graphs, determinism, ISV, memory, a short fold against the CPU                */
+
+static fox_engine *
+engine(const fox_config *c)
+{
+    fox_engine *e = NULL;
+    char err[512];
+    int rv = fox_engine_create(&e, c, err, sizeof err);
+    ck_assert_msg(rv == FOX_OK, "engine: %s", err);
+    rv = fox_engine_load_data(e);
+    ck_assert_msg(rv == FOX_OK, "load_data: %s", fox_engine_errmsg(e));
+    rv = fox_engine_begin_fold(e, 0);
+    ck_assert_msg(rv == FOX_OK, "begin_fold: %s", fox_engine_errmsg(e));
+    return e;
+}
+
+START_TEST(graph_determinism_and_isv)
+{
+    fox_config c;
+    fox_config_default(&c);
+    c.backend = FOX_BACKEND_CUDA;
+    size_t np = 0;
+    float *p[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        fox_engine *e = engine(&c);
+        fox_step_stats st;
+        /* Warm-up collects, then eager and captured full steps, in two chunks. */
+        int rv = fox_engine_run_steps(e, 30, &st);
+        ck_assert_msg(rv == FOX_OK, "run_steps: %s", fox_engine_errmsg(e));
+        rv = fox_engine_run_steps(e, 30, &st);
+        ck_assert_msg(rv == FOX_OK, "run_steps: %s", fox_engine_errmsg(e));
+        ck_assert_msg(isfinite(st.loss) && st.loss > 0.0f, "loss %g", st.loss);
+        ck_assert_int_eq(st.step, 60);
+        fox_engine_info info;
+        fox_engine_get_info(e, &info);
+        ck_assert_str_eq(info.backend, "cuda");
+        /* The mapped ISV, read without a sync: filled by the device, fingerprint kept. */
+        const volatile float *isv = fox_engine_isv(e);
+        ck_assert(isv[FOX_ISV_Q_ABS_REF] > 0.0f);
+        ck_assert(isv[FOX_ISV_GRAD_NORM_EMA] > 0.0f);
+        ck_assert(isv[FOX_ISV_AUX_LABEL_SCALE_EMA] > 0.0f);
+        ck_assert(fox_isv_load_fingerprint((const float *)isv) == info.fingerprint);
+        for (int i = 0; i < 50; i++)
+            ck_assert_int_eq(fox_engine_flags(e)[i], 0);
+        if (k == 0)
+            printf("graphs: 60 steps, loss %.4f, grad norm %.3f, eps %.3f, Q_ABS_REF %.4f\n",
+                   st.loss, st.grad_norm, st.epsilon, isv[FOX_ISV_Q_ABS_REF]);
+        ck_assert_fox_ok(fox_engine_train_only(e, 20, &st));
+        ck_assert(isfinite(st.loss));
+        np = fox_engine_param_count(e);
+        p[k] = malloc(np * sizeof(float));
+        ck_assert_ptr_nonnull(p[k]);
+        ck_assert_fox_ok(fox_engine_get_params(e, p[k], np));
+        fox_engine_destroy(e);
+    }
+    ck_assert_msg(memcmp(p[0], p[1], np * sizeof(float)) == 0,
+                  "two runs of the same seed differ on the GPU");
+    free(p[0]);
+    free(p[1]);
+}
+END_TEST
+
+START_TEST(replay_memory)
+{
+    char err[512];
+    size_t tot[2], rep[2];
+    int caps[2] = {1 << 20, 4 << 20};
+    for (int k = 0; k < 2; k++) {
+        fox_config c = cfg;
+        c.replay_capacity = caps[k];
+        fox_backend *be = NULL;
+        fox_backend_env env = {&c, &lay, &series, &feat, &fold};
+        int rv = fox_cuda_backend_ops.create(&be, &env, err, sizeof err);
+        ck_assert_msg(rv == FOX_OK, "create: %s", err);
+        fox_cuda_debug_memory(be, &tot[k], &rep[k]);
+        fox_cuda_backend_ops.destroy(be);
+    }
+    double per_m = (double)(tot[1] - tot[0]) / ((caps[1] - caps[0]) / 1e6);
+    printf("memory: %.1f MB of device memory per million replay transitions (measured; ring "
+           "%.1f MB per million), backend total %.1f MB at 1M capacity, batch %d, %d envs\n",
+           per_m / 1e6, (double)rep[0] / caps[0], (double)tot[0] / 1e6, cfg.batch,
+           cfg.n_envs);
+    ck_assert(per_m > 0.0 && per_m < 100e6);
+}
+END_TEST
+
+static void
+run_fold(int backend, fox_fold_report *rep, double *first_loss, double *secs)
+{
+    fox_config c;
+    fox_config_default(&c);
+    c.backend = backend;
+    c.n_envs = 64;
+    c.batch = 64;
+    c.steps_per_epoch = 400;
+    c.epochs = 3;
+    c.learning_starts = 1024;
+    fox_engine *e = engine(&c);
+    fox_epoch_report er;
+    double t0 = 0.0;
+    for (int ep = 0; ep < c.epochs; ep++) {
+        int rv = fox_engine_run_steps(e, c.steps_per_epoch, NULL);
+        ck_assert_msg(rv == FOX_OK, "run_steps: %s", fox_engine_errmsg(e));
+        ck_assert_fox_ok(fox_engine_end_epoch(e, &er));
+        if (ep == 0)
+            *first_loss = er.mean_loss;
+        t0 += c.steps_per_epoch / (er.steps_per_sec > 0 ? er.steps_per_sec : 1.0);
+        printf("fold 0 %s epoch %d: mean loss %.4f, val Sharpe %.3f, test Sharpe %.3f, %.0f "
+               "steps/s\n", backend == FOX_BACKEND_CUDA ? "cuda" : "cpu ", ep, er.mean_loss,
+               er.val.sharpe, er.test.sharpe, er.steps_per_sec);
+    }
+    ck_assert_fox_ok(fox_engine_fold_report(e, rep));
+    *secs = t0;
+    fox_engine_destroy(e);
+}
+
+START_TEST(fold_sharpe_vs_cpu)
+{
+    fox_fold_report rc, rg;
+    double lc, lg, tc, tg;
+    run_fold(FOX_BACKEND_CPU, &rc, &lc, &tc);
+    run_fold(FOX_BACKEND_CUDA, &rg, &lg, &tg);
+    printf("fold 0 (64 envs, batch 64, 3 × 400 steps): best val Sharpe cpu %.3f cuda %.3f; test "
+           "at best cpu %.3f cuda %.3f; final loss cpu %.4f cuda %.4f (first epoch %.4f / %.4f)\n",
+           rc.best_val_sharpe, rg.best_val_sharpe, rc.test_at_best.sharpe, rg.test_at_best.sharpe,
+           rc.final_loss, rg.final_loss, lc, lg);
+    ck_assert(isfinite(rg.best_val_sharpe) && isfinite(rg.final_loss));
+    /*
+     * Different random streams (the GPU draws by counter): the two runs are
+     * two seeds of one algorithm, so "comparable" is a band, not an equality.
+     */
+    ck_assert_msg(rg.best_val_sharpe > rc.best_val_sharpe - 1.5,
+                  "cuda best val Sharpe %.3f far below the cpu's %.3f", rg.best_val_sharpe,
+                  rc.best_val_sharpe);
+    ck_assert_msg(rg.final_loss < 2.0 * rc.final_loss + 0.5, "cuda loss %.4f vs cpu %.4f",
+                  rg.final_loss, rc.final_loss);
+}
+END_TEST
+
+int
+main(void)
+{
+    char why[256];
+    if (!fox_cuda_backend_ops.available(why, sizeof why)) {
+        printf("test_cuda_parity: skipped: %s\n", why);
+        return 77;
+    }
+    printf("device: %s\n", why);
+    fox_log_level = FOX_LOG_WARNING;
+    Suite *s = suite_create("cuda_parity");
+    TCase *tc = tcase_create("kernels");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, forward_q_values);
+    tcase_add_test(tc, loss_and_gradients);
+    tcase_add_test(tc, tf32_accuracy);
+    tcase_add_test(tc, adam_step);
+    tcase_add_test(tc, replay_memory);
+    suite_add_tcase(s, tc);
+    TCase *te = tcase_create("engine");
+    tcase_set_timeout(te, 600);
+    tcase_add_test(te, graph_determinism_and_isv);
+    tcase_add_test(te, fold_sharpe_vs_cpu);
+    suite_add_tcase(s, te);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

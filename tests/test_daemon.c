@@ -1,0 +1,590 @@
+/*
+ * test_daemon.c — foxd's pieces without sockets: the configuration (JSON
+ * file, --set, daemon keys), checkpoint path rules, the walk-forward driver
+ * and the trainer thread's state machine and commands, on the CPU backend
+ * with a shrunken model. The sockets are covered by test_daemon.sh.
+ */
+#include <check.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "answer.h"
+#include "conf.h"
+#include "isv.h"
+#include "proto/proto.h"
+#include "trainer.h"
+#include "walk.h"
+
+#define ck_assert_fox_ok(expr)                                                                     \
+    do {                                                                                           \
+        int rv_ = (expr);                                                                          \
+        ck_assert_msg(rv_ == 0, "%s: %s (%s)", #expr, fox_err_name(rv_), err);                     \
+    } while (0)
+
+static char err[1024];
+static char tmpdir[256];
+
+static void
+make_tmpdir(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/test_daemon.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void
+write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* A model small enough for a 2-core CI machine. */
+static void
+tiny(fox_config *cfg)
+{
+    static const char *const pairs[] = {
+        "model.h1=32",
+        "model.h2=16",
+        "model.head_hidden=16",
+        "model.aux_hidden=8",
+        "train.steps_per_epoch=20",
+        "train.epochs=1",
+        "data.synth_bars=3000",
+        "engine.backend=cpu",
+        "train.batch=16",
+        "env.n_envs=8",
+        "train.learning_starts=64",
+    };
+    fox_config_default(cfg);
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
+        ck_assert_fox_ok(fox_config_set_pair(cfg, pairs[i], err, sizeof err));
+}
+
+/* ------------------------------------------------------------------- conf */
+
+START_TEST(test_conf_file)
+{
+    fox_config cfg;
+    fox_dconf d;
+    char path[300];
+    make_tmpdir();
+    snprintf(path, sizeof path, "%s/foxd.json", tmpdir);
+    write_file(path, "{\"model\":{\"h1\":32,\"h2\":16},\n"
+                     " \"train\":{\"epochs\":2,\"folds\":[0,2],\"lr\":0.001,\"seed\":"
+                     "\"18446744073709551615\"},\n"
+                     " \"data\":{\"source\":\"synthetic\"},\n"
+                     " \"daemon\":{\"listen\":[\"ipc:///tmp/a.sock\",\"tcp://127.0.0.1:7000\"],\n"
+                     "   \"token\":\"abc\",\"chunk_steps\":8,\"allow_insecure_remote\":true,\n"
+                     "   \"tls\":{\"ca\":\"/etc/ca.pem\"}}}\n");
+    fox_config_default(&cfg);
+    fox_dconf_default(&d);
+    ck_assert_fox_ok(fox_conf_load_file(&cfg, &d, path, err, sizeof err));
+    ck_assert_int_eq(cfg.h1, 32);
+    ck_assert_int_eq(cfg.epochs, 2);
+    ck_assert_int_eq(cfg.folds_mask, 5);
+    ck_assert_uint_eq(cfg.seed, 18446744073709551615ULL);
+    ck_assert(cfg.lr > 0.00099f && cfg.lr < 0.00101f);
+    ck_assert_int_eq(d.n_listen, 2);
+    ck_assert_str_eq(d.listen[1], "tcp://127.0.0.1:7000");
+    ck_assert_str_eq(d.token, "abc");
+    ck_assert_int_eq(d.chunk_steps, 8);
+    ck_assert_int_eq(d.allow_insecure_remote, 1);
+    ck_assert_str_eq(d.tls_ca, "/etc/ca.pem");
+
+    /* Refusals name the file and the key path. */
+    static const struct {
+        const char *text, *want;
+    } bad[] = {
+        {"{\"model\":{\"h9\":1}}", "model.h9"},
+        {"{\"train\":{\"epochs\":\"2\"}}", "train.epochs: expected an integer, got a string"},
+        {"{\"train\":{\"epochs\":2.5}}", "train.epochs: expected an integer"},
+        {"{\"train\":{\"lr\":true}}", "train.lr: expected a number"},
+        {"{\"data\":{\"source\":7}}", "data.source: expected a string"},
+        {"{\"train\":{\"folds\":[0,\"1\"]}}", "train.folds"},
+        {"{\"train\":{\"epochs\":1,\"epochs\":2}}", "given twice"},
+        {"{\"daemon\":{\"chunk_steps\":0}}", "daemon.chunk_steps"},
+        {"{\"daemon\":{\"bogus\":1}}", "daemon.bogus"},
+        {"{\"daemon\":{\"listen\":[1]}}", "daemon.listen"},
+        {"{\"model\":{\"h1\":-5}}", "model.h1"},
+        {"[1,2]", "top level"},
+        {"{\"model\":\n{\"h1\":}}", ":2:"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_file(path, bad[i].text);
+        fox_config_default(&cfg);
+        fox_dconf_default(&d);
+        int rv = fox_conf_load_file(&cfg, &d, path, err, sizeof err);
+        ck_assert_msg(rv != 0, "%s: accepted", bad[i].text);
+        ck_assert_msg(strstr(err, bad[i].want) && strstr(err, path), "%s: message '%s' lacks '%s'",
+                      bad[i].text, err, bad[i].want);
+    }
+    ck_assert_int_ne(fox_conf_load_file(&cfg, &d, "/nonexistent/foxd.json", err, sizeof err), 0);
+    unlink(path);
+    rmdir(tmpdir);
+}
+END_TEST
+
+START_TEST(test_conf_set)
+{
+    fox_config cfg;
+    fox_dconf d;
+    fox_config_default(&cfg);
+    fox_dconf_default(&d);
+    ck_assert_fox_ok(fox_conf_set_pair(&cfg, &d, "train.epochs=7", err, sizeof err));
+    ck_assert_int_eq(cfg.epochs, 7);
+    ck_assert_fox_ok(fox_conf_set_pair(&cfg, &d, "daemon.ipc_mode=0600", err, sizeof err));
+    ck_assert_int_eq(d.ipc_mode, 0600);
+    ck_assert_fox_ok(
+        fox_conf_set_pair(&cfg, &d, "daemon.listen=ipc:///a,tcp://127.0.0.1:1", err, sizeof err));
+    ck_assert_int_eq(d.n_listen, 2);
+    ck_assert_fox_ok(
+        fox_conf_set_pair(&cfg, &d, "daemon.checkpoint_on_stop=false", err, sizeof err));
+    ck_assert_int_eq(d.checkpoint_on_stop, 0);
+    ck_assert_int_ne(
+        fox_conf_set_pair(&cfg, &d, "daemon.checkpoint_on_stop=maybe", err, sizeof err), 0);
+    ck_assert_int_ne(fox_conf_set_pair(&cfg, &d, "train.epochs", err, sizeof err), 0);
+    ck_assert_int_ne(fox_conf_set_pair(&cfg, &d, "=3", err, sizeof err), 0);
+    ck_assert_int_ne(fox_conf_set_pair(&cfg, &d, "nope.key=1", err, sizeof err), 0);
+    /* Over the socket (d NULL) the daemon's own keys are fixed. */
+    cJSON *v = cJSON_CreateString("x");
+    ck_assert_int_eq(fox_conf_set_json(&cfg, NULL, "daemon.token", v, err, sizeof err), FOX_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "fixed"));
+    cJSON_Delete(v);
+    /* config_get's JSON form of keys. */
+    int i = fox_conf_key_index("train.folds");
+    ck_assert_int_ge(i, 0);
+    cJSON *f = fox_conf_key_json(&cfg, i);
+    ck_assert(cJSON_IsArray(f));
+    cJSON_Delete(f);
+    i = fox_conf_key_index("train.epochs");
+    cJSON *e = fox_conf_key_json(&cfg, i);
+    ck_assert(cJSON_IsNumber(e) && e->valueint == 7);
+    cJSON_Delete(e);
+}
+END_TEST
+
+START_TEST(test_dconf_finish)
+{
+    fox_dconf d;
+    char path[300];
+    make_tmpdir();
+    fox_dconf_default(&d);
+    snprintf(d.runtime_dir, sizeof d.runtime_dir, "%s", tmpdir);
+    snprintf(d.state_dir, sizeof d.state_dir, "%s/state", tmpdir);
+    snprintf(path, sizeof path, "%s/token", tmpdir);
+    write_file(path, "s3cret\n");
+    chmod(path, 0600);
+    snprintf(d.token_file, sizeof d.token_file, "%s", path);
+    ck_assert_fox_ok(fox_dconf_finish(&d, err, sizeof err));
+    ck_assert_int_eq(d.n_listen, 1);
+    ck_assert_ptr_nonnull(strstr(d.listen[0], tmpdir));
+    ck_assert_ptr_nonnull(strstr(d.pub, "foxd-events.sock"));
+    ck_assert_str_eq(d.token, "s3cret");
+    ck_assert_ptr_nonnull(strstr(d.metrics_textfile, "/state/foxd.prom"));
+    write_file(path, "two\nlines\n");
+    fox_dconf_default(&d);
+    snprintf(d.token_file, sizeof d.token_file, "%s", path);
+    ck_assert_int_ne(fox_dconf_finish(&d, err, sizeof err), 0);
+    unlink(path);
+    rmdir(tmpdir);
+}
+END_TEST
+
+START_TEST(test_ckpt_paths)
+{
+    fox_dconf d;
+    char out[FOX_PATH_MAX];
+    fox_dconf_default(&d);
+    snprintf(d.state_dir, sizeof d.state_dir, "/var/lib/foxd");
+    ck_assert_fox_ok(fox_answer_ckpt_path(&d, NULL, out, sizeof out, err, sizeof err));
+    ck_assert_str_eq(out, "/var/lib/foxd/foxd.ckpt");
+    ck_assert_fox_ok(fox_answer_ckpt_path(&d, "runs/a.ckpt", out, sizeof out, err, sizeof err));
+    ck_assert_str_eq(out, "/var/lib/foxd/runs/a.ckpt");
+    ck_assert_fox_ok(
+        fox_answer_ckpt_path(&d, "/var/lib/foxd/b.ckpt", out, sizeof out, err, sizeof err));
+    ck_assert_int_eq(fox_answer_ckpt_path(&d, "../x", out, sizeof out, err, sizeof err), FOX_EPERM);
+    ck_assert_int_eq(fox_answer_ckpt_path(&d, "a/../../x", out, sizeof out, err, sizeof err),
+                     FOX_EPERM);
+    ck_assert_int_eq(fox_answer_ckpt_path(&d, "/etc/passwd", out, sizeof out, err, sizeof err),
+                     FOX_EPERM);
+    ck_assert_int_eq(fox_answer_ckpt_path(&d, "/var/lib/foxdX/a", out, sizeof out, err, sizeof err),
+                     FOX_EPERM);
+    /* "..x" is a name, not a parent. */
+    ck_assert_fox_ok(fox_answer_ckpt_path(&d, "..x", out, sizeof out, err, sizeof err));
+}
+END_TEST
+
+/* ------------------------------------------------------------------- walk */
+
+typedef struct counts {
+    int begins, chunks, epochs, folds;
+} counts;
+
+static void
+c_begin(void *a, int f)
+{
+    (void)f;
+    ((counts *)a)->begins++;
+}
+static void
+c_chunk(void *a, const fox_step_stats *s)
+{
+    (void)s;
+    ((counts *)a)->chunks++;
+}
+static void
+c_epoch(void *a, const fox_epoch_report *r)
+{
+    (void)r;
+    ((counts *)a)->epochs++;
+}
+static void
+c_fold(void *a, const fox_fold_report *r)
+{
+    ck_assert_int_eq(r->epochs_done, 2);
+    ((counts *)a)->folds++;
+}
+
+START_TEST(test_walk)
+{
+    fox_config cfg;
+    fox_engine *e;
+    fox_walk w;
+    counts n = {0};
+    fox_walk_sink sink = {c_begin, c_chunk, c_epoch, c_fold, &n};
+    tiny(&cfg);
+    ck_assert_fox_ok(fox_engine_create(&e, &cfg, err, sizeof err));
+    ck_assert_fox_ok(fox_engine_load_data(e));
+    ck_assert_fox_ok(fox_walk_check(5, 2, 10, cfg.n_folds, err, sizeof err));
+    fox_walk_init(&w, 5, 2, 10);
+    int calls = 0;
+    while (!w.done && calls++ < 1000)
+        ck_assert_fox_ok(fox_walk_advance(&w, e, 4, &sink));
+    ck_assert_int_eq(n.begins, 2);
+    ck_assert_int_eq(n.epochs, 4);
+    ck_assert_int_eq(n.folds, 2);
+    ck_assert_int_eq(n.chunks, 4 * 3); /* 10 steps in chunks of 4: 4, 4, 2 */
+    cJSON *j = NULL;
+    fox_fold_report fr;
+    ck_assert_fox_ok(fox_engine_fold_report(e, &fr));
+    j = fox_walk_fold_json(&fr);
+    ck_assert_int_eq(cJSON_GetObjectItem(j, "fold")->valueint, 2);
+    ck_assert_ptr_nonnull(cJSON_GetObjectItem(j, "bars_per_year"));
+    cJSON_Delete(j);
+    fox_engine_destroy(e);
+
+    ck_assert_int_ne(fox_walk_check(0, 1, 1, 3, err, sizeof err), 0);
+    ck_assert_int_ne(fox_walk_check(8, 1, 1, 3, err, sizeof err), 0);
+    ck_assert_int_ne(fox_walk_check(1, 0, 1, 3, err, sizeof err), 0);
+    ck_assert_int_ne(fox_walk_check(1, 1, 0, 3, err, sizeof err), 0);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- trainer */
+
+/* The hooks: completed commands and events, collected for the test thread. */
+typedef struct collector {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    fox_tcmd *done;
+    int n_events;
+    char last_op_done[4096];
+    int op_done_count;
+} collector;
+
+static collector col = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, "", 0};
+
+static void
+on_done(void *arg, fox_tcmd *c)
+{
+    (void)arg;
+    pthread_mutex_lock(&col.lock);
+    c->next = col.done;
+    col.done = c;
+    pthread_cond_broadcast(&col.cond);
+    pthread_mutex_unlock(&col.lock);
+}
+
+static void
+on_event(void *arg, const char *type, cJSON *data)
+{
+    (void)arg;
+    pthread_mutex_lock(&col.lock);
+    col.n_events++;
+    if (!strcmp(type, "op_done")) {
+        char *s = cJSON_PrintUnformatted(data);
+        snprintf(col.last_op_done, sizeof col.last_op_done, "%s", s);
+        free(s);
+        col.op_done_count++;
+        pthread_cond_broadcast(&col.cond);
+    }
+    pthread_mutex_unlock(&col.lock);
+    cJSON_Delete(data);
+}
+
+/* Submit and wait for the completion; returns it (caller frees). */
+static fox_tcmd *
+roundtrip(fox_trainer *t, fox_tcmd *c)
+{
+    pthread_mutex_lock(&col.lock);
+    col.done = NULL;
+    pthread_mutex_unlock(&col.lock);
+    ck_assert_int_eq(fox_trainer_submit(t, c), 0);
+    pthread_mutex_lock(&col.lock);
+    while (!col.done)
+        pthread_cond_wait(&col.cond, &col.lock);
+    fox_tcmd *r = col.done;
+    col.done = NULL;
+    pthread_mutex_unlock(&col.lock);
+    ck_assert_ptr_eq(r, c);
+    return r;
+}
+
+static int
+simple_cmd(fox_trainer *t, int cmd)
+{
+    fox_tcmd *c = calloc(1, sizeof *c);
+    c->cmd = cmd;
+    roundtrip(t, c);
+    int st = c->status;
+    cJSON_Delete(c->result);
+    free(c);
+    return st;
+}
+
+static void
+wait_op_done(int count)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 120;
+    pthread_mutex_lock(&col.lock);
+    while (col.op_done_count < count)
+        ck_assert_int_eq(pthread_cond_timedwait(&col.cond, &col.lock, &ts), 0);
+    pthread_mutex_unlock(&col.lock);
+}
+
+static int
+state_of(fox_trainer *t)
+{
+    static fox_snapshot s;
+    fox_trainer_snapshot(t, &s);
+    return s.state;
+}
+
+START_TEST(test_trainer)
+{
+    fox_config cfg;
+    fox_dconf d;
+    fox_trainer *t;
+    fox_trainer_hooks hooks = {on_done, on_event, NULL};
+    char path[400];
+
+    make_tmpdir();
+    tiny(&cfg);
+    fox_dconf_default(&d);
+    snprintf(d.state_dir, sizeof d.state_dir, "%s", tmpdir);
+    d.chunk_steps = 4;
+    ck_assert_fox_ok(fox_trainer_start(&t, &cfg, &d, &hooks, err, sizeof err));
+    ck_assert_int_eq(state_of(t), FOX_TSTATE_IDLE);
+
+    /* Wrong states. */
+    ck_assert_int_eq(simple_cmd(t, FOX_CMD_PAUSE), FOX_ESTATE);
+    ck_assert_int_eq(simple_cmd(t, FOX_CMD_RESUME), FOX_ESTATE);
+    ck_assert_int_eq(simple_cmd(t, FOX_CMD_STOP), FOX_ESTATE);
+
+    /* A whole run: accepted at once, completed by op_done with every fold. */
+    fox_tcmd *c = calloc(1, sizeof *c);
+    c->cmd = FOX_CMD_RUN;
+    c->folds_mask = 3;
+    roundtrip(t, c);
+    ck_assert_int_eq(c->status, FOX_OK);
+    ck_assert_int_gt(c->op_id, 0);
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(c->result, "accepted")));
+    cJSON_Delete(c->result);
+    free(c);
+    wait_op_done(1);
+    ck_assert_ptr_nonnull(strstr(col.last_op_done, "\"ok\":true"));
+    ck_assert_int_eq(state_of(t), FOX_TSTATE_IDLE);
+    static fox_snapshot s;
+    fox_trainer_snapshot(t, &s);
+    ck_assert_int_eq(s.n_done, 2);
+    ck_assert_int_eq(s.epochs_total, 2);
+    ck_assert_int_gt(s.total_steps, 0);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", tmpdir);
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_int_gt(st.st_size, 0);
+
+    /* A bad fold is refused before anything starts. */
+    c = calloc(1, sizeof *c);
+    c->cmd = FOX_CMD_START_FOLD;
+    c->fold = 7;
+    roundtrip(t, c);
+    ck_assert_int_eq(c->status, FOX_EINVAL);
+    free(c);
+
+    /* A long run: pause, resume, stop. */
+    c = calloc(1, sizeof *c);
+    c->cmd = FOX_CMD_START_FOLD;
+    c->fold = 0;
+    c->steps_per_epoch = 1000000;
+    roundtrip(t, c);
+    ck_assert_int_eq(c->status, FOX_OK);
+    cJSON_Delete(c->result);
+    free(c);
+    ck_assert_int_eq(state_of(t), FOX_TSTATE_TRAINING);
+    ck_assert_int_eq(simple_cmd(t, FOX_CMD_CONFIG_SET), FOX_ESTATE); /* idle only */
+    ck_assert_int_eq(simple_cmd(t, FOX_CMD_PAUSE), FOX_OK);
+    ck_assert_int_eq(state_of(t), FOX_TSTATE_PAUSED);
+    ck_assert_int_eq(simple_cmd(t, FOX_CMD_RESET_FOLD), FOX_OK);
+    ck_assert_int_eq(simple_cmd(t, FOX_CMD_RESUME), FOX_OK);
+    ck_assert_int_eq(state_of(t), FOX_TSTATE_TRAINING);
+    ck_assert_int_eq(simple_cmd(t, FOX_CMD_RESET_FOLD), FOX_ESTATE); /* not while training */
+    ck_assert_int_eq(simple_cmd(t, FOX_CMD_STOP), FOX_OK);
+    ck_assert_int_eq(state_of(t), FOX_TSTATE_IDLE);
+    wait_op_done(2);
+    ck_assert_ptr_nonnull(strstr(col.last_op_done, "\"ok\":false"));
+
+    /* config_set: a bad key changes nothing; the run's own keys keep the engine. */
+    c = calloc(1, sizeof *c);
+    c->cmd = FOX_CMD_CONFIG_SET;
+    c->values = cJSON_Parse("{\"train.epochs\":2,\"model.h9\":1}");
+    roundtrip(t, c);
+    ck_assert_int_eq(c->status, FOX_EINVAL);
+    ck_assert_ptr_nonnull(strstr(c->message, "model.h9"));
+    cJSON_Delete(c->values);
+    free(c);
+    c = calloc(1, sizeof *c);
+    c->cmd = FOX_CMD_CONFIG_SET;
+    c->values = cJSON_Parse("{\"train.epochs\":2}");
+    roundtrip(t, c);
+    ck_assert_int_eq(c->status, FOX_OK);
+    ck_assert(cJSON_IsFalse(cJSON_GetObjectItem(c->result, "engine_recreated")));
+    cJSON_Delete(c->result);
+    cJSON_Delete(c->values);
+    free(c);
+    c = calloc(1, sizeof *c);
+    c->cmd = FOX_CMD_CONFIG_SET;
+    c->values = cJSON_Parse("{\"model.h1\":24}");
+    roundtrip(t, c);
+    ck_assert_int_eq(c->status, FOX_OK);
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(c->result, "engine_recreated")));
+    cJSON_Delete(c->result);
+    cJSON_Delete(c->values);
+    free(c);
+    fox_trainer_snapshot(t, &s);
+    ck_assert_int_eq(s.cfg.h1, 24);
+    ck_assert_int_eq(s.cfg.epochs, 2);
+
+    /* ISV and flags are readable at any time. */
+    float isv[FOX_ISV_TOTAL_DIM];
+    ck_assert_int_eq(fox_trainer_read_isv(t, isv, FOX_ISV_TOTAL_DIM), FOX_ISV_TOTAL_DIM);
+
+    /* Checkpoints: save (long: op_done), load back, refuse a corrupt file untouched. */
+    c = calloc(1, sizeof *c);
+    c->cmd = FOX_CMD_CHECKPOINT_SAVE;
+    snprintf(c->path, sizeof c->path, "%s/a.ckpt", tmpdir);
+    roundtrip(t, c);
+    ck_assert_int_eq(c->status, FOX_OK);
+    ck_assert_int_gt(c->op_id, 0);
+    cJSON_Delete(c->result);
+    free(c);
+    wait_op_done(3); /* the run, the stopped one, then this save */
+    ck_assert_ptr_nonnull(strstr(col.last_op_done, "\"ok\":true"));
+    c = calloc(1, sizeof *c);
+    c->cmd = FOX_CMD_CHECKPOINT_LOAD;
+    snprintf(c->path, sizeof c->path, "%s/a.ckpt", tmpdir);
+    roundtrip(t, c);
+    ck_assert_msg(c->status == FOX_OK, "load: %s", c->message);
+    cJSON_Delete(c->result);
+    free(c);
+    snprintf(path, sizeof path, "%s/bad.ckpt", tmpdir);
+    write_file(path, "this is not a checkpoint at all, not even close to one");
+    c = calloc(1, sizeof *c);
+    c->cmd = FOX_CMD_CHECKPOINT_LOAD;
+    snprintf(c->path, sizeof c->path, "%s", path);
+    roundtrip(t, c);
+    ck_assert_int_ne(c->status, FOX_OK);
+    ck_assert_str_eq(fox_proto_code_name(c->status), "EIO");
+    free(c);
+    ck_assert_int_eq(state_of(t), FOX_TSTATE_IDLE);
+
+    /* inject_fault needs debug.enable. */
+    c = calloc(1, sizeof *c);
+    c->cmd = FOX_CMD_INJECT_FAULT;
+    snprintf(c->fault_buffer, sizeof c->fault_buffer, "h_s2");
+    snprintf(c->fault_kind, sizeof c->fault_kind, "nan");
+    roundtrip(t, c);
+    ck_assert_int_eq(c->status, FOX_EPERM);
+    free(c);
+
+    /* Shutdown: the last command; later ones are refused. */
+    c = calloc(1, sizeof *c);
+    c->cmd = FOX_CMD_SHUTDOWN;
+    roundtrip(t, c);
+    ck_assert_int_eq(c->status, FOX_OK);
+    ck_assert_int_eq(c->exit_after, 1);
+    cJSON_Delete(c->result);
+    free(c);
+    c = calloc(1, sizeof *c);
+    c->cmd = FOX_CMD_PAUSE;
+    ck_assert_int_eq(fox_trainer_submit(t, c), FOX_ESTATE);
+    free(c);
+    fox_trainer_destroy(t);
+
+    snprintf(path, sizeof path, "rm -rf '%s'", tmpdir);
+    ck_assert_int_eq(system(path), 0);
+}
+END_TEST
+
+START_TEST(test_trainer_start_fails)
+{
+    fox_config cfg;
+    fox_dconf d;
+    fox_trainer *t = (fox_trainer *)1;
+    fox_trainer_hooks hooks = {on_done, on_event, NULL};
+    tiny(&cfg);
+    fox_dconf_default(&d);
+    ck_assert_fox_ok(fox_config_set(&cfg, "data.source", "/nonexistent/bars.csv", err, sizeof err));
+    ck_assert_int_ne(fox_trainer_start(&t, &cfg, &d, &hooks, err, sizeof err), 0);
+    ck_assert_ptr_null(t);
+    ck_assert_ptr_nonnull(strstr(err, "/nonexistent/bars.csv"));
+}
+END_TEST
+
+static Suite *
+daemon_suite(void)
+{
+    Suite *s = suite_create("daemon");
+    TCase *tc = tcase_create("conf");
+    tcase_add_test(tc, test_conf_file);
+    tcase_add_test(tc, test_conf_set);
+    tcase_add_test(tc, test_dconf_finish);
+    tcase_add_test(tc, test_ckpt_paths);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("training");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_walk);
+    tcase_add_test(tc, test_trainer);
+    tcase_add_test(tc, test_trainer_start_fails);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int
+main(void)
+{
+    SRunner *sr = srunner_create(daemon_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,276 @@
+#!/bin/bash
+# test_daemon.sh FOXD FOXCTL LOAD_CLIENT — foxd end to end on the CPU backend.
+#
+# Starts foxd on a temporary ipc socket (with a token), drives it with foxctl
+# and with nngcat (a client nobody here wrote), and checks: every command of
+# the protocol; the whole walk-forward; pause/resume/stop/reset; checkpoint
+# round trip; bad input of every kind gets its code while the daemon keeps
+# serving; a resent request is answered, not run twice; a second foxd on the
+# same path refuses and the first keeps serving new clients; 8 clients x 1000
+# requests while training; SIGTERM checkpoints and exits 0; run --spawn.
+# Bounded for a 2-core machine: the model and the steps are shrunk.
+set -u
+FOXD=$(realpath "$1") FOXCTL=$(realpath "$2") LOAD=$(realpath "$3")
+command -v nngcat >/dev/null || { echo "nngcat (nng-utils) not installed: skipping"; exit 77; }
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/foxd-it.XXXXXX")
+url="ipc://$dir/foxd.sock"
+pub="ipc://$dir/events.sock"
+token=t0ken-$$
+printf '%s\n' "$token" > "$dir/token"
+chmod 600 "$dir/token"
+TINY=(--backend cpu --set model.h1=32 --set model.h2=16 --set model.head_hidden=16
+      --set model.aux_hidden=8 --set train.batch=16 --set env.n_envs=8
+      --set train.learning_starts=64 --set data.synth_bars=3000
+      --set train.steps_per_epoch=20 --set train.epochs=1)
+pid=
+checks=0
+
+cleanup() {
+    [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+
+fail() {
+    echo "FAIL: $*"
+    echo "--- foxd log (last 40 lines) ---"
+    tail -40 "$dir/foxd.log" 2>/dev/null
+    exit 1
+}
+ok() { checks=$((checks + 1)); echo "ok $checks - $*"; }
+
+ctl() { timeout 120 "$FOXCTL" --url "$url" --pub "$pub" --token "$token" --timeout 10000 "$@"; }
+ctl_notoken() { timeout 60 "$FOXCTL" --url "$url" --pub "$pub" --timeout 10000 "$@"; }
+# One request through nngcat; prints the reply.
+nng() { timeout 30 nngcat --req --dial "$url" --recv-timeout 10 --ascii --data "$1"; }
+nng_file() { timeout 30 nngcat --req --dial "$url" --recv-timeout 10 --ascii --file "$1"; }
+
+# expect_code JSON CODE WHAT: the reply carries error code CODE.
+expect_code() {
+    local out
+    out=$(nng "$1") || fail "$3: nngcat got no reply"
+    case $out in
+    *"\"code\":\"$2\""*) ok "$3 -> $2" ;;
+    *) fail "$3: wanted $2, got: $out" ;;
+    esac
+}
+alive() {
+    local out
+    out=$(nng '{"v":1,"id":1,"cmd":"status"}') || fail "daemon stopped answering after $1"
+    case $out in *'"ok":true'*) ;; *) fail "status after $1: $out" ;; esac
+}
+state_is() {
+    local out
+    out=$(nng '{"v":1,"id":2,"cmd":"status"}')
+    case $out in *"\"state\":\"$1\""*) return 0 ;; esac
+    return 1
+}
+wait_state() {
+    for _ in $(seq 1 600); do state_is "$1" && return 0; sleep 0.1; done
+    fail "state never became $1"
+}
+start_foxd() {
+    "$FOXD" --listen "$url" --pub "$pub" --set "daemon.state_dir=$dir/state" \
+        --set "daemon.runtime_dir=$dir" --set "daemon.token_file=$dir/token" \
+        --set daemon.probe_ms=300 --set daemon.metrics_interval_ms=200 "${TINY[@]}" "$@" \
+        2>>"$dir/foxd.log" &
+    pid=$!
+    for _ in $(seq 1 300); do
+        "$FOXCTL" --url "$url" --timeout 1000 version >/dev/null 2>&1 && return 0
+        kill -0 "$pid" 2>/dev/null || fail "foxd exited at start"
+        sleep 0.1
+    done
+    fail "foxd did not answer within 30 s"
+}
+
+# ---------------------------------------------------------------- no daemon
+"$FOXCTL" --url "$url" --timeout 1000 status >/dev/null 2>&1
+[ $? -eq 3 ] || fail "foxctl without a daemon should exit 3"
+ok "foxctl exits 3 when no daemon answers"
+
+start_foxd
+ok "foxd started on $url"
+
+# -------------------------------------------------------- read-only commands
+ctl version | grep -q "protocol 1" || fail "version"
+ok "version"
+ctl status | grep -q "^state *idle" || fail "status idle"
+ok "status (idle)"
+out=$(nng '{"v":1,"id":11,"cmd":"status"}')
+case $out in *'"as_of_step":'*'"age_ms":'*) ok "status carries as_of_step and age_ms (nngcat)" ;;
+*) fail "status fields: $out" ;; esac
+ctl isv 16 Q_ABS_REF H_S2_RMS_EMA | grep -q "H_S2_RMS_EMA" || fail "isv by index and name"
+ok "isv by index and name"
+ctl --json isv | grep -q '"index":170' || fail "isv all"
+ok "isv (all 171 slots)"
+ctl isv-list | grep -q "TARGET_Q_BOUND" || fail "isv-list"
+ok "isv-list"
+ctl sentinels | grep -q "h_s2" || fail "sentinels"
+ok "sentinel_list"
+ctl flags | grep -q "no sentinel flag set" || fail "flags"
+ok "nan_flags"
+ctl config get train.epochs model.h1 | grep -q "model.h1 = 32" || fail "config get"
+ok "config_get"
+ctl metrics >/dev/null || fail "metrics"
+ok "metrics"
+
+# ------------------------------------------------------------- walk-forward
+out=$(ctl run --folds 0,1,2 --epochs 1 --steps 20 2>"$dir/run.err") || fail "run: $(cat "$dir/run.err")"
+[ "$(echo "$out" | grep -cE '^ +[0-2] ')" -eq 3 ] || fail "run table: $out"
+echo "$out" | grep -q "selection-biased" || fail "run table note"
+ok "run: whole walk-forward, 3-fold table"
+grep -q '"type":"epoch"' "$dir/state/metrics.jsonl" || fail "metrics.jsonl"
+ok "per-epoch JSONL metrics in the state directory"
+sleep 0.5
+grep -q '^foxd_state{state="idle"} 1' "$dir/state/foxd.prom" || fail "prometheus textfile"
+ok "Prometheus textfile"
+
+# -------------------------------------------------- pause, resume, reset, stop
+ctl start-fold 1 --steps 100000000 --detach 2>/dev/null || fail "start-fold"
+wait_state training
+ctl reset-fold >/dev/null 2>&1; [ $? -eq 1 ] || fail "reset-fold while training should be refused"
+ok "reset-fold refused while training (ESTATE)"
+ctl pause | grep -q paused || fail "pause"
+ok "pause"
+ctl reset-fold | grep -q paused || fail "reset-fold while paused"
+ok "reset-fold while paused"
+ctl resume | grep -q training || fail "resume"
+ok "resume"
+
+# ----------------------------------------------- load while training
+out=$(timeout 300 "$LOAD" "$url" 8 1000) || fail "load: $out"
+ok "load: $out"
+
+ctl stop | grep -q idle || fail "stop"
+ok "stop"
+
+# ------------------------------------------------------- checkpoint round trip
+ctl checkpoint save rt.ckpt | grep -q "saved" || fail "checkpoint save"
+ok "checkpoint save"
+before=$(ctl --json isv)
+ctl run --folds 0 --epochs 1 --steps 20 >/dev/null 2>&1 || fail "run after save"
+ctl checkpoint load rt.ckpt >/dev/null || fail "checkpoint load"
+after=$(ctl --json isv)
+strip() { sed -e 's/"id":[0-9]*//' -e 's/"as_of_step":[0-9]*//'; }
+[ "$(echo "$before" | strip)" = "$(echo "$after" | strip)" ] || fail "ISV differs after the round trip"
+ok "checkpoint save -> train -> load restores the saved ISV"
+
+# --------------------------------------------------------------- bad input
+expect_code 'this is not json' EPROTO "non-JSON"
+expect_code '{"v":1,"id":3,"cmd":"sta' EPROTO "truncated JSON"
+head -c $((10 * 1024 * 1024)) /dev/zero | tr '\0' ' ' > "$dir/big"
+expect_code_file() {
+    local out
+    out=$(nng_file "$1") || fail "$3: nngcat got no reply"
+    case $out in *"\"code\":\"$2\""*) ok "$3 -> $2" ;; *) fail "$3: wanted $2, got: ${out:0:200}" ;; esac
+}
+expect_code_file "$dir/big" EPROTO "10 MiB message"
+expect_code '{"v":1,"id":4,"cmd":"run","args":{"epochs":"three"}}' EINVAL "wrong type"
+expect_code '{"v":1,"id":5,"cmd":"frobnicate"}' EUNKNOWN "unknown command"
+expect_code '{"v":1,"id":6,"cmd":"status","colour":"red"}' EPROTO "unknown top-level field"
+expect_code '{"v":1,"id":7,"cmd":"run","args":{"fold":1}}' EINVAL "unknown argument"
+expect_code "{\"v\":1,\"id\":8,\"cmd\":\"pause\",\"token\":\"$token\"}" ESTATE "wrong state"
+expect_code '{"v":1,"id":9,"cmd":"pause","token":"nope"}' EPERM "wrong token"
+expect_code '{"v":1,"id":10,"cmd":"pause"}' EPERM "missing token"
+expect_code '{"v":2,"id":12,"cmd":"status"}' EPROTO "wrong protocol version"
+expect_code '{"v":1,"id":13,"cmd":"isv_read","args":{"slots":["NO_SUCH"]}}' ENOENT "unknown ISV name"
+expect_code '{"v":1,"id":14,"cmd":"isv_read","args":{"slots":[9999]}}' EINVAL "ISV index out of range"
+printf 'not a checkpoint, just bytes that pretend to be one ...' > "$dir/state/corrupt.ckpt"
+expect_code "{\"v\":1,\"id\":15,\"cmd\":\"checkpoint_load\",\"args\":{\"path\":\"corrupt.ckpt\"},\"token\":\"$token\"}" EIO "corrupt checkpoint"
+head -c 100 "$dir/state/rt.ckpt" > "$dir/state/trunc.ckpt"
+expect_code "{\"v\":1,\"id\":16,\"cmd\":\"checkpoint_load\",\"args\":{\"path\":\"trunc.ckpt\"},\"token\":\"$token\"}" EIO "truncated checkpoint"
+expect_code "{\"v\":1,\"id\":17,\"cmd\":\"checkpoint_load\",\"args\":{\"path\":\"../token\"},\"token\":\"$token\"}" EPERM "checkpoint path outside the state directory"
+expect_code "{\"v\":1,\"id\":18,\"cmd\":\"config_set\",\"args\":{\"values\":{\"model.h1\":\"big\"}},\"token\":\"$token\"}" EINVAL "config_set wrong type"
+alive "bad input"
+ok "daemon still serving after every bad input"
+
+# --------------------------------------- a resend is answered, not run twice
+ctl start-fold 0 --steps 100000000 --detach 2>/dev/null || fail "start-fold for resend"
+wait_state training
+out=$(timeout 30 nngcat --req --dial "$url" --recv-timeout 10 --ascii --count 2 --interval 1 \
+    --data "{\"v\":1,\"id\":4242,\"cmd\":\"pause\",\"token\":\"$token\"}")
+[ "$(echo "$out" | grep -o '"ok":true' | wc -l)" -eq 2 ] || fail "resend of pause: $out"
+ok "the same request twice from one client: the first answer twice (pause ran once)"
+ctl stop >/dev/null || fail "stop after resend test"
+
+# -------------------------------- a second foxd on the same path (nng #1518)
+"$FOXD" --listen "$url" --pub "ipc://$dir/events2.sock" --set "daemon.state_dir=$dir/state2" \
+    --set "daemon.runtime_dir=$dir" "${TINY[@]}" 2>"$dir/second.log"
+rc=$?
+[ $rc -ne 0 ] || fail "a second foxd on the same ipc path started"
+grep -q "in use by another foxd" "$dir/second.log" || fail "second foxd message: $(cat "$dir/second.log")"
+ok "second foxd on the same ipc path refuses (exit $rc)"
+sleep 1 # past a self-probe
+for i in 1 2 3; do alive "the second foxd ($i)"; done
+ok "the first foxd keeps serving new clients"
+
+# ------------------------------------------------------------ watch and events
+ctl watch --until state > "$dir/watch.out" 2>&1 &
+wpid=$!
+sleep 0.5
+ctl start-fold 2 --steps 20 --epochs 1 >/dev/null 2>&1 || fail "start-fold for watch"
+wait "$wpid" || fail "watch: $(cat "$dir/watch.out")"
+grep -q "state idle -> training" "$dir/watch.out" || fail "watch output: $(cat "$dir/watch.out")"
+ok "watch shows events from the PUB socket"
+timeout 30 nngcat --sub --dial "$pub" --subscribe '{"event":"state"' --ascii --count 1 > "$dir/sub.out" &
+spid=$!
+sleep 0.5
+ctl start-fold 0 --steps 20 --epochs 1 >/dev/null 2>&1 || fail "start-fold for nngcat sub"
+wait "$spid"
+grep -q '"seq":' "$dir/sub.out" || fail "nngcat sub: $(cat "$dir/sub.out")"
+ok "nngcat --sub receives events with seq"
+
+# ------------------------------------------------------------ shutdown paths
+kill -TERM "$pid"
+for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+wait "$pid"
+rc=$?
+pid=
+[ $rc -eq 0 ] || fail "SIGTERM exit status $rc"
+[ -s "$dir/state/foxd.ckpt" ] || fail "no checkpoint after SIGTERM"
+ok "SIGTERM: checkpoint written, exit 0"
+
+# This foxd talks to a stand-in for systemd's notify socket.
+npid=
+if command -v python3 >/dev/null; then
+    python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+s.settimeout(30)
+try:
+    while True:
+        print(s.recv(4096).decode().replace("\n", " | "), flush=True)
+except socket.timeout:
+    pass
+' "$dir/notify.sock" > "$dir/notify.out" &
+    npid=$!
+    for _ in $(seq 1 50); do [ -S "$dir/notify.sock" ] && break; sleep 0.1; done
+fi
+NOTIFY_SOCKET=$dir/notify.sock WATCHDOG_USEC=400000 start_foxd
+sleep 0.6
+ctl_notoken shutdown >/dev/null 2>&1; [ $? -eq 1 ] || fail "shutdown without the token"
+ok "shutdown needs the token"
+ctl shutdown | grep -q "checkpoint saved" || fail "shutdown"
+wait "$pid"
+rc=$?
+pid=
+[ $rc -eq 0 ] || fail "shutdown exit status $rc"
+ok "shutdown command: exit 0"
+if [ -n "$npid" ]; then
+    kill "$npid" 2>/dev/null
+    for m in READY=1 STATUS= WATCHDOG=1 STOPPING=1 EXTEND_TIMEOUT_USEC=; do
+        grep -q "$m" "$dir/notify.out" || fail "no $m on the notify socket: $(cat "$dir/notify.out")"
+    done
+    ok "sd_notify: READY, STATUS, WATCHDOG, STOPPING, EXTEND_TIMEOUT_USEC"
+fi
+
+# ---------------------------------------------------------------- run --spawn
+out=$(TMPDIR=$dir timeout 300 "$FOXCTL" run --spawn --folds 0,1 "${TINY[@]}" 2>"$dir/spawn.err") ||
+    fail "run --spawn: $(cat "$dir/spawn.err")"
+[ "$(echo "$out" | grep -cE '^ +[01] ')" -eq 2 ] || fail "run --spawn table: $out"
+ls "$dir" | grep -q "^foxctl-" && fail "run --spawn left its directory behind"
+ok "run --spawn: private foxd, table, stopped"
+
+echo "all $checks checks passed"
