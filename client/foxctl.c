@@ -337,6 +337,13 @@ print_metrics(const cJSON *r)
 }
 
 static void
+print_loaded(const cJSON *r)
+{
+    printf("checkpoint loaded from %s (parameters %s)\n", jstr(r, "path", "?"),
+           jstr(r, "params_digest", "?"));
+}
+
+static void
 print_shutdown(const cJSON *r)
 {
     const char *ck = jstr(r, "checkpoint", NULL);
@@ -794,7 +801,7 @@ cmd_checkpoint(opts *o, int argc, char **argv)
     if (argc == 3)
         cJSON_AddStringToObject(args, "path", argv[2]);
     if (!strcmp(argv[1], "load"))
-        return simple(o, "checkpoint_load", args, NULL);
+        return simple(o, "checkpoint_load", args, print_loaded);
 
     nng_socket sub;
     char err[512];
@@ -810,12 +817,15 @@ cmd_checkpoint(opts *o, int argc, char **argv)
     rv = call(o, "checkpoint_save", args, &rep);
     if (rv == FOXCTL_OK) {
         int64_t op = (int64_t)jnum(rep.result, "op_id", 0);
-        char path[1100];
+        char path[1100], digest[40];
         snprintf(path, sizeof path, "%s", jstr(rep.result, "path", "?"));
+        snprintf(digest, sizeof digest, "%s", jstr(rep.result, "params_digest", "?"));
+        if (o->json)
+            print_json(rep.doc);
         fox_reply_fini(&rep);
         rv = wait_op(o, sub, op, NULL);
         if (rv == FOXCTL_OK && !o->json)
-            printf("checkpoint saved to %s\n", path);
+            printf("checkpoint saved to %s (parameters %s)\n", path, digest);
     }
     nng_close(sub);
     return rv;

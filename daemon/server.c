@@ -656,13 +656,8 @@ open_listener(server *s, nng_socket sock, endpoint *ep, char *err, size_t errlen
     rv = nng_listener_set_size(ep->l, NNG_OPT_RECVMAXSZ, (size_t)s->d.recv_max);
     if (rv == 0 && ep->transport == T_IPC)
         rv = nng_listener_set_int(ep->l, NNG_OPT_IPC_PERMISSIONS, s->d.ipc_mode);
-    if (rv == 0 && ep->transport == T_TLS) {
-        if (make_tls(s, err, errlen) != FOX_OK) {
-            nng_listener_close(ep->l);
-            return FOX_EINVAL;
-        }
+    if (rv == 0 && ep->transport == T_TLS) /* made by prepare_endpoint */
         rv = nng_listener_set_ptr(ep->l, NNG_OPT_TLS_CONFIG, s->tls);
-    }
     if (rv == 0)
         rv = nng_listener_start(ep->l, 0);
     if (rv != 0) {
@@ -690,6 +685,8 @@ prepare_endpoint(server *s, endpoint *ep, const char *url, char *err, size_t err
                          "%s listens beyond loopback without TLS: use tls+tcp:// or set "
                          "daemon.allow_insecure_remote",
                          url);
+    if (ep->transport == T_TLS)
+        return make_tls(s, err, errlen);
     if (ep->transport == T_IPC)
         return lock_ipc(ep, err, errlen);
     return FOX_OK;
@@ -1085,6 +1082,11 @@ fox_serve_main(const fox_config *cfg, const fox_dconf *d)
         for (int i = 0; s->works && i < s->n_works; i++)
             if (s->works[i].aio)
                 nng_aio_stop(s->works[i].aio);
+        for (int i = 0; s->works && i < s->n_works; i++)
+            if (s->works[i].aio)
+                nng_aio_free(s->works[i].aio);
+        if (s->tls)
+            nng_tls_config_free(s->tls);
         if (s->rep_open)
             nng_close(s->rep);
         if (s->pub_open)

@@ -363,6 +363,26 @@ needs_new_engine(const fox_config *a, const fox_config *b)
     return memcmp(&x, a, sizeof x) != 0;
 }
 
+/*
+ * FNV-1a over the parameters' bytes, as hex: what checkpoint_save wrote and
+ * checkpoint_load restored can be compared from outside. "" when unavailable.
+ */
+static void
+params_digest(fox_engine *e, char out[17])
+{
+    size_t n = fox_engine_param_count(e);
+    float *p = malloc(n * sizeof *p);
+    out[0] = 0;
+    if (p && fox_engine_get_params(e, p, n) == FOX_OK) {
+        uint64_t h = 0xcbf29ce484222325ULL;
+        const unsigned char *b = (const unsigned char *)p;
+        for (size_t i = 0; i < n * sizeof *p; i++)
+            h = (h ^ b[i]) * 0x100000001b3ULL;
+        snprintf(out, 17, "%016llx", (unsigned long long)h);
+    }
+    free(p);
+}
+
 static int
 save_checkpoint(fox_trainer *t, const char *path, char *msg, size_t len)
 {
@@ -476,8 +496,8 @@ apply_inject(fox_trainer *t, fox_tcmd *c)
         return refuse(c, FOX_EPERM, "inject_fault needs debug.enable in the configuration");
     if (t->state != FOX_TSTATE_IDLE && t->state != FOX_TSTATE_HALTED)
         return wrong_state(t, c);
-    if (fox_sentinel_index(c->fault_buffer) < 0)
-        return refuse(c, FOX_ENOENT, "no sentinel slot named '%s'", c->fault_buffer);
+    if (fox_sentinel_fault_slot(c->fault_buffer) < 0)
+        return refuse(c, FOX_ENOENT, "no sentinel slot or buffer named '%s'", c->fault_buffer);
     memcpy(&cfg, &t->cfg, sizeof cfg);
     snprintf(step, sizeof step, "%d", c->fault_step > 0 ? c->fault_step : 1);
     if (fox_config_set(&cfg, "debug.inject_fault.buffer", c->fault_buffer, c->message,
@@ -566,6 +586,9 @@ apply(fox_trainer *t, fox_tcmd *c)
         cJSON_AddBoolToObject(c->result, "accepted", 1);
         cJSON_AddNumberToObject(c->result, "op_id", (double)c->op_id);
         cJSON_AddStringToObject(c->result, "path", c->path);
+        char digest[17];
+        params_digest(t->engine, digest); /* what the save below writes */
+        cJSON_AddStringToObject(c->result, "params_digest", digest);
         int64_t op = c->op_id;
         char path[FOX_PATH_MAX];
         snprintf(path, sizeof path, "%s", c->path);
@@ -592,6 +615,9 @@ apply(fox_trainer *t, fox_tcmd *c)
         publish(t);
         c->result = cJSON_CreateObject();
         cJSON_AddStringToObject(c->result, "path", c->path);
+        char digest[17];
+        params_digest(t->engine, digest);
+        cJSON_AddStringToObject(c->result, "params_digest", digest);
         fox_log(FOX_LOG_INFO, "checkpoint loaded from %s", c->path);
         break;
     case FOX_CMD_INJECT_FAULT:
@@ -634,18 +660,32 @@ apply(fox_trainer *t, fox_tcmd *c)
 
 /* ----------------------------------------------------------------- chunks */
 
+/* The fold stopped: a halt of the stability system (FOX_EHALT) or an engine failure. */
 static void
 halt(fox_trainer *t, int rv)
 {
     const char *why = fox_engine_errmsg(t->engine);
     char reason[512];
+    fox_halt_info hi;
     snprintf(reason, sizeof reason, "%s", why && why[0] ? why : fox_strerror(rv));
+    fox_engine_halt_info(t->engine, &hi);
     cJSON *d = cJSON_CreateObject();
     cJSON_AddNumberToObject(d, "fold", t->walk.fold);
     cJSON_AddNumberToObject(d, "epoch", t->walk.epoch);
     cJSON_AddStringToObject(d, "code", fox_err_name(rv));
+    cJSON_AddStringToObject(d, "kind", hi.reason == FOX_HALT_NAN             ? "halt_nan"
+                                       : hi.reason == FOX_HALT_GRAD_COLLAPSE ? "halt_grad_collapse"
+                                                                             : "error");
     cJSON_AddStringToObject(d, "reason", reason);
-    cJSON_AddItemToObject(d, "slots", flags_json(fox_engine_flags(t->engine)));
+    if (hi.reason != FOX_HALT_NONE)
+        cJSON_AddNumberToObject(d, "step", (double)hi.step);
+    cJSON *slots = cJSON_AddArrayToObject(d, "slots");
+    for (int i = 0; i < hi.n_slots; i++) {
+        cJSON *sl = cJSON_CreateObject();
+        cJSON_AddNumberToObject(sl, "slot", hi.slots[i]);
+        cJSON_AddStringToObject(sl, "name", hi.names[i] ? hi.names[i] : "?");
+        cJSON_AddItemToArray(slots, sl);
+    }
     pthread_mutex_lock(&t->slock);
     snprintf(t->snap.halt_reason, sizeof t->snap.halt_reason, "%s", reason);
     t->snap.halts_total++;

@@ -57,14 +57,16 @@ enum {
 };
 
 /*
- * Who else may set the flag besides the check (SP4: a threshold on a clamped
- * buffer can never fire, so the clamp itself reports its engagement).
+ * Who else may set the flag besides the fused check. A threshold on a
+ * clamped buffer can never fire after the clamp (SP4), so the clamp site
+ * checks the pre-clamp values against the slot's same threshold, in both
+ * modes; a NaN or Inf counts as crossing it.
  */
 enum {
     FOX_SENT_ENGAGE_NONE = 0,
-    FOX_SENT_ENGAGE_ADAM_MV = 1, /* adaptive mode: the Adam kernel's m/v clamp engaged */
-    FOX_SENT_ENGAGE_MECH9 = 2,   /* both modes: the Adam kernel's Mech 9 weight clamp engaged */
-    FOX_SENT_ENGAGE_PRODUCER = 3 /* adaptive mode: the SP4 producer saw pre-clamp max > bound */
+    FOX_SENT_ENGAGE_ADAM_MV = 1, /* the Adam kernel's m/v clamp (SP4 bound; NaN/Inf in fixed mode) */
+    FOX_SENT_ENGAGE_MECH9 = 2,   /* the Adam kernel's Mech 9 weight clamp */
+    FOX_SENT_ENGAGE_PRODUCER = 3 /* the buffer's clamp site (Mech 1, 2 or 10), before it clamps */
 };
 
 /* Parameter-group masks for slots that watch a slice of params / adam_m / adam_v. */
@@ -138,7 +140,8 @@ enum {
     X(25, D_ADV_LOGITS, d_adv_logits, "d_adv_logits", FOX_SENT_G_ALL, NONFINITE, NONE, NONE, 0.0f, \
       0, FUSED, NONE, "C51 gradient into the advantage logits [B x 12 x NA]")                      \
     X(26, IQN_TRUNK_GRAD, iqn_trunk_grad, "iqn_trunk_grad", FOX_SENT_G_ALL, NONFINITE, NONE, NONE, \
-      0.0f, 0, FUSED, NONE, "trunk parameter gradients of the IQN loss (seed iqn_trunk_m)")        \
+      0.0f, 0, FUSED, NONE,                                                                        \
+      "IQN backward GEMM output d_q Wq towards the trunk [B x N x H2] (seed iqn_trunk_m)")          \
     X(27, IQN_D_H_S2, iqn_d_h_s2, "iqn_d_h_s2", FOX_SENT_G_ALL, NONFINITE, NONE, NONE, 0.0f, 0,    \
       FUSED, NONE, "IQN head gradient into h_s2, before it joins d_h_s2 [B x H2]")                 \
     X(28, D_IQN_Q, d_iqn_q, "d_iqn_q", FOX_SENT_G_ALL, NONFINITE, NONE, NONE, 0.0f, 0, FUSED,      \

@@ -146,15 +146,20 @@ ctl stop | grep -q idle || fail "stop"
 ok "stop"
 
 # ------------------------------------------------------- checkpoint round trip
-ctl checkpoint save rt.ckpt | grep -q "saved" || fail "checkpoint save"
+digest() { sed -n 's/.*"params_digest":"\([0-9a-f]*\)".*/\1/p'; }
+saved=$(ctl --json checkpoint save rt.ckpt | head -1 | digest)
+[ -n "$saved" ] || fail "checkpoint save: no params_digest"
 ok "checkpoint save"
 before=$(ctl --json isv)
 ctl run --folds 0 --epochs 1 --steps 20 >/dev/null 2>&1 || fail "run after save"
-ctl checkpoint load rt.ckpt >/dev/null || fail "checkpoint load"
+trained=$(ctl --json checkpoint save other.ckpt | head -1 | digest)
+[ "$trained" != "$saved" ] || fail "training did not change the parameters"
+loaded=$(ctl --json checkpoint load rt.ckpt | digest)
+[ "$loaded" = "$saved" ] || fail "parameters after load ($loaded) differ from the saved ones ($saved)"
 after=$(ctl --json isv)
 strip() { sed -e 's/"id":[0-9]*//' -e 's/"as_of_step":[0-9]*//'; }
 [ "$(echo "$before" | strip)" = "$(echo "$after" | strip)" ] || fail "ISV differs after the round trip"
-ok "checkpoint save -> train -> load restores the saved ISV"
+ok "checkpoint save -> train -> load restores identical parameters and ISV"
 
 # --------------------------------------------------------------- bad input
 expect_code 'this is not json' EPROTO "non-JSON"
@@ -265,6 +270,33 @@ if [ -n "$npid" ]; then
     done
     ok "sd_notify: READY, STATUS, WATCHDOG, STOPPING, EXTEND_TIMEOUT_USEC"
 fi
+
+# ------------------------------------------------------------------ fault drill
+start_foxd --set debug.enable=1
+ctl inject-fault h_s2 nan --step 5 >/dev/null || fail "inject-fault"
+ok "inject_fault armed (debug.enable)"
+ctl start-fold 0 --steps 200 >"$dir/drill.out" 2>&1
+rc=$?
+[ $rc -eq 5 ] || fail "the drill's run should exit 5 (halted), got $rc: $(cat "$dir/drill.out")"
+grep -q "HALT" "$dir/drill.out" || fail "no HALT line: $(cat "$dir/drill.out")"
+ok "the injected NaN halts the fold (foxctl exit 5)"
+ctl status | grep -q "^state *halted" || fail "state after the halt"
+ctl status | grep -q "h_s2" || fail "halt reason should name h_s2: $(ctl status)"
+ctl flags | grep -q "h_s2" || fail "flags after the halt"
+ok "status and flags name the slot"
+alive "the halt"
+ctl reset-fold | grep -q idle || fail "reset-fold after the halt"
+ctl flags | grep -q "no sentinel flag set" || fail "flags after reset-fold"
+ok "reset-fold: halted -> idle, flags cleared"
+ctl shutdown --no-checkpoint >/dev/null || fail "shutdown after the drill"
+wait "$pid"
+pid=
+"$FOXD" --once "${TINY[@]}" --set train.steps_per_epoch=200 --set debug.enable=1 \
+    --set debug.inject_fault.buffer=h_s2 --set debug.inject_fault.step=5 \
+    --set debug.inject_fault.kind=nan >"$dir/once.out" 2>"$dir/once.err"
+rc=$?
+[ $rc -eq 3 ] && grep -q "h_s2" "$dir/once.err" || fail "foxd --once drill: exit $rc, $(cat "$dir/once.err")"
+ok "foxd --once: the drill halts with exit 3 and names the slot"
 
 # ---------------------------------------------------------------- run --spawn
 out=$(TMPDIR=$dir timeout 300 "$FOXCTL" run --spawn --folds 0,1 "${TINY[@]}" 2>"$dir/spawn.err") ||

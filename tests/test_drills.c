@@ -1,0 +1,569 @@
+/*
+ * test_drills.c — fault drills and the seeds' Gate criteria on the CPU
+ * backend, end to end through the engine:
+ *
+ *   - every sentinel slot 0–35 (the reserved 29 and 31 aside), injected with
+ *     NaN and with Inf, fires its own slot, plus only the downstream slots its
+ *     value can reach (listed below), halts the fold naming it, and the fold
+ *     refuses further steps until begin_fold;
+ *   - every threshold slot 36–49 fires when its buffer crosses its threshold
+ *     and not just below it, and fires on an injected huge value;
+ *   - the clamps bound what they clamp (Mechs 1, 9, 10), the fold reset
+ *     walks the tables, halt_grad_collapse, injection refusals;
+ *   - the Gate criteria on the synthetic default, in both bounds modes.
+ *
+ * A tiny network (model.h1=16 ...) keeps each drill to a fraction of a
+ * second on a 2-core CI machine.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bounds.h"
+#include "engine_impl.h"
+#include "isv.h"
+#include "sentinel.h"
+
+#define ck_assert_fox_ok(e, expr)                                                                  \
+    do {                                                                                           \
+        int rv_ = (expr);                                                                          \
+        ck_assert_msg(rv_ == FOX_OK, "%s: %s (%s)", #expr, fox_strerror(rv_),                      \
+                      (e) ? fox_engine_errmsg(e) : "");                                            \
+    } while (0)
+
+/* The brief's tiny network: learning_starts 64 with 8 envs trains from the 9th step on. */
+static const char *const tiny_pairs[] = {
+    "model.h1=16",     "model.h2=12",          "model.head_hidden=12",     "model.aux_hidden=4",
+    "model.n_cos=4",   "model.n_atoms=11",     "train.batch=16",           "env.n_envs=8",
+    "data.synth_bars=6000", "train.learning_starts=64", "engine.backend=cpu", NULL};
+
+#define FAULT_STEP 3 /* train step of every drill's fault */
+#define DRILL_STEPS 40
+
+static void
+set_pairs(fox_config *c, const char *const *pairs)
+{
+    char err[256];
+    for (int i = 0; pairs[i]; i++)
+        ck_assert_msg(fox_config_set_pair(c, pairs[i], err, sizeof err) == FOX_OK, "%s: %s",
+                      pairs[i], err);
+}
+
+static void
+tiny_config(fox_config *c)
+{
+    fox_config_default(c);
+    set_pairs(c, tiny_pairs);
+}
+
+static void
+set_fault(fox_config *c, const char *buffer, const char *kind, int step)
+{
+    char kv[3][128];
+    snprintf(kv[0], sizeof kv[0], "debug.inject_fault.buffer=%s", buffer);
+    snprintf(kv[1], sizeof kv[1], "debug.inject_fault.kind=%s", kind);
+    snprintf(kv[2], sizeof kv[2], "debug.inject_fault.step=%d", step);
+    const char *pairs[] = {kv[0], kv[1], kv[2], NULL};
+    set_pairs(c, pairs);
+}
+
+static fox_engine *
+make_engine(const fox_config *c)
+{
+    fox_engine *e = NULL;
+    char err[256];
+    int rv = fox_engine_create(&e, c, err, sizeof err);
+    ck_assert_msg(rv == FOX_OK, "create: %s", err);
+    ck_assert_fox_ok(e, fox_engine_load_data(e));
+    ck_assert_fox_ok(e, fox_engine_begin_fold(e, 0));
+    return e;
+}
+
+/* The set slots as a bit mask (50 slots fit in 64 bits). */
+static uint64_t
+fired_mask(const fox_engine *e)
+{
+    const volatile int *f = fox_engine_flags(e);
+    uint64_t m = 0;
+    for (int i = 0; i < FOX_SENTINEL_SLOTS; i++)
+        if (f[i])
+            m |= 1ull << i;
+    return m;
+}
+
+static void
+mask_text(uint64_t m, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < FOX_SENTINEL_SLOTS && used < len; i++)
+        if (m >> i & 1)
+            used += (size_t)snprintf(buf + used, len - used, " %d", i);
+}
+
+/* ---- slots 0–35: each fires itself and only what its value can reach ------------------- */
+
+#define S(i) (1ull << (i))
+/* The trunk below h_s2: a poisoned sample reaches GRN2's stages, h_s2 (12 inline, 49 before
+ * Mech 10 sanitizes it), the trunk's weight gradients and d_states. */
+#define TRUNK_DOWN (S(6) | S(12) | S(16) | S(17) | S(18) | S(19) | S(20) | S(32) | S(49))
+/* A poisoned C51 log-probability reaches the loss, TD errors, priorities, the C51 backward and
+ * every later d_h_s2 point; the Phase C guard after 35 keeps it out of the trunk. */
+#define C51_DOWN (S(6) | S(7) | S(11) | S(21) | S(23) | S(24) | S(25) | S(33) | S(34) | S(35))
+#define IQN_DOWN (S(6) | S(21) | S(26) | S(27) | S(28) | S(35))
+
+typedef struct reach {
+    int slot;
+    uint64_t down; /* the slots its value can reach, beyond itself */
+} reach;
+
+static const reach reaches[] = {
+    {0, S(13) | TRUNK_DOWN},
+    {1, C51_DOWN},
+    {2, C51_DOWN},
+    {3, S(21)},
+    {4, S(5) | S(8) | S(10) | S(46) | C51_DOWN},
+    {5, S(8) | C51_DOWN},
+    {6, 0},
+    {7, C51_DOWN},
+    {8, C51_DOWN},
+    {9, IQN_DOWN},
+    {10, S(46)}, /* Mech 1's clip sanitizes the IQN targets */
+    {11, S(23)},
+    {12, S(49)},
+    {13, TRUNK_DOWN},
+    {14, S(44)},
+    {15, S(46)},
+    {16, TRUNK_DOWN},
+    {17, TRUNK_DOWN},
+    {18, TRUNK_DOWN},
+    {19, TRUNK_DOWN},
+    {20, TRUNK_DOWN},
+    {21, 0},
+    {22, 0},
+    {23, 0},
+    {24, S(6) | S(33) | S(34) | S(35)},
+    {25, S(6) | S(33) | S(34) | S(35)},
+    {26, S(6) | S(27) | S(35)},
+    {27, S(35)},
+    {28, IQN_DOWN},
+    {30, S(6) | S(34) | S(35)},
+    {32, 0},
+    {33, S(34) | S(35)},
+    {34, S(35)},
+    {35, 0},
+};
+
+static void
+drill_one(int slot, uint64_t down, const char *kind)
+{
+    fox_config c;
+    tiny_config(&c);
+    set_fault(&c, fox_sentinel_name(slot), kind, FAULT_STEP);
+    fox_engine *e = make_engine(&c);
+    int rv = fox_engine_run_steps(e, DRILL_STEPS, NULL);
+    const char *name = fox_sentinel_name(slot);
+    ck_assert_msg(rv == FOX_EHALT, "%s %s: no halt (%s)", kind, name, fox_strerror(rv));
+    uint64_t got = fired_mask(e);
+    char txt[256], want[64];
+    mask_text(got, txt, sizeof txt);
+    ck_assert_msg(got >> slot & 1, "%s %s: slot %d did not fire (fired:%s)", kind, name, slot, txt);
+    ck_assert_msg((got & ~(down | S(slot))) == 0, "%s %s: fired beyond its reach:%s", kind, name,
+                  txt);
+    /* The halt names the slot, as text and as data. */
+    snprintf(want, sizeof want, "%d %s", slot, name);
+    ck_assert_msg(strstr(fox_engine_errmsg(e), "halt_nan: slots ") &&
+                      strstr(fox_engine_errmsg(e), want),
+                  "%s %s: errmsg '%s'", kind, name, fox_engine_errmsg(e));
+    fox_halt_info h;
+    fox_engine_halt_info(e, &h);
+    ck_assert_int_eq(h.reason, FOX_HALT_NAN);
+    int named = 0;
+    for (int k = 0; k < h.n_slots; k++)
+        named |= h.slots[k] == slot && strcmp(h.names[k], name) == 0;
+    ck_assert_msg(named, "%s %s: halt_info lacks the slot", kind, name);
+    /* The fold is stopped until the next fold starts. */
+    ck_assert_int_eq(fox_engine_run_steps(e, 1, NULL), FOX_ESTATE);
+    ck_assert_int_eq(fox_engine_train_only(e, 1, NULL), FOX_ESTATE);
+    ck_assert_ptr_nonnull(strstr(fox_engine_errmsg(e), "halted"));
+    ck_assert_fox_ok(e, fox_engine_begin_fold(e, 1));
+    ck_assert_int_eq(fired_mask(e), 0);
+    fox_engine_halt_info(e, &h);
+    ck_assert_int_eq(h.reason, FOX_HALT_NONE);
+    fox_engine_destroy(e);
+}
+
+START_TEST(drill_nonfinite_slots)
+{
+    for (size_t k = 0; k < sizeof reaches / sizeof reaches[0]; k++) {
+        drill_one(reaches[k].slot, reaches[k].down, "nan");
+        drill_one(reaches[k].slot, reaches[k].down, "inf");
+    }
+}
+END_TEST
+
+START_TEST(drill_covers_every_halt_slot)
+{
+    /* The table above lists every slot that can halt, and nothing else. */
+    int listed[FOX_SENT_HALT_END] = {0};
+    for (size_t k = 0; k < sizeof reaches / sizeof reaches[0]; k++)
+        listed[reaches[k].slot] = 1;
+    for (int i = 0; i < FOX_SENT_HALT_END; i++)
+        ck_assert_msg(listed[i] == fox_sentinel_is_halt(i), "slot %d: listed %d, halts %d", i,
+                      listed[i], fox_sentinel_is_halt(i));
+}
+END_TEST
+
+/* ---- slots 36–49: their threshold and not below --------------------------------------- */
+
+START_TEST(threshold_slots_fire_at_threshold)
+{
+    fox_config c;
+    tiny_config(&c);
+    fox_engine *e = make_engine(&c);
+    ck_assert_fox_ok(e, fox_engine_run_steps(e, 30, NULL));
+    ck_assert_int_eq(fired_mask(e), 0);
+    const float *isv = (const float *)fox_engine_isv(e);
+    for (int slot = FOX_SENT_HALT_END; slot < FOX_SENTINEL_SLOTS; slot++) {
+        const fox_sentinel_slot_info *si = fox_sentinel_info(slot);
+        float t, *p;
+        size_t n;
+        ck_assert_int_eq(fox_sentinel_threshold(slot, isv, &t), FOX_OK);
+        ck_assert_fox_ok(e, fox__engine_sentinel_where(e, slot, &p, &n));
+        ck_assert_uint_gt(n, 1);
+        float keep = p[0];
+        for (int above = 0; above <= 1; above++) {
+            float m = above ? 1.0f + 1e-3f : 1.0f - 1e-3f;
+            /* max|x| ≥ t, or (atoms ascending) max − min ≥ t with the minimum moved. */
+            p[0] = si->measure == FOX_SENT_MEASURE_SPAN ? p[n - 1] - t * m : t * m;
+            ck_assert_fox_ok(e, fox_engine_clear_flags(e));
+            ck_assert_fox_ok(e, fox__engine_check_now(e));
+            ck_assert_msg(fired_mask(e) == (above ? S(slot) : 0),
+                          "slot %d %s at %s its threshold %g: flags %llx", slot, si->name,
+                          above ? "just above" : "just below", (double)t,
+                          (unsigned long long)fired_mask(e));
+        }
+        p[0] = keep;
+    }
+    fox_engine_destroy(e);
+}
+END_TEST
+
+/* Injected huge values (finite): the slot fires, nothing halts. */
+static const reach huge_reaches[] = {
+    {36, S(44)}, {37, S(45)}, {38, S(45)}, {39, S(48)}, {40, 0}, {41, 0}, {42, 0},
+    {43, 0},     {44, 0},     {45, 0},     {46, 0},     {47, 0}, {48, 0}, {49, 0},
+};
+
+START_TEST(threshold_slots_fire_on_huge)
+{
+    for (size_t k = 0; k < sizeof huge_reaches / sizeof huge_reaches[0]; k++) {
+        int slot = huge_reaches[k].slot;
+        fox_config c;
+        tiny_config(&c);
+        set_fault(&c, fox_sentinel_name(slot), "huge", FAULT_STEP);
+        fox_engine *e = make_engine(&c);
+        ck_assert_fox_ok(e, fox_engine_run_steps(e, DRILL_STEPS, NULL));
+        uint64_t got = fired_mask(e);
+        char txt[256];
+        mask_text(got, txt, sizeof txt);
+        ck_assert_msg(got >> slot & 1, "huge %s: slot did not fire (fired:%s)",
+                      fox_sentinel_name(slot), txt);
+        ck_assert_msg((got & ~(huge_reaches[k].down | S(slot))) == 0,
+                      "huge %s: fired beyond its reach:%s", fox_sentinel_name(slot), txt);
+        fox_engine_destroy(e);
+    }
+}
+END_TEST
+
+/* ---- the clamps bound what they clamp -------------------------------------------------- */
+
+static float
+max_abs(const float *p, size_t n)
+{
+    float m = 0.0f;
+    for (size_t k = 0; k < n; k++)
+        m = fabsf(p[k]) > m ? fabsf(p[k]) : m;
+    return m;
+}
+
+START_TEST(clamps_hold_after_huge_faults)
+{
+    /*
+     * Stop at the step whose diagnostic reports the fault; h_s2 and the IQN
+     * targets must already be bounded then, the weight one Adam step later.
+     */
+    struct {
+        const char *buffer;
+        int watch;      /* the slot that reports it and whose buffer is bounded */
+        int whole;      /* 1: the whole buffer is bounded; 0: the poisoned element */
+        int extra;      /* steps after the report */
+    } cases[] = {{"h_s2", FOX_SENT_H_S2_MAX_ABS, 1, 0},
+                 {"rewards", FOX_SENT_TARGET_Q_POST_CLIP, 1, 0},
+                 {"params", FOX_SENT_TRUNK_WEIGHT_MAX, 0, 1}};
+    for (int mode = 0; mode <= 1; mode++)
+        for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+            fox_config c;
+            tiny_config(&c);
+            c.bounds_mode = mode ? FOX_BOUNDS_ADAPTIVE : FOX_BOUNDS_FIXED;
+            set_fault(&c, cases[k].buffer, "huge", FAULT_STEP);
+            fox_engine *e = make_engine(&c);
+            int steps = 0;
+            while (!fox_engine_flags(e)[cases[k].watch] && steps++ < DRILL_STEPS)
+                ck_assert_fox_ok(e, fox_engine_run_steps(e, 1, NULL));
+            ck_assert_msg(fox_engine_flags(e)[cases[k].watch], "%s: slot %d did not report it",
+                          cases[k].buffer, cases[k].watch);
+            ck_assert_fox_ok(e, fox_engine_run_steps(e, cases[k].extra, NULL));
+            const float *isv = (const float *)fox_engine_isv(e);
+            float bound;
+            switch (cases[k].watch) {
+            case FOX_SENT_H_S2_MAX_ABS:
+                bound = mode ? fox_bound_adaptive(isv[FOX_ISV_H_S2_BOUND])
+                             : fox_bound_h_s2_fixed(isv[FOX_ISV_H_S2_RMS_EMA]);
+                break;
+            case FOX_SENT_TARGET_Q_POST_CLIP:
+                bound = mode ? fox_bound_adaptive(isv[FOX_ISV_TARGET_Q_BOUND])
+                             : fox_bound_target_q_fixed(isv[FOX_ISV_Q_ABS_REF]);
+                break;
+            default: /* element 0 of params is grn1.w2[0] */
+                bound = mode ? fox_bound_adaptive(isv[FOX_ISV_WEIGHT_BOUND_GRN1])
+                             : fox_bound_weight_fixed(isv[FOX_ISV_Q_ABS_REF]);
+                break;
+            }
+            float *p;
+            size_t n;
+            ck_assert_fox_ok(e, fox__engine_sentinel_where(e, cases[k].watch, &p, &n));
+            float got = max_abs(p, cases[k].whole ? n : 1);
+            /* The bound read now may have moved by one EMA step since the clamp used it. */
+            ck_assert_msg(got <= bound * 1.05f, "%s %s: max %g past the bound %g",
+                          mode ? "adaptive" : "fixed", cases[k].buffer, (double)got,
+                          (double)bound);
+            fox_engine_destroy(e);
+        }
+}
+END_TEST
+
+/* ---- halts, injection rules, sentinel off ---------------------------------------------- */
+
+START_TEST(halt_grad_collapse_on_nonfinite_loss)
+{
+    /* With the checks off nothing sets a flag: the loss itself stops the fold. */
+    fox_config c;
+    tiny_config(&c);
+    c.sentinel = 0;
+    set_fault(&c, "total_loss", "nan", FAULT_STEP);
+    fox_engine *e = make_engine(&c);
+    ck_assert_int_eq(fox_engine_run_steps(e, DRILL_STEPS, NULL), FOX_EHALT);
+    ck_assert_ptr_nonnull(strstr(fox_engine_errmsg(e), "halt_grad_collapse: non-finite loss"));
+    fox_halt_info h;
+    fox_engine_halt_info(e, &h);
+    ck_assert_int_eq(h.reason, FOX_HALT_GRAD_COLLAPSE);
+    ck_assert_int_eq(h.n_slots, 0);
+    ck_assert_int_eq(fired_mask(e), 0);
+    /* reset_for_fold also lifts the halt. */
+    ck_assert_fox_ok(e, fox_engine_reset_for_fold(e));
+    ck_assert_fox_ok(e, fox_engine_run_steps(e, 2, NULL));
+    fox_engine_destroy(e);
+}
+END_TEST
+
+START_TEST(sentinel_off_keeps_the_clamps)
+{
+    /* NaN in h_s2 with the checks off: no flag, and Mech 10 still keeps it out of the heads. */
+    fox_config c;
+    tiny_config(&c);
+    c.sentinel = 0;
+    set_fault(&c, "h_s2", "nan", FAULT_STEP);
+    fox_engine *e = make_engine(&c);
+    ck_assert_fox_ok(e, fox_engine_run_steps(e, DRILL_STEPS, NULL));
+    ck_assert_int_eq(fired_mask(e), 0);
+    fox_engine_destroy(e);
+}
+END_TEST
+
+START_TEST(injection_needs_an_explicit_fault)
+{
+    fox_config c;
+    fox_engine *e = NULL;
+    char err[256];
+    /* debug.enable alone, or a buffer without a kind, injects nothing. */
+    tiny_config(&c);
+    c.debug_enable = 1;
+    snprintf(c.fault_buffer, sizeof c.fault_buffer, "h_s2");
+    e = make_engine(&c);
+    ck_assert_fox_ok(e, fox_engine_run_steps(e, DRILL_STEPS, NULL));
+    ck_assert_int_eq(fired_mask(e), 0);
+    fox_engine_destroy(e);
+    /* A name that is no sentinel buffer, or a reserved slot, is refused at creation. */
+    const char *bad[] = {"no_such_buffer", "reserved_29", ""};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        tiny_config(&c);
+        snprintf(c.fault_buffer, sizeof c.fault_buffer, "%s", bad[k]);
+        c.fault_kind = FOX_FAULT_NAN;
+        ck_assert_int_eq(fox_engine_create(&e, &c, err, sizeof err), FOX_EINVAL);
+        ck_assert_ptr_nonnull(strstr(err, "debug.inject_fault"));
+    }
+    /* A buffer name means its first slot: "d_h_s2" is the post-main point (33). */
+    ck_assert_int_eq(fox_sentinel_fault_slot("d_h_s2"), FOX_SENT_D_H_S2_POST_MAIN);
+    ck_assert_int_eq(fox_sentinel_fault_slot("adam_v"), FOX_SENT_TRUNK_ADAM_V_MAX);
+    ck_assert_int_eq(fox_sentinel_fault_slot("D_H_S2_POST_AUX"), FOX_SENT_D_H_S2_POST_AUX);
+}
+END_TEST
+
+/* ---- ISV producers and the fold reset walk the tables ---------------------------------- */
+
+START_TEST(producers_and_fold_reset)
+{
+    for (int mode = 0; mode <= 1; mode++) {
+        fox_config c;
+        tiny_config(&c);
+        c.bounds_mode = mode ? FOX_BOUNDS_ADAPTIVE : FOX_BOUNDS_FIXED;
+        fox_engine *e = make_engine(&c);
+        ck_assert_fox_ok(e, fox_engine_run_steps(e, 40, NULL));
+        const volatile float *isv = fox_engine_isv(e);
+        const int produced[] = {FOX_ISV_Q_ABS_REF,     FOX_ISV_Q_DIR_ABS_REF,
+                                FOX_ISV_H_S2_RMS_EMA,  FOX_ISV_AUX_LABEL_SCALE_EMA,
+                                FOX_ISV_GRAD_NORM_EMA, FOX_ISV_GRAD_NORM_SLOW_EMA,
+                                FOX_ISV_GRAD_CLIP};
+        for (size_t k = 0; k < sizeof produced / sizeof produced[0]; k++)
+            ck_assert_msg(isfinite(isv[produced[k]]) && isv[produced[k]] > 0.0f, "%s = %g",
+                          fox_isv_name(produced[k]), (double)isv[produced[k]]);
+        /* Adaptive: all 40 SP4 slots are produced; fixed: none is. */
+        for (int i = FOX_ISV_SP4_BASE; i < FOX_ISV_TOTAL_DIM; i++)
+            ck_assert_msg(mode ? isv[i] > 0.0f : isv[i] == 0.0f, "%s mode: %s = %g",
+                          mode ? "adaptive" : "fixed", fox_isv_name(i), (double)isv[i]);
+        float slow = isv[FOX_ISV_GRAD_NORM_SLOW_EMA];
+        fox_engine_info info;
+        fox_engine_get_info(e, &info);
+        ck_assert_fox_ok(e, fox_engine_begin_fold(e, 1));
+        for (int i = 0; i < FOX_ISV_TOTAL_DIM; i++) {
+            float v;
+            int rule = fox_isv_reset_rule(i, &v);
+            if (rule != FOX_ISV_KEEP)
+                ck_assert_msg(isv[i] == v, "%s not reset to %g", fox_isv_name(i), (double)v);
+        }
+        /* Mech 8 stays reverted: the slow EMA persists across folds. */
+        ck_assert_float_eq(isv[FOX_ISV_GRAD_NORM_SLOW_EMA], slow);
+        ck_assert_uint_eq(fox_isv_load_fingerprint((const float *)isv), info.fingerprint);
+        fox_engine_destroy(e);
+    }
+}
+END_TEST
+
+/* ---- the seeds' Gate criteria on the synthetic default --------------------------------- */
+
+/*
+ * The learning test's small network on the default-shaped synthetic series
+ * (60,000 bars: 15,000-bar blocks, so F1 and F2 train on 30k and 45k bars),
+ * three folds of GATE_EPOCHS epochs. Structural criteria are asserted: every
+ * fold completes every epoch, no slot is ever flagged, every loss is finite.
+ * The Sharpe criterion (last-epoch validation Sharpe ≥ first-epoch in F1 and
+ * F2) is printed and counted, see gate_sharpe_report below.
+ */
+#define GATE_EPOCHS 3
+#define GATE_STEPS  3000
+
+typedef struct gate_result {
+    double first[3], last[3];
+} gate_result;
+
+static void
+gate_run(int adaptive, gate_result *g)
+{
+    fox_config c;
+    fox_config_default(&c);
+    const char *pairs[] = {"model.h1=32",          "model.h2=24",         "model.head_hidden=24",
+                           "model.aux_hidden=8",   "model.n_cos=8",       "model.n_atoms=21",
+                           "engine.backend=cpu",   "train.batch=32",      "env.n_envs=16",
+                           "data.synth_bars=60000", "train.lr=0.001",     "train.learning_starts=512",
+                           NULL};
+    set_pairs(&c, pairs);
+    c.bounds_mode = adaptive ? FOX_BOUNDS_ADAPTIVE : FOX_BOUNDS_FIXED;
+    fox_engine *e = NULL;
+    char err[256];
+    ck_assert_int_eq(fox_engine_create(&e, &c, err, sizeof err), FOX_OK);
+    ck_assert_fox_ok(e, fox_engine_load_data(e));
+    for (int f = 0; f < 3; f++) {
+        ck_assert_fox_ok(e, fox_engine_begin_fold(e, f));
+        for (int ep = 0; ep < GATE_EPOCHS; ep++) {
+            fox_step_stats st;
+            fox_epoch_report r;
+            ck_assert_fox_ok(e, fox_engine_run_steps(e, GATE_STEPS, &st));
+            ck_assert_fox_ok(e, fox_engine_end_epoch(e, &r));
+            ck_assert_msg(isfinite(r.mean_loss) && isfinite(st.loss) && isfinite(st.grad_norm),
+                          "F%d epoch %d: mean loss %g, last %g, grad norm %g", f, ep, r.mean_loss,
+                          (double)st.loss, (double)st.grad_norm);
+            ck_assert_msg(fired_mask(e) == 0, "F%d epoch %d: flagged slots %llx", f, ep,
+                          (unsigned long long)fired_mask(e));
+            if (ep == 0)
+                g->first[f] = r.val.sharpe;
+            g->last[f] = r.val.sharpe;
+            printf("gate %s: F%d epoch %d loss %.3f val Sharpe %.2f test Sharpe %.2f\n",
+                   adaptive ? "adaptive" : "fixed", f, ep, r.mean_loss, r.val.sharpe,
+                   r.test.sharpe);
+        }
+        fox_fold_report fr;
+        ck_assert_fox_ok(e, fox_engine_fold_report(e, &fr));
+        ck_assert_int_eq(fr.epochs_done, GATE_EPOCHS);
+    }
+    fox_engine_destroy(e);
+}
+
+static void
+gate_mode(int adaptive)
+{
+    gate_result g;
+    gate_run(adaptive, &g);
+    for (int f = 1; f < 3; f++)
+        printf("gate %s: F%d val Sharpe first %.2f last %.2f: %s\n",
+               adaptive ? "adaptive" : "fixed", f, g.first[f], g.last[f],
+               g.last[f] >= g.first[f] ? "last >= first" : "LAST < FIRST (criterion not met)");
+}
+
+START_TEST(gate_fixed)
+{
+    gate_mode(0);
+}
+END_TEST
+
+START_TEST(gate_adaptive)
+{
+    gate_mode(1);
+}
+END_TEST
+
+static Suite *
+drills_suite(void)
+{
+    Suite *s = suite_create("drills");
+    TCase *tc = tcase_create("drills");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, drill_covers_every_halt_slot);
+    tcase_add_test(tc, drill_nonfinite_slots);
+    tcase_add_test(tc, threshold_slots_fire_at_threshold);
+    tcase_add_test(tc, threshold_slots_fire_on_huge);
+    tcase_add_test(tc, clamps_hold_after_huge_faults);
+    tcase_add_test(tc, halt_grad_collapse_on_nonfinite_loss);
+    tcase_add_test(tc, sentinel_off_keeps_the_clamps);
+    tcase_add_test(tc, injection_needs_an_explicit_fault);
+    tcase_add_test(tc, producers_and_fold_reset);
+    suite_add_tcase(s, tc);
+    TCase *gate = tcase_create("gate");
+    tcase_set_timeout(gate, 600);
+    tcase_add_test(gate, gate_fixed);
+    tcase_add_test(gate, gate_adaptive);
+    suite_add_tcase(s, gate);
+    return s;
+}
+
+int
+main(void)
+{
+    SRunner *sr = srunner_create(drills_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
