@@ -102,6 +102,21 @@ print_json(const cJSON *v)
     free(s);
 }
 
+/*
+ * A reply as received: cJSON would reprint a 16-digit id rounded, so the id
+ * goes back in exactly, as foxd sent it.
+ */
+static void
+print_reply(const fox_reply *rep)
+{
+    char id[24];
+    if (rep->has_id) {
+        snprintf(id, sizeof id, "%lld", (long long)rep->id);
+        cJSON_ReplaceItemInObjectCaseSensitive(rep->doc, "id", cJSON_CreateRaw(id));
+    }
+    print_json(rep->doc);
+}
+
 static void
 list_text(char *buf, size_t len, const cJSON *arr)
 {
@@ -149,7 +164,7 @@ call(opts *o, const char *cmd, cJSON *args, fox_reply *rep)
     }
     if (!rep->ok) {
         if (o->json)
-            print_json(rep->doc);
+            print_reply(rep);
         else
             fprintf(stderr, "foxctl: %s: %s: %s\n", cmd, rep->code_name, rep->message);
         fox_reply_fini(rep);
@@ -169,7 +184,7 @@ simple(opts *o, const char *cmd, cJSON *args, printer human)
     if (rv != FOXCTL_OK)
         return rv;
     if (o->json || !human)
-        print_json(o->json ? rep.doc : rep.result);
+        o->json ? print_reply(&rep) : print_json(rep.result);
     else
         human(rep.result);
     fox_reply_fini(&rep);
@@ -651,7 +666,7 @@ cmd_run(opts *o, int argc, char **argv)
         goto out;
     int64_t op = (int64_t)jnum(rep.result, "op_id", 0);
     if (o->json)
-        print_json(rep.doc);
+        print_reply(&rep);
     else
         fprintf(stderr, "op %lld accepted\n", (long long)op);
     fox_reply_fini(&rep);
@@ -821,7 +836,7 @@ cmd_checkpoint(opts *o, int argc, char **argv)
         snprintf(path, sizeof path, "%s", jstr(rep.result, "path", "?"));
         snprintf(digest, sizeof digest, "%s", jstr(rep.result, "params_digest", "?"));
         if (o->json)
-            print_json(rep.doc);
+            print_reply(&rep);
         fox_reply_fini(&rep);
         rv = wait_op(o, sub, op, NULL);
         if (rv == FOXCTL_OK && !o->json)

@@ -71,6 +71,7 @@ typedef struct dentry {
     int64_t id;
     int64_t when_ms;
     char *reply; /* NULL while the trainer has it */
+    int ok;      /* the reply's "ok" */
     work *waiters;
 } dentry;
 
@@ -440,7 +441,7 @@ handle_request(server *s, work *w)
     if (e) {
         s->counters.dedup_hits++;
         if (e->reply) {
-            send_reply(s, w, e->reply, strstr(e->reply, "\"ok\":true") != NULL);
+            send_reply(s, w, e->reply, e->ok);
         } else {
             w->next = e->waiters;
             e->waiters = w;
@@ -512,6 +513,7 @@ handle_done(server *s, fox_tcmd *c)
             r = fox_proto_reply_error(1, e->id, c->status, c->message);
         }
         e->reply = r;
+        e->ok = c->status == FOX_OK;
         e->when_ms = fox__mono_ms();
         for (work *w = e->waiters, *next; w; w = next) {
             next = w->next;
@@ -694,27 +696,28 @@ prepare_endpoint(server *s, endpoint *ep, const char *url, char *err, size_t err
 
 /* -------------------------------------------------------------- self-probe */
 
-/* Dial our own ipc endpoint and ask for the version; 0 when it answered. */
+/*
+ * Dial our own ipc endpoint afresh and ask for the version; 0 when it
+ * answered. The socket lives as long as the probe thread: only the dialer
+ * (and so the connection) is new each time, since socket churn is where nng
+ * 1.5.2 keeps its open/close races.
+ */
 static int
-probe_once(const char *url)
+probe_once(nng_socket sock, const char *url)
 {
-    nng_socket sock;
     nng_dialer dl;
     char *reply = NULL;
     size_t len = 0;
     int rv;
     const char *req = "{\"v\":1,\"id\":0,\"cmd\":\"version\"}";
 
-    if ((rv = nng_req0_open(&sock)) != 0)
+    if ((rv = nng_dialer_create(&dl, sock, url)) != 0)
         return rv;
-    nng_socket_set_ms(sock, NNG_OPT_SENDTIMEO, 3000);
-    nng_socket_set_ms(sock, NNG_OPT_RECVTIMEO, 3000);
-    nng_socket_set_ms(sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
-    if ((rv = nng_dialer_create(&dl, sock, url)) == 0 && (rv = nng_dialer_start(dl, 0)) == 0 &&
+    if ((rv = nng_dialer_start(dl, 0)) == 0 &&
         (rv = nng_send(sock, (void *)req, strlen(req), 0)) == 0 &&
         (rv = nng_recv(sock, &reply, &len, NNG_FLAG_ALLOC)) == 0)
         nng_free(reply, len);
-    nng_close(sock);
+    nng_dialer_close(dl);
     return rv;
 }
 
@@ -722,6 +725,14 @@ static void *
 probe_main(void *arg)
 {
     server *s = arg;
+    nng_socket sock;
+    if (nng_req0_open(&sock) != 0) {
+        fox_log(FOX_LOG_WARNING, "self-probe disabled: no REQ socket");
+        return NULL;
+    }
+    nng_socket_set_ms(sock, NNG_OPT_SENDTIMEO, 3000);
+    nng_socket_set_ms(sock, NNG_OPT_RECVTIMEO, 3000);
+    nng_socket_set_ms(sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
     for (;;) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -738,16 +749,18 @@ probe_main(void *arg)
         int quit = s->probe_quit;
         pthread_mutex_unlock(&s->probe_lock);
         if (quit)
-            return NULL;
+            break;
         int deaf = 0;
         for (int i = 0; i < s->n_eps; i++)
-            if (s->eps[i].transport == T_IPC && probe_once(s->eps[i].url) != 0)
+            if (s->eps[i].transport == T_IPC && probe_once(sock, s->eps[i].url) != 0)
                 deaf |= 1 << i;
         pthread_mutex_lock(&s->lock);
         s->relisten_mask = deaf;
         pthread_mutex_unlock(&s->lock);
         wake_loop(s);
     }
+    nng_close(sock);
+    return NULL;
 }
 
 /* On the loop: re-listen where the probe failed twice in a row. */

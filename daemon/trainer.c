@@ -386,6 +386,15 @@ params_digest(fox_engine *e, char out[17])
 static int
 save_checkpoint(fox_trainer *t, const char *path, char *msg, size_t len)
 {
+    /* A client may name a subdirectory of the state directory: make it. */
+    char dir[FOX_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = 0;
+        if (fox__mkdir_p(dir, 0750, msg, len) != FOX_OK)
+            return FOX_EIO;
+    }
     set_phase(t, "checkpoint");
     int rv = fox_engine_checkpoint_save(t->engine, path);
     set_phase(t, NULL);
@@ -673,9 +682,10 @@ halt(fox_trainer *t, int rv)
     cJSON_AddNumberToObject(d, "fold", t->walk.fold);
     cJSON_AddNumberToObject(d, "epoch", t->walk.epoch);
     cJSON_AddStringToObject(d, "code", fox_err_name(rv));
-    cJSON_AddStringToObject(d, "kind", hi.reason == FOX_HALT_NAN             ? "halt_nan"
-                                       : hi.reason == FOX_HALT_GRAD_COLLAPSE ? "halt_grad_collapse"
-                                                                             : "error");
+    cJSON_AddStringToObject(d, "kind",
+                            hi.reason == FOX_HALT_NAN             ? "halt_nan"
+                            : hi.reason == FOX_HALT_GRAD_COLLAPSE ? "halt_grad_collapse"
+                                                                  : "error");
     cJSON_AddStringToObject(d, "reason", reason);
     if (hi.reason != FOX_HALT_NONE)
         cJSON_AddNumberToObject(d, "step", (double)hi.step);
