@@ -172,6 +172,7 @@ fox_engine_reset_for_fold(fox_engine *e)
     int rv = e->ops->reset_for_fold(e->be);
     fox_isv_store_fingerprint((float *)fox__be(e)->isv, e->fingerprint);
     memset(&e->halt, 0, sizeof e->halt);
+    e->fold_step = 0;
     return rv;
 }
 
@@ -276,15 +277,18 @@ fox_engine_run_steps(fox_engine *e, int n, fox_step_stats *stats)
     int rv = check_not_halted(e, "run_steps");
     if (rv != FOX_OK)
         return rv;
-    int64_t step0 = backend_step(e);
     rv = e->ops->run_steps(e->be, n, stats);
-    e->total_steps += backend_step(e) - step0;
-    if (rv == FOX_EHALT)
+    if (rv == FOX_EHALT) {
+        /* The backend stopped inside the chunk; stats->step is where (the fold's step count). */
+        e->total_steps += stats->step - e->fold_step;
+        e->fold_step = stats->step;
         return record_halt(e);
+    }
+    e->total_steps += n;
+    e->fold_step = stats->step;
     if (rv != FOX_OK)
-        return fox__engine_fail(e, rv, "%s", fox__be(e)->err[0]
-                                                  ? fox__be(e)->err
-                                                  : fox_strerror(rv));
+        return fox__engine_fail(e, rv, "%s",
+                                fox__be(e)->err[0] ? fox__be(e)->err : fox_strerror(rv));
     if (stats->loss != 0.0f) {
         e->epoch_loss_sum += stats->loss;
         e->epoch_loss_n++;

@@ -144,12 +144,12 @@ typedef enum {
 
 typedef struct fox_halt_info {
     fox_halt_reason reason;
-    int fold;                             /* the fold that stopped */
-    int64_t step;                         /* its full-step count when it stopped */
-    int n_slots;                          /* halt_nan: the slots set, ascending */
+    int fold;     /* the fold that stopped */
+    int64_t step; /* its full-step count when it stopped */
+    int n_slots;  /* halt_nan: the slots set, ascending */
     int slots[FOX_HALT_MAX_SLOTS];
     const char *names[FOX_HALT_MAX_SLOTS]; /* their names (static strings) */
-    char message[512];                    /* the errmsg of the halt */
+    char message[512];                     /* the errmsg of the halt */
 } fox_halt_info;
 
 /* Why the current fold stopped; reason FOX_HALT_NONE (and zeros) while it runs. */

@@ -26,6 +26,7 @@ struct fox_engine {
     double epoch_loss_sum;
     int64_t epoch_loss_n;
     int64_t total_steps;
+    int64_t fold_step;          /* full steps of the fold, as the backend last reported them */
     uint64_t fingerprint;
     fox_halt_info halt;         /* reason FOX_HALT_NONE while the fold runs */
     float *eval_s, *eval_q;     /* [S], [n_actions] */

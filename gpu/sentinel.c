@@ -182,8 +182,8 @@ fox_sentinel_halt_text(const volatile int *flags, char *buf, size_t len)
         if (!flags[i] || !fox_sentinel_is_halt(i))
             continue;
         if (used < len) {
-            int w = snprintf(buf + used, len - used, "%s%d %s", count ? ", " : "", i,
-                             table[i].name);
+            int w =
+                snprintf(buf + used, len - used, "%s%d %s", count ? ", " : "", i, table[i].name);
             used += w > 0 ? (size_t)w : 0;
         }
         count++;

@@ -64,8 +64,9 @@ enum {
  */
 enum {
     FOX_SENT_ENGAGE_NONE = 0,
-    FOX_SENT_ENGAGE_ADAM_MV = 1, /* the Adam kernel's m/v clamp (SP4 bound; NaN/Inf in fixed mode) */
-    FOX_SENT_ENGAGE_MECH9 = 2,   /* the Adam kernel's Mech 9 weight clamp */
+    FOX_SENT_ENGAGE_ADAM_MV =
+        1,                     /* the Adam kernel's m/v clamp (SP4 bound; NaN/Inf in fixed mode) */
+    FOX_SENT_ENGAGE_MECH9 = 2, /* the Adam kernel's Mech 9 weight clamp */
     FOX_SENT_ENGAGE_PRODUCER = 3 /* the buffer's clamp site (Mech 1, 2 or 10), before it clamps */
 };
 
@@ -141,7 +142,7 @@ enum {
       0, FUSED, NONE, "C51 gradient into the advantage logits [B x 12 x NA]")                      \
     X(26, IQN_TRUNK_GRAD, iqn_trunk_grad, "iqn_trunk_grad", FOX_SENT_G_ALL, NONFINITE, NONE, NONE, \
       0.0f, 0, FUSED, NONE,                                                                        \
-      "IQN backward GEMM output d_q Wq towards the trunk [B x N x H2] (seed iqn_trunk_m)")          \
+      "IQN backward GEMM output d_q Wq towards the trunk [B x N x H2] (seed iqn_trunk_m)")         \
     X(27, IQN_D_H_S2, iqn_d_h_s2, "iqn_d_h_s2", FOX_SENT_G_ALL, NONFINITE, NONE, NONE, 0.0f, 0,    \
       FUSED, NONE, "IQN head gradient into h_s2, before it joins d_h_s2 [B x H2]")                 \
     X(28, D_IQN_Q, d_iqn_q, "d_iqn_q", FOX_SENT_G_ALL, NONFINITE, NONE, NONE, 0.0f, 0, FUSED,      \

@@ -34,12 +34,14 @@
     } while (0)
 
 /* The brief's tiny network: learning_starts 64 with 8 envs trains from the 9th step on. */
-static const char *const tiny_pairs[] = {
-    "model.h1=16",     "model.h2=12",          "model.head_hidden=12",     "model.aux_hidden=4",
-    "model.n_cos=4",   "model.n_atoms=11",     "train.batch=16",           "env.n_envs=8",
-    "data.synth_bars=6000", "train.learning_starts=64", "engine.backend=cpu", NULL};
+static const char *const tiny_pairs[] = {"model.h1=16",          "model.h2=12",
+                                         "model.head_hidden=12", "model.aux_hidden=4",
+                                         "model.n_cos=4",        "model.n_atoms=11",
+                                         "train.batch=16",       "env.n_envs=8",
+                                         "data.synth_bars=6000", "train.learning_starts=64",
+                                         "engine.backend=cpu",   NULL};
 
-#define FAULT_STEP 3 /* train step of every drill's fault */
+#define FAULT_STEP  3 /* train step of every drill's fault */
 #define DRILL_STEPS 40
 
 static void
@@ -297,9 +299,9 @@ START_TEST(clamps_hold_after_huge_faults)
      */
     struct {
         const char *buffer;
-        int watch;      /* the slot that reports it and whose buffer is bounded */
-        int whole;      /* 1: the whole buffer is bounded; 0: the poisoned element */
-        int extra;      /* steps after the report */
+        int watch; /* the slot that reports it and whose buffer is bounded */
+        int whole; /* 1: the whole buffer is bounded; 0: the poisoned element */
+        int extra; /* steps after the report */
     } cases[] = {{"h_s2", FOX_SENT_H_S2_MAX_ABS, 1, 0},
                  {"rewards", FOX_SENT_TARGET_Q_POST_CLIP, 1, 0},
                  {"params", FOX_SENT_TRUNK_WEIGHT_MAX, 0, 1}};
@@ -338,8 +340,7 @@ START_TEST(clamps_hold_after_huge_faults)
             float got = max_abs(p, cases[k].whole ? n : 1);
             /* The bound read now may have moved by one EMA step since the clamp used it. */
             ck_assert_msg(got <= bound * 1.05f, "%s %s: max %g past the bound %g",
-                          mode ? "adaptive" : "fixed", cases[k].buffer, (double)got,
-                          (double)bound);
+                          mode ? "adaptive" : "fixed", cases[k].buffer, (double)got, (double)bound);
             fox_engine_destroy(e);
         }
 }
@@ -455,12 +456,19 @@ END_TEST
 /* ---- the seeds' Gate criteria on the synthetic default --------------------------------- */
 
 /*
- * The learning test's small network on the default-shaped synthetic series
- * (60,000 bars: 15,000-bar blocks, so F1 and F2 train on 30k and 45k bars),
- * three folds of GATE_EPOCHS epochs. Structural criteria are asserted: every
- * fold completes every epoch, no slot is ever flagged, every loss is finite.
- * The Sharpe criterion (last-epoch validation Sharpe ≥ first-epoch in F1 and
- * F2) is printed and counted, see gate_sharpe_report below.
+ * The seeds' Gate criteria on the default synthetic series, shrunk for CI:
+ * the learning test's small network, 60,000 bars (15,000-bar blocks: F1 and
+ * F2 train on 30k and 45k bars, validate on 7,500), three folds of
+ * GATE_EPOCHS × GATE_STEPS. Asserted: every fold completes every epoch, no
+ * slot is ever flagged, every loss and gradient norm is finite.
+ *
+ * Printed, not asserted: last-epoch validation Sharpe ≥ first-epoch in F1
+ * and F2. At this size it is not reliably met: over seeds 1–3 in both modes
+ * (2026-11-29) it held in 7 of 12 fold runs and for F1 and F2 together in 1
+ * of 6 (the seed-1 fixed run below). A 7,500-bar validation half has an
+ * annualized-Sharpe standard error near 1, the size of the epoch-to-epoch
+ * swings, so the check cannot tell learning from noise here; asserting it
+ * would make the test a coin toss.
  */
 #define GATE_EPOCHS 3
 #define GATE_STEPS  3000
@@ -474,10 +482,18 @@ gate_run(int adaptive, gate_result *g)
 {
     fox_config c;
     fox_config_default(&c);
-    const char *pairs[] = {"model.h1=32",          "model.h2=24",         "model.head_hidden=24",
-                           "model.aux_hidden=8",   "model.n_cos=8",       "model.n_atoms=21",
-                           "engine.backend=cpu",   "train.batch=32",      "env.n_envs=16",
-                           "data.synth_bars=60000", "train.lr=0.001",     "train.learning_starts=512",
+    const char *pairs[] = {"model.h1=32",
+                           "model.h2=24",
+                           "model.head_hidden=24",
+                           "model.aux_hidden=8",
+                           "model.n_cos=8",
+                           "model.n_atoms=21",
+                           "engine.backend=cpu",
+                           "train.batch=32",
+                           "env.n_envs=16",
+                           "data.synth_bars=60000",
+                           "train.lr=0.001",
+                           "train.learning_starts=512",
                            NULL};
     set_pairs(&c, pairs);
     c.bounds_mode = adaptive ? FOX_BOUNDS_ADAPTIVE : FOX_BOUNDS_FIXED;

@@ -60,7 +60,7 @@ typedef struct cpu_backend {
     float isv_mem[FOX_ISV_TOTAL_DIM];
     int flags_mem[FOX_SENTINEL_SLOTS];
     fox_cpu_stab stab;
-    float last_loss;   /* of the last train step, for the halts */
+    float last_loss; /* of the last train step, for the halts */
     double last_norm;
 } cpu_backend;
 
@@ -116,8 +116,8 @@ watch_buffers(cpu_backend *be, char *err, size_t errlen)
     const fox_config *cfg = be->env.cfg;
     fox_cpu_stab *st = &be->stab;
     size_t S = (size_t)be->S, B = (size_t)be->B;
-    int rv = fox_cpu_stab_init(st, cfg, be->lay, be->base.isv, be->base.flags, be->net,
-                               be->params, be->grads, be->adam_m, be->adam_v, err, errlen);
+    int rv = fox_cpu_stab_init(st, cfg, be->lay, be->base.isv, be->base.flags, be->net, be->params,
+                               be->grads, be->adam_m, be->adam_v, err, errlen);
     struct {
         int slot;
         const float *p;
@@ -417,8 +417,12 @@ train_step(cpu_backend *be, fox_step_stats *st)
     fox_cpu_net_batch batch = {be->B, be->bs, be->bs_next, be->ba, be->br, be->bdone,
                                c->prioritized ? be->bw : NULL, be->baux, be->bregime,
                                be->btau, be->btau_next};
-    fox_cpu_net_hparams hp = {powf(c->gamma, (float)c->n_step), c->iqn_lambda, c->aux_lambda,
-                              aux_scale, c->target_mode, c->bdq_trunk_scale};
+    fox_cpu_net_hparams hp = {powf(c->gamma, (float)c->n_step),
+                              c->iqn_lambda,
+                              c->aux_lambda,
+                              aux_scale,
+                              c->target_mode,
+                              c->bdq_trunk_scale};
     fox_cpu_net_loss loss;
     int rv = fox_cpu_net_loss_grad(be->net, be->params, be->target, &batch, &hp, &loss, be->grads,
                                    be->bprio);

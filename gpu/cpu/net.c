@@ -286,8 +286,7 @@ typedef struct grn_cache {
 struct FOX_NET_T;
 
 /* A stability point (net_decl.h): hk NULL (a pass without points) or slot < 0 is none. */
-static void
-point(const struct FOX_NET_T *hk, int slot, real *buf, size_t n);
+static void point(const struct FOX_NET_T *hk, int slot, real *buf, size_t n);
 
 /* The sentinel slots of one GRN forward's stages; -1 where none watches. */
 typedef struct grn_points {
@@ -482,7 +481,7 @@ struct FOX_NET_T {
     fox_model_layout lay;
     int max_batch;
     real sup_min, sup_max; /* the C51 support: the layout's, or as Mech 2 moved it */
-    real *z;           /* [NA] atom support z_j = sup_min + j·Δz */
+    real *z;               /* [NA] atom support z_j = sup_min + j·Δz */
     c51_acts on;       /* online net on s: everything backward needs */
     c51_acts on_next;  /* online net on s′: the double-DQN argmax only (q_values reuses it) */
     c51_acts tgt;      /* target net on s′ */
@@ -776,7 +775,7 @@ c51_forward(const net_view *v, const fox_model_layout *lay, c51_acts *a, const r
             const struct FOX_NET_T *hk)
 {
     static const grn_points g1_pt = {-1, -1, -1, -1, -1, FOX_SENT_H_S1};
-    static const grn_points g2_pt = {FOX_SENT_H_S2_ETA2, FOX_SENT_H_S2_ETA1, FOX_SENT_H_S2_GATE,
+    static const grn_points g2_pt = {FOX_SENT_H_S2_ETA2, FOX_SENT_H_S2_ETA1,  FOX_SENT_H_S2_GATE,
                                      FOX_SENT_H_S2_GLU,  FOX_SENT_H_S2_LN_IN, FOX_SENT_H_S2};
     grn_fwd(&v->g1, B, s, &a->g1, hk, hk ? &g1_pt : &no_points);
     grn_fwd(&v->g2, B, a->g1.y, &a->g2, hk, hk ? &g2_pt : &no_points);
@@ -1273,43 +1272,52 @@ FOX_NET(sentinel_buffer)(FOX_NET_T *net, int slot, int B, FOX_REAL **ptr, size_t
     const fox_model_layout *lay = &net->lay;
     size_t b = (size_t)B, D = (size_t)lay->n_branches, NA = (size_t)lay->NA;
     size_t H2 = (size_t)lay->H2, NT = (size_t)lay->NT, NAct = (size_t)lay->n_actions;
-    real *p = NULL;
-    size_t len = 0;
-    switch (slot) {
-    case FOX_SENT_V_LOGITS: p = net->on.val; len = b * NA; break;
-    case FOX_SENT_ADV_LOGITS: p = net->on.adv; len = b * NAct * NA; break;
-    case FOX_SENT_AUX_LOSS: p = net->aux_loss_v; len = 2; break;
-    case FOX_SENT_TARGET_LOGITS: p = net->tgt.logp; len = b * NAct * NA; break;
-    case FOX_SENT_CURRENT_LP: p = net->cur_lp; len = b * D * NA; break;
-    case FOX_SENT_PROJECTED: p = net->m; len = b * D * NA; break;
-    case FOX_SENT_IQN_Q_ONLINE: p = net->iq_on.q; len = b * NT * NAct; break;
-    case FOX_SENT_IQN_Q_TARGET: p = net->iq_tgt.q; len = b * NT * NAct; break;
-    case FOX_SENT_TD_ERRORS: p = net->td; len = b; break;
-    case FOX_SENT_H_S2:
-    case FOX_SENT_H_S2_MAX_ABS: p = net->on.g2.y; len = b * H2; break;
-    case FOX_SENT_H_S1: p = net->on.g1.y; len = b * (size_t)lay->H1; break;
-    case FOX_SENT_H_S2_ETA2: p = net->on.g2.eta2; len = b * H2; break;
-    case FOX_SENT_H_S2_ETA1: p = net->on.g2.eta1; len = b * H2; break;
-    case FOX_SENT_H_S2_GATE: p = net->on.g2.sg; len = b * H2; break;
-    case FOX_SENT_H_S2_GLU: p = net->on.g2.glu; len = b * H2; break;
-    case FOX_SENT_H_S2_LN_IN: p = net->on.g2.xhat; len = b * H2; break;
-    case FOX_SENT_TOTAL_LOSS: p = net->total_loss_v; len = 1; break;
-    case FOX_SENT_D_V_LOGITS: p = net->d_val; len = b * NA; break;
-    case FOX_SENT_D_ADV_LOGITS: p = net->d_adv; len = b * NAct * NA; break;
-    case FOX_SENT_IQN_TRUNK_GRAD: p = net->d_x; len = b * NT * H2; break;
-    case FOX_SENT_IQN_D_H_S2: p = net->dh_iqn; len = b * H2; break;
-    case FOX_SENT_D_IQN_Q: p = net->d_q; len = b * NT * NAct; break;
-    case FOX_SENT_AUX_D_H_S2: p = net->dh_aux; len = b * H2; break;
-    case FOX_SENT_D_STATES: p = net->d_states; len = b * (size_t)lay->S; break;
-    case FOX_SENT_D_H_S2_POST_MAIN:
-    case FOX_SENT_D_H_S2_POST_AUX:
-    case FOX_SENT_D_H_S2_POST_IQN: p = net->dh_s2; len = b * H2; break;
-    case FOX_SENT_TARGET_Q_POST_CLIP: p = net->target_q; len = b * D * NT; break;
-    case FOX_SENT_ATOM_SPAN_MAX: p = net->z; len = NA; break;
-    default: break;
-    }
-    *ptr = B >= 1 && B <= net->max_batch ? p : NULL;
-    *n = *ptr ? len : 0;
+    const struct {
+        int slot;
+        real *p;
+        size_t len;
+    } own[] = {
+        {FOX_SENT_V_LOGITS, net->on.val, b * NA},
+        {FOX_SENT_ADV_LOGITS, net->on.adv, b * NAct * NA},
+        {FOX_SENT_AUX_LOSS, net->aux_loss_v, 2},
+        {FOX_SENT_TARGET_LOGITS, net->tgt.logp, b * NAct * NA},
+        {FOX_SENT_CURRENT_LP, net->cur_lp, b * D * NA},
+        {FOX_SENT_PROJECTED, net->m, b * D * NA},
+        {FOX_SENT_IQN_Q_ONLINE, net->iq_on.q, b * NT * NAct},
+        {FOX_SENT_IQN_Q_TARGET, net->iq_tgt.q, b * NT * NAct},
+        {FOX_SENT_TD_ERRORS, net->td, b},
+        {FOX_SENT_H_S2, net->on.g2.y, b * H2},
+        {FOX_SENT_H_S1, net->on.g1.y, b * (size_t)lay->H1},
+        {FOX_SENT_H_S2_ETA2, net->on.g2.eta2, b * H2},
+        {FOX_SENT_H_S2_ETA1, net->on.g2.eta1, b * H2},
+        {FOX_SENT_H_S2_GATE, net->on.g2.sg, b * H2},
+        {FOX_SENT_H_S2_GLU, net->on.g2.glu, b * H2},
+        {FOX_SENT_H_S2_LN_IN, net->on.g2.xhat, b * H2},
+        {FOX_SENT_TOTAL_LOSS, net->total_loss_v, 1},
+        {FOX_SENT_D_V_LOGITS, net->d_val, b * NA},
+        {FOX_SENT_D_ADV_LOGITS, net->d_adv, b * NAct * NA},
+        {FOX_SENT_IQN_TRUNK_GRAD, net->d_x, b * NT * H2},
+        {FOX_SENT_IQN_D_H_S2, net->dh_iqn, b * H2},
+        {FOX_SENT_D_IQN_Q, net->d_q, b * NT * NAct},
+        {FOX_SENT_AUX_D_H_S2, net->dh_aux, b * H2},
+        {FOX_SENT_D_STATES, net->d_states, b * (size_t)lay->S},
+        {FOX_SENT_D_H_S2_POST_MAIN, net->dh_s2, b * H2},
+        {FOX_SENT_D_H_S2_POST_AUX, net->dh_s2, b * H2},
+        {FOX_SENT_D_H_S2_POST_IQN, net->dh_s2, b * H2},
+        {FOX_SENT_TARGET_Q_POST_CLIP, net->target_q, b * D * NT},
+        {FOX_SENT_ATOM_SPAN_MAX, net->z, NA},
+        {FOX_SENT_H_S2_MAX_ABS, net->on.g2.y, b * H2},
+    };
+    *ptr = NULL;
+    *n = 0;
+    if (B < 1 || B > net->max_batch)
+        return;
+    for (size_t k = 0; k < sizeof own / sizeof own[0]; k++)
+        if (own[k].slot == slot) {
+            *ptr = own[k].p;
+            *n = own[k].len;
+            return;
+        }
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -18,7 +18,8 @@
  * w_b (iqn: Σ_i mean_j ρ_ij per branch); aux_ret is the w_b-weighted batch
  * mean of the squared error; aux_regime the unweighted batch mean of the CE.
  * The exact conventions a CUDA port must copy are listed at the top of
- * net.c. No stability clamps here (Mech 10 etc. belong to the backend).
+ * net.c. No stability clamps here: the backend runs them (Mech 10, Mech 1,
+ * the inline checks) at the net's stability points (set_hook).
  *
  * Not thread-safe: a net owns its scratch; one thread uses it.
  */

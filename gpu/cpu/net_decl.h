@@ -38,8 +38,8 @@ typedef struct FOX_NET(hparams) {
 
 typedef struct FOX_NET(loss) {
     double total, c51, iqn, aux_ret, aux_regime;
-    double q_abs;               /* mean |E[Z]| of the taken actions over batch and branches */
-    double q_dir_abs;           /* the same over the direction branch (d = 0) alone */
+    double q_abs;     /* mean |E[Z]| of the taken actions over batch and branches */
+    double q_dir_abs; /* the same over the direction branch (d = 0) alone */
 } FOX_NET(loss);
 
 typedef struct FOX_NET_T FOX_NET_T;

@@ -61,14 +61,14 @@ void fox_cpu_adam_step(float *params, const float *grads, float *m, float *v, si
  * reads the buffer after the clamp and could never see such a value.
  */
 typedef struct fox_cpu_adam_clamp {
-    float w_bound;  /* Mech 9: post-Adam |w| ≤ w_bound */
-    float m_bound;  /* adaptive mode: |m| ≤ m_bound */
-    float v_bound;  /* adaptive mode: v ≤ v_bound */
-    int w_slot, m_slot, v_slot; /* slot of each engagement flag; -1 for none */
+    float w_bound;                /* Mech 9: post-Adam |w| ≤ w_bound */
+    float m_bound;                /* adaptive mode: |m| ≤ m_bound */
+    float v_bound;                /* adaptive mode: v ≤ v_bound */
+    int w_slot, m_slot, v_slot;   /* slot of each engagement flag; -1 for none */
     float w_diag, m_diag, v_diag; /* the slot's threshold (INFINITY: no flag) */
     /* accumulated over calls, for Pearl C */
     size_t w_engaged, m_engaged, v_engaged, total;
-    float w_max, m_max, v_max; /* largest finite pre-clamp magnitude */
+    float w_max, m_max, v_max; /* largest finite pre-clamp magnitude of an engaged value */
 } fox_cpu_adam_clamp;
 
 /*
@@ -78,8 +78,8 @@ typedef struct fox_cpu_adam_clamp {
  * reporting to c and, past its diag, to flags (may be NULL).
  */
 void fox_cpu_adam_step_clamped(float *params, const float *grads, float *m, float *v, size_t n,
-                               float lr, float b1, float b2, float eps, int64_t t,
-                               float grad_scale, fox_cpu_adam_clamp *c, volatile int *flags);
+                               float lr, float b1, float b2, float eps, int64_t t, float grad_scale,
+                               fox_cpu_adam_clamp *c, volatile int *flags);
 
 /*
  * Target update over n floats: polyak in (0, 1) is a soft update

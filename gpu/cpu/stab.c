@@ -208,11 +208,11 @@ signal(fox_cpu_stab *st, int slot, double x)
 void
 fox_cpu_stab_begin_step(fox_cpu_stab *st, int64_t train_step, int will_train)
 {
-    st->fault_now = st->fault_slot >= 0 && !st->fault_done && will_train &&
-                    train_step == st->fault_step;
+    st->fault_now =
+        st->fault_slot >= 0 && !st->fault_done && will_train && train_step == st->fault_step;
 }
 
-/* Does point `slot` carry the armed fault? Its own point, or, for a slot that has none, its buffer's. */
+/* Does point `slot` carry the armed fault: the fault slot's own point, or its buffer's? */
 static int
 fault_here(const fox_cpu_stab *st, int slot)
 {
@@ -225,10 +225,9 @@ fault_here(const fox_cpu_stab *st, int slot)
      * params / adam_m / adam_v (37–39, 41–45, 48) and 49 (h_s2 after Mech 10).
      */
     int own = st->fault_slot;
-    int shares = own == FOX_SENT_H_S2_MAX_ABS || (own >= FOX_SENT_TRUNK_ADAM_M_MAX &&
-                                                  own <= FOX_SENT_IQN_WEIGHT_MAX &&
-                                                  own != FOX_SENT_TARGET_Q_POST_CLIP &&
-                                                  own != FOX_SENT_ATOM_SPAN_MAX);
+    int shares = own == FOX_SENT_H_S2_MAX_ABS ||
+                 (own >= FOX_SENT_TRUNK_ADAM_M_MAX && own <= FOX_SENT_IQN_WEIGHT_MAX &&
+                  own != FOX_SENT_TARGET_Q_POST_CLIP && own != FOX_SENT_ATOM_SPAN_MAX);
     return shares && strcmp(fox_sentinel_buffer(own), fox_sentinel_buffer(slot)) == 0;
 }
 
@@ -450,9 +449,9 @@ fox_cpu_stab_adam(fox_cpu_stab *st, int64_t t, float grad_scale)
         adam_bounds(st, g, &st->adam[g]);
         for (int k = 0; k < st->gspans[g]; k++) {
             size_t o = st->gspan[g][k].offset;
-            fox_cpu_adam_step_clamped(st->params + o, st->grads + o, st->adam_m + o,
-                                      st->adam_v + o, st->gspan[g][k].len, c->lr, c->adam_b1,
-                                      c->adam_b2, c->adam_eps, t, grad_scale, &st->adam[g],
+            fox_cpu_adam_step_clamped(st->params + o, st->grads + o, st->adam_m + o, st->adam_v + o,
+                                      st->gspan[g][k].len, c->lr, c->adam_b1, c->adam_b2,
+                                      c->adam_eps, t, grad_scale, &st->adam[g],
                                       st->sentinel ? st->flags : NULL);
         }
     }
@@ -499,8 +498,8 @@ fox_cpu_stab_post_adam(fox_cpu_stab *st)
 /* ---- halts and the fold boundary ------------------------------------------------------ */
 
 int
-fox_cpu_stab_halt(fox_cpu_stab *st, int trained, float loss, double norm, int *reason,
-                  char *msg, size_t len)
+fox_cpu_stab_halt(fox_cpu_stab *st, int trained, float loss, double norm, int *reason, char *msg,
+                  size_t len)
 {
     char slots[400];
     if (fox_sentinel_halt_text(st->flags, slots, sizeof slots) > 0) {
