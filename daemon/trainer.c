@@ -499,31 +499,22 @@ flags_json(const volatile int *flags)
 static int
 apply_inject(fox_trainer *t, fox_tcmd *c)
 {
-    fox_config cfg;
-    char step[32];
+    static const char *const kinds[] = {"none", "nan", "inf", "huge"};
+    int kind = FOX_FAULT_NONE;
     if (!t->cfg.debug_enable)
         return refuse(c, FOX_EPERM, "inject_fault needs debug.enable in the configuration");
-    if (t->state != FOX_TSTATE_IDLE && t->state != FOX_TSTATE_HALTED)
-        return wrong_state(t, c);
-    if (fox_sentinel_fault_slot(c->fault_buffer) < 0)
-        return refuse(c, FOX_ENOENT, "no sentinel slot or buffer named '%s'", c->fault_buffer);
-    memcpy(&cfg, &t->cfg, sizeof cfg);
-    snprintf(step, sizeof step, "%d", c->fault_step > 0 ? c->fault_step : 1);
-    if (fox_config_set(&cfg, "debug.inject_fault.buffer", c->fault_buffer, c->message,
-                       sizeof c->message) != FOX_OK ||
-        fox_config_set(&cfg, "debug.inject_fault.kind", c->fault_kind, c->message,
-                       sizeof c->message) != FOX_OK ||
-        fox_config_set(&cfg, "debug.inject_fault.step", step, c->message, sizeof c->message) !=
-            FOX_OK)
-        return c->status = FOX_EINVAL;
-    /* The engine takes faults from its config only: arming one means a new engine. */
-    if (replace_engine(t, &cfg, c) != FOX_OK)
-        return c->status;
+    for (int k = FOX_FAULT_NAN; k <= FOX_FAULT_HUGE; k++)
+        if (strcmp(c->fault_kind, kinds[k]) == 0)
+            kind = k;
+    /* Armed on the live engine: the trained weights stay, the drill fires `step` steps on. */
+    int rv = fox_engine_inject_fault(t->engine, c->fault_buffer, kind, c->fault_step);
+    if (rv != FOX_OK)
+        return refuse(c, rv, "%s", fox_engine_errmsg(t->engine));
     c->result = cJSON_CreateObject();
     cJSON_AddBoolToObject(c->result, "armed", 1);
     cJSON_AddStringToObject(c->result, "buffer", c->fault_buffer);
     cJSON_AddStringToObject(c->result, "kind", c->fault_kind);
-    cJSON_AddNumberToObject(c->result, "step", atoi(step));
+    cJSON_AddNumberToObject(c->result, "step", c->fault_step);
     return FOX_OK;
 }
 

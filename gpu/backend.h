@@ -72,6 +72,8 @@ typedef struct fox_backend_ops {
      */
     int (*sentinel_where)(fox_backend *be, int slot, float **ptr, size_t *len);
     int (*check_now)(fox_backend *be);
+    /* Arm a fault into slot's buffer at the fold's train step `step`; NULL if unsupported. */
+    int (*arm_fault)(fox_backend *be, int slot, int kind, int64_t step);
 } fox_backend_ops;
 
 extern const fox_backend_ops fox_cpu_backend_ops;

@@ -406,6 +406,25 @@ fox_engine_clear_flags(fox_engine *e)
     return FOX_OK;
 }
 
+int
+fox_engine_inject_fault(fox_engine *e, const char *buffer, int kind, int64_t after)
+{
+    int slot = fox_sentinel_fault_slot(buffer);
+    if (slot < 0)
+        return fox__engine_fail(e, FOX_ENOENT, "inject_fault: '%s' names no sentinel buffer",
+                                buffer);
+    if (kind != FOX_FAULT_NAN && kind != FOX_FAULT_INF && kind != FOX_FAULT_HUGE)
+        return fox__engine_fail(e, FOX_EINVAL, "inject_fault: kind must be nan, inf or huge");
+    if (!e->be)
+        return fox__engine_fail(e, FOX_ESTATE, "inject_fault before load_data");
+    if (!e->ops->arm_fault)
+        return fox__engine_fail(e, FOX_ESTATE, "inject_fault: the %s backend cannot arm faults",
+                                e->ops->name);
+    fox_train_counters c;
+    e->ops->state_io(e->be, 0, NULL, NULL, NULL, NULL, &c);
+    return e->ops->arm_fault(e->be, slot, kind, c.train_steps + (after > 0 ? after : 0));
+}
+
 size_t
 fox_engine_param_count(const fox_engine *e)
 {

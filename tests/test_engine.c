@@ -291,6 +291,30 @@ START_TEST(checkpoint_round_trip_and_refusals)
 }
 END_TEST
 
+START_TEST(fault_armed_on_a_running_engine)
+{
+    fox_config c;
+    small_config(&c);
+    fox_engine *e = make_engine(&c);
+    ck_assert_int_eq(fox_engine_inject_fault(e, "no_such_buffer", FOX_FAULT_NAN, 0), FOX_ENOENT);
+    ck_assert_fox_ok(e, fox_engine_begin_fold(e, 0));
+    ck_assert_fox_ok(e, fox_engine_run_steps(e, 40, NULL));
+    size_t n = fox_engine_param_count(e);
+    float *before = malloc(n * sizeof *before), *after = malloc(n * sizeof *after);
+    ck_assert_fox_ok(e, fox_engine_get_params(e, before, n));
+    /* Armed mid-fold: training goes on untouched until the drill's step, then halts naming it. */
+    ck_assert_fox_ok(e, fox_engine_inject_fault(e, "h_s2", FOX_FAULT_NAN, 3));
+    ck_assert_fox_ok(e, fox_engine_run_steps(e, 2, NULL));
+    ck_assert_fox_ok(e, fox_engine_get_params(e, after, n));
+    ck_assert_msg(memcmp(before, after, n * sizeof *after) != 0, "arming reset the weights");
+    ck_assert_int_eq(fox_engine_run_steps(e, 5, NULL), FOX_EHALT);
+    ck_assert_msg(strstr(fox_engine_errmsg(e), "h_s2"), "halt message: %s", fox_engine_errmsg(e));
+    free(before);
+    free(after);
+    fox_engine_destroy(e);
+}
+END_TEST
+
 /*
  * Learning. Fold F0 of the default synthetic series, a small network, the
  * epoch chosen on validation Sharpe; its test Sharpe must beat every baseline
@@ -367,6 +391,7 @@ engine_suite(void)
     tcase_add_test(tc, no_lookahead_in_features_fills_rewards);
     tcase_add_test(tc, limit_orders_fill_only_when_reached);
     tcase_add_test(tc, checkpoint_round_trip_and_refusals);
+    tcase_add_test(tc, fault_armed_on_a_running_engine);
     tcase_add_test(tc, learning_beats_baselines);
     suite_add_tcase(s, tc);
     return s;

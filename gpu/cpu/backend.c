@@ -565,8 +565,17 @@ cpu_state_io(fox_backend *be_, int load, float *params, float *target, float *ad
     return FOX_OK;
 }
 
+static int
+cpu_arm_fault(fox_backend *be_, int slot, int kind, int64_t step)
+{
+    cpu_backend *be = (cpu_backend *)be_;
+    fox_cpu_stab_arm_fault(&be->stab, slot, kind, step);
+    return FOX_OK;
+}
+
 const fox_backend_ops fox_cpu_backend_ops = {
     .name = "cpu",
+    .arm_fault = cpu_arm_fault,
     .available = cpu_available,
     .create = cpu_create,
     .destroy = cpu_destroy,

@@ -61,8 +61,7 @@ fox_cpu_stab_init(fox_cpu_stab *st, const fox_config *cfg, const fox_model_layou
                      cfg->fault_buffer);
             return FOX_EINVAL;
         }
-        st->fault_value = fault_value(cfg->fault_kind);
-        st->fault_step = cfg->fault_step;
+        fox_cpu_stab_arm_fault(st, st->fault_slot, cfg->fault_kind, cfg->fault_step);
     }
     for (int i = 0; i < FOX_P_COUNT; i++) {
         size_t n = fox_tensor_size(lay, i);
@@ -204,6 +203,15 @@ signal(fox_cpu_stab *st, int slot, double x)
 }
 
 /* ---- stability points and fault injection -------------------------------------------- */
+
+void
+fox_cpu_stab_arm_fault(fox_cpu_stab *st, int slot, int kind, int64_t step)
+{
+    st->fault_slot = slot;
+    st->fault_value = fault_value(kind);
+    st->fault_step = step;
+    st->fault_done = 0;
+}
 
 void
 fox_cpu_stab_begin_step(fox_cpu_stab *st, int64_t train_step, int will_train)

@@ -111,6 +111,9 @@ void fox_cpu_stab_check(fox_cpu_stab *st);
 void fox_cpu_stab_point(void *ctx, int slot, float *buf, size_t n);
 
 /* Start of a full step whose train step (if any) has fold index train_step; arms the fault. */
+/* Arm a fault (FOX_FAULT_*) into slot's buffer at train step `step` of the fold. */
+void fox_cpu_stab_arm_fault(fox_cpu_stab *st, int slot, int kind, int64_t step);
+
 void fox_cpu_stab_begin_step(fox_cpu_stab *st, int64_t train_step, int will_train);
 
 /* AUX_LABEL_SCALE_EMA from the batch's next-bar return labels [B]; returns the scale to use. */
