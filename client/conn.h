@@ -75,4 +75,7 @@ void foxctl_spawn_cleanup(const char *dir);
 /* Default control URL: $FOXD_URL, else the runtime directory's socket (see proto.h). */
 void foxctl_default_url(char *buf, size_t len);
 
+/* End of a SUB socket's use (see conn.c: nng_close may hang there). */
+void foxctl_sub_release(nng_socket sub);
+
 #endif

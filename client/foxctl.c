@@ -683,7 +683,7 @@ cmd_run(opts *o, int argc, char **argv)
     cJSON_Delete(folds);
 out:
     if (have_sub)
-        nng_close(sub);
+        foxctl_sub_release(sub);
     return rv;
 }
 
@@ -842,7 +842,7 @@ cmd_checkpoint(opts *o, int argc, char **argv)
         if (rv == FOXCTL_OK && !o->json)
             printf("checkpoint saved to %s (parameters %s)\n", path, digest);
     }
-    nng_close(sub);
+    foxctl_sub_release(sub);
     return rv;
 }
 
@@ -934,7 +934,7 @@ cmd_watch(opts *o, int argc, char **argv)
             break;
     }
     clear_bar(&p);
-    nng_close(sub);
+    foxctl_sub_release(sub);
     return interrupted ? FOXCTL_INTERRUPTED : rv;
 }
 

@@ -113,11 +113,11 @@ isv_read_json(fox_trainer *t, const fox_request *req, int *status, char *msg, si
         if (r->name) {
             idx[i] = fox_isv_index(r->name);
             if (idx[i] < 0) {
-                *status = fox__errf(msg, len, FOX_ENOENT, "no ISV slot named '%.64s'", r->name);
+                *status = fox_errf(msg, len, FOX_ENOENT, "no ISV slot named '%.64s'", r->name);
                 return NULL;
             }
         } else if (r->index >= FOX_ISV_TOTAL_DIM) {
-            *status = fox__errf(msg, len, FOX_EINVAL, "ISV slot %d is outside [0, %d)", r->index,
+            *status = fox_errf(msg, len, FOX_EINVAL, "ISV slot %d is outside [0, %d)", r->index,
                                 FOX_ISV_TOTAL_DIM);
             return NULL;
         } else {
@@ -225,7 +225,7 @@ config_get_json(fox_trainer *t, const fox_request *req, int *status, char *msg, 
     for (int k = 0; k < req->n_keys; k++) {
         int i = fox_conf_key_index(req->keys[k]);
         if (i < 0) {
-            *status = fox__errf(msg, len, FOX_ENOENT, "unknown config key '%.128s'", req->keys[k]);
+            *status = fox_errf(msg, len, FOX_ENOENT, "unknown config key '%.128s'", req->keys[k]);
             cJSON_Delete(o);
             o = NULL;
             break;
@@ -320,11 +320,11 @@ fox_answer_read(fox_trainer *t, const fox_dconf *d, const fox_counters *n, const
         break;
     default:
         *status =
-            fox__errf(msg, len, FOX_EINTERNAL, "%s is not a read command", fox_cmd_name(req->cmd));
+            fox_errf(msg, len, FOX_EINTERNAL, "%s is not a read command", fox_cmd_name(req->cmd));
         return NULL;
     }
     if (!r && *status == FOX_OK)
-        *status = fox__errf(msg, len, FOX_EINTERNAL, "out of memory");
+        *status = fox_errf(msg, len, FOX_EINTERNAL, "out of memory");
     return r;
 }
 
@@ -340,19 +340,19 @@ fox_answer_ckpt_path(const fox_dconf *d, const char *path, char *out, size_t len
     /* Clients name files; they do not get to write or read anywhere else. */
     for (const char *p = path; *p; p++)
         if ((p == path || p[-1] == '/') && p[0] == '.' && p[1] == '.' && (p[2] == '/' || !p[2]))
-            return fox__errf(msg, msglen, FOX_EPERM, "checkpoint path '%.256s' contains '..'",
+            return fox_errf(msg, msglen, FOX_EPERM, "checkpoint path '%.256s' contains '..'",
                              path);
     if (path[0] == '/') {
         if (strncmp(path, d->state_dir, sl) != 0 || path[sl] != '/')
-            return fox__errf(msg, msglen, FOX_EPERM,
+            return fox_errf(msg, msglen, FOX_EPERM,
                              "checkpoint paths must lie inside the state directory %s",
                              d->state_dir);
         if (snprintf(out, len, "%s", path) >= (int)len)
-            return fox__errf(msg, msglen, FOX_EINVAL, "checkpoint path too long");
+            return fox_errf(msg, msglen, FOX_EINVAL, "checkpoint path too long");
         return FOX_OK;
     }
     if (snprintf(out, len, "%s/%s", d->state_dir, path) >= (int)len)
-        return fox__errf(msg, msglen, FOX_EINVAL, "checkpoint path too long");
+        return fox_errf(msg, msglen, FOX_EINVAL, "checkpoint path too long");
     return FOX_OK;
 }
 
@@ -372,7 +372,7 @@ fox_answer_tcmd(const fox_dconf *d, const fox_request *req, fox_tcmd *c, char *m
     if (req->fault_kind)
         snprintf(c->fault_kind, sizeof c->fault_kind, "%s", req->fault_kind);
     if (req->values && !(c->values = cJSON_Duplicate(req->values, 1)))
-        return fox__errf(msg, len, FOX_EINTERNAL, "out of memory");
+        return fox_errf(msg, len, FOX_EINTERNAL, "out of memory");
     if (req->cmd == FOX_CMD_CHECKPOINT_SAVE || req->cmd == FOX_CMD_CHECKPOINT_LOAD ||
         (req->cmd == FOX_CMD_SHUTDOWN && req->checkpoint && d->checkpoint_on_stop))
         return fox_answer_ckpt_path(d, req->path, c->path, sizeof c->path, msg, len);

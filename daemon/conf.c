@@ -131,20 +131,20 @@ fox_dconf_finish(fox_dconf *d, char *err, size_t errlen)
         d->n_listen = 1;
     }
     if (n >= FOX_URL_MAX)
-        return fox__errf(err, errlen, FOX_EINVAL,
+        return fox_errf(err, errlen, FOX_EINVAL,
                          "daemon.runtime_dir is too long for a socket path");
     if (d->pub[0] == 0 && snprintf(d->pub, sizeof d->pub, "ipc://%s/foxd-events.sock",
                                    d->runtime_dir) >= (int)sizeof d->pub)
-        return fox__errf(err, errlen, FOX_EINVAL,
+        return fox_errf(err, errlen, FOX_EINVAL,
                          "daemon.runtime_dir is too long for a socket path");
     if (d->metrics_textfile[0] == 0 &&
         snprintf(d->metrics_textfile, sizeof d->metrics_textfile, "%s/foxd.prom", d->state_dir) >=
             (int)sizeof d->metrics_textfile)
-        return fox__errf(err, errlen, FOX_EINVAL, "daemon.state_dir is too long");
+        return fox_errf(err, errlen, FOX_EINVAL, "daemon.state_dir is too long");
     if (d->token_file[0]) {
         FILE *f = fopen(d->token_file, "r");
         if (!f)
-            return fox__errf(err, errlen, FOX_EIO, "daemon.token_file %s: %s", d->token_file,
+            return fox_errf(err, errlen, FOX_EIO, "daemon.token_file %s: %s", d->token_file,
                              strerror(errno));
         struct stat st;
         if (fstat(fileno(f), &st) == 0 && (st.st_mode & 077))
@@ -161,7 +161,7 @@ fox_dconf_finish(fox_dconf *d, char *err, size_t errlen)
             memcpy(d->token, buf, len + 1);
         d->token[len < sizeof d->token ? len : 0] = 0;
         if (more || d->token[0] == 0)
-            return fox__errf(err, errlen, FOX_EINVAL,
+            return fox_errf(err, errlen, FOX_EINVAL,
                              "daemon.token_file %s: want one line of 1 to %zu bytes", d->token_file,
                              sizeof d->token - 1);
     }
@@ -186,10 +186,10 @@ static int
 add_url(fox_dconf *d, const char *key, const char *url, char *err, size_t errlen)
 {
     if (d->n_listen >= FOX_DCONF_MAX_LISTEN)
-        return fox__errf(err, errlen, FOX_EINVAL, "%s: at most %d endpoints", key,
+        return fox_errf(err, errlen, FOX_EINVAL, "%s: at most %d endpoints", key,
                          FOX_DCONF_MAX_LISTEN);
     if (strlen(url) == 0 || strlen(url) >= FOX_URL_MAX)
-        return fox__errf(err, errlen, FOX_EINVAL, "%s: an endpoint of 1 to %d bytes", key,
+        return fox_errf(err, errlen, FOX_EINVAL, "%s: an endpoint of 1 to %d bytes", key,
                          FOX_URL_MAX - 1);
     strcpy(d->listen[d->n_listen++], url);
     return FOX_OK;
@@ -202,22 +202,22 @@ dset(fox_dconf *d, const dkey *k, const char *v, char *err, size_t errlen)
     switch (k->type) {
     case D_STR:
         if (strlen(v) >= k->size)
-            return fox__errf(err, errlen, FOX_EINVAL, "%s: longer than %zu bytes", k->name,
+            return fox_errf(err, errlen, FOX_EINVAL, "%s: longer than %zu bytes", k->name,
                              k->size - 1);
         strcpy(field, v);
         return FOX_OK;
     case D_BOOL:
         if (!parse_bool(v, (int *)field))
-            return fox__errf(err, errlen, FOX_EINVAL, "%s: '%s' is not a boolean", k->name, v);
+            return fox_errf(err, errlen, FOX_EINVAL, "%s: '%s' is not a boolean", k->name, v);
         return FOX_OK;
     case D_INT: {
         char *end;
         errno = 0;
         long x = strtol(v, &end, 0); /* base 0: ipc_mode reads naturally as 0660 */
         if (v[0] == 0 || *end || errno)
-            return fox__errf(err, errlen, FOX_EINVAL, "%s: '%s' is not an integer", k->name, v);
+            return fox_errf(err, errlen, FOX_EINVAL, "%s: '%s' is not an integer", k->name, v);
         if (x < k->lo || x > k->hi)
-            return fox__errf(err, errlen, FOX_EINVAL, "%s: %ld is outside [%ld, %ld]", k->name, x,
+            return fox_errf(err, errlen, FOX_EINVAL, "%s: %ld is outside [%ld, %ld]", k->name, x,
                              k->lo, k->hi);
         *(int *)field = (int)x;
         return FOX_OK;
@@ -226,7 +226,7 @@ dset(fox_dconf *d, const dkey *k, const char *v, char *err, size_t errlen)
         /* Text form (--set): a comma-separated list replacing the current one. */
         char buf[FOX_URL_MAX * FOX_DCONF_MAX_LISTEN];
         if (strlen(v) >= sizeof buf)
-            return fox__errf(err, errlen, FOX_EINVAL, "%s: too long", k->name);
+            return fox_errf(err, errlen, FOX_EINVAL, "%s: too long", k->name);
         strcpy(buf, v);
         d->n_listen = 0;
         for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
@@ -248,9 +248,9 @@ fox_conf_set_text(fox_config *cfg, fox_dconf *d, const char *key, const char *va
     if (is_daemon_key(key)) {
         const dkey *k = dkey_find(key);
         if (!k)
-            return fox__errf(err, errlen, FOX_EINVAL, "unknown key '%s'", key);
+            return fox_errf(err, errlen, FOX_EINVAL, "unknown key '%s'", key);
         if (!d)
-            return fox__errf(err, errlen, FOX_EINVAL, "%s is fixed when foxd starts", key);
+            return fox_errf(err, errlen, FOX_EINVAL, "%s is fixed when foxd starts", key);
         return dset(d, k, value, err, errlen);
     }
     return fox_config_set(cfg, key, value, err, errlen);
@@ -262,7 +262,7 @@ fox_conf_set_pair(fox_config *cfg, fox_dconf *d, const char *pair, char *err, si
     const char *eq = strchr(pair, '=');
     char key[256];
     if (!eq || eq == pair || (size_t)(eq - pair) >= sizeof key)
-        return fox__errf(err, errlen, FOX_EINVAL, "expected key=value, got '%s'", pair);
+        return fox_errf(err, errlen, FOX_EINVAL, "expected key=value, got '%s'", pair);
     memcpy(key, pair, (size_t)(eq - pair));
     key[eq - pair] = 0;
     return fox_conf_set_text(cfg, d, key, eq + 1, err, errlen);
@@ -301,12 +301,12 @@ set_folds_json(fox_config *cfg, const cJSON *v, char *err, size_t errlen)
     if (cJSON_IsString(v))
         return fox_config_set(cfg, FOLDS_KEY, v->valuestring, err, errlen);
     if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) == 0 || cJSON_GetArraySize(v) > 31)
-        return fox__errf(err, errlen, FOX_EINVAL, "%s: expected an array of fold numbers",
+        return fox_errf(err, errlen, FOX_EINVAL, "%s: expected an array of fold numbers",
                          FOLDS_KEY);
     for (const cJSON *it = v->child; it; it = it->next) {
         char one[16];
         if (!json_int_text(it, 0, 30, one, sizeof one))
-            return fox__errf(err, errlen, FOX_EINVAL, "%s: expected an array of fold numbers",
+            return fox_errf(err, errlen, FOX_EINVAL, "%s: expected an array of fold numbers",
                              FOLDS_KEY);
         n += (size_t)snprintf(text + n, sizeof text - n, "%s%s", n ? "," : "", one);
     }
@@ -341,9 +341,9 @@ fox_conf_set_json(fox_config *cfg, fox_dconf *d, const char *key, const cJSON *v
     if (is_daemon_key(key)) {
         const dkey *k = dkey_find(key);
         if (!k)
-            return fox__errf(err, errlen, FOX_EINVAL, "unknown key '%s'", key);
+            return fox_errf(err, errlen, FOX_EINVAL, "unknown key '%s'", key);
         if (!d)
-            return fox__errf(err, errlen, FOX_EINVAL, "%s is fixed when foxd starts", key);
+            return fox_errf(err, errlen, FOX_EINVAL, "%s is fixed when foxd starts", key);
         switch (k->type) {
         case D_STR:
             if (!cJSON_IsString(v))
@@ -372,7 +372,7 @@ fox_conf_set_json(fox_config *cfg, fox_dconf *d, const char *key, const cJSON *v
                 d->n_listen = 0;
                 for (const cJSON *it = v->child; it; it = it->next) {
                     if (!cJSON_IsString(it))
-                        return fox__errf(err, errlen, FOX_EINVAL,
+                        return fox_errf(err, errlen, FOX_EINVAL,
                                          "%s: every entry must be a string", key);
                     int rv = add_url(d, key, it->valuestring, err, errlen);
                     if (rv != FOX_OK)
@@ -383,13 +383,13 @@ fox_conf_set_json(fox_config *cfg, fox_dconf *d, const char *key, const cJSON *v
             want = "an endpoint URL or a non-empty array of them";
             break;
         }
-        return fox__errf(err, errlen, FOX_EINVAL, "%s: expected %s, got %s", key, want,
+        return fox_errf(err, errlen, FOX_EINVAL, "%s: expected %s, got %s", key, want,
                          json_type_name(v));
     }
 
     int i = fox_conf_key_index(key);
     if (i < 0)
-        return fox__errf(err, errlen, FOX_EINVAL, "unknown key '%s'", key);
+        return fox_errf(err, errlen, FOX_EINVAL, "unknown key '%s'", key);
     if (strcmp(key, FOLDS_KEY) == 0)
         return set_folds_json(cfg, v, err, errlen);
     switch (fox_config_key_type(i)) {
@@ -420,7 +420,7 @@ fox_conf_set_json(fox_config *cfg, fox_dconf *d, const char *key, const cJSON *v
         break;
     }
     if (want)
-        return fox__errf(err, errlen, FOX_EINVAL, "%s: expected %s, got %s", key, want,
+        return fox_errf(err, errlen, FOX_EINVAL, "%s: expected %s, got %s", key, want,
                          json_type_name(v));
     return fox_config_set(cfg, key, text, err, errlen);
 }
@@ -466,10 +466,10 @@ walk(fox_config *cfg, fox_dconf *d, const cJSON *obj, const char *prefix, char *
         char key[256];
         int n = snprintf(key, sizeof key, "%s%s%s", prefix, prefix[0] ? "." : "", it->string);
         if (n < 0 || (size_t)n >= sizeof key)
-            return fox__errf(err, errlen, FOX_EINVAL, "key path too long under '%s'", prefix);
+            return fox_errf(err, errlen, FOX_EINVAL, "key path too long under '%s'", prefix);
         for (const cJSON *b = it->next; b; b = b->next)
             if (strcmp(b->string, it->string) == 0)
-                return fox__errf(err, errlen, FOX_EINVAL, "%s: given twice", key);
+                return fox_errf(err, errlen, FOX_EINVAL, "%s: given twice", key);
         /* An object is a section unless it names a key itself. */
         if (cJSON_IsObject(it) && fox_conf_key_index(key) < 0 && !dkey_find(key)) {
             int rv = walk(cfg, d, it, key, err, errlen);
@@ -490,20 +490,20 @@ fox_conf_load_file(fox_config *cfg, fox_dconf *d, const char *path, char *err, s
     char msg[512];
     FILE *f = fopen(path, "rb");
     if (!f)
-        return fox__errf(err, errlen, FOX_EIO, "%s: %s", path, strerror(errno));
+        return fox_errf(err, errlen, FOX_EIO, "%s: %s", path, strerror(errno));
     /* A config is small; a huge file is a mistake, not a config. */
     enum { MAX = 1 << 20 };
     char *buf = malloc(MAX + 1);
     if (!buf) {
         fclose(f);
-        return fox__errf(err, errlen, FOX_ENOMEM, "%s: out of memory", path);
+        return fox_errf(err, errlen, FOX_ENOMEM, "%s: out of memory", path);
     }
     size_t n = fread(buf, 1, MAX + 1, f);
     int rerr = ferror(f);
     fclose(f);
     if (rerr || n > MAX) {
         free(buf);
-        return fox__errf(err, errlen, rerr ? FOX_EIO : FOX_EINVAL, "%s: %s", path,
+        return fox_errf(err, errlen, rerr ? FOX_EIO : FOX_EINVAL, "%s: %s", path,
                          rerr ? "read error" : "larger than 1 MiB");
     }
     buf[n] = 0;
@@ -514,16 +514,16 @@ fox_conf_load_file(fox_config *cfg, fox_dconf *d, const char *path, char *err, s
         for (const char *p = buf; end && p < end; p++)
             line += *p == '\n';
         free(buf);
-        return fox__errf(err, errlen, FOX_EINVAL, "%s:%d: not valid JSON", path, line);
+        return fox_errf(err, errlen, FOX_EINVAL, "%s:%d: not valid JSON", path, line);
     }
     free(buf);
     int rv;
     if (!cJSON_IsObject(doc))
-        rv = fox__errf(msg, sizeof msg, FOX_EINVAL, "the top level must be an object");
+        rv = fox_errf(msg, sizeof msg, FOX_EINVAL, "the top level must be an object");
     else
         rv = walk(cfg, d, doc, "", msg, sizeof msg);
     cJSON_Delete(doc);
     if (rv != FOX_OK)
-        return fox__errf(err, errlen, rv, "%s: %s", path, msg);
+        return fox_errf(err, errlen, rv, "%s: %s", path, msg);
     return FOX_OK;
 }

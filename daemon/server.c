@@ -38,6 +38,7 @@
 
 #include "answer.h"
 #include "foxd.h"
+#include "hash.h"
 #include "log.h"
 #include "notify.h"
 #include "trainer.h"
@@ -306,32 +307,21 @@ static int
 authorize(server *s, const peer *p, const fox_request *req, char *msg, size_t len)
 {
     if (p->transport < 0)
-        return fox__errf(msg, len, FOX_EPERM, "the connection closed before its peer was known");
+        return fox_errf(msg, len, FOX_EPERM, "the connection closed before its peer was known");
     if (s->d.token[0]) {
         if (!req->token)
-            return fox__errf(msg, len, FOX_EPERM, "%s needs the token", fox_cmd_name(req->cmd));
+            return fox_errf(msg, len, FOX_EPERM, "%s needs the token", fox_cmd_name(req->cmd));
         if (!token_equal(s->d.token, req->token))
-            return fox__errf(msg, len, FOX_EPERM, "wrong token");
+            return fox_errf(msg, len, FOX_EPERM, "wrong token");
     }
     if (p->transport == T_IPC && p->uid != 0 && p->uid != (uint64_t)geteuid() &&
         p->gid != (uint64_t)getegid())
-        return fox__errf(msg, len, FOX_EPERM, "uid %llu may not run %s", (unsigned long long)p->uid,
+        return fox_errf(msg, len, FOX_EPERM, "uid %llu may not run %s", (unsigned long long)p->uid,
                          fox_cmd_name(req->cmd));
     return FOX_OK;
 }
 
 /* ------------------------------------------------------------------ dedup */
-
-static uint64_t
-fnv1a(uint64_t h, const void *data, size_t len)
-{
-    const unsigned char *p = data;
-    for (size_t i = 0; i < len; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
 
 /*
  * A client is its uid+pid on ipc (stable across the reconnect after which a
@@ -347,8 +337,7 @@ dedup_key(const peer *p, const char *body, size_t len)
                  (unsigned long long)p->pid);
     else
         snprintf(who, sizeof who, "net:%s", p->addr);
-    uint64_t h = fnv1a(0xcbf29ce484222325ULL, who, strlen(who) + 1);
-    return fnv1a(h, body, len);
+    return fox_fnv1a(fox_fnv1a_str(FOX_FNV_OFFSET, who), body, len);
 }
 
 static dentry *
@@ -583,16 +572,16 @@ lock_ipc(endpoint *ep, char *err, size_t errlen)
     snprintf(lockpath, sizeof lockpath, "%s.lock", path);
     ep->lock_fd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (ep->lock_fd < 0)
-        return fox__errf(err, errlen, FOX_EIO, "%s: %s", lockpath, strerror(errno));
+        return fox_errf(err, errlen, FOX_EIO, "%s: %s", lockpath, strerror(errno));
     if (flock(ep->lock_fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
         close(ep->lock_fd);
         ep->lock_fd = -1;
         if (e == EWOULDBLOCK)
-            return fox__errf(err, errlen, FOX_EBUSY,
+            return fox_errf(err, errlen, FOX_EBUSY,
                              "%s is in use by another foxd (lock %s held); not listening on it",
                              ep->url, lockpath);
-        return fox__errf(err, errlen, FOX_EIO, "flock %s: %s", lockpath, strerror(e));
+        return fox_errf(err, errlen, FOX_EIO, "flock %s: %s", lockpath, strerror(e));
     }
     unlink(path);
     return FOX_OK;
@@ -603,7 +592,7 @@ read_file(const char *path, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        fox__errf(err, errlen, FOX_EIO, "%s: %s", path, strerror(errno));
+        fox_errf(err, errlen, FOX_EIO, "%s: %s", path, strerror(errno));
         return NULL;
     }
     char *buf = calloc(1, 1 << 20);
@@ -612,7 +601,7 @@ read_file(const char *path, char *err, size_t errlen)
     if (buf && n == 0) {
         free(buf);
         buf = NULL;
-        fox__errf(err, errlen, FOX_EIO, "%s: empty", path);
+        fox_errf(err, errlen, FOX_EIO, "%s: empty", path);
     }
     return buf;
 }
@@ -625,7 +614,7 @@ make_tls(server *s, char *err, size_t errlen)
     if (s->tls)
         return FOX_OK;
     if (!s->d.tls_cert[0] || !s->d.tls_key[0] || !s->d.tls_ca[0])
-        return fox__errf(err, errlen, FOX_EINVAL,
+        return fox_errf(err, errlen, FOX_EINVAL,
                          "tls+tcp:// needs daemon.tls.cert, daemon.tls.key and daemon.tls.ca "
                          "(clients must present a certificate signed by that CA)");
     if (!(cert = read_file(s->d.tls_cert, err, errlen)))
@@ -638,7 +627,7 @@ make_tls(server *s, char *err, size_t errlen)
         (rv = nng_tls_config_own_cert(s->tls, cert, key, NULL)) != 0 ||
         (rv = nng_tls_config_ca_file(s->tls, s->d.tls_ca)) != 0 ||
         (rv = nng_tls_config_auth_mode(s->tls, NNG_TLS_AUTH_MODE_REQUIRED)) != 0) {
-        fox__errf(err, errlen, FOX_EINVAL, "TLS setup (%s, %s, %s): %s", s->d.tls_cert,
+        fox_errf(err, errlen, FOX_EINVAL, "TLS setup (%s, %s, %s): %s", s->d.tls_cert,
                   s->d.tls_key, s->d.tls_ca, nng_strerror(rv));
         rv = FOX_EINVAL;
     }
@@ -654,7 +643,7 @@ open_listener(server *s, nng_socket sock, endpoint *ep, char *err, size_t errlen
 {
     int rv;
     if ((rv = nng_listener_create(&ep->l, sock, ep->url)) != 0)
-        return fox__errf(err, errlen, FOX_EINVAL, "%s: %s", ep->url, nng_strerror(rv));
+        return fox_errf(err, errlen, FOX_EINVAL, "%s: %s", ep->url, nng_strerror(rv));
     rv = nng_listener_set_size(ep->l, NNG_OPT_RECVMAXSZ, (size_t)s->d.recv_max);
     if (rv == 0 && ep->transport == T_IPC)
         rv = nng_listener_set_int(ep->l, NNG_OPT_IPC_PERMISSIONS, s->d.ipc_mode);
@@ -664,7 +653,7 @@ open_listener(server *s, nng_socket sock, endpoint *ep, char *err, size_t errlen
         rv = nng_listener_start(ep->l, 0);
     if (rv != 0) {
         nng_listener_close(ep->l);
-        return fox__errf(err, errlen, FOX_EIO, "listen %s: %s", ep->url, nng_strerror(rv));
+        return fox_errf(err, errlen, FOX_EIO, "listen %s: %s", ep->url, nng_strerror(rv));
     }
     ep->open = 1;
     fox_log(FOX_LOG_INFO, "listening on %s", ep->url);
@@ -680,10 +669,10 @@ prepare_endpoint(server *s, endpoint *ep, const char *url, char *err, size_t err
     snprintf(ep->url, sizeof ep->url, "%s", url);
     ep->transport = scheme_of(url);
     if (ep->transport < 0)
-        return fox__errf(err, errlen, FOX_EINVAL, "%s: endpoints are ipc://, tcp:// or tls+tcp://",
+        return fox_errf(err, errlen, FOX_EINVAL, "%s: endpoints are ipc://, tcp:// or tls+tcp://",
                          url);
     if (ep->transport == T_TCP && !is_loopback(url) && !s->d.allow_insecure_remote)
-        return fox__errf(err, errlen, FOX_EPERM,
+        return fox_errf(err, errlen, FOX_EPERM,
                          "%s listens beyond loopback without TLS: use tls+tcp:// or set "
                          "daemon.allow_insecure_remote",
                          url);
@@ -994,7 +983,7 @@ setup(server *s, const fox_config *cfg, char *err, size_t errlen)
         return rv;
 
     if ((rv = nng_pub0_open(&s->pub)) != 0)
-        return fox__errf(err, errlen, FOX_EIO, "pub socket: %s", nng_strerror(rv));
+        return fox_errf(err, errlen, FOX_EIO, "pub socket: %s", nng_strerror(rv));
     s->pub_open = 1;
     if ((rv = open_listener(s, s->pub, &s->pub_ep, err, errlen)) != FOX_OK)
         return rv;
@@ -1005,19 +994,19 @@ setup(server *s, const fox_config *cfg, char *err, size_t errlen)
         return rv;
 
     if ((rv = nng_rep0_open(&s->rep)) != 0)
-        return fox__errf(err, errlen, FOX_EIO, "rep socket: %s", nng_strerror(rv));
+        return fox_errf(err, errlen, FOX_EIO, "rep socket: %s", nng_strerror(rv));
     s->rep_open = 1;
     nng_socket_set_size(s->rep, NNG_OPT_RECVMAXSZ, (size_t)s->d.recv_max);
     s->n_works = s->d.workers;
     s->works = calloc((size_t)s->n_works, sizeof *s->works);
     if (!s->works)
-        return fox__errf(err, errlen, FOX_ENOMEM, "out of memory");
+        return fox_errf(err, errlen, FOX_ENOMEM, "out of memory");
     for (int i = 0; i < s->n_works; i++) {
         work *w = &s->works[i];
         w->srv = s;
         if ((rv = nng_aio_alloc(&w->aio, work_cb, w)) != 0 ||
             (rv = nng_ctx_open(&w->ctx, s->rep)) != 0)
-            return fox__errf(err, errlen, FOX_EIO, "nng context: %s", nng_strerror(rv));
+            return fox_errf(err, errlen, FOX_EIO, "nng context: %s", nng_strerror(rv));
     }
     for (int i = 0; i < s->n_eps; i++)
         if ((rv = open_listener(s, s->rep, &s->eps[i], err, errlen)) != FOX_OK)

@@ -833,7 +833,7 @@ fox_trainer_start(fox_trainer **out, const fox_config *cfg, const fox_dconf *d,
     fox_trainer *t = calloc(1, sizeof *t);
     *out = NULL;
     if (!t)
-        return fox__errf(err, errlen, FOX_ENOMEM, "out of memory");
+        return fox_errf(err, errlen, FOX_ENOMEM, "out of memory");
     pthread_mutex_init(&t->qlock, NULL);
     pthread_mutex_init(&t->slock, NULL);
     pthread_cond_init(&t->qcond, NULL);
@@ -850,7 +850,7 @@ fox_trainer_start(fox_trainer **out, const fox_config *cfg, const fox_dconf *d,
 
     if (pthread_create(&t->thread, NULL, trainer_main, t) != 0) {
         fox_trainer_destroy(t);
-        return fox__errf(err, errlen, FOX_EINTERNAL, "cannot start the trainer thread");
+        return fox_errf(err, errlen, FOX_EINTERNAL, "cannot start the trainer thread");
     }
     t->joinable = 1;
     pthread_mutex_lock(&t->qlock);
@@ -859,7 +859,7 @@ fox_trainer_start(fox_trainer **out, const fox_config *cfg, const fox_dconf *d,
     pthread_mutex_unlock(&t->qlock);
     if (t->start_rv != FOX_OK) {
         int rv = t->start_rv;
-        fox__errf(err, errlen, rv, "%s", t->start_err);
+        fox_errf(err, errlen, rv, "%s", t->start_err);
         fox_trainer_destroy(t);
         return rv;
     }

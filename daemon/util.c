@@ -12,18 +12,6 @@
 #include "error.h"
 #include "util.h"
 
-int
-fox__errf(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 static int64_t
 clock_ms(clockid_t id)
 {
@@ -49,14 +37,14 @@ fox__mkdir_p(const char *path, unsigned mode, char *err, size_t errlen)
 {
     char buf[4096];
     if (strlen(path) >= sizeof buf)
-        return fox__errf(err, errlen, FOX_EIO, "%s: path too long", path);
+        return fox_errf(err, errlen, FOX_EIO, "%s: path too long", path);
     strcpy(buf, path);
     for (char *p = buf + 1;; p++) {
         if (*p == '/' || *p == 0) {
             char c = *p;
             *p = 0;
             if (mkdir(buf, mode) != 0 && errno != EEXIST)
-                return fox__errf(err, errlen, FOX_EIO, "mkdir %s: %s", buf, strerror(errno));
+                return fox_errf(err, errlen, FOX_EIO, "mkdir %s: %s", buf, strerror(errno));
             *p = c;
             if (c == 0)
                 break;
@@ -71,10 +59,10 @@ fox__write_atomic(const char *path, const void *data, size_t len, int durable, c
 {
     char tmp[4096], dir[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
-        return fox__errf(err, errlen, FOX_EIO, "%s: path too long", path);
+        return fox_errf(err, errlen, FOX_EIO, "%s: path too long", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
-        return fox__errf(err, errlen, FOX_EIO, "%s: %s", tmp, strerror(errno));
+        return fox_errf(err, errlen, FOX_EIO, "%s: %s", tmp, strerror(errno));
     const char *p = data;
     size_t left = len;
     while (left > 0) {
@@ -85,7 +73,7 @@ fox__write_atomic(const char *path, const void *data, size_t len, int durable, c
             int e = errno;
             close(fd);
             unlink(tmp);
-            return fox__errf(err, errlen, FOX_EIO, "write %s: %s", tmp, strerror(e));
+            return fox_errf(err, errlen, FOX_EIO, "write %s: %s", tmp, strerror(e));
         }
         p += w;
         left -= (size_t)w;
@@ -93,12 +81,12 @@ fox__write_atomic(const char *path, const void *data, size_t len, int durable, c
     if ((durable && fsync(fd) != 0) || close(fd) != 0) {
         int e = errno;
         unlink(tmp);
-        return fox__errf(err, errlen, FOX_EIO, "fsync %s: %s", tmp, strerror(e));
+        return fox_errf(err, errlen, FOX_EIO, "fsync %s: %s", tmp, strerror(e));
     }
     if (rename(tmp, path) != 0) {
         int e = errno;
         unlink(tmp);
-        return fox__errf(err, errlen, FOX_EIO, "rename %s: %s", path, strerror(e));
+        return fox_errf(err, errlen, FOX_EIO, "rename %s: %s", path, strerror(e));
     }
     if (!durable)
         return FOX_OK;
@@ -117,7 +105,7 @@ fox__append_line(const char *path, const char *line, char *err, size_t errlen)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
     if (fd < 0)
-        return fox__errf(err, errlen, FOX_EIO, "%s: %s", path, strerror(errno));
+        return fox_errf(err, errlen, FOX_EIO, "%s: %s", path, strerror(errno));
     /* One write per line: O_APPEND keeps concurrent lines whole. */
     size_t n = strlen(line);
     char buf[8192];
@@ -126,9 +114,9 @@ fox__append_line(const char *path, const char *line, char *err, size_t errlen)
         memcpy(buf, line, n);
         buf[n] = '\n';
         if (write(fd, buf, n + 1) != (ssize_t)(n + 1))
-            rv = fox__errf(err, errlen, FOX_EIO, "write %s: %s", path, strerror(errno));
+            rv = fox_errf(err, errlen, FOX_EIO, "write %s: %s", path, strerror(errno));
     } else if (write(fd, line, n) != (ssize_t)n || write(fd, "\n", 1) != 1) {
-        rv = fox__errf(err, errlen, FOX_EIO, "write %s: %s", path, strerror(errno));
+        rv = fox_errf(err, errlen, FOX_EIO, "write %s: %s", path, strerror(errno));
     }
     close(fd);
     return rv;

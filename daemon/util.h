@@ -9,9 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Format into err (may be NULL) and return code: `return fox__errf(err, n, FOX_EINVAL, ...)`. */
-int fox__errf(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+#include "error.h" /* fox_errf */
 
 /* Milliseconds on the monotonic clock (intervals) and since the epoch (stamps). */
 int64_t fox__mono_ms(void);

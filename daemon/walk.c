@@ -24,15 +24,15 @@ fox_walk_check(int folds_mask, int epochs, int steps_per_epoch, int n_folds, cha
                size_t errlen)
 {
     if (folds_mask <= 0)
-        return fox__errf(err, errlen, FOX_EINVAL, "no fold selected");
+        return fox_errf(err, errlen, FOX_EINVAL, "no fold selected");
     if (n_folds < 1 || n_folds > 30 || (folds_mask >> n_folds) != 0)
-        return fox__errf(err, errlen, FOX_EINVAL,
+        return fox_errf(err, errlen, FOX_EINVAL,
                          "fold mask 0x%x selects a fold beyond the %d folds of the data",
                          folds_mask, n_folds);
     if (epochs < 1)
-        return fox__errf(err, errlen, FOX_EINVAL, "epochs must be at least 1 (got %d)", epochs);
+        return fox_errf(err, errlen, FOX_EINVAL, "epochs must be at least 1 (got %d)", epochs);
     if (steps_per_epoch < 1)
-        return fox__errf(err, errlen, FOX_EINVAL, "steps_per_epoch must be at least 1 (got %d)",
+        return fox_errf(err, errlen, FOX_EINVAL, "steps_per_epoch must be at least 1 (got %d)",
                          steps_per_epoch);
     return FOX_OK;
 }

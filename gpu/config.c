@@ -26,23 +26,42 @@ typedef struct key_def {
     const char *name;
     fox_cfg_type type;
     size_t offset;
-    size_t size;          /* string capacity */
-    double min, max;      /* numeric range, inclusive */
-    const char *def;      /* default, as text */
+    size_t size;     /* string capacity */
+    double min, max; /* numeric range, inclusive */
+    const char *def; /* default, as text */
     const char *const *choices;
     const char *help;
 } key_def;
 
 #define OFF(f) offsetof(fox_config, f), sizeof(((fox_config *)0)->f)
-#define INT(k, f, lo, hi, d, h) {k, FOX_CFG_INT, OFF(f), lo, hi, d, NULL, h}
-#define FLT(k, f, lo, hi, d, h) {k, FOX_CFG_FLOAT, OFF(f), lo, hi, d, NULL, h}
-#define DBL(k, f, lo, hi, d, h) {k, FOX_CFG_DOUBLE, OFF(f), lo, hi, d, NULL, h}
-#define U64(k, f, d, h) {k, FOX_CFG_U64, OFF(f), 0, 0, d, NULL, h}
-#define STR(k, f, d, h) {k, FOX_CFG_STR, OFF(f), 0, 0, d, NULL, h}
-#define ENM(k, f, c, d, h) {k, FOX_CFG_ENUM, OFF(f), 0, 0, d, c, h}
+#define INT(k, f, lo, hi, d, h)                                                                    \
+    {                                                                                              \
+        k, FOX_CFG_INT, OFF(f), lo, hi, d, NULL, h                                                 \
+    }
+#define FLT(k, f, lo, hi, d, h)                                                                    \
+    {                                                                                              \
+        k, FOX_CFG_FLOAT, OFF(f), lo, hi, d, NULL, h                                               \
+    }
+#define DBL(k, f, lo, hi, d, h)                                                                    \
+    {                                                                                              \
+        k, FOX_CFG_DOUBLE, OFF(f), lo, hi, d, NULL, h                                              \
+    }
+#define U64(k, f, d, h)                                                                            \
+    {                                                                                              \
+        k, FOX_CFG_U64, OFF(f), 0, 0, d, NULL, h                                                   \
+    }
+#define STR(k, f, d, h)                                                                            \
+    {                                                                                              \
+        k, FOX_CFG_STR, OFF(f), 0, 0, d, NULL, h                                                   \
+    }
+#define ENM(k, f, c, d, h)                                                                         \
+    {                                                                                              \
+        k, FOX_CFG_ENUM, OFF(f), 0, 0, d, c, h                                                     \
+    }
 
 static const key_def keys[] = {
-    INT("model.state_dim", state_dim, 8, 1024, "64", "state width S (features + portfolio, zero-padded)"),
+    INT("model.state_dim", state_dim, 8, 1024, "64",
+        "state width S (features + portfolio, zero-padded)"),
     INT("model.h1", h1, 2, 8192, "256", "first GRN width"),
     INT("model.h2", h2, 2, 8192, "128", "second GRN width (h_s2)"),
     INT("model.head_hidden", head_hidden, 2, 8192, "128", "value/branch hidden width"),
@@ -55,40 +74,50 @@ static const key_def keys[] = {
     INT("model.n_regimes", n_regimes, 2, 4, "4", "regime classes of the aux head"),
     INT("model.size_levels", size_levels, 1, 16, "4", "position-size sub-actions (k+1)/n"),
     INT("model.order_types", order_types, 1, 2, "2", "1 market only, 2 market/limit"),
-    INT("model.urgency_levels", urgency_levels, 1, 16, "3", "urgency sub-actions (k+1)/n of the gap"),
+    INT("model.urgency_levels", urgency_levels, 1, 16, "3",
+        "urgency sub-actions (k+1)/n of the gap"),
 
-    INT("train.batch", batch, 0, 1 << 20, "0", "batch size; 0 = backend default (256 CUDA, 64 CPU)"),
+    INT("train.batch", batch, 0, 1 << 20, "0",
+        "batch size; 0 = backend default (256 CUDA, 64 CPU)"),
     FLT("train.lr", lr, 0, 1, "0.0003", "Adam learning rate"),
     FLT("train.gamma", gamma, 0, 1, "0.9", "discount per bar"),
     INT("train.n_step", n_step, 1, 64, "3", "n-step return length"),
-    INT("train.target_sync", target_sync, 1, 1 << 30, "500", "hard target copy every T train steps"),
+    INT("train.target_sync", target_sync, 1, 1 << 30, "500",
+        "hard target copy every T train steps"),
     FLT("train.polyak", polyak, 0, 1, "0", "soft target update rate per step; 0 = hard sync only"),
-    ENM("train.target_mode", target_mode, target_names, "mean", "C51 target: mean over branches or per branch"),
+    ENM("train.target_mode", target_mode, target_names, "mean",
+        "C51 target: mean over branches or per branch"),
     FLT("train.iqn_lambda", iqn_lambda, 0, 100, "0.5", "IQN loss weight"),
     FLT("train.aux_lambda", aux_lambda, 0, 100, "0.1", "aux losses' weight"),
     FLT("train.grad_clip", grad_clip, 0, 1e9, "10", "global gradient-norm clip"),
     FLT("train.adam_b1", adam_b1, 0, 1, "0.9", "Adam beta1"),
     FLT("train.adam_b2", adam_b2, 0, 1, "0.999", "Adam beta2"),
     FLT("train.adam_eps", adam_eps, 0, 1, "1e-8", "Adam epsilon"),
-    INT("train.bdq_trunk_scale", bdq_trunk_scale, 0, 1, "1", "scale trunk gradient of the C51 heads by 1/(D+1)"),
+    INT("train.bdq_trunk_scale", bdq_trunk_scale, 0, 1, "1",
+        "scale trunk gradient of the C51 heads by 1/(D+1)"),
     INT("train.steps_per_epoch", steps_per_epoch, 1, 1 << 30, "500", "train steps per epoch"),
     INT("train.epochs", epochs, 1, 1 << 20, "5", "epochs per fold"),
-    INT("train.replay_capacity", replay_capacity, 64, 1 << 28, "1000000", "replay ring transitions"),
-    INT("train.learning_starts", learning_starts, 0, 1 << 30, "2048", "transitions before the first train step"),
+    INT("train.replay_capacity", replay_capacity, 64, 1 << 28, "1000000",
+        "replay ring transitions"),
+    INT("train.learning_starts", learning_starts, 0, 1 << 30, "2048",
+        "transitions before the first train step"),
     INT("train.prioritized", prioritized, 0, 1, "0", "prioritized replay (priority Σ_d |δ_d|)"),
     FLT("train.per_alpha", per_alpha, 0, 1, "0.6", "PER priority exponent"),
     FLT("train.per_beta", per_beta, 0, 1, "0.4", "PER importance-weight exponent"),
     FLT("train.eps_start", eps_start, 0, 1, "1.0", "initial exploration rate"),
     FLT("train.eps_end", eps_end, 0, 1, "0.05", "final exploration rate"),
-    INT("train.eps_decay_steps", eps_decay_steps, 1, 1 << 30, "1500", "train steps of the linear ε decay"),
+    INT("train.eps_decay_steps", eps_decay_steps, 1, 1 << 30, "1500",
+        "train steps of the linear ε decay"),
     U64("train.seed", seed, "1", "seed of every random stream"),
     {"train.folds", FOX_CFG_INT, OFF(folds_mask), 1, 255, "0,1,2", NULL,
      "folds a run trains, as a list \"0,1,2\" (stored as a bit mask)"},
 
-    INT("env.n_envs", n_envs, 0, 1 << 20, "0", "parallel environments; 0 = backend default (1024 CUDA, 64 CPU)"),
+    INT("env.n_envs", n_envs, 0, 1 << 20, "0",
+        "parallel environments; 0 = backend default (1024 CUDA, 64 CPU)"),
     INT("env.episode_len", episode_len, 8, 1 << 24, "512", "bars per episode"),
     FLT("env.fee", fee, 0, 1, "0.0001", "market order fee per unit |Δposition|"),
-    FLT("env.half_spread", half_spread, 0, 1, "0.0001", "market order half-spread per unit |Δposition|"),
+    FLT("env.half_spread", half_spread, 0, 1, "0.0001",
+        "market order half-spread per unit |Δposition|"),
     FLT("env.limit_fee", limit_fee, 0, 1, "0.00005", "limit order fee per unit |Δposition|"),
     FLT("env.reward_scale", reward_scale, 0, 1e6, "100", "reward multiplier"),
 
@@ -98,9 +127,11 @@ static const key_def keys[] = {
     DBL("data.bars_per_year", bars_per_year, 0, 1e9, "0", "P for annualizing; 0 = inferred"),
 
     ENM("engine.backend", backend, backend_names, "auto", "auto, cpu or cuda"),
-    ENM("engine.bounds_mode", bounds_mode, bounds_names, "fixed", "fixed (SP3) or adaptive (SP4) bounds"),
+    ENM("engine.bounds_mode", bounds_mode, bounds_names, "fixed",
+        "fixed (SP3) or adaptive (SP4) bounds"),
     INT("engine.sentinel", sentinel, 0, 1, "1", "run the fused NaN/threshold check every step"),
-    INT("engine.threads", threads, 0, 256, "0", "BLAS threads on the CPU backend; 0 = library default"),
+    INT("engine.threads", threads, 0, 256, "0",
+        "BLAS threads on the CPU backend; 0 = library default"),
 
     INT("debug.enable", debug_enable, 0, 1, "0", "allow debug features (fault injection)"),
     STR("debug.inject_fault.buffer", fault_buffer, "", "sentinel buffer name to corrupt"),
@@ -117,14 +148,6 @@ find_key(const char *name)
         if (strcmp(keys[i].name, name) == 0)
             return &keys[i];
     return NULL;
-}
-
-static int
-fail(char *err, size_t errlen, const char *fmt, const char *a, const char *b)
-{
-    if (err && errlen)
-        snprintf(err, errlen, fmt, a, b);
-    return FOX_EINVAL;
 }
 
 /* "0,2" → bit mask; -1 when malformed. */
@@ -160,27 +183,29 @@ set_key(fox_config *cfg, const key_def *k, const char *v, char *err, size_t errl
         if (k->offset == offsetof(fox_config, folds_mask)) {
             x = parse_folds(v);
             if (x < 0)
-                return fail(err, errlen, "%s: '%s' is not a list of fold indices like 0,1,2",
-                            k->name, v);
+                return fox_errf(err, errlen, FOX_EINVAL,
+                                "%s: '%s' is not a list of fold indices like 0,1,2", k->name, v);
         } else {
             x = strtol(v, &end, 10);
             if (end == v || *end || errno)
-                return fail(err, errlen, "%s: '%s' is not an integer", k->name, v);
+                return fox_errf(err, errlen, FOX_EINVAL, "%s: '%s' is not an integer", k->name, v);
         }
         if (x < k->min || x > k->max) {
             char range[64];
             snprintf(range, sizeof range, "%.0f..%.0f", k->min, k->max);
-            return fail(err, errlen, "%s: out of range %s", k->name, range);
+            return fox_errf(err, errlen, FOX_EINVAL, "%s: out of range %s", k->name, range);
         }
         *(int *)field = (int)x;
         return FOX_OK;
     }
     case FOX_CFG_U64: {
         if (*v == '-')
-            return fail(err, errlen, "%s: '%s' is not an unsigned integer", k->name, v);
+            return fox_errf(err, errlen, FOX_EINVAL, "%s: '%s' is not an unsigned integer", k->name,
+                            v);
         unsigned long long x = strtoull(v, &end, 10);
         if (end == v || *end || errno)
-            return fail(err, errlen, "%s: '%s' is not an unsigned integer", k->name, v);
+            return fox_errf(err, errlen, FOX_EINVAL, "%s: '%s' is not an unsigned integer", k->name,
+                            v);
         *(uint64_t *)field = x;
         return FOX_OK;
     }
@@ -188,11 +213,11 @@ set_key(fox_config *cfg, const key_def *k, const char *v, char *err, size_t errl
     case FOX_CFG_DOUBLE: {
         double x = strtod(v, &end);
         if (end == v || *end || errno || !isfinite(x))
-            return fail(err, errlen, "%s: '%s' is not a finite number", k->name, v);
+            return fox_errf(err, errlen, FOX_EINVAL, "%s: '%s' is not a finite number", k->name, v);
         if (x < k->min || x > k->max) {
             char range[64];
             snprintf(range, sizeof range, "%g..%g", k->min, k->max);
-            return fail(err, errlen, "%s: out of range %s", k->name, range);
+            return fox_errf(err, errlen, FOX_EINVAL, "%s: out of range %s", k->name, range);
         }
         if (k->type == FOX_CFG_FLOAT)
             *(float *)field = (float)x;
@@ -202,7 +227,7 @@ set_key(fox_config *cfg, const key_def *k, const char *v, char *err, size_t errl
     }
     case FOX_CFG_STR:
         if (strlen(v) >= k->size)
-            return fail(err, errlen, "%s: value too long%s", k->name, "");
+            return fox_errf(err, errlen, FOX_EINVAL, "%s: value too long", k->name);
         memcpy(field, v, strlen(v) + 1);
         return FOX_OK;
     case FOX_CFG_ENUM:
@@ -212,7 +237,8 @@ set_key(fox_config *cfg, const key_def *k, const char *v, char *err, size_t errl
                 return FOX_OK;
             }
         }
-        return fail(err, errlen, "%s: '%s' is not one of the allowed choices", k->name, v);
+        return fox_errf(err, errlen, FOX_EINVAL, "%s: '%s' is not one of the allowed choices",
+                        k->name, v);
     }
     return FOX_EINTERNAL;
 }
@@ -234,7 +260,7 @@ fox_config_set(fox_config *cfg, const char *key, const char *value, char *err, s
         return FOX_EINVAL;
     const key_def *k = find_key(key);
     if (!k)
-        return fail(err, errlen, "%s: unknown configuration key%s", key, "");
+        return fox_errf(err, errlen, FOX_EINVAL, "%s: unknown configuration key", key);
     return set_key(cfg, k, value, err, errlen);
 }
 
@@ -243,11 +269,11 @@ fox_config_set_pair(fox_config *cfg, const char *pair, char *err, size_t errlen)
 {
     const char *eq = pair ? strchr(pair, '=') : NULL;
     if (!eq || eq == pair)
-        return fail(err, errlen, "'%s': expected key=value%s", pair ? pair : "", "");
+        return fox_errf(err, errlen, FOX_EINVAL, "'%s': expected key=value", pair ? pair : "");
     char key[128];
     size_t n = (size_t)(eq - pair);
     if (n >= sizeof key)
-        return fail(err, errlen, "'%s': key too long%s", pair, "");
+        return fox_errf(err, errlen, FOX_EINVAL, "'%s': key too long", pair);
     memcpy(key, pair, n);
     key[n] = 0;
     return fox_config_set(cfg, key, eq + 1, err, errlen);
@@ -330,15 +356,16 @@ int
 fox_config_validate(const fox_config *cfg, char *err, size_t errlen)
 {
     if (!(cfg->v_min < cfg->v_max))
-        return fail(err, errlen, "model.v_min must be below model.v_max%s%s", "", "");
+        return fox_errf(err, errlen, FOX_EINVAL, "model.v_min must be below model.v_max");
     if (cfg->state_dim < 4 + 3)
-        return fail(err, errlen, "model.state_dim too small for the portfolio features%s%s", "", "");
+        return fox_errf(err, errlen, FOX_EINVAL,
+                        "model.state_dim too small for the portfolio features");
     if (cfg->eps_end > cfg->eps_start)
-        return fail(err, errlen, "train.eps_end must not exceed train.eps_start%s%s", "", "");
+        return fox_errf(err, errlen, FOX_EINVAL, "train.eps_end must not exceed train.eps_start");
     if (cfg->folds_mask >> cfg->n_folds)
-        return fail(err, errlen, "train.folds names a fold beyond data.folds%s%s", "", "");
+        return fox_errf(err, errlen, FOX_EINVAL, "train.folds names a fold beyond data.folds");
     if (cfg->fault_kind != FOX_FAULT_NONE && !cfg->fault_buffer[0])
-        return fail(err, errlen, "debug.inject_fault.kind set without debug.inject_fault.buffer%s%s",
-                    "", "");
+        return fox_errf(err, errlen, FOX_EINVAL,
+                        "debug.inject_fault.kind set without debug.inject_fault.buffer");
     return FOX_OK;
 }

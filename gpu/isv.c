@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "hash.h"
 #include "model.h"
 #include "rng.h"
 #include "sentinel.h"
@@ -156,35 +157,6 @@ fox_isv_init(float *isv)
 
 /* ---- layout fingerprint -------------------------------------------------------------- */
 
-/* FNV-1a 64, byte by byte, so the hash is independent of host endianness and struct padding. */
-static uint64_t
-fnv_bytes(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *c = p;
-    for (size_t i = 0; i < n; i++) {
-        h ^= c[i];
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
-
-static uint64_t
-fnv_u64(uint64_t h, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) {
-        unsigned char b = (unsigned char)(v >> (8 * i));
-        h = fnv_bytes(h, &b, 1);
-    }
-    return h;
-}
-
-/* A name with its terminating NUL, so "ab"+"c" and "a"+"bc" hash apart. */
-static uint64_t
-fnv_str(uint64_t h, const char *s)
-{
-    return fnv_bytes(h, s, strlen(s) + 1);
-}
-
 /*
  * Shape a 32-bit half into a normal finite float pattern: clear bit 30 (the
  * exponent field stays ≤ 127, so no Inf/NaN and |v| < 2) and set bit 29 (the
@@ -201,20 +173,20 @@ fox__isv_fingerprint_of(const fox_isv_slot_info *isv_named, int n_isv_named, int
                         const char *const *sentinel_names, int n_sentinel,
                         uint64_t model_layout_hash, int format_version)
 {
-    uint64_t h = 0xcbf29ce484222325ULL;
-    h = fnv_str(h, "foxhunt layout fingerprint v1");
-    h = fnv_u64(h, (uint64_t)isv_dim);
+    uint64_t h = FOX_FNV_OFFSET;
+    h = fox_fnv1a_str(h, "foxhunt layout fingerprint v1");
+    h = fox_fnv1a_u64(h, (uint64_t)isv_dim);
     for (int k = 0; k < n_isv_named; k++) {
-        h = fnv_u64(h, (uint64_t)isv_named[k].index);
-        h = fnv_str(h, isv_named[k].name);
+        h = fox_fnv1a_u64(h, (uint64_t)isv_named[k].index);
+        h = fox_fnv1a_str(h, isv_named[k].name);
     }
-    h = fnv_u64(h, (uint64_t)n_sentinel);
+    h = fox_fnv1a_u64(h, (uint64_t)n_sentinel);
     for (int i = 0; i < n_sentinel; i++) {
-        h = fnv_u64(h, (uint64_t)i);
-        h = fnv_str(h, sentinel_names[i] ? sentinel_names[i] : "");
+        h = fox_fnv1a_u64(h, (uint64_t)i);
+        h = fox_fnv1a_str(h, sentinel_names[i] ? sentinel_names[i] : "");
     }
-    h = fnv_u64(h, model_layout_hash);
-    h = fnv_u64(h, (uint64_t)(int64_t)format_version);
+    h = fox_fnv1a_u64(h, model_layout_hash);
+    h = fox_fnv1a_u64(h, (uint64_t)(int64_t)format_version);
     /* FNV's last bytes barely reach the high bits; one splitmix64 round spreads them. */
     h = fox_rng_mix(h);
     uint64_t lo = float_safe((uint32_t)h), hi = float_safe((uint32_t)(h >> 32));

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "hash.h"
 #include "model.h"
 #include "rng.h"
 
@@ -206,38 +207,17 @@ fox_model_init_params(const fox_model_layout *lay, float *params, uint64_t seed)
     }
 }
 
-static uint64_t
-fnv1a(uint64_t h, const void *data, size_t len)
-{
-    const unsigned char *b = data;
-    for (size_t k = 0; k < len; k++) {
-        h ^= b[k];
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
-
-/* Integers are hashed as little-endian bytes, so the hash does not depend on the host. */
-static uint64_t
-fnv1a_u64(uint64_t h, uint64_t v)
-{
-    unsigned char b[8];
-    for (int k = 0; k < 8; k++)
-        b[k] = (unsigned char)(v >> (8 * k));
-    return fnv1a(h, b, sizeof b);
-}
-
 uint64_t
 fox_model_layout_hash(const fox_model_layout *lay)
 {
-    uint64_t h = 0xcbf29ce484222325ULL;
+    uint64_t h = FOX_FNV_OFFSET;
     for (int i = 0; i < FOX_P_COUNT; i++) {
         const fox_tensor_desc *t = &lay->t[i];
-        h = fnv1a(h, t->name, strlen(t->name) + 1);
-        h = fnv1a_u64(h, (uint64_t)t->group);
-        h = fnv1a_u64(h, (uint64_t)t->rows);
-        h = fnv1a_u64(h, (uint64_t)t->cols);
-        h = fnv1a_u64(h, (uint64_t)t->offset);
+        h = fox_fnv1a_str(h, t->name);
+        h = fox_fnv1a_u64(h, (uint64_t)t->group);
+        h = fox_fnv1a_u64(h, (uint64_t)t->rows);
+        h = fox_fnv1a_u64(h, (uint64_t)t->cols);
+        h = fox_fnv1a_u64(h, (uint64_t)t->offset);
     }
-    return fnv1a_u64(h, (uint64_t)lay->n_params);
+    return fox_fnv1a_u64(h, (uint64_t)lay->n_params);
 }

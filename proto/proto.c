@@ -124,21 +124,6 @@ clean(char *buf, size_t len, const char *s)
     return buf;
 }
 
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int
-fail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 /* An integral JSON number within [lo, hi]. */
 static int
 get_int(const cJSON *v, int64_t lo, int64_t hi, int64_t *out)
@@ -258,19 +243,19 @@ parse_arg(fox_request *req, const arg_spec *sp, const cJSON *v, char *err, size_
     switch (sp->type) {
     case A_INT:
         if (!get_int(v, sp->lo, sp->hi, &x))
-            return fail(err, errlen, FOX_EINVAL, "%s: args.%s must be an integer in [%lld, %lld]",
+            return fox_errf(err, errlen, FOX_EINVAL, "%s: args.%s must be an integer in [%lld, %lld]",
                         cmd, sp->name, (long long)sp->lo, (long long)sp->hi);
         *(int *)field = (int)x;
         return FOX_OK;
     case A_BOOL:
         if (!cJSON_IsBool(v))
-            return fail(err, errlen, FOX_EINVAL, "%s: args.%s must be true or false", cmd,
+            return fox_errf(err, errlen, FOX_EINVAL, "%s: args.%s must be true or false", cmd,
                         sp->name);
         *(int *)field = cJSON_IsTrue(v);
         return FOX_OK;
     case A_STR:
         if (!cJSON_IsString(v) || v->valuestring[0] == 0 || strlen(v->valuestring) > (size_t)sp->hi)
-            return fail(err, errlen, FOX_EINVAL,
+            return fox_errf(err, errlen, FOX_EINVAL,
                         "%s: args.%s must be a non-empty string of at most %lld bytes", cmd,
                         sp->name, (long long)sp->hi);
         *(const char **)field = v->valuestring;
@@ -279,22 +264,22 @@ parse_arg(fox_request *req, const arg_spec *sp, const cJSON *v, char *err, size_
         if (!cJSON_IsString(v) ||
             (strcmp(v->valuestring, "nan") != 0 && strcmp(v->valuestring, "inf") != 0 &&
              strcmp(v->valuestring, "huge") != 0))
-            return fail(err, errlen, FOX_EINVAL, "%s: args.%s must be \"nan\", \"inf\" or \"huge\"",
+            return fox_errf(err, errlen, FOX_EINVAL, "%s: args.%s must be \"nan\", \"inf\" or \"huge\"",
                         cmd, sp->name);
         *(const char **)field = v->valuestring;
         return FOX_OK;
     case A_FOLDS: {
         int mask = 0, n = 0;
         if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) == 0)
-            return fail(err, errlen, FOX_EINVAL, "%s: args.%s must be a non-empty array of folds",
+            return fox_errf(err, errlen, FOX_EINVAL, "%s: args.%s must be a non-empty array of folds",
                         cmd, sp->name);
         for (const cJSON *it = v->child; it; it = it->next, n++) {
             if (!get_int(it, sp->lo, sp->hi, &x))
-                return fail(err, errlen, FOX_EINVAL,
+                return fox_errf(err, errlen, FOX_EINVAL,
                             "%s: args.%s[%d] must be a fold number in [%lld, %lld]", cmd, sp->name,
                             n, (long long)sp->lo, (long long)sp->hi);
             if (mask & (1 << x))
-                return fail(err, errlen, FOX_EINVAL, "%s: args.%s names fold %lld twice", cmd,
+                return fox_errf(err, errlen, FOX_EINVAL, "%s: args.%s names fold %lld twice", cmd,
                             sp->name, (long long)x);
             mask |= 1 << x;
         }
@@ -304,7 +289,7 @@ parse_arg(fox_request *req, const arg_spec *sp, const cJSON *v, char *err, size_
     case A_SLOTS: {
         int n = 0;
         if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) > FOX_PROTO_MAX_SLOTS)
-            return fail(err, errlen, FOX_EINVAL,
+            return fox_errf(err, errlen, FOX_EINVAL,
                         "%s: args.%s must be an array of at most %d slot indices or names", cmd,
                         sp->name, FOX_PROTO_MAX_SLOTS);
         for (const cJSON *it = v->child; it; it = it->next, n++) {
@@ -315,7 +300,7 @@ parse_arg(fox_request *req, const arg_spec *sp, const cJSON *v, char *err, size_
                 req->slots[n].index = -1;
                 req->slots[n].name = it->valuestring;
             } else {
-                return fail(err, errlen, FOX_EINVAL,
+                return fox_errf(err, errlen, FOX_EINVAL,
                             "%s: args.%s[%d] must be a slot index in [%lld, %lld] or a name", cmd,
                             sp->name, n, (long long)sp->lo, (long long)sp->hi);
             }
@@ -326,11 +311,11 @@ parse_arg(fox_request *req, const arg_spec *sp, const cJSON *v, char *err, size_
     case A_KEYS: {
         int n = 0;
         if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) > FOX_PROTO_MAX_KEYS)
-            return fail(err, errlen, FOX_EINVAL, "%s: args.%s must be an array of at most %d keys",
+            return fox_errf(err, errlen, FOX_EINVAL, "%s: args.%s must be an array of at most %d keys",
                         cmd, sp->name, FOX_PROTO_MAX_KEYS);
         for (const cJSON *it = v->child; it; it = it->next, n++) {
             if (!is_name(it))
-                return fail(err, errlen, FOX_EINVAL,
+                return fox_errf(err, errlen, FOX_EINVAL,
                             "%s: args.%s[%d] must be a key of 1 to %d bytes", cmd, sp->name, n,
                             FOX_PROTO_NAME_MAX);
             req->keys[n] = it->valuestring;
@@ -342,19 +327,19 @@ parse_arg(fox_request *req, const arg_spec *sp, const cJSON *v, char *err, size_
         const char *dup;
         int n = cJSON_GetArraySize(v);
         if (!cJSON_IsObject(v) || n == 0 || n > FOX_PROTO_MAX_KEYS)
-            return fail(err, errlen, FOX_EINVAL,
+            return fox_errf(err, errlen, FOX_EINVAL,
                         "%s: args.%s must be an object of 1 to %d key: value pairs", cmd, sp->name,
                         FOX_PROTO_MAX_KEYS);
         if (has_duplicate(v, &dup))
-            return fail(err, errlen, FOX_EINVAL, "%s: args.%s names key '%s' twice", cmd, sp->name,
+            return fox_errf(err, errlen, FOX_EINVAL, "%s: args.%s names key '%s' twice", cmd, sp->name,
                         clean(nb, sizeof nb, dup));
         for (const cJSON *it = v->child; it; it = it->next) {
             size_t kl = strlen(it->string);
             if (kl == 0 || kl > FOX_PROTO_NAME_MAX)
-                return fail(err, errlen, FOX_EINVAL, "%s: args.%s has a key of %zu bytes", cmd,
+                return fox_errf(err, errlen, FOX_EINVAL, "%s: args.%s has a key of %zu bytes", cmd,
                             sp->name, kl);
             if (!cJSON_IsNumber(it) && !cJSON_IsString(it) && !cJSON_IsBool(it))
-                return fail(err, errlen, FOX_EINVAL,
+                return fox_errf(err, errlen, FOX_EINVAL,
                             "%s: args.%s.%s must be a number, string or boolean", cmd, sp->name,
                             clean(nb, sizeof nb, it->string));
         }
@@ -362,7 +347,7 @@ parse_arg(fox_request *req, const arg_spec *sp, const cJSON *v, char *err, size_
         return FOX_OK;
     }
     }
-    return fail(err, errlen, FOX_EINTERNAL, "unhandled argument type");
+    return fox_errf(err, errlen, FOX_EINTERNAL, "unhandled argument type");
 }
 
 static int
@@ -374,9 +359,9 @@ parse_args(fox_request *req, const cJSON *args, char *err, size_t errlen)
     char nb[48];
 
     if (args && !cJSON_IsObject(args))
-        return fail(err, errlen, FOX_EINVAL, "%s: args must be an object", cmd);
+        return fox_errf(err, errlen, FOX_EINVAL, "%s: args must be an object", cmd);
     if (args && has_duplicate(args, &dup))
-        return fail(err, errlen, FOX_EINVAL, "%s: args.%s given twice", cmd,
+        return fox_errf(err, errlen, FOX_EINVAL, "%s: args.%s given twice", cmd,
                     clean(nb, sizeof nb, dup));
     /* Unknown fields first: a typo must not pass as "optional, absent". */
     for (const cJSON *it = args ? args->child : NULL; it; it = it->next) {
@@ -384,14 +369,14 @@ parse_args(fox_request *req, const cJSON *args, char *err, size_t errlen)
         while (sp->name && strcmp(sp->name, it->string) != 0)
             sp++;
         if (!sp->name)
-            return fail(err, errlen, FOX_EINVAL, "%s: unknown field args.%s", cmd,
+            return fox_errf(err, errlen, FOX_EINVAL, "%s: unknown field args.%s", cmd,
                         clean(nb, sizeof nb, it->string));
     }
     for (const arg_spec *sp = specs; sp->name; sp++) {
         const cJSON *v = args ? cJSON_GetObjectItemCaseSensitive(args, sp->name) : NULL;
         if (!v) {
             if (sp->required)
-                return fail(err, errlen, FOX_EINVAL, "%s: missing args.%s", cmd, sp->name);
+                return fox_errf(err, errlen, FOX_EINVAL, "%s: missing args.%s", cmd, sp->name);
             continue;
         }
         int rv = parse_arg(req, sp, v, err, errlen);
@@ -414,19 +399,19 @@ parse_json(const char *buf, size_t len, char *err, size_t errlen)
     if (len > 0 && buf[len - 1] == 0)
         len--;
     if (memchr(buf, 0, len)) {
-        fail(err, errlen, 0, "message contains a NUL byte");
+        fox_errf(err, errlen, 0, "message contains a NUL byte");
         return NULL;
     }
     const char *end = NULL;
     cJSON *doc = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
     if (!doc) {
         size_t at = end ? (size_t)(end - buf) : 0;
-        fail(err, errlen, 0, "not valid JSON (at byte %zu of %zu)", at, len);
+        fox_errf(err, errlen, 0, "not valid JSON (at byte %zu of %zu)", at, len);
         return NULL;
     }
     for (const char *p = end; p < buf + len; p++)
         if (!isspace((unsigned char)*p)) {
-            fail(err, errlen, 0, "trailing bytes after the JSON value (byte %zu)",
+            fox_errf(err, errlen, 0, "trailing bytes after the JSON value (byte %zu)",
                  (size_t)(p - buf));
             cJSON_Delete(doc);
             return NULL;
@@ -449,13 +434,13 @@ fox_proto_parse_request(fox_request *req, const char *buf, size_t len, char *err
         err[0] = 0;
 
     if (len > FOX_PROTO_MAX_MSG)
-        return fail(err, errlen, FOX_EPROTO, "message of %zu bytes exceeds the limit of %d", len,
+        return fox_errf(err, errlen, FOX_EPROTO, "message of %zu bytes exceeds the limit of %d", len,
                     FOX_PROTO_MAX_MSG);
     req->doc = parse_json(buf, len, err, errlen);
     if (!req->doc)
         return FOX_EPROTO;
     if (!cJSON_IsObject(req->doc))
-        return fail(err, errlen, FOX_EPROTO, "a request must be a JSON object");
+        return fox_errf(err, errlen, FOX_EPROTO, "a request must be a JSON object");
 
     /* Read the id before anything can fail, so that even errors carry it. */
     id = cJSON_GetObjectItemCaseSensitive(req->doc, "id");
@@ -464,40 +449,40 @@ fox_proto_parse_request(fox_request *req, const char *buf, size_t len, char *err
         req->id = x;
     }
     if (has_duplicate(req->doc, &dup))
-        return fail(err, errlen, FOX_EPROTO, "field '%s' given twice", clean(nb, sizeof nb, dup));
+        return fox_errf(err, errlen, FOX_EPROTO, "field '%s' given twice", clean(nb, sizeof nb, dup));
     for (const cJSON *it = req->doc->child; it; it = it->next)
         if (strcmp(it->string, "v") && strcmp(it->string, "id") && strcmp(it->string, "cmd") &&
             strcmp(it->string, "args") && strcmp(it->string, "token"))
-            return fail(err, errlen, FOX_EPROTO, "unknown field '%s'",
+            return fox_errf(err, errlen, FOX_EPROTO, "unknown field '%s'",
                         clean(nb, sizeof nb, it->string));
 
     v = cJSON_GetObjectItemCaseSensitive(req->doc, "v");
     if (!v)
-        return fail(err, errlen, FOX_EPROTO, "missing v (protocol version)");
+        return fox_errf(err, errlen, FOX_EPROTO, "missing v (protocol version)");
     if (!get_int(v, FOX_PROTO_VERSION, FOX_PROTO_VERSION, &x))
-        return fail(err, errlen, FOX_EPROTO, "unsupported protocol version (this is v%d)",
+        return fox_errf(err, errlen, FOX_EPROTO, "unsupported protocol version (this is v%d)",
                     FOX_PROTO_VERSION);
     if (!id)
-        return fail(err, errlen, FOX_EPROTO, "missing id");
+        return fox_errf(err, errlen, FOX_EPROTO, "missing id");
     if (!req->has_id)
-        return fail(err, errlen, FOX_EPROTO, "id must be an integer in [0, 2^53-1]");
+        return fox_errf(err, errlen, FOX_EPROTO, "id must be an integer in [0, 2^53-1]");
 
     token = cJSON_GetObjectItemCaseSensitive(req->doc, "token");
     if (token) {
         if (!cJSON_IsString(token) || strlen(token->valuestring) > FOX_PROTO_TOKEN_MAX)
-            return fail(err, errlen, FOX_EPROTO, "token must be a string of at most %d bytes",
+            return fox_errf(err, errlen, FOX_EPROTO, "token must be a string of at most %d bytes",
                         FOX_PROTO_TOKEN_MAX);
         req->token = token->valuestring;
     }
 
     cmd = cJSON_GetObjectItemCaseSensitive(req->doc, "cmd");
     if (!cmd)
-        return fail(err, errlen, FOX_EPROTO, "missing cmd");
+        return fox_errf(err, errlen, FOX_EPROTO, "missing cmd");
     if (!cJSON_IsString(cmd))
-        return fail(err, errlen, FOX_EPROTO, "cmd must be a string");
+        return fox_errf(err, errlen, FOX_EPROTO, "cmd must be a string");
     req->cmd = fox_cmd_lookup(cmd->valuestring);
     if (req->cmd < 0)
-        return fail(err, errlen, FOX_EUNKNOWN, "unknown command '%s'",
+        return fox_errf(err, errlen, FOX_EUNKNOWN, "unknown command '%s'",
                     clean(nb, sizeof nb, cmd->valuestring));
 
     args = cJSON_GetObjectItemCaseSensitive(req->doc, "args");
@@ -640,7 +625,7 @@ fox_proto_parse_reply(fox_reply *rep, const char *buf, size_t len, char *err, si
     ok = cJSON_GetObjectItemCaseSensitive(rep->doc, "ok");
     if (!cJSON_IsObject(rep->doc) || !get_int(v, FOX_PROTO_VERSION, FOX_PROTO_VERSION, &x) ||
         !cJSON_IsBool(ok))
-        return fail(err, errlen, FOX_EPROTO, "reply lacks v:%d or ok", FOX_PROTO_VERSION);
+        return fox_errf(err, errlen, FOX_EPROTO, "reply lacks v:%d or ok", FOX_PROTO_VERSION);
     if (get_int(id, 0, FOX_PROTO_MAX_ID, &x)) {
         rep->has_id = 1;
         rep->id = x;
@@ -649,14 +634,14 @@ fox_proto_parse_reply(fox_reply *rep, const char *buf, size_t len, char *err, si
     if (rep->ok) {
         rep->result = cJSON_GetObjectItemCaseSensitive(rep->doc, "result");
         if (!cJSON_IsObject(rep->result))
-            return fail(err, errlen, FOX_EPROTO, "reply lacks a result object");
+            return fox_errf(err, errlen, FOX_EPROTO, "reply lacks a result object");
         return FOX_OK;
     }
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(rep->doc, "error");
     const cJSON *code = cJSON_GetObjectItemCaseSensitive(e, "code");
     const cJSON *msg = cJSON_GetObjectItemCaseSensitive(e, "message");
     if (!cJSON_IsString(code) || !cJSON_IsString(msg))
-        return fail(err, errlen, FOX_EPROTO, "error reply lacks code or message");
+        return fox_errf(err, errlen, FOX_EPROTO, "error reply lacks code or message");
     rep->code_name = code->valuestring;
     rep->message = msg->valuestring;
     rep->code = fox_proto_code_lookup(code->valuestring);
@@ -689,7 +674,7 @@ fox_proto_parse_event(fox_event *ev, const char *buf, size_t len, char *err, siz
     t = cJSON_GetObjectItemCaseSensitive(ev->doc, "time_ms");
     data = cJSON_GetObjectItemCaseSensitive(ev->doc, "data");
     if (!cJSON_IsString(type) || !get_int(seq, 0, FOX_PROTO_MAX_ID, &x) || !cJSON_IsObject(data))
-        return fail(err, errlen, FOX_EPROTO, "event lacks event, seq or data");
+        return fox_errf(err, errlen, FOX_EPROTO, "event lacks event, seq or data");
     ev->type = type->valuestring;
     ev->seq = (uint64_t)x;
     ev->time_ms = get_int(t, 0, FOX_PROTO_MAX_ID, &x) ? x : 0;

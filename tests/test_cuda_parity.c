@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "bounds.h"
 #include "cpu/net.h"
 #include "cpu/optim.h"
 #include "cuda/cuda_backend.h"
@@ -28,6 +29,7 @@
 #include "isv.h"
 #include "log.h"
 #include "rng.h"
+#include "sentinel.h"
 
 #define ck_assert_fox_ok(expr)                                                                     \
     do {                                                                                           \
@@ -482,6 +484,102 @@ START_TEST(adam_step)
 END_TEST
 
 /* ------------------------------------------------------------------------------------------ */
+/* The stability kernels against their CPU twins (sentinel.h, bounds.h)                        */
+
+/* The fused check kernel fires exactly when fox_sentinel_check does, on each kind of rule. */
+START_TEST(check_kernel_vs_cpu)
+{
+    size_t n = 40000; /* three chunks of the check kernel */
+    float *x = malloc(n * sizeof *x), isv[FOX_ISV_TOTAL_DIM];
+    ck_assert_ptr_nonnull(x);
+    fox_isv_init(isv);
+    isv[FOX_ISV_Q_ABS_REF] = 3.0f;
+    isv[FOX_ISV_H_S2_RMS_EMA] = 0.5f; /* below 1: eff = 1 (the ε on the multiplier) */
+    fox_rng rng;
+    fox_rng_seed(&rng, 9);
+    const int slots[] = {FOX_SENT_H_S1, FOX_SENT_TRUNK_WEIGHT_MAX, FOX_SENT_H_S2_MAX_ABS,
+                         FOX_SENT_TRUNK_ADAM_V_MAX, FOX_SENT_ATOM_SPAN_MAX};
+    int cases = 0;
+    for (size_t si = 0; si < sizeof slots / sizeof slots[0]; si++) {
+        int slot = slots[si];
+        float t = 0.0f;
+        if (fox_sentinel_kind(slot) == FOX_SENT_KIND_THRESHOLD)
+            ck_assert_fox_ok(fox_sentinel_threshold(slot, isv, &t));
+        size_t len = slot == FOX_SENT_ATOM_SPAN_MAX ? 51 : n;
+        /* clean; one NaN; one Inf; at the threshold; just below it */
+        for (int c = 0; c < 5; c++) {
+            for (size_t k = 0; k < len; k++)
+                x[k] = (float)fox_rng_normal(&rng);
+            size_t at = (size_t)fox_rng_below(&rng, (uint32_t)len);
+            if (c == 1)
+                x[at] = NAN;
+            else if (c == 2)
+                x[at] = -INFINITY;
+            else if (c == 3 && t > 0.0f)
+                x[at] = slot == FOX_SENT_ATOM_SPAN_MAX ? x[at] + t : t;
+            else if (c == 4 && t > 0.0f)
+                x[at] = slot == FOX_SENT_ATOM_SPAN_MAX ? 0.0f : nextafterf(t, 0.0f);
+            int cpu = 0, gpu_fired = -1;
+            ck_assert_fox_ok(fox_sentinel_check(slot, x, len, isv, &cpu));
+            ck_assert_fox_ok(fox_cuda_debug_check(gpu, slot, x, len, isv, &gpu_fired));
+            ck_assert_msg(gpu_fired == cpu, "slot %d case %d: gpu %d cpu %d", slot, c, gpu_fired,
+                          cpu);
+            cases++;
+        }
+    }
+    printf("stab check kernel: %d cases over %zu slots agree with fox_sentinel_check\n", cases,
+           sizeof slots / sizeof slots[0]);
+    free(x);
+}
+END_TEST
+
+/* Mech 10's site: the clamped h_s2, the RMS EMA and slots 12 / 49 as stab.c computes them. */
+START_TEST(h_s2_site_vs_cpu)
+{
+    size_t n = (size_t)BATCH * 128;
+    float *h = malloc(n * sizeof *h), *ref = malloc(n * sizeof *ref);
+    float isv[FOX_ISV_TOTAL_DIM], isv_ref[FOX_ISV_TOTAL_DIM];
+    int flags[FOX_SENTINEL_SLOTS];
+    ck_assert(h && ref);
+    fox_rng rng;
+    fox_rng_seed(&rng, 12);
+    for (int pass = 0; pass < 2; pass++) {
+        fox_isv_init(isv);
+        isv[FOX_ISV_H_S2_RMS_EMA] = pass ? 2.0f : 0.0f; /* the Pearl A sentinel, then a value */
+        memcpy(isv_ref, isv, sizeof isv);
+        for (size_t k = 0; k < n; k++)
+            h[k] = 3.0f * (float)fox_rng_normal(&rng);
+        if (pass) {
+            h[5] = NAN;
+            h[n / 2] = INFINITY;
+            h[n - 3] = -5e5f; /* past 100 × h_eff and past slot 49's 1e3 × h_eff */
+        }
+        int f12 = fox_sentinel_check_nonfinite(h, n), f49 = 0;
+        ck_assert_fox_ok(fox_sentinel_check(FOX_SENT_H_S2_MAX_ABS, h, n, isv_ref, &f49));
+        float bound = fox_bound_h_s2_fixed(isv_ref[FOX_ISV_H_S2_RMS_EMA]);
+        double ss = 0.0;
+        for (size_t k = 0; k < n; k++) {
+            ref[k] = fox_clamp_finite(h[k], bound);
+            ss += (double)ref[k] * ref[k];
+        }
+        float rms = fox_ema_first(isv_ref[FOX_ISV_H_S2_RMS_EMA], (float)sqrt(ss / (double)n),
+                                  FOX_SIGNAL_EMA_ALPHA);
+        ck_assert_fox_ok(fox_cuda_debug_h_s2_site(gpu, h, n, isv, flags));
+        ck_assert_msg(memcmp(h, ref, n * sizeof *h) == 0, "pass %d: clamped h_s2 differs", pass);
+        ck_assert_int_eq(flags[FOX_SENT_H_S2], f12);
+        ck_assert_int_eq(flags[FOX_SENT_H_S2_MAX_ABS], f49);
+        double e = rel_scalar(isv[FOX_ISV_H_S2_RMS_EMA], rms);
+        ck_assert_msg(e < 1e-6, "pass %d: H_S2_RMS_EMA gpu %g cpu %g", pass,
+                      (double)isv[FOX_ISV_H_S2_RMS_EMA], (double)rms);
+        printf("stab h_s2 site pass %d: clamp identical, flags 12=%d 49=%d as the CPU, RMS EMA %.6g "
+               "(rel err %.2g)\n", pass, f12, f49, (double)rms, e);
+    }
+    free(h);
+    free(ref);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
 /* Engine level: graphs, determinism, ISV, memory, a short fold against the CPU                */
 
 static fox_engine *
@@ -640,6 +738,8 @@ main(void)
     tcase_add_test(tc, tf32_accuracy);
     tcase_add_test(tc, adam_step);
     tcase_add_test(tc, replay_memory);
+    tcase_add_test(tc, check_kernel_vs_cpu);
+    tcase_add_test(tc, h_s2_site_vs_cpu);
     suite_add_tcase(s, tc);
     TCase *te = tcase_create("engine");
     tcase_set_timeout(te, 600);

@@ -41,11 +41,11 @@ fail() {
 }
 ok() { checks=$((checks + 1)); echo "ok $checks - $*"; }
 
-ctl() { timeout 120 "$FOXCTL" --url "$url" --pub "$pub" --token "$token" --timeout 10000 "$@"; }
-ctl_notoken() { timeout 60 "$FOXCTL" --url "$url" --pub "$pub" --timeout 10000 "$@"; }
+ctl() { timeout -k 5 120 "$FOXCTL" --url "$url" --pub "$pub" --token "$token" --timeout 10000 "$@"; }
+ctl_notoken() { timeout -k 5 60 "$FOXCTL" --url "$url" --pub "$pub" --timeout 10000 "$@"; }
 # One request through nngcat; prints the reply.
-nng() { timeout 30 nngcat --req --dial "$url" --recv-timeout 10 --ascii --data "$1"; }
-nng_file() { timeout 30 nngcat --req --dial "$url" --recv-timeout 10 --ascii --file "$1"; }
+nng() { timeout -k 5 30 nngcat --req --dial "$url" --recv-timeout 10 --ascii --data "$1"; }
+nng_file() { timeout -k 5 30 nngcat --req --dial "$url" --recv-timeout 10 --ascii --file "$1"; }
 
 # expect_code JSON CODE WHAT: the reply carries error code CODE.
 expect_code() {
@@ -140,7 +140,7 @@ ctl resume | grep -q training || fail "resume"
 ok "resume"
 
 # ----------------------------------------------- load while training
-out=$(timeout 300 "$LOAD" "$url" 8 1000) || fail "load: $out"
+out=$(timeout -k 5 300 "$LOAD" "$url" 8 1000) || fail "load: $out"
 ok "load: $out"
 
 ctl stop | grep -q idle || fail "stop"
@@ -199,7 +199,7 @@ if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
     # Let an unrelated uid reach the socket: it may read, it may not change state.
     chmod o+x "$dir"
     chmod 666 "$dir/foxd.sock"
-    as_nobody() { timeout 30 setpriv --reuid=65534 --regid=65534 --clear-groups nngcat --req \
+    as_nobody() { timeout -k 5 30 setpriv --reuid=65534 --regid=65534 --clear-groups nngcat --req \
         --dial "$url" --recv-timeout 10 --ascii --data "$1"; }
     out=$(as_nobody '{"v":1,"id":31,"cmd":"status"}')
     case $out in *'"ok":true'*) ;; *) fail "uid 65534 status: $out" ;; esac
@@ -213,7 +213,7 @@ fi
 # --------------------------------------- a resend is answered, not run twice
 ctl start-fold 0 --steps 100000000 --detach 2>/dev/null || fail "start-fold for resend"
 wait_state training
-out=$(timeout 30 nngcat --req --dial "$url" --recv-timeout 10 --ascii --count 2 --interval 1 \
+out=$(timeout -k 5 30 nngcat --req --dial "$url" --recv-timeout 10 --ascii --count 2 --interval 1 \
     --data "{\"v\":1,\"id\":4242,\"cmd\":\"pause\",\"token\":\"$token\"}")
 [ "$(echo "$out" | grep -o '"ok":true' | wc -l)" -eq 2 ] || fail "resend of pause: $out"
 ok "the same request twice from one client: the first answer twice (pause ran once)"
@@ -232,12 +232,12 @@ ok "the first foxd keeps serving new clients"
 # ------------------------------------------------------------ watch and events
 ctl watch --until state > "$dir/watch.out" 2>&1 &
 wpid=$!
-sleep 0.5
+sleep 1 # the SUB dial completes asynchronously
 ctl start-fold 2 --steps 20 --epochs 1 >/dev/null 2>&1 || fail "start-fold for watch"
 wait "$wpid" || fail "watch: $(cat "$dir/watch.out")"
 grep -q "state idle -> training" "$dir/watch.out" || fail "watch output: $(cat "$dir/watch.out")"
 ok "watch shows events from the PUB socket"
-timeout 30 nngcat --sub --dial "$pub" --subscribe '{"event":"state"' --ascii --count 1 > "$dir/sub.out" &
+timeout -k 5 30 nngcat --sub --dial "$pub" --subscribe '{"event":"state"' --ascii --count 1 > "$dir/sub.out" &
 spid=$!
 sleep 0.5
 ctl start-fold 0 --steps 20 --epochs 1 >/dev/null 2>&1 || fail "start-fold for nngcat sub"
@@ -248,13 +248,13 @@ ok "nngcat --sub receives events with seq"
 # A foreign process that does call listen on the path (nngcat: no lock) deafens
 # nng 1.5.2's listener (#1518); foxd's self-probe must notice and listen again.
 # (Whether the bug bites is a race; either way new clients must be served.)
-timeout 5 nngcat --rep --listen "$url" --data x >/dev/null 2>&1
+timeout -k 5 5 nngcat --rep --listen "$url" --data x >/dev/null 2>&1
 # Let the probe (every 300 ms, two failures to act) settle: a re-listen drops the
 # connections of that listener, so later steps must not straddle one.
 sleep 1.5
 served=0
 for _ in $(seq 1 25); do
-    if timeout 3 nngcat --req --dial "$url" --recv-timeout 1 --ascii \
+    if timeout -k 5 3 nngcat --req --dial "$url" --recv-timeout 1 --ascii \
         --data '{"v":1,"id":3,"cmd":"version"}' >/dev/null 2>&1; then
         served=1
         break
@@ -354,7 +354,7 @@ wait "$pid"
 pid=
 
 # ---------------------------------------------------------------- run --spawn
-out=$(TMPDIR=$dir timeout 300 "$FOXCTL" run --spawn --folds 0,1 "${TINY[@]}" 2>"$dir/spawn.err") ||
+out=$(TMPDIR=$dir timeout -k 5 300 "$FOXCTL" run --spawn --folds 0,1 "${TINY[@]}" 2>"$dir/spawn.err") ||
     fail "run --spawn: $(cat "$dir/spawn.err")"
 [ "$(echo "$out" | grep -cE '^ +[01] ')" -eq 2 ] || fail "run --spawn table: $out"
 ls "$dir" | grep -q "^foxctl-" && fail "run --spawn left its directory behind"

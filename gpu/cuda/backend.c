@@ -22,6 +22,7 @@
  * it. Single thread: the trainer's.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,15 @@ typedef struct cuda_backend {
     float *isv_dev;             /* the device's working copy */
     float *isv_map;             /* device address of the mapped ISV */
     float *dbg_scale;           /* device scalar: the debug hook's aux label scale */
+    /* stability */
+    fox_cuda_check checks[FOX_CUDA_MAX_CHECKS]; /* the fused-check table, host copy */
+    int n_checks;
+    fox_cuda_check *d_checks;   /* its device copy, set once at construction */
+    fox_cuda_chunk *d_chunks;   /* the check kernel's blocks over the table */
+    int n_chunks;
+    fox_cuda_rule *d_rules;     /* [FOX_SENTINEL_SLOTS] */
+    double *site_part;
+    int *flags_map;             /* device address of the mapped flags */
     float *dbg_w;               /* [B] the debug hook's importance weights */
     /* host */
     float *isv_mem;             /* mapped pinned, FOX_ISV_TOTAL_DIM */
@@ -111,7 +121,7 @@ fox__cuda_last_error(void)
 static int
 fail(cuda_backend *be, int rv, const char *op)
 {
-    if (rv == FOX_OK)
+    if (rv == FOX_OK || rv == FOX_EHALT) /* a halt's message is already in err */
         return rv;
     if (rv == FOX_ECUDA) {
         be->dead = 1;
@@ -127,6 +137,9 @@ fail(cuda_backend *be, int rv, const char *op)
         if ((be)->dead)                                                                            \
             return FOX_ECUDA;                                                                      \
     } while (0)
+
+static int sync_ctl(cuda_backend *be);
+static int put_ctl(cuda_backend *be);
 
 /* ------------------------------------------------------------------------------------------ */
 /* available / create / destroy                                                               */
@@ -179,7 +192,8 @@ cuda_destroy(fox_backend *be_)
     void *bufs[] = {be->xcol,    be->ctl,   be->fold,    be->envs,    be->wbar,    be->wport,
                     be->wr,      be->wa,    be->staged,  be->ring,    be->counts,  be->d_open,
                     be->d_high,  be->d_low, be->d_close, be->d_norm,  be->d_regime, be->isv_dev,
-                    be->dbg_scale, be->dbg_w};
+                    be->dbg_scale, be->dbg_w, be->d_checks, be->d_rules, be->site_part,
+                    be->d_chunks};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         cudaFree(bufs[k]);
     fox__cuda_net_fini(&be->net);
@@ -263,6 +277,7 @@ create_device(cuda_backend *be)
     FOX_CUDA_TRY(cudaHostAlloc((void **)&be->flags_mem, FOX_SENTINEL_SLOTS * sizeof(int),
                                cudaHostAllocMapped));
     FOX_CUDA_TRY(cudaHostGetDevicePointer((void **)&be->isv_map, be->isv_mem, 0));
+    FOX_CUDA_TRY(cudaHostGetDevicePointer((void **)&be->flags_map, be->flags_mem, 0));
     memset(be->flags_mem, 0, FOX_SENTINEL_SLOTS * sizeof(int));
     fox_isv_init(be->isv_mem);
     be->base.isv = be->isv_mem;
@@ -290,6 +305,239 @@ create_device(cuda_backend *be)
     return FOX_OK;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* The stability system's tables (stab.c's watch_buffers, on device buffers)                  */
+
+static int
+watch(cuda_backend *be, int slot, const float *ptr, int rows, int cols, int ld)
+{
+    if (!ptr || rows < 1 || cols < 1)
+        return FOX_OK;
+    if (be->n_checks == FOX_CUDA_MAX_CHECKS)
+        return FOX_EINTERNAL;
+    be->checks[be->n_checks++] = (fox_cuda_check){ptr, slot, rows, cols, ld};
+    return FOX_OK;
+}
+
+static int
+watch_run(cuda_backend *be, int slot, const float *ptr, size_t len)
+{
+    return watch(be, slot, ptr, 1, (int)len, (int)len);
+}
+
+/* The runs of a params-layout buffer over slot's param groups (fox_cpu_stab_watch_groups). */
+static int
+watch_groups(cuda_backend *be, int slot, const float *base)
+{
+    const fox_model_layout *lay = be->lay;
+    unsigned mask = fox_sentinel_info(slot)->groups;
+    size_t begin = 0, end = 0;
+    int open = 0;
+    for (int i = 0; i < FOX_P_COUNT; i++) {
+        size_t n = fox_tensor_size(lay, i);
+        if (!n)
+            continue;
+        if (mask == FOX_SENT_G_ALL || (mask & FOX_SENT_G(lay->t[i].group))) {
+            if (!open)
+                begin = lay->t[i].offset;
+            end = lay->t[i].offset + n;
+            open = 1;
+        } else if (open) {
+            FOX_TRY(watch_run(be, slot, base + begin, end - begin));
+            open = 0;
+        }
+    }
+    return open ? watch_run(be, slot, base + begin, end - begin) : FOX_OK;
+}
+
+/* The first watched element of slot (its table entry's start), or NULL. */
+static float *
+first_of(const cuda_backend *be, int slot)
+{
+    for (int k = 0; k < be->n_checks; k++)
+        if (be->checks[k].slot == slot)
+            return (float *)be->checks[k].ptr;
+    return NULL;
+}
+
+/*
+ * Every sentinel buffer the GPU step has, with the CPU's slot meaning; the
+ * inline slots (12, 33–35) and reserved ones are no entries. Where the GPU
+ * keeps a buffer in another shape the entry says so: v/adv logits and their
+ * gradients are column ranges of the packed head outputs (before the output
+ * biases, whose own NaN the params slot sees); current_lp watches the
+ * online log-probabilities of every action (a superset of the chosen ones);
+ * aux_loss and total_loss are the step's scalars in ctl.
+ */
+static int
+build_table(cuda_backend *be)
+{
+    fox_cuda_net *n = &be->net;
+    const fox_cuda_dims *dm = &n->dm;
+    int B = be->B, S = be->S, H2 = dm->H2, NT = dm->NT, NAct = dm->NAct;
+    int rq = B * NT, lpw = NAct * dm->NA;
+    fox_cuda_fwd *on = &n->on;
+    float *ctl = (float *)be->ctl;
+    FOX_TRY(watch(be, FOX_SENT_STATES, n->bt.s2, B, S, S));
+    FOX_TRY(watch(be, FOX_SENT_V_LOGITS, on->out, B, dm->NA, dm->OW));
+    FOX_TRY(watch(be, FOX_SENT_ADV_LOGITS, on->out + dm->OS, B, dm->D * dm->OS, dm->OW));
+    FOX_TRY(watch_run(be, FOX_SENT_AUX_LOSS, ctl + offsetof(fox_cuda_ctl, loss_aux) / 4, 1));
+    FOX_TRY(watch(be, FOX_SENT_NEXT_STATES, n->bt.s2 + (size_t)B * S, B, S, S));
+    FOX_TRY(watch(be, FOX_SENT_TARGET_LOGITS, n->tg.logp, B, lpw, lpw));
+    FOX_TRY(watch_run(be, FOX_SENT_GRADS, n->grads, be->np));
+    FOX_TRY(watch(be, FOX_SENT_CURRENT_LP, on->logp, B, lpw, lpw));
+    FOX_TRY(watch_run(be, FOX_SENT_PROJECTED, n->proj, (size_t)B * dm->D * dm->NA));
+    FOX_TRY(watch(be, FOX_SENT_IQN_Q_ONLINE, n->iq.q, rq, NAct, NAct));
+    FOX_TRY(watch(be, FOX_SENT_IQN_Q_TARGET, n->iq.q + (size_t)rq * NAct, rq, NAct, NAct));
+    FOX_TRY(watch_run(be, FOX_SENT_TD_ERRORS, n->bt.prio, B));
+    FOX_TRY(watch(be, FOX_SENT_H_S1, on->g1.y, B, dm->H1, dm->H1));
+    FOX_TRY(watch_run(be, FOX_SENT_PARAMS, n->params, be->np));
+    FOX_TRY(watch_run(be, FOX_SENT_REWARDS, n->bt.r, B));
+    FOX_TRY(watch(be, FOX_SENT_H_S2_ETA2, on->g2.eta2, B, H2, H2));
+    FOX_TRY(watch(be, FOX_SENT_H_S2_ETA1, on->g2.eta1, B, H2, H2));
+    FOX_TRY(watch(be, FOX_SENT_H_S2_GATE, on->g2.zgv, B, H2, H2));
+    FOX_TRY(watch(be, FOX_SENT_H_S2_GLU, n->glu, B, H2, H2));
+    FOX_TRY(watch(be, FOX_SENT_H_S2_LN_IN, n->ln_in, B, H2, H2));
+    FOX_TRY(watch_run(be, FOX_SENT_TOTAL_LOSS, ctl + offsetof(fox_cuda_ctl, loss) / 4, 1));
+    FOX_TRY(watch(be, FOX_SENT_ENV_OBS, be->xcol, be->N, S, S));
+    FOX_TRY(watch_run(be, FOX_SENT_REPLAY_PRIORITIES, n->bt.prio, B));
+    FOX_TRY(watch(be, FOX_SENT_D_V_LOGITS, n->bw.dout, B, dm->NA, dm->OW));
+    FOX_TRY(watch(be, FOX_SENT_D_ADV_LOGITS, n->bw.dout + dm->OS, B, dm->D * dm->OS, dm->OW));
+    FOX_TRY(watch(be, FOX_SENT_IQN_TRUNK_GRAD, n->bw.d_x, rq, H2, H2));
+    FOX_TRY(watch(be, FOX_SENT_IQN_D_H_S2, n->bw.dh_iqn, B, H2, H2));
+    FOX_TRY(watch(be, FOX_SENT_D_IQN_Q, n->bw.d_q, rq, NAct, NAct));
+    FOX_TRY(watch(be, FOX_SENT_AUX_D_H_S2, n->bw.dh_aux, B, H2, H2));
+    FOX_TRY(watch(be, FOX_SENT_D_STATES, n->d_states, B, S, S));
+    for (int i = FOX_SENT_HALT_END; i < FOX_SENTINEL_SLOTS; i++) {
+        const char *buf = fox_sentinel_buffer(i);
+        const float *base = strcmp(buf, "params") == 0   ? n->params
+                            : strcmp(buf, "adam_m") == 0 ? n->adam_m
+                            : strcmp(buf, "adam_v") == 0 ? n->adam_v
+                                                         : NULL;
+        if (base)
+            FOX_TRY(watch_groups(be, i, base));
+    }
+    FOX_TRY(watch(be, FOX_SENT_TARGET_Q_POST_CLIP, n->tq, B, dm->D * NT, dm->D * NT));
+    FOX_TRY(watch_run(be, FOX_SENT_ATOM_SPAN_MAX, n->z, dm->NA));
+    FOX_TRY(watch(be, FOX_SENT_H_S2_MAX_ABS, on->g2.y, B, H2, H2));
+    return FOX_OK;
+}
+
+/*
+ * Arm a fault (fox_cpu_stab_arm_fault): its slot, value and train step in
+ * ctl for the device, its point on the host. Which launch injects depends on
+ * the slot, so the graphs are captured again at the next step.
+ */
+static int
+arm(cuda_backend *be, int slot, int kind, int64_t step)
+{
+    fox_cuda_net *n = &be->net;
+    FOX_TRY(sync_ctl(be));
+    be->hctl->fault_slot = slot;
+    be->hctl->fault_value = kind == FOX_FAULT_NAN ? NAN : kind == FOX_FAULT_INF ? INFINITY : 1e30f;
+    be->hctl->fault_step = step;
+    be->hctl->fault_done = 0;
+    n->fault_slot = slot;
+    n->stab.ctl_fault_inline = slot == FOX_SENT_D_H_S2_POST_AUX || slot == FOX_SENT_IQN_D_H_S2 ||
+                               slot == FOX_SENT_D_H_S2_POST_IQN;
+    /* Points after Adam take the fault at the slot's first watched element (stab.c). */
+    int post_adam = slot == FOX_SENT_PARAMS ||
+                    (slot >= FOX_SENT_TRUNK_ADAM_M_MAX && slot <= FOX_SENT_IQN_WEIGHT_MAX &&
+                     slot != FOX_SENT_TARGET_Q_POST_CLIP && slot != FOX_SENT_ATOM_SPAN_MAX);
+    n->fault_at = post_adam ? first_of(be, slot) : NULL;
+    drop_graphs(be);
+    return put_ctl(be);
+}
+
+/* The rules, the table, the flags and the configured fault: set once at construction. */
+static int
+stab_init(cuda_backend *be, char *err, size_t errlen)
+{
+    const fox_config *c = be->cfg;
+    fox_cuda_net *n = &be->net;
+    fox_cuda_rule rules[FOX_SENTINEL_SLOTS];
+    for (int i = 0; i < FOX_SENTINEL_SLOTS; i++) {
+        const fox_sentinel_slot_info *si = fox_sentinel_info(i);
+        rules[i] = (fox_cuda_rule){si->kind, si->measure, si->base, si->power, si->site,
+                                   fox_sentinel_is_halt(i), si->mult};
+    }
+    FOX_TRY(dev_alloc(&be->d_rules, sizeof rules));
+    FOX_CUDA_TRY(cudaMemcpy(be->d_rules, rules, sizeof rules, cudaMemcpyHostToDevice));
+    FOX_TRY(dev_alloc(&be->site_part, FOX_CUDA_SITE_BLOCKS * sizeof(double)));
+    int rv = build_table(be);
+    if (rv != FOX_OK) {
+        snprintf(err, errlen, "cuda backend: stability table: %s", fox_strerror(rv));
+        return rv;
+    }
+    /*
+     * An activation buffer is read by the check before its producer first
+     * runs: start it at 0 (not the training state, the support or ctl).
+     */
+    const float *keep[][2] = {{n->params, n->params + 2 * be->np},
+                              {n->adam_m, n->adam_m + be->np},
+                              {n->adam_v, n->adam_v + be->np},
+                              {n->z, n->z + n->dm.NA},
+                              {(const float *)be->ctl, (const float *)(be->ctl + 1)}};
+    int n_chunks = 0;
+    for (int k = 0; k < be->n_checks; k++) {
+        const fox_cuda_check *e = &be->checks[k];
+        size_t extent = (size_t)(e->rows - 1) * e->ld + e->cols, len = (size_t)e->rows * e->cols;
+        int state = 0;
+        for (size_t j = 0; j < sizeof keep / sizeof keep[0]; j++)
+            state |= e->ptr >= keep[j][0] && e->ptr < keep[j][1];
+        if (!state)
+            FOX_CUDA_TRY(cudaMemset((void *)e->ptr, 0, extent * sizeof(float)));
+        int span = fox_sentinel_info(e->slot)->measure == FOX_SENT_MEASURE_SPAN;
+        n_chunks += span ? 1 : (int)((len + FOX_CUDA_CHUNK - 1) / FOX_CUDA_CHUNK);
+    }
+    fox_cuda_chunk *chunks = malloc((size_t)n_chunks * sizeof *chunks);
+    if (!chunks)
+        return FOX_ENOMEM;
+    be->n_chunks = 0;
+    for (int k = 0; k < be->n_checks; k++) {
+        const fox_cuda_check *e = &be->checks[k];
+        int len = e->rows * e->cols;
+        int span = fox_sentinel_info(e->slot)->measure == FOX_SENT_MEASURE_SPAN;
+        int step = span ? len : FOX_CUDA_CHUNK;
+        for (int at = 0; at < len; at += step)
+            chunks[be->n_chunks++] = (fox_cuda_chunk){k, at, len - at < step ? len - at : step};
+    }
+    cudaError_t ce = cudaSuccess;
+    rv = dev_alloc(&be->d_chunks, (size_t)n_chunks * sizeof *chunks);
+    if (rv == FOX_OK)
+        ce = cudaMemcpy(be->d_chunks, chunks, (size_t)n_chunks * sizeof *chunks,
+                        cudaMemcpyHostToDevice);
+    free(chunks);
+    FOX_TRY(rv);
+    FOX_CUDA_TRY(ce);
+    FOX_TRY(dev_alloc(&be->d_checks, (size_t)be->n_checks * sizeof *be->d_checks));
+    FOX_CUDA_TRY(cudaMemcpy(be->d_checks, be->checks, (size_t)be->n_checks * sizeof *be->checks,
+                            cudaMemcpyHostToDevice));
+    n->want_d_states = c->sentinel != 0;
+    n->stab = (fox_cuda_stab){.sentinel = c->sentinel != 0,
+                              .flags = be->flags_map,
+                              .rules = be->d_rules,
+                              .isv = be->isv_dev,
+                              .ctl = be->ctl,
+                              .grad_clip = c->grad_clip,
+                              .site_part = be->site_part,
+                              .sites = 1};
+    /* debug.inject_fault: a non-"none" kind is the explicit request (stab.c). */
+    FOX_TRY(sync_ctl(be));
+    be->hctl->fault_slot = -1;
+    n->fault_slot = -1;
+    if (c->fault_kind != FOX_FAULT_NONE) {
+        int slot = fox_sentinel_fault_slot(c->fault_buffer);
+        if (slot < 0) {
+            snprintf(err, errlen, "debug.inject_fault.buffer: '%s' names no sentinel buffer",
+                     c->fault_buffer);
+            return FOX_EINVAL;
+        }
+        return arm(be, slot, c->fault_kind, c->fault_step);
+    }
+    return put_ctl(be);
+}
+
 static int
 cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t errlen)
 {
@@ -299,6 +547,11 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     if (c->prioritized) {
         snprintf(err, errlen, "cuda backend: prioritized replay is not implemented on the GPU yet "
                               "(train.prioritized=0, or engine.backend=cpu)");
+        return FOX_EINVAL;
+    }
+    if (c->bounds_mode == FOX_BOUNDS_ADAPTIVE) {
+        snprintf(err, errlen, "cuda backend: engine.bounds_mode=adaptive (SP4) is not on the GPU "
+                              "yet (engine.bounds_mode=fixed, or engine.backend=cpu)");
         return FOX_EINVAL;
     }
     if (lay->n_branches != 4 || lay->NR > 4) {
@@ -324,6 +577,13 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     int rv = create_device(be);
     if (rv != FOX_OK) {
         snprintf(err, errlen, "cuda backend: %s", rv == FOX_ECUDA ? last_err : fox_strerror(rv));
+        cuda_destroy((fox_backend *)be);
+        return rv;
+    }
+    err[0] = '\0';
+    if ((rv = stab_init(be, err, errlen)) != FOX_OK) {
+        if (!err[0])
+            snprintf(err, errlen, "cuda backend: %s", rv == FOX_ECUDA ? last_err : fox_strerror(rv));
         cuda_destroy((fox_backend *)be);
         return rv;
     }
@@ -360,11 +620,13 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     /*
      * Benchmark knobs, never defaults: FOX_CUDA_MATH=tf32 (see
      * fox__cuda_set_math), FOX_CUDA_SIDE=0 (one stream, to measure what the
-     * second one buys).
+     * second one buys), FOX_CUDA_NODW=1 (no weight gradients: what they cost).
      */
     const char *side = getenv("FOX_CUDA_SIDE");
     if (side && strcmp(side, "0") == 0)
         be->net.use_side = 0;
+    const char *nodw = getenv("FOX_CUDA_NODW");
+    fox__cuda_skip_dw = nodw && strcmp(nodw, "1") == 0;
     const char *math = getenv("FOX_CUDA_MATH");
     if (math && strcmp(math, "tf32") == 0 && fox__cuda_set_math(&be->net, 1) != FOX_OK) {
         snprintf(err, errlen, "cuda backend: %s", last_err);
@@ -451,6 +713,11 @@ reset_for_fold(cuda_backend *be)
     be->hctl->step = 0;
     be->hctl->env_steps = 0;
     be->hctl->train_steps = 0;
+    /* The stability system's fold state (fox_cpu_stab_reset_fold). */
+    be->hctl->halt = FOX_HALT_NONE;
+    be->hctl->collapse_run = 0;
+    be->hctl->fault_done = 0;
+    be->base.halt_reason = FOX_HALT_NONE;
     FOX_TRY(put_ctl(be));
     memset(be->flags_mem, 0, FOX_SENTINEL_SLOTS * sizeof(int));
     fox_isv_reset(be->isv_mem);
@@ -468,13 +735,25 @@ cuda_reset_for_fold(fox_backend *be_)
 /* ------------------------------------------------------------------------------------------ */
 /* The step                                                                                   */
 
+/* The configured fault's injection at slot's point (stab.c's point), only at that slot. */
 static int
-enqueue_collect(cuda_backend *be)
+point(cuda_backend *be, int slot, float *p, float *p2, int after_count)
+{
+    if (be->net.fault_slot != slot)
+        return FOX_OK;
+    return fox__cuda_inject(be->net.st[0], &be->net.stab, p, p2, after_count);
+}
+
+static int
+enqueue_collect(cuda_backend *be, int trains)
 {
     fox_cuda_net *n = &be->net;
     cudaStream_t s0 = n->st[0];
     FOX_TRY(fox__cuda_collect_state(s0, &be->cc, be->envs, be->xcol));
-    FOX_TRY(fox__cuda_forward(n, 0, &be->col, 0, be->xcol, be->N, 0));
+    /* A fault is armed only in a step that trains (fox_cpu_stab_begin_step). */
+    if (trains)
+        FOX_TRY(point(be, FOX_SENT_ENV_OBS, be->xcol, NULL, 0));
+    FOX_TRY(fox__cuda_forward(n, 0, &be->col, be->xcol, be->N, be->N, 0, 0));
     FOX_TRY(fox__cuda_collect_act(s0, &be->cc, be->fold, be->envs, be->wbar, be->wport, be->wa,
                                   be->wr, be->col.q, be->ctl, be->staged, be->counts));
     return fox__cuda_collect_push(s0, &be->cc, be->staged, be->counts, be->ring, be->ctl);
@@ -485,21 +764,40 @@ enqueue_train(cuda_backend *be)
 {
     fox_cuda_net *n = &be->net;
     cudaStream_t s0 = n->st[0];
-    FOX_TRY(fox__cuda_gather(s0, &be->cc, be->ring, be->d_regime, be->lay->NT, be->ctl, &n->bt));
-    FOX_TRY(fox__cuda_aux_scale(s0, be->B, n->bt.aux, be->isv_dev));
+    fox_cuda_batch *bt = &n->bt;
+    size_t BS = (size_t)be->B * be->S;
+    FOX_TRY(fox__cuda_gather(s0, &be->cc, be->ring, be->d_regime, be->lay->NT, be->ctl, bt));
+    FOX_TRY(point(be, FOX_SENT_STATES, bt->s2, NULL, 0));
+    FOX_TRY(point(be, FOX_SENT_NEXT_STATES, bt->s2 + BS, NULL, 0));
+    FOX_TRY(point(be, FOX_SENT_REWARDS, bt->r, NULL, 0));
+    FOX_TRY(fox__cuda_pre_step(s0, &n->stab, be->B, bt->aux, be->lay->NA, be->lay->v_min,
+                               be->lay->v_max, n->z));
     FOX_TRY(fox__cuda_loss_grad(n, &be->hp));
-    return fox__cuda_optim(n, &be->oc, be->ctl, be->isv_dev, be->isv_map);
+    FOX_TRY(fox__cuda_optim(n, &be->oc, be->ctl, be->isv_dev, be->isv_map));
+    /* After the step was counted: the losses and the priorities. */
+    float *ctl = (float *)be->ctl;
+    FOX_TRY(point(be, FOX_SENT_AUX_LOSS, ctl + offsetof(fox_cuda_ctl, loss_aux) / 4, NULL, 1));
+    FOX_TRY(point(be, FOX_SENT_TOTAL_LOSS, ctl + offsetof(fox_cuda_ctl, loss) / 4, NULL, 1));
+    return point(be, FOX_SENT_REPLAY_PRIORITIES, bt->prio, NULL, 1);
 }
 
-/* A step ends by publishing the ISV: in the optimizer's finish kernel, or on its own. */
+/*
+ * A step ends with the fused check and the halts, then the ISV published
+ * (the optimizer's finish kernel already did in a training step).
+ */
 static int
 enqueue(cuda_backend *be, int kind)
 {
+    cudaStream_t s0 = be->net.st[0];
     if (kind != G_TRAIN)
-        FOX_TRY(enqueue_collect(be));
+        FOX_TRY(enqueue_collect(be, kind == G_FULL));
     if (kind != G_COLLECT)
-        return enqueue_train(be);
-    return fox__cuda_publish(be->net.st[0], be->isv_dev, be->isv_map, FOX_ISV_TOTAL_DIM);
+        FOX_TRY(enqueue_train(be));
+    FOX_TRY(fox__cuda_check(s0, &be->net.stab, be->d_checks, be->d_chunks, be->n_chunks,
+                            kind != G_COLLECT));
+    if (kind == G_COLLECT)
+        return fox__cuda_publish(s0, be->isv_dev, be->isv_map, FOX_ISV_TOTAL_DIM);
+    return FOX_OK;
 }
 
 static int
@@ -563,6 +861,34 @@ stats_of(const fox_cuda_ctl *h, fox_step_stats *st)
     }
 }
 
+/*
+ * The halts the device decided (check_kernel's last block), after a chunk's
+ * sync: FOX_EHALT with halt_reason and the message the CPU gives. The
+ * device notices a halt at the step it happens and from then on moves no
+ * parameter (Adam skips); the host learns of it at the end of the chunk.
+ */
+static int
+halted(cuda_backend *be)
+{
+    const fox_cuda_ctl *h = be->hctl;
+    if (h->halt == FOX_HALT_NONE)
+        return FOX_OK;
+    be->base.halt_reason = h->halt;
+    if (h->halt == FOX_HALT_NAN) {
+        char slots[400];
+        fox_sentinel_halt_text(be->flags_mem, slots, sizeof slots);
+        snprintf(be->base.err, sizeof be->base.err, "halt_nan: slots %s", slots);
+    } else if (!isfinite(h->loss)) {
+        snprintf(be->base.err, sizeof be->base.err, "halt_grad_collapse: non-finite loss (%g)",
+                 (double)h->loss);
+    } else {
+        snprintf(be->base.err, sizeof be->base.err,
+                 "halt_grad_collapse: grad norm <= %g for %d train steps", FOX_HALT_COLLAPSE_NORM,
+                 FOX_HALT_COLLAPSE_STEPS);
+    }
+    return FOX_EHALT;
+}
+
 static int
 run_steps(cuda_backend *be, int n, fox_step_stats *st)
 {
@@ -576,18 +902,16 @@ run_steps(cuda_backend *be, int n, fox_step_stats *st)
         /* Until the ring is ready the step only collects; readiness is known after it. */
         FOX_TRY(step(be, G_COLLECT));
         FOX_TRY(sync_ctl(be));
+        if (be->hctl->halt != FOX_HALT_NONE)
+            break;
         be->ready = be->hctl->ring_size >= c->learning_starts && be->hctl->ring_size >= be->B;
     }
-    /* Q_ABS_REF from the last collection, once per chunk like the CPU backend. */
-    cudaStream_t s0 = be->net.st[0];
-    FOX_TRY(fox__cuda_qabs(s0, be->N * be->lay->n_actions, be->col.q, be->isv_dev));
-    FOX_TRY(fox__cuda_publish(s0, be->isv_dev, be->isv_map, FOX_ISV_TOTAL_DIM));
     FOX_TRY(sync_ctl(be));
     stats_of(be->hctl, st);
     st->epsilon = be->hctl->eps;
     st->step = be->hctl->step;
     st->env_steps = be->hctl->env_steps;
-    return FOX_OK;
+    return halted(be);
 }
 
 static int
@@ -607,7 +931,7 @@ train_only(cuda_backend *be, int n, fox_step_stats *st)
         FOX_TRY(step(be, G_TRAIN));
     FOX_TRY(sync_ctl(be));
     stats_of(be->hctl, st);
-    return FOX_OK;
+    return halted(be);
 }
 
 static int
@@ -634,7 +958,7 @@ q_values(cuda_backend *be, const float *s, int B, float *q)
         int R = B - off < be->col.cap ? B - off : be->col.cap;
         FOX_CUDA_TRY(cudaMemcpyAsync(be->xcol, s + (size_t)off * S, (size_t)R * S * sizeof(float),
                                      cudaMemcpyHostToDevice, s0));
-        FOX_TRY(fox__cuda_forward(n, 0, &be->col, 0, be->xcol, R, 0));
+        FOX_TRY(fox__cuda_forward(n, 0, &be->col, be->xcol, R, R, 0, 0));
         FOX_CUDA_TRY(cudaMemcpyAsync(q + (size_t)off * NAct, be->col.q,
                                      (size_t)R * NAct * sizeof(float), cudaMemcpyDeviceToHost,
                                      s0));
@@ -700,6 +1024,45 @@ cuda_state_io(fox_backend *be_, int load, float *params, float *target, float *a
     return fail(be, state_io(be, load, params, target, adam_m, adam_v, c), "state_io");
 }
 
+/* The fused check over table's chunks [n] now, outside any step; the halts are left alone. */
+static int
+check_now_with(cuda_backend *be, const fox_cuda_check *table, const fox_cuda_chunk *chunks, int n)
+{
+    cudaStream_t s0 = be->net.st[0];
+    FOX_TRY(sync_ctl(be));
+    int halt = be->hctl->halt, run = be->hctl->collapse_run;
+    FOX_TRY(fox__cuda_check(s0, &be->net.stab, table, chunks, n, 0));
+    FOX_TRY(sync_ctl(be));
+    be->hctl->halt = halt;
+    be->hctl->collapse_run = run;
+    return put_ctl(be);
+}
+
+static int
+cuda_arm_fault(fox_backend *be_, int slot, int kind, int64_t step)
+{
+    cuda_backend *be = (cuda_backend *)be_;
+    ALIVE(be);
+    if (slot < 0 || slot >= FOX_SENTINEL_SLOTS || !fox_sentinel_buffer(slot)[0])
+        return FOX_EINVAL;
+    return fail(be, arm(be, slot, kind, step), "arm_fault");
+}
+
+/* The fused check now (a test and drill hook). */
+static int
+check_now(cuda_backend *be)
+{
+    return check_now_with(be, be->d_checks, be->d_chunks, be->n_chunks);
+}
+
+static int
+cuda_check_now(fox_backend *be_)
+{
+    cuda_backend *be = (cuda_backend *)be_;
+    ALIVE(be);
+    return fail(be, check_now(be), "check_now");
+}
+
 const fox_backend_ops fox_cuda_backend_ops = {
     .name = "cuda",
     .available = cuda_available,
@@ -711,6 +1074,9 @@ const fox_backend_ops fox_cuda_backend_ops = {
     .train_only = cuda_train_only,
     .q_values = cuda_q_values,
     .state_io = cuda_state_io,
+    .sentinel_where = NULL, /* the watched buffers are device memory */
+    .check_now = cuda_check_now,
+    .arm_fault = cuda_arm_fault,
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -751,7 +1117,10 @@ debug_loss_grad(cuda_backend *be, const float *params, const float *target,
     fox_cuda_loss_hp h = {hp->gamma_n, hp->iqn_lambda, hp->aux_lambda, hp->target_mode,
                           hp->bdq_trunk_scale, be->dbg_scale};
     FOX_TRY(fox__cuda_pack(n, 0));
+    /* The CPU twin runs without its stability hook: no clamp sites, points or inline checks. */
+    n->stab.sites = 0;
     int rv = fox__cuda_loss_grad(n, &h);
+    n->stab.sites = 1;
     bt->w = NULL;
     FOX_TRY(rv);
     FOX_CUDA_TRY(cudaStreamSynchronize(n->st[0]));
@@ -760,15 +1129,15 @@ debug_loss_grad(cuda_backend *be, const float *params, const float *target,
         FOX_CUDA_TRY(cudaMemcpy(priority, bt->prio, B * fb, cudaMemcpyDeviceToHost));
     if (a_star)
         FOX_CUDA_TRY(cudaMemcpy(a_star, bt->a_star, (size_t)B * D * ib, cudaMemcpyDeviceToHost));
-    double *parts = malloc((size_t)B * 4 * sizeof *parts);
+    double *parts = malloc((size_t)B * FOX_CUDA_PARTS * sizeof *parts);
     if (!parts)
         return FOX_ENOMEM;
-    cudaError_t e = cudaMemcpy(parts, n->loss_parts, (size_t)B * 4 * sizeof *parts,
+    cudaError_t e = cudaMemcpy(parts, n->loss_parts, (size_t)B * FOX_CUDA_PARTS * sizeof *parts,
                                cudaMemcpyDeviceToHost);
     double sum[4] = {0, 0, 0, 0};
     for (int i = 0; i < B; i++)
         for (int k = 0; k < 4; k++)
-            sum[k] += parts[(size_t)i * 4 + k];
+            sum[k] += parts[(size_t)i * FOX_CUDA_PARTS + k];
     free(parts);
     FOX_CUDA_TRY(e);
     loss->c51 = sum[0];
@@ -806,9 +1175,13 @@ debug_adam(cuda_backend *be, float *params, const float *grads, float *m, float 
     FOX_CUDA_TRY(cudaMemcpy(n->adam_m, m, bytes, cudaMemcpyHostToDevice));
     FOX_CUDA_TRY(cudaMemcpy(n->adam_v, v, bytes, cudaMemcpyHostToDevice));
     FOX_CUDA_TRY(cudaDeviceSynchronize());
-    FOX_TRY(fox__cuda_grad_norm(s0, be->np, n->grads, n->norm_part));
-    FOX_TRY(fox__cuda_adam(s0, be->np, n->params, n->grads, n->adam_m, n->adam_v, n->norm_part,
-                           &be->oc, be->ctl));
+    /* A parity pass: the plain clip at train.grad_clip, no ISV producer (st.sites 0). */
+    fox_cuda_stab st = n->stab;
+    st.sites = 0;
+    FOX_TRY(fox__cuda_grad_norm(s0, be->np, n->grads, n->norm_part, &st, be->B, n->dm.D,
+                                n->loss_parts));
+    FOX_TRY(fox__cuda_adam(s0, be->np, n->params, n->grads, n->adam_m, n->adam_v, n->pgroup,
+                           &n->aslots, &be->oc, &st));
     FOX_CUDA_TRY(cudaStreamSynchronize(s0));
     FOX_CUDA_TRY(cudaMemcpy(params, n->params, bytes, cudaMemcpyDeviceToHost));
     FOX_CUDA_TRY(cudaMemcpy(m, n->adam_m, bytes, cudaMemcpyDeviceToHost));
@@ -849,4 +1222,96 @@ fox_cuda_debug_memory(const fox_backend *be_, size_t *total, size_t *replay)
         *total = be->bytes_total;
     if (replay)
         *replay = be->bytes_replay;
+}
+
+/* ---- the stability kernels against their CPU twins ---------------------------------------- */
+
+/* x [n] and isv into the device, flags cleared; the halts left as they were by the caller. */
+static int
+debug_stage(cuda_backend *be, float **dx, const float *x, size_t n, const float *isv)
+{
+    FOX_CUDA_TRY(cudaDeviceSynchronize());
+    FOX_TRY(dev_alloc(dx, n * sizeof(float)));
+    FOX_CUDA_TRY(cudaMemcpy(*dx, x, n * sizeof(float), cudaMemcpyHostToDevice));
+    FOX_CUDA_TRY(cudaMemcpy(be->isv_dev, isv, FOX_ISV_TOTAL_DIM * sizeof(float),
+                            cudaMemcpyHostToDevice));
+    memset(be->flags_mem, 0, FOX_SENTINEL_SLOTS * sizeof(int));
+    return FOX_OK;
+}
+
+static int
+debug_check(cuda_backend *be, int slot, const float *x, size_t n, const float *isv, int *fired)
+{
+    float *dx = NULL;
+    fox_cuda_check *dt = NULL;
+    fox_cuda_chunk *dc = NULL;
+    int rv = debug_stage(be, &dx, x, n, isv);
+    fox_cuda_check e = {dx, slot, 1, (int)n, (int)n};
+    /* Chunks as the backend cuts them, so that a threshold fires from any block. */
+    int nc = fox_sentinel_info(slot)->measure == FOX_SENT_MEASURE_SPAN
+                 ? 1
+                 : (int)((n + FOX_CUDA_CHUNK - 1) / FOX_CUDA_CHUNK);
+    fox_cuda_chunk ch[64];
+    if (nc > 64)
+        rv = rv == FOX_OK ? FOX_EINVAL : rv;
+    for (int k = 0; k < nc && k < 64; k++) {
+        int at = nc == 1 ? 0 : k * FOX_CUDA_CHUNK, len = (int)n - at;
+        ch[k] = (fox_cuda_chunk){0, at, nc == 1 || len < FOX_CUDA_CHUNK ? len : FOX_CUDA_CHUNK};
+    }
+    if (rv == FOX_OK)
+        rv = dev_alloc(&dt, sizeof e);
+    if (rv == FOX_OK)
+        rv = dev_alloc(&dc, (size_t)nc * sizeof *dc);
+    if (rv == FOX_OK && (cudaMemcpy(dt, &e, sizeof e, cudaMemcpyHostToDevice) != cudaSuccess ||
+                         cudaMemcpy(dc, ch, (size_t)nc * sizeof *dc, cudaMemcpyHostToDevice) !=
+                             cudaSuccess))
+        rv = fox__cuda_fail(__FILE__, __LINE__, "cudaMemcpy", "table", 0);
+    if (rv == FOX_OK)
+        rv = check_now_with(be, dt, dc, nc);
+    *fired = be->flags_mem[slot];
+    cudaFree(dx);
+    cudaFree(dt);
+    cudaFree(dc);
+    return rv;
+}
+
+int
+fox_cuda_debug_check(fox_backend *be_, int slot, const float *x, size_t n, const float *isv,
+                     int *fired)
+{
+    cuda_backend *be = (cuda_backend *)be_;
+    ALIVE(be);
+    if (slot < 0 || slot >= FOX_SENTINEL_SLOTS || n < 1 || !x || !isv || !fired)
+        return FOX_EINVAL;
+    return fail(be, debug_check(be, slot, x, n, isv, fired), "debug_check");
+}
+
+static int
+debug_h_s2_site(cuda_backend *be, float *h, size_t n, float *isv, int *flags)
+{
+    float *dh = NULL;
+    int rv = debug_stage(be, &dh, h, n, isv);
+    if (rv == FOX_OK)
+        rv = fox__cuda_h_s2_site(be->net.st[0], &be->net.stab, dh, n);
+    if (rv == FOX_OK && cudaStreamSynchronize(be->net.st[0]) != cudaSuccess)
+        rv = fox__cuda_fail(__FILE__, __LINE__, "cudaStreamSynchronize", "site", 0);
+    if (rv == FOX_OK && (cudaMemcpy(h, dh, n * sizeof(float), cudaMemcpyDeviceToHost) !=
+                             cudaSuccess ||
+                         cudaMemcpy(isv, be->isv_dev, FOX_ISV_TOTAL_DIM * sizeof(float),
+                                    cudaMemcpyDeviceToHost) != cudaSuccess))
+        rv = fox__cuda_fail(__FILE__, __LINE__, "cudaMemcpy", "site", 0);
+    for (int i = 0; i < FOX_SENTINEL_SLOTS; i++)
+        flags[i] = be->flags_mem[i];
+    cudaFree(dh);
+    return rv;
+}
+
+int
+fox_cuda_debug_h_s2_site(fox_backend *be_, float *h, size_t n, float *isv, int *flags)
+{
+    cuda_backend *be = (cuda_backend *)be_;
+    ALIVE(be);
+    if (!h || n < 1 || !isv || !flags)
+        return FOX_EINVAL;
+    return fail(be, debug_h_s2_site(be, h, n, isv, flags), "debug_h_s2_site");
 }

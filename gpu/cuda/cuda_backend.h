@@ -40,7 +40,23 @@ int fox_cuda_debug_loss_grad(fox_backend *be, const float *params, const float *
 int fox_cuda_debug_adam(fox_backend *be, float *params, const float *grads, float *m, float *v,
                         int64_t t, double *norm);
 
-/* Math mode of every cuBLAS product: 0 FP32 (the default), 1 TF32 tensor ops. */
+/*
+ * The fused check kernel on one buffer: x [n] (host) against slot's rule
+ * with the thresholds of isv [FOX_ISV_TOTAL_DIM] (host); *fired 0 or 1.
+ * Overwrites the backend's device ISV and clears its flags.
+ */
+int fox_cuda_debug_check(fox_backend *be, int slot, const float *x, size_t n, const float *isv,
+                         int *fired);
+
+/*
+ * The Mech 10 site kernel on h [n] (host, clamped in place) with isv
+ * [FOX_ISV_TOTAL_DIM] (host, H2_RMS_EMA updated in place); flags
+ * [FOX_SENTINEL_SLOTS] gets what it set (12, 49). Overwrites the backend's
+ * device ISV and clears its flags.
+ */
+int fox_cuda_debug_h_s2_site(fox_backend *be, float *h, size_t n, float *isv, int *flags);
+
+/* Math mode of the cuBLAS products (the weight gradients): 0 FP32 (the default), 1 TF32. */
 int fox_cuda_debug_set_tf32(fox_backend *be, int on);
 
 /* Device memory the backend holds: in all, and in its replay ring. */

@@ -90,12 +90,26 @@ typedef struct fox_cuda_heads {
 /* ------------------------------------------------------------------------------------------ */
 /* Device-side state that kernels read and write (never baked into a graph)                   */
 
-/* Counters and the last step's statistics; one copy in device memory, mirrored to the host. */
+/*
+ * Counters, the last step's statistics and the stability system's step
+ * state; one copy in device memory, mirrored to the host. The host writes
+ * it only between chunks (put_ctl after sync_ctl).
+ */
 typedef struct fox_cuda_ctl {
     int64_t step, train_steps, env_steps, adam_t;
     int ring_head, ring_size;
     float eps, loss, loss_c51, loss_iqn, loss_aux, grad_norm;
     int trained;      /* train steps since the host last cleared it */
+    /* stability (stab_kernels.cu) */
+    int halt;         /* FOX_HALT_* of the first halting step; sticky until the fold resets */
+    int collapse_run; /* train steps in a row with grad norm ≤ FOX_HALT_COLLAPSE_NORM */
+    float clip_scale; /* Mech 6: this step's factor on the gradient */
+    float support[2]; /* Mech 2: the C51 support [lo, hi] this step */
+    int fault_slot;   /* debug.inject_fault: slot, -1 none */
+    float fault_value;
+    int fault_done;
+    int64_t fault_step; /* train step of the fold it fires at */
+    unsigned int done_blocks[3]; /* finished-block counters of the last-block reductions */
     int pad;
 } fox_cuda_ctl;
 
@@ -183,7 +197,9 @@ typedef struct fox_cuda_bwd {
     float *dh_s2;       /* [B × H2] */
     float *dh_s1;       /* [B × H1] */
     float *d_q;         /* [B·NT × NAct] */
-    float *d_x;         /* [B·NT × H2], then d φ */
+    float *d_x;         /* [B·NT × H2] */
+    float *d_phi;       /* [B·NT × H2] */
+    float *dh_aux, *dh_iqn; /* [B × H2] the aux and IQN heads' parts of d h_s2 */
     fox_cuda_grn_grad g1, g2;
 } fox_cuda_bwd;
 
@@ -200,6 +216,50 @@ typedef struct fox_cuda_optim_cfg {
     int target_sync;
     float iqn_lambda, aux_lambda;
 } fox_cuda_optim_cfg;
+
+/* ---- the stability system's types (kernels in stab_kernels.cu) ---- */
+
+/* One run of floats the fused check watches: rows × cols at row stride ld. */
+typedef struct fox_cuda_check {
+    const float *ptr;
+    int slot, rows, cols, ld;
+} fox_cuda_check;
+
+/* A block's share of the fused check: floats [start, start + len) of table entry `entry`. */
+typedef struct fox_cuda_chunk {
+    int entry, start, len;
+} fox_cuda_chunk;
+
+#define FOX_CUDA_CHUNK 16384
+
+/* The rule of every slot (sentinel.h), copied once to the device. */
+typedef struct fox_cuda_rule {
+    int kind, measure, base, power, site, halt;
+    float mult;
+} fox_cuda_rule;
+
+#define FOX_CUDA_MAX_CHECKS 96
+
+/* The sentinel slot of each param group's weight / Adam m / Adam v clamp (-1: none). */
+typedef struct fox_cuda_adam_slots {
+    int w[FOX_GROUP_COUNT], m[FOX_GROUP_COUNT], v[FOX_GROUP_COUNT];
+} fox_cuda_adam_slots;
+enum { FOX_CUDA_DONE_CHECK = 0, FOX_CUDA_DONE_NORM = 1, FOX_CUDA_DONE_H_S2 = 2 };
+
+/* What every stability kernel needs, fixed for a backend's life (passed by value). */
+typedef struct fox_cuda_stab {
+    int sentinel;               /* engine.sentinel: checks on */
+    int *flags;                 /* device address of the mapped sentinel flags */
+    const fox_cuda_rule *rules; /* [FOX_SENTINEL_SLOTS] device */
+    float *isv;                 /* the device ISV copy */
+    fox_cuda_ctl *ctl;
+    float grad_clip;            /* train.grad_clip: the absolute ceiling of Mech 6 (0: none) */
+    double *site_part;          /* [FOX_CUDA_SITE_BLOCKS] scratch of the h_s2 site */
+    int ctl_fault_inline;       /* a fault is configured at an in-kernel point (27, 34, 35) */
+    int sites;                  /* 1: the clamp sites and inline checks run (0: a parity pass) */
+} fox_cuda_stab;
+
+#define FOX_CUDA_SITE_BLOCKS 256
 
 #define FOX_CUDA_EVENTS 64
 #define FOX_CUDA_NORM_BLOCKS 256
@@ -235,32 +295,76 @@ typedef struct fox_cuda_net {
     fox_cuda_iqn iq;
     fox_cuda_bwd bw;
     fox_cuda_batch bt;
-    double *loss_parts; /* [B × 4] c51, iqn, aux_ret, aux_regime per sample */
+    double *loss_parts; /* [B × FOX_CUDA_PARTS] */
     double *norm_part;  /* [FOX_CUDA_NORM_BLOCKS] */
+    /* stability: buffers the CPU names as sentinel buffers, materialized for the fused check */
+    float *proj;        /* [B × D × NA] projected C51 targets */
+    float *tq;          /* [B × D × NT] IQN targets after Mech 1 */
+    float *glu, *ln_in; /* [B × H2] GRN2's g = σ ⊙ lin and LayerNorm input r + g */
+    float *d_states;    /* [B × S] (sentinel on only) */
+    uint8_t *pgroup;    /* [np] param group of each element (255: padding) */
+    fox_cuda_adam_slots aslots;
+    fox_cuda_stab stab; /* set by the backend; stab.sites 0 in a parity pass */
+    int fault_slot;     /* the configured fault's slot (-1: none): where inject launches go */
+    float *fault_at;    /* its element when its point follows Adam (params, adam_m/v slices) */
+    int want_d_states;  /* compute d_states (its slot is watched) */
 } fox_cuda_net;
 
 /* ------------------------------------------------------------------------------------------ */
 /* cuBLAS products, row-major (matmul.c)                                                      */
 
-int fox__cuda_lin_fwd(cublasHandle_t h, int rows, int in, int out, const float *X, int ldx,
-                      const float *W, float *Y, int ldy, float beta);
-int fox__cuda_lin_fwd_batched(cublasHandle_t h, int rows, int in, int out, const float *X, int ldx,
-                              long long sx, const float *W, long long sw, float *Y, int ldy,
-                              long long sy, int batch);
+extern int fox__cuda_skip_dw; /* benchmark knob FOX_CUDA_NODW=1 (matmul.c) */
 int fox__cuda_lin_dw(cublasHandle_t h, int rows, int in, int out, const float *dY, int ldy,
                      const float *X, int ldx, float *dW, float beta);
 int fox__cuda_lin_dw_batched(cublasHandle_t h, int rows, int in, int out, const float *dY, int ldy,
                              long long sdy, const float *X, int ldx, long long sx, float *dW,
                              long long sdw, int batch);
-int fox__cuda_lin_dx(cublasHandle_t h, int rows, int in, int out, const float *dY, int ldy,
-                     const float *W, int ldw, float *dX, int ldx, float alpha, float beta);
-int fox__cuda_lin_dx_batched(cublasHandle_t h, int rows, int in, int out, const float *dY,
-                             int ldy, long long sdy, const float *W, long long sw, float *dX,
-                             int ldx, long long sx, int batch);
 int fox__cuda_colsum(cublasHandle_t h, int rows, int cols, const float *dY, int ldy,
                      const float *ones, float *db, float beta);
 int fox__cuda_colsum_batched(cublasHandle_t h, int rows, int cols, const float *dY, int ldy,
                              long long sdy, const float *ones, float *db, long long sdb, int batch);
+
+/* ------------------------------------------------------------------------------------------ */
+/* The fused product (gemm.cu)                                                                */
+
+enum { FOX_ACT_NONE = 0, FOX_ACT_ELU = 1, FOX_ACT_RELU = 2 };
+
+/*
+ * One product stage (gemm.cu): for z < nz, Y_z [M × N] = epi(α·A_z·op(B_z)
+ * + A2_z·op(B2_z) + β·Y_z), every matrix row-major with its row stride (ld*)
+ * and z stride (s*). bt 1: B is [N × K] and op(B) = Bᵀ (a forward,
+ * y = x·Wᵀ); bt 0: B is [K × N] (an input gradient, dx = dy·W). The second
+ * term (A2 not NULL, depth K2) shares the layout. Rows ≥ split read B, B2
+ * and the bias boff floats further (the target net's copy; split ≥ M:
+ * none). The epilogue, in order: + bias[z ? 1 : 0][c], act[z ? 1 : 0], the
+ * backward mask of dact at dy (ELU' = y + 1, ReLU' = 0 where y ≤ 0),
+ * + add[r, c]; and with mout, mout = Y ⊙ mul[z ? 1 : 0][(r / mul_div)·ldmul
+ * + c] (IQN's h ⊙ φ). NULL pointers and zero β are off.
+ */
+typedef struct fox_cuda_gemm {
+    int M, N, K, K2, nz, bt;
+    const float *A, *B, *A2, *B2;
+    int lda, ldb, lda2, ldb2;
+    long long sa, sb, sa2, sb2;
+    float alpha, beta;
+    float *C;
+    int ldc;
+    long long sc;
+    int split;
+    long long boff;
+    const float *bias[2];
+    int act[2];
+    const float *dy;
+    int lddy, dact;
+    long long sdy;
+    const float *add;
+    int ldadd;
+    const float *mul[2];
+    int ldmul, mul_div;
+    float *mout;
+} fox_cuda_gemm;
+
+int fox__cuda_gemm(cublasHandle_t h, cudaStream_t s, const fox_cuda_gemm *g);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Network orchestration (net.c)                                                              */
@@ -274,9 +378,14 @@ void fox__cuda_fwd_free(fox_cuda_fwd *f);
 int fox__cuda_set_math(fox_cuda_net *n, int tf32);
 /* Re-pack the heads of both nets after their parameters changed. */
 int fox__cuda_pack(fox_cuda_net *n, int s);
-/* Forward of net `which` (0 online, 1 target) on X [R × S] on stream s; aux heads if aux. */
-int fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, int which, const float *X, int R,
-                      int aux);
+/*
+ * Forward on X [R × S] on stream s, the online net on rows [0, split) and
+ * the target net on rows [split, R) (split ≥ R: online only; else a
+ * multiple of 128); the aux heads too if aux. site: the training pass, with
+ * the stability points of the online net's rows [0, B) and the Mech 10 site.
+ */
+int fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R, int split,
+                      int aux, int site);
 /* Losses and every gradient of the batch in n->bt (grads, loss_parts, prio), both streams joined. */
 int fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp);
 /* Guard, norm, clip, Adam, statistics (and the ISV publication), target update, re-pack. */
@@ -288,31 +397,23 @@ int fox__cuda_dep(fox_cuda_net *n, int from, int to);
 /* ------------------------------------------------------------------------------------------ */
 /* Network kernels (net_kernels.cu)                                                           */
 
-enum { FOX_ACT_NONE = 0, FOX_ACT_ELU = 1, FOX_ACT_RELU = 2 };
-
-/* x[r, c] = act(x[r, c] + b[c]) for x [rows × cols] with row stride ld. */
-int fox__cuda_bias_act(cudaStream_t s, float *x, const float *b, int rows, int cols, int ld,
-                       int act);
-/* d[r, c] *= act'(y[r, c]) given the activation's output y; both with row stride ld. */
-int fox__cuda_act_bwd(cudaStream_t s, const float *y, float *d, int rows, int cols, int ld,
-                      int act);
-/* GRN tail: σ gate, GLU, skip, LayerNorm (see grn_tail_kernel). */
+/*
+ * GRN tail: σ gate, GLU, skip, LayerNorm (see grn_tail_kernel); zgv holds
+ * the biased pre-activations; rows ≥ split take γ, β poff floats on; with
+ * glu (and ln_in) not NULL, g and r + g are kept there too.
+ */
 int fox__cuda_grn_tail(cudaStream_t s, int rows, int out, float *zgv, const float *r,
-                       const float *bg, const float *bv, const float *g, const float *beta,
-                       float *xhat, float *rstd, float *y);
+                       const float *g, const float *beta, int split, long long poff, float *xhat,
+                       float *rstd, float *y, float *glu, float *ln_in);
 /* LayerNorm and GLU backward; sg, lin at zgv [2 × R_fwd × out] (first rows used). */
 int fox__cuda_ln_glu_bwd(cudaStream_t s, int rows, int out, const float *dy, const float *xhat,
                          const float *rstd, const float *g, const float *zgv,
                          long long fwd_stride, float *du, float *dyx, float *dzgv);
-/* b2 is the net's packed output biases [7 × OS]. */
+/* b2 is the net's packed output biases [7 × OS]; rows ≥ split take them poff floats on. */
 int fox__cuda_dueling(cudaStream_t s, int rows, const fox_cuda_dims *dm, const float *out,
-                      const float *b2, const float *z, float *logp, float *q);
+                      const float *b2, int split, long long poff, const float *z, float *logp,
+                      float *q);
 int fox__cuda_iqn_cos(cudaStream_t s, int rows, int NC, const float *tau, float *cosf);
-int fox__cuda_iqn_phi(cudaStream_t s, int rows, int H2, int NT, float *phi, float *x,
-                      const float *bphi_on, const float *bphi_tg, const float *h_on,
-                      const float *h_tg);
-int fox__cuda_iqn_bwd(cudaStream_t s, int B, int NT, int H2, float *d_x, const float *phi,
-                      const float *h, float *dh_s2);
 /*
  * Pack both nets' heads from params [2 × np] into pk [2 × PK]. With oc and
  * ctl (not NULL), first apply the step's hard target sync when it is due,
@@ -339,27 +440,75 @@ typedef struct fox_cuda_loss_args {
     const int32_t *a, *regime;
     const float *r, *done, *w, *aux_ret;
     float *dout, *d_q, *prio;
-    double *parts;
+    double *parts;                        /* [B × FOX_CUDA_PARTS] */
     int32_t *a_star;
+    float *proj;                          /* [B × D × NA] projected targets (slot 8) */
+    float *tq;                            /* [B × D × NT] IQN targets after Mech 1 (slot 46) */
+    fox_cuda_stab st;
 } fox_cuda_loss_args;
+
+/* Per-sample loss parts: c51, iqn, aux_ret, aux_regime, Σ_d |E_p[z]|, |E_p[z]| of branch 0. */
+#define FOX_CUDA_PARTS 6
 
 int fox__cuda_loss(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_loss_hp *hp,
                    const fox_cuda_loss_args *a);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Stability system (stab_kernels.cu): twins of gpu/cpu/stab.c                                */
+
+
+/*
+ * The fused check (SP2): one block per chunk of a table entry, each against its slot's
+ * rule with the threshold computed from the device ISV; then the last block
+ * decides the halts (halt_nan on any slot 0–35; with `trained`, halt_grad_
+ * collapse on a non-finite loss or a vanished norm) into ctl->halt. With the
+ * sentinel off only the halts run.
+ */
+int fox__cuda_check(cudaStream_t s, const fox_cuda_stab *st, const fox_cuda_check *table,
+                    const fox_cuda_chunk *chunks, int n_chunks, int trained);
+/*
+ * The armed fault into p[0] (and p2[0] when not NULL) when ctl's train
+ * step is the fault's (after_count: the step was already counted).
+ */
+int fox__cuda_inject(cudaStream_t s, const fox_cuda_stab *st, float *p, float *p2,
+                     int after_count);
+/*
+ * Mech 10 on h [n] in place (the online net's h_s2 over the batch): slot 12
+ * and slot 49 on the pre-clamp values, clamp_finite at 100 × max(H_S2_RMS_EMA,
+ * 1), then H_S2_RMS_EMA from the clamped values (last block).
+ */
+int fox__cuda_h_s2_site(cudaStream_t s, const fox_cuda_stab *st, float *h, size_t n);
+/*
+ * d h_s2 [B × H2] from its three parts, with the inline checks between them:
+ * dh holds the C51 heads' part (slot 33); + dh_aux (34); + the IQN part,
+ * Σ_i d_x·φ, written to dh_iqn (27) (35); the Phase C guard; and
+ * dφ = d_x·h·[φ > 0] into d_phi [B·NT × H2].
+ */
+int fox__cuda_dh_s2_join(cudaStream_t s, const fox_cuda_stab *st, int B, int NT, int H2,
+                         float *dh, const float *dh_aux, float *dh_iqn, const float *d_x,
+                         const float *phi, const float *h, float *d_phi);
+/*
+ * Before the forward: AUX_LABEL_SCALE_EMA from the labels aux [B], and
+ * Mech 2 on the configured support [v_min, v_max] (slot 47 on its span),
+ * the bounded support into ctl->support and z [NA].
+ */
+int fox__cuda_pre_step(cudaStream_t s, const fox_cuda_stab *st, int B, const float *aux, int NA,
+                       float v_min, float v_max, float *z);
+
+/* ------------------------------------------------------------------------------------------ */
 /* Training and collection kernels (train_kernels.cu)                                         */
 
-int fox__cuda_grad_norm(cudaStream_t s, size_t n, float *g, double *partial);
+/* Σ g² of the finite gradients, then (last block) Q signals and Mech 6 into ctl->clip_scale. */
+int fox__cuda_grad_norm(cudaStream_t s, size_t n, const float *g, double *partial,
+                        const fox_cuda_stab *st, int B, int D, const double *parts);
 int fox__cuda_adam(cudaStream_t s, size_t n, float *params, const float *g, float *m, float *v,
-                   const double *partial, const fox_cuda_optim_cfg *oc, const fox_cuda_ctl *ctl);
+                   const uint8_t *pgroup, const fox_cuda_adam_slots *sl,
+                   const fox_cuda_optim_cfg *oc, const fox_cuda_stab *st);
 /* Also publishes the device ISV to the mapped copy (isv_map), as the step's last ISV write. */
-int fox__cuda_finish(cudaStream_t s, int B, const double *parts, const double *partial,
-                     const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl, float *isv_dev,
-                     float *isv_map);
+int fox__cuda_finish(cudaStream_t s, int B, const double *parts, const fox_cuda_optim_cfg *oc,
+                     fox_cuda_ctl *ctl, float *isv_dev, float *isv_map);
 int fox__cuda_target(cudaStream_t s, size_t n, const float *params, float *target,
                      const fox_cuda_optim_cfg *oc, const fox_cuda_ctl *ctl);
-int fox__cuda_aux_scale(cudaStream_t s, int B, const float *aux, float *isv_dev);
-int fox__cuda_qabs(cudaStream_t s, int n, const float *q, float *isv_dev);
 int fox__cuda_publish(cudaStream_t s, const float *isv_dev, float *isv_host, int n);
 
 int fox__cuda_env_reset(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_cuda_fold *fold,

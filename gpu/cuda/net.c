@@ -11,15 +11,23 @@
  *     equal width (cuda_impl.h): their first layers are one product, their
  *     output layers one strided-batched product, in the forward and in
  *     both halves of the backward;
- *   - a GRN's W2 and Wr products (same input) are one strided-batched
- *     call, as are its gate and value products (each pair of tensors sits
- *     a fixed distance apart in the layout);
+ *   - every forward and input-gradient product goes through gemm.cu, which
+ *     applies the stage after it (bias, ELU/ReLU, their backward masks, the
+ *     IQN h ⊙ φ) in one epilogue launch; a GRN's W2 and Wr products (same
+ *     input) are one strided-batched call, as are its gate and value
+ *     products (each pair of tensors sits a fixed distance apart);
  *   - the online and target parameters sit np floats apart, so the IQN
  *     products of both nets are one strided-batched call;
  *   - stream 1 runs the target net's forward and every weight gradient,
  *     which nothing on stream 0 waits for until the optimizer.
  * Every buffer a stream-1 product reads is written once per step and not
  * reused later in the step, so the two streams never race.
+ *
+ * The stability points of the CPU's net (its hook) are here too: the
+ * configured fault's injection after each sentinel buffer's producer
+ * (point), Mech 10 on h_s2 between trunk and heads, the inline checks and
+ * Phase C guard of d h_s2 (stab_kernels.cu); all off in a parity pass
+ * (stab.sites 0), like the CPU net without its hook.
  *
  * Not here: collection, replay and graphs (backend.c), the kernels
  * themselves (*.cu).
@@ -28,6 +36,7 @@
 #include <string.h>
 
 #include "../log.h"
+#include "../sentinel.h"
 #include "cuda_impl.h"
 
 /* ------------------------------------------------------------------------------------------ */
@@ -186,6 +195,25 @@ fox__cuda_set_math(fox_cuda_net *n, int tf32)
 
 #define CUBLAS_WORKSPACE (32u << 20)
 
+/* The param group of every element of the layout (255 in the padding), for Adam's clamps. */
+static int
+pgroup_init(fox_cuda_net *n)
+{
+    const fox_model_layout *lay = n->lay;
+    uint8_t *g = malloc(n->np);
+    if (!g)
+        return FOX_ENOMEM;
+    memset(g, 255, n->np);
+    for (int i = 0; i < FOX_P_COUNT; i++)
+        memset(g + lay->t[i].offset, lay->t[i].group, fox_tensor_size(lay, i));
+    int rv = dalloc(&n->pgroup, n->np);
+    cudaError_t e = rv == 0 ? cudaMemcpy(n->pgroup, g, n->np, cudaMemcpyHostToDevice) : cudaSuccess;
+    free(g);
+    FOX_TRY(rv);
+    FOX_CUDA_TRY(e);
+    return 0;
+}
+
 int
 fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_rows)
 {
@@ -266,11 +294,14 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
     DALLOC(bw->dh_s1, (size_t)B * dm->H1);
     DALLOC(bw->d_q, rq * dm->NAct);
     DALLOC(bw->d_x, rq * dm->H2);
+    DALLOC(bw->d_phi, rq * dm->H2);
+    DALLOC(bw->dh_aux, (size_t)B * dm->H2);
+    DALLOC(bw->dh_iqn, (size_t)B * dm->H2);
     FOX_TRY(grn_grad_alloc(&bw->g1, B, dm->H1));
     FOX_TRY(grn_grad_alloc(&bw->g2, B, dm->H2));
 
     fox_cuda_batch *bt = &n->bt;
-    DALLOC(bt->s2, 2 * (size_t)B * dm->S);
+    DALLOC(bt->s2, (size_t)rows_on * dm->S);
     DALLOC(bt->a, (size_t)B * dm->D);
     DALLOC(bt->r, B);
     DALLOC(bt->done, B);
@@ -281,8 +312,20 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
     DALLOC(bt->prio, B);
     DALLOC(bt->a_star, (size_t)B * dm->D);
     bt->w = NULL;
-    DALLOC(n->loss_parts, (size_t)B * 4);
+    DALLOC(n->loss_parts, (size_t)B * FOX_CUDA_PARTS);
     DALLOC(n->norm_part, FOX_CUDA_NORM_BLOCKS);
+    DALLOC(n->proj, (size_t)B * dm->D * dm->NA);
+    DALLOC(n->tq, (size_t)B * dm->D * dm->NT);
+    DALLOC(n->glu, (size_t)rows_on * dm->H2);
+    DALLOC(n->ln_in, (size_t)rows_on * dm->H2);
+    DALLOC(n->d_states, (size_t)B * dm->S);
+    FOX_TRY(pgroup_init(n));
+    for (int g = 0; g < FOX_GROUP_COUNT; g++) {
+        n->aslots.w[g] = fox_sentinel_group_slot(FOX_SENT_FAMILY_WEIGHT, g);
+        n->aslots.m[g] = fox_sentinel_group_slot(FOX_SENT_FAMILY_ADAM_M, g);
+        n->aslots.v[g] = fox_sentinel_group_slot(FOX_SENT_FAMILY_ADAM_V, g);
+    }
+    n->fault_slot = -1;
     return 0;
 }
 
@@ -299,7 +342,9 @@ fox__cuda_net_fini(fox_cuda_net *n)
                     n->iq.cosf, n->iq.phi, n->iq.x, n->iq.q, n->bw.dout, n->bw.dhid, n->bw.dpk,
                     n->bw.dh_s2, n->bw.dh_s1, n->bw.d_q, n->bw.d_x,
                     n->bt.s2, n->bt.a, n->bt.r, n->bt.done, n->bt.aux, n->bt.regime, n->bt.tau,
-                    n->bt.idx, n->bt.prio, n->bt.a_star, n->loss_parts, n->norm_part};
+                    n->bt.idx, n->bt.prio, n->bt.a_star, n->loss_parts, n->norm_part,
+                    n->bw.d_phi, n->bw.dh_aux, n->bw.dh_iqn, n->proj, n->tq, n->glu, n->ln_in,
+                    n->d_states, n->pgroup};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         cudaFree(bufs[k]);
     grn_grad_free(&n->bw.g1);
@@ -351,59 +396,150 @@ fox__cuda_pack(fox_cuda_net *n, int s)
     return fox__cuda_head_pack(n->st[s], &n->dm, &n->heads, n->params, n->np, n->pk, NULL, NULL);
 }
 
-/* GRN(a [R × in] → g->y [R × out]) with the block's tensors from `first` in params P. */
-static int
-grn_fwd(fox_cuda_net *n, int s, const float *P, int first, int in, int out, const float *a, int R,
-        fox_cuda_grn_act *g)
+/* A product with everything off: α 1, one batch entry, no split. */
+static fox_cuda_gemm
+gemm_of(int M, int N, int K, int bt, const float *A, int lda, const float *B, int ldb, float *C,
+        int ldc)
 {
-    cublasHandle_t h = n->cb[s];
+    fox_cuda_gemm g;
+    memset(&g, 0, sizeof g);
+    g.M = M;
+    g.N = N;
+    g.K = K;
+    g.nz = 1;
+    g.bt = bt;
+    g.A = A;
+    g.lda = lda;
+    g.B = B;
+    g.ldb = ldb;
+    g.C = C;
+    g.ldc = ldc;
+    g.alpha = 1.0f;
+    g.split = M;
+    g.mul_div = 1;
+    return g;
+}
+
+/*
+ * A stability point (the CPU's point()): the configured fault's injection
+ * into p[0] (and p2[0]), launched only at its own slot's point and only in
+ * a training pass, so that a run without a fault has no launch for it.
+ */
+static int
+point(fox_cuda_net *n, int s, int slot, float *p, float *p2, int after_count)
+{
+    if (n->fault_slot != slot || !n->stab.sites)
+        return 0;
+    return fox__cuda_inject(n->st[s], &n->stab, p, p2, after_count);
+}
+
+/*
+ * GRN(a [R × in] → g->y [R × out]) with the block's tensors from `first` in
+ * params P; rows ≥ split use the target net's copy (np floats on). pts: the
+ * stage slots (η2, η1, gate, glu, LayerNorm input) at their points, and g,
+ * r + g kept in n->glu / n->ln_in (GRN2 of a training pass), or NULL.
+ */
+static int
+grn_fwd(fox_cuda_net *n, int s, int first, int in, int out, const float *a, int R, int split,
+        fox_cuda_grn_act *g, int pts)
+{
     cudaStream_t st = n->st[s];
+    const float *P = n->params;
+    const long long np = (long long)n->np;
 #define T(k) (P + toff(n, first + (k)))
-    /* W2·a and the skip Wr·a in one call (eta2, then the skip product R·out floats later). */
-    const float *r = a;
-    if (in != out) {
-        long long w2r = (long long)(toff(n, first + FOX_GRN_WR) - toff(n, first + FOX_GRN_W2));
-        FOX_TRY(fox__cuda_lin_fwd_batched(h, R, in, out, a, in, 0, T(FOX_GRN_W2), w2r, g->eta2,
-                                          out, (long long)R * out, 2));
-        r = g->eta2 + (size_t)R * out;
-    } else {
-        FOX_TRY(fox__cuda_lin_fwd(h, R, in, out, a, in, T(FOX_GRN_W2), g->eta2, out, 0.0f));
+    /* η2 = ELU(W2·a + b2) and the skip Wr·a (R·out floats later) in one launch. */
+    int skip = in != out;
+    fox_cuda_gemm m = gemm_of(R, out, in, 1, a, in, T(FOX_GRN_W2), in, g->eta2, out);
+    m.split = split;
+    m.boff = np;
+    m.bias[0] = T(FOX_GRN_B2);
+    m.act[0] = FOX_ACT_ELU;
+    if (skip) {
+        m.nz = 2;
+        m.sb = (long long)(toff(n, first + FOX_GRN_WR) - toff(n, first + FOX_GRN_W2));
+        m.sc = (long long)R * out;
     }
-    FOX_TRY(fox__cuda_bias_act(st, g->eta2, T(FOX_GRN_B2), R, out, out, FOX_ACT_ELU));
-    FOX_TRY(fox__cuda_lin_fwd(h, R, out, out, g->eta2, out, T(FOX_GRN_W1), g->eta1, out, 0.0f));
-    FOX_TRY(fox__cuda_bias_act(st, g->eta1, T(FOX_GRN_B1), R, out, out, FOX_ACT_NONE));
-    /* Gate and value products in one call: Wv sits a fixed distance after Wg. */
-    long long gv = (long long)(toff(n, first + FOX_GRN_WV) - toff(n, first + FOX_GRN_WG));
-    FOX_TRY(fox__cuda_lin_fwd_batched(h, R, out, out, g->eta1, out, 0, T(FOX_GRN_WG), gv, g->zgv,
-                                      out, (long long)R * out, 2));
-    FOX_TRY(fox__cuda_grn_tail(st, R, out, g->zgv, r, T(FOX_GRN_BG), T(FOX_GRN_BV),
-                               T(FOX_GRN_LN_G), T(FOX_GRN_LN_B), g->xhat, g->rstd, g->y));
+    FOX_TRY(fox__cuda_gemm(n->cb[s], st, &m));
+    if (pts)
+        FOX_TRY(point(n, s, FOX_SENT_H_S2_ETA2, g->eta2, NULL, 0));
+    const float *r = skip ? g->eta2 + (size_t)R * out : a;
+    /* η1 = W1·η2 + b1. */
+    m = gemm_of(R, out, out, 1, g->eta2, out, T(FOX_GRN_W1), out, g->eta1, out);
+    m.split = split;
+    m.boff = np;
+    m.bias[0] = T(FOX_GRN_B1);
+    FOX_TRY(fox__cuda_gemm(n->cb[s], st, &m));
+    if (pts)
+        FOX_TRY(point(n, s, FOX_SENT_H_S2_ETA1, g->eta1, NULL, 0));
+    /* Gate and value pre-activations with their biases: Wv sits a fixed distance after Wg. */
+    m = gemm_of(R, out, out, 1, g->eta1, out, T(FOX_GRN_WG), out, g->zgv, out);
+    m.split = split;
+    m.boff = np;
+    m.nz = 2;
+    m.sb = (long long)(toff(n, first + FOX_GRN_WV) - toff(n, first + FOX_GRN_WG));
+    m.sc = (long long)R * out;
+    m.bias[0] = T(FOX_GRN_BG);
+    m.bias[1] = T(FOX_GRN_BV);
+    FOX_TRY(fox__cuda_gemm(n->cb[s], st, &m));
+    FOX_TRY(fox__cuda_grn_tail(st, R, out, g->zgv, r, T(FOX_GRN_LN_G), T(FOX_GRN_LN_B), split, np,
+                               g->xhat, g->rstd, g->y, pts ? n->glu : NULL,
+                               pts ? n->ln_in : NULL));
+    if (pts) {
+        /* Inside the fused tail on the CPU's side of it: these faults fire their slot only. */
+        FOX_TRY(point(n, s, FOX_SENT_H_S2_GATE, g->zgv, NULL, 0));
+        FOX_TRY(point(n, s, FOX_SENT_H_S2_GLU, n->glu, NULL, 0));
+        FOX_TRY(point(n, s, FOX_SENT_H_S2_LN_IN, n->ln_in, NULL, 0));
+    }
 #undef T
     return 0;
 }
 
 int
-fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, int which, const float *X, int R,
-                  int aux)
+fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R, int split,
+                  int aux, int site)
 {
     if (R < 1 || R > f->cap)
         return FOX_EINVAL;
     const fox_cuda_dims *dm = &n->dm;
-    const float *P = n->params + (which ? n->np : 0), *pk = n->pk + (which ? dm->PK : 0);
-    cublasHandle_t h = n->cb[s];
+    const float *pk = n->pk;
+    cudaStream_t st = n->st[s];
+    int pts = site && n->stab.sites;
     f->rows = R;
-    FOX_TRY(grn_fwd(n, s, P, FOX_P_GRN1_W2, dm->S, dm->H1, X, R, &f->g1));
-    FOX_TRY(grn_fwd(n, s, P, FOX_P_GRN2_W2, dm->H1, dm->H2, f->g1.y, R, &f->g2));
-    /* The packed heads: one product per layer (the C51 heads' only, without aux). */
+    FOX_TRY(grn_fwd(n, s, FOX_P_GRN1_W2, dm->S, dm->H1, X, R, split, &f->g1, 0));
+    if (pts)
+        FOX_TRY(point(n, s, FOX_SENT_H_S1, f->g1.y, NULL, 0));
+    FOX_TRY(grn_fwd(n, s, FOX_P_GRN2_W2, dm->H1, dm->H2, f->g1.y, R, split, &f->g2, pts));
+    if (pts) {
+        /* Mech 10 on the online net's h_s2 over the batch (slot 12 inline before it). */
+        FOX_TRY(point(n, s, FOX_SENT_H_S2, f->g2.y, NULL, 0));
+        FOX_TRY(fox__cuda_h_s2_site(st, &n->stab, f->g2.y, (size_t)n->B * dm->H2));
+    }
+    /* The packed heads: one launch per layer (the C51 heads' only, without aux). */
     int nh = aux ? FOX_CUDA_HEADS : FOX_CUDA_C51_HEADS;
-    FOX_TRY(fox__cuda_lin_fwd(h, R, dm->H2, nh * dm->HS, f->g2.y, dm->H2, pk + dm->pk_w1, f->hid,
-                              dm->HW, 0.0f));
-    FOX_TRY(fox__cuda_bias_act(n->st[s], f->hid, pk + dm->pk_b1, R, nh * dm->HS, dm->HW,
-                               FOX_ACT_RELU));
-    FOX_TRY(fox__cuda_lin_fwd_batched(h, R, dm->HS, dm->OS, f->hid, dm->HW, dm->HS,
-                                      pk + dm->pk_w2, (long long)dm->OS * dm->HS, f->out, dm->OW,
-                                      dm->OS, nh));
-    return fox__cuda_dueling(n->st[s], R, dm, f->out, pk + dm->pk_b2, n->z, f->logp, f->q);
+    fox_cuda_gemm m = gemm_of(R, nh * dm->HS, dm->H2, 1, f->g2.y, dm->H2, pk + dm->pk_w1, dm->H2,
+                              f->hid, dm->HW);
+    m.split = split;
+    m.boff = (long long)dm->PK;
+    m.bias[0] = pk + dm->pk_b1;
+    m.act[0] = FOX_ACT_RELU;
+    FOX_TRY(fox__cuda_gemm(n->cb[s], st, &m));
+    m = gemm_of(R, dm->OS, dm->HS, 1, f->hid, dm->HW, pk + dm->pk_w2, dm->HS, f->out, dm->OW);
+    m.split = split;
+    m.boff = (long long)dm->PK;
+    m.nz = nh;
+    m.sa = dm->HS;
+    m.sb = (long long)dm->OS * dm->HS;
+    m.sc = dm->OS;
+    FOX_TRY(fox__cuda_gemm(n->cb[s], st, &m));
+    if (pts) {
+        FOX_TRY(point(n, s, FOX_SENT_V_LOGITS, f->out, NULL, 0));
+        FOX_TRY(point(n, s, FOX_SENT_ADV_LOGITS, f->out + dm->OS, NULL, 0));
+    }
+    FOX_TRY(fox__cuda_dueling(st, R, dm, f->out, pk + dm->pk_b2, split, (long long)dm->PK, n->z,
+                              f->logp, f->q));
+    if (pts)
+        FOX_TRY(point(n, s, FOX_SENT_CURRENT_LP, f->logp, NULL, 0));
+    return 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -411,8 +547,8 @@ fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, int which, const floa
 
 /*
  * Backward of a GRN over the first B rows of its forward cache f_rows rows
- * long: weight gradients (stream 1) into grads at the block's offsets,
- * da [B × in] (stream 0; NULL: not needed).
+ * long: weight gradients (stream 1, cuBLAS) into grads at the block's
+ * offsets, da [B × in] (stream 0; NULL: not needed).
  */
 static int
 grn_bwd(fox_cuda_net *n, int first, int in, int out, const float *a, const fox_cuda_grn_act *c,
@@ -421,7 +557,6 @@ grn_bwd(fox_cuda_net *n, int first, int in, int out, const float *a, const fox_c
     const int B = n->B;
     const float *P = n->params;
     float *G = n->grads;
-    cublasHandle_t h0 = n->cb[0];
     cudaStream_t s0 = n->st[0];
     const float *ones = n->ones;
     int ws;
@@ -429,43 +564,55 @@ grn_bwd(fox_cuda_net *n, int first, int in, int out, const float *a, const fox_c
 #define DT(k) (G + toff(n, first + (k)))
     FOX_TRY(fox__cuda_ln_glu_bwd(s0, B, out, dy, c->xhat, c->rstd, T(FOX_GRN_LN_G), c->zgv,
                                  (long long)f_rows * out, gg->du, gg->dyx, gg->dzgv));
+    long long gv = (long long)(toff(n, first + FOX_GRN_WV) - toff(n, first + FOX_GRN_WG));
+    long long gvb = (long long)(toff(n, first + FOX_GRN_BV) - toff(n, first + FOX_GRN_BG));
+    long long bn = (long long)B * out;
     ws = side(n);
     FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, gg->dyx, out, ones, DT(FOX_GRN_LN_G), 0.0f));
     FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, dy, out, ones, DT(FOX_GRN_LN_B), 0.0f));
     if (in != out)
         FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, in, out, gg->du, out, a, in, DT(FOX_GRN_WR), 0.0f));
-    /* Skip path first: it writes da, the main path then adds to it (grn_bwd). */
-    if (da && in != out)
-        FOX_TRY(fox__cuda_lin_dx(h0, B, in, out, gg->du, out, T(FOX_GRN_WR), in, da, in, 1.0f,
-                                 0.0f));
-    else if (da)
-        FOX_CUDA_TRY(cudaMemcpyAsync(da, gg->du, (size_t)B * out * sizeof(float),
-                                     cudaMemcpyDeviceToDevice, s0));
-    long long gv = (long long)(toff(n, first + FOX_GRN_WV) - toff(n, first + FOX_GRN_WG));
-    long long gvb = (long long)(toff(n, first + FOX_GRN_BV) - toff(n, first + FOX_GRN_BG));
-    long long bn = (long long)B * out;
-    ws = side(n);
     FOX_TRY(fox__cuda_lin_dw_batched(n->cb[ws], B, out, out, gg->dzgv, out, bn, c->eta1, out, 0,
                                      DT(FOX_GRN_WG), gv, 2));
     FOX_TRY(fox__cuda_colsum_batched(n->cb[ws], B, out, gg->dzgv, out, bn, ones, DT(FOX_GRN_BG),
                                      gvb, 2));
-    FOX_TRY(fox__cuda_lin_dx(h0, B, out, out, gg->dzgv, out, T(FOX_GRN_WG), out, gg->deta1, out,
-                             1.0f, 0.0f));
-    FOX_TRY(fox__cuda_lin_dx(h0, B, out, out, gg->dzgv + bn, out, T(FOX_GRN_WV), out, gg->deta1,
-                             out, 1.0f, 1.0f));
+    /* dη1 = dzg·Wg + dlin·Wv in one launch. */
+    fox_cuda_gemm m = gemm_of(B, out, out, 0, gg->dzgv, out, T(FOX_GRN_WG), out, gg->deta1, out);
+    m.A2 = gg->dzgv + bn;
+    m.lda2 = out;
+    m.B2 = T(FOX_GRN_WV);
+    m.ldb2 = out;
+    m.K2 = out;
+    FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
     ws = side(n);
     FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, out, out, gg->deta1, out, c->eta2, out, DT(FOX_GRN_W1),
                              0.0f));
     FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, gg->deta1, out, ones, DT(FOX_GRN_B1), 0.0f));
-    FOX_TRY(fox__cuda_lin_dx(h0, B, out, out, gg->deta1, out, T(FOX_GRN_W1), out, gg->deta2, out,
-                             1.0f, 0.0f));
-    FOX_TRY(fox__cuda_act_bwd(s0, c->eta2, gg->deta2, B, out, out, FOX_ACT_ELU));
+    /* dη2 = (dη1·W1) ⊙ ELU'(η2). */
+    m = gemm_of(B, out, out, 0, gg->deta1, out, T(FOX_GRN_W1), out, gg->deta2, out);
+    m.dy = c->eta2;
+    m.lddy = out;
+    m.dact = FOX_ACT_ELU;
+    FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
     ws = side(n);
     FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, in, out, gg->deta2, out, a, in, DT(FOX_GRN_W2), 0.0f));
     FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, gg->deta2, out, ones, DT(FOX_GRN_B2), 0.0f));
-    if (da)
-        FOX_TRY(fox__cuda_lin_dx(h0, B, in, out, gg->deta2, out, T(FOX_GRN_W2), in, da, in, 1.0f,
-                                 1.0f));
+    if (da) {
+        /* da = du·Wr + dη2·W2 (skip path first, as the CPU adds them), or du + dη2·W2. */
+        m = gemm_of(B, in, out, 0, gg->deta2, out, T(FOX_GRN_W2), in, da, in);
+        if (in != out) {
+            m = gemm_of(B, in, out, 0, gg->du, out, T(FOX_GRN_WR), in, da, in);
+            m.A2 = gg->deta2;
+            m.lda2 = out;
+            m.B2 = T(FOX_GRN_W2);
+            m.ldb2 = in;
+            m.K2 = out;
+        } else {
+            m.add = gg->du;
+            m.ldadd = out;
+        }
+        FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
+    }
 #undef T
 #undef DT
     return 0;
@@ -476,40 +623,61 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
 {
     const fox_cuda_dims *dm = &n->dm;
     const int B = n->B, NT = dm->NT, rq = B * NT;
+    const long long np = (long long)n->np;
     const float *P = n->params, *PT = n->params + n->np;
     float *G = n->grads;
-    cublasHandle_t h0 = n->cb[0];
     cudaStream_t s0 = n->st[0];
     fox_cuda_batch *bt = &n->bt;
     fox_cuda_bwd *bw = &n->bw;
+    fox_cuda_fwd *on = &n->on;
     int ws;
 
-    /* Forward: the target net on s′ beside the online net on [s; s′]. */
+    /*
+     * Forward: the target net on s′ (its parameters np floats on: split 0)
+     * and the IQN cosine embedding on the side stream, beside the online net
+     * on [s; s′] with the stability points and Mech 10.
+     */
     ws = side(n);
-    FOX_TRY(fox__cuda_forward(n, ws, &n->tg, 1, bt->s2 + (size_t)B * dm->S, B, 0));
-    FOX_TRY(fox__cuda_forward(n, 0, &n->on, 0, bt->s2, 2 * B, 1));
-    FOX_TRY(fox__cuda_iqn_cos(s0, 2 * rq, dm->NC, bt->tau, n->iq.cosf));
+    FOX_TRY(fox__cuda_iqn_cos(n->st[ws], 2 * rq, dm->NC, bt->tau, n->iq.cosf));
+    FOX_TRY(fox__cuda_forward(n, ws, &n->tg, bt->s2 + (size_t)B * dm->S, B, 0, 0, 0));
+    FOX_TRY(fox__cuda_forward(n, 0, on, bt->s2, 2 * B, 2 * B, 1, 1));
     FOX_TRY(fox__cuda_dep(n, ws, 0));
+    FOX_TRY(point(n, 0, FOX_SENT_TARGET_LOGITS, n->tg.logp, NULL, 0));
+    const float *h_tg = n->tg.g2.y;
 
-    /* IQN of both nets: online on h_s2(s) with τ, target on h_s2′ with τ′. */
-    FOX_TRY(fox__cuda_lin_fwd_batched(h0, rq, dm->NC, dm->H2, n->iq.cosf, dm->NC,
-                                      (long long)rq * dm->NC, P + toff(n, FOX_P_IQN_WPHI),
-                                      (long long)n->np, n->iq.phi, dm->H2, (long long)rq * dm->H2,
-                                      2));
-    FOX_TRY(fox__cuda_iqn_phi(s0, rq, dm->H2, NT, n->iq.phi, n->iq.x, P + toff(n, FOX_P_IQN_BPHI),
-                              PT + toff(n, FOX_P_IQN_BPHI), n->on.g2.y, n->tg.g2.y));
-    FOX_TRY(fox__cuda_lin_fwd_batched(h0, rq, dm->H2, dm->NAct, n->iq.x, dm->H2,
-                                      (long long)rq * dm->H2, P + toff(n, FOX_P_IQN_WQ),
-                                      (long long)n->np, n->iq.q, dm->NAct,
-                                      (long long)rq * dm->NAct, 2));
+    /* IQN of both nets (z = 0 online on h_s2(s) with τ, z = 1 target on h_s2′ with τ′). */
+    fox_cuda_gemm m = gemm_of(rq, dm->H2, dm->NC, 1, n->iq.cosf, dm->NC, P + toff(n, FOX_P_IQN_WPHI),
+                              dm->NC, n->iq.phi, dm->H2);
+    m.nz = 2;
+    m.sa = (long long)rq * dm->NC;
+    m.sb = np;
+    m.sc = (long long)rq * dm->H2;
+    m.bias[0] = P + toff(n, FOX_P_IQN_BPHI);
+    m.bias[1] = PT + toff(n, FOX_P_IQN_BPHI);
+    m.act[0] = m.act[1] = FOX_ACT_RELU;
+    m.mout = n->iq.x;
+    m.mul[0] = on->g2.y;
+    m.mul[1] = h_tg;
+    m.ldmul = dm->H2;
+    m.mul_div = NT;
+    FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
+    m = gemm_of(rq, dm->NAct, dm->H2, 1, n->iq.x, dm->H2, P + toff(n, FOX_P_IQN_WQ), dm->H2,
+                n->iq.q, dm->NAct);
+    m.nz = 2;
+    m.sa = (long long)rq * dm->H2;
+    m.sb = np;
+    m.sc = (long long)rq * dm->NAct;
+    FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
+    FOX_TRY(point(n, 0, FOX_SENT_IQN_Q_ONLINE, n->iq.q, NULL, 0));
+    FOX_TRY(point(n, 0, FOX_SENT_IQN_Q_TARGET, n->iq.q + (size_t)rq * dm->NAct, NULL, 0));
 
     /* Losses and the gradients of every head output. */
     fox_cuda_loss_args la = {
         .B = B,
         .z = n->z,
-        .on_logp = n->on.logp,
-        .on_q = n->on.q,
-        .on_out = n->on.out,
+        .on_logp = on->logp,
+        .on_q = on->q,
+        .on_out = on->out,
         .tg_logp = n->tg.logp,
         .iq_q = n->iq.q,
         .bq_on = P + toff(n, FOX_P_IQN_BQ),
@@ -527,58 +695,84 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
         .prio = bt->prio,
         .parts = n->loss_parts,
         .a_star = bt->a_star,
+        .proj = n->proj,
+        .tq = n->tq,
+        .st = n->stab,
     };
     FOX_TRY(fox__cuda_loss(s0, dm, hp, &la));
+    FOX_TRY(point(n, 0, FOX_SENT_PROJECTED, n->proj, NULL, 0));
+    FOX_TRY(point(n, 0, FOX_SENT_TARGET_Q_POST_CLIP, n->tq, NULL, 0));
+    FOX_TRY(point(n, 0, FOX_SENT_TD_ERRORS, bt->prio, NULL, 0));
+    FOX_TRY(point(n, 0, FOX_SENT_D_IQN_Q, bw->d_q, NULL, 0));
+    FOX_TRY(point(n, 0, FOX_SENT_D_V_LOGITS, bw->dout, NULL, 0));
+    FOX_TRY(point(n, 0, FOX_SENT_D_ADV_LOGITS, bw->dout + dm->OS, NULL, 0));
 
     /* The packed heads: input gradients on stream 0, weight gradients on stream 1. */
     const float *pk = n->pk;
     ws = side(n);
     FOX_TRY(fox__cuda_lin_dw_batched(n->cb[ws], B, dm->HS, dm->OS, bw->dout, dm->OW, dm->OS,
-                                     n->on.hid, dm->HW, dm->HS, bw->dpk + dm->pk_w2,
+                                     on->hid, dm->HW, dm->HS, bw->dpk + dm->pk_w2,
                                      (long long)dm->OS * dm->HS, FOX_CUDA_HEADS));
     FOX_TRY(fox__cuda_colsum(n->cb[ws], B, dm->OW, bw->dout, dm->OW, n->ones, bw->dpk + dm->pk_b2,
                              0.0f));
-    FOX_TRY(fox__cuda_lin_dx_batched(h0, B, dm->HS, dm->OS, bw->dout, dm->OW, dm->OS,
-                                     pk + dm->pk_w2, (long long)dm->OS * dm->HS, bw->dhid, dm->HW,
-                                     dm->HS, FOX_CUDA_HEADS));
-    FOX_TRY(fox__cuda_act_bwd(s0, n->on.hid, bw->dhid, B, dm->HW, dm->HW, FOX_ACT_RELU));
+    /* d hid = (d out · W2) ⊙ ReLU'(hid), the seven heads in one launch. */
+    m = gemm_of(B, dm->HS, dm->OS, 0, bw->dout, dm->OW, pk + dm->pk_w2, dm->HS, bw->dhid, dm->HW);
+    m.nz = FOX_CUDA_HEADS;
+    m.sa = dm->OS;
+    m.sb = (long long)dm->OS * dm->HS;
+    m.sc = dm->HS;
+    m.dy = on->hid;
+    m.lddy = dm->HW;
+    m.sdy = dm->HS;
+    m.dact = FOX_ACT_RELU;
+    FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
     ws = side(n);
-    FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, dm->H2, dm->HW, bw->dhid, dm->HW, n->on.g2.y, dm->H2,
+    FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, dm->H2, dm->HW, bw->dhid, dm->HW, on->g2.y, dm->H2,
                              bw->dpk + dm->pk_w1, 0.0f));
     FOX_TRY(fox__cuda_colsum(n->cb[ws], B, dm->HW, bw->dhid, dm->HW, n->ones, bw->dpk + dm->pk_b1,
                              0.0f));
     FOX_TRY(fox__cuda_head_unpack(n->st[ws], dm, &n->heads, bw->dpk, G));
-    /* d h_s2: the C51 heads scaled by 1/(D+1) as in BDQ, then the aux heads, then IQN. */
+    /* d h_s2 from the C51 heads, scaled by 1/(D+1) as in BDQ (slot 33's point), and the aux part. */
     float scale = hp->bdq_trunk_scale ? 1.0f / (float)(dm->D + 1) : 1.0f;
     int c51w = FOX_CUDA_C51_HEADS * dm->HS;
-    FOX_TRY(fox__cuda_lin_dx(h0, B, dm->H2, c51w, bw->dhid, dm->HW, pk + dm->pk_w1, dm->H2,
-                             bw->dh_s2, dm->H2, scale, 0.0f));
-    FOX_TRY(fox__cuda_lin_dx(h0, B, dm->H2, dm->HW - c51w, bw->dhid + c51w, dm->HW,
-                             pk + dm->pk_w1 + (size_t)c51w * dm->H2, dm->H2, bw->dh_s2, dm->H2,
-                             1.0f, 1.0f));
+    m = gemm_of(B, dm->H2, c51w, 0, bw->dhid, dm->HW, pk + dm->pk_w1, dm->H2, bw->dh_s2, dm->H2);
+    m.alpha = scale;
+    FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
+    FOX_TRY(point(n, 0, FOX_SENT_D_H_S2_POST_MAIN, bw->dh_s2, NULL, 0));
+    m = gemm_of(B, dm->H2, dm->HW - c51w, 0, bw->dhid + c51w, dm->HW,
+                pk + dm->pk_w1 + (size_t)c51w * dm->H2, dm->H2, bw->dh_aux, dm->H2);
+    FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
+    FOX_TRY(point(n, 0, FOX_SENT_AUX_D_H_S2, bw->dh_aux, NULL, 0));
 
-    /* IQN head backward. */
+    /* IQN head backward, then d h_s2's three parts joined with the inline checks 33/34/35. */
     ws = side(n);
     FOX_TRY(fox__cuda_lin_dw(n->cb[ws], rq, dm->H2, dm->NAct, bw->d_q, dm->NAct, n->iq.x, dm->H2,
                              G + toff(n, FOX_P_IQN_WQ), 0.0f));
     FOX_TRY(fox__cuda_colsum(n->cb[ws], rq, dm->NAct, bw->d_q, dm->NAct, n->ones,
                              G + toff(n, FOX_P_IQN_BQ), 0.0f));
-    FOX_TRY(fox__cuda_lin_dx(h0, rq, dm->H2, dm->NAct, bw->d_q, dm->NAct,
-                             P + toff(n, FOX_P_IQN_WQ), dm->H2, bw->d_x, dm->H2, 1.0f, 0.0f));
-    FOX_TRY(fox__cuda_iqn_bwd(s0, B, NT, dm->H2, bw->d_x, n->iq.phi, n->on.g2.y, bw->dh_s2));
+    m = gemm_of(rq, dm->H2, dm->NAct, 0, bw->d_q, dm->NAct, P + toff(n, FOX_P_IQN_WQ), dm->H2,
+                bw->d_x, dm->H2);
+    FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
+    FOX_TRY(point(n, 0, FOX_SENT_IQN_TRUNK_GRAD, bw->d_x, NULL, 0));
+    FOX_TRY(fox__cuda_dh_s2_join(s0, &n->stab, B, NT, dm->H2, bw->dh_s2, bw->dh_aux, bw->dh_iqn,
+                                 bw->d_x, n->iq.phi, on->g2.y, bw->d_phi));
     ws = side(n);
-    FOX_TRY(fox__cuda_lin_dw(n->cb[ws], rq, dm->NC, dm->H2, bw->d_x, dm->H2, n->iq.cosf, dm->NC,
+    FOX_TRY(fox__cuda_lin_dw(n->cb[ws], rq, dm->NC, dm->H2, bw->d_phi, dm->H2, n->iq.cosf, dm->NC,
                              G + toff(n, FOX_P_IQN_WPHI), 0.0f));
-    FOX_TRY(fox__cuda_colsum(n->cb[ws], rq, dm->H2, bw->d_x, dm->H2, n->ones,
+    FOX_TRY(fox__cuda_colsum(n->cb[ws], rq, dm->H2, bw->d_phi, dm->H2, n->ones,
                              G + toff(n, FOX_P_IQN_BPHI), 0.0f));
 
     /* Trunk. */
-    FOX_TRY(grn_bwd(n, FOX_P_GRN2_W2, dm->H1, dm->H2, n->on.g1.y, &n->on.g2, n->on.rows,
-                    bw->dh_s2, bw->dh_s1, &bw->g2));
-    FOX_TRY(grn_bwd(n, FOX_P_GRN1_W2, dm->S, dm->H1, bt->s2, &n->on.g1, n->on.rows, bw->dh_s1,
-                    NULL, &bw->g1));
+    FOX_TRY(grn_bwd(n, FOX_P_GRN2_W2, dm->H1, dm->H2, on->g1.y, &on->g2, on->rows, bw->dh_s2,
+                    bw->dh_s1, &bw->g2));
+    int want_ds = n->want_d_states && n->stab.sites;
+    FOX_TRY(grn_bwd(n, FOX_P_GRN1_W2, dm->S, dm->H1, bt->s2, &on->g1, on->rows, bw->dh_s1,
+                    want_ds ? n->d_states : NULL, &bw->g1));
+    if (want_ds)
+        FOX_TRY(point(n, 0, FOX_SENT_D_STATES, n->d_states, NULL, 0));
     if (n->use_side)
         FOX_TRY(fox__cuda_dep(n, 1, 0));
+    FOX_TRY(point(n, 0, FOX_SENT_GRADS, G, NULL, 0));
     return 0;
 }
 
@@ -590,10 +784,14 @@ fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl
                 float *isv_map)
 {
     cudaStream_t s0 = n->st[0];
-    FOX_TRY(fox__cuda_grad_norm(s0, n->np, n->grads, n->norm_part));
-    FOX_TRY(fox__cuda_adam(s0, n->np, n->params, n->grads, n->adam_m, n->adam_v, n->norm_part, oc,
-                           ctl));
-    FOX_TRY(fox__cuda_finish(s0, n->B, n->loss_parts, n->norm_part, oc, ctl, isv_dev, isv_map));
+    FOX_TRY(fox__cuda_grad_norm(s0, n->np, n->grads, n->norm_part, &n->stab, n->B, n->dm.D,
+                                n->loss_parts));
+    FOX_TRY(fox__cuda_adam(s0, n->np, n->params, n->grads, n->adam_m, n->adam_v, n->pgroup,
+                           &n->aslots, oc, &n->stab));
+    /* The points after Adam: params (14) and the slices of params / adam_m / adam_v (36–45, 48). */
+    if (n->fault_at)
+        FOX_TRY(point(n, 0, n->fault_slot, n->fault_at, NULL, 0));
+    FOX_TRY(fox__cuda_finish(s0, n->B, n->loss_parts, oc, ctl, isv_dev, isv_map));
     /* A Polyak update reads the target it writes: its own launch before the re-pack. */
     if (oc->polyak > 0.0f) {
         FOX_TRY(fox__cuda_target(s0, n->np, n->params, n->params + n->np, oc, ctl));

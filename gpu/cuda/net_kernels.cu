@@ -1,8 +1,7 @@
 /*
- * net_kernels.cu — the hand kernels of foxnet v1 on the device: bias and
- * activations, the GRN tail (σ gate, GLU, skip, LayerNorm) and its
- * backward, dueling + log_softmax + expected Q, the IQN cosine embedding
- * and its backward, the fused loss kernel (double-DQN argmax, C51
+ * net_kernels.cu — the hand kernels of foxnet v1 on the device: the GRN
+ * tail (σ gate, GLU, skip, LayerNorm) and its backward, dueling +
+ * log_softmax + expected Q, the IQN cosine embedding and its backward, the fused loss kernel (double-DQN argmax, C51
  * projection and cross-entropy, dueling backward, IQN quantile Huber, aux
  * losses) and the packing of the heads' first layers.
  *
@@ -10,12 +9,15 @@
  * arithmetic in the same order wherever the order is not a parallel
  * reduction (LN eps 1e-5 with biased variance, ELU via expm1, ties of an
  * argmax to the lowest index, the loss normalizations 1/(B·D), 1/NT, 1/B).
- * Not here: matrix products (cuBLAS, matmul.c) and their orchestration
- * (net.c).
+ * Not here: matrix products and the bias/activation stages fused into
+ * them (gemm.cu, matmul.c) and their orchestration (net.c).
  */
 #include <math.h>
 #include <stdint.h>
 
+#include "../bounds.h"
+#include "../isv.h"
+#include "../sentinel.h"
 #include "cuda_impl.h"
 
 #define WARP 32
@@ -59,87 +61,40 @@ branch_of(const fox_cuda_dims &dm, int act)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Bias and activations (twins of linear_fwd's bias, elu_fwd, relu_fwd and their backward)    */
-
-static __device__ __forceinline__ float
-act_fwd(float v, int act)
-{
-    if (act == FOX_ACT_ELU)
-        return v <= 0.0f ? expm1f(v) : v;
-    if (act == FOX_ACT_RELU)
-        return v < 0.0f ? 0.0f : v;
-    return v;
-}
-
-__global__ void
-bias_act_kernel(float *x, const float *b, int rows, int cols, int ld, int act)
-{
-    size_t n = (size_t)rows * cols;
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x) {
-        size_t r = k / cols;
-        int c = (int)(k % cols);
-        float *p = x + r * ld + c;
-        *p = act_fwd(*p + b[c], act);
-    }
-}
-
-int
-fox__cuda_bias_act(cudaStream_t s, float *x, const float *b, int rows, int cols, int ld, int act)
-{
-    bias_act_kernel<<<grid_for((size_t)rows * cols, 256), 256, 0, s>>>(x, b, rows, cols, ld, act);
-    FOX_CUDA_TRY(cudaGetLastError());
-    return 0;
-}
-
-/* ELU'(x) = y + 1 for y ≤ 0; ReLU' = 0 at y ≤ 0 (the kink takes 0, like the forward's clamp). */
-__global__ void
-act_bwd_kernel(const float *y, float *d, int rows, int cols, int ld, int act)
-{
-    size_t n = (size_t)rows * cols;
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x) {
-        size_t at = (k / cols) * ld + k % cols;
-        float yv = y[at];
-        if (yv <= 0.0f)
-            d[at] = act == FOX_ACT_ELU ? d[at] * (yv + 1.0f) : 0.0f;
-    }
-}
-
-int
-fox__cuda_act_bwd(cudaStream_t s, const float *y, float *d, int rows, int cols, int ld, int act)
-{
-    act_bwd_kernel<<<grid_for((size_t)rows * cols, 256), 256, 0, s>>>(y, d, rows, cols, ld, act);
-    FOX_CUDA_TRY(cudaGetLastError());
-    return 0;
-}
-
-/* ------------------------------------------------------------------------------------------ */
 /* GRN tail and LayerNorm (twins of grn_fwd's tail, layernorm_fwd/bwd, glu_bwd)               */
 
 /*
- * One warp per row: sg = σ(zg + bg), lin = zv + bv (both kept in zgv for the
- * backward), x = r + sg·lin, then LayerNorm over the row (two-pass mean and
- * biased variance, eps 1e-5): x̂ = (x − mean)·rstd, y = x̂·γ + β.
+ * One warp per row: sg = σ(zg), lin = zv (the products added their biases;
+ * σ replaces zg in zgv for the backward), x = r + sg·lin, then LayerNorm
+ * over the row (two-pass mean and biased variance, eps 1e-5):
+ * x̂ = (x − mean)·rstd, y = x̂·γ + β, with the target net's γ, β (poff
+ * floats on) for rows ≥ split.
  */
 __global__ void
-grn_tail_kernel(int rows, int out, float *zgv, const float *r, const float *bg, const float *bv,
-                const float *g, const float *beta, float *xhat, float *rstd, float *y)
+grn_tail_kernel(int rows, int out, float *zgv, const float *r, const float *g, const float *beta,
+                int split, long long poff, float *xhat, float *rstd, float *y, float *glu,
+                float *ln_in)
 {
     int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     if (row >= rows)
         return;
+    if (row >= split) {
+        g += poff;
+        beta += poff;
+    }
     size_t o = (size_t)row * out;
-    float *zg = zgv + o, *zv = zgv + (size_t)rows * out + o, *xh = xhat + o;
-    const float *rr = r + o;
+    float *zg = zgv + o, *xh = xhat + o;
+    const float *zv = zgv + (size_t)rows * out + o, *rr = r + o;
     float sum = 0.0f;
     for (int c = lane; c < out; c += WARP) {
-        float sg = 1.0f / (1.0f + expf(-(zg[c] + bg[c])));
-        float lin = zv[c] + bv[c];
-        float x = rr[c] + sg * lin;
+        float sg = 1.0f / (1.0f + expf(-zg[c]));
+        float gl = sg * zv[c], x = rr[c] + gl;
         zg[c] = sg;
-        zv[c] = lin;
         xh[c] = x;
+        if (glu) { /* the stages the sentinel watches (slots 19, 20) */
+            glu[o + c] = gl;
+            ln_in[o + c] = x;
+        }
         sum += x;
     }
     float mean = warp_sum(sum) / (float)out;
@@ -158,13 +113,13 @@ grn_tail_kernel(int rows, int out, float *zgv, const float *r, const float *bg, 
 }
 
 int
-fox__cuda_grn_tail(cudaStream_t s, int rows, int out, float *zgv, const float *r, const float *bg,
-                   const float *bv, const float *g, const float *beta, float *xhat, float *rstd,
-                   float *y)
+fox__cuda_grn_tail(cudaStream_t s, int rows, int out, float *zgv, const float *r, const float *g,
+                   const float *beta, int split, long long poff, float *xhat, float *rstd,
+                   float *y, float *glu, float *ln_in)
 {
     const int per_block = 8;
     grn_tail_kernel<<<(rows + per_block - 1) / per_block, per_block * WARP, 0, s>>>(
-        rows, out, zgv, r, bg, bv, g, beta, xhat, rstd, y);
+        rows, out, zgv, r, g, beta, split, poff, xhat, rstd, y, glu, ln_in);
     FOX_CUDA_TRY(cudaGetLastError());
     return 0;
 }
@@ -228,14 +183,16 @@ fox__cuda_ln_glu_bwd(cudaStream_t s, int rows, int out, const float *dy, const f
  * kept, so any atom count works.
  */
 __global__ void
-dueling_kernel(int rows, fox_cuda_dims dm, const float *out, const float *b2, const float *z,
-               float *logp, float *q)
+dueling_kernel(int rows, fox_cuda_dims dm, const float *out, const float *b2, int split,
+               long long poff, const float *z, float *logp, float *q)
 {
     size_t wid = blockIdx.x * (size_t)(blockDim.x / WARP) + threadIdx.x / WARP;
     int lane = threadIdx.x % WARP, NA = dm.NA;
     if (wid >= (size_t)rows * dm.NAct)
         return;
     size_t row = wid / dm.NAct;
+    if (row >= (size_t)split)
+        b2 += poff;
     int act = (int)(wid % dm.NAct), d = branch_of(dm, act), n = dm.bsize[d];
     int a = act - dm.boff[d];
     const float *orow = out + row * dm.OW;
@@ -279,12 +236,13 @@ dueling_kernel(int rows, fox_cuda_dims dm, const float *out, const float *b2, co
 
 int
 fox__cuda_dueling(cudaStream_t s, int rows, const fox_cuda_dims *dm, const float *out,
-                  const float *b2, const float *z, float *logp, float *q)
+                  const float *b2, int split, long long poff, const float *z, float *logp,
+                  float *q)
 {
     size_t warps = (size_t)rows * dm->NAct;
     const int per_block = 8;
     dueling_kernel<<<(unsigned int)((warps + per_block - 1) / per_block), per_block * WARP, 0,
-                     s>>>(rows, *dm, out, b2, z, logp, q);
+                     s>>>(rows, *dm, out, b2, split, poff, z, logp, q);
     FOX_CUDA_TRY(cudaGetLastError());
     return 0;
 }
@@ -310,71 +268,6 @@ fox__cuda_iqn_cos(cudaStream_t s, int rows, int NC, const float *tau, float *cos
     return 0;
 }
 
-/*
- * φ = ReLU(pre + bφ) in place and x = h_s2 ⊙ φ, for the online half
- * (rows [0, rows)) and the target half (the next rows) at once.
- */
-__global__ void
-iqn_phi_kernel(int rows, int H2, int NT, float *phi, float *x, const float *bphi_on,
-               const float *bphi_tg, const float *h_on, const float *h_tg)
-{
-    size_t half = (size_t)rows * H2, n = 2 * half;
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x) {
-        int tgt = k >= half;
-        size_t kk = k - (tgt ? half : 0);
-        size_t r = kk / H2;
-        int c = (int)(kk % H2);
-        float v = phi[k] + (tgt ? bphi_tg : bphi_on)[c];
-        v = v < 0.0f ? 0.0f : v;
-        phi[k] = v;
-        x[k] = (tgt ? h_tg : h_on)[(r / NT) * H2 + c] * v;
-    }
-}
-
-int
-fox__cuda_iqn_phi(cudaStream_t s, int rows, int H2, int NT, float *phi, float *x,
-                  const float *bphi_on, const float *bphi_tg, const float *h_on, const float *h_tg)
-{
-    iqn_phi_kernel<<<grid_for(2 * (size_t)rows * H2, 256), 256, 0, s>>>(rows, H2, NT, phi, x,
-                                                                        bphi_on, bphi_tg, h_on,
-                                                                        h_tg);
-    FOX_CUDA_TRY(cudaGetLastError());
-    return 0;
-}
-
-/*
- * Thread per (b, k): d h_s2[b, k] += Σ_i dx[b·NT+i, k]·φ (in i order, as the
- * CPU adds them), then dx becomes dφ = dx·h·[φ > 0] in place.
- */
-__global__ void
-iqn_bwd_kernel(int B, int NT, int H2, float *d_x, const float *phi, const float *h, float *dh_s2)
-{
-    size_t n = (size_t)B * H2;
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x) {
-        size_t b = k / H2;
-        int c = (int)(k % H2);
-        float dh = dh_s2[k], hv = h[k];
-        for (int i = 0; i < NT; i++) {
-            size_t at = (b * NT + i) * H2 + c;
-            float dx = d_x[at], ph = phi[at];
-            dh += dx * ph;
-            d_x[at] = ph <= 0.0f ? 0.0f : dx * hv;
-        }
-        dh_s2[k] = dh;
-    }
-}
-
-int
-fox__cuda_iqn_bwd(cudaStream_t s, int B, int NT, int H2, float *d_x, const float *phi,
-                  const float *h, float *dh_s2)
-{
-    iqn_bwd_kernel<<<grid_for((size_t)B * H2, 256), 256, 0, s>>>(B, NT, H2, d_x, phi, h, dh_s2);
-    FOX_CUDA_TRY(cudaGetLastError());
-    return 0;
-}
-
 /* ------------------------------------------------------------------------------------------ */
 /* The loss kernel (twin of greedy_next, c51_targets, c51_loss, dueling_bwd, iqn_loss, aux_loss) */
 
@@ -391,6 +284,19 @@ huber_grad(float x)
     return x > 1.0f ? 1.0f : x < -1.0f ? -1.0f : x;
 }
 
+/* Threshold of slot i from the device ISV (fox_sentinel_threshold; stab_kernels.cu's twin). */
+static __device__ float
+q_threshold(const fox_cuda_stab &st, int i)
+{
+    const fox_cuda_rule r = st.rules[i];
+    float eff = fox_isv_eff(
+        st.isv[r.base == FOX_SENT_BASE_H_S2_RMS ? FOX_ISV_H_S2_RMS_EMA : FOX_ISV_Q_ABS_REF]);
+    float t = r.mult;
+    for (int p = 0; p < r.power; p++)
+        t *= eff;
+    return t;
+}
+
 #define LOSS_THREADS 128
 
 /*
@@ -405,12 +311,16 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
     extern __shared__ float sm[];
     const int D = dm.D, NA = dm.NA, NAct = dm.NAct, NT = dm.NT, B = A.B;
     float *p = sm, *m = sm + D * NA, *dl = sm + 2 * D * NA, *bj = sm + 3 * D * NA;
+    float *s_tq = bj + NA; /* [D × NT] the IQN targets after Mech 1 */
     __shared__ int s_astar[FOX_MAX_BRANCHES], s_a[FOX_MAX_BRANCHES];
     __shared__ double s_c51[FOX_MAX_BRANCHES], s_iqn[LOSS_THREADS];
-    __shared__ float s_prio[FOX_MAX_BRANCHES], s_daux[1 + 4];
+    __shared__ float s_prio[FOX_MAX_BRANCHES], s_ep[FOX_MAX_BRANCHES], s_daux[1 + 4];
     const int b = blockIdx.x, t = threadIdx.x, lane = t % WARP, warp = t / WARP;
     const float w = A.w ? A.w[b] : 1.0f;
-    const float dz = (dm.v_max - dm.v_min) / (float)(NA - 1);
+    /* The support as Mech 2 left it this step (pre_step_kernel); the layout's in a debug pass. */
+    const float v_min = A.st.sites ? A.st.ctl->support[0] : dm.v_min;
+    const float v_max = A.st.sites ? A.st.ctl->support[1] : dm.v_max;
+    const float dz = (v_max - v_min) / (float)(NA - 1);
 
     /* Double DQN: a*_d = argmax_a E_online[Z_d(s′, a)], ties to the lowest a. */
     if (t < D) {
@@ -429,11 +339,11 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
     /* The shifted support's bins, shared by every branch (c51_project). */
     const float g = hp.gamma_n * (1.0f - A.done[b]), rb = A.r[b];
     for (int j = t; j < NA; j += blockDim.x) {
-        float tz = rb + g * (dm.v_min + (float)j * dz);
+        float tz = rb + g * (v_min + (float)j * dz);
         /* A poisoned reward counts as 0, so the split indices stay in range (c51_project). */
         tz = isfinite(tz) ? tz : 0.0f;
-        tz = tz < dm.v_min ? dm.v_min : tz > dm.v_max ? dm.v_max : tz;
-        float bb = (tz - dm.v_min) / dz;
+        tz = tz < v_min ? v_min : tz > v_max ? v_max : tz;
+        float bb = (tz - v_min) / dz;
         bb = bb < 0.0f ? 0.0f : bb > (float)(NA - 1) ? (float)(NA - 1) : bb;
         bj[j] = bb;
     }
@@ -476,6 +386,28 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
         }
         __syncthreads();
     }
+    for (int k = t; k < D * NA; k += blockDim.x)
+        A.proj[(size_t)b * D * NA + k] = m[k];
+    /*
+     * IQN targets θ′[d, j] = r + γⁿ(1 − done)·q_target(τ′_j)[a*_d] (iqn_targets),
+     * then the Mech 1 site (site_target_q, fixed mode) in a training step:
+     * slot 46 on the pre-clip values, clamp_finite at 10 × max(Q_ABS_REF, 1).
+     */
+    const float *qt = A.iq_q + (size_t)B * NT * NAct;
+    int bad46 = 0;
+    for (int k = t; k < D * NT; k += blockDim.x) {
+        int d = k / NT, j = k % NT, col_t = dm.boff[d] + s_astar[d];
+        float x = rb + g * (qt[((size_t)b * NT + j) * NAct + col_t] + A.bq_tg[col_t]);
+        if (A.st.sites) {
+            float bound = fox_bound_target_q_fixed(A.st.isv[FOX_ISV_Q_ABS_REF]);
+            bad46 |= !(fabsf(x) < q_threshold(A.st, FOX_SENT_TARGET_Q_POST_CLIP));
+            x = fox_clamp_finite(x, bound);
+        }
+        s_tq[k] = x;
+        A.tq[(size_t)b * D * NT + k] = x;
+    }
+    if (__syncthreads_or(bad46) && t == 0 && A.st.sentinel)
+        A.st.flags[FOX_SENT_TARGET_Q_POST_CLIP] = 1;
     /* C51 cross-entropy of branch `warp` at its chosen action. */
     if (warp < D) {
         int d = warp;
@@ -498,6 +430,7 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
         if (lane == 0) {
             s_c51[d] = (double)(coef * ce);
             s_prio[d] = fabsf(em - ep);
+            s_ep[d] = fabsf(ep);
         }
     }
     __syncthreads();
@@ -508,14 +441,11 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
         int col = dm.boff[d] + s_a[d];
         float val = 0.0f;
         if (c == col) {
-            int col_t = dm.boff[d] + s_astar[d];
             float coef = w / (float)(B * D) / (float)NT;
             float theta = A.iq_q[((size_t)b * NT + i) * NAct + col] + A.bq_on[col];
             float tau = A.tau[b * NT + i], rho = 0.0f, drho = 0.0f;
-            const float *qt = A.iq_q + (size_t)B * NT * NAct;
             for (int j = 0; j < NT; j++) {
-                float th_t = rb + g * (qt[((size_t)b * NT + j) * NAct + col_t] + A.bq_tg[col_t]);
-                float delta = th_t - theta;
+                float delta = s_tq[d * NT + j] - theta;
                 float wq = fabsf(tau - (delta < 0.0f ? 1.0f : 0.0f));
                 rho += wq * huber(delta);
                 drho += wq * huber_grad(delta);
@@ -527,11 +457,12 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
     }
     __syncthreads();
     if (t == 0) {
-        double c51 = 0.0, iqn = 0.0;
+        double c51 = 0.0, iqn = 0.0, q_abs = 0.0;
         float prio = 0.0f;
         for (int d = 0; d < D; d++) {
             c51 += s_c51[d];
             prio += s_prio[d];
+            q_abs += s_ep[d];
         }
         for (int k = 0; k < (int)blockDim.x; k++)
             iqn += s_iqn[k];
@@ -556,10 +487,13 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
         double reg = -(double)((lg[label] - lse) / (float)B);
         for (int k = 0; k < dm.NR; k++)
             s_daux[1 + k] = lam * (expf(lg[k] - lse) - (k == label ? 1.0f : 0.0f)) / (float)B;
-        A.parts[(size_t)b * 4 + 0] = c51;
-        A.parts[(size_t)b * 4 + 1] = iqn;
-        A.parts[(size_t)b * 4 + 2] = ret;
-        A.parts[(size_t)b * 4 + 3] = reg;
+        double *pp = A.parts + (size_t)b * FOX_CUDA_PARTS;
+        pp[0] = c51;
+        pp[1] = iqn;
+        pp[2] = ret;
+        pp[3] = reg;
+        pp[4] = q_abs;
+        pp[5] = s_ep[0];
         A.prio[b] = prio;
     }
     __syncthreads();
@@ -594,7 +528,7 @@ int
 fox__cuda_loss(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_loss_hp *hp,
                const fox_cuda_loss_args *a)
 {
-    size_t smem = (size_t)(3 * dm->D * dm->NA + dm->NA) * sizeof(float);
+    size_t smem = (size_t)(3 * dm->D * dm->NA + dm->NA + dm->D * dm->NT) * sizeof(float);
     if (dm->D > 4 || dm->NR > 4)
         return FOX_EINVAL;
     loss_kernel<<<a->B, LOSS_THREADS, smem, s>>>(*dm, *hp, *a);

@@ -18,8 +18,13 @@
 
 #include <cub/block/block_scan.cuh>
 
-#include "cuda_impl.h"
+#include <float.h>
+
+#include "../bounds.h"
+#include "../engine.h"
 #include "../isv.h"
+#include "../sentinel.h"
+#include "cuda_impl.h"
 
 #define WARP 32
 #define FULL_MASK 0xffffffffu
@@ -62,61 +67,21 @@ block_sum(double v)
     return s;
 }
 
-/* Pearl A EMA: the zero sentinel is replaced by the first observation (isv_ema). */
-static __device__ __forceinline__ void
-isv_ema(float *isv, int slot, double x, double alpha)
+/* Threshold of slot i from the device ISV (fox_sentinel_threshold; stab_kernels.cu's twin). */
+static __device__ float
+threshold_of(const fox_cuda_stab &st, int i)
 {
-    float old = isv[slot];
-    isv[slot] = old == 0.0f ? (float)x : (float)((1.0 - alpha) * old + alpha * x);
+    const fox_cuda_rule r = st.rules[i];
+    float eff = fox_isv_eff(
+        st.isv[r.base == FOX_SENT_BASE_H_S2_RMS ? FOX_ISV_H_S2_RMS_EMA : FOX_ISV_Q_ABS_REF]);
+    float t = r.mult;
+    for (int p = 0; p < r.power; p++)
+        t *= eff;
+    return t;
 }
 
 /* ------------------------------------------------------------------------------------------ */
 /* Optimizer (twins of optim.c)                                                               */
-
-/* isfinite guard in place and one partial Σ g² (double) per block. */
-__global__ void
-grad_norm_kernel(size_t n, float *g, double *partial)
-{
-    double acc = 0.0;
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x) {
-        float v = g[k];
-        if (!isfinite(v)) {
-            v = 0.0f;
-            g[k] = 0.0f;
-        }
-        acc += (double)v * (double)v;
-    }
-    acc = block_sum(acc);
-    if (threadIdx.x == 0)
-        partial[blockIdx.x] = acc;
-}
-
-int
-fox__cuda_grad_norm(cudaStream_t s, size_t n, float *g, double *partial)
-{
-    grad_norm_kernel<<<FOX_CUDA_NORM_BLOCKS, 256, 0, s>>>(n, g, partial);
-    FOX_CUDA_TRY(cudaGetLastError());
-    return 0;
-}
-
-/* The global norm from the partials, summed in one fixed order by every caller. */
-static __device__ double
-norm_of(const double *partial)
-{
-    __shared__ double s_norm;
-    if (threadIdx.x < WARP) {
-        double v = 0.0;
-        for (int k = threadIdx.x; k < FOX_CUDA_NORM_BLOCKS; k += WARP)
-            v += partial[k];
-        for (int o = WARP / 2; o > 0; o >>= 1)
-            v += __shfl_xor_sync(FULL_MASK, v, o);
-        if (threadIdx.x == 0)
-            s_norm = sqrt(v);
-    }
-    __syncthreads();
-    return s_norm;
-}
 
 /* fox_cpu_clip_scale. */
 static __device__ __forceinline__ float
@@ -129,64 +94,176 @@ clip_scale(double norm, float max_norm)
     return (float)((double)max_norm / norm);
 }
 
-/* Adam at step t = adam_t + 1 (the finish kernel counts it afterwards). */
+/*
+ * The finite gradients' Σ g² (double), one partial per block; the isfinite
+ * guard itself is Adam's (a non-finite gradient moves nothing and stays in
+ * grads for the sentinel, as fox_cpu_grad_norm_finite). The last block then
+ * runs what the CPU runs between the loss and Adam, in its order: with
+ * sites, Q_ABS_REF and Q_DIR_ABS_REF from the loss parts
+ * (fox_cpu_stab_q_signals) and Mech 6 (fox_cpu_stab_grad_clip, fixed mode:
+ * winsorized EMAs, the clip from them, train.grad_clip as a ceiling); without
+ * sites (a parity pass) the plain clip at train.grad_clip. The factor goes
+ * to ctl->clip_scale, the norm to ctl->grad_norm.
+ */
 __global__ void
-adam_kernel(size_t n, float *params, const float *g, float *m, float *v, const double *partial,
-            fox_cuda_optim_cfg oc, const fox_cuda_ctl *ctl)
+grad_norm_kernel(size_t n, const float *g, double *partial, fox_cuda_stab st, int B, int D,
+                 const double *parts)
 {
-    float scale = clip_scale(norm_of(partial), oc.clip);
-    double t = (double)(ctl->adam_t + 1);
-    float bc1 = (float)(1.0 - pow((double)oc.b1, t));
-    float bc2 = (float)(1.0 - pow((double)oc.b2, t));
+    double acc = 0.0;
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
          k += (size_t)gridDim.x * blockDim.x) {
-        float gk = g[k] * scale;
+        float v = g[k];
+        if (isfinite(v))
+            acc += (double)v * (double)v;
+    }
+    acc = block_sum(acc);
+    __shared__ int last;
+    if (threadIdx.x == 0) {
+        partial[blockIdx.x] = acc;
+        __threadfence();
+        last = atomicAdd(&st.ctl->done_blocks[FOX_CUDA_DONE_NORM], 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    double q[2] = {0.0, 0.0};
+    if (st.sites)
+        for (int k = 0; k < 2; k++) {
+            double v = 0.0;
+            for (int b = threadIdx.x; b < B; b += blockDim.x)
+                v += parts[(size_t)b * FOX_CUDA_PARTS + 4 + k];
+            q[k] = block_sum(v);
+        }
+    if (threadIdx.x != 0)
+        return;
+    fox_cuda_ctl *c = st.ctl;
+    c->done_blocks[FOX_CUDA_DONE_NORM] = 0;
+    double ss = 0.0;
+    for (int k = 0; k < FOX_CUDA_NORM_BLOCKS; k++)
+        ss += ((volatile double *)partial)[k];
+    double norm = sqrt(ss);
+    c->grad_norm = (float)norm;
+    float clip = st.grad_clip;
+    if (st.sites) {
+        float *isv = st.isv;
+        isv[FOX_ISV_Q_ABS_REF] =
+            fox_ema_first(isv[FOX_ISV_Q_ABS_REF], (float)(q[0] / (double)(B * D)),
+                          FOX_SIGNAL_EMA_ALPHA);
+        isv[FOX_ISV_Q_DIR_ABS_REF] = fox_ema_first(isv[FOX_ISV_Q_DIR_ABS_REF],
+                                                   (float)(q[1] / (double)B), FOX_SIGNAL_EMA_ALPHA);
+        float lastc = isv[FOX_ISV_GRAD_CLIP];
+        float x = lastc > 0.0f && norm > lastc ? lastc : (float)norm;
+        isv[FOX_ISV_GRAD_NORM_EMA] =
+            fox_ema_first(isv[FOX_ISV_GRAD_NORM_EMA], x, FOX_SIGNAL_EMA_ALPHA);
+        isv[FOX_ISV_GRAD_NORM_SLOW_EMA] =
+            fox_ema_first(isv[FOX_ISV_GRAD_NORM_SLOW_EMA], x, FOX_MECH6_SLOW_ALPHA);
+        clip = fox_bound_grad_clip_fixed(isv[FOX_ISV_GRAD_NORM_EMA],
+                                         isv[FOX_ISV_GRAD_NORM_SLOW_EMA], isv[FOX_ISV_Q_ABS_REF]);
+        if (st.grad_clip > 0.0f && st.grad_clip < clip)
+            clip = st.grad_clip;
+        isv[FOX_ISV_GRAD_CLIP] = clip;
+    }
+    c->clip_scale = clip_scale(norm, clip);
+}
+
+int
+fox__cuda_grad_norm(cudaStream_t s, size_t n, const float *g, double *partial,
+                    const fox_cuda_stab *st, int B, int D, const double *parts)
+{
+    grad_norm_kernel<<<FOX_CUDA_NORM_BLOCKS, 256, 0, s>>>(n, g, partial, *st, B, D, parts);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+/* One clamp of the Adam loop, the slow path (optim.c's engage): flag past diag, clamp_finite. */
+static __device__ __noinline__ float
+engage(float x, float bound, int slot, const fox_cuda_stab &st)
+{
+    float a = fabsf(x);
+    if (a <= bound && a != INFINITY)
+        return x;
+    if (st.sentinel && slot >= 0 && !(a < threshold_of(st, slot)))
+        st.flags[slot] = 1;
+    return fox_clamp_finite(x, bound);
+}
+
+/*
+ * The clamped Adam step at t = adam_t + 1 (fox_cpu_adam_step_clamped,
+ * fixed mode), every tensor at once: the isfinite guard (a non-finite
+ * gradient counts as 0), g·clip_scale, m and v with their clamps (infinite
+ * bounds in fixed mode: they engage on NaN/±Inf only), the update, then
+ * Mech 9's weight clamp at 100 × max(Q_ABS_REF, 1); an engaged value past
+ * its slot's threshold sets the slot of its param group (pgroup) inside the
+ * kernel. A halted fold moves nothing.
+ */
+__global__ void
+adam_kernel(size_t n, float *params, const float *g, float *m, float *v, const uint8_t *pgroup,
+            fox_cuda_adam_slots sl, fox_cuda_optim_cfg oc, fox_cuda_stab st)
+{
+    const fox_cuda_ctl *c = st.ctl;
+    if (c->halt != FOX_HALT_NONE)
+        return;
+    float scale = c->clip_scale;
+    double t = (double)(c->adam_t + 1);
+    float bc1 = (float)(1.0 - pow((double)oc.b1, t));
+    float bc2 = (float)(1.0 - pow((double)oc.b2, t));
+    float wlim = fox_bound_weight_fixed(st.isv[FOX_ISV_Q_ABS_REF]);
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        float gk = g[k];
+        gk = fabsf(gk) <= FLT_MAX ? gk * scale : 0.0f;
         float mk = oc.b1 * m[k] + (1.0f - oc.b1) * gk;
         float vk = oc.b2 * v[k] + (1.0f - oc.b2) * gk * gk;
+        int grp = pgroup[k];
+        if (!(fabsf(mk) <= FLT_MAX))
+            mk = engage(mk, INFINITY, grp < FOX_GROUP_COUNT ? sl.m[grp] : -1, st);
+        if (!(fabsf(vk) <= FLT_MAX))
+            vk = engage(vk, INFINITY, grp < FOX_GROUP_COUNT ? sl.v[grp] : -1, st);
         m[k] = mk;
         v[k] = vk;
-        float mhat = mk / bc1, vhat = vk / bc2;
-        params[k] -= oc.lr * mhat / (sqrtf(vhat) + oc.eps);
+        float p = params[k] - oc.lr * (mk / bc1) / (sqrtf(vk / bc2) + oc.eps);
+        if (!(fabsf(p) <= wlim))
+            p = engage(p, wlim, grp < FOX_GROUP_COUNT ? sl.w[grp] : -1, st);
+        params[k] = p;
     }
 }
 
 int
 fox__cuda_adam(cudaStream_t s, size_t n, float *params, const float *g, float *m, float *v,
-               const double *partial, const fox_cuda_optim_cfg *oc, const fox_cuda_ctl *ctl)
+               const uint8_t *pgroup, const fox_cuda_adam_slots *sl, const fox_cuda_optim_cfg *oc,
+               const fox_cuda_stab *st)
 {
-    adam_kernel<<<grid_for(n, 256), 256, 0, s>>>(n, params, g, m, v, partial, *oc, ctl);
+    adam_kernel<<<grid_for(n, 256), 256, 0, s>>>(n, params, g, m, v, pgroup, *sl, *oc, *st);
     FOX_CUDA_TRY(cudaGetLastError());
     return 0;
 }
 
 /*
- * One block: the step's losses (Σ over samples in double), grad-norm EMA,
- * counters, then the step's ISV published to the mapped copy (see
- * publish_kernel).
+ * One block: the step's losses (Σ over samples in double), the counters,
+ * then the step's ISV published to the mapped copy (see publish_kernel).
  */
 __global__ void
-finish_kernel(int B, const double *parts, const double *partial, fox_cuda_optim_cfg oc,
-              fox_cuda_ctl *ctl, float *isv, float *isv_map)
+finish_kernel(int B, const double *parts, fox_cuda_optim_cfg oc, fox_cuda_ctl *ctl, float *isv,
+              float *isv_map)
 {
     double acc[4];
     for (int q = 0; q < 4; q++) {
         double v = 0.0;
         for (int b = threadIdx.x; b < B; b += blockDim.x)
-            v += parts[(size_t)b * 4 + q];
+            v += parts[(size_t)b * FOX_CUDA_PARTS + q];
         acc[q] = block_sum(v);
     }
-    double norm = norm_of(partial);
     if (threadIdx.x == 0) {
         double total = acc[0] + (double)oc.iqn_lambda * acc[1] + (double)oc.aux_lambda * (acc[2] + acc[3]);
         ctl->loss = (float)total;
         ctl->loss_c51 = (float)acc[0];
         ctl->loss_iqn = (float)acc[1];
         ctl->loss_aux = (float)(acc[2] + acc[3]);
-        ctl->grad_norm = (float)norm;
-        ctl->adam_t++;
+        if (ctl->halt == FOX_HALT_NONE)
+            ctl->adam_t++;
         ctl->train_steps++;
         ctl->trained++;
-        isv_ema(isv, FOX_ISV_GRAD_NORM_EMA, norm, 0.01);
     }
     __syncthreads();
     for (int k = threadIdx.x; k < FOX_ISV_TOTAL_DIM; k += blockDim.x)
@@ -194,10 +271,10 @@ finish_kernel(int B, const double *parts, const double *partial, fox_cuda_optim_
 }
 
 int
-fox__cuda_finish(cudaStream_t s, int B, const double *parts, const double *partial,
-                 const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl, float *isv_dev, float *isv_map)
+fox__cuda_finish(cudaStream_t s, int B, const double *parts, const fox_cuda_optim_cfg *oc,
+                 fox_cuda_ctl *ctl, float *isv_dev, float *isv_map)
 {
-    finish_kernel<<<1, 256, 0, s>>>(B, parts, partial, *oc, ctl, isv_dev, isv_map);
+    finish_kernel<<<1, 256, 0, s>>>(B, parts, *oc, ctl, isv_dev, isv_map);
     FOX_CUDA_TRY(cudaGetLastError());
     return 0;
 }
@@ -231,46 +308,6 @@ fox__cuda_target(cudaStream_t s, size_t n, const float *params, float *target,
 
 /* ------------------------------------------------------------------------------------------ */
 /* ISV                                                                                        */
-
-/* AUX_LABEL_SCALE_EMA ← EMA(mean |aux label|), α 0.01, before the loss reads it. */
-__global__ void
-aux_scale_kernel(int B, const float *aux, float *isv)
-{
-    double v = 0.0;
-    for (int b = threadIdx.x; b < B; b += blockDim.x)
-        v += fabsf(aux[b]);
-    v = block_sum(v);
-    if (threadIdx.x == 0)
-        isv_ema(isv, FOX_ISV_AUX_LABEL_SCALE_EMA, v / B, 0.01);
-}
-
-int
-fox__cuda_aux_scale(cudaStream_t s, int B, const float *aux, float *isv_dev)
-{
-    aux_scale_kernel<<<1, 256, 0, s>>>(B, aux, isv_dev);
-    FOX_CUDA_TRY(cudaGetLastError());
-    return 0;
-}
-
-/* Q_ABS_REF ← EMA(mean |E[Q]| of the last collection), α 0.05, once per chunk like the CPU. */
-__global__ void
-qabs_kernel(int n, const float *q, float *isv)
-{
-    double v = 0.0;
-    for (int k = threadIdx.x; k < n; k += blockDim.x)
-        v += fabsf(q[k]);
-    v = block_sum(v);
-    if (threadIdx.x == 0)
-        isv_ema(isv, FOX_ISV_Q_ABS_REF, v / n, 0.05);
-}
-
-int
-fox__cuda_qabs(cudaStream_t s, int n, const float *q, float *isv_dev)
-{
-    qabs_kernel<<<1, 256, 0, s>>>(n, q, isv_dev);
-    FOX_CUDA_TRY(cudaGetLastError());
-    return 0;
-}
 
 /*
  * The device copy of the ISV to the mapped-pinned one the host reads. Slot

@@ -1,0 +1,114 @@
+/*
+ * gemm.cu — the products of the forward and of the input gradients, each
+ * with the elementwise stage that follows it in foxnet (bias, ELU/ReLU, an
+ * activation's backward mask, a residual, the IQN h ⊙ φ): cuBLAS for the
+ * product (row-major through the trick of matmul.c, up to nz batch entries
+ * in one strided-batched call, a second term as a second call with β = 1),
+ * then one epilogue launch for the whole stage. Rows at or past `split`
+ * read their weights boff floats further (a second call per product when
+ * the split falls inside the rows): the target net, whose parameters sit np
+ * after the online net's, runs through the same code with split 0.
+ *
+ * A hand-tiled FP32 kernel that fused the epilogue into the product was
+ * tried here first (2026-11-29, H200) and lost: 8–26 µs per product at
+ * batch 256 against cuBLAS's 3–6 µs (too little work per k-tile to hide
+ * the loads, no split-K), 421 µs per train step against 374 µs, and 3,226
+ * against 1,828 at batch 4096. cuBLAS stays until a kernel beats it
+ * (docs/performance.md, "What did not work").
+ *
+ * Not here: the weight gradients and bias column sums (matmul.c).
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include "cuda_impl.h"
+
+
+static __device__ __forceinline__ float
+act_apply(float v, int act)
+{
+    if (act == FOX_ACT_ELU)
+        return v <= 0.0f ? expm1f(v) : v;
+    if (act == FOX_ACT_RELU)
+        return v < 0.0f ? 0.0f : v;
+    return v;
+}
+
+/* d·act'(at y), as act_bwd_kernel: ELU' = y + 1 and ReLU' = 0 where y ≤ 0. */
+static __device__ __forceinline__ float
+act_back(float d, float y, int act)
+{
+    if (y <= 0.0f)
+        return act == FOX_ACT_ELU ? d * (y + 1.0f) : act == FOX_ACT_RELU ? 0.0f : d;
+    return d;
+}
+
+/*
+ * The epilogue over every output of the launch: the stages of fox_cuda_gemm
+ * after the product, in its order (bias, act, the backward mask, the
+ * residual; the product already holds α and β), and the IQN product mout.
+ */
+__global__ void
+epilogue_kernel(fox_cuda_gemm g)
+{
+    size_t per = (size_t)g.M * g.N, n = per * g.nz;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        int z = (int)(k / per), zi = z == 0 ? 0 : 1;
+        size_t e = k % per;
+        int r = (int)(e / g.N), c = (int)(e % g.N);
+        size_t at = z * g.sc + (size_t)r * g.ldc + c;
+        float v = g.C[at];
+        if (g.bias[zi])
+            v += g.bias[zi][(r >= g.split ? g.boff : 0) + c];
+        v = act_apply(v, g.act[zi]);
+        if (g.dy)
+            v = act_back(v, g.dy[z * g.sdy + (size_t)r * g.lddy + c], g.dact);
+        if (g.add)
+            v += g.add[(size_t)r * g.ldadd + c];
+        g.C[at] = v;
+        if (g.mout)
+            g.mout[at] = v * g.mul[zi][(size_t)(r / g.mul_div) * g.ldmul + c];
+    }
+}
+
+/* One term over rows [r0, r1): Y (+)= α·A·op(B) for every batch entry. */
+static int
+product(cublasHandle_t h, const fox_cuda_gemm *g, int second, int r0, int r1, long long bo,
+        float alpha, float beta)
+{
+    const float *A = second ? g->A2 : g->A, *Bm = (second ? g->B2 : g->B) + bo;
+    int K = second ? g->K2 : g->K, lda = second ? g->lda2 : g->lda, ldb = second ? g->ldb2 : g->ldb;
+    long long sa = second ? g->sa2 : g->sa, sb = second ? g->sb2 : g->sb;
+    A += (size_t)r0 * lda;
+    float *C = g->C + (size_t)r0 * g->ldc;
+    cublasOperation_t tb = g->bt ? CUBLAS_OP_T : CUBLAS_OP_N;
+    FOX_CUBLAS_TRY(cublasSgemmStridedBatched(h, tb, CUBLAS_OP_N, g->N, r1 - r0, K, &alpha, Bm,
+                                             ldb, sb, A, lda, sa, &beta, C, g->ldc, g->sc,
+                                             g->nz));
+    return 0;
+}
+
+int
+fox__cuda_gemm(cublasHandle_t h, cudaStream_t s, const fox_cuda_gemm *g)
+{
+    if (g->M < 1 || g->N < 1 || g->K < 1 || g->nz < 1 || (g->A2 && g->K2 < 1) ||
+        (g->mout && g->mul_div < 1))
+        return FOX_EINVAL;
+    int split = g->split < g->M ? g->split : g->M;
+    for (int part = 0; part < 2; part++) {
+        int r0 = part ? split : 0, r1 = part ? g->M : split;
+        if (r1 <= r0)
+            continue;
+        long long bo = part ? g->boff : 0;
+        FOX_TRY(product(h, g, 0, r0, r1, bo, g->alpha, g->beta));
+        if (g->A2)
+            FOX_TRY(product(h, g, 1, r0, r1, bo, 1.0f, 1.0f));
+    }
+    if (g->bias[0] || g->bias[1] || g->act[0] || g->act[1] || g->dy || g->add || g->mout) {
+        size_t n = (size_t)g->M * g->N * g->nz, blocks = (n + 255) / 256;
+        epilogue_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, s>>>(*g);
+        FOX_CUDA_TRY(cudaGetLastError());
+    }
+    return 0;
+}

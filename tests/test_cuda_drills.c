@@ -1,0 +1,165 @@
+/*
+ * test_cuda_drills.c — fault drills on the CUDA backend, end to end through
+ * the engine: a fault injected into a named sentinel buffer at a chosen
+ * train step fires that buffer's slot on the device (fused check, inline
+ * check or in-kernel engagement flag), a slot 0–35 halts the fold naming
+ * it as the CPU backend does, the fold refuses further steps, and the next
+ * fold starts clean. A run without a fault fires nothing.
+ *
+ * Not the CPU's whole drill table (tests/test_drills.c): the GPU fuses
+ * stages the CPU keeps apart, so which downstream slots a fault reaches can
+ * differ (the GRN2 gate/glu/ln_in faults land after the fused tail and
+ * reach nothing further); each drill here asserts its own slot, the halt
+ * and that no flag fires in a clean run.
+ *
+ * Exits 77 (meson: skipped) with the reason when no CUDA device is present,
+ * as on CI. Runs without fork: a CUDA context does not survive fork().
+ */
+#include <check.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend.h"
+#include "engine.h"
+#include "log.h"
+#include "sentinel.h"
+
+#define FAULT_STEP 3
+#define STEPS 40
+
+static const char *const small_pairs[] = {"engine.backend=cuda", "env.n_envs=64", "train.batch=64",
+                                          "train.learning_starts=256", NULL};
+
+static void
+config(fox_config *c, const char *buffer, const char *kind)
+{
+    char err[256], kv[3][128];
+    fox_config_default(c);
+    for (int i = 0; small_pairs[i]; i++)
+        ck_assert_msg(fox_config_set_pair(c, small_pairs[i], err, sizeof err) == FOX_OK, "%s",
+                      err);
+    if (!buffer)
+        return;
+    snprintf(kv[0], sizeof kv[0], "debug.inject_fault.buffer=%s", buffer);
+    snprintf(kv[1], sizeof kv[1], "debug.inject_fault.kind=%s", kind);
+    snprintf(kv[2], sizeof kv[2], "debug.inject_fault.step=%d", FAULT_STEP);
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(fox_config_set_pair(c, kv[i], err, sizeof err) == FOX_OK, "%s", err);
+}
+
+static fox_engine *
+engine(const fox_config *c)
+{
+    fox_engine *e = NULL;
+    char err[256];
+    int rv = fox_engine_create(&e, c, err, sizeof err);
+    ck_assert_msg(rv == FOX_OK, "create: %s", err);
+    ck_assert_msg(fox_engine_load_data(e) == FOX_OK, "%s", fox_engine_errmsg(e));
+    ck_assert_msg(fox_engine_begin_fold(e, 0) == FOX_OK, "%s", fox_engine_errmsg(e));
+    return e;
+}
+
+static void
+fired_text(const fox_engine *e, char *buf, size_t len)
+{
+    const volatile int *f = fox_engine_flags(e);
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < FOX_SENTINEL_SLOTS && used < len; i++)
+        if (f[i])
+            used += (size_t)snprintf(buf + used, len - used, " %d", i);
+}
+
+START_TEST(clean_run_fires_nothing)
+{
+    fox_config c;
+    config(&c, NULL, NULL);
+    fox_engine *e = engine(&c);
+    fox_step_stats st;
+    int rv = fox_engine_run_steps(e, STEPS, &st);
+    char txt[256];
+    fired_text(e, txt, sizeof txt);
+    ck_assert_msg(rv == FOX_OK, "run_steps: %s", fox_engine_errmsg(e));
+    ck_assert_msg(txt[0] == '\0', "clean run fired:%s", txt);
+    printf("drill clean: %d steps, loss %.4f, no flag\n", STEPS, st.loss);
+    fox_engine_destroy(e);
+}
+END_TEST
+
+/* A halting slot: the fault fires it, the fold halts naming it, begin_fold clears it. */
+static void
+drill(const char *name, const char *kind)
+{
+    fox_config c;
+    config(&c, name, kind);
+    int slot = fox_sentinel_index(name);
+    fox_engine *e = engine(&c);
+    int rv = fox_engine_run_steps(e, STEPS, NULL);
+    char txt[256], want[64];
+    fired_text(e, txt, sizeof txt);
+    ck_assert_msg(fox_engine_flags(e)[slot], "%s %s: slot %d did not fire (fired:%s)", kind, name,
+                  slot, txt);
+    if (fox_sentinel_is_halt(slot)) {
+        ck_assert_msg(rv == FOX_EHALT, "%s %s: no halt (%s)", kind, name, fox_strerror(rv));
+        snprintf(want, sizeof want, "%d %s", slot, name);
+        ck_assert_msg(strstr(fox_engine_errmsg(e), "halt_nan: slots ") &&
+                          strstr(fox_engine_errmsg(e), want),
+                      "%s %s: errmsg '%s'", kind, name, fox_engine_errmsg(e));
+        fox_halt_info h;
+        fox_engine_halt_info(e, &h);
+        ck_assert_int_eq(h.reason, FOX_HALT_NAN);
+        ck_assert_int_eq(fox_engine_run_steps(e, 1, NULL), FOX_ESTATE);
+    } else {
+        /* A huge finite value may poison what reads it next and halt on that: either is fine. */
+        ck_assert_msg(rv == FOX_OK || rv == FOX_EHALT, "%s %s: %s", kind, name,
+                      fox_engine_errmsg(e));
+    }
+    printf("drill %s %s: fired:%s\n", kind, name, txt);
+    ck_assert_msg(fox_engine_begin_fold(e, 1) == FOX_OK, "%s", fox_engine_errmsg(e));
+    fired_text(e, txt, sizeof txt);
+    ck_assert_msg(txt[0] == '\0', "%s: flags after begin_fold:%s", name, txt);
+    fox_engine_destroy(e);
+}
+
+/* One buffer per kind of site: fused-check entries, inline checks, the in-kernel Adam flag. */
+START_TEST(faults_fire_their_slot)
+{
+    static const struct {
+        const char *name, *kind;
+    } d[] = {
+        {"states", "nan"},           {"next_states", "inf"},       {"h_s1", "nan"},
+        {"h_s2_eta2", "nan"},        {"h_s2", "nan"},              {"target_logits", "inf"},
+        {"iqn_q_target", "nan"},     {"d_iqn_q", "nan"},           {"d_h_s2_post_main", "nan"},
+        {"d_h_s2_post_aux", "inf"},  {"iqn_d_h_s2", "nan"},        {"d_h_s2_post_iqn", "nan"},
+        {"grads", "nan"},            {"params", "nan"},            {"env_obs", "nan"},
+        {"total_loss", "nan"},       {"target_q_post_clip", "huge"}, {"heads_weight_max", "huge"},
+        {"trunk_adam_m_max", "huge"},
+    };
+    for (size_t k = 0; k < sizeof d / sizeof d[0]; k++)
+        drill(d[k].name, d[k].kind);
+}
+END_TEST
+
+int
+main(void)
+{
+    char why[256];
+    if (!fox_cuda_backend_ops.available(why, sizeof why)) {
+        printf("test_cuda_drills: skipped: %s\n", why);
+        return 77;
+    }
+    printf("device: %s\n", why);
+    fox_log_level = FOX_LOG_ERR;
+    Suite *s = suite_create("cuda_drills");
+    TCase *tc = tcase_create("drills");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, clean_run_fires_nothing);
+    tcase_add_test(tc, faults_fire_their_slot);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
