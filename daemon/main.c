@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "foxd.h"
 #include "error.h"
@@ -127,5 +128,16 @@ main(int argc, char **argv)
         fprintf(stderr, "foxd: %s\n", err);
         return FOX_EXIT_USAGE;
     }
-    return once ? fox_once_main(&cfg, &d) : fox_serve_main(&cfg, &d);
+    if (once)
+        return fox_once_main(&cfg, &d);
+    /*
+     * Serving: leave one core to the loop and nng's threads. With every core
+     * in BLAS, OpenBLAS workers spin in sched_yield and each request's CPU
+     * comes out of training (measured: 17-41 % slower at 1000 req/s on 2
+     * cores, within noise with one core kept free; docs/performance.md).
+     */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cfg.threads == 0 && cores > 1)
+        cfg.threads = (int)(cores - 1);
+    return fox_serve_main(&cfg, &d);
 }

@@ -131,7 +131,7 @@ static const key_def keys[] = {
         "fixed (SP3) or adaptive (SP4) bounds"),
     INT("engine.sentinel", sentinel, 0, 1, "1", "run the fused NaN/threshold check every step"),
     INT("engine.threads", threads, 0, 256, "0",
-        "BLAS threads on the CPU backend; 0 = library default"),
+        "BLAS threads on the CPU backend; 0 = all cores (--once), cores - 1 (serving)"),
 
     INT("debug.enable", debug_enable, 0, 1, "0", "allow debug features (fault injection)"),
     STR("debug.inject_fault.buffer", fault_buffer, "", "sentinel buffer name to corrupt"),
