@@ -70,6 +70,7 @@ static const dkey dkeys[] = {
     I("daemon.metrics_interval_ms", metrics_interval_ms, 0, 86400000),
     I("daemon.probe_ms", probe_ms, 0, 86400000),
     B("daemon.checkpoint_on_stop", checkpoint_on_stop),
+    B("daemon.resume", resume),
 };
 #define N_DKEYS ((int)(sizeof dkeys / sizeof dkeys[0]))
 
@@ -120,6 +121,7 @@ fox_dconf_default(fox_dconf *d)
     d->metrics_interval_ms = 15000;
     d->probe_ms = 10000;
     d->checkpoint_on_stop = 1;
+    d->resume = 1;
 }
 
 int

@@ -46,6 +46,7 @@ typedef struct fox_dconf {
     int metrics_interval_ms;     /* Prometheus textfile period */
     int probe_ms;                /* ipc self-probe period (nng #1518); 0 = off */
     int checkpoint_on_stop;      /* SIGTERM/shutdown save a checkpoint */
+    int resume;                  /* load state_dir/foxd.ckpt at start when it exists */
 } fox_dconf;
 
 /* Defaults; runtime_dir and state_dir from the environment (systemd, XDG). */

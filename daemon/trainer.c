@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "isv.h"
 #include "log.h"
@@ -776,6 +777,31 @@ wait_for_work(fox_trainer *t)
     pthread_mutex_unlock(&t->slock);
 }
 
+/*
+ * Resume from the checkpoint a stop left (SIGTERM saves state_dir/foxd.ckpt):
+ * weights, Adam state, ISV and the fold position come back, the state stays
+ * idle. A missing file is a fresh start; a bad one is reported and left in
+ * place, and foxd starts fresh rather than refusing to serve.
+ */
+static void
+resume(fox_trainer *t, fox_engine *e)
+{
+    char path[FOX_PATH_MAX + 16];
+    if (!t->d.resume)
+        return;
+    snprintf(path, sizeof path, "%s/foxd.ckpt", t->d.state_dir);
+    if (access(path, F_OK) != 0)
+        return;
+    if (fox_engine_checkpoint_load(e, path) != FOX_OK) {
+        fox_log(FOX_LOG_WARNING, "not resuming: %s", fox_engine_errmsg(e));
+        return;
+    }
+    fox_engine_info info;
+    fox_engine_get_info(e, &info);
+    fox_log(FOX_LOG_NOTICE, "resumed from %s: fold %d, %d epochs done, step %lld", path,
+            info.fold, info.epoch, (long long)info.step);
+}
+
 static void *
 trainer_main(void *arg)
 {
@@ -783,6 +809,8 @@ trainer_main(void *arg)
     fox_engine *e = NULL;
     char err[1024];
     int rv = make_engine(t, &t->cfg, &e, err, sizeof err);
+    if (rv == FOX_OK)
+        resume(t, e);
 
     pthread_mutex_lock(&t->slock);
     t->engine = e;

@@ -296,6 +296,9 @@ except socket.timeout:
     for _ in $(seq 1 50); do [ -S "$dir/notify.sock" ] && break; sleep 0.1; done
 fi
 NOTIFY_SOCKET=$dir/notify.sock WATCHDOG_USEC=400000 start_foxd
+grep -q "resumed from $dir/state/foxd.ckpt" "$dir/foxd.log" ||
+    fail "the restarted foxd did not resume: $(tail -5 "$dir/foxd.log")"
+ok "a restarted foxd resumes from the stop checkpoint"
 sleep 0.6
 ctl_notoken shutdown >/dev/null 2>&1; [ $? -eq 1 ] || fail "shutdown without the token"
 ok "shutdown needs the token"
