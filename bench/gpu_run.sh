@@ -11,6 +11,15 @@
 #                              diagnostic variants, against .carry/bin/foxbench_base (the
 #                              previous version, BASE=<dir of a build> at prepare) when present,
 #                              and a per-kernel profile summed by name (ncu, no cache flush)
+#   bench/gpu_run.sh final     on the GPU machine: parity and drills; foxbench at batch 256 and
+#                              4096 (1024 envs, learning_starts 4096), sentinel on and off, for
+#                              this build, foxbench_base and foxbench_f9 (BASE2=<dir of a build>
+#                              at prepare: an older version); then `foxd --once` on the default
+#                              config (CUDA, train.epochs=2) with its per-fold table
+#
+# prepare copies every shared library the binaries resolve outside the C runtime and CUDA
+# (OpenBLAS, libuv, nng, cJSON, mbedTLS, ...) into .carry/lib, which run/quick/final put first
+# on LD_LIBRARY_PATH; `ldd ... | grep "not found"` on the device says if one is still missing.
 #
 # Figures from bench.md go to docs/performance.md with the machine and date of machine.txt.
 set -u
@@ -20,16 +29,29 @@ prepare() {
     set -e
     local build=${BUILD:-build-gpu}
     [ -d "$build" ] || meson setup "$build" -Dcuda=enabled
-    ninja -C "$build" bench/foxbench tests/test_cuda_parity tests/test_cuda_drills
+    ninja -C "$build" bench/foxbench tests/test_cuda_parity tests/test_cuda_drills daemon/foxd
     rm -rf .carry
     mkdir -p .carry/bin .carry/lib
     cp "$build/bench/foxbench" "$build/tests/test_cuda_parity" "$build/tests/test_cuda_drills" \
-        .carry/bin/
+        "$build/daemon/foxd" .carry/bin/
     [ -n "${BASE:-}" ] && cp "$BASE/bench/foxbench" .carry/bin/foxbench_base
-    for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0 libsubunit.so.0; do
-        path=$(ldd .carry/bin/test_cuda_parity | awk -v l="$lib" '$1 == l { print $3 }')
-        [ -n "$path" ] && cp -L "$path" .carry/lib/
-    done
+    [ -n "${BASE2:-}" ] && cp "$BASE2/bench/foxbench" .carry/bin/foxbench_f9
+    # Everything the binaries link beyond the C runtime, libstdc++ and CUDA's own libraries;
+    # the base system's own (compression, systemd, crypto) only as a fallback in lib/maybe,
+    # used on the device only where its loader lacks them (use_libs), so that an older copy
+    # never shadows one the driver's libraries need.
+    mkdir -p .carry/lib/maybe
+    ldd .carry/bin/* | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | sort -u |
+        while read -r lib path; do
+            case "$lib" in
+            libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | libgcc_s.so.* | \
+                libstdc++.so.* | libcublas* | libcudart* | ld-linux*) ;;
+            libz.so.* | libzstd.so.* | liblzma.so.* | liblz4.so.* | libcap.so.* | libgcrypt.so.* | \
+                libgpg-error.so.* | libsystemd.so.*) cp -L "$path" .carry/lib/maybe/ ;;
+            *) cp -L "$path" .carry/lib/ ;;
+            esac
+        done
+    strip --strip-debug .carry/bin/*
     du -sh .carry
 }
 
@@ -135,9 +157,63 @@ quick() {
     fi
 }
 
+# .carry/lib first on the loader's path, and the fallbacks of .carry/lib/maybe the system lacks.
+use_libs() {
+    local f dir=/tmp/foxgpu-libs
+    mkdir -p "$dir"
+    for f in .carry/lib/maybe/*; do
+        [ -e "$f" ] || continue
+        ldconfig -p | grep -q "^[[:space:]]*$(basename "$f") " || ln -sf "$PWD/$f" "$dir/"
+    done
+    export LD_LIBRARY_PATH="$PWD/.carry/lib:$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+
+# The one call of a session with little device time: checks, the headline batches of this build
+# and the older ones (sentinel on and off), and a short foxd --once on the default config.
+final() {
+    local out=${OUT:-/tmp/foxgpu} bin=.carry/bin
+    mkdir -p "$out"
+    use_libs
+    {
+        date -u
+        nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv
+        ldd "$bin"/* | grep "not found" || echo "all libraries found"
+    } > "$out/machine.txt" 2>&1
+    cat "$out/machine.txt"
+    local p
+    for p in "$bin/test_cuda_parity" "$bin/test_cuda_drills"; do
+        local log="$out/$(basename "$p").log"
+        CK_FORK=no OPENBLAS_NUM_THREADS=8 timeout 150 "$p" > "$log" 2>&1
+        echo "$p exit $?" >> "$log"
+        grep -E "^(device|parity|graphs|memory|fold|drill|stab|[0-9]+%)|exit|Failure|Error" \
+            "$log" | grep -v "mean: grad" | head -40
+    done
+    local args="--reps 9 --chunk 100 --set train.learning_starts=4096 --batch 256 --batch 4096"
+    fb_pair() {
+        echo "## $1, sentinel on"
+        timeout 45 "$bin/$1" --backend cuda $args | tail -2
+        echo "## $1, sentinel off (engine.sentinel=0)"
+        timeout 45 "$bin/$1" --backend cuda $args --set engine.sentinel=0 | tail -2
+    }
+    {
+        for b in foxbench foxbench_base foxbench_f9; do
+            [ -x "$bin/$b" ] && fb_pair "$b"
+        done
+    } > "$out/bench.md" 2>&1
+    cat "$out/bench.md"
+    OPENBLAS_NUM_THREADS=8 timeout 120 "$bin/foxd" --once --backend cuda --set train.epochs=2 \
+        > "$out/foxd_once.txt" 2> "$out/foxd_once.err"
+    echo "foxd --once exit $?" >> "$out/foxd_once.err"
+    tail -4 "$out/foxd_once.err"
+    cat "$out/foxd_once.txt"
+    echo "## repeat (spread)" >> "$out/bench.md"
+    fb_pair foxbench 2>&1 | tee -a "$out/bench.md"
+}
+
 case "${1:-}" in
 prepare) prepare ;;
 run) run ;;
 quick) quick ;;
-*) echo "usage: $0 prepare|run|quick" >&2; exit 2 ;;
+final) final ;;
+*) echo "usage: $0 prepare|run|quick|final" >&2; exit 2 ;;
 esac

@@ -489,7 +489,12 @@ END_TEST
 /* The fused check kernel fires exactly when fox_sentinel_check does, on each kind of rule. */
 START_TEST(check_kernel_vs_cpu)
 {
-    size_t n = 40000; /* three chunks of the check kernel */
+    /*
+     * Ten chunks of the check kernel (4096 floats each); the odd length is staged
+     * misaligned (fox_cuda_debug_check), so the float4 body's scalar head and tail run too.
+     */
+    const size_t lens[] = {40000, 40003};
+    size_t n = lens[1];
     float *x = malloc(n * sizeof *x), isv[FOX_ISV_TOTAL_DIM];
     ck_assert_ptr_nonnull(x);
     fox_isv_init(isv);
@@ -500,12 +505,13 @@ START_TEST(check_kernel_vs_cpu)
     const int slots[] = {FOX_SENT_H_S1, FOX_SENT_TRUNK_WEIGHT_MAX, FOX_SENT_H_S2_MAX_ABS,
                          FOX_SENT_TRUNK_ADAM_V_MAX, FOX_SENT_ATOM_SPAN_MAX};
     int cases = 0;
+    for (size_t li = 0; li < 2; li++)
     for (size_t si = 0; si < sizeof slots / sizeof slots[0]; si++) {
         int slot = slots[si];
         float t = 0.0f;
         if (fox_sentinel_kind(slot) == FOX_SENT_KIND_THRESHOLD)
             ck_assert_fox_ok(fox_sentinel_threshold(slot, isv, &t));
-        size_t len = slot == FOX_SENT_ATOM_SPAN_MAX ? 51 : n;
+        size_t len = slot == FOX_SENT_ATOM_SPAN_MAX ? 51 + li : lens[li];
         /* clean; one NaN; one Inf; at the threshold; just below it */
         for (int c = 0; c < 5; c++) {
             for (size_t k = 0; k < len; k++)
@@ -527,8 +533,8 @@ START_TEST(check_kernel_vs_cpu)
             cases++;
         }
     }
-    printf("stab check kernel: %d cases over %zu slots agree with fox_sentinel_check\n", cases,
-           sizeof slots / sizeof slots[0]);
+    printf("stab check kernel: %d cases over %zu slots and 2 lengths agree with "
+           "fox_sentinel_check\n", cases, sizeof slots / sizeof slots[0]);
     free(x);
 }
 END_TEST

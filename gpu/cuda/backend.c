@@ -1239,24 +1239,33 @@ debug_stage(cuda_backend *be, float **dx, const float *x, size_t n, const float 
     return FOX_OK;
 }
 
+/*
+ * The buffer is staged n mod 4 floats past a 16-byte boundary, so that an
+ * odd length also runs the kernel's scalar head and tail around its float4
+ * body; the chunks are cut as the backend cuts them, so that a threshold
+ * fires from any block.
+ */
 static int
 debug_check(cuda_backend *be, int slot, const float *x, size_t n, const float *isv, int *fired)
 {
-    float *dx = NULL;
+    float *dbuf = NULL;
     fox_cuda_check *dt = NULL;
     fox_cuda_chunk *dc = NULL;
-    int rv = debug_stage(be, &dx, x, n, isv);
-    fox_cuda_check e = {dx, slot, 1, (int)n, (int)n};
-    /* Chunks as the backend cuts them, so that a threshold fires from any block. */
-    int nc = fox_sentinel_info(slot)->measure == FOX_SENT_MEASURE_SPAN
-                 ? 1
-                 : (int)((n + FOX_CUDA_CHUNK - 1) / FOX_CUDA_CHUNK);
-    fox_cuda_chunk ch[64];
-    if (nc > 64)
-        rv = rv == FOX_OK ? FOX_EINVAL : rv;
-    for (int k = 0; k < nc && k < 64; k++) {
-        int at = nc == 1 ? 0 : k * FOX_CUDA_CHUNK, len = (int)n - at;
-        ch[k] = (fox_cuda_chunk){0, at, nc == 1 || len < FOX_CUDA_CHUNK ? len : FOX_CUDA_CHUNK};
+    size_t off = n % 4;
+    float *xs = malloc((n + off) * sizeof *xs);
+    int span = fox_sentinel_info(slot)->measure == FOX_SENT_MEASURE_SPAN;
+    int nc = span ? 1 : (int)((n + FOX_CUDA_CHUNK - 1) / FOX_CUDA_CHUNK);
+    fox_cuda_chunk *ch = malloc((size_t)nc * sizeof *ch);
+    int rv = xs && ch ? FOX_OK : FOX_ENOMEM;
+    if (rv == FOX_OK) {
+        memset(xs, 0, off * sizeof *xs);
+        memcpy(xs + off, x, n * sizeof *xs);
+        rv = debug_stage(be, &dbuf, xs, n + off, isv);
+    }
+    fox_cuda_check e = {dbuf ? dbuf + off : NULL, slot, 1, (int)n, (int)n};
+    for (int k = 0; rv == FOX_OK && k < nc; k++) {
+        int at = span ? 0 : k * FOX_CUDA_CHUNK, len = (int)n - at;
+        ch[k] = (fox_cuda_chunk){0, at, span || len < FOX_CUDA_CHUNK ? len : FOX_CUDA_CHUNK};
     }
     if (rv == FOX_OK)
         rv = dev_alloc(&dt, sizeof e);
@@ -1269,7 +1278,9 @@ debug_check(cuda_backend *be, int slot, const float *x, size_t n, const float *i
     if (rv == FOX_OK)
         rv = check_now_with(be, dt, dc, nc);
     *fired = be->flags_mem[slot];
-    cudaFree(dx);
+    free(xs);
+    free(ch);
+    cudaFree(dbuf);
     cudaFree(dt);
     cudaFree(dc);
     return rv;

@@ -230,7 +230,7 @@ typedef struct fox_cuda_chunk {
     int entry, start, len;
 } fox_cuda_chunk;
 
-#define FOX_CUDA_CHUNK 16384
+#define FOX_CUDA_CHUNK 4096
 
 /* The rule of every slot (sentinel.h), copied once to the device. */
 typedef struct fox_cuda_rule {
@@ -403,8 +403,9 @@ int fox__cuda_dep(fox_cuda_net *n, int from, int to);
  * glu (and ln_in) not NULL, g and r + g are kept there too.
  */
 int fox__cuda_grn_tail(cudaStream_t s, int rows, int out, float *zgv, const float *r,
-                       const float *g, const float *beta, int split, long long poff, float *xhat,
-                       float *rstd, float *y, float *glu, float *ln_in);
+                       const float *bg, const float *bv, const float *g, const float *beta,
+                       int split, long long poff, float *xhat, float *rstd, float *y, float *glu,
+                       float *ln_in);
 /* LayerNorm and GLU backward; sg, lin at zgv [2 × R_fwd × out] (first rows used). */
 int fox__cuda_ln_glu_bwd(cudaStream_t s, int rows, int out, const float *dy, const float *xhat,
                          const float *rstd, const float *g, const float *zgv,

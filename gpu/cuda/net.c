@@ -471,19 +471,20 @@ grn_fwd(fox_cuda_net *n, int s, int first, int in, int out, const float *a, int 
     FOX_TRY(fox__cuda_gemm(n->cb[s], st, &m));
     if (pts)
         FOX_TRY(point(n, s, FOX_SENT_H_S2_ETA1, g->eta1, NULL, 0));
-    /* Gate and value pre-activations with their biases: Wv sits a fixed distance after Wg. */
+    /*
+     * Gate and value products (Wv sits a fixed distance after Wg); their biases are added in
+     * the tail kernel, so this stage has no epilogue launch.
+     */
     m = gemm_of(R, out, out, 1, g->eta1, out, T(FOX_GRN_WG), out, g->zgv, out);
     m.split = split;
     m.boff = np;
     m.nz = 2;
     m.sb = (long long)(toff(n, first + FOX_GRN_WV) - toff(n, first + FOX_GRN_WG));
     m.sc = (long long)R * out;
-    m.bias[0] = T(FOX_GRN_BG);
-    m.bias[1] = T(FOX_GRN_BV);
     FOX_TRY(fox__cuda_gemm(n->cb[s], st, &m));
-    FOX_TRY(fox__cuda_grn_tail(st, R, out, g->zgv, r, T(FOX_GRN_LN_G), T(FOX_GRN_LN_B), split, np,
-                               g->xhat, g->rstd, g->y, pts ? n->glu : NULL,
-                               pts ? n->ln_in : NULL));
+    FOX_TRY(fox__cuda_grn_tail(st, R, out, g->zgv, r, T(FOX_GRN_BG), T(FOX_GRN_BV),
+                               T(FOX_GRN_LN_G), T(FOX_GRN_LN_B), split, np, g->xhat, g->rstd,
+                               g->y, pts ? n->glu : NULL, pts ? n->ln_in : NULL));
     if (pts) {
         /* Inside the fused tail on the CPU's side of it: these faults fire their slot only. */
         FOX_TRY(point(n, s, FOX_SENT_H_S2_GATE, g->zgv, NULL, 0));

@@ -64,32 +64,37 @@ branch_of(const fox_cuda_dims &dm, int act)
 /* GRN tail and LayerNorm (twins of grn_fwd's tail, layernorm_fwd/bwd, glu_bwd)               */
 
 /*
- * One warp per row: sg = σ(zg), lin = zv (the products added their biases;
- * σ replaces zg in zgv for the backward), x = r + sg·lin, then LayerNorm
+ * One warp per row: sg = σ(zg + bg), lin = zv + bv (the gate and value
+ * biases are added here, not by a separate epilogue launch; sg and lin
+ * replace zg and zv in zgv for the backward), x = r + sg·lin, then LayerNorm
  * over the row (two-pass mean and biased variance, eps 1e-5):
- * x̂ = (x − mean)·rstd, y = x̂·γ + β, with the target net's γ, β (poff
- * floats on) for rows ≥ split.
+ * x̂ = (x − mean)·rstd, y = x̂·γ + β, with the target net's bg, bv, γ, β
+ * (poff floats on) for rows ≥ split.
  */
 __global__ void
-grn_tail_kernel(int rows, int out, float *zgv, const float *r, const float *g, const float *beta,
-                int split, long long poff, float *xhat, float *rstd, float *y, float *glu,
-                float *ln_in)
+grn_tail_kernel(int rows, int out, float *zgv, const float *r, const float *bg, const float *bv,
+                const float *g, const float *beta, int split, long long poff, float *xhat,
+                float *rstd, float *y, float *glu, float *ln_in)
 {
     int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     if (row >= rows)
         return;
     if (row >= split) {
+        bg += poff;
+        bv += poff;
         g += poff;
         beta += poff;
     }
     size_t o = (size_t)row * out;
-    float *zg = zgv + o, *xh = xhat + o;
-    const float *zv = zgv + (size_t)rows * out + o, *rr = r + o;
+    float *zg = zgv + o, *zv = zgv + (size_t)rows * out + o, *xh = xhat + o;
+    const float *rr = r + o;
     float sum = 0.0f;
     for (int c = lane; c < out; c += WARP) {
-        float sg = 1.0f / (1.0f + expf(-zg[c]));
-        float gl = sg * zv[c], x = rr[c] + gl;
+        float sg = 1.0f / (1.0f + expf(-(zg[c] + bg[c])));
+        float lin = zv[c] + bv[c];
+        float gl = sg * lin, x = rr[c] + gl;
         zg[c] = sg;
+        zv[c] = lin;
         xh[c] = x;
         if (glu) { /* the stages the sentinel watches (slots 19, 20) */
             glu[o + c] = gl;
@@ -113,13 +118,13 @@ grn_tail_kernel(int rows, int out, float *zgv, const float *r, const float *g, c
 }
 
 int
-fox__cuda_grn_tail(cudaStream_t s, int rows, int out, float *zgv, const float *r, const float *g,
-                   const float *beta, int split, long long poff, float *xhat, float *rstd,
-                   float *y, float *glu, float *ln_in)
+fox__cuda_grn_tail(cudaStream_t s, int rows, int out, float *zgv, const float *r, const float *bg,
+                   const float *bv, const float *g, const float *beta, int split, long long poff,
+                   float *xhat, float *rstd, float *y, float *glu, float *ln_in)
 {
     const int per_block = 8;
     grn_tail_kernel<<<(rows + per_block - 1) / per_block, per_block * WARP, 0, s>>>(
-        rows, out, zgv, r, g, beta, split, poff, xhat, rstd, y, glu, ln_in);
+        rows, out, zgv, r, bg, bv, g, beta, split, poff, xhat, rstd, y, glu, ln_in);
     FOX_CUDA_TRY(cudaGetLastError());
     return 0;
 }

@@ -70,18 +70,26 @@ fault_now(const fox_cuda_ctl *c, int slot, int after_count)
 /* ------------------------------------------------------------------------------------------ */
 /* The fused check and the halts                                                              */
 
-/* Last block: the halts of fox_cpu_stab_halt, into ctl->halt (the first reason sticks). */
+/*
+ * Last block, all its threads: the halts of fox_cpu_stab_halt, into
+ * ctl->halt (the first reason sticks). The halt slots' flags live in mapped
+ * host memory, where every read is a trip over the bus: the block reads
+ * them all at once (a thread per slot) rather than one after another.
+ */
 static __device__ void
 halts(const fox_cuda_stab &st, int trained)
 {
     fox_cuda_ctl *c = st.ctl;
-    if (c->halt != FOX_HALT_NONE)
+    int nan = 0;
+    for (int i = threadIdx.x; i < FOX_SENT_HALT_END; i += blockDim.x)
+        nan |= st.rules[i].halt && ((volatile const int *)st.flags)[i] != 0;
+    nan = __syncthreads_or(nan);
+    if (threadIdx.x != 0 || c->halt != FOX_HALT_NONE)
         return;
-    for (int i = 0; i < FOX_SENT_HALT_END; i++)
-        if (st.rules[i].halt && st.flags[i]) {
-            c->halt = FOX_HALT_NAN;
-            return;
-        }
+    if (nan) {
+        c->halt = FOX_HALT_NAN;
+        return;
+    }
     if (!trained)
         return;
     if (!isfinite(c->loss)) {
@@ -93,13 +101,42 @@ halts(const fox_cuda_stab &st, int trained)
         c->halt = FOX_HALT_GRAD_COLLAPSE;
 }
 
+/* One value against its slot's rule (fox_sentinel_check), with no branch that leaves early. */
+struct check_acc {
+    int kind; /* 0 non-finite, 1 threshold on |x|, 2 span */
+    float t, lo, hi;
+    int fired;
+    __device__ __forceinline__ void
+    add(float x)
+    {
+        if (kind == 1) {
+            fired |= !(fabsf(x) < t); /* NaN fires too */
+        } else {
+            fired |= !isfinite(x);
+            if (kind == 2) {
+                lo = fminf(lo, x);
+                hi = fmaxf(hi, x);
+            }
+        }
+    }
+};
+
+#define CHECK_UNROLL 4
+
 /*
  * One block per chunk of a table entry (fox_cuda_chunk, at most
- * FOX_CUDA_CHUNK floats; a span entry is one chunk), so that a 541k-float
- * buffer is read by many SMs at once; a contiguous entry (ld = cols) is
- * read without index arithmetic.
+ * FOX_CUDA_CHUNK = 4096 floats; a span entry is one chunk), so that the
+ * 541k-float buffers (params, grads, Adam m and v) are split over ~130
+ * blocks each and the whole check runs as one wave of the machine. A
+ * contiguous chunk is read as 16-byte float4 loads (a scalar head and tail
+ * up to the alignment), CHECK_UNROLL of them in flight per thread before
+ * the first is used: one pass of a 256-thread block covers 4096 floats.
+ * Strided entries (ld > cols) take the scalar path with index arithmetic.
+ * The block ORs its threads' verdicts and writes its slot's sticky flag
+ * once; the done counter is the one atomic per block, and the last block
+ * decides the halts.
  */
-__global__ void
+__global__ void __launch_bounds__(THREADS)
 check_kernel(fox_cuda_stab st, const fox_cuda_check *table, const fox_cuda_chunk *chunks, int n,
              int trained)
 {
@@ -107,56 +144,83 @@ check_kernel(fox_cuda_stab st, const fox_cuda_check *table, const fox_cuda_chunk
         const fox_cuda_chunk ch = chunks[blockIdx.x];
         const fox_cuda_check e = table[ch.entry];
         const fox_cuda_rule r = st.rules[e.slot];
-        int fired = 0;
-        float lo = INFINITY, hi = -INFINITY;
-        float t = r.kind == FOX_SENT_KIND_THRESHOLD ? threshold_of(st, e.slot) : 0.0f;
-        const int contiguous = e.ld == e.cols;
-        for (int k = ch.start + threadIdx.x; k < ch.start + ch.len; k += blockDim.x) {
-            float x = contiguous ? e.ptr[k] : e.ptr[(size_t)(k / e.cols) * e.ld + k % e.cols];
-            if (r.kind == FOX_SENT_KIND_NONFINITE) {
-                fired |= !isfinite(x);
-            } else if (r.measure == FOX_SENT_MEASURE_SPAN) {
-                fired |= !isfinite(x);
-                lo = fminf(lo, x);
-                hi = fmaxf(hi, x);
-            } else {
-                fired |= !(fabsf(x) < t); /* NaN fires too */
+        check_acc a;
+        a.kind = r.kind == FOX_SENT_KIND_NONFINITE     ? 0
+                 : r.measure == FOX_SENT_MEASURE_SPAN ? 2
+                                                      : 1;
+        a.t = r.kind == FOX_SENT_KIND_THRESHOLD ? threshold_of(st, e.slot) : 0.0f;
+        a.lo = INFINITY;
+        a.hi = -INFINITY;
+        a.fired = 0;
+        if (e.ld == e.cols) {
+            const float *p = e.ptr + ch.start;
+            int head = (int)((16 - ((uintptr_t)p & 15)) & 15) / 4;
+            if (((uintptr_t)p & 3) != 0 || head > ch.len)
+                head = ch.len; /* not even float-aligned, or too short: all scalar */
+            int n4 = (ch.len - head) / 4;
+            const float4 *p4 = (const float4 *)(p + head);
+            for (int k0 = 0; k0 < n4; k0 += CHECK_UNROLL * THREADS) {
+                float4 v[CHECK_UNROLL];
+#pragma unroll
+                for (int u = 0; u < CHECK_UNROLL; u++) {
+                    int k = k0 + u * THREADS + (int)threadIdx.x;
+                    if (k < n4)
+                        v[u] = __ldg(p4 + k);
+                }
+#pragma unroll
+                for (int u = 0; u < CHECK_UNROLL; u++) {
+                    if (k0 + u * THREADS + (int)threadIdx.x < n4) {
+                        a.add(v[u].x);
+                        a.add(v[u].y);
+                        a.add(v[u].z);
+                        a.add(v[u].w);
+                    }
+                }
             }
+            /* The scalar head [0, head) and tail [head + 4·n4, len). */
+            int tail0 = head + 4 * n4, rest = head + (ch.len - tail0);
+            for (int k = threadIdx.x; k < rest; k += THREADS)
+                a.add(p[k < head ? k : tail0 + (k - head)]);
+        } else {
+            for (int k = ch.start + threadIdx.x; k < ch.start + ch.len; k += THREADS)
+                a.add(e.ptr[(size_t)(k / e.cols) * e.ld + k % e.cols]);
         }
-        if (r.measure == FOX_SENT_MEASURE_SPAN) {
+        if (a.kind == 2) {
             for (int o = WARP / 2; o > 0; o >>= 1) {
-                lo = fminf(lo, __shfl_xor_sync(FULL_MASK, lo, o));
-                hi = fmaxf(hi, __shfl_xor_sync(FULL_MASK, hi, o));
+                a.lo = fminf(a.lo, __shfl_xor_sync(FULL_MASK, a.lo, o));
+                a.hi = fmaxf(a.hi, __shfl_xor_sync(FULL_MASK, a.hi, o));
             }
             __shared__ float s_lo[THREADS / WARP], s_hi[THREADS / WARP];
             if (threadIdx.x % WARP == 0) {
-                s_lo[threadIdx.x / WARP] = lo;
-                s_hi[threadIdx.x / WARP] = hi;
+                s_lo[threadIdx.x / WARP] = a.lo;
+                s_hi[threadIdx.x / WARP] = a.hi;
             }
             __syncthreads();
             if (threadIdx.x == 0 && ch.len > 0) {
                 for (int w = 0; w < THREADS / WARP; w++) {
-                    lo = fminf(lo, s_lo[w]);
-                    hi = fmaxf(hi, s_hi[w]);
+                    a.lo = fminf(a.lo, s_lo[w]);
+                    a.hi = fmaxf(a.hi, s_hi[w]);
                 }
-                fired |= !(hi - lo < t);
+                a.fired |= !(a.hi - a.lo < a.t);
             }
         }
-        if (block_any(fired) && threadIdx.x == 0)
+        if (block_any(a.fired) && threadIdx.x == 0) {
             st.flags[e.slot] = 1;
+            __threadfence_system();
+        }
     }
     /* The last block to finish sees every flag this step wrote (the fences order them). */
     __shared__ int last;
-    __syncthreads();
     if (threadIdx.x == 0) {
-        __threadfence_system();
+        __threadfence();
         unsigned int done = atomicAdd(&st.ctl->done_blocks[FOX_CUDA_DONE_CHECK], 1u);
         last = done == gridDim.x - 1;
     }
     __syncthreads();
-    if (last && threadIdx.x == 0) {
-        __threadfence_system();
-        st.ctl->done_blocks[FOX_CUDA_DONE_CHECK] = 0;
+    if (last) {
+        __threadfence();
+        if (threadIdx.x == 0)
+            st.ctl->done_blocks[FOX_CUDA_DONE_CHECK] = 0;
         halts(st, trained);
     }
 }
