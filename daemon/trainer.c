@@ -798,8 +798,8 @@ resume(fox_trainer *t, fox_engine *e)
     }
     fox_engine_info info;
     fox_engine_get_info(e, &info);
-    fox_log(FOX_LOG_NOTICE, "resumed from %s: fold %d, %d epochs done, step %lld", path,
-            info.fold, info.epoch, (long long)info.step);
+    fox_log(FOX_LOG_NOTICE, "resumed from %s: fold %d, %d epochs done, step %lld", path, info.fold,
+            info.epoch, (long long)info.step);
 }
 
 static void *

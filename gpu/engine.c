@@ -310,7 +310,8 @@ fox_engine_train_only(fox_engine *e, int n, fox_step_stats *stats)
     if (rv == FOX_EHALT)
         return record_halt(e);
     if (rv != FOX_OK)
-        return fox__engine_fail(e, rv, "train_only: %s", rv == FOX_ESTATE ? "replay not filled yet" : fox_strerror(rv));
+        return fox__engine_fail(e, rv, "train_only: %s",
+                                rv == FOX_ESTATE ? "replay not filled yet" : fox_strerror(rv));
     return FOX_OK;
 }
 
@@ -343,10 +344,10 @@ fox_engine_end_epoch(fox_engine *e, fox_epoch_report *rep)
     }
     fr->epochs_done++;
     fr->final_loss = rep->mean_loss;
-    fr->steps_per_sec = fr->steps_per_sec == 0.0
-                            ? rep->steps_per_sec
-                            : (fr->steps_per_sec * (fr->epochs_done - 1) + rep->steps_per_sec) /
-                                  fr->epochs_done;
+    fr->steps_per_sec =
+        fr->steps_per_sec == 0.0
+            ? rep->steps_per_sec
+            : (fr->steps_per_sec * (fr->epochs_done - 1) + rep->steps_per_sec) / fr->epochs_done;
     e->epoch_t0 = fox__now();
     e->epoch_step0 = c.step;
     e->epoch_loss_sum = 0.0;

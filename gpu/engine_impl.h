@@ -11,25 +11,25 @@
 #include "model.h"
 
 struct fox_engine {
-    fox_config cfg;             /* resolved copy */
+    fox_config cfg; /* resolved copy */
     fox_model_layout lay;
     const fox_backend_ops *ops;
     fox_backend *be;
     fox_series series;
     fox_features feat;
     int data_loaded;
-    int fold;                   /* -1 before begin_fold */
+    int fold; /* -1 before begin_fold */
     fox_fold seg;
     fox_fold_report rep;
-    double epoch_t0;            /* monotonic seconds at the epoch's start */
+    double epoch_t0; /* monotonic seconds at the epoch's start */
     int64_t epoch_step0;
     double epoch_loss_sum;
     int64_t epoch_loss_n;
     int64_t total_steps;
-    int64_t fold_step;          /* full steps of the fold, as the backend last reported them */
+    int64_t fold_step; /* full steps of the fold, as the backend last reported them */
     uint64_t fingerprint;
-    fox_halt_info halt;         /* reason FOX_HALT_NONE while the fold runs */
-    float *eval_s, *eval_q;     /* [S], [n_actions] */
+    fox_halt_info halt;     /* reason FOX_HALT_NONE while the fold runs */
+    float *eval_s, *eval_q; /* [S], [n_actions] */
     char err[512];
 };
 
