@@ -11,6 +11,8 @@
 #                              diagnostic variants, against .carry/bin/foxbench_base (the
 #                              previous version, BASE=<dir of a build> at prepare) when present,
 #                              and a per-kernel profile summed by name (ncu, no cache flush)
+#   bench/gpu_run.sh sp4       on the GPU machine: parity and drills, then foxbench at batch 256
+#                              in fixed and adaptive bounds mode (SP4's overhead), ~3 minutes
 #   bench/gpu_run.sh final     on the GPU machine: parity and drills; foxbench at batch 256 and
 #                              4096 (1024 envs, learning_starts 4096), sentinel on and off, for
 #                              this build, foxbench_base and foxbench_f9 (BASE2=<dir of a build>
@@ -210,10 +212,40 @@ final() {
     fb_pair foxbench 2>&1 | tee -a "$out/bench.md"
 }
 
+# SP4 on the GPU in one short call: parity (with the SP4 producer and adaptive-run tests), the
+# drills, and foxbench at batch 256 in both bounds modes, sentinel on (adaptive's overhead).
+sp4() {
+    local out=${OUT:-/tmp/foxgpu} bin=.carry/bin
+    mkdir -p "$out"
+    use_libs
+    { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv; } > "$out/machine.txt" 2>&1
+    local p sb=""
+    command -v stdbuf > /dev/null && sb="stdbuf -oL -eL" # a timeout must not lose the log
+    for p in "$bin/test_cuda_parity" "$bin/test_cuda_drills"; do
+        local log="$out/$(basename "$p").log" t0=$SECONDS
+        local lim=${SP4_TEST_S:-130}
+        [ "$(basename "$p")" = test_cuda_drills ] && lim=${SP4_DRILL_S:-40}
+        CK_FORK=no OPENBLAS_NUM_THREADS=8 timeout "$lim" $sb "$p" > "$log" 2>&1
+        echo "$p exit $? ($((SECONDS - t0)) s)" >> "$log"
+        grep -E "^(device|graphs|fold|drill|stab|[0-9]+%)|exit|Failure|Error" "$log" |
+            grep -v "mean: grad" | head -40
+    done
+    local args="--reps ${SP4_REPS:-3} --chunk 100 --set train.learning_starts=4096 --batch 256"
+    {
+        for mode in fixed adaptive adaptive fixed; do
+            echo "## bounds_mode=$mode, sentinel on"
+            timeout "${SP4_BENCH_S:-15}" "$bin/foxbench" --backend cuda $args \
+                --set engine.bounds_mode=$mode | tail -1
+        done
+    } > "$out/bench_sp4.md" 2>&1
+    cat "$out/bench_sp4.md"
+}
+
 case "${1:-}" in
 prepare) prepare ;;
+sp4) sp4 ;;
 run) run ;;
 quick) quick ;;
 final) final ;;
-*) echo "usage: $0 prepare|run|quick|final" >&2; exit 2 ;;
+*) echo "usage: $0 prepare|run|quick|final|sp4" >&2; exit 2 ;;
 esac

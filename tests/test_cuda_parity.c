@@ -585,6 +585,133 @@ START_TEST(h_s2_site_vs_cpu)
 }
 END_TEST
 
+/*
+ * SP4 (adaptive bounds): the device producers against stab.c's maths, fed
+ * the same buffers. One round is what a train step produces outside the
+ * Adam kernel and Mech 2 / Mech 6: the p99 of |h_s2| → H_S2_BOUND and of
+ * |target Q| → TARGET_Q_BOUND (observe skips 0), Pearl B per group →
+ * slots 136–167, Pearl C (no engagements here: the rate decays), the L1
+ * rate → 168, all through Pearls A+D with the Wiener state on the device.
+ * Six rounds from the fold-boundary state with drifting scales, NaN / Inf
+ * holes and a degenerate (all-zero) target round; all 40 slots 131–170
+ * compared after every round. Tolerance 1e-4 relative (+1e-7 absolute): the
+ * histograms are exact integer counts on both sides, so a p99 differs only
+ * by the device's fused multiply-adds in the interpolation and Pearl D (an
+ * ulp each) and by the order of the double sums (wd rate, L1).
+ */
+static void
+sp4_cpu_round(float *isv, fox_wiener_state *ws, fox_pearl_c_state pc[3][FOX_GROUP_COUNT],
+              const float *w, const float *g, const float *m, const float *v, const float *h,
+              size_t nh, const float *tq, size_t ntq)
+{
+    float o = fox_p99_abs(h, nh);
+    if (o > 0.0f)
+        fox_bounds_observe(isv, ws, FOX_ISV_H_S2_BOUND, o);
+    o = fox_p99_abs(tq, ntq);
+    if (o > 0.0f)
+        fox_bounds_observe(isv, ws, FOX_ISV_TARGET_Q_BOUND, o);
+    for (int grp = 0; grp < FOX_GROUP_COUNT; grp++) {
+        fox_span sp[FOX_P_COUNT];
+        int ns = 0;
+        size_t total = 0;
+        for (int i = 0; i < FOX_P_COUNT; i++) {
+            size_t n = fox_tensor_size(&lay, i);
+            if (n && lay.t[i].group == grp) {
+                sp[ns++] = (fox_span){lay.t[i].offset, n};
+                total += n;
+            }
+        }
+        if (!ns)
+            continue;
+        fox_group_stats gs;
+        ck_assert_fox_ok(fox_pearl_b_group(w, g, m, v, sp, ns, &gs));
+        fox_bounds_observe_group(isv, ws, grp, &gs);
+        int slots[3] = {fox_isv_weight_bound_slot(grp), fox_isv_adam_m_bound_slot(grp),
+                        fox_isv_adam_v_bound_slot(grp)};
+        for (int f = 0; f < 3; f++) {
+            float bound = isv[slots[f]];
+            if (fox_pearl_c_update(&pc[f][grp], 0.0f, (float)total, 0.0f, &bound))
+                isv[slots[f]] = bound;
+        }
+    }
+    size_t o1 = lay.t[FOX_P_GRN1_W2].offset;
+    float l1 = fox_pearl_b_l1_rate(w + o1, g + o1, lay.t[FOX_P_GRN1_W2].rows,
+                                   lay.t[FOX_P_GRN1_W2].cols);
+    fox_bounds_observe(isv, ws, FOX_ISV_L1_LAMBDA, l1);
+}
+
+START_TEST(sp4_producers_vs_cpu)
+{
+    size_t np = lay.n_params, nh = (size_t)BATCH * 128, ntq = (size_t)BATCH * 4 * 8;
+    float *w = malloc(np * sizeof *w), *g = malloc(np * sizeof *g);
+    float *m = malloc(np * sizeof *m), *v = malloc(np * sizeof *v);
+    float *h = malloc(nh * sizeof *h), *tq = malloc(ntq * sizeof *tq);
+    ck_assert(w && g && m && v && h && tq);
+    float isv[FOX_ISV_TOTAL_DIM], ref[FOX_ISV_TOTAL_DIM];
+    fox_isv_init(isv);
+    memcpy(ref, isv, sizeof isv);
+    static fox_wiener_state ws[FOX_ISV_TOTAL_DIM];
+    fox_pearl_c_state pc[3][FOX_GROUP_COUNT];
+    fox_bounds_wiener_init(ws);
+    memset(pc, 0, sizeof pc);
+    fox_rng rng;
+    fox_rng_seed(&rng, 131);
+    double worst = 0.0;
+    int worst_slot = -1;
+    for (int round = 0; round < 6; round++) {
+        float sc = 1.0f + 0.5f * (float)round; /* a drifting level: Pearl D must follow it */
+        for (size_t k = 0; k < np; k++) {
+            w[k] = params[k] * sc;
+            g[k] = 1e-3f * sc * (float)fox_rng_normal(&rng);
+            m[k] = 1e-4f * sc * (float)fox_rng_normal(&rng);
+            float e = 1e-3f * sc * (float)fox_rng_normal(&rng);
+            v[k] = e * e;
+        }
+        for (size_t k = 0; k < nh; k++)
+            h[k] = 2.0f * sc * (float)fox_rng_normal(&rng);
+        for (size_t k = 0; k < ntq; k++) {
+            /* heavy-tailed targets; round 3 all zero (degenerate: no observation) */
+            float u = fox_rng_uniform(&rng);
+            tq[k] = round == 3 ? 0.0f : sc * (float)fox_rng_normal(&rng) / (0.05f + u);
+        }
+        if (round == 2) {
+            h[7] = NAN;
+            h[nh - 1] = INFINITY;
+            g[lay.t[FOX_P_GRN1_W2].offset + 3] = NAN;
+            m[11] = -INFINITY;
+            tq[1] = NAN;
+        }
+        sp4_cpu_round(ref, ws, pc, w, g, m, v, h, nh, tq, ntq);
+        ck_assert_fox_ok(fox_cuda_debug_sp4(gpu, round == 0, w, g, m, v, h, nh, tq, ntq, isv));
+        for (int i = FOX_ISV_SP4_BASE; i < FOX_ISV_SP4_BASE + 40; i++) {
+            double d = fabs((double)isv[i] - (double)ref[i]);
+            double tol = 1e-4 * fmax(fabs((double)isv[i]), fabs((double)ref[i])) + 1e-7;
+            ck_assert_msg(d <= tol, "round %d: slot %d (%s) gpu %.9g cpu %.9g", round, i,
+                          fox_isv_name(i), (double)isv[i], (double)ref[i]);
+            double r = d / fmax(fabs((double)ref[i]), 1e-30);
+            if (ref[i] != 0.0f && r > worst) {
+                worst = r;
+                worst_slot = i;
+            }
+        }
+    }
+    ck_assert(ref[FOX_ISV_H_S2_BOUND] > 0.0f && ref[FOX_ISV_TARGET_Q_BOUND] > 0.0f);
+    ck_assert(ref[FOX_ISV_WEIGHT_BOUND_GRN1] > 0.0f && ref[FOX_ISV_L1_LAMBDA] >= 0.0f);
+    printf("stab sp4 producers: 6 rounds, 40 slots 131-170 within 1e-4 of the CPU; worst rel err "
+           "%.2g (slot %d), H_S2_BOUND %.5g, TARGET_Q_BOUND %.5g, WEIGHT_BOUND_GRN1 %.5g, "
+           "L1_LAMBDA %.5g\n",
+           worst, worst_slot, (double)isv[FOX_ISV_H_S2_BOUND],
+           (double)isv[FOX_ISV_TARGET_Q_BOUND], (double)isv[FOX_ISV_WEIGHT_BOUND_GRN1],
+           (double)isv[FOX_ISV_L1_LAMBDA]);
+    free(w);
+    free(g);
+    free(m);
+    free(v);
+    free(h);
+    free(tq);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------------------------ */
 /* Engine level: graphs, determinism, ISV, memory, a short fold against the CPU                */
 
@@ -645,6 +772,46 @@ START_TEST(graph_determinism_and_isv)
                   "two runs of the same seed differ on the GPU");
     free(p[0]);
     free(p[1]);
+}
+END_TEST
+
+/*
+ * A short adaptive (SP4) run on the GPU: eager and captured steps, no flag
+ * fires, every bound slot the step produces is set on the device (no host
+ * sync in the step: the mapped ISV is read after the chunk), the loss stays
+ * finite.
+ */
+START_TEST(adaptive_training_no_flags)
+{
+    fox_config c;
+    fox_config_default(&c);
+    c.backend = FOX_BACKEND_CUDA;
+    c.bounds_mode = FOX_BOUNDS_ADAPTIVE;
+    fox_engine *e = engine(&c);
+    fox_step_stats st;
+    for (int k = 0; k < 3; k++) {
+        int rv = fox_engine_run_steps(e, 100, &st);
+        ck_assert_msg(rv == FOX_OK, "run_steps: %s", fox_engine_errmsg(e));
+    }
+    ck_assert_fox_ok(fox_engine_train_only(e, 50, &st));
+    ck_assert_msg(isfinite(st.loss) && st.loss > 0.0f, "loss %g", st.loss);
+    const volatile float *isv = fox_engine_isv(e);
+    for (int i = 0; i < FOX_SENTINEL_SLOTS; i++)
+        ck_assert_msg(fox_engine_flags(e)[i] == 0, "adaptive run: slot %d fired", i);
+    int set = 0;
+    for (int i = FOX_ISV_SP4_BASE; i < FOX_ISV_SP4_BASE + 40; i++) {
+        ck_assert_msg(isfinite(isv[i]), "slot %d not finite", i);
+        set += isv[i] != 0.0f;
+    }
+    ck_assert(isv[FOX_ISV_H_S2_BOUND] > 0.0f && isv[FOX_ISV_TARGET_Q_BOUND] > 0.0f);
+    ck_assert(isv[FOX_ISV_GRAD_CLIP_BOUND] > 0.0f && isv[FOX_ISV_ATOM_POS_BOUND_DIRECTION] > 0.0f);
+    ck_assert(isv[FOX_ISV_WEIGHT_BOUND_GRN1] > 0.0f && isv[FOX_ISV_ADAM_V_BOUND_GRN1] > 0.0f);
+    printf("stab sp4 adaptive run: 300 steps + 50 train-only, no flag, %d of 40 SP4 slots set, "
+           "loss %.4f, H_S2_BOUND %.4g, TARGET_Q_BOUND %.4g, GRAD_CLIP_BOUND %.4g, "
+           "WEIGHT_BOUND_GRN1 %.4g\n",
+           set, st.loss, (double)isv[FOX_ISV_H_S2_BOUND], (double)isv[FOX_ISV_TARGET_Q_BOUND],
+           (double)isv[FOX_ISV_GRAD_CLIP_BOUND], (double)isv[FOX_ISV_WEIGHT_BOUND_GRN1]);
+    fox_engine_destroy(e);
 }
 END_TEST
 
@@ -746,10 +913,12 @@ main(void)
     tcase_add_test(tc, replay_memory);
     tcase_add_test(tc, check_kernel_vs_cpu);
     tcase_add_test(tc, h_s2_site_vs_cpu);
+    tcase_add_test(tc, sp4_producers_vs_cpu);
     suite_add_tcase(s, tc);
     TCase *te = tcase_create("engine");
     tcase_set_timeout(te, 600);
     tcase_add_test(te, graph_determinism_and_isv);
+    tcase_add_test(te, adaptive_training_no_flags);
     tcase_add_test(te, fold_sharpe_vs_cpu);
     suite_add_tcase(s, te);
     SRunner *sr = srunner_create(s);

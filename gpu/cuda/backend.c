@@ -80,6 +80,7 @@ typedef struct cuda_backend {
     int n_chunks;
     fox_cuda_rule *d_rules;     /* [FOX_SENTINEL_SLOTS] */
     double *site_part;
+    fox_cuda_sp4 *sp4;          /* SP4 state and scratch (adaptive mode) */
     int *flags_map;             /* device address of the mapped flags */
     float *dbg_w;               /* [B] the debug hook's importance weights */
     /* host */
@@ -193,7 +194,7 @@ cuda_destroy(fox_backend *be_)
                     be->wr,      be->wa,    be->staged,  be->ring,    be->counts,  be->d_open,
                     be->d_high,  be->d_low, be->d_close, be->d_norm,  be->d_regime, be->isv_dev,
                     be->dbg_scale, be->dbg_w, be->d_checks, be->d_rules, be->site_part,
-                    be->d_chunks};
+                    be->d_chunks,  be->sp4};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         cudaFree(bufs[k]);
     fox__cuda_net_fini(&be->net);
@@ -464,6 +465,8 @@ stab_init(cuda_backend *be, char *err, size_t errlen)
     FOX_TRY(dev_alloc(&be->d_rules, sizeof rules));
     FOX_CUDA_TRY(cudaMemcpy(be->d_rules, rules, sizeof rules, cudaMemcpyHostToDevice));
     FOX_TRY(dev_alloc(&be->site_part, FOX_CUDA_SITE_BLOCKS * sizeof(double)));
+    FOX_TRY(dev_alloc(&be->sp4, sizeof *be->sp4));
+    FOX_TRY(fox__cuda_sp4_reset(n->st[0], be->sp4));
     int rv = build_table(be);
     if (rv != FOX_OK) {
         snprintf(err, errlen, "cuda backend: stability table: %s", fox_strerror(rv));
@@ -521,7 +524,17 @@ stab_init(cuda_backend *be, char *err, size_t errlen)
                               .ctl = be->ctl,
                               .grad_clip = c->grad_clip,
                               .site_part = be->site_part,
-                              .sites = 1};
+                              .sites = 1,
+                              .adaptive = c->bounds_mode == FOX_BOUNDS_ADAPTIVE,
+                              .sp4 = be->sp4,
+                              .pgroup = n->pgroup};
+    /* SP4: Pearl C's totals (each group's elements) and the trunk input layer for the L1 rate. */
+    const fox_model_layout *lay = n->lay;
+    for (int i = 0; i < FOX_P_COUNT; i++)
+        n->stab.gsize[lay->t[i].group] += (unsigned int)fox_tensor_size(lay, i);
+    n->stab.l1_off = lay->t[FOX_P_GRN1_W2].offset;
+    n->stab.l1_rows = lay->t[FOX_P_GRN1_W2].rows;
+    n->stab.l1_cols = lay->t[FOX_P_GRN1_W2].cols;
     /* debug.inject_fault: a non-"none" kind is the explicit request (stab.c). */
     FOX_TRY(sync_ctl(be));
     be->hctl->fault_slot = -1;
@@ -547,11 +560,6 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     if (c->prioritized) {
         snprintf(err, errlen, "cuda backend: prioritized replay is not implemented on the GPU yet "
                               "(train.prioritized=0, or engine.backend=cpu)");
-        return FOX_EINVAL;
-    }
-    if (c->bounds_mode == FOX_BOUNDS_ADAPTIVE) {
-        snprintf(err, errlen, "cuda backend: engine.bounds_mode=adaptive (SP4) is not on the GPU "
-                              "yet (engine.bounds_mode=fixed, or engine.backend=cpu)");
         return FOX_EINVAL;
     }
     if (lay->n_branches != 4 || lay->NR > 4) {
@@ -721,7 +729,8 @@ reset_for_fold(cuda_backend *be)
     FOX_TRY(put_ctl(be));
     memset(be->flags_mem, 0, FOX_SENTINEL_SLOTS * sizeof(int));
     fox_isv_reset(be->isv_mem);
-    return FOX_OK;
+    /* SP4: the Wiener states (fox_bounds_wiener_reset: only SP4 slots have any) and Pearl C. */
+    return fox__cuda_sp4_reset(n->st[0], be->sp4);
 }
 
 static int
@@ -1325,4 +1334,54 @@ fox_cuda_debug_h_s2_site(fox_backend *be_, float *h, size_t n, float *isv, int *
     if (!h || n < 1 || !isv || !flags)
         return FOX_EINVAL;
     return fail(be, debug_h_s2_site(be, h, n, isv, flags), "debug_h_s2_site");
+}
+
+static int
+debug_sp4(cuda_backend *be, int reset, const float *params, const float *grads, const float *m,
+          const float *v, const float *h, size_t nh, const float *tq, size_t ntq, float *isv)
+{
+    fox_cuda_net *n = &be->net;
+    cudaStream_t s0 = n->st[0];
+    size_t bytes = be->np * sizeof(float);
+    float *dh = NULL, *dtq = NULL;
+    if (reset)
+        FOX_TRY(fox__cuda_sp4_reset(s0, be->sp4));
+    int rv = debug_stage(be, &dh, h, nh, isv);
+    if (rv == FOX_OK)
+        rv = dev_alloc(&dtq, ntq * sizeof(float));
+    if (rv == FOX_OK &&
+        (cudaMemcpy(dtq, tq, ntq * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess ||
+         cudaMemcpy(n->params, params, bytes, cudaMemcpyHostToDevice) != cudaSuccess ||
+         cudaMemcpy(n->grads, grads, bytes, cudaMemcpyHostToDevice) != cudaSuccess ||
+         cudaMemcpy(n->adam_m, m, bytes, cudaMemcpyHostToDevice) != cudaSuccess ||
+         cudaMemcpy(n->adam_v, v, bytes, cudaMemcpyHostToDevice) != cudaSuccess))
+        rv = fox__cuda_fail(__FILE__, __LINE__, "cudaMemcpy", "sp4", 0);
+    if (rv == FOX_OK)
+        rv = fox__cuda_p99_observe(s0, &n->stab, dh, nh, FOX_ISV_H_S2_BOUND, FOX_CUDA_P99_H_S2);
+    if (rv == FOX_OK)
+        rv = fox__cuda_p99_observe(s0, &n->stab, dtq, ntq, FOX_ISV_TARGET_Q_BOUND,
+                                   FOX_CUDA_P99_TQ);
+    if (rv == FOX_OK)
+        rv = fox__cuda_post_adam(s0, &n->stab, be->np, n->params, n->grads, n->adam_m,
+                                 n->adam_v);
+    if (rv == FOX_OK && cudaStreamSynchronize(s0) != cudaSuccess)
+        rv = fox__cuda_fail(__FILE__, __LINE__, "cudaStreamSynchronize", "sp4", 0);
+    if (rv == FOX_OK && cudaMemcpy(isv, be->isv_dev, FOX_ISV_TOTAL_DIM * sizeof(float),
+                                   cudaMemcpyDeviceToHost) != cudaSuccess)
+        rv = fox__cuda_fail(__FILE__, __LINE__, "cudaMemcpy", "sp4", 0);
+    cudaFree(dh);
+    cudaFree(dtq);
+    return rv;
+}
+
+int
+fox_cuda_debug_sp4(fox_backend *be_, int reset, const float *params, const float *grads,
+                   const float *m, const float *v, const float *h, size_t nh, const float *tq,
+                   size_t ntq, float *isv)
+{
+    cuda_backend *be = (cuda_backend *)be_;
+    ALIVE(be);
+    if (!params || !grads || !m || !v || !h || nh < 1 || !tq || ntq < 1 || !isv)
+        return FOX_EINVAL;
+    return fail(be, debug_sp4(be, reset, params, grads, m, v, h, nh, tq, ntq, isv), "debug_sp4");
 }

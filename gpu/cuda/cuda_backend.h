@@ -56,6 +56,19 @@ int fox_cuda_debug_check(fox_backend *be, int slot, const float *x, size_t n, co
  */
 int fox_cuda_debug_h_s2_site(fox_backend *be, float *h, size_t n, float *isv, int *flags);
 
+/*
+ * The SP4 producers on the device from host buffers, one round: the p99 of
+ * |h [nh]| into H_S2_BOUND and of |tq [ntq]| into TARGET_Q_BOUND (Pearls
+ * A+D, skipped when 0), then Pearl B on params / grads / m / v (n_params
+ * each) with Pearl C (no engagements) and the L1 rate, isv (host,
+ * FOX_ISV_TOTAL_DIM) updated in place. reset: the Wiener and Pearl C
+ * states start from zero (fold boundary) first. Overwrites the backend's
+ * parameters, optimizer state and device ISV.
+ */
+int fox_cuda_debug_sp4(fox_backend *be, int reset, const float *params, const float *grads,
+                       const float *m, const float *v, const float *h, size_t nh, const float *tq,
+                       size_t ntq, float *isv);
+
 /* Math mode of the cuBLAS products (the weight gradients): 0 FP32 (the default), 1 TF32. */
 int fox_cuda_debug_set_tf32(fox_backend *be, int on);
 

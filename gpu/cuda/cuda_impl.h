@@ -24,6 +24,7 @@
 extern "C" {
 #endif
 
+#include "../bounds.h"
 #include "../config.h"
 #include "../error.h"
 #include "../model.h"
@@ -246,6 +247,32 @@ typedef struct fox_cuda_adam_slots {
 } fox_cuda_adam_slots;
 enum { FOX_CUDA_DONE_CHECK = 0, FOX_CUDA_DONE_NORM = 1, FOX_CUDA_DONE_H_S2 = 2 };
 
+/*
+ * SP4 (adaptive bounds) on the device. The p99 producer's scratch: one per
+ * use (h_s2, target Q, Pearl B), so that no two sites share one. Up to 24
+ * targets (3 buffers × 8 classes): pass 1 min / max of the finite |x| (bit
+ * patterns of non-negative floats order as unsigned ints) and counts, pass
+ * 2 the 256-bin histograms, pass 3 reads them and leaves the scratch clean.
+ */
+#define FOX_CUDA_P99_TARGETS 24
+#define FOX_CUDA_P99_BLOCKS 256
+typedef struct fox_cuda_p99_scratch {
+    unsigned int lo[FOX_CUDA_P99_TARGETS], hi[FOX_CUDA_P99_TARGETS];
+    unsigned long long count[FOX_CUDA_P99_TARGETS];
+    unsigned int hist[FOX_CUDA_P99_TARGETS * 256];
+    double dot[FOX_CUDA_P99_BLOCKS][FOX_GROUP_COUNT], sq[FOX_CUDA_P99_BLOCKS][FOX_GROUP_COUNT];
+} fox_cuda_p99_scratch;
+enum { FOX_CUDA_P99_H_S2 = 0, FOX_CUDA_P99_TQ = 1, FOX_CUDA_P99_GROUPS = 2, FOX_CUDA_P99_USES = 3 };
+
+/* The SP4 state in device memory: Pearl D (Wiener) per ISV slot, Pearl C, Adam's engagements. */
+typedef struct fox_cuda_sp4 {
+    fox_wiener_state ws[FOX_ISV_TOTAL_DIM];
+    fox_pearl_c_state pc[3][FOX_GROUP_COUNT];          /* families w, m, v */
+    unsigned long long eng[3][FOX_GROUP_COUNT];         /* this step's engaged values */
+    unsigned int emax[3][FOX_GROUP_COUNT];              /* their largest finite |x| (bits) */
+    fox_cuda_p99_scratch p99[FOX_CUDA_P99_USES];
+} fox_cuda_sp4;
+
 /* What every stability kernel needs, fixed for a backend's life (passed by value). */
 typedef struct fox_cuda_stab {
     int sentinel;               /* engine.sentinel: checks on */
@@ -257,6 +284,12 @@ typedef struct fox_cuda_stab {
     double *site_part;          /* [FOX_CUDA_SITE_BLOCKS] scratch of the h_s2 site */
     int ctl_fault_inline;       /* a fault is configured at an in-kernel point (27, 34, 35) */
     int sites;                  /* 1: the clamp sites and inline checks run (0: a parity pass) */
+    int adaptive;               /* engine.bounds_mode = adaptive (SP4) */
+    fox_cuda_sp4 *sp4;          /* device SP4 state (adaptive only) */
+    const uint8_t *pgroup;      /* [np] param group of each element (Pearl B) */
+    unsigned int gsize[FOX_GROUP_COUNT]; /* elements of each group (Pearl C's total) */
+    size_t l1_off;              /* GRN1 W2 (the trunk's input layer) for the L1 rate */
+    int l1_rows, l1_cols;
 } fox_cuda_stab;
 
 #define FOX_CUDA_SITE_BLOCKS 256
@@ -446,6 +479,7 @@ typedef struct fox_cuda_loss_args {
     float *proj;                          /* [B × D × NA] projected targets (slot 8) */
     float *tq;                            /* [B × D × NT] IQN targets after Mech 1 (slot 46) */
     fox_cuda_stab st;
+    int tq_only;                          /* SP4: write the raw IQN targets to tq and stop */
 } fox_cuda_loss_args;
 
 /* Per-sample loss parts: c51, iqn, aux_ret, aux_regime, Σ_d |E_p[z]|, |E_p[z]| of branch 0. */
@@ -495,6 +529,22 @@ int fox__cuda_dh_s2_join(cudaStream_t s, const fox_cuda_stab *st, int B, int NT,
  */
 int fox__cuda_pre_step(cudaStream_t s, const fox_cuda_stab *st, int B, const float *aux, int NA,
                        float v_min, float v_max, float *z);
+/*
+ * SP4: p99 of |x [n]| by the three passes (max, shared-memory histogram,
+ * percentile locate), observed into ISV slot `slot` through Pearls A+D when
+ * positive (stab.c's observe); `use` picks the scratch.
+ */
+int fox__cuda_p99_observe(cudaStream_t s, const fox_cuda_stab *st, const float *x, size_t n,
+                          int slot, int use);
+/*
+ * SP4 after Adam (fox_cpu_stab_post_adam): Pearl B per group (p99 |w|, |m|,
+ * v, weight-decay rate) into slots 136–167 through Pearls A+D, Pearl C on
+ * the step's Adam engagements, the trunk L1 rate into slot 168.
+ */
+int fox__cuda_post_adam(cudaStream_t s, const fox_cuda_stab *st, size_t n, const float *w,
+                        const float *g, const float *m, const float *v);
+/* Host image of a fresh fox_cuda_sp4 (zero state, clean scratch) into *dst (device), on s. */
+int fox__cuda_sp4_reset(cudaStream_t s, fox_cuda_sp4 *dst);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Training and collection kernels (train_kernels.cu)                                         */

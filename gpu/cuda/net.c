@@ -792,6 +792,10 @@ fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl
     /* The points after Adam: params (14) and the slices of params / adam_m / adam_v (36–45, 48). */
     if (n->fault_at)
         FOX_TRY(point(n, 0, n->fault_slot, n->fault_at, NULL, 0));
+    /* SP4 (fox_cpu_stab_post_adam): Pearl B, Pearl C and the L1 rate, before the ISV is published. */
+    if (n->stab.adaptive)
+        FOX_TRY(fox__cuda_post_adam(s0, &n->stab, n->np, n->params, n->grads, n->adam_m,
+                                    n->adam_v));
     FOX_TRY(fox__cuda_finish(s0, n->B, n->loss_parts, oc, ctl, isv_dev, isv_map));
     /* A Polyak update reads the target it writes: its own launch before the re-pack. */
     if (oc->polyak > 0.0f) {

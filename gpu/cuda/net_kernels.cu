@@ -341,8 +341,23 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
         A.a_star[b * D + t] = best;
         s_a[t] = A.a[b * D + t];
     }
-    /* The shifted support's bins, shared by every branch (c51_project). */
     const float g = hp.gamma_n * (1.0f - A.done[b]), rb = A.r[b];
+    /*
+     * SP4's first launch (tq_only): the raw IQN targets into A.tq and out, so
+     * that TARGET_Q_BOUND can observe their p99 over the whole batch before
+     * the second launch clips them.
+     */
+    if (A.tq_only) {
+        __syncthreads();
+        const float *qt0 = A.iq_q + (size_t)B * NT * NAct;
+        for (int k = t; k < D * NT; k += blockDim.x) {
+            int d = k / NT, j = k % NT, col_t = dm.boff[d] + s_astar[d];
+            A.tq[(size_t)b * D * NT + k] =
+                rb + g * (qt0[((size_t)b * NT + j) * NAct + col_t] + A.bq_tg[col_t]);
+        }
+        return;
+    }
+    /* The shifted support's bins, shared by every branch (c51_project). */
     for (int j = t; j < NA; j += blockDim.x) {
         float tz = rb + g * (v_min + (float)j * dz);
         /* A poisoned reward counts as 0, so the split indices stay in range (c51_project). */
@@ -395,8 +410,9 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
         A.proj[(size_t)b * D * NA + k] = m[k];
     /*
      * IQN targets θ′[d, j] = r + γⁿ(1 − done)·q_target(τ′_j)[a*_d] (iqn_targets),
-     * then the Mech 1 site (site_target_q, fixed mode) in a training step:
-     * slot 46 on the pre-clip values, clamp_finite at 10 × max(Q_ABS_REF, 1).
+     * then the Mech 1 site (site_target_q) in a training step: slot 46 on the
+     * pre-clip values, clamp_finite at 10 × max(Q_ABS_REF, 1) (fixed) or
+     * max(TARGET_Q_BOUND, 1) (adaptive: observed by fox__cuda_loss first).
      */
     const float *qt = A.iq_q + (size_t)B * NT * NAct;
     int bad46 = 0;
@@ -404,7 +420,8 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
         int d = k / NT, j = k % NT, col_t = dm.boff[d] + s_astar[d];
         float x = rb + g * (qt[((size_t)b * NT + j) * NAct + col_t] + A.bq_tg[col_t]);
         if (A.st.sites) {
-            float bound = fox_bound_target_q_fixed(A.st.isv[FOX_ISV_Q_ABS_REF]);
+            float bound = A.st.adaptive ? fox_bound_adaptive(A.st.isv[FOX_ISV_TARGET_Q_BOUND])
+                                        : fox_bound_target_q_fixed(A.st.isv[FOX_ISV_Q_ABS_REF]);
             bad46 |= !(fabsf(x) < q_threshold(A.st, FOX_SENT_TARGET_Q_POST_CLIP));
             x = fox_clamp_finite(x, bound);
         }
@@ -536,6 +553,15 @@ fox__cuda_loss(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_loss_hp *
     size_t smem = (size_t)(3 * dm->D * dm->NA + dm->NA + dm->D * dm->NT) * sizeof(float);
     if (dm->D > 4 || dm->NR > 4)
         return FOX_EINVAL;
+    if (a->st.adaptive && a->st.sites) {
+        /* SP4 Mech 1 (site_target_q): TARGET_Q_BOUND from the p99 of the raw targets first. */
+        fox_cuda_loss_args t = *a;
+        t.tq_only = 1;
+        loss_kernel<<<a->B, LOSS_THREADS, smem, s>>>(*dm, *hp, t);
+        FOX_CUDA_TRY(cudaGetLastError());
+        FOX_TRY(fox__cuda_p99_observe(s, &a->st, a->tq, (size_t)a->B * dm->D * dm->NT,
+                                      FOX_ISV_TARGET_Q_BOUND, FOX_CUDA_P99_TQ));
+    }
     loss_kernel<<<a->B, LOSS_THREADS, smem, s>>>(*dm, *hp, *a);
     FOX_CUDA_TRY(cudaGetLastError());
     return 0;

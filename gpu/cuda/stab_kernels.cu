@@ -1,8 +1,14 @@
 /*
  * stab_kernels.cu — the stability system's own kernels on the device: the
  * fused check with the halts, fault injection, the Mech 10 site on h_s2,
- * the three inline checks and the Phase C guard on d h_s2, and the step's
- * pre-forward producers (AUX_LABEL_SCALE_EMA, Mech 2's support).
+ * the three inline checks and the Phase C guard on d h_s2, the step's
+ * pre-forward producers (AUX_LABEL_SCALE_EMA, Mech 2's support), and SP4
+ * adaptive mode's producers: the three-pass p99 (max, shared-memory
+ * histogram, percentile locate) into a bound slot through Pearls A+D with
+ * the Wiener state in device memory, and after Adam Pearl B per group,
+ * Pearl C on the Adam kernel's engagement counts and the trunk L1 rate
+ * (fox_cpu_stab_post_adam). No host sync: everything reads and writes the
+ * device ISV and fox_cuda_sp4.
  *
  * Twins: gpu/cpu/stab.c (check, inject, site_h_s2, site_d_h_s2_post_iqn,
  * aux_label, atoms, halt) over gpu/sentinel.h's table and gpu/bounds.h's
@@ -18,8 +24,10 @@
  * result is deterministic. Not here: the Adam clamps (Mech 9) and Mech 6
  * (train_kernels.cu), Mech 1 (the loss kernel, net_kernels.cu).
  */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "../bounds.h"
 #include "../engine.h"
@@ -258,13 +266,14 @@ fox__cuda_inject(cudaStream_t s, const fox_cuda_stab *st, float *p, float *p2, i
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Mech 10 on h_s2 (site_h_s2, fixed mode)                                                    */
+/* Mech 10 on h_s2 (site_h_s2)                                                                */
 
 __global__ void
 h_s2_site_kernel(fox_cuda_stab st, float *h, size_t n, double *partial)
 {
     /* Every block reads the old RMS EMA: only the last block, after all others, updates it. */
-    float bound = fox_bound_h_s2_fixed(st.isv[FOX_ISV_H_S2_RMS_EMA]);
+    float bound = st.adaptive ? fox_bound_adaptive(st.isv[FOX_ISV_H_S2_BOUND])
+                              : fox_bound_h_s2_fixed(st.isv[FOX_ISV_H_S2_RMS_EMA]);
     float t49 = threshold_of(st, FOX_SENT_H_S2_MAX_ABS);
     int bad12 = 0, bad49 = 0;
     double ss = 0.0;
@@ -316,6 +325,9 @@ h_s2_site_kernel(fox_cuda_stab st, float *h, size_t n, double *partial)
 int
 fox__cuda_h_s2_site(cudaStream_t s, const fox_cuda_stab *st, float *h, size_t n)
 {
+    /* SP4: H_S2_BOUND from the pre-clamp values (the site kernel checks them before it clamps). */
+    if (st->adaptive)
+        FOX_TRY(fox__cuda_p99_observe(s, st, h, n, FOX_ISV_H_S2_BOUND, FOX_CUDA_P99_H_S2));
     unsigned int g = grid_for(n, THREADS);
     if (g > FOX_CUDA_SITE_BLOCKS)
         g = FOX_CUDA_SITE_BLOCKS;
@@ -407,7 +419,8 @@ fox__cuda_dh_s2_join(cudaStream_t s, const fox_cuda_stab *st, int B, int NT, int
 
 /*
  * One block. AUX_LABEL_SCALE_EMA ← EMA(mean |label|) with the Pearl A
- * sentinel. Mech 2 (fixed mode): the bound 10 × max(Q_ABS_REF, 1); slot 47
+ * sentinel. Mech 2: the bound 10 × max(Q_ABS_REF, 1) (fixed) or the tightest
+ * ATOM_POS_BOUND after their p99 observation (adaptive); slot 47
  * on the configured support's span; the support cut to ±bound (left as
  * configured when that would empty it) and z rebuilt on it.
  */
@@ -422,6 +435,7 @@ pre_step_kernel(fox_cuda_stab st, int B, const float *aux, int NA, float v_min, 
         v += __shfl_xor_sync(FULL_MASK, v, o);
     __shared__ double part[THREADS / WARP];
     __shared__ float s_lo, s_hi;
+    __shared__ uint32_t s_hist[FOX_P99_BINS];
     if (threadIdx.x % WARP == 0)
         part[threadIdx.x / WARP] = v;
     __syncthreads();
@@ -432,7 +446,52 @@ pre_step_kernel(fox_cuda_stab st, int B, const float *aux, int NA, float v_min, 
         float *isv = st.isv;
         isv[FOX_ISV_AUX_LABEL_SCALE_EMA] = fox_ema_first(
             isv[FOX_ISV_AUX_LABEL_SCALE_EMA], (float)(tot / B), FOX_SIGNAL_EMA_ALPHA);
-        float bound = fox_bound_atom_fixed(isv[FOX_ISV_Q_ABS_REF]);
+        float bound;
+        if (st.adaptive) {
+            /*
+             * SP4 (fox_cpu_stab_atoms): p99 |z| of the configured atoms by the
+             * three passes (NA values: one thread), into each branch's
+             * ATOM_POS_BOUND; the tightest applies. The atoms are built with
+             * unfused arithmetic, bit for bit the CPU's atoms0.
+             */
+            float dz0 = (v_max - v_min) / (float)(NA - 1);
+            float lo = FLT_MAX, hi = 0.0f;
+            uint32_t cnt = 0;
+            for (int j = 0; j < NA; j++) {
+                float a = fabsf(__fadd_rn(v_min, __fmul_rn((float)j, dz0)));
+                if (!isfinite(a))
+                    continue;
+                lo = fminf(lo, a);
+                hi = fmaxf(hi, a);
+                cnt++;
+            }
+            float p99 = 0.0f;
+            if (cnt && hi != 0.0f) {
+                float scale = (float)FOX_P99_BINS / (hi - lo);
+                if (hi == lo || !(scale < FLT_MAX)) {
+                    p99 = hi;
+                } else {
+                    for (int k = 0; k < FOX_P99_BINS; k++)
+                        s_hist[k] = 0u;
+                    for (int j = 0; j < NA; j++) {
+                        float a = fabsf(__fadd_rn(v_min, __fmul_rn((float)j, dz0)));
+                        if (isfinite(a))
+                            s_hist[fox_p99_bin(a, lo, scale)]++;
+                    }
+                    p99 = fox_p99_from_hist(s_hist, cnt, lo, hi);
+                }
+            }
+            bound = INFINITY;
+            for (int d = 0; d < FOX_ISV_SP4_BRANCHES; d++) {
+                int slot = fox_isv_atom_pos_bound_slot(d);
+                if (p99 > 0.0f)
+                    fox_bounds_observe(isv, st.sp4->ws, slot, p99);
+                float b = fox_bound_adaptive(isv[slot]);
+                bound = b < bound ? b : bound;
+            }
+        } else {
+            bound = fox_bound_atom_fixed(isv[FOX_ISV_Q_ABS_REF]);
+        }
         /* Slot 47 on the pre-clamp positions: their span is v_max − v_min. */
         if (st.sentinel && (!isfinite(v_max - v_min) ||
                             !(v_max - v_min < threshold_of(st, FOX_SENT_ATOM_SPAN_MAX))))
@@ -460,5 +519,343 @@ fox__cuda_pre_step(cudaStream_t s, const fox_cuda_stab *st, int B, const float *
 {
     pre_step_kernel<<<1, THREADS, 0, s>>>(*st, B, aux, NA, v_min, v_max, z);
     FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* SP4 adaptive bounds: the three-pass p99 producer, Pearl B / C, the L1 rate                 */
+
+static_assert(FOX_P99_BINS == 256, "fox_cuda_p99_scratch holds 256 bins per target");
+
+#define P99_FLT_MAX_BITS 0x7f7fffffu /* pass 1's initial min: FLT_MAX, as fox_p99_abs_spans */
+
+/*
+ * Pass 1 over up to 3 buffers, each element classified by cls (NULL: class
+ * 0; 255: padding, skipped); target = buffer · 8 + class. Per block, shared
+ * min / max (bits) and counts, then one global atomic per target: min, max
+ * and integer counts are order-free, so the result is deterministic. With
+ * g (Pearl B), the per-group w·g and ‖w‖² of the finite pairs go to the
+ * block's partial row (summed in block order by pass 3).
+ */
+__global__ void __launch_bounds__(THREADS)
+p99_pass1_kernel(fox_cuda_p99_scratch *sc, size_t n, const float *b0, const float *b1,
+                 const float *b2, const uint8_t *cls, const float *g)
+{
+    __shared__ unsigned int s_lo[FOX_CUDA_P99_TARGETS], s_hi[FOX_CUDA_P99_TARGETS];
+    __shared__ unsigned long long s_n[FOX_CUDA_P99_TARGETS];
+    __shared__ double s_dot[FOX_GROUP_COUNT], s_sq[FOX_GROUP_COUNT];
+    for (int k = threadIdx.x; k < FOX_CUDA_P99_TARGETS; k += blockDim.x) {
+        s_lo[k] = P99_FLT_MAX_BITS;
+        s_hi[k] = 0u;
+        s_n[k] = 0ull;
+    }
+    for (int k = threadIdx.x; k < FOX_GROUP_COUNT; k += blockDim.x) {
+        s_dot[k] = 0.0;
+        s_sq[k] = 0.0;
+    }
+    __syncthreads();
+    const float *bufs[3] = {b0, b1, b2};
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        int c = cls ? cls[k] : 0;
+        if (c >= FOX_GROUP_COUNT)
+            continue;
+        for (int b = 0; b < 3; b++) {
+            if (!bufs[b])
+                continue;
+            float a = fabsf(bufs[b][k]);
+            if (!isfinite(a))
+                continue;
+            int t = b * FOX_GROUP_COUNT + c;
+            unsigned int bits = __float_as_uint(a);
+            atomicMin(&s_lo[t], bits);
+            atomicMax(&s_hi[t], bits);
+            atomicAdd(&s_n[t], 1ull);
+        }
+        if (g) {
+            float wk = b0[k], gk = g[k];
+            if (isfinite(wk) && isfinite(gk)) {
+                atomicAdd(&s_dot[c], (double)wk * gk);
+                atomicAdd(&s_sq[c], (double)wk * wk);
+            }
+        }
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < FOX_CUDA_P99_TARGETS; t += blockDim.x) {
+        if (s_n[t]) {
+            atomicMin(&sc->lo[t], s_lo[t]);
+            atomicMax(&sc->hi[t], s_hi[t]);
+            atomicAdd(&sc->count[t], s_n[t]);
+        }
+    }
+    if (g)
+        for (int c = threadIdx.x; c < FOX_GROUP_COUNT; c += blockDim.x) {
+            sc->dot[blockIdx.x][c] = s_dot[c];
+            sc->sq[blockIdx.x][c] = s_sq[c];
+        }
+}
+
+/* The range of target t after pass 1: 0 when degenerate (pass 2 skips it), else its bin scale. */
+static __device__ __forceinline__ float
+p99_scale(const fox_cuda_p99_scratch *sc, int t, float *lo)
+{
+    float l = __uint_as_float(sc->lo[t]), h = __uint_as_float(sc->hi[t]);
+    *lo = l;
+    if (sc->count[t] == 0 || h == 0.0f || h == l)
+        return 0.0f;
+    float scale = (float)FOX_P99_BINS / (h - l);
+    return scale < FLT_MAX ? scale : 0.0f;
+}
+
+/* Pass 2: the histograms in shared memory (24 × 256 bins), then one global add per bin used. */
+__global__ void __launch_bounds__(THREADS)
+p99_pass2_kernel(fox_cuda_p99_scratch *sc, size_t n, const float *b0, const float *b1,
+                 const float *b2, const uint8_t *cls)
+{
+    __shared__ unsigned int s_h[FOX_CUDA_P99_TARGETS * FOX_P99_BINS];
+    __shared__ float s_lo[FOX_CUDA_P99_TARGETS], s_scale[FOX_CUDA_P99_TARGETS];
+    for (int k = threadIdx.x; k < FOX_CUDA_P99_TARGETS * FOX_P99_BINS; k += blockDim.x)
+        s_h[k] = 0u;
+    for (int t = threadIdx.x; t < FOX_CUDA_P99_TARGETS; t += blockDim.x)
+        s_scale[t] = p99_scale(sc, t, &s_lo[t]);
+    __syncthreads();
+    const float *bufs[3] = {b0, b1, b2};
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        int c = cls ? cls[k] : 0;
+        if (c >= FOX_GROUP_COUNT)
+            continue;
+        for (int b = 0; b < 3; b++) {
+            if (!bufs[b])
+                continue;
+            int t = b * FOX_GROUP_COUNT + c;
+            float a = fabsf(bufs[b][k]);
+            if (s_scale[t] > 0.0f && isfinite(a))
+                atomicAdd(&s_h[t * FOX_P99_BINS + fox_p99_bin(a, s_lo[t], s_scale[t])], 1u);
+        }
+    }
+    __syncthreads();
+    for (int k = threadIdx.x; k < FOX_CUDA_P99_TARGETS * FOX_P99_BINS; k += blockDim.x)
+        if (s_h[k])
+            atomicAdd(&sc->hist[k], s_h[k]);
+}
+
+/* Pass 3 of target t (fox_p99_abs_spans' degenerate rules, then fox_p99_from_hist). */
+static __device__ float
+p99_result(const fox_cuda_p99_scratch *sc, int t)
+{
+    float lo = __uint_as_float(sc->lo[t]), hi = __uint_as_float(sc->hi[t]);
+    unsigned long long cnt = sc->count[t];
+    if (cnt == 0 || hi == 0.0f)
+        return 0.0f;
+    if (hi == lo)
+        return hi;
+    float scale = (float)FOX_P99_BINS / (hi - lo);
+    if (!(scale < FLT_MAX))
+        return hi;
+    return fox_p99_from_hist(sc->hist + t * FOX_P99_BINS, (uint32_t)cnt, lo, hi);
+}
+
+/* Leave the scratch as a fresh one (all threads of the block, after the reads). */
+static __device__ void
+p99_clean(fox_cuda_p99_scratch *sc)
+{
+    for (int k = threadIdx.x; k < FOX_CUDA_P99_TARGETS * FOX_P99_BINS; k += blockDim.x)
+        sc->hist[k] = 0u;
+    for (int t = threadIdx.x; t < FOX_CUDA_P99_TARGETS; t += blockDim.x) {
+        sc->lo[t] = P99_FLT_MAX_BITS;
+        sc->hi[t] = 0u;
+        sc->count[t] = 0ull;
+    }
+}
+
+/* Pass 3 for one target: observe slot through Pearls A+D when the p99 is positive (stab.c). */
+__global__ void
+p99_pass3_slot_kernel(fox_cuda_stab st, fox_cuda_p99_scratch *sc, int slot)
+{
+    if (threadIdx.x == 0) {
+        float obs = p99_result(sc, 0);
+        if (obs > 0.0f)
+            fox_bounds_observe(st.isv, st.sp4->ws, slot, obs);
+    }
+    __syncthreads();
+    p99_clean(sc);
+}
+
+static unsigned int
+p99_grid(size_t n)
+{
+    unsigned int g = grid_for(n, THREADS);
+    return g < FOX_CUDA_P99_BLOCKS ? g : FOX_CUDA_P99_BLOCKS;
+}
+
+int
+fox__cuda_p99_observe(cudaStream_t s, const fox_cuda_stab *st, const float *x, size_t n, int slot,
+                      int use)
+{
+    fox_cuda_p99_scratch *sc = &st->sp4->p99[use];
+    unsigned int g = p99_grid(n);
+    p99_pass1_kernel<<<g, THREADS, 0, s>>>(sc, n, x, NULL, NULL, NULL, NULL);
+    FOX_CUDA_TRY(cudaGetLastError());
+    p99_pass2_kernel<<<g, THREADS, 0, s>>>(sc, n, x, NULL, NULL, NULL);
+    FOX_CUDA_TRY(cudaGetLastError());
+    p99_pass3_slot_kernel<<<1, THREADS, 0, s>>>(*st, sc, slot);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+/* Sum of v over the block (THREADS threads); every thread gets it. */
+static __device__ double
+sp4_block_sum(double v)
+{
+    __shared__ double part[THREADS / WARP];
+    for (int o = WARP / 2; o > 0; o >>= 1)
+        v += __shfl_xor_sync(FULL_MASK, v, o);
+    __syncthreads();
+    if (threadIdx.x % WARP == 0)
+        part[threadIdx.x / WARP] = v;
+    __syncthreads();
+    double t = 0.0;
+    for (int k = 0; k < THREADS / WARP; k++)
+        t += part[k];
+    return t;
+}
+
+/*
+ * Pass 3 of Pearl B, one block: per group (in order) its four statistics
+ * into slots 136–167 through Pearls A+D (fox_bounds_observe_group: NaN
+ * skipped, 0 fed), then Pearl C on the step's Adam engagements of its w, m
+ * and v clamps; then the trunk L1 rate (fox_pearl_b_l1_rate, sums in
+ * double) into slot 168. Leaves the scratch and the engagement counters clean.
+ */
+__global__ void __launch_bounds__(THREADS)
+post_adam_kernel(fox_cuda_stab st, fox_cuda_p99_scratch *sc, int nblocks, const float *w,
+                 const float *g)
+{
+    fox_cuda_sp4 *sp = st.sp4;
+    float *isv = st.isv;
+    /* The L1 rate's sums first (all threads), while nothing else runs. */
+    const float *wl = w + st.l1_off, *gl = g + st.l1_off;
+    int rows = st.l1_rows, cols = st.l1_cols;
+    size_t nl = (size_t)rows * cols;
+    double sw = 0.0, sg = 0.0, kk = 0.0;
+    for (size_t i = threadIdx.x; i < nl; i += blockDim.x) {
+        if (!isfinite(wl[i]) || !isfinite(gl[i]))
+            continue;
+        sw += fabs((double)wl[i]);
+        sg += fabs((double)gl[i]);
+        kk += 1.0;
+    }
+    sw = sp4_block_sum(sw);
+    sg = sp4_block_sum(sg);
+    kk = sp4_block_sum(kk);
+    /* Entropy deficit (fox_entropy_deficit): column norms, their total, then Σ p log p. */
+    double tot = 0.0, live = 0.0;
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+        double s2 = 0.0;
+        for (int r = 0; r < rows; r++) {
+            double x = gl[(size_t)r * cols + i];
+            if (isfinite(x))
+                s2 += x * x;
+        }
+        if (s2 > 0.0) {
+            tot += sqrt(s2);
+            live += 1.0;
+        }
+    }
+    tot = sp4_block_sum(tot);
+    live = sp4_block_sum(live);
+    double plogp = 0.0;
+    if (live >= 2.0 && tot > 0.0)
+        for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+            double s2 = 0.0;
+            for (int r = 0; r < rows; r++) {
+                double x = gl[(size_t)r * cols + i];
+                if (isfinite(x))
+                    s2 += x * x;
+            }
+            if (s2 > 0.0) {
+                double p = sqrt(s2) / tot;
+                plogp += p * log(p);
+            }
+        }
+    plogp = sp4_block_sum(plogp);
+    if (threadIdx.x == 0) {
+        for (int grp = 0; grp < FOX_GROUP_COUNT; grp++) {
+            if (!st.gsize[grp])
+                continue;
+            fox_group_stats gs;
+            gs.weight_p99 = p99_result(sc, 0 * FOX_GROUP_COUNT + grp);
+            gs.adam_m_p99 = p99_result(sc, 1 * FOX_GROUP_COUNT + grp);
+            gs.adam_v_p99 = p99_result(sc, 2 * FOX_GROUP_COUNT + grp);
+            double dot = 0.0, sq = 0.0;
+            for (int b = 0; b < nblocks; b++) {
+                dot += sc->dot[b][grp];
+                sq += sc->sq[b][grp];
+            }
+            gs.wd_rate = fox_wd_rate((float)dot, (float)sq);
+            fox_bounds_observe(isv, sp->ws, fox_isv_weight_bound_slot(grp), gs.weight_p99);
+            fox_bounds_observe(isv, sp->ws, fox_isv_adam_m_bound_slot(grp), gs.adam_m_p99);
+            fox_bounds_observe(isv, sp->ws, fox_isv_adam_v_bound_slot(grp), gs.adam_v_p99);
+            fox_bounds_observe(isv, sp->ws, fox_isv_wd_rate_slot(grp), gs.wd_rate);
+            const int slots[3] = {fox_isv_weight_bound_slot(grp), fox_isv_adam_m_bound_slot(grp),
+                                  fox_isv_adam_v_bound_slot(grp)};
+            for (int f = 0; f < 3; f++) {
+                float bound = isv[slots[f]];
+                if (fox_pearl_c_update(&sp->pc[f][grp], (float)sp->eng[f][grp],
+                                       (float)st.gsize[grp], __uint_as_float(sp->emax[f][grp]),
+                                       &bound))
+                    isv[slots[f]] = bound;
+                sp->eng[f][grp] = 0ull;
+                sp->emax[f][grp] = 0u;
+            }
+        }
+        float l1 = 0.0f;
+        if (kk > 0.0) {
+            double mw = sw / kk, mg = sg / kk;
+            double ratio = mg / (mw > FOX_PEARL_EPS_DIV ? mw : FOX_PEARL_EPS_DIV);
+            double d = 0.0;
+            if (cols > 1 && live >= 2.0 && tot > 0.0) {
+                double logk = log(live);
+                d = (logk + plogp) / logk;
+                d = d < 0.0 ? 0.0 : (d > 1.0 ? 1.0 : d);
+            }
+            l1 = (float)(ratio * (double)(float)d);
+        }
+        fox_bounds_observe(isv, sp->ws, FOX_ISV_L1_LAMBDA, l1);
+    }
+    __syncthreads();
+    p99_clean(sc);
+}
+
+int
+fox__cuda_post_adam(cudaStream_t s, const fox_cuda_stab *st, size_t n, const float *w,
+                    const float *g, const float *m, const float *v)
+{
+    fox_cuda_p99_scratch *sc = &st->sp4->p99[FOX_CUDA_P99_GROUPS];
+    unsigned int gr = p99_grid(n);
+    p99_pass1_kernel<<<gr, THREADS, 0, s>>>(sc, n, w, m, v, st->pgroup, g);
+    FOX_CUDA_TRY(cudaGetLastError());
+    p99_pass2_kernel<<<gr, THREADS, 0, s>>>(sc, n, w, m, v, st->pgroup);
+    FOX_CUDA_TRY(cudaGetLastError());
+    post_adam_kernel<<<1, THREADS, 0, s>>>(*st, sc, (int)gr, w, g);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+int
+fox__cuda_sp4_reset(cudaStream_t s, fox_cuda_sp4 *dst)
+{
+    static fox_cuda_sp4 img;
+    static int made;
+    if (!made) {
+        memset(&img, 0, sizeof img);
+        for (int u = 0; u < FOX_CUDA_P99_USES; u++)
+            for (int t = 0; t < FOX_CUDA_P99_TARGETS; t++)
+                img.p99[u].lo[t] = P99_FLT_MAX_BITS;
+        made = 1;
+    }
+    FOX_CUDA_TRY(cudaMemcpyAsync(dst, &img, sizeof img, cudaMemcpyHostToDevice, s));
+    FOX_CUDA_TRY(cudaStreamSynchronize(s));
     return 0;
 }

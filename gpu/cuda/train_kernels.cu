@@ -100,8 +100,9 @@ clip_scale(double norm, float max_norm)
  * grads for the sentinel, as fox_cpu_grad_norm_finite). The last block then
  * runs what the CPU runs between the loss and Adam, in its order: with
  * sites, Q_ABS_REF and Q_DIR_ABS_REF from the loss parts
- * (fox_cpu_stab_q_signals) and Mech 6 (fox_cpu_stab_grad_clip, fixed mode:
- * winsorized EMAs, the clip from them, train.grad_clip as a ceiling); without
+ * (fox_cpu_stab_q_signals) and Mech 6 (fox_cpu_stab_grad_clip: winsorized
+ * EMAs, the clip from them, or in adaptive mode from GRAD_CLIP_BOUND after
+ * its Pearls A+D observation; train.grad_clip as a ceiling); without
  * sites (a parity pass) the plain clip at train.grad_clip. The factor goes
  * to ctl->clip_scale, the norm to ctl->grad_norm.
  */
@@ -158,8 +159,16 @@ grad_norm_kernel(size_t n, const float *g, double *partial, fox_cuda_stab st, in
             fox_ema_first(isv[FOX_ISV_GRAD_NORM_EMA], x, FOX_SIGNAL_EMA_ALPHA);
         isv[FOX_ISV_GRAD_NORM_SLOW_EMA] =
             fox_ema_first(isv[FOX_ISV_GRAD_NORM_SLOW_EMA], x, FOX_MECH6_SLOW_ALPHA);
-        clip = fox_bound_grad_clip_fixed(isv[FOX_ISV_GRAD_NORM_EMA],
-                                         isv[FOX_ISV_GRAD_NORM_SLOW_EMA], isv[FOX_ISV_Q_ABS_REF]);
+        if (st.adaptive) {
+            /* SP4 Mech 6: GRAD_CLIP_BOUND observes the winsorized norm through Pearls A+D. */
+            if (x > 0.0f)
+                fox_bounds_observe(isv, st.sp4->ws, FOX_ISV_GRAD_CLIP_BOUND, x);
+            clip = fox_bound_adaptive(isv[FOX_ISV_GRAD_CLIP_BOUND]);
+        } else {
+            clip = fox_bound_grad_clip_fixed(isv[FOX_ISV_GRAD_NORM_EMA],
+                                             isv[FOX_ISV_GRAD_NORM_SLOW_EMA],
+                                             isv[FOX_ISV_Q_ABS_REF]);
+        }
         if (st.grad_clip > 0.0f && st.grad_clip < clip)
             clip = st.grad_clip;
         isv[FOX_ISV_GRAD_CLIP] = clip;
@@ -176,24 +185,35 @@ fox__cuda_grad_norm(cudaStream_t s, size_t n, const float *g, double *partial,
     return 0;
 }
 
-/* One clamp of the Adam loop, the slow path (optim.c's engage): flag past diag, clamp_finite. */
+/*
+ * One clamp of the Adam loop, the slow path (optim.c's engage): flag past
+ * diag, clamp_finite. In adaptive mode the engagement is counted for Pearl
+ * C (fam: 0 w, 1 m, 2 v) with its largest finite magnitude.
+ */
 static __device__ __noinline__ float
-engage(float x, float bound, int slot, const fox_cuda_stab &st)
+engage(float x, float bound, int slot, const fox_cuda_stab &st, int fam, int grp)
 {
     float a = fabsf(x);
     if (a <= bound && a != INFINITY)
         return x;
+    if (st.adaptive && grp < FOX_GROUP_COUNT) {
+        atomicAdd(&st.sp4->eng[fam][grp], 1ull);
+        if (isfinite(a))
+            atomicMax(&st.sp4->emax[fam][grp], __float_as_uint(a));
+    }
     if (st.sentinel && slot >= 0 && !(a < threshold_of(st, slot)))
         st.flags[slot] = 1;
     return fox_clamp_finite(x, bound);
 }
 
 /*
- * The clamped Adam step at t = adam_t + 1 (fox_cpu_adam_step_clamped,
- * fixed mode), every tensor at once: the isfinite guard (a non-finite
- * gradient counts as 0), g·clip_scale, m and v with their clamps (infinite
- * bounds in fixed mode: they engage on NaN/±Inf only), the update, then
- * Mech 9's weight clamp at 100 × max(Q_ABS_REF, 1); an engaged value past
+ * The clamped Adam step at t = adam_t + 1 (fox_cpu_adam_step_clamped),
+ * every tensor at once: the isfinite guard (a non-finite gradient counts as
+ * 0), g·clip_scale, m and v with their clamps (infinite bounds in fixed
+ * mode: they engage on NaN/±Inf only; the group's ADAM_M/V_BOUND in
+ * adaptive mode), the update, then Mech 9's weight clamp at 100 ×
+ * max(Q_ABS_REF, 1) (fixed) or the group's WEIGHT_BOUND (adaptive, with
+ * the engagements counted for Pearl C); an engaged value past
  * its slot's threshold sets the slot of its param group (pgroup) inside the
  * kernel. A halted fold moves nothing.
  */
@@ -208,7 +228,24 @@ adam_kernel(size_t n, float *params, const float *g, float *m, float *v, const u
     double t = (double)(c->adam_t + 1);
     float bc1 = (float)(1.0 - pow((double)oc.b1, t));
     float bc2 = (float)(1.0 - pow((double)oc.b2, t));
-    float wlim = fox_bound_weight_fixed(st.isv[FOX_ISV_Q_ABS_REF]);
+    float wfix = fox_bound_weight_fixed(st.isv[FOX_ISV_Q_ABS_REF]);
+    /* Each group's bounds, read from the ISV now (stab.c's adam_bounds); padding: unbounded. */
+    __shared__ float s_b[3][FOX_GROUP_COUNT + 1];
+    if (threadIdx.x <= FOX_GROUP_COUNT) {
+        int grp = threadIdx.x;
+        float wb = wfix, mb = INFINITY, vb = INFINITY;
+        if (grp == FOX_GROUP_COUNT) {
+            wb = st.adaptive ? INFINITY : wfix;
+        } else if (st.adaptive) {
+            wb = fox_bound_adaptive(st.isv[fox_isv_weight_bound_slot(grp)]);
+            mb = fox_bound_adaptive(st.isv[fox_isv_adam_m_bound_slot(grp)]);
+            vb = fox_bound_adaptive(st.isv[fox_isv_adam_v_bound_slot(grp)]);
+        }
+        s_b[0][grp] = wb;
+        s_b[1][grp] = mb;
+        s_b[2][grp] = vb;
+    }
+    __syncthreads();
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
          k += (size_t)gridDim.x * blockDim.x) {
         float gk = g[k];
@@ -216,15 +253,17 @@ adam_kernel(size_t n, float *params, const float *g, float *m, float *v, const u
         float mk = oc.b1 * m[k] + (1.0f - oc.b1) * gk;
         float vk = oc.b2 * v[k] + (1.0f - oc.b2) * gk * gk;
         int grp = pgroup[k];
-        if (!(fabsf(mk) <= FLT_MAX))
-            mk = engage(mk, INFINITY, grp < FOX_GROUP_COUNT ? sl.m[grp] : -1, st);
-        if (!(fabsf(vk) <= FLT_MAX))
-            vk = engage(vk, INFINITY, grp < FOX_GROUP_COUNT ? sl.v[grp] : -1, st);
+        int gi = grp < FOX_GROUP_COUNT ? grp : FOX_GROUP_COUNT;
+        float wb = s_b[0][gi], mb = s_b[1][gi], vb = s_b[2][gi];
+        if (!(fabsf(mk) <= fminf(mb, FLT_MAX)))
+            mk = engage(mk, mb, grp < FOX_GROUP_COUNT ? sl.m[grp] : -1, st, 1, grp);
+        if (!(fabsf(vk) <= fminf(vb, FLT_MAX)))
+            vk = engage(vk, vb, grp < FOX_GROUP_COUNT ? sl.v[grp] : -1, st, 2, grp);
         m[k] = mk;
         v[k] = vk;
         float p = params[k] - oc.lr * (mk / bc1) / (sqrtf(vk / bc2) + oc.eps);
-        if (!(fabsf(p) <= wlim))
-            p = engage(p, wlim, grp < FOX_GROUP_COUNT ? sl.w[grp] : -1, st);
+        if (!(fabsf(p) <= fminf(wb, FLT_MAX)))
+            p = engage(p, wb, grp < FOX_GROUP_COUNT ? sl.w[grp] : -1, st, 0, grp);
         params[k] = p;
     }
 }
