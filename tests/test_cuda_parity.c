@@ -695,6 +695,15 @@ START_TEST(sp4_producers_vs_cpu)
             }
         }
     }
+    /* Deterministic: the same inputs from a fresh state give the same bits (no float atomics). */
+    float isv_a[FOX_ISV_TOTAL_DIM], isv_b[FOX_ISV_TOTAL_DIM];
+    memcpy(isv_a, isv, sizeof isv);
+    memcpy(isv_b, isv, sizeof isv);
+    ck_assert_fox_ok(fox_cuda_debug_sp4(gpu, 1, w, g, m, v, h, nh, tq, ntq, isv_a));
+    ck_assert_fox_ok(fox_cuda_debug_sp4(gpu, 1, w, g, m, v, h, nh, tq, ntq, isv_b));
+    ck_assert_msg(memcmp(isv_a + FOX_ISV_SP4_BASE, isv_b + FOX_ISV_SP4_BASE,
+                         40 * sizeof(float)) == 0,
+                  "SP4 producers differ between two identical runs");
     ck_assert(ref[FOX_ISV_H_S2_BOUND] > 0.0f && ref[FOX_ISV_TARGET_Q_BOUND] > 0.0f);
     ck_assert(ref[FOX_ISV_WEIGHT_BOUND_GRN1] > 0.0f && ref[FOX_ISV_L1_LAMBDA] >= 0.0f);
     printf("stab sp4 producers: 6 rounds, 40 slots 131-170 within 1e-4 of the CPU; worst rel err "

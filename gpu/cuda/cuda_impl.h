@@ -252,7 +252,8 @@ enum { FOX_CUDA_DONE_CHECK = 0, FOX_CUDA_DONE_NORM = 1, FOX_CUDA_DONE_H_S2 = 2 }
  * use (h_s2, target Q, Pearl B), so that no two sites share one. Up to 24
  * targets (3 buffers × 8 classes): pass 1 min / max of the finite |x| (bit
  * patterns of non-negative floats order as unsigned ints) and counts, pass
- * 2 the 256-bin histograms, pass 3 reads them and leaves the scratch clean.
+ * 2 the 256-bin histograms, pass 3 (pass 2's last block) reads them and
+ * leaves the scratch clean.
  */
 #define FOX_CUDA_P99_TARGETS 24
 #define FOX_CUDA_P99_BLOCKS 256
@@ -261,6 +262,7 @@ typedef struct fox_cuda_p99_scratch {
     unsigned long long count[FOX_CUDA_P99_TARGETS];
     unsigned int hist[FOX_CUDA_P99_TARGETS * 256];
     double dot[FOX_CUDA_P99_BLOCKS][FOX_GROUP_COUNT], sq[FOX_CUDA_P99_BLOCKS][FOX_GROUP_COUNT];
+    unsigned int done; /* pass 2's finished blocks: the last does pass 3 */
 } fox_cuda_p99_scratch;
 enum { FOX_CUDA_P99_H_S2 = 0, FOX_CUDA_P99_TQ = 1, FOX_CUDA_P99_GROUPS = 2, FOX_CUDA_P99_USES = 3 };
 

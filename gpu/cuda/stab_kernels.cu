@@ -529,182 +529,7 @@ static_assert(FOX_P99_BINS == 256, "fox_cuda_p99_scratch holds 256 bins per targ
 
 #define P99_FLT_MAX_BITS 0x7f7fffffu /* pass 1's initial min: FLT_MAX, as fox_p99_abs_spans */
 
-/*
- * Pass 1 over up to 3 buffers, each element classified by cls (NULL: class
- * 0; 255: padding, skipped); target = buffer · 8 + class. Per block, shared
- * min / max (bits) and counts, then one global atomic per target: min, max
- * and integer counts are order-free, so the result is deterministic. With
- * g (Pearl B), the per-group w·g and ‖w‖² of the finite pairs go to the
- * block's partial row (summed in block order by pass 3).
- */
-__global__ void __launch_bounds__(THREADS)
-p99_pass1_kernel(fox_cuda_p99_scratch *sc, size_t n, const float *b0, const float *b1,
-                 const float *b2, const uint8_t *cls, const float *g)
-{
-    __shared__ unsigned int s_lo[FOX_CUDA_P99_TARGETS], s_hi[FOX_CUDA_P99_TARGETS];
-    __shared__ unsigned long long s_n[FOX_CUDA_P99_TARGETS];
-    __shared__ double s_dot[FOX_GROUP_COUNT], s_sq[FOX_GROUP_COUNT];
-    for (int k = threadIdx.x; k < FOX_CUDA_P99_TARGETS; k += blockDim.x) {
-        s_lo[k] = P99_FLT_MAX_BITS;
-        s_hi[k] = 0u;
-        s_n[k] = 0ull;
-    }
-    for (int k = threadIdx.x; k < FOX_GROUP_COUNT; k += blockDim.x) {
-        s_dot[k] = 0.0;
-        s_sq[k] = 0.0;
-    }
-    __syncthreads();
-    const float *bufs[3] = {b0, b1, b2};
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x) {
-        int c = cls ? cls[k] : 0;
-        if (c >= FOX_GROUP_COUNT)
-            continue;
-        for (int b = 0; b < 3; b++) {
-            if (!bufs[b])
-                continue;
-            float a = fabsf(bufs[b][k]);
-            if (!isfinite(a))
-                continue;
-            int t = b * FOX_GROUP_COUNT + c;
-            unsigned int bits = __float_as_uint(a);
-            atomicMin(&s_lo[t], bits);
-            atomicMax(&s_hi[t], bits);
-            atomicAdd(&s_n[t], 1ull);
-        }
-        if (g) {
-            float wk = b0[k], gk = g[k];
-            if (isfinite(wk) && isfinite(gk)) {
-                atomicAdd(&s_dot[c], (double)wk * gk);
-                atomicAdd(&s_sq[c], (double)wk * wk);
-            }
-        }
-    }
-    __syncthreads();
-    for (int t = threadIdx.x; t < FOX_CUDA_P99_TARGETS; t += blockDim.x) {
-        if (s_n[t]) {
-            atomicMin(&sc->lo[t], s_lo[t]);
-            atomicMax(&sc->hi[t], s_hi[t]);
-            atomicAdd(&sc->count[t], s_n[t]);
-        }
-    }
-    if (g)
-        for (int c = threadIdx.x; c < FOX_GROUP_COUNT; c += blockDim.x) {
-            sc->dot[blockIdx.x][c] = s_dot[c];
-            sc->sq[blockIdx.x][c] = s_sq[c];
-        }
-}
-
-/* The range of target t after pass 1: 0 when degenerate (pass 2 skips it), else its bin scale. */
-static __device__ __forceinline__ float
-p99_scale(const fox_cuda_p99_scratch *sc, int t, float *lo)
-{
-    float l = __uint_as_float(sc->lo[t]), h = __uint_as_float(sc->hi[t]);
-    *lo = l;
-    if (sc->count[t] == 0 || h == 0.0f || h == l)
-        return 0.0f;
-    float scale = (float)FOX_P99_BINS / (h - l);
-    return scale < FLT_MAX ? scale : 0.0f;
-}
-
-/* Pass 2: the histograms in shared memory (24 × 256 bins), then one global add per bin used. */
-__global__ void __launch_bounds__(THREADS)
-p99_pass2_kernel(fox_cuda_p99_scratch *sc, size_t n, const float *b0, const float *b1,
-                 const float *b2, const uint8_t *cls)
-{
-    __shared__ unsigned int s_h[FOX_CUDA_P99_TARGETS * FOX_P99_BINS];
-    __shared__ float s_lo[FOX_CUDA_P99_TARGETS], s_scale[FOX_CUDA_P99_TARGETS];
-    for (int k = threadIdx.x; k < FOX_CUDA_P99_TARGETS * FOX_P99_BINS; k += blockDim.x)
-        s_h[k] = 0u;
-    for (int t = threadIdx.x; t < FOX_CUDA_P99_TARGETS; t += blockDim.x)
-        s_scale[t] = p99_scale(sc, t, &s_lo[t]);
-    __syncthreads();
-    const float *bufs[3] = {b0, b1, b2};
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x) {
-        int c = cls ? cls[k] : 0;
-        if (c >= FOX_GROUP_COUNT)
-            continue;
-        for (int b = 0; b < 3; b++) {
-            if (!bufs[b])
-                continue;
-            int t = b * FOX_GROUP_COUNT + c;
-            float a = fabsf(bufs[b][k]);
-            if (s_scale[t] > 0.0f && isfinite(a))
-                atomicAdd(&s_h[t * FOX_P99_BINS + fox_p99_bin(a, s_lo[t], s_scale[t])], 1u);
-        }
-    }
-    __syncthreads();
-    for (int k = threadIdx.x; k < FOX_CUDA_P99_TARGETS * FOX_P99_BINS; k += blockDim.x)
-        if (s_h[k])
-            atomicAdd(&sc->hist[k], s_h[k]);
-}
-
-/* Pass 3 of target t (fox_p99_abs_spans' degenerate rules, then fox_p99_from_hist). */
-static __device__ float
-p99_result(const fox_cuda_p99_scratch *sc, int t)
-{
-    float lo = __uint_as_float(sc->lo[t]), hi = __uint_as_float(sc->hi[t]);
-    unsigned long long cnt = sc->count[t];
-    if (cnt == 0 || hi == 0.0f)
-        return 0.0f;
-    if (hi == lo)
-        return hi;
-    float scale = (float)FOX_P99_BINS / (hi - lo);
-    if (!(scale < FLT_MAX))
-        return hi;
-    return fox_p99_from_hist(sc->hist + t * FOX_P99_BINS, (uint32_t)cnt, lo, hi);
-}
-
-/* Leave the scratch as a fresh one (all threads of the block, after the reads). */
-static __device__ void
-p99_clean(fox_cuda_p99_scratch *sc)
-{
-    for (int k = threadIdx.x; k < FOX_CUDA_P99_TARGETS * FOX_P99_BINS; k += blockDim.x)
-        sc->hist[k] = 0u;
-    for (int t = threadIdx.x; t < FOX_CUDA_P99_TARGETS; t += blockDim.x) {
-        sc->lo[t] = P99_FLT_MAX_BITS;
-        sc->hi[t] = 0u;
-        sc->count[t] = 0ull;
-    }
-}
-
-/* Pass 3 for one target: observe slot through Pearls A+D when the p99 is positive (stab.c). */
-__global__ void
-p99_pass3_slot_kernel(fox_cuda_stab st, fox_cuda_p99_scratch *sc, int slot)
-{
-    if (threadIdx.x == 0) {
-        float obs = p99_result(sc, 0);
-        if (obs > 0.0f)
-            fox_bounds_observe(st.isv, st.sp4->ws, slot, obs);
-    }
-    __syncthreads();
-    p99_clean(sc);
-}
-
-static unsigned int
-p99_grid(size_t n)
-{
-    unsigned int g = grid_for(n, THREADS);
-    return g < FOX_CUDA_P99_BLOCKS ? g : FOX_CUDA_P99_BLOCKS;
-}
-
-int
-fox__cuda_p99_observe(cudaStream_t s, const fox_cuda_stab *st, const float *x, size_t n, int slot,
-                      int use)
-{
-    fox_cuda_p99_scratch *sc = &st->sp4->p99[use];
-    unsigned int g = p99_grid(n);
-    p99_pass1_kernel<<<g, THREADS, 0, s>>>(sc, n, x, NULL, NULL, NULL, NULL);
-    FOX_CUDA_TRY(cudaGetLastError());
-    p99_pass2_kernel<<<g, THREADS, 0, s>>>(sc, n, x, NULL, NULL, NULL);
-    FOX_CUDA_TRY(cudaGetLastError());
-    p99_pass3_slot_kernel<<<1, THREADS, 0, s>>>(*st, sc, slot);
-    FOX_CUDA_TRY(cudaGetLastError());
-    return 0;
-}
-
-/* Sum of v over the block (THREADS threads); every thread gets it. */
+/* Sum of v over the block (THREADS threads) in a fixed order; every thread gets it. */
 static __device__ double
 sp4_block_sum(double v)
 {
@@ -722,31 +547,217 @@ sp4_block_sum(double v)
 }
 
 /*
- * Pass 3 of Pearl B, one block: per group (in order) its four statistics
- * into slots 136–167 through Pearls A+D (fox_bounds_observe_group: NaN
- * skipped, 0 fed), then Pearl C on the step's Adam engagements of its w, m
- * and v clamps; then the trunk L1 rate (fox_pearl_b_l1_rate, sums in
- * double) into slot 168. Leaves the scratch and the engagement counters clean.
+ * Pass 1 over NB buffers (b0, b1, b2), each element classified by cls into
+ * one of NC classes (NULL: class 0; ≥ NC, the padding: skipped); target =
+ * buffer · NC + class. Each thread keeps every target's min / max (bits of
+ * |x|, finite and ≥ 0, so unsigned order is float order) and count in
+ * registers (the class loop is unrolled: no dynamic index, no shared
+ * atomics); the warp combines them with one reduction instruction each, the
+ * block over its warps, then one global atomic per target used: min, max and
+ * integer counts are order-free, so the result is deterministic. With G
+ * (Pearl B), the per-class w·g and ‖w‖² of the finite pairs are summed per
+ * thread, then over the warp (xor tree) and the block's warps in order,
+ * into the block's partial row (reduced by a fixed tree in the tail).
  */
+template <int NB, int NC, bool G>
 __global__ void __launch_bounds__(THREADS)
-post_adam_kernel(fox_cuda_stab st, fox_cuda_p99_scratch *sc, int nblocks, const float *w,
-                 const float *g)
+p99_pass1_kernel(fox_cuda_p99_scratch *sc, size_t n, const float *b0, const float *b1,
+                 const float *b2, const uint8_t *cls, const float *g)
 {
+    constexpr int NT = NB * NC, NW = THREADS / WARP;
+    unsigned int lo[NT], hi[NT], cnt[NT];
+    double dot[G ? NC : 1], sq[G ? NC : 1];
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        lo[t] = P99_FLT_MAX_BITS;
+        hi[t] = 0u;
+        cnt[t] = 0u;
+    }
+#pragma unroll
+    for (int c = 0; c < (G ? NC : 1); c++) {
+        dot[c] = 0.0;
+        sq[c] = 0.0;
+    }
+    const float *bufs[3] = {b0, b1, b2};
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        int c = cls ? cls[k] : 0;
+        if (c >= NC)
+            continue;
+        float x[NB];
+#pragma unroll
+        for (int b = 0; b < NB; b++)
+            x[b] = __ldg(bufs[b] + k);
+        float gk = G ? __ldg(g + k) : 0.0f;
+#pragma unroll
+        for (int cc = 0; cc < NC; cc++) {
+            if (cc != c)
+                continue;
+#pragma unroll
+            for (int b = 0; b < NB; b++) {
+                float a = fabsf(x[b]);
+                if (isfinite(a)) {
+                    unsigned int bits = __float_as_uint(a);
+                    int t = b * NC + cc;
+                    lo[t] = bits < lo[t] ? bits : lo[t];
+                    hi[t] = bits > hi[t] ? bits : hi[t];
+                    cnt[t]++;
+                }
+            }
+            if (G && isfinite(x[0]) && isfinite(gk)) {
+                dot[cc] += (double)x[0] * gk;
+                sq[cc] += (double)x[0] * x[0];
+            }
+        }
+    }
+    __shared__ unsigned int s_lo[NW][NT], s_hi[NW][NT], s_n[NW][NT];
+    __shared__ double s_dot[NW][G ? NC : 1], s_sq[NW][G ? NC : 1];
+    const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        unsigned int l = __reduce_min_sync(FULL_MASK, lo[t]);
+        unsigned int h = __reduce_max_sync(FULL_MASK, hi[t]);
+        unsigned int m = __reduce_add_sync(FULL_MASK, cnt[t]);
+        if (lane == 0) {
+            s_lo[warp][t] = l;
+            s_hi[warp][t] = h;
+            s_n[warp][t] = m;
+        }
+    }
+    if (G) {
+#pragma unroll
+        for (int c = 0; c < (G ? NC : 1); c++) {
+            double d = dot[c], s = sq[c];
+            for (int o = WARP / 2; o > 0; o >>= 1) {
+                d += __shfl_xor_sync(FULL_MASK, d, o);
+                s += __shfl_xor_sync(FULL_MASK, s, o);
+            }
+            if (lane == 0) {
+                s_dot[warp][c] = d;
+                s_sq[warp][c] = s;
+            }
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < NT) {
+        int t = threadIdx.x;
+        unsigned int l = P99_FLT_MAX_BITS, h = 0u;
+        unsigned long long m = 0ull;
+        for (int w = 0; w < NW; w++) {
+            l = s_lo[w][t] < l ? s_lo[w][t] : l;
+            h = s_hi[w][t] > h ? s_hi[w][t] : h;
+            m += s_n[w][t];
+        }
+        if (m) {
+            atomicMin(&sc->lo[t], l);
+            atomicMax(&sc->hi[t], h);
+            atomicAdd(&sc->count[t], m);
+        }
+    }
+    if (G && threadIdx.x < (G ? NC : 1)) {
+        int c = threadIdx.x;
+        double d = 0.0, s = 0.0;
+        for (int w = 0; w < NW; w++) {
+            d += s_dot[w][c];
+            s += s_sq[w][c];
+        }
+        sc->dot[blockIdx.x][c] = d;
+        sc->sq[blockIdx.x][c] = s;
+    }
+}
+
+/* The range of target t after pass 1: 0 when degenerate (pass 2 skips it), else its bin scale. */
+static __device__ __forceinline__ float
+p99_scale(const fox_cuda_p99_scratch *sc, int t, float *lo)
+{
+    float l = __uint_as_float(sc->lo[t]), h = __uint_as_float(sc->hi[t]);
+    *lo = l;
+    if (sc->count[t] == 0 || h == 0.0f || h == l)
+        return 0.0f;
+    float scale = (float)FOX_P99_BINS / (h - l);
+    return scale < FLT_MAX ? scale : 0.0f;
+}
+
+/* Pass 3 of target t on its histogram h (fox_p99_abs_spans' degenerate rules, then the walk). */
+static __device__ float
+p99_result(const fox_cuda_p99_scratch *sc, int t, const unsigned int *h)
+{
+    float lo = __uint_as_float(sc->lo[t]), hi = __uint_as_float(sc->hi[t]);
+    unsigned long long cnt = sc->count[t];
+    if (cnt == 0 || hi == 0.0f)
+        return 0.0f;
+    if (hi == lo)
+        return hi;
+    float scale = (float)FOX_P99_BINS / (hi - lo);
+    if (!(scale < FLT_MAX))
+        return hi;
+    return fox_p99_from_hist(h, (uint32_t)cnt, lo, hi);
+}
+
+/* Leave the scratch's first nt targets fresh (all threads of the block, after the reads). */
+static __device__ void
+p99_clean(fox_cuda_p99_scratch *sc, int nt)
+{
+    for (int k = threadIdx.x; k < nt * FOX_P99_BINS; k += blockDim.x)
+        sc->hist[k] = 0u;
+    for (int t = threadIdx.x; t < nt; t += blockDim.x) {
+        sc->lo[t] = P99_FLT_MAX_BITS;
+        sc->hi[t] = 0u;
+        sc->count[t] = 0ull;
+    }
+    if (threadIdx.x == 0)
+        sc->done = 0u;
+}
+
+/*
+ * The tail of Pearl B (the last block of pass 2): per group, in parallel (a
+ * thread each: every group has its own slots and states), its four
+ * statistics into slots 136–167 through Pearls A+D (NaN skipped, 0 fed),
+ * then Pearl C on the step's Adam engagements of its w, m and v clamps; then
+ * the trunk L1 rate (fox_pearl_b_l1_rate, sums in double) into slot 168.
+ * hist: the block's shared copy of the 24 global histograms. Leaves the
+ * scratch and the engagement counters clean.
+ */
+static __device__ void
+post_adam_tail(const fox_cuda_stab &st, fox_cuda_p99_scratch *sc, const unsigned int *hist,
+               const float *w, const float *g)
+{
+    constexpr int NG = FOX_GROUP_COUNT, NW = THREADS / WARP;
     fox_cuda_sp4 *sp = st.sp4;
     float *isv = st.isv;
-    /* The L1 rate's sums first (all threads), while nothing else runs. */
+    __shared__ float s_p99[3 * NG];
+    __shared__ double s_part[NW][2 * NG];
+    /* The blocks' w·g and ‖w‖² partials: thread b holds block b's row; a fixed xor tree. */
+    {
+        int b = threadIdx.x;
+        const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+#pragma unroll
+        for (int k = 0; k < 2 * NG; k++) {
+            double v = 0.0;
+            if (b < (int)gridDim.x)
+                v = __ldcg(k < NG ? &sc->dot[b][k] : &sc->sq[b][k - NG]);
+            for (int o = WARP / 2; o > 0; o >>= 1)
+                v += __shfl_xor_sync(FULL_MASK, v, o);
+            if (lane == 0)
+                s_part[warp][k] = v;
+        }
+    }
+    if (threadIdx.x < 3 * NG)
+        s_p99[threadIdx.x] = p99_result(sc, threadIdx.x, hist + threadIdx.x * FOX_P99_BINS);
+    /* The L1 rate's sums (all threads). */
     const float *wl = w + st.l1_off, *gl = g + st.l1_off;
     int rows = st.l1_rows, cols = st.l1_cols;
     size_t nl = (size_t)rows * cols;
     double sw = 0.0, sg = 0.0, kk = 0.0;
     for (size_t i = threadIdx.x; i < nl; i += blockDim.x) {
-        if (!isfinite(wl[i]) || !isfinite(gl[i]))
+        float wi = wl[i], gi = gl[i];
+        if (!isfinite(wi) || !isfinite(gi))
             continue;
-        sw += fabs((double)wl[i]);
-        sg += fabs((double)gl[i]);
+        sw += fabs((double)wi);
+        sg += fabs((double)gi);
         kk += 1.0;
     }
-    sw = sp4_block_sum(sw);
+    sw = sp4_block_sum(sw); /* its barriers also publish s_part and s_p99 */
     sg = sp4_block_sum(sg);
     kk = sp4_block_sum(kk);
     /* Entropy deficit (fox_entropy_deficit): column norms, their total, then Σ p log p. */
@@ -780,36 +791,34 @@ post_adam_kernel(fox_cuda_stab st, fox_cuda_p99_scratch *sc, int nblocks, const 
             }
         }
     plogp = sp4_block_sum(plogp);
-    if (threadIdx.x == 0) {
-        for (int grp = 0; grp < FOX_GROUP_COUNT; grp++) {
-            if (!st.gsize[grp])
-                continue;
-            fox_group_stats gs;
-            gs.weight_p99 = p99_result(sc, 0 * FOX_GROUP_COUNT + grp);
-            gs.adam_m_p99 = p99_result(sc, 1 * FOX_GROUP_COUNT + grp);
-            gs.adam_v_p99 = p99_result(sc, 2 * FOX_GROUP_COUNT + grp);
-            double dot = 0.0, sq = 0.0;
-            for (int b = 0; b < nblocks; b++) {
-                dot += sc->dot[b][grp];
-                sq += sc->sq[b][grp];
-            }
-            gs.wd_rate = fox_wd_rate((float)dot, (float)sq);
-            fox_bounds_observe(isv, sp->ws, fox_isv_weight_bound_slot(grp), gs.weight_p99);
-            fox_bounds_observe(isv, sp->ws, fox_isv_adam_m_bound_slot(grp), gs.adam_m_p99);
-            fox_bounds_observe(isv, sp->ws, fox_isv_adam_v_bound_slot(grp), gs.adam_v_p99);
-            fox_bounds_observe(isv, sp->ws, fox_isv_wd_rate_slot(grp), gs.wd_rate);
-            const int slots[3] = {fox_isv_weight_bound_slot(grp), fox_isv_adam_m_bound_slot(grp),
-                                  fox_isv_adam_v_bound_slot(grp)};
-            for (int f = 0; f < 3; f++) {
-                float bound = isv[slots[f]];
-                if (fox_pearl_c_update(&sp->pc[f][grp], (float)sp->eng[f][grp],
-                                       (float)st.gsize[grp], __uint_as_float(sp->emax[f][grp]),
-                                       &bound))
-                    isv[slots[f]] = bound;
-                sp->eng[f][grp] = 0ull;
-                sp->emax[f][grp] = 0u;
-            }
+    int grp = threadIdx.x;
+    if (grp < NG && st.gsize[grp]) {
+        double dot = 0.0, sq = 0.0;
+        for (int k = 0; k < NW; k++) {
+            dot += s_part[k][grp];
+            sq += s_part[k][NG + grp];
         }
+        fox_group_stats gs;
+        gs.weight_p99 = s_p99[0 * NG + grp];
+        gs.adam_m_p99 = s_p99[1 * NG + grp];
+        gs.adam_v_p99 = s_p99[2 * NG + grp];
+        gs.wd_rate = fox_wd_rate((float)dot, (float)sq);
+        fox_bounds_observe(isv, sp->ws, fox_isv_weight_bound_slot(grp), gs.weight_p99);
+        fox_bounds_observe(isv, sp->ws, fox_isv_adam_m_bound_slot(grp), gs.adam_m_p99);
+        fox_bounds_observe(isv, sp->ws, fox_isv_adam_v_bound_slot(grp), gs.adam_v_p99);
+        fox_bounds_observe(isv, sp->ws, fox_isv_wd_rate_slot(grp), gs.wd_rate);
+        const int slots[3] = {fox_isv_weight_bound_slot(grp), fox_isv_adam_m_bound_slot(grp),
+                              fox_isv_adam_v_bound_slot(grp)};
+        for (int f = 0; f < 3; f++) {
+            float bound = isv[slots[f]];
+            if (fox_pearl_c_update(&sp->pc[f][grp], (float)sp->eng[f][grp], (float)st.gsize[grp],
+                                   __uint_as_float(sp->emax[f][grp]), &bound))
+                isv[slots[f]] = bound;
+            sp->eng[f][grp] = 0ull;
+            sp->emax[f][grp] = 0u;
+        }
+    }
+    if (threadIdx.x == 0) {
         float l1 = 0.0f;
         if (kk > 0.0) {
             double mw = sw / kk, mg = sg / kk;
@@ -825,7 +834,111 @@ post_adam_kernel(fox_cuda_stab st, fox_cuda_p99_scratch *sc, int nblocks, const 
         fox_bounds_observe(isv, sp->ws, FOX_ISV_L1_LAMBDA, l1);
     }
     __syncthreads();
-    p99_clean(sc);
+    p99_clean(sc, 3 * NG);
+}
+
+/*
+ * Pass 2: the histograms of the NB·NC targets in shared memory, then one
+ * global add per bin used. Equal bins within a warp are merged first
+ * (__match_any_sync: one shared atomic per distinct bin, not per element),
+ * so a skewed distribution, most values in a few bins, does not serialize.
+ * The block that finishes last (sc->done) does pass 3 on a shared copy of the
+ * histograms: NC = 1, the p99 into slot through Pearls A+D when positive;
+ * NC = FOX_GROUP_COUNT, Pearl B / C and the L1 rate (post_adam_tail).
+ */
+template <int NB, int NC>
+__global__ void __launch_bounds__(THREADS)
+p99_pass2_kernel(fox_cuda_stab st, fox_cuda_p99_scratch *sc, size_t n, const float *b0,
+                 const float *b1, const float *b2, const uint8_t *cls, int slot, const float *w,
+                 const float *g)
+{
+    constexpr int NT = NB * NC;
+    __shared__ unsigned int s_h[NT * FOX_P99_BINS];
+    __shared__ float s_lo[NT], s_scale[NT];
+    __shared__ int last;
+    for (int k = threadIdx.x; k < NT * FOX_P99_BINS; k += blockDim.x)
+        s_h[k] = 0u;
+    for (int t = threadIdx.x; t < NT; t += blockDim.x)
+        s_scale[t] = p99_scale(sc, t, &s_lo[t]);
+    __syncthreads();
+    const float *bufs[3] = {b0, b1, b2};
+    const int lane = threadIdx.x % WARP;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    /* k0 is the same for the whole warp: every lane runs every iteration (the match needs them). */
+    for (size_t k0 = (size_t)blockIdx.x * blockDim.x; k0 < n; k0 += stride) {
+        size_t k = k0 + threadIdx.x;
+        int c = -1;
+        float x[NB] = {};
+        if (k < n) {
+            c = cls ? cls[k] : 0;
+            if (c >= NC)
+                c = -1;
+#pragma unroll
+            for (int b = 0; b < NB; b++)
+                x[b] = __ldg(bufs[b] + k);
+        }
+#pragma unroll
+        for (int b = 0; b < NB; b++) {
+            int key = -1;
+            if (c >= 0) {
+                int t = b * NC + c;
+                float a = fabsf(x[b]);
+                if (s_scale[t] > 0.0f && isfinite(a))
+                    key = t * FOX_P99_BINS + fox_p99_bin(a, s_lo[t], s_scale[t]);
+            }
+            unsigned int peers = __match_any_sync(FULL_MASK, key);
+            if (key >= 0 && lane == __ffs(peers) - 1)
+                atomicAdd(&s_h[key], (unsigned int)__popc(peers));
+        }
+    }
+    __syncthreads();
+    for (int k = threadIdx.x; k < NT * FOX_P99_BINS; k += blockDim.x)
+        if (s_h[k])
+            atomicAdd(&sc->hist[k], s_h[k]);
+    /* The last block sees every block's adds (each fences before its count). */
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        last = atomicAdd(&sc->done, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    for (int k = threadIdx.x; k < NT * FOX_P99_BINS; k += blockDim.x)
+        s_h[k] = __ldcg(&sc->hist[k]);
+    __syncthreads();
+    if constexpr (NC == 1) {
+        if (threadIdx.x == 0) {
+            float obs = p99_result(sc, 0, s_h);
+            if (obs > 0.0f)
+                fox_bounds_observe(st.isv, st.sp4->ws, slot, obs);
+        }
+        __syncthreads();
+        p99_clean(sc, NT);
+    } else {
+        post_adam_tail(st, sc, s_h, w, g);
+    }
+}
+
+static unsigned int
+p99_grid(size_t n)
+{
+    unsigned int g = grid_for(n, THREADS);
+    return g < FOX_CUDA_P99_BLOCKS ? g : FOX_CUDA_P99_BLOCKS;
+}
+
+int
+fox__cuda_p99_observe(cudaStream_t s, const fox_cuda_stab *st, const float *x, size_t n, int slot,
+                      int use)
+{
+    fox_cuda_p99_scratch *sc = &st->sp4->p99[use];
+    unsigned int g = p99_grid(n);
+    p99_pass1_kernel<1, 1, false><<<g, THREADS, 0, s>>>(sc, n, x, NULL, NULL, NULL, NULL);
+    FOX_CUDA_TRY(cudaGetLastError());
+    p99_pass2_kernel<1, 1><<<g, THREADS, 0, s>>>(*st, sc, n, x, NULL, NULL, NULL, slot, NULL,
+                                                  NULL);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
 }
 
 int
@@ -834,11 +947,13 @@ fox__cuda_post_adam(cudaStream_t s, const fox_cuda_stab *st, size_t n, const flo
 {
     fox_cuda_p99_scratch *sc = &st->sp4->p99[FOX_CUDA_P99_GROUPS];
     unsigned int gr = p99_grid(n);
-    p99_pass1_kernel<<<gr, THREADS, 0, s>>>(sc, n, w, m, v, st->pgroup, g);
+    static_assert(FOX_CUDA_P99_BLOCKS <= THREADS, "the tail holds a block's partials per thread");
+    static_assert(FOX_CUDA_P99_TARGETS == 3 * FOX_GROUP_COUNT, "w, m, v per group");
+    p99_pass1_kernel<3, FOX_GROUP_COUNT, true>
+        <<<gr, THREADS, 0, s>>>(sc, n, w, m, v, st->pgroup, g);
     FOX_CUDA_TRY(cudaGetLastError());
-    p99_pass2_kernel<<<gr, THREADS, 0, s>>>(sc, n, w, m, v, st->pgroup);
-    FOX_CUDA_TRY(cudaGetLastError());
-    post_adam_kernel<<<1, THREADS, 0, s>>>(*st, sc, (int)gr, w, g);
+    p99_pass2_kernel<3, FOX_GROUP_COUNT>
+        <<<gr, THREADS, 0, s>>>(*st, sc, n, w, m, v, st->pgroup, 0, w, g);
     FOX_CUDA_TRY(cudaGetLastError());
     return 0;
 }
