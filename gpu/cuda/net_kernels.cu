@@ -19,20 +19,9 @@
 #include "../isv.h"
 #include "../sentinel.h"
 #include "cuda_impl.h"
+#include "device.cuh"
 
-#define WARP 32
-#define FULL_MASK 0xffffffffu
 #define PI_F 3.14159265358979323846f
-
-/* Grid for a grid-stride loop over n items: enough blocks to fill the GPU, no more. */
-static unsigned int
-grid_for(size_t n, int threads)
-{
-    size_t g = (n + (size_t)threads - 1) / (size_t)threads;
-    if (g > 4096)
-        g = 4096;
-    return (unsigned int)(g > 0 ? g : 1);
-}
 
 static __device__ __forceinline__ float
 warp_sum(float v)
@@ -289,19 +278,6 @@ huber_grad(float x)
     return x > 1.0f ? 1.0f : x < -1.0f ? -1.0f : x;
 }
 
-/* Threshold of slot i from the device ISV (fox_sentinel_threshold; stab_kernels.cu's twin). */
-static __device__ float
-q_threshold(const fox_cuda_stab &st, int i)
-{
-    const fox_cuda_rule r = st.rules[i];
-    float eff = fox_isv_eff(
-        st.isv[r.base == FOX_SENT_BASE_H_S2_RMS ? FOX_ISV_H_S2_RMS_EMA : FOX_ISV_Q_ABS_REF]);
-    float t = r.mult;
-    for (int p = 0; p < r.power; p++)
-        t *= eff;
-    return t;
-}
-
 #define LOSS_THREADS 128
 
 /*
@@ -422,7 +398,7 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
         if (A.st.sites) {
             float bound = A.st.adaptive ? fox_bound_adaptive(A.st.isv[FOX_ISV_TARGET_Q_BOUND])
                                         : fox_bound_target_q_fixed(A.st.isv[FOX_ISV_Q_ABS_REF]);
-            bad46 |= !(fabsf(x) < q_threshold(A.st, FOX_SENT_TARGET_Q_POST_CLIP));
+            bad46 |= !(fabsf(x) < threshold_of(A.st, FOX_SENT_TARGET_Q_POST_CLIP));
             x = fox_clamp_finite(x, bound);
         }
         s_tq[k] = x;

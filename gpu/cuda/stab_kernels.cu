@@ -34,32 +34,9 @@
 #include "../isv.h"
 #include "../sentinel.h"
 #include "cuda_impl.h"
+#include "device.cuh"
 
-#define WARP 32
-#define FULL_MASK 0xffffffffu
 #define THREADS 256
-
-static unsigned int
-grid_for(size_t n, int threads)
-{
-    size_t g = (n + (size_t)threads - 1) / (size_t)threads;
-    if (g > 1024)
-        g = 1024;
-    return (unsigned int)(g > 0 ? g : 1);
-}
-
-/* Threshold of slot i now: mult × eff^power, eff from the device ISV (fox_sentinel_threshold). */
-static __device__ float
-threshold_of(const fox_cuda_stab &st, int i)
-{
-    const fox_cuda_rule r = st.rules[i];
-    float eff = fox_isv_eff(
-        st.isv[r.base == FOX_SENT_BASE_H_S2_RMS ? FOX_ISV_H_S2_RMS_EMA : FOX_ISV_Q_ABS_REF]);
-    float t = r.mult;
-    for (int p = 0; p < r.power; p++)
-        t *= eff;
-    return t;
-}
 
 static __device__ __forceinline__ int
 block_any(int v)
@@ -328,7 +305,7 @@ fox__cuda_h_s2_site(cudaStream_t s, const fox_cuda_stab *st, float *h, size_t n)
     /* SP4: H_S2_BOUND from the pre-clamp values (the site kernel checks them before it clamps). */
     if (st->adaptive)
         FOX_TRY(fox__cuda_p99_observe(s, st, h, n, FOX_ISV_H_S2_BOUND, FOX_CUDA_P99_H_S2));
-    unsigned int g = grid_for(n, THREADS);
+    unsigned int g = grid_for(n, THREADS, 1024);
     if (g > FOX_CUDA_SITE_BLOCKS)
         g = FOX_CUDA_SITE_BLOCKS;
     h_s2_site_kernel<<<g, THREADS, 0, s>>>(*st, h, n, st->site_part);
@@ -404,7 +381,7 @@ fox__cuda_dh_s2_join(cudaStream_t s, const fox_cuda_stab *st, int B, int NT, int
                      const float *dh_aux, float *dh_iqn, const float *d_x, const float *phi,
                      const float *h, float *d_phi)
 {
-    dh_s2_join_kernel<<<grid_for((size_t)B * H2, THREADS), THREADS, 0, s>>>(
+    dh_s2_join_kernel<<<grid_for((size_t)B * H2, THREADS, 1024), THREADS, 0, s>>>(
         *st, B, NT, H2, dh, dh_aux, dh_iqn, d_x, phi, h, d_phi);
     FOX_CUDA_TRY(cudaGetLastError());
     if (st->ctl_fault_inline) {
@@ -528,23 +505,6 @@ fox__cuda_pre_step(cudaStream_t s, const fox_cuda_stab *st, int B, const float *
 static_assert(FOX_P99_BINS == 256, "fox_cuda_p99_scratch holds 256 bins per target");
 
 #define P99_FLT_MAX_BITS 0x7f7fffffu /* pass 1's initial min: FLT_MAX, as fox_p99_abs_spans */
-
-/* Sum of v over the block (THREADS threads) in a fixed order; every thread gets it. */
-static __device__ double
-sp4_block_sum(double v)
-{
-    __shared__ double part[THREADS / WARP];
-    for (int o = WARP / 2; o > 0; o >>= 1)
-        v += __shfl_xor_sync(FULL_MASK, v, o);
-    __syncthreads();
-    if (threadIdx.x % WARP == 0)
-        part[threadIdx.x / WARP] = v;
-    __syncthreads();
-    double t = 0.0;
-    for (int k = 0; k < THREADS / WARP; k++)
-        t += part[k];
-    return t;
-}
 
 /*
  * Pass 1 over NB buffers (b0, b1, b2), each element classified by cls into
@@ -757,9 +717,9 @@ post_adam_tail(const fox_cuda_stab &st, fox_cuda_p99_scratch *sc, const unsigned
         sg += fabs((double)gi);
         kk += 1.0;
     }
-    sw = sp4_block_sum(sw); /* its barriers also publish s_part and s_p99 */
-    sg = sp4_block_sum(sg);
-    kk = sp4_block_sum(kk);
+    sw = block_sum(sw); /* its barriers also publish s_part and s_p99 */
+    sg = block_sum(sg);
+    kk = block_sum(kk);
     /* Entropy deficit (fox_entropy_deficit): column norms, their total, then Σ p log p. */
     double tot = 0.0, live = 0.0;
     for (int i = threadIdx.x; i < cols; i += blockDim.x) {
@@ -774,8 +734,8 @@ post_adam_tail(const fox_cuda_stab &st, fox_cuda_p99_scratch *sc, const unsigned
             live += 1.0;
         }
     }
-    tot = sp4_block_sum(tot);
-    live = sp4_block_sum(live);
+    tot = block_sum(tot);
+    live = block_sum(live);
     double plogp = 0.0;
     if (live >= 2.0 && tot > 0.0)
         for (int i = threadIdx.x; i < cols; i += blockDim.x) {
@@ -790,7 +750,7 @@ post_adam_tail(const fox_cuda_stab &st, fox_cuda_p99_scratch *sc, const unsigned
                 plogp += p * log(p);
             }
         }
-    plogp = sp4_block_sum(plogp);
+    plogp = block_sum(plogp);
     int grp = threadIdx.x;
     if (grp < NG && st.gsize[grp]) {
         double dot = 0.0, sq = 0.0;
@@ -923,7 +883,7 @@ p99_pass2_kernel(fox_cuda_stab st, fox_cuda_p99_scratch *sc, size_t n, const flo
 static unsigned int
 p99_grid(size_t n)
 {
-    unsigned int g = grid_for(n, THREADS);
+    unsigned int g = grid_for(n, THREADS, 1024);
     return g < FOX_CUDA_P99_BLOCKS ? g : FOX_CUDA_P99_BLOCKS;
 }
 

@@ -25,59 +25,18 @@
 #include "../isv.h"
 #include "../sentinel.h"
 #include "cuda_impl.h"
+#include "device.cuh"
 
-#define WARP 32
-#define FULL_MASK 0xffffffffu
 
 /* Key offsets of the counter-based streams, so that no two uses share a draw. */
 #define SLOT_RESET 15   /* per env and step: 2 per branch for ε-greedy, 15 for a reset */
 #define SLOTS_PER_ENV 16
-
-static unsigned int
-grid_for(size_t n, int threads)
-{
-    size_t g = (n + (size_t)threads - 1) / (size_t)threads;
-    if (g > 4096)
-        g = 4096;
-    return (unsigned int)(g > 0 ? g : 1);
-}
 
 /* fox_rng_below of a draw already made. */
 static __device__ __forceinline__ uint32_t
 below_bits(uint64_t bits, uint32_t n)
 {
     return (uint32_t)(((bits >> 32) * (uint64_t)n) >> 32);
-}
-
-/* Sum of v over the block (blockDim a multiple of 32, at most 1024); every thread gets it. */
-static __device__ double
-block_sum(double v)
-{
-    __shared__ double part[32];
-    int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP, nw = blockDim.x / WARP;
-    for (int o = WARP / 2; o > 0; o >>= 1)
-        v += __shfl_xor_sync(FULL_MASK, v, o);
-    __syncthreads();
-    if (lane == 0)
-        part[warp] = v;
-    __syncthreads();
-    double s = 0.0;
-    for (int k = 0; k < nw; k++)
-        s += part[k];
-    return s;
-}
-
-/* Threshold of slot i from the device ISV (fox_sentinel_threshold; stab_kernels.cu's twin). */
-static __device__ float
-threshold_of(const fox_cuda_stab &st, int i)
-{
-    const fox_cuda_rule r = st.rules[i];
-    float eff = fox_isv_eff(
-        st.isv[r.base == FOX_SENT_BASE_H_S2_RMS ? FOX_ISV_H_S2_RMS_EMA : FOX_ISV_Q_ABS_REF]);
-    float t = r.mult;
-    for (int p = 0; p < r.power; p++)
-        t *= eff;
-    return t;
 }
 
 /* ------------------------------------------------------------------------------------------ */

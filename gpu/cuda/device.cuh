@@ -1,0 +1,61 @@
+/*
+ * device.cuh — device helpers shared by the kernel files: launch grids, warp
+ * and block reductions, sentinel thresholds. Included only by .cu files.
+ */
+#ifndef FOX_CUDA_DEVICE_CUH
+#define FOX_CUDA_DEVICE_CUH
+
+#include <stddef.h>
+
+#include "../isv.h"
+#include "../sentinel.h"
+#include "cuda_impl.h"
+
+#define WARP 32
+#define FULL_MASK 0xffffffffu
+
+/* Grid for a grid-stride loop over n items: enough blocks to fill the GPU, at most cap. */
+static inline unsigned int
+grid_for(size_t n, int threads, size_t cap = 4096)
+{
+    size_t g = (n + (size_t)threads - 1) / (size_t)threads;
+    if (g > cap)
+        g = cap;
+    return (unsigned int)(g > 0 ? g : 1);
+}
+
+/*
+ * Sum of v over the block (blockDim a multiple of 32, at most 1024) in a fixed
+ * order, so the result is the same bits on every run; every thread gets it.
+ */
+static __device__ double
+block_sum(double v)
+{
+    __shared__ double part[32];
+    int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP, nw = blockDim.x / WARP;
+    for (int o = WARP / 2; o > 0; o >>= 1)
+        v += __shfl_xor_sync(FULL_MASK, v, o);
+    __syncthreads();
+    if (lane == 0)
+        part[warp] = v;
+    __syncthreads();
+    double s = 0.0;
+    for (int k = 0; k < nw; k++)
+        s += part[k];
+    return s;
+}
+
+/* Threshold of slot i now: mult × eff^power, eff from the device ISV (fox_sentinel_threshold). */
+static __device__ float
+threshold_of(const fox_cuda_stab &st, int i)
+{
+    const fox_cuda_rule r = st.rules[i];
+    float eff = fox_isv_eff(
+        st.isv[r.base == FOX_SENT_BASE_H_S2_RMS ? FOX_ISV_H_S2_RMS_EMA : FOX_ISV_Q_ABS_REF]);
+    float t = r.mult;
+    for (int p = 0; p < r.power; p++)
+        t *= eff;
+    return t;
+}
+
+#endif
