@@ -246,3 +246,24 @@ fox_sentinel_check(int i, const float *buf, size_t n, const float *isv, int *fir
                                                  : fox_sentinel_check_threshold(buf, n, t);
     return FOX_OK;
 }
+
+int
+fox_sentinel_param_runs(int slot, const fox_model_layout *lay, fox_param_run *runs)
+{
+    unsigned mask = fox_sentinel_info(slot)->groups;
+    int n_runs = 0, open = 0;
+    for (int i = 0; i < FOX_P_COUNT; i++) {
+        size_t n = fox_tensor_size(lay, i);
+        if (!n)
+            continue;
+        if (mask == FOX_SENT_G_ALL || (mask & FOX_SENT_G(lay->t[i].group))) {
+            if (!open)
+                runs[n_runs++] = (fox_param_run){lay->t[i].offset, 0};
+            runs[n_runs - 1].len = lay->t[i].offset + n - runs[n_runs - 1].offset;
+            open = 1;
+        } else {
+            open = 0;
+        }
+    }
+    return n_runs;
+}

@@ -282,6 +282,19 @@ int fox_sentinel_group_slot(int family, int group);
  */
 int fox_sentinel_fault_slot(const char *name);
 
+/* A run of consecutive floats of a params-layout buffer: [offset, offset + len). */
+typedef struct fox_param_run {
+    size_t offset, len;
+} fox_param_run;
+
+/*
+ * The runs of a params-layout buffer (params, grads, Adam m/v) that slot
+ * watches: consecutive tensors of its param groups merged (the zero padding
+ * between them is harmless). Fills runs (room for FOX_P_COUNT) and returns
+ * how many.
+ */
+int fox_sentinel_param_runs(int slot, const fox_model_layout *lay, fox_param_run *runs);
+
 /*
  * The halt_nan slots set in flags [FOX_SENTINEL_SLOTS], as text into buf:
  * "12 h_s2, 33 d_h_s2_post_main" (always NUL-terminated, cut if too long).

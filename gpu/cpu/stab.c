@@ -100,27 +100,10 @@ fox_cpu_stab_watch(fox_cpu_stab *st, int slot, const float *ptr, size_t len)
 int
 fox_cpu_stab_watch_groups(fox_cpu_stab *st, int slot, const float *base)
 {
-    const fox_model_layout *lay = st->lay;
-    unsigned mask = fox_sentinel_info(slot)->groups;
-    /* Runs of consecutive tensors in the mask; the zero padding between them is harmless. */
-    size_t begin = 0, end = 0;
-    int open = 0, rv = FOX_OK;
-    for (int i = 0; i < FOX_P_COUNT && rv == FOX_OK; i++) {
-        size_t n = fox_tensor_size(lay, i);
-        if (!n)
-            continue;
-        if (mask == FOX_SENT_G_ALL || (mask & FOX_SENT_G(lay->t[i].group))) {
-            if (!open)
-                begin = lay->t[i].offset;
-            end = lay->t[i].offset + n;
-            open = 1;
-        } else if (open) {
-            rv = fox_cpu_stab_watch(st, slot, base + begin, end - begin);
-            open = 0;
-        }
-    }
-    if (open && rv == FOX_OK)
-        rv = fox_cpu_stab_watch(st, slot, base + begin, end - begin);
+    fox_param_run runs[FOX_P_COUNT];
+    int n = fox_sentinel_param_runs(slot, st->lay, runs), rv = FOX_OK;
+    for (int k = 0; k < n && rv == FOX_OK; k++)
+        rv = fox_cpu_stab_watch(st, slot, base + runs[k].offset, runs[k].len);
     return rv;
 }
 

@@ -330,25 +330,11 @@ watch_run(cuda_backend *be, int slot, const float *ptr, size_t len)
 static int
 watch_groups(cuda_backend *be, int slot, const float *base)
 {
-    const fox_model_layout *lay = be->lay;
-    unsigned mask = fox_sentinel_info(slot)->groups;
-    size_t begin = 0, end = 0;
-    int open = 0;
-    for (int i = 0; i < FOX_P_COUNT; i++) {
-        size_t n = fox_tensor_size(lay, i);
-        if (!n)
-            continue;
-        if (mask == FOX_SENT_G_ALL || (mask & FOX_SENT_G(lay->t[i].group))) {
-            if (!open)
-                begin = lay->t[i].offset;
-            end = lay->t[i].offset + n;
-            open = 1;
-        } else if (open) {
-            FOX_TRY(watch_run(be, slot, base + begin, end - begin));
-            open = 0;
-        }
-    }
-    return open ? watch_run(be, slot, base + begin, end - begin) : FOX_OK;
+    fox_param_run runs[FOX_P_COUNT];
+    int n = fox_sentinel_param_runs(slot, be->lay, runs);
+    for (int k = 0; k < n; k++)
+        FOX_TRY(watch_run(be, slot, base + runs[k].offset, runs[k].len));
+    return FOX_OK;
 }
 
 /* The first watched element of slot (its table entry's start), or NULL. */
