@@ -38,6 +38,7 @@
 
 #include "answer.h"
 #include "foxd.h"
+#include "fsutil.h"
 #include "hash.h"
 #include "log.h"
 #include "notify.h"
@@ -902,7 +903,7 @@ on_metrics(uv_timer_t *h)
     char *text = fox_answer_prometheus(snap, &s->counters);
     /* Atomic rename, no fsync: node_exporter must never read half a file; a crash may lose one. */
     if (text &&
-        fox__write_atomic(s->d.metrics_textfile, text, strlen(text), 0, err, sizeof err) != FOX_OK)
+        fox_write_atomic(s->d.metrics_textfile, text, strlen(text), 0644, 0, err, sizeof err) != FOX_OK)
         fox_log(FOX_LOG_WARNING, "metrics textfile: %s", err);
     free(text);
     free(snap);

@@ -18,14 +18,6 @@ int64_t fox__wall_ms(void);
 /* mkdir -p with mode for the directories it creates. FOX_EIO with a message. */
 int fox__mkdir_p(const char *path, unsigned mode, char *err, size_t errlen);
 
-/*
- * Replace path with len bytes atomically: write path.tmp.<pid>, rename. A
- * reader sees the old or the new file, never a mix. durable: also fsync the
- * file before and the directory after the rename (it survives a crash).
- * FOX_EIO with a message.
- */
-int fox__write_atomic(const char *path, const void *data, size_t len, int durable, char *err,
-                      size_t errlen);
 
 /* Append one line (a newline is added) to path, creating it 0640. */
 int fox__append_line(const char *path, const char *line, char *err, size_t errlen);

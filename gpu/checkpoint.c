@@ -7,22 +7,20 @@
  *           payload, CRC32 of the header fields before it;
  *   payload: params, target params, Adam m, Adam v (n_params floats each),
  *           ISV, counters, fold and epochs done.
- * Saving writes a temp file beside the target, fsyncs it, renames it over
- * the target and fsyncs the directory, so a crash leaves the old file or the
- * new one, never half of one. Loading reads and verifies the whole file
+ * Saving goes through fox_write_atomic (temp file, fsync, rename, fsync of
+ * the directory), so a crash leaves the old file or the new one, never half
+ * of one. Loading reads and verifies the whole file
  * before anything in the engine changes.
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include "engine_impl.h"
+#include "fsutil.h"
 #include "isv.h"
 
 #define CKPT_MAGIC   "FOXCKPT"
@@ -68,32 +66,17 @@ crc(const void *p, size_t n)
     return (uint32_t)c;
 }
 
-static int
-write_all(int fd, const void *p, size_t n)
-{
-    const char *b = p;
-    while (n > 0) {
-        ssize_t w = write(fd, b, n);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        b += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 int
 fox_engine_checkpoint_save(fox_engine *e, const char *path)
 {
     if (!e->be)
         return fox__engine_fail(e, FOX_ESTATE, "checkpoint_save before load_data");
     size_t np = e->lay.n_params, bytes = payload_bytes(np);
-    char *payload = malloc(bytes);
-    if (!payload)
+    /* Header and payload in one buffer: the file is written in one piece. */
+    char *file = malloc(sizeof(ckpt_header) + bytes);
+    if (!file)
         return fox__engine_fail(e, FOX_ENOMEM, "checkpoint: out of memory");
+    char *payload = file + sizeof(ckpt_header);
     float *f = (float *)payload;
     fox_train_counters c;
     e->ops->state_io(e->be, 0, f, f + np, f + 2 * np, f + 3 * np, &c);
@@ -121,34 +104,12 @@ fox_engine_checkpoint_save(fox_engine *e, const char *path)
     h.payload_crc = crc(payload, bytes);
     h.header_crc = crc(&h, offsetof(ckpt_header, header_crc));
 
-    char tmp[FOX_PATH_MAX + 32];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-    if (fd < 0) {
-        free(payload);
-        return fox__engine_fail(e, FOX_EIO, "checkpoint %s: %s", tmp, strerror(errno));
-    }
-    int bad = write_all(fd, &h, sizeof h) || write_all(fd, payload, bytes) || fsync(fd);
-    int saved_errno = errno;
-    free(payload);
-    if (close(fd) != 0 && !bad) {
-        bad = 1;
-        saved_errno = errno;
-    }
-    if (bad || rename(tmp, path) != 0) {
-        if (!bad)
-            saved_errno = errno;
-        unlink(tmp);
-        return fox__engine_fail(e, FOX_EIO, "checkpoint %s: %s", path, strerror(saved_errno));
-    }
-    /* Make the rename itself durable. */
-    char dir[FOX_PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
+    memcpy(file, &h, sizeof h);
+    char err[FOX_PATH_MAX + 128];
+    int rv = fox_write_atomic(path, file, sizeof h + bytes, 0640, 1, err, sizeof err);
+    free(file);
+    if (rv != FOX_OK)
+        return fox__engine_fail(e, rv, "checkpoint %s", err);
     return FOX_OK;
 }
 

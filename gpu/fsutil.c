@@ -1,0 +1,58 @@
+/* fsutil.c — atomic file writes (see fsutil.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "fsutil.h"
+
+int
+fox_write_atomic(const char *path, const void *data, size_t len, unsigned mode, int durable,
+                 char *err, size_t errlen)
+{
+    char tmp[4096], dir[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
+        return fox_errf(err, errlen, FOX_EIO, "%s: path too long", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, (mode_t)mode);
+    if (fd < 0)
+        return fox_errf(err, errlen, FOX_EIO, "%s: %s", tmp, strerror(errno));
+    const char *p = data;
+    size_t left = len;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            return fox_errf(err, errlen, FOX_EIO, "write %s: %s", tmp, strerror(e));
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if ((durable && fsync(fd) != 0) || close(fd) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return fox_errf(err, errlen, FOX_EIO, "fsync %s: %s", tmp, strerror(e));
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return fox_errf(err, errlen, FOX_EIO, "rename %s: %s", path, strerror(e));
+    }
+    if (!durable)
+        return FOX_OK;
+    /* The rename is durable only once the directory entry is. */
+    snprintf(dir, sizeof dir, "%s", path);
+    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return FOX_OK;
+}
