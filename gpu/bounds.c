@@ -111,12 +111,7 @@ fox_entropy_deficit(const float *g, int rows, int cols)
     int live = 0;
     /* Column norms first: p_i needs their sum. Two passes keep memory at O(1). */
     for (int i = 0; i < cols; i++) {
-        double s = 0.0;
-        for (int r = 0; r < rows; r++) {
-            double x = g[(size_t)r * cols + i];
-            if (isfinite(x))
-                s += x * x;
-        }
+        double s = fox_column_sq(g, rows, cols, i);
         if (s > 0.0) {
             total += sqrt(s);
             live++;
@@ -125,12 +120,7 @@ fox_entropy_deficit(const float *g, int rows, int cols)
     if (live < 2 || !(total > 0.0))
         return 0.0f;
     for (int i = 0; i < cols; i++) {
-        double s = 0.0;
-        for (int r = 0; r < rows; r++) {
-            double x = g[(size_t)r * cols + i];
-            if (isfinite(x))
-                s += x * x;
-        }
+        double s = fox_column_sq(g, rows, cols, i);
         if (s > 0.0) {
             double p = sqrt(s) / total;
             plogp += p * log(p);

@@ -374,6 +374,19 @@ float fox_pearl_b_l1_rate(const float *w, const float *g, int rows, int cols);
 /* The entropy deficit D alone (same definition), in [0, 1]. */
 float fox_entropy_deficit(const float *g, int rows, int cols);
 
+/* Σ_r g[r, i]² over the finite entries of column i of g [rows × cols] (the entropy deficit's norms). */
+FOX_HD double
+fox_column_sq(const float *g, int rows, int cols, int i)
+{
+    double s = 0.0;
+    for (int r = 0; r < rows; r++) {
+        double x = g[(size_t)r * cols + i];
+        if (isfinite(x))
+            s += x * x;
+    }
+    return s;
+}
+
 /* Feed one group's statistics into its four SP4 slots through Pearls A+D. */
 void fox_bounds_observe_group(float *isv, fox_wiener_state *ws, int group,
                               const fox_group_stats *st);

@@ -723,12 +723,7 @@ post_adam_tail(const fox_cuda_stab &st, fox_cuda_p99_scratch *sc, const unsigned
     /* Entropy deficit (fox_entropy_deficit): column norms, their total, then Σ p log p. */
     double tot = 0.0, live = 0.0;
     for (int i = threadIdx.x; i < cols; i += blockDim.x) {
-        double s2 = 0.0;
-        for (int r = 0; r < rows; r++) {
-            double x = gl[(size_t)r * cols + i];
-            if (isfinite(x))
-                s2 += x * x;
-        }
+        double s2 = fox_column_sq(gl, rows, cols, i);
         if (s2 > 0.0) {
             tot += sqrt(s2);
             live += 1.0;
@@ -739,12 +734,7 @@ post_adam_tail(const fox_cuda_stab &st, fox_cuda_p99_scratch *sc, const unsigned
     double plogp = 0.0;
     if (live >= 2.0 && tot > 0.0)
         for (int i = threadIdx.x; i < cols; i += blockDim.x) {
-            double s2 = 0.0;
-            for (int r = 0; r < rows; r++) {
-                double x = gl[(size_t)r * cols + i];
-                if (isfinite(x))
-                    s2 += x * x;
-            }
+            double s2 = fox_column_sq(gl, rows, cols, i);
             if (s2 > 0.0) {
                 double p = sqrt(s2) / tot;
                 plogp += p * log(p);
