@@ -11,8 +11,9 @@
 #                              diagnostic variants, against .carry/bin/foxbench_base (the
 #                              previous version, BASE=<dir of a build> at prepare) when present,
 #                              and a per-kernel profile summed by name (ncu, no cache flush)
-#   bench/gpu_run.sh sp4       on the GPU machine: parity and drills, then foxbench at batch 256
-#                              in fixed and adaptive bounds mode (SP4's overhead), ~3 minutes
+#   bench/gpu_run.sh overhead  on the GPU machine: parity and drills, then foxbench at batch 256
+#                              and 4096 in both bounds modes with the sentinel on and off, for
+#                              this build and foxbench_base; an ncu kernel list of adaptive steps
 #   bench/gpu_run.sh final     on the GPU machine: parity and drills; foxbench at batch 256 and
 #                              4096 (1024 envs, learning_starts 4096), sentinel on and off, for
 #                              this build, foxbench_base and foxbench_f9 (BASE2=<dir of a build>
@@ -212,40 +213,58 @@ final() {
     fb_pair foxbench 2>&1 | tee -a "$out/bench.md"
 }
 
-# SP4 on the GPU in one short call: parity (with the SP4 producer and adaptive-run tests), the
-# drills, and foxbench at batch 256 in both bounds modes, sentinel on (adaptive's overhead).
-sp4() {
+# The stability system's overhead in one short call: parity and drills, then foxbench at batch 256
+# and 4096 for every {fixed, adaptive} × {sentinel on, off}, interleaved, for this build and
+# foxbench_base when present; then the kernels of a few adaptive steps (ncu, no cache flush).
+overhead() {
     local out=${OUT:-/tmp/foxgpu} bin=.carry/bin
     mkdir -p "$out"
     use_libs
     { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv; } > "$out/machine.txt" 2>&1
+    cat "$out/machine.txt"
     local p sb=""
     command -v stdbuf > /dev/null && sb="stdbuf -oL -eL" # a timeout must not lose the log
     for p in "$bin/test_cuda_parity" "$bin/test_cuda_drills"; do
         local log="$out/$(basename "$p").log" t0=$SECONDS
-        local lim=${SP4_TEST_S:-130}
-        [ "$(basename "$p")" = test_cuda_drills ] && lim=${SP4_DRILL_S:-40}
+        local lim=${TEST_S:-130}
+        [ "$(basename "$p")" = test_cuda_drills ] && lim=${DRILL_S:-40}
         CK_FORK=no OPENBLAS_NUM_THREADS=8 timeout "$lim" $sb "$p" > "$log" 2>&1
         echo "$p exit $? ($((SECONDS - t0)) s)" >> "$log"
         grep -E "^(device|graphs|fold|drill|stab|[0-9]+%)|exit|Failure|Error" "$log" |
             grep -v "mean: grad" | head -40
     done
-    local args="--reps ${SP4_REPS:-3} --chunk 100 --set train.learning_starts=4096 --batch 256"
+    local args="--reps ${REPS:-5} --chunk 100 --set train.learning_starts=4096 --batch 256 --batch 4096"
+    local b mode sent round
     {
-        for mode in fixed adaptive adaptive fixed; do
-            echo "## bounds_mode=$mode, sentinel on"
-            timeout "${SP4_BENCH_S:-15}" "$bin/foxbench" --backend cuda $args \
-                --set engine.bounds_mode=$mode | tail -1
+        for round in 1 2; do
+            for b in foxbench foxbench_base; do
+                [ -x "$bin/$b" ] || continue
+                for mode in fixed adaptive; do
+                    for sent in 1 0; do
+                        echo "## round $round $b bounds_mode=$mode sentinel=$sent"
+                        timeout "${BENCH_S:-40}" "$bin/$b" --backend cuda $args \
+                            --set engine.bounds_mode=$mode --set engine.sentinel=$sent | tail -2
+                    done
+                done
+            done
         done
-    } > "$out/bench_sp4.md" 2>&1
-    cat "$out/bench_sp4.md"
+    } > "$out/bench_overhead.md" 2>&1
+    cat "$out/bench_overhead.md"
+    if command -v ncu > /dev/null; then
+        timeout "${NCU_S:-150}" ncu --clock-control none --cache-control none \
+            --metrics gpu__time_duration.sum --csv "$bin/foxbench" --backend cuda --batch 256 \
+            --envs 1024 --reps 1 --chunk 2 --set engine.bounds_mode=adaptive \
+            > "$out/ncu_adaptive.csv" 2> "$out/ncu.err"
+        echo "ncu exit $?" >> "$out/ncu.err"
+        tail -1 "$out/ncu.err"
+    fi
 }
 
 case "${1:-}" in
 prepare) prepare ;;
-sp4) sp4 ;;
+overhead) overhead ;;
 run) run ;;
 quick) quick ;;
 final) final ;;
-*) echo "usage: $0 prepare|run|quick|final|sp4" >&2; exit 2 ;;
+*) echo "usage: $0 prepare|run|quick|final|overhead" >&2; exit 2 ;;
 esac
