@@ -429,7 +429,7 @@ show_event(progress *p, const fox_event *ev)
                 jnum(d, "epochs", 0), jnum(d, "steps_per_epoch", 0));
     } else if (!strcmp(ev->type, "fold_end")) {
         fprintf(stderr, "fold %.0f done: best val Sharpe %.3f at epoch %.0f, test Sharpe %.3f\n",
-                jnum(d, "fold", -1), jnum(d, "best_val_sharpe", NAN), jnum(d, "best_epoch", -1),
+                jnum(d, "fold", -1), jnum(d, "best_val_sharpe", NAN), jnum(d, "best_epoch", -1) + 1,
                 jnum(d, "test_sharpe", NAN));
     } else if (!strcmp(ev->type, "halt")) {
         fprintf(stderr, "HALT fold %.0f: %s\n", jnum(d, "fold", -1), jstr(d, "reason", "?"));

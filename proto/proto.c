@@ -693,12 +693,13 @@ fox_event_fini(fox_event *ev)
 
 /* -------------------------------------------------------------- fold table */
 
+/* One number of obj, plus add (the JSON counts epochs from 0, people from 1). */
 static void
-cell(FILE *out, const cJSON *obj, const char *key, int width, const char *fmt)
+cell(FILE *out, const cJSON *obj, const char *key, double add, int width, const char *fmt)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (cJSON_IsNumber(v) && isfinite(v->valuedouble))
-        fprintf(out, fmt, width, v->valuedouble);
+        fprintf(out, fmt, width, v->valuedouble + add);
     else
         fprintf(out, "%*s", width, "n/a");
 }
@@ -709,25 +710,25 @@ fox_proto_print_folds(FILE *out, const cJSON *folds)
     fprintf(out, "%4s  %15s  %5s  %17s  %10s  %9s  %7s\n", "fold", "best val Sharpe", "epoch",
             "test Sharpe@best", "final loss", "steps/s", "P");
     for (const cJSON *f = folds ? folds->child : NULL; f; f = f->next) {
-        cell(out, f, "fold", 4, "%*.0f");
+        cell(out, f, "fold", 0, 4, "%*.0f");
         fputs("  ", out);
-        cell(out, f, "best_val_sharpe", 15, "%*.3f");
+        cell(out, f, "best_val_sharpe", 0, 15, "%*.3f");
         fputs("  ", out);
-        cell(out, f, "best_epoch", 5, "%*.0f");
+        cell(out, f, "best_epoch", 1, 5, "%*.0f");
         fputs("  ", out);
-        cell(out, f, "test_sharpe", 17, "%*.3f");
+        cell(out, f, "test_sharpe", 0, 17, "%*.3f");
         fputs("  ", out);
-        cell(out, f, "final_loss", 10, "%*.4g");
+        cell(out, f, "final_loss", 0, 10, "%*.4g");
         fputs("  ", out);
-        cell(out, f, "steps_per_sec", 9, "%*.1f");
+        cell(out, f, "steps_per_sec", 0, 9, "%*.1f");
         fputs("  ", out);
-        cell(out, f, "bars_per_year", 7, "%*.0f");
+        cell(out, f, "bars_per_year", 0, 7, "%*.0f");
         fputc('\n', out);
     }
     fputs("note: best val Sharpe is the maximum over epochs, so it is selection-biased; test\n"
           "      Sharpe is measured at the epoch chosen on validation and is not. Sharpe is\n"
           "      mean/std of per-bar net returns x sqrt(P), P = bars per year; epochs count from "
-          "0.\n",
+          "1.\n",
           out);
 }
 
