@@ -302,9 +302,16 @@ fox_config_get(const fox_config *cfg, const char *key, char *buf, size_t len)
     case FOX_CFG_U64:
         snprintf(buf, len, "%" PRIu64, *(const uint64_t *)field);
         return FOX_OK;
-    case FOX_CFG_FLOAT:
-        snprintf(buf, len, "%.9g", *(const float *)field);
+    case FOX_CFG_FLOAT: {
+        /* The shortest text that reads back as the same float: 0.0003, not 0.000300000014. */
+        float x = *(const float *)field;
+        for (int digits = 6; digits <= 9; digits++) {
+            snprintf(buf, len, "%.*g", digits, x);
+            if ((float)strtod(buf, NULL) == x) /* as fox_config_set reads it */
+                break;
+        }
         return FOX_OK;
+    }
     case FOX_CFG_DOUBLE:
         snprintf(buf, len, "%.17g", *(const double *)field);
         return FOX_OK;

@@ -60,6 +60,10 @@ START_TEST(config_keys_round_trip)
         ck_assert_ptr_nonnull(fox_config_key_help(i));
     }
     ck_assert_int_eq(fox_config_validate(&c, err, sizeof err), FOX_OK);
+    /* Floats print as the shortest text that reads back the same, not as 9 digits of noise. */
+    ck_assert_int_eq(fox_config_set(&c, "train.lr", "0.0003", err, sizeof err), FOX_OK);
+    ck_assert_int_eq(fox_config_get(&c, "train.lr", buf, sizeof buf), FOX_OK);
+    ck_assert_str_eq(buf, "0.0003");
 }
 END_TEST
 
