@@ -462,19 +462,35 @@ END_TEST
  * GATE_EPOCHS × GATE_STEPS. Asserted: every fold completes every epoch, no
  * slot is ever flagged, every loss and gradient norm is finite.
  *
- * Printed, not asserted: last-epoch validation Sharpe ≥ first-epoch in F1
- * and F2. At this size it is not reliably met: over seeds 1–3 in both modes
- * (2026-11-29) it held in 7 of 12 fold runs and for F1 and F2 together in 1
- * of 6 (the seed-1 fixed run below). A 7,500-bar validation half has an
- * annualized-Sharpe standard error near 1, the size of the epoch-to-epoch
- * swings, so the check cannot tell learning from noise here; asserting it
- * would make the test a coin toss.
+ * Asserted as well, the Gate's learning criteria at the resolution a
+ * 7,500-bar validation half allows:
+ *
+ *   - F0 learns: its last-epoch validation Sharpe beats the untrained net's
+ *     (evaluated right after begin_fold(0));
+ *   - F1 and F2 do not degrade: last-epoch validation Sharpe >= first-epoch
+ *     minus two standard errors of a difference of two independent Sharpe
+ *     estimates, 2·√2·SE with SE = √(P/n) (Lo 2002, the per-bar Sharpe term
+ *     negligible here): about 3.1 annualized at n = 7,499, P = 8760. Both
+ *     epochs trade the same bars, so the true noise of the difference is
+ *     smaller: the bound is loose, never too tight.
+ *
+ * The literal "last >= first" is printed, not asserted. Measured
+ * (2026-11-29, seeds 1–4, both modes): F1 and F2 reach their plateau inside
+ * epoch 0's ε decay (the carried-over weights start them near it); from
+ * there the validation Sharpe sampled every 250 steps wanders (seed 2 F2:
+ * 2.4–7.8 in both modes) with no trend while the Sharpe on the last 7,500
+ * training bars stays level near 9–14, so first vs last epoch is a coin
+ * toss (9 of 16 fold runs). A lower or decaying learning rate, an EMA or
+ * target-net evaluation, shorter epochs, a lower ε restart, a longer
+ * validation half: none made it hold in all 16 runs. Even the OpenBLAS
+ * kernel moves it: seed 1 under OPENBLAS_CORETYPE=Haswell gives F2 fixed
+ * 5.43 → 5.66, under the machine's own kernel 7.45 → 5.11.
  */
 #define GATE_EPOCHS 3
 #define GATE_STEPS  3000
 
 typedef struct gate_result {
-    double first[3], last[3];
+    double untrained, first[3], last[3], se[3];
 } gate_result;
 
 static void
@@ -503,6 +519,12 @@ gate_run(int adaptive, gate_result *g)
     ck_assert_fox_ok(e, fox_engine_load_data(e));
     for (int f = 0; f < 3; f++) {
         ck_assert_fox_ok(e, fox_engine_begin_fold(e, f));
+        if (f == 0) {
+            fox_eval_result u;
+            ck_assert_fox_ok(e,
+                             fox_engine_evaluate(e, FOX_SPLIT_VALIDATION, FOX_POLICY_GREEDY, &u));
+            g->untrained = u.sharpe;
+        }
         for (int ep = 0; ep < GATE_EPOCHS; ep++) {
             fox_step_stats st;
             fox_epoch_report r;
@@ -516,6 +538,7 @@ gate_run(int adaptive, gate_result *g)
             if (ep == 0)
                 g->first[f] = r.val.sharpe;
             g->last[f] = r.val.sharpe;
+            g->se[f] = r.val.bars > 1 ? sqrt(r.val.bars_per_year / r.val.bars) : INFINITY;
             printf("gate %s: F%d epoch %d loss %.3f val Sharpe %.2f test Sharpe %.2f\n",
                    adaptive ? "adaptive" : "fixed", f, ep, r.mean_loss, r.val.sharpe,
                    r.test.sharpe);
@@ -530,12 +553,21 @@ gate_run(int adaptive, gate_result *g)
 static void
 gate_mode(int adaptive)
 {
+    const char *mode = adaptive ? "adaptive" : "fixed";
     gate_result g;
     gate_run(adaptive, &g);
-    for (int f = 1; f < 3; f++)
-        printf("gate %s: F%d val Sharpe first %.2f last %.2f: %s\n",
-               adaptive ? "adaptive" : "fixed", f, g.first[f], g.last[f],
-               g.last[f] >= g.first[f] ? "last >= first" : "LAST < FIRST (criterion not met)");
+    printf("gate %s: F0 val Sharpe untrained %.2f last %.2f\n", mode, g.untrained, g.last[0]);
+    ck_assert_msg(g.last[0] > g.untrained, "gate %s: F0 did not learn: val Sharpe %.2f -> %.2f",
+                  mode, g.untrained, g.last[0]);
+    for (int f = 1; f < 3; f++) {
+        double tol = 2.0 * sqrt(2.0) * g.se[f];
+        printf("gate %s: F%d val Sharpe first %.2f last %.2f (tolerance %.2f): %s\n", mode, f,
+               g.first[f], g.last[f], tol,
+               g.last[f] >= g.first[f] ? "last >= first" : "last < first, within noise?");
+        ck_assert_msg(g.last[f] >= g.first[f] - tol,
+                      "gate %s: F%d val Sharpe degraded %.2f -> %.2f, beyond 2·√2·SE = %.2f", mode,
+                      f, g.first[f], g.last[f], tol);
+    }
 }
 
 START_TEST(gate_fixed)
