@@ -23,6 +23,7 @@
 #include "engine.h"
 #include "log.h"
 #include "sentinel.h"
+#include "testutil.h"
 
 #define FAULT_STEP 3
 #define STEPS 40
@@ -33,30 +34,10 @@ static const char *const small_pairs[] = {"engine.backend=cuda", "env.n_envs=64"
 static void
 config(fox_config *c, const char *buffer, const char *kind)
 {
-    char err[256], kv[3][128];
     fox_config_default(c);
-    for (int i = 0; small_pairs[i]; i++)
-        ck_assert_msg(fox_config_set_pair(c, small_pairs[i], err, sizeof err) == FOX_OK, "%s",
-                      err);
-    if (!buffer)
-        return;
-    snprintf(kv[0], sizeof kv[0], "debug.inject_fault.buffer=%s", buffer);
-    snprintf(kv[1], sizeof kv[1], "debug.inject_fault.kind=%s", kind);
-    snprintf(kv[2], sizeof kv[2], "debug.inject_fault.step=%d", FAULT_STEP);
-    for (int i = 0; i < 3; i++)
-        ck_assert_msg(fox_config_set_pair(c, kv[i], err, sizeof err) == FOX_OK, "%s", err);
-}
-
-static fox_engine *
-engine(const fox_config *c)
-{
-    fox_engine *e = NULL;
-    char err[256];
-    int rv = fox_engine_create(&e, c, err, sizeof err);
-    ck_assert_msg(rv == FOX_OK, "create: %s", err);
-    ck_assert_msg(fox_engine_load_data(e) == FOX_OK, "%s", fox_engine_errmsg(e));
-    ck_assert_msg(fox_engine_begin_fold(e, 0) == FOX_OK, "%s", fox_engine_errmsg(e));
-    return e;
+    fox_test_set_pairs(c, small_pairs);
+    if (buffer)
+        fox_test_set_fault(c, buffer, kind, FAULT_STEP);
 }
 
 static void
@@ -74,7 +55,7 @@ START_TEST(clean_run_fires_nothing)
 {
     fox_config c;
     config(&c, NULL, NULL);
-    fox_engine *e = engine(&c);
+    fox_engine *e = fox_test_engine(&c);
     fox_step_stats st;
     int rv = fox_engine_run_steps(e, STEPS, &st);
     char txt[256];
@@ -93,7 +74,7 @@ drill(const char *name, const char *kind)
     fox_config c;
     config(&c, name, kind);
     int slot = fox_sentinel_index(name);
-    fox_engine *e = engine(&c);
+    fox_engine *e = fox_test_engine(&c);
     int rv = fox_engine_run_steps(e, STEPS, NULL);
     char txt[256], want[64];
     fired_text(e, txt, sizeof txt);
@@ -143,12 +124,7 @@ END_TEST
 int
 main(void)
 {
-    char why[256];
-    if (!fox_cuda_backend_ops.available(why, sizeof why)) {
-        printf("test_cuda_drills: skipped: %s\n", why);
-        return 77;
-    }
-    printf("device: %s\n", why);
+    fox_test_require_cuda("test_cuda_drills");
     fox_log_level = FOX_LOG_ERR;
     Suite *s = suite_create("cuda_drills");
     TCase *tc = tcase_create("drills");
@@ -156,10 +132,5 @@ main(void)
     tcase_add_test(tc, clean_run_fires_nothing);
     tcase_add_test(tc, faults_fire_their_slot);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return fox_test_run_suite_nofork(s);
 }

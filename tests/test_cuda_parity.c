@@ -30,12 +30,7 @@
 #include "log.h"
 #include "rng.h"
 #include "sentinel.h"
-
-#define ck_assert_fox_ok(expr)                                                                     \
-    do {                                                                                           \
-        int rv_ = (expr);                                                                          \
-        ck_assert_msg(rv_ == FOX_OK, "%s: %s", #expr, fox_strerror(rv_));                          \
-    } while (0)
+#include "testutil.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Fixture: the default network on the synthetic series, one CUDA backend, the CPU nets        */
@@ -89,11 +84,11 @@ setup(void)
     cfg.batch = BATCH;
     cfg.n_envs = 64;
     cfg.replay_capacity = 1 << 16;
-    ck_assert_fox_ok(fox_model_layout_init(&lay, &cfg));
+    FOX_CK_OK(fox_model_layout_init(&lay, &cfg));
     ck_assert_msg(lay.S == 64 && lay.NT == 8, "host_batch is sized for the default widths");
-    ck_assert_fox_ok(fox_series_synthetic(&series, cfg.synth_bars, cfg.seed));
-    ck_assert_fox_ok(fox_features_compute(&feat, &series, lay.S));
-    ck_assert_fox_ok(fox_fold_split(series.n, feat.warmup, cfg.n_folds, 0, &fold));
+    FOX_CK_OK(fox_series_synthetic(&series, cfg.synth_bars, cfg.seed));
+    FOX_CK_OK(fox_features_compute(&feat, &series, lay.S));
+    FOX_CK_OK(fox_fold_split(series.n, feat.warmup, cfg.n_folds, 0, &fold));
     fox_features_normalize(&feat, fold.train_begin, fold.train_end);
     fox_backend_env env = {&cfg, &lay, &series, &feat, &fold};
     int rv = fox_cuda_backend_ops.create(&gpu, &env, err, sizeof err);
@@ -187,13 +182,13 @@ make_batch(host_batch *hb, uint64_t seed)
     fox_rng rng;
     fox_rng_seed(&rng, seed);
     fox_cpu_net *net = NULL;
-    ck_assert_fox_ok(fox_cpu_net_create(&net, &lay, BATCH));
+    FOX_CK_OK(fox_cpu_net_create(&net, &lay, BATCH));
     float *q = malloc((size_t)BATCH * lay.n_actions * sizeof *q);
     ck_assert_ptr_nonnull(q);
     for (int b = 0; b < BATCH; b++)
         fill_row(&rng, hb, b);
     for (int round = 0; round < 100; round++) {
-        ck_assert_fox_ok(fox_cpu_net_q_values(net, params, hb->s_next, BATCH, q));
+        FOX_CK_OK(fox_cpu_net_q_values(net, params, hb->s_next, BATCH, q));
         int redrawn = 0;
         for (int b = 0; b < BATCH; b++)
             for (int d = 0; d < 4; d++) {
@@ -244,12 +239,12 @@ START_TEST(forward_q_values)
     for (int b = 0; b < R; b++)
         memcpy(s + (size_t)b * lay.S, hb->s + (size_t)(b % BATCH) * lay.S, lay.S * sizeof *s);
     fox_cpu_net *net = NULL;
-    ck_assert_fox_ok(fox_cpu_net_create(&net, &lay, R));
-    ck_assert_fox_ok(fox_cpu_net_q_values(net, params, s, R, qc));
+    FOX_CK_OK(fox_cpu_net_create(&net, &lay, R));
+    FOX_CK_OK(fox_cpu_net_q_values(net, params, s, R, qc));
     fox_train_counters c;
-    ck_assert_fox_ok(fox_cuda_backend_ops.state_io(gpu, 0, NULL, NULL, NULL, NULL, &c));
-    ck_assert_fox_ok(fox_cuda_backend_ops.state_io(gpu, 1, params, target, params, params, &c));
-    ck_assert_fox_ok(fox_cuda_backend_ops.q_values(gpu, s, R, qg));
+    FOX_CK_OK(fox_cuda_backend_ops.state_io(gpu, 0, NULL, NULL, NULL, NULL, &c));
+    FOX_CK_OK(fox_cuda_backend_ops.state_io(gpu, 1, params, target, params, params, &c));
+    FOX_CK_OK(fox_cuda_backend_ops.q_values(gpu, s, R, qg));
     double e = rel_err_f(qg, qc, (size_t)R * lay.n_actions);
     printf("parity forward: expected Q of %d states, rel err %.3g (FP32)\n", R, e);
     ck_assert_msg(e < 1e-5, "q_values rel err %g", e);
@@ -329,12 +324,12 @@ run_all(const host_batch *hb, int weighted, int mode, const char *what, int verb
     ck_assert(g.grads && g.prio && c.grads && c.prio && gd && pd && td && prio_d && astar);
 
     fox_cpu_net *net = NULL;
-    ck_assert_fox_ok(fox_cpu_net_create(&net, &lay, BATCH));
-    ck_assert_fox_ok(fox_cpu_net_loss_grad(net, params, target, &b, &hp, &c.loss, c.grads, c.prio));
+    FOX_CK_OK(fox_cpu_net_create(&net, &lay, BATCH));
+    FOX_CK_OK(fox_cpu_net_loss_grad(net, params, target, &b, &hp, &c.loss, c.grads, c.prio));
 
     /* The double reference on the same (float) inputs. */
     fox_cpud_net *dnet = NULL;
-    ck_assert_fox_ok(fox_cpud_net_create(&dnet, &lay, BATCH));
+    FOX_CK_OK(fox_cpud_net_create(&dnet, &lay, BATCH));
     size_t ns = (size_t)BATCH * lay.S, nt = (size_t)BATCH * lay.NT;
     double *ds = malloc(2 * ns * sizeof *ds), *dr = malloc(5 * BATCH * sizeof *dr);
     double *dtau = malloc(2 * nt * sizeof *dtau);
@@ -363,14 +358,14 @@ run_all(const host_batch *hb, int weighted, int mode, const char *what, int verb
     fox_cpud_net_hparams hpd = {hp.gamma_n, hp.iqn_lambda, hp.aux_lambda, hp.aux_label_scale,
                                 mode, 1};
     fox_cpud_net_loss ld;
-    ck_assert_fox_ok(fox_cpud_net_loss_grad(dnet, pd, td, &bd, &hpd, &ld, gd, prio_d));
+    FOX_CK_OK(fox_cpud_net_loss_grad(dnet, pd, td, &bd, &hpd, &ld, gd, prio_d));
 
-    ck_assert_fox_ok(fox_cuda_debug_loss_grad(gpu, params, target, &b, &hp, &g.loss, g.grads,
-                                              g.prio, astar));
+    FOX_CK_OK(
+        fox_cuda_debug_loss_grad(gpu, params, target, &b, &hp, &g.loss, g.grads, g.prio, astar));
     /* The greedy next actions: same as the CPU's argmax of E[Z] on s′. */
     float *q = malloc((size_t)BATCH * lay.n_actions * sizeof *q);
     ck_assert_ptr_nonnull(q);
-    ck_assert_fox_ok(fox_cpu_net_q_values(net, params, hb->s_next, BATCH, q));
+    FOX_CK_OK(fox_cpu_net_q_values(net, params, hb->s_next, BATCH, q));
     for (int i = 0; i < BATCH; i++)
         for (int d = 0; d < 4; d++) {
             const float *qd = q + (size_t)i * lay.n_actions + lay.branch_off[d];
@@ -417,9 +412,9 @@ START_TEST(tf32_accuracy)
     host_batch *hb = malloc(sizeof *hb);
     ck_assert_ptr_nonnull(hb);
     make_batch(hb, 31);
-    ck_assert_fox_ok(fox_cuda_debug_set_tf32(gpu, 1));
+    FOX_CK_OK(fox_cuda_debug_set_tf32(gpu, 1));
     run_all(hb, 0, FOX_TARGET_MEAN, "tf32 mean", 1, 5e-2);
-    ck_assert_fox_ok(fox_cuda_debug_set_tf32(gpu, 0));
+    FOX_CK_OK(fox_cuda_debug_set_tf32(gpu, 0));
     free(hb);
 }
 END_TEST
@@ -457,7 +452,7 @@ START_TEST(adam_step)
     double norm_c = fox_cpu_grad_norm(gc, np), norm_g = 0.0;
     float scale = fox_cpu_clip_scale(norm_c, cfg.grad_clip);
     fox_cpu_adam_step(pc, gc, mc, vc, np, cfg.lr, cfg.adam_b1, cfg.adam_b2, cfg.adam_eps, t, scale);
-    ck_assert_fox_ok(fox_cuda_debug_adam(gpu, pg, g, mg, vg, t, &norm_g));
+    FOX_CK_OK(fox_cuda_debug_adam(gpu, pg, g, mg, vg, t, &norm_g));
     ck_assert_int_eq(bad, 3);
     /* Compare the updates, not the parameters (the update is ~1e-4 of a parameter). */
     double num = 0.0, den = 0.0;
@@ -510,7 +505,7 @@ START_TEST(check_kernel_vs_cpu)
         int slot = slots[si];
         float t = 0.0f;
         if (fox_sentinel_kind(slot) == FOX_SENT_KIND_THRESHOLD)
-            ck_assert_fox_ok(fox_sentinel_threshold(slot, isv, &t));
+            FOX_CK_OK(fox_sentinel_threshold(slot, isv, &t));
         size_t len = slot == FOX_SENT_ATOM_SPAN_MAX ? 51 + li : lens[li];
         /* clean; one NaN; one Inf; at the threshold; just below it */
         for (int c = 0; c < 5; c++) {
@@ -526,8 +521,8 @@ START_TEST(check_kernel_vs_cpu)
             else if (c == 4 && t > 0.0f)
                 x[at] = slot == FOX_SENT_ATOM_SPAN_MAX ? 0.0f : nextafterf(t, 0.0f);
             int cpu = 0, gpu_fired = -1;
-            ck_assert_fox_ok(fox_sentinel_check(slot, x, len, isv, &cpu));
-            ck_assert_fox_ok(fox_cuda_debug_check(gpu, slot, x, len, isv, &gpu_fired));
+            FOX_CK_OK(fox_sentinel_check(slot, x, len, isv, &cpu));
+            FOX_CK_OK(fox_cuda_debug_check(gpu, slot, x, len, isv, &gpu_fired));
             ck_assert_msg(gpu_fired == cpu, "slot %d case %d: gpu %d cpu %d", slot, c, gpu_fired,
                           cpu);
             cases++;
@@ -561,7 +556,7 @@ START_TEST(h_s2_site_vs_cpu)
             h[n - 3] = -5e5f; /* past 100 × h_eff and past slot 49's 1e3 × h_eff */
         }
         int f12 = fox_sentinel_check_nonfinite(h, n), f49 = 0;
-        ck_assert_fox_ok(fox_sentinel_check(FOX_SENT_H_S2_MAX_ABS, h, n, isv_ref, &f49));
+        FOX_CK_OK(fox_sentinel_check(FOX_SENT_H_S2_MAX_ABS, h, n, isv_ref, &f49));
         float bound = fox_bound_h_s2_fixed(isv_ref[FOX_ISV_H_S2_RMS_EMA]);
         double ss = 0.0;
         for (size_t k = 0; k < n; k++) {
@@ -570,7 +565,7 @@ START_TEST(h_s2_site_vs_cpu)
         }
         float rms = fox_ema_first(isv_ref[FOX_ISV_H_S2_RMS_EMA], (float)sqrt(ss / (double)n),
                                   FOX_SIGNAL_EMA_ALPHA);
-        ck_assert_fox_ok(fox_cuda_debug_h_s2_site(gpu, h, n, isv, flags));
+        FOX_CK_OK(fox_cuda_debug_h_s2_site(gpu, h, n, isv, flags));
         ck_assert_msg(memcmp(h, ref, n * sizeof *h) == 0, "pass %d: clamped h_s2 differs", pass);
         ck_assert_int_eq(flags[FOX_SENT_H_S2], f12);
         ck_assert_int_eq(flags[FOX_SENT_H_S2_MAX_ABS], f49);
@@ -624,7 +619,7 @@ sp4_cpu_round(float *isv, fox_wiener_state *ws, fox_pearl_c_state pc[3][FOX_GROU
         if (!ns)
             continue;
         fox_group_stats gs;
-        ck_assert_fox_ok(fox_pearl_b_group(w, g, m, v, sp, ns, &gs));
+        FOX_CK_OK(fox_pearl_b_group(w, g, m, v, sp, ns, &gs));
         fox_bounds_observe_group(isv, ws, grp, &gs);
         int slots[3] = {fox_isv_weight_bound_slot(grp), fox_isv_adam_m_bound_slot(grp),
                         fox_isv_adam_v_bound_slot(grp)};
@@ -682,7 +677,7 @@ START_TEST(sp4_producers_vs_cpu)
             tq[1] = NAN;
         }
         sp4_cpu_round(ref, ws, pc, w, g, m, v, h, nh, tq, ntq);
-        ck_assert_fox_ok(fox_cuda_debug_sp4(gpu, round == 0, w, g, m, v, h, nh, tq, ntq, isv));
+        FOX_CK_OK(fox_cuda_debug_sp4(gpu, round == 0, w, g, m, v, h, nh, tq, ntq, isv));
         for (int i = FOX_ISV_SP4_BASE; i < FOX_ISV_SP4_BASE + 40; i++) {
             double d = fabs((double)isv[i] - (double)ref[i]);
             double tol = 1e-4 * fmax(fabs((double)isv[i]), fabs((double)ref[i])) + 1e-7;
@@ -699,8 +694,8 @@ START_TEST(sp4_producers_vs_cpu)
     float isv_a[FOX_ISV_TOTAL_DIM], isv_b[FOX_ISV_TOTAL_DIM];
     memcpy(isv_a, isv, sizeof isv);
     memcpy(isv_b, isv, sizeof isv);
-    ck_assert_fox_ok(fox_cuda_debug_sp4(gpu, 1, w, g, m, v, h, nh, tq, ntq, isv_a));
-    ck_assert_fox_ok(fox_cuda_debug_sp4(gpu, 1, w, g, m, v, h, nh, tq, ntq, isv_b));
+    FOX_CK_OK(fox_cuda_debug_sp4(gpu, 1, w, g, m, v, h, nh, tq, ntq, isv_a));
+    FOX_CK_OK(fox_cuda_debug_sp4(gpu, 1, w, g, m, v, h, nh, tq, ntq, isv_b));
     ck_assert_msg(memcmp(isv_a + FOX_ISV_SP4_BASE, isv_b + FOX_ISV_SP4_BASE,
                          40 * sizeof(float)) == 0,
                   "SP4 producers differ between two identical runs");
@@ -724,20 +719,6 @@ END_TEST
 /* ------------------------------------------------------------------------------------------ */
 /* Engine level: graphs, determinism, ISV, memory, a short fold against the CPU                */
 
-static fox_engine *
-engine(const fox_config *c)
-{
-    fox_engine *e = NULL;
-    char err[512];
-    int rv = fox_engine_create(&e, c, err, sizeof err);
-    ck_assert_msg(rv == FOX_OK, "engine: %s", err);
-    rv = fox_engine_load_data(e);
-    ck_assert_msg(rv == FOX_OK, "load_data: %s", fox_engine_errmsg(e));
-    rv = fox_engine_begin_fold(e, 0);
-    ck_assert_msg(rv == FOX_OK, "begin_fold: %s", fox_engine_errmsg(e));
-    return e;
-}
-
 START_TEST(graph_determinism_and_isv)
 {
     fox_config c;
@@ -746,7 +727,7 @@ START_TEST(graph_determinism_and_isv)
     size_t np = 0;
     float *p[2] = {NULL, NULL};
     for (int k = 0; k < 2; k++) {
-        fox_engine *e = engine(&c);
+        fox_engine *e = fox_test_engine(&c);
         fox_step_stats st;
         /* Warm-up collects, then eager and captured full steps, in two chunks. */
         int rv = fox_engine_run_steps(e, 30, &st);
@@ -769,12 +750,12 @@ START_TEST(graph_determinism_and_isv)
         if (k == 0)
             printf("graphs: 60 steps, loss %.4f, grad norm %.3f, eps %.3f, Q_ABS_REF %.4f\n",
                    st.loss, st.grad_norm, st.epsilon, isv[FOX_ISV_Q_ABS_REF]);
-        ck_assert_fox_ok(fox_engine_train_only(e, 20, &st));
+        FOX_CK_OK(fox_engine_train_only(e, 20, &st));
         ck_assert(isfinite(st.loss));
         np = fox_engine_param_count(e);
         p[k] = malloc(np * sizeof(float));
         ck_assert_ptr_nonnull(p[k]);
-        ck_assert_fox_ok(fox_engine_get_params(e, p[k], np));
+        FOX_CK_OK(fox_engine_get_params(e, p[k], np));
         fox_engine_destroy(e);
     }
     ck_assert_msg(memcmp(p[0], p[1], np * sizeof(float)) == 0,
@@ -796,13 +777,13 @@ START_TEST(adaptive_training_no_flags)
     fox_config_default(&c);
     c.backend = FOX_BACKEND_CUDA;
     c.bounds_mode = FOX_BOUNDS_ADAPTIVE;
-    fox_engine *e = engine(&c);
+    fox_engine *e = fox_test_engine(&c);
     fox_step_stats st;
     for (int k = 0; k < 3; k++) {
         int rv = fox_engine_run_steps(e, 100, &st);
         ck_assert_msg(rv == FOX_OK, "run_steps: %s", fox_engine_errmsg(e));
     }
-    ck_assert_fox_ok(fox_engine_train_only(e, 50, &st));
+    FOX_CK_OK(fox_engine_train_only(e, 50, &st));
     ck_assert_msg(isfinite(st.loss) && st.loss > 0.0f, "loss %g", st.loss);
     const volatile float *isv = fox_engine_isv(e);
     for (int i = 0; i < FOX_SENTINEL_SLOTS; i++)
@@ -859,13 +840,13 @@ run_fold(int backend, fox_fold_report *rep, double *first_loss, double *secs)
     c.steps_per_epoch = 400;
     c.epochs = 3;
     c.learning_starts = 1024;
-    fox_engine *e = engine(&c);
+    fox_engine *e = fox_test_engine(&c);
     fox_epoch_report er;
     double t0 = 0.0;
     for (int ep = 0; ep < c.epochs; ep++) {
         int rv = fox_engine_run_steps(e, c.steps_per_epoch, NULL);
         ck_assert_msg(rv == FOX_OK, "run_steps: %s", fox_engine_errmsg(e));
-        ck_assert_fox_ok(fox_engine_end_epoch(e, &er));
+        FOX_CK_OK(fox_engine_end_epoch(e, &er));
         if (ep == 0)
             *first_loss = er.mean_loss;
         t0 += c.steps_per_epoch / (er.steps_per_sec > 0 ? er.steps_per_sec : 1.0);
@@ -873,7 +854,7 @@ run_fold(int backend, fox_fold_report *rep, double *first_loss, double *secs)
                "steps/s\n", backend == FOX_BACKEND_CUDA ? "cuda" : "cpu ", ep, er.mean_loss,
                er.val.sharpe, er.test.sharpe, er.steps_per_sec);
     }
-    ck_assert_fox_ok(fox_engine_fold_report(e, rep));
+    FOX_CK_OK(fox_engine_fold_report(e, rep));
     *secs = t0;
     fox_engine_destroy(e);
 }
@@ -904,12 +885,7 @@ END_TEST
 int
 main(void)
 {
-    char why[256];
-    if (!fox_cuda_backend_ops.available(why, sizeof why)) {
-        printf("test_cuda_parity: skipped: %s\n", why);
-        return 77;
-    }
-    printf("device: %s\n", why);
+    fox_test_require_cuda("test_cuda_parity");
     fox_log_level = FOX_LOG_WARNING;
     Suite *s = suite_create("cuda_parity");
     TCase *tc = tcase_create("kernels");
@@ -930,10 +906,5 @@ main(void)
     tcase_add_test(te, adaptive_training_no_flags);
     tcase_add_test(te, fold_sharpe_vs_cpu);
     suite_add_tcase(s, te);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return fox_test_run_suite_nofork(s);
 }

@@ -19,12 +19,7 @@
 #include "proto/proto.h"
 #include "trainer.h"
 #include "walk.h"
-
-#define ck_assert_fox_ok(expr)                                                                     \
-    do {                                                                                           \
-        int rv_ = (expr);                                                                          \
-        ck_assert_msg(rv_ == 0, "%s: %s (%s)", #expr, fox_err_name(rv_), err);                     \
-    } while (0)
+#include "testutil.h"
 
 static char err[1024];
 static char tmpdir[256];
@@ -61,10 +56,10 @@ tiny(fox_config *cfg)
         "train.batch=16",
         "env.n_envs=8",
         "train.learning_starts=64",
+        NULL,
     };
     fox_config_default(cfg);
-    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
-        ck_assert_fox_ok(fox_config_set_pair(cfg, pairs[i], err, sizeof err));
+    fox_test_set_pairs(cfg, pairs);
 }
 
 /* ------------------------------------------------------------------- conf */
@@ -85,7 +80,7 @@ START_TEST(test_conf_file)
                      "   \"tls\":{\"ca\":\"/etc/ca.pem\"}}}\n");
     fox_config_default(&cfg);
     fox_dconf_default(&d);
-    ck_assert_fox_ok(fox_conf_load_file(&cfg, &d, path, err, sizeof err));
+    FOX_CK_OK_MSG(fox_conf_load_file(&cfg, &d, path, err, sizeof err), err);
     ck_assert_int_eq(cfg.h1, 32);
     ck_assert_int_eq(cfg.epochs, 2);
     ck_assert_int_eq(cfg.folds_mask, 5);
@@ -137,15 +132,16 @@ START_TEST(test_conf_set)
     fox_dconf d;
     fox_config_default(&cfg);
     fox_dconf_default(&d);
-    ck_assert_fox_ok(fox_conf_set_pair(&cfg, &d, "train.epochs=7", err, sizeof err));
+    FOX_CK_OK_MSG(fox_conf_set_pair(&cfg, &d, "train.epochs=7", err, sizeof err), err);
     ck_assert_int_eq(cfg.epochs, 7);
-    ck_assert_fox_ok(fox_conf_set_pair(&cfg, &d, "daemon.ipc_mode=0600", err, sizeof err));
+    FOX_CK_OK_MSG(fox_conf_set_pair(&cfg, &d, "daemon.ipc_mode=0600", err, sizeof err), err);
     ck_assert_int_eq(d.ipc_mode, 0600);
-    ck_assert_fox_ok(
-        fox_conf_set_pair(&cfg, &d, "daemon.listen=ipc:///a,tcp://127.0.0.1:1", err, sizeof err));
+    FOX_CK_OK_MSG(
+        fox_conf_set_pair(&cfg, &d, "daemon.listen=ipc:///a,tcp://127.0.0.1:1", err, sizeof err),
+        err);
     ck_assert_int_eq(d.n_listen, 2);
-    ck_assert_fox_ok(
-        fox_conf_set_pair(&cfg, &d, "daemon.checkpoint_on_stop=false", err, sizeof err));
+    FOX_CK_OK_MSG(fox_conf_set_pair(&cfg, &d, "daemon.checkpoint_on_stop=false", err, sizeof err),
+                  err);
     ck_assert_int_eq(d.checkpoint_on_stop, 0);
     ck_assert_int_ne(
         fox_conf_set_pair(&cfg, &d, "daemon.checkpoint_on_stop=maybe", err, sizeof err), 0);
@@ -182,7 +178,7 @@ START_TEST(test_dconf_finish)
     write_file(path, "s3cret\n");
     chmod(path, 0600);
     snprintf(d.token_file, sizeof d.token_file, "%s", path);
-    ck_assert_fox_ok(fox_dconf_finish(&d, err, sizeof err));
+    FOX_CK_OK_MSG(fox_dconf_finish(&d, err, sizeof err), err);
     ck_assert_int_eq(d.n_listen, 1);
     ck_assert_ptr_nonnull(strstr(d.listen[0], tmpdir));
     ck_assert_ptr_nonnull(strstr(d.pub, "foxd-events.sock"));
@@ -203,12 +199,12 @@ START_TEST(test_ckpt_paths)
     char out[FOX_PATH_MAX];
     fox_dconf_default(&d);
     snprintf(d.state_dir, sizeof d.state_dir, "/var/lib/foxd");
-    ck_assert_fox_ok(fox_answer_ckpt_path(&d, NULL, out, sizeof out, err, sizeof err));
+    FOX_CK_OK_MSG(fox_answer_ckpt_path(&d, NULL, out, sizeof out, err, sizeof err), err);
     ck_assert_str_eq(out, "/var/lib/foxd/foxd.ckpt");
-    ck_assert_fox_ok(fox_answer_ckpt_path(&d, "runs/a.ckpt", out, sizeof out, err, sizeof err));
+    FOX_CK_OK_MSG(fox_answer_ckpt_path(&d, "runs/a.ckpt", out, sizeof out, err, sizeof err), err);
     ck_assert_str_eq(out, "/var/lib/foxd/runs/a.ckpt");
-    ck_assert_fox_ok(
-        fox_answer_ckpt_path(&d, "/var/lib/foxd/b.ckpt", out, sizeof out, err, sizeof err));
+    FOX_CK_OK_MSG(
+        fox_answer_ckpt_path(&d, "/var/lib/foxd/b.ckpt", out, sizeof out, err, sizeof err), err);
     ck_assert_int_eq(fox_answer_ckpt_path(&d, "../x", out, sizeof out, err, sizeof err), FOX_EPERM);
     ck_assert_int_eq(fox_answer_ckpt_path(&d, "a/../../x", out, sizeof out, err, sizeof err),
                      FOX_EPERM);
@@ -217,7 +213,7 @@ START_TEST(test_ckpt_paths)
     ck_assert_int_eq(fox_answer_ckpt_path(&d, "/var/lib/foxdX/a", out, sizeof out, err, sizeof err),
                      FOX_EPERM);
     /* "..x" is a name, not a parent. */
-    ck_assert_fox_ok(fox_answer_ckpt_path(&d, "..x", out, sizeof out, err, sizeof err));
+    FOX_CK_OK_MSG(fox_answer_ckpt_path(&d, "..x", out, sizeof out, err, sizeof err), err);
 }
 END_TEST
 
@@ -260,20 +256,20 @@ START_TEST(test_walk)
     counts n = {0};
     fox_walk_sink sink = {c_begin, c_chunk, c_epoch, c_fold, &n};
     tiny(&cfg);
-    ck_assert_fox_ok(fox_engine_create(&e, &cfg, err, sizeof err));
-    ck_assert_fox_ok(fox_engine_load_data(e));
-    ck_assert_fox_ok(fox_walk_check(5, 2, 10, cfg.n_folds, err, sizeof err));
+    FOX_CK_OK_MSG(fox_engine_create(&e, &cfg, err, sizeof err), err);
+    FOX_CK_OK_MSG(fox_engine_load_data(e), err);
+    FOX_CK_OK_MSG(fox_walk_check(5, 2, 10, cfg.n_folds, err, sizeof err), err);
     fox_walk_init(&w, 5, 2, 10);
     int calls = 0;
     while (!w.done && calls++ < 1000)
-        ck_assert_fox_ok(fox_walk_advance(&w, e, 4, &sink));
+        FOX_CK_OK_MSG(fox_walk_advance(&w, e, 4, &sink), err);
     ck_assert_int_eq(n.begins, 2);
     ck_assert_int_eq(n.epochs, 4);
     ck_assert_int_eq(n.folds, 2);
     ck_assert_int_eq(n.chunks, 4 * 3); /* 10 steps in chunks of 4: 4, 4, 2 */
     cJSON *j = NULL;
     fox_fold_report fr;
-    ck_assert_fox_ok(fox_engine_fold_report(e, &fr));
+    FOX_CK_OK_MSG(fox_engine_fold_report(e, &fr), err);
     j = fox_walk_fold_json(&fr);
     ck_assert_int_eq(cJSON_GetObjectItem(j, "fold")->valueint, 2);
     ck_assert_ptr_nonnull(cJSON_GetObjectItem(j, "bars_per_year"));
@@ -392,7 +388,7 @@ START_TEST(test_trainer)
     fox_dconf_default(&d);
     snprintf(d.state_dir, sizeof d.state_dir, "%s", tmpdir);
     d.chunk_steps = 4;
-    ck_assert_fox_ok(fox_trainer_start(&t, &cfg, &d, &hooks, err, sizeof err));
+    FOX_CK_OK_MSG(fox_trainer_start(&t, &cfg, &d, &hooks, err, sizeof err), err);
     ck_assert_int_eq(state_of(t), FOX_TSTATE_IDLE);
 
     /* Wrong states. */
@@ -553,7 +549,8 @@ START_TEST(test_trainer_start_fails)
     fox_trainer_hooks hooks = {on_done, on_event, NULL};
     tiny(&cfg);
     fox_dconf_default(&d);
-    ck_assert_fox_ok(fox_config_set(&cfg, "data.source", "/nonexistent/bars.csv", err, sizeof err));
+    FOX_CK_OK_MSG(fox_config_set(&cfg, "data.source", "/nonexistent/bars.csv", err, sizeof err),
+                  err);
     ck_assert_int_ne(fox_trainer_start(&t, &cfg, &d, &hooks, err, sizeof err), 0);
     ck_assert_ptr_null(t);
     ck_assert_ptr_nonnull(strstr(err, "/nonexistent/bars.csv"));
@@ -582,9 +579,5 @@ daemon_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(daemon_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return fox_test_run_suite(daemon_suite());
 }

@@ -17,12 +17,7 @@
 
 #include "data.h"
 #include "error.h"
-
-#define ck_assert_fox_ok(expr)                                                                     \
-    do {                                                                                           \
-        int rv_ = (expr);                                                                          \
-        ck_assert_msg(rv_ == FOX_OK, "%s: %s (%s)", #expr, fox_strerror(rv_), fox_err_name(rv_));  \
-    } while (0)
+#include "testutil.h"
 
 static char tmpdir[200];
 
@@ -57,9 +52,9 @@ series_zeroed(const fox_series *s)
 START_TEST(test_synthetic_deterministic)
 {
     fox_series a, b, c;
-    ck_assert_fox_ok(fox_series_synthetic(&a, 5000, 42));
-    ck_assert_fox_ok(fox_series_synthetic(&b, 5000, 42));
-    ck_assert_fox_ok(fox_series_synthetic(&c, 5000, 43));
+    FOX_CK_OK(fox_series_synthetic(&a, 5000, 42));
+    FOX_CK_OK(fox_series_synthetic(&b, 5000, 42));
+    FOX_CK_OK(fox_series_synthetic(&c, 5000, 43));
     ck_assert_int_eq(a.n, 5000);
     ck_assert_str_eq(a.source, "synthetic(seed=42)");
     ck_assert_double_eq(a.bars_per_year, 8760.0);
@@ -92,7 +87,7 @@ START_TEST(test_synthetic_refuses_short)
     ck_assert_int_eq(fox_series_synthetic(&s, -5, 1), FOX_EINVAL);
     ck_assert_int_eq(fox_series_synthetic(NULL, 5000, 1), FOX_EINVAL);
     fox_series_fini(&s);
-    ck_assert_fox_ok(fox_series_synthetic(&s, 1000, 1));
+    FOX_CK_OK(fox_series_synthetic(&s, 1000, 1));
     fox_series_fini(&s);
 }
 END_TEST
@@ -101,7 +96,7 @@ START_TEST(test_synthetic_ohlc)
 {
     fox_series s;
     int n = 20000;
-    ck_assert_fox_ok(fox_series_synthetic(&s, n, 7));
+    FOX_CK_OK(fox_series_synthetic(&s, n, 7));
     double vol_hi = 0, vol_quiet = 0;
     int n_hi = 0, n_quiet = 0;
     for (int i = 0; i < n; i++) {
@@ -134,7 +129,7 @@ START_TEST(test_synthetic_regimes)
 {
     fox_series s;
     int n = 50000;
-    ck_assert_fox_ok(fox_series_synthetic(&s, n, 11));
+    FOX_CK_OK(fox_series_synthetic(&s, n, 11));
     int count[4] = {0}, runs[4] = {0};
     double sum2[4] = {0};
     for (int i = 0; i < n; i++) {
@@ -189,7 +184,7 @@ START_TEST(test_synthetic_stats)
     for (uint64_t seed = 1; seed <= 3; seed++) {
         fox_series s;
         int n = 30000;
-        ck_assert_fox_ok(fox_series_synthetic(&s, n, seed));
+        FOX_CK_OK(fox_series_synthetic(&s, n, seed));
         double m = 0, m2 = 0, m4 = 0;
         for (int i = 1; i < n; i++)
             m += logret(&s, i);
@@ -241,8 +236,8 @@ START_TEST(test_synthetic_learnable)
     for (uint64_t seed = 1; seed <= (uint64_t)seeds; seed++) {
         fox_series s;
         fox_features f;
-        ck_assert_fox_ok(fox_series_synthetic(&s, 20000, seed));
-        ck_assert_fox_ok(fox_features_compute(&f, &s, 64));
+        FOX_CK_OK(fox_series_synthetic(&s, 20000, seed));
+        FOX_CK_OK(fox_features_compute(&f, &s, 64));
         ck_assert_int_eq(f.n_feat, FOX_MARKET_FEATURES);
         double sh[3];
         for (int rule = 0; rule < 3; rule++) {
@@ -300,7 +295,7 @@ START_TEST(test_csv_good_ohlcv)
     free(buf);
     fox_series s;
     char err[512] = "";
-    ck_assert_fox_ok(fox_series_load_csv(&s, path, 100, err, sizeof(err)));
+    FOX_CK_OK(fox_series_load_csv(&s, path, 100, err, sizeof(err)));
     ck_assert_str_eq(err, "");
     ck_assert_int_eq(s.n, rows);
     ck_assert_str_eq(s.source, path);
@@ -337,7 +332,7 @@ START_TEST(test_csv_good_close_only)
     free(buf);
     fox_series s;
     char err[512] = "";
-    ck_assert_fox_ok(fox_series_load_csv(&s, path, rows, err, sizeof(err)));
+    FOX_CK_OK(fox_series_load_csv(&s, path, rows, err, sizeof(err)));
     ck_assert_int_eq(s.n, rows);
     ck_assert_ptr_null(s.open);
     ck_assert_ptr_null(s.high);
@@ -351,7 +346,7 @@ START_TEST(test_csv_good_close_only)
 
     /* No time column at all: 252 bars a year, no time array. */
     write_file(path, "close_no_time.csv", "close\n10\n11\n10.5\n12\n");
-    ck_assert_fox_ok(fox_series_load_csv(&s, path, 4, err, sizeof(err)));
+    FOX_CK_OK(fox_series_load_csv(&s, path, 4, err, sizeof(err)));
     ck_assert_int_eq(s.n, 4);
     ck_assert_ptr_null(s.time);
     ck_assert_double_eq(s.bars_per_year, 252.0);
@@ -381,7 +376,7 @@ START_TEST(test_csv_iso_dates)
     free(buf);
     fox_series s;
     char err[512] = "";
-    ck_assert_fox_ok(fox_series_load_csv(&s, path, 100, err, sizeof(err)));
+    FOX_CK_OK(fox_series_load_csv(&s, path, 100, err, sizeof(err)));
     ck_assert_int_eq(s.n, rows);
     ck_assert_double_eq(s.time[0], 1704205800.0); /* 2024-01-02T14:30:00Z */
     ck_assert_double_eq(s.time[1] - s.time[0], 300.0);
@@ -405,7 +400,7 @@ START_TEST(test_csv_regime_proxy)
     free(buf);
     fox_series s;
     char err[512] = "";
-    ck_assert_fox_ok(fox_series_load_csv(&s, path, 400, err, sizeof(err)));
+    FOX_CK_OK(fox_series_load_csv(&s, path, 400, err, sizeof(err)));
     ck_assert_int_eq(s.regime[150], 0); /* calm, rising */
     ck_assert_int_eq(s.regime[199], 0);
     ck_assert_int_eq(s.regime[300], 3); /* volatile, falling */
@@ -534,8 +529,8 @@ START_TEST(test_features_values)
 {
     fox_series s;
     fox_features f;
-    ck_assert_fox_ok(fox_series_synthetic(&s, 3000, 5));
-    ck_assert_fox_ok(fox_features_compute(&f, &s, 64));
+    FOX_CK_OK(fox_series_synthetic(&s, 3000, 5));
+    FOX_CK_OK(fox_features_compute(&f, &s, 64));
     ck_assert_int_eq(f.n_bars, 3000);
     ck_assert_int_eq(f.n_feat, FOX_MARKET_FEATURES);
     ck_assert_int_eq(f.warmup, 65);
@@ -579,7 +574,7 @@ START_TEST(test_features_values)
     fox_features_fini(&f);
 
     /* A small state truncates the list; too small a state is refused. */
-    ck_assert_fox_ok(fox_features_compute(&f, &s, 16));
+    FOX_CK_OK(fox_features_compute(&f, &s, 16));
     ck_assert_int_eq(f.n_feat, 13);
     ck_assert_str_eq(f.names[12], "ret_lag12");
     ck_assert_double_eq_tol(f.raw[(size_t)100 * 13 + 12], logret(&s, 88), 1e-6);
@@ -614,7 +609,7 @@ START_TEST(test_features_causal)
     /* OHLCV with time, and the same closes as a close-only series without time or volume. */
     for (int variant = 0; variant < 2; variant++) {
         fox_series s;
-        ck_assert_fox_ok(fox_series_synthetic(&s, 4000, 9));
+        FOX_CK_OK(fox_series_synthetic(&s, 4000, 9));
         if (variant == 1) {
             free(s.open);
             free(s.high);
@@ -625,10 +620,10 @@ START_TEST(test_features_causal)
             s.time = NULL;
         }
         fox_features a, b;
-        ck_assert_fox_ok(fox_features_compute(&a, &s, 40));
+        FOX_CK_OK(fox_features_compute(&a, &s, 40));
         int t = 1500;
         scale_after(&s, t);
-        ck_assert_fox_ok(fox_features_compute(&b, &s, 40));
+        FOX_CK_OK(fox_features_compute(&b, &s, 40));
         size_t row = (size_t)a.n_feat * sizeof(float);
         ck_assert_msg(memcmp(a.raw, b.raw, (size_t)(t + 1) * row) == 0,
                       "variant %d: rows 0..t changed when later bars did", variant);
@@ -646,8 +641,8 @@ START_TEST(test_features_normalize)
 {
     fox_series s;
     fox_features a, b;
-    ck_assert_fox_ok(fox_series_synthetic(&s, 4000, 3));
-    ck_assert_fox_ok(fox_features_compute(&a, &s, 40));
+    FOX_CK_OK(fox_series_synthetic(&s, 4000, 3));
+    FOX_CK_OK(fox_features_compute(&a, &s, 40));
     int begin = 1000, end = 2500, nf = a.n_feat;
     fox_features_normalize(&a, begin, end);
     for (int j = 0; j < nf; j++) {
@@ -669,7 +664,7 @@ START_TEST(test_features_normalize)
     }
     /* Bars after the fit range change; the fitted statistics must not. */
     scale_after(&s, end + 10);
-    ck_assert_fox_ok(fox_features_compute(&b, &s, 40));
+    FOX_CK_OK(fox_features_compute(&b, &s, 40));
     fox_features_normalize(&b, begin, end);
     ck_assert(memcmp(a.mean, b.mean, (size_t)nf * sizeof(float)) == 0);
     ck_assert(memcmp(a.std, b.std, (size_t)nf * sizeof(float)) == 0);
@@ -693,7 +688,7 @@ START_TEST(test_features_normalize)
     /* A constant feature (no time: hour/day encodings are 0) hits the std floor. */
     free(s.time);
     s.time = NULL;
-    ck_assert_fox_ok(fox_features_compute(&a, &s, 40));
+    FOX_CK_OK(fox_features_compute(&a, &s, 40));
     fox_features_normalize(&a, 100, 3000);
     ck_assert_float_eq(a.std[33], 1e-6f);
     ck_assert_float_eq(a.norm[(size_t)500 * nf + 33], 0.0f);
@@ -710,7 +705,7 @@ START_TEST(test_folds)
     fox_fold prev = {0};
     for (int k = 0; k < K; k++) {
         fox_fold f;
-        ck_assert_fox_ok(fox_fold_split(n, warmup, K, k, &f));
+        FOX_CK_OK(fox_fold_split(n, warmup, K, k, &f));
         ck_assert_int_eq(f.train_begin, warmup);
         ck_assert_int_eq(f.train_end, warmup + (k + 1) * len);
         ck_assert_int_eq(f.val_begin, f.train_end);
@@ -729,7 +724,7 @@ START_TEST(test_folds)
 
     /* A remainder joins the last block's test half; blocks stay disjoint. */
     fox_fold f;
-    ck_assert_fox_ok(fox_fold_split(10067, warmup, K, 2, &f));
+    FOX_CK_OK(fox_fold_split(10067, warmup, K, 2, &f));
     ck_assert_int_eq(f.test_end, 10067);
     ck_assert_int_eq(f.val_begin, warmup + 3 * len);
 
@@ -738,7 +733,7 @@ START_TEST(test_folds)
     ck_assert_int_eq(fox_fold_split(n, warmup, 0, 0, &f), FOX_EINVAL);
     ck_assert_int_eq(fox_fold_split(n, warmup, K, 0, NULL), FOX_EINVAL);
     ck_assert_int_eq(fox_fold_split(warmup + 4 * 99 + 3, warmup, K, 0, &f), FOX_EINVAL);
-    ck_assert_fox_ok(fox_fold_split(warmup + 4 * 100, warmup, K, 0, &f));
+    FOX_CK_OK(fox_fold_split(warmup + 4 * 100, warmup, K, 0, &f));
     ck_assert_int_eq(fox_fold_split(50, warmup, K, 0, &f), FOX_EINVAL);
 }
 END_TEST
@@ -826,10 +821,7 @@ main(void)
         perror("mkdtemp");
         return 1;
     }
-    SRunner *sr = srunner_create(data_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int rc = fox_test_run_suite(data_suite());
     remove_tmpdir();
-    return failed ? 1 : 0;
+    return rc;
 }

@@ -25,13 +25,7 @@
 #include "engine_impl.h"
 #include "isv.h"
 #include "sentinel.h"
-
-#define ck_assert_fox_ok(e, expr)                                                                  \
-    do {                                                                                           \
-        int rv_ = (expr);                                                                          \
-        ck_assert_msg(rv_ == FOX_OK, "%s: %s (%s)", #expr, fox_strerror(rv_),                      \
-                      (e) ? fox_engine_errmsg(e) : "");                                            \
-    } while (0)
+#include "testutil.h"
 
 /* The brief's tiny network: learning_starts 64 with 8 envs trains from the 9th step on. */
 static const char *const tiny_pairs[] = {"model.h1=16",          "model.h2=12",
@@ -45,42 +39,10 @@ static const char *const tiny_pairs[] = {"model.h1=16",          "model.h2=12",
 #define DRILL_STEPS 40
 
 static void
-set_pairs(fox_config *c, const char *const *pairs)
-{
-    char err[256];
-    for (int i = 0; pairs[i]; i++)
-        ck_assert_msg(fox_config_set_pair(c, pairs[i], err, sizeof err) == FOX_OK, "%s: %s",
-                      pairs[i], err);
-}
-
-static void
 tiny_config(fox_config *c)
 {
     fox_config_default(c);
-    set_pairs(c, tiny_pairs);
-}
-
-static void
-set_fault(fox_config *c, const char *buffer, const char *kind, int step)
-{
-    char kv[3][128];
-    snprintf(kv[0], sizeof kv[0], "debug.inject_fault.buffer=%s", buffer);
-    snprintf(kv[1], sizeof kv[1], "debug.inject_fault.kind=%s", kind);
-    snprintf(kv[2], sizeof kv[2], "debug.inject_fault.step=%d", step);
-    const char *pairs[] = {kv[0], kv[1], kv[2], NULL};
-    set_pairs(c, pairs);
-}
-
-static fox_engine *
-make_engine(const fox_config *c)
-{
-    fox_engine *e = NULL;
-    char err[256];
-    int rv = fox_engine_create(&e, c, err, sizeof err);
-    ck_assert_msg(rv == FOX_OK, "create: %s", err);
-    ck_assert_fox_ok(e, fox_engine_load_data(e));
-    ck_assert_fox_ok(e, fox_engine_begin_fold(e, 0));
-    return e;
+    fox_test_set_pairs(c, tiny_pairs);
 }
 
 /* The set slots as a bit mask (50 slots fit in 64 bits). */
@@ -163,8 +125,8 @@ drill_one(int slot, uint64_t down, const char *kind)
 {
     fox_config c;
     tiny_config(&c);
-    set_fault(&c, fox_sentinel_name(slot), kind, FAULT_STEP);
-    fox_engine *e = make_engine(&c);
+    fox_test_set_fault(&c, fox_sentinel_name(slot), kind, FAULT_STEP);
+    fox_engine *e = fox_test_engine(&c);
     int rv = fox_engine_run_steps(e, DRILL_STEPS, NULL);
     const char *name = fox_sentinel_name(slot);
     ck_assert_msg(rv == FOX_EHALT, "%s %s: no halt (%s)", kind, name, fox_strerror(rv));
@@ -190,7 +152,7 @@ drill_one(int slot, uint64_t down, const char *kind)
     ck_assert_int_eq(fox_engine_run_steps(e, 1, NULL), FOX_ESTATE);
     ck_assert_int_eq(fox_engine_train_only(e, 1, NULL), FOX_ESTATE);
     ck_assert_ptr_nonnull(strstr(fox_engine_errmsg(e), "halted"));
-    ck_assert_fox_ok(e, fox_engine_begin_fold(e, 1));
+    FOX_CK_ENGINE_OK(e, fox_engine_begin_fold(e, 1));
     ck_assert_int_eq(fired_mask(e), 0);
     fox_engine_halt_info(e, &h);
     ck_assert_int_eq(h.reason, FOX_HALT_NONE);
@@ -224,8 +186,8 @@ START_TEST(threshold_slots_fire_at_threshold)
 {
     fox_config c;
     tiny_config(&c);
-    fox_engine *e = make_engine(&c);
-    ck_assert_fox_ok(e, fox_engine_run_steps(e, 30, NULL));
+    fox_engine *e = fox_test_engine(&c);
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 30, NULL));
     ck_assert_int_eq(fired_mask(e), 0);
     const float *isv = (const float *)fox_engine_isv(e);
     for (int slot = FOX_SENT_HALT_END; slot < FOX_SENTINEL_SLOTS; slot++) {
@@ -233,15 +195,15 @@ START_TEST(threshold_slots_fire_at_threshold)
         float t, *p;
         size_t n;
         ck_assert_int_eq(fox_sentinel_threshold(slot, isv, &t), FOX_OK);
-        ck_assert_fox_ok(e, fox__engine_sentinel_where(e, slot, &p, &n));
+        FOX_CK_ENGINE_OK(e, fox__engine_sentinel_where(e, slot, &p, &n));
         ck_assert_uint_gt(n, 1);
         float keep = p[0];
         for (int above = 0; above <= 1; above++) {
             float m = above ? 1.0f + 1e-3f : 1.0f - 1e-3f;
             /* max|x| ≥ t, or (atoms ascending) max − min ≥ t with the minimum moved. */
             p[0] = si->measure == FOX_SENT_MEASURE_SPAN ? p[n - 1] - t * m : t * m;
-            ck_assert_fox_ok(e, fox_engine_clear_flags(e));
-            ck_assert_fox_ok(e, fox__engine_check_now(e));
+            FOX_CK_ENGINE_OK(e, fox_engine_clear_flags(e));
+            FOX_CK_ENGINE_OK(e, fox__engine_check_now(e));
             ck_assert_msg(fired_mask(e) == (above ? S(slot) : 0),
                           "slot %d %s at %s its threshold %g: flags %llx", slot, si->name,
                           above ? "just above" : "just below", (double)t,
@@ -265,9 +227,9 @@ START_TEST(threshold_slots_fire_on_huge)
         int slot = huge_reaches[k].slot;
         fox_config c;
         tiny_config(&c);
-        set_fault(&c, fox_sentinel_name(slot), "huge", FAULT_STEP);
-        fox_engine *e = make_engine(&c);
-        ck_assert_fox_ok(e, fox_engine_run_steps(e, DRILL_STEPS, NULL));
+        fox_test_set_fault(&c, fox_sentinel_name(slot), "huge", FAULT_STEP);
+        fox_engine *e = fox_test_engine(&c);
+        FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, DRILL_STEPS, NULL));
         uint64_t got = fired_mask(e);
         char txt[256];
         mask_text(got, txt, sizeof txt);
@@ -310,14 +272,14 @@ START_TEST(clamps_hold_after_huge_faults)
             fox_config c;
             tiny_config(&c);
             c.bounds_mode = mode ? FOX_BOUNDS_ADAPTIVE : FOX_BOUNDS_FIXED;
-            set_fault(&c, cases[k].buffer, "huge", FAULT_STEP);
-            fox_engine *e = make_engine(&c);
+            fox_test_set_fault(&c, cases[k].buffer, "huge", FAULT_STEP);
+            fox_engine *e = fox_test_engine(&c);
             int steps = 0;
             while (!fox_engine_flags(e)[cases[k].watch] && steps++ < DRILL_STEPS)
-                ck_assert_fox_ok(e, fox_engine_run_steps(e, 1, NULL));
+                FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 1, NULL));
             ck_assert_msg(fox_engine_flags(e)[cases[k].watch], "%s: slot %d did not report it",
                           cases[k].buffer, cases[k].watch);
-            ck_assert_fox_ok(e, fox_engine_run_steps(e, cases[k].extra, NULL));
+            FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, cases[k].extra, NULL));
             const float *isv = (const float *)fox_engine_isv(e);
             float bound;
             switch (cases[k].watch) {
@@ -336,7 +298,7 @@ START_TEST(clamps_hold_after_huge_faults)
             }
             float *p;
             size_t n;
-            ck_assert_fox_ok(e, fox__engine_sentinel_where(e, cases[k].watch, &p, &n));
+            FOX_CK_ENGINE_OK(e, fox__engine_sentinel_where(e, cases[k].watch, &p, &n));
             float got = max_abs(p, cases[k].whole ? n : 1);
             /* The bound read now may have moved by one EMA step since the clamp used it. */
             ck_assert_msg(got <= bound * 1.05f, "%s %s: max %g past the bound %g",
@@ -354,8 +316,8 @@ START_TEST(halt_grad_collapse_on_nonfinite_loss)
     fox_config c;
     tiny_config(&c);
     c.sentinel = 0;
-    set_fault(&c, "total_loss", "nan", FAULT_STEP);
-    fox_engine *e = make_engine(&c);
+    fox_test_set_fault(&c, "total_loss", "nan", FAULT_STEP);
+    fox_engine *e = fox_test_engine(&c);
     ck_assert_int_eq(fox_engine_run_steps(e, DRILL_STEPS, NULL), FOX_EHALT);
     ck_assert_ptr_nonnull(strstr(fox_engine_errmsg(e), "halt_grad_collapse: non-finite loss"));
     fox_halt_info h;
@@ -364,8 +326,8 @@ START_TEST(halt_grad_collapse_on_nonfinite_loss)
     ck_assert_int_eq(h.n_slots, 0);
     ck_assert_int_eq(fired_mask(e), 0);
     /* reset_for_fold also lifts the halt. */
-    ck_assert_fox_ok(e, fox_engine_reset_for_fold(e));
-    ck_assert_fox_ok(e, fox_engine_run_steps(e, 2, NULL));
+    FOX_CK_ENGINE_OK(e, fox_engine_reset_for_fold(e));
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 2, NULL));
     fox_engine_destroy(e);
 }
 END_TEST
@@ -376,9 +338,9 @@ START_TEST(sentinel_off_keeps_the_clamps)
     fox_config c;
     tiny_config(&c);
     c.sentinel = 0;
-    set_fault(&c, "h_s2", "nan", FAULT_STEP);
-    fox_engine *e = make_engine(&c);
-    ck_assert_fox_ok(e, fox_engine_run_steps(e, DRILL_STEPS, NULL));
+    fox_test_set_fault(&c, "h_s2", "nan", FAULT_STEP);
+    fox_engine *e = fox_test_engine(&c);
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, DRILL_STEPS, NULL));
     ck_assert_int_eq(fired_mask(e), 0);
     fox_engine_destroy(e);
 }
@@ -393,8 +355,8 @@ START_TEST(injection_needs_an_explicit_fault)
     tiny_config(&c);
     c.debug_enable = 1;
     snprintf(c.fault_buffer, sizeof c.fault_buffer, "h_s2");
-    e = make_engine(&c);
-    ck_assert_fox_ok(e, fox_engine_run_steps(e, DRILL_STEPS, NULL));
+    e = fox_test_engine(&c);
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, DRILL_STEPS, NULL));
     ck_assert_int_eq(fired_mask(e), 0);
     fox_engine_destroy(e);
     /* A name that is no sentinel buffer, or a reserved slot, is refused at creation. */
@@ -421,8 +383,8 @@ START_TEST(producers_and_fold_reset)
         fox_config c;
         tiny_config(&c);
         c.bounds_mode = mode ? FOX_BOUNDS_ADAPTIVE : FOX_BOUNDS_FIXED;
-        fox_engine *e = make_engine(&c);
-        ck_assert_fox_ok(e, fox_engine_run_steps(e, 40, NULL));
+        fox_engine *e = fox_test_engine(&c);
+        FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 40, NULL));
         const volatile float *isv = fox_engine_isv(e);
         const int produced[] = {FOX_ISV_Q_ABS_REF,     FOX_ISV_Q_DIR_ABS_REF,
                                 FOX_ISV_H_S2_RMS_EMA,  FOX_ISV_AUX_LABEL_SCALE_EMA,
@@ -438,7 +400,7 @@ START_TEST(producers_and_fold_reset)
         float slow = isv[FOX_ISV_GRAD_NORM_SLOW_EMA];
         fox_engine_info info;
         fox_engine_get_info(e, &info);
-        ck_assert_fox_ok(e, fox_engine_begin_fold(e, 1));
+        FOX_CK_ENGINE_OK(e, fox_engine_begin_fold(e, 1));
         for (int i = 0; i < FOX_ISV_TOTAL_DIM; i++) {
             float v;
             int rule = fox_isv_reset_rule(i, &v);
@@ -511,25 +473,25 @@ gate_run(int adaptive, gate_result *g)
                            "train.lr=0.001",
                            "train.learning_starts=512",
                            NULL};
-    set_pairs(&c, pairs);
+    fox_test_set_pairs(&c, pairs);
     c.bounds_mode = adaptive ? FOX_BOUNDS_ADAPTIVE : FOX_BOUNDS_FIXED;
     fox_engine *e = NULL;
     char err[256];
     ck_assert_int_eq(fox_engine_create(&e, &c, err, sizeof err), FOX_OK);
-    ck_assert_fox_ok(e, fox_engine_load_data(e));
+    FOX_CK_ENGINE_OK(e, fox_engine_load_data(e));
     for (int f = 0; f < 3; f++) {
-        ck_assert_fox_ok(e, fox_engine_begin_fold(e, f));
+        FOX_CK_ENGINE_OK(e, fox_engine_begin_fold(e, f));
         if (f == 0) {
             fox_eval_result u;
-            ck_assert_fox_ok(e,
+            FOX_CK_ENGINE_OK(e,
                              fox_engine_evaluate(e, FOX_SPLIT_VALIDATION, FOX_POLICY_GREEDY, &u));
             g->untrained = u.sharpe;
         }
         for (int ep = 0; ep < GATE_EPOCHS; ep++) {
             fox_step_stats st;
             fox_epoch_report r;
-            ck_assert_fox_ok(e, fox_engine_run_steps(e, GATE_STEPS, &st));
-            ck_assert_fox_ok(e, fox_engine_end_epoch(e, &r));
+            FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, GATE_STEPS, &st));
+            FOX_CK_ENGINE_OK(e, fox_engine_end_epoch(e, &r));
             ck_assert_msg(isfinite(r.mean_loss) && isfinite(st.loss) && isfinite(st.grad_norm),
                           "F%d epoch %d: mean loss %g, last %g, grad norm %g", f, ep, r.mean_loss,
                           (double)st.loss, (double)st.grad_norm);
@@ -544,7 +506,7 @@ gate_run(int adaptive, gate_result *g)
                    r.test.sharpe);
         }
         fox_fold_report fr;
-        ck_assert_fox_ok(e, fox_engine_fold_report(e, &fr));
+        FOX_CK_ENGINE_OK(e, fox_engine_fold_report(e, &fr));
         ck_assert_int_eq(fr.epochs_done, GATE_EPOCHS);
     }
     fox_engine_destroy(e);
@@ -609,9 +571,5 @@ drills_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(drills_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return fox_test_run_suite(drills_suite());
 }

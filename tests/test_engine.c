@@ -13,13 +13,7 @@
 
 #include "engine_impl.h"
 #include "env.h"
-
-#define ck_assert_fox_ok(e, expr)                                                                  \
-    do {                                                                                           \
-        int rv_ = (expr);                                                                          \
-        ck_assert_msg(rv_ == FOX_OK, "%s: %s (%s)", #expr, fox_strerror(rv_),                      \
-                      (e) ? fox_engine_errmsg(e) : "");                                            \
-    } while (0)
+#include "testutil.h"
 
 /* A network small enough for a 2-core CI machine. */
 static void
@@ -30,19 +24,7 @@ small_config(fox_config *c)
         "model.h1=32",   "model.h2=24",          "model.head_hidden=24",      "model.aux_hidden=8",
         "model.n_cos=8", "model.n_atoms=21",     "engine.backend=cpu",        "train.batch=32",
         "env.n_envs=16", "data.synth_bars=6000", "train.learning_starts=256", NULL};
-    for (int i = 0; pairs[i]; i++)
-        ck_assert_int_eq(fox_config_set_pair(c, pairs[i], NULL, 0), FOX_OK);
-}
-
-static fox_engine *
-make_engine(const fox_config *c)
-{
-    fox_engine *e = NULL;
-    char err[256];
-    int rv = fox_engine_create(&e, c, err, sizeof err);
-    ck_assert_msg(rv == FOX_OK, "create: %s", err);
-    ck_assert_fox_ok(e, fox_engine_load_data(e));
-    return e;
+    fox_test_set_pairs(c, pairs);
 }
 
 START_TEST(config_keys_round_trip)
@@ -93,27 +75,26 @@ START_TEST(determinism_same_seed_same_bits)
 {
     fox_config c;
     small_config(&c);
-    fox_engine *a = make_engine(&c), *b = make_engine(&c);
-    ck_assert_fox_ok(a, fox_engine_begin_fold(a, 0));
-    ck_assert_fox_ok(b, fox_engine_begin_fold(b, 0));
-    ck_assert_fox_ok(a, fox_engine_run_steps(a, 40, NULL));
-    ck_assert_fox_ok(b, fox_engine_run_steps(b, 40, NULL));
+    fox_engine *a = fox_test_engine_loaded(&c), *b = fox_test_engine_loaded(&c);
+    FOX_CK_ENGINE_OK(a, fox_engine_begin_fold(a, 0));
+    FOX_CK_ENGINE_OK(b, fox_engine_begin_fold(b, 0));
+    FOX_CK_ENGINE_OK(a, fox_engine_run_steps(a, 40, NULL));
+    FOX_CK_ENGINE_OK(b, fox_engine_run_steps(b, 40, NULL));
     size_t n = fox_engine_param_count(a);
     float *pa = malloc(n * sizeof *pa), *pb = malloc(n * sizeof *pb), *p0 = malloc(n * sizeof *p0);
-    ck_assert_fox_ok(a, fox_engine_get_params(a, pa, n));
-    ck_assert_fox_ok(b, fox_engine_get_params(b, pb, n));
+    FOX_CK_ENGINE_OK(a, fox_engine_get_params(a, pa, n));
+    FOX_CK_ENGINE_OK(b, fox_engine_get_params(b, pb, n));
     ck_assert_msg(memcmp(pa, pb, n * sizeof *pa) == 0, "same seed gave different parameters");
 
     /* Training moved them, and another seed moves them elsewhere. */
     fox_config c2 = c;
     c2.seed = c.seed + 1;
-    fox_engine *z = make_engine(&c);
-    ck_assert_fox_ok(z, fox_engine_get_params(z, p0, n));
+    fox_engine *z = fox_test_engine_loaded(&c);
+    FOX_CK_ENGINE_OK(z, fox_engine_get_params(z, p0, n));
     ck_assert_msg(memcmp(pa, p0, n * sizeof *pa) != 0, "40 steps left parameters unchanged");
-    fox_engine *d = make_engine(&c2);
-    ck_assert_fox_ok(d, fox_engine_begin_fold(d, 0));
-    ck_assert_fox_ok(d, fox_engine_run_steps(d, 40, NULL));
-    ck_assert_fox_ok(d, fox_engine_get_params(d, pb, n));
+    fox_engine *d = fox_test_engine(&c2);
+    FOX_CK_ENGINE_OK(d, fox_engine_run_steps(d, 40, NULL));
+    FOX_CK_ENGINE_OK(d, fox_engine_get_params(d, pb, n));
     ck_assert_msg(memcmp(pa, pb, n * sizeof *pa) != 0, "another seed gave the same parameters");
     free(pa);
     free(pb);
@@ -129,9 +110,8 @@ END_TEST
 static fox_eval_result
 eval_prefix(const fox_config *c, int cut_offset, int perturb)
 {
-    fox_engine *e = make_engine(c);
-    ck_assert_fox_ok(e, fox_engine_begin_fold(e, 0));
-    ck_assert_fox_ok(e, fox_engine_run_steps(e, 30, NULL));
+    fox_engine *e = fox_test_engine(c);
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 30, NULL));
     int end = e->seg.test_begin + cut_offset;
     if (perturb) {
         fox_series *s = &e->series;
@@ -150,7 +130,7 @@ eval_prefix(const fox_config *c, int cut_offset, int perturb)
     }
     e->seg.test_end = end;
     fox_eval_result r;
-    ck_assert_fox_ok(e, fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_GREEDY, &r));
+    FOX_CK_ENGINE_OK(e, fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_GREEDY, &r));
     fox_engine_destroy(e);
     return r;
 }
@@ -213,14 +193,14 @@ START_TEST(checkpoint_round_trip_and_refusals)
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/a.ckpt", dir);
     snprintf(bad, sizeof bad, "%s/bad.ckpt", dir);
-    fox_engine *a = make_engine(&c), *b = make_engine(&c);
-    ck_assert_fox_ok(a, fox_engine_begin_fold(a, 0));
-    ck_assert_fox_ok(a, fox_engine_run_steps(a, 30, NULL));
-    ck_assert_fox_ok(a, fox_engine_checkpoint_save(a, path));
+    fox_engine *a = fox_test_engine_loaded(&c), *b = fox_test_engine_loaded(&c);
+    FOX_CK_ENGINE_OK(a, fox_engine_begin_fold(a, 0));
+    FOX_CK_ENGINE_OK(a, fox_engine_run_steps(a, 30, NULL));
+    FOX_CK_ENGINE_OK(a, fox_engine_checkpoint_save(a, path));
     size_t n = fox_engine_param_count(a);
     float *pa = malloc(n * sizeof *pa), *pb = malloc(n * sizeof *pb), *pc = malloc(n * sizeof *pc);
-    ck_assert_fox_ok(a, fox_engine_get_params(a, pa, n));
-    ck_assert_fox_ok(b, fox_engine_get_params(b, pc, n));
+    FOX_CK_ENGINE_OK(a, fox_engine_get_params(a, pa, n));
+    FOX_CK_ENGINE_OK(b, fox_engine_get_params(b, pc, n));
 
     /* Corrupt copies are refused and leave b untouched. */
     FILE *fp = fopen(path, "rb");
@@ -251,27 +231,27 @@ START_TEST(checkpoint_round_trip_and_refusals)
         ck_assert_msg(rv == cases[i].code, "%s: got %s", cases[i].why, fox_strerror(rv));
         ck_assert_msg(strstr(fox_engine_errmsg(b), cases[i].why), "%s: message '%s'", cases[i].why,
                       fox_engine_errmsg(b));
-        ck_assert_fox_ok(b, fox_engine_get_params(b, pb, n));
+        FOX_CK_ENGINE_OK(b, fox_engine_get_params(b, pb, n));
         ck_assert_msg(memcmp(pb, pc, n * sizeof *pb) == 0, "%s: state changed", cases[i].why);
     }
     ck_assert_int_eq(fox_engine_checkpoint_load(b, "/nonexistent/x.ckpt"), FOX_ENOENT);
 
     /* The good file loads: identical parameters, and training goes on from there. */
-    ck_assert_fox_ok(b, fox_engine_checkpoint_load(b, path));
-    ck_assert_fox_ok(b, fox_engine_get_params(b, pb, n));
+    FOX_CK_ENGINE_OK(b, fox_engine_checkpoint_load(b, path));
+    FOX_CK_ENGINE_OK(b, fox_engine_get_params(b, pb, n));
     ck_assert(memcmp(pa, pb, n * sizeof *pa) == 0);
     fox_engine_info ib;
     fox_engine_get_info(b, &ib);
     ck_assert_int_eq(ib.fold, 0);
     ck_assert_int_eq(ib.step, 30);
-    ck_assert_fox_ok(b, fox_engine_run_steps(b, 30, NULL));
-    ck_assert_fox_ok(b, fox_engine_get_params(b, pb, n));
+    FOX_CK_ENGINE_OK(b, fox_engine_run_steps(b, 30, NULL));
+    FOX_CK_ENGINE_OK(b, fox_engine_get_params(b, pb, n));
     ck_assert_msg(memcmp(pa, pb, n * sizeof *pa) != 0, "training after load changed nothing");
 
     /* Another layout: refused with both fingerprints named. */
     fox_config c3 = c;
     c3.h2 = 20;
-    fox_engine *d = make_engine(&c3);
+    fox_engine *d = fox_test_engine_loaded(&c3);
     ck_assert_int_eq(fox_engine_checkpoint_load(d, path), FOX_EMISMATCH);
     char fa[32], fd[32];
     fox_engine_info ia, id;
@@ -299,17 +279,17 @@ START_TEST(fault_armed_on_a_running_engine)
 {
     fox_config c;
     small_config(&c);
-    fox_engine *e = make_engine(&c);
+    fox_engine *e = fox_test_engine_loaded(&c);
     ck_assert_int_eq(fox_engine_inject_fault(e, "no_such_buffer", FOX_FAULT_NAN, 0), FOX_ENOENT);
-    ck_assert_fox_ok(e, fox_engine_begin_fold(e, 0));
-    ck_assert_fox_ok(e, fox_engine_run_steps(e, 40, NULL));
+    FOX_CK_ENGINE_OK(e, fox_engine_begin_fold(e, 0));
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 40, NULL));
     size_t n = fox_engine_param_count(e);
     float *before = malloc(n * sizeof *before), *after = malloc(n * sizeof *after);
-    ck_assert_fox_ok(e, fox_engine_get_params(e, before, n));
+    FOX_CK_ENGINE_OK(e, fox_engine_get_params(e, before, n));
     /* Armed mid-fold: training goes on untouched until the drill's step, then halts naming it. */
-    ck_assert_fox_ok(e, fox_engine_inject_fault(e, "h_s2", FOX_FAULT_NAN, 3));
-    ck_assert_fox_ok(e, fox_engine_run_steps(e, 2, NULL));
-    ck_assert_fox_ok(e, fox_engine_get_params(e, after, n));
+    FOX_CK_ENGINE_OK(e, fox_engine_inject_fault(e, "h_s2", FOX_FAULT_NAN, 3));
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 2, NULL));
+    FOX_CK_ENGINE_OK(e, fox_engine_get_params(e, after, n));
     ck_assert_msg(memcmp(before, after, n * sizeof *after) != 0, "arming reset the weights");
     ck_assert_int_eq(fox_engine_run_steps(e, 5, NULL), FOX_EHALT);
     ck_assert_msg(strstr(fox_engine_errmsg(e), "h_s2"), "halt message: %s", fox_engine_errmsg(e));
@@ -336,16 +316,15 @@ learning_config(fox_config *c)
     /* 15,000-bar test halves: the Sharpe of one half has a standard error near 1. */
     const char *pairs[] = {"data.synth_bars=60000", "train.gamma=0.9", "train.lr=0.001",
                            "train.learning_starts=512", NULL};
-    for (int i = 0; pairs[i]; i++)
-        ck_assert_int_eq(fox_config_set_pair(c, pairs[i], NULL, 0), FOX_OK);
+    fox_test_set_pairs(c, pairs);
 }
 
 static double
 best_baseline(fox_engine *e, fox_eval_result *bh, fox_eval_result *flat, fox_eval_result *rnd)
 {
-    ck_assert_fox_ok(e, fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_BUY_HOLD, bh));
-    ck_assert_fox_ok(e, fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_FLAT, flat));
-    ck_assert_fox_ok(e, fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_RANDOM, rnd));
+    FOX_CK_ENGINE_OK(e, fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_BUY_HOLD, bh));
+    FOX_CK_ENGINE_OK(e, fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_FLAT, flat));
+    FOX_CK_ENGINE_OK(e, fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_RANDOM, rnd));
     return fmax(bh->sharpe, fmax(flat->sharpe, rnd->sharpe));
 }
 
@@ -353,11 +332,10 @@ START_TEST(learning_beats_baselines)
 {
     fox_config c;
     learning_config(&c);
-    fox_engine *e = make_engine(&c);
-    ck_assert_fox_ok(e, fox_engine_begin_fold(e, 0));
+    fox_engine *e = fox_test_engine(&c);
     fox_eval_result bh, flat, rnd, untrained;
     double base = best_baseline(e, &bh, &flat, &rnd);
-    ck_assert_fox_ok(e, fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_GREEDY, &untrained));
+    FOX_CK_ENGINE_OK(e, fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_GREEDY, &untrained));
     printf("learning: baselines test Sharpe buy&hold %.2f flat %.2f random %.2f (P = %.0f)\n",
            bh.sharpe, flat.sharpe, rnd.sharpe, bh.bars_per_year);
     printf("learning: untrained greedy test Sharpe %.2f (criterion > %.2f: %s)\n", untrained.sharpe,
@@ -366,14 +344,14 @@ START_TEST(learning_beats_baselines)
                   "the untrained network already passes: the criterion is too weak");
     for (int ep = 0; ep < LEARN_EPOCHS; ep++) {
         fox_epoch_report r;
-        ck_assert_fox_ok(e, fox_engine_run_steps(e, LEARN_STEPS, NULL));
-        ck_assert_fox_ok(e, fox_engine_end_epoch(e, &r));
+        FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, LEARN_STEPS, NULL));
+        FOX_CK_ENGINE_OK(e, fox_engine_end_epoch(e, &r));
         printf("learning: epoch %d loss %.4f val Sharpe %.2f test Sharpe %.2f turnover %.3f "
                "(%.0f steps/s)\n",
                ep, r.mean_loss, r.val.sharpe, r.test.sharpe, r.test.turnover, r.steps_per_sec);
     }
     fox_fold_report fr;
-    ck_assert_fox_ok(e, fox_engine_fold_report(e, &fr));
+    FOX_CK_ENGINE_OK(e, fox_engine_fold_report(e, &fr));
     printf("learning: chosen epoch %d (val %.2f), test Sharpe %.2f vs best baseline %.2f\n",
            fr.best_epoch, fr.best_val_sharpe, fr.test_at_best.sharpe, base);
     ck_assert_msg(fr.test_at_best.sharpe > base + LEARN_MARGIN,
@@ -404,9 +382,5 @@ engine_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(engine_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return fox_test_run_suite(engine_suite());
 }

@@ -21,12 +21,7 @@
 #include "error.h"
 #include "model.h"
 #include "rng.h"
-
-#define ck_assert_fox_ok(expr)                                                                     \
-    do {                                                                                           \
-        int rv_ = (expr);                                                                          \
-        ck_assert_msg(rv_ == FOX_OK, "%s: %s (%s)", #expr, fox_strerror(rv_), fox_err_name(rv_));  \
-    } while (0)
+#include "testutil.h"
 
 /*
  * Finite differences: central, step 1e-6. In double the truncation error is
@@ -242,7 +237,7 @@ START_TEST(test_layout_default)
     fox_config c;
     fox_config_default(&c);
     fox_model_layout lay;
-    ck_assert_fox_ok(fox_model_layout_init(&lay, &c));
+    FOX_CK_OK(fox_model_layout_init(&lay, &c));
     ck_assert_uint_eq(lay.n_real, 541160);
     ck_assert_int_eq(lay.n_branches, 4);
     ck_assert_int_eq(lay.n_actions, 12);
@@ -288,21 +283,21 @@ START_TEST(test_layout_hash_and_identity)
     fox_config c;
     fox_config_default(&c);
     fox_model_layout a, b;
-    ck_assert_fox_ok(fox_model_layout_init(&a, &c));
-    ck_assert_fox_ok(fox_model_layout_init(&b, &c));
+    FOX_CK_OK(fox_model_layout_init(&a, &c));
+    FOX_CK_OK(fox_model_layout_init(&b, &c));
     ck_assert_uint_eq(fox_model_layout_hash(&a), fox_model_layout_hash(&b));
     c.h2 = 96;
-    ck_assert_fox_ok(fox_model_layout_init(&b, &c));
+    FOX_CK_OK(fox_model_layout_init(&b, &c));
     ck_assert_uint_ne(fox_model_layout_hash(&a), fox_model_layout_hash(&b));
     fox_config_default(&c);
     c.n_atoms = 21;
-    ck_assert_fox_ok(fox_model_layout_init(&b, &c));
+    FOX_CK_OK(fox_model_layout_init(&b, &c));
     ck_assert_uint_ne(fox_model_layout_hash(&a), fox_model_layout_hash(&b));
 
     /* in == out: the skip is the identity and Wr takes no room. */
     fox_config_default(&c);
     c.h1 = c.state_dim;
-    ck_assert_fox_ok(fox_model_layout_init(&b, &c));
+    FOX_CK_OK(fox_model_layout_init(&b, &c));
     ck_assert_int_eq(b.t[FOX_P_GRN1_WR].rows, 0);
     ck_assert_int_eq(b.t[FOX_P_GRN1_WR].cols, 0);
     ck_assert_uint_eq(b.t[FOX_P_GRN1_WR].offset, b.t[FOX_P_GRN1_LN_G].offset);
@@ -324,7 +319,7 @@ START_TEST(test_init_params)
     fox_config c;
     fox_config_default(&c);
     fox_model_layout lay;
-    ck_assert_fox_ok(fox_model_layout_init(&lay, &c));
+    FOX_CK_OK(fox_model_layout_init(&lay, &c));
     float *p = malloc(lay.n_params * sizeof *p), *q = malloc(lay.n_params * sizeof *q);
     ck_assert(p && q);
     memset(p, 0x7f, lay.n_params * sizeof *p); /* padding must come back zeroed */
@@ -446,8 +441,8 @@ ln_scalar(void *vctx)
 {
     ln_ctx *c = vctx;
     double *dx = dalloc((size_t)c->B * c->N), *dg = dalloc(c->N), *db = dalloc(c->N);
-    ck_assert_fox_ok(fox_cpud_net_layernorm_fwd_bwd(c->N, c->B, c->x, c->g, c->b, c->dy, c->y, dx,
-                                                    dg, db));
+    FOX_CK_OK(
+        fox_cpud_net_layernorm_fwd_bwd(c->N, c->B, c->x, c->g, c->b, c->dy, c->y, dx, dg, db));
     double L = 0.0;
     for (int k = 0; k < c->B * c->N; k++)
         L += c->y[k] * c->dy[k];
@@ -473,8 +468,7 @@ START_TEST(test_layernorm_fd)
         c.g[k] = uniform(&r, 0.5, 1.5);
         c.b[k] = uniform(&r, -0.5, 0.5);
     }
-    ck_assert_fox_ok(
-        fox_cpud_net_layernorm_fwd_bwd(c.N, c.B, c.x, c.g, c.b, c.dy, c.y, c.dx, c.dg, c.db));
+    FOX_CK_OK(fox_cpud_net_layernorm_fwd_bwd(c.N, c.B, c.x, c.g, c.b, c.dy, c.y, c.dx, c.dg, c.db));
     /* The normalised rows have mean 0 and (biased) variance var/(var + eps). */
     for (int row = 0; row < c.B; row++) {
         double m = 0.0;
@@ -522,8 +516,8 @@ grn_scalar(void *vctx)
     double *dp[FOX_GRN_NT];
     for (int k = 0; k < FOX_GRN_NT; k++)
         dp[k] = c->p[k] ? dalloc(grn_size(k, c->in, c->out)) : NULL;
-    ck_assert_fox_ok(fox_cpud_net_grn_fwd_bwd(c->in, c->out, c->B, (const double *const *)c->p,
-                                              c->a, c->dy, c->y, dp, NULL));
+    FOX_CK_OK(fox_cpud_net_grn_fwd_bwd(c->in, c->out, c->B, (const double *const *)c->p, c->a,
+                                       c->dy, c->y, dp, NULL));
     double L = 0.0;
     for (int k = 0; k < c->B * c->out; k++)
         L += c->y[k] * c->dy[k];
@@ -556,8 +550,8 @@ grn_fd_case(int in, int out)
         c.a[k] = fox_rng_normal(&r);
     for (int k = 0; k < c.B * out; k++)
         c.dy[k] = fox_rng_normal(&r);
-    ck_assert_fox_ok(fox_cpud_net_grn_fwd_bwd(in, out, c.B, (const double *const *)c.p, c.a, c.dy,
-                                              c.y, c.dp, c.da));
+    FOX_CK_OK(fox_cpud_net_grn_fwd_bwd(in, out, c.B, (const double *const *)c.p, c.a, c.dy, c.y,
+                                       c.dp, c.da));
     for (int k = 0; k < FOX_GRN_NT; k++) {
         if (!c.p[k])
             continue;
@@ -618,8 +612,8 @@ net_fx_init(net_fx *f, int B, uint64_t seed)
 {
     fox_config c;
     small_config(&c);
-    ck_assert_fox_ok(fox_model_layout_init(&f->lay, &c));
-    ck_assert_fox_ok(fox_cpud_net_create(&f->net, &f->lay, B));
+    FOX_CK_OK(fox_model_layout_init(&f->lay, &c));
+    FOX_CK_OK(fox_cpud_net_create(&f->net, &f->lay, B));
     /* Noise ±0.2 on top of the init: non-zero biases, γ ≠ 1, non-uniform atom distributions. */
     f->params = params_make(&f->lay, seed, 0.2);
     f->target = params_make(&f->lay, seed + 1, 0.2);
@@ -659,8 +653,8 @@ net_scalar(void *ctx)
 {
     net_fx *f = ctx;
     fox_cpud_net_loss l;
-    ck_assert_fox_ok(fox_cpud_net_loss_grad(f->net, f->params, f->target, &f->bt, &f->hp, &l,
-                                            f->grads, NULL));
+    FOX_CK_OK(
+        fox_cpud_net_loss_grad(f->net, f->params, f->target, &f->bt, &f->hp, &l, f->grads, NULL));
     return part_value(&l, f->part);
 }
 
@@ -669,7 +663,7 @@ static void
 net_grad(net_fx *f, double li, double la, int mode, int bdq, double *g, fox_cpud_net_loss *l)
 {
     fox_cpud_net_hparams hp = hparams_double(li, la, mode, bdq);
-    ck_assert_fox_ok(fox_cpud_net_loss_grad(f->net, f->params, f->target, &f->bt, &hp, l, g, NULL));
+    FOX_CK_OK(fox_cpud_net_loss_grad(f->net, f->params, f->target, &f->bt, &hp, l, g, NULL));
 }
 
 /*
@@ -818,11 +812,10 @@ START_TEST(test_priority)
     int B = 3, D = f.lay.n_branches;
     double prio[3], q[3 * 12];
     fox_cpud_net_loss l;
-    ck_assert_fox_ok(fox_cpud_net_q_values(f.net, f.params, f.in.s, B, q));
+    FOX_CK_OK(fox_cpud_net_q_values(f.net, f.params, f.in.s, B, q));
     for (int mode = 0; mode < 2; mode++) {
         fox_cpud_net_hparams hp = hparams_double(0.0, 0.0, mode, 1);
-        ck_assert_fox_ok(fox_cpud_net_loss_grad(f.net, f.params, f.target, &f.bt, &hp, &l, f.grads,
-                                                prio));
+        FOX_CK_OK(fox_cpud_net_loss_grad(f.net, f.params, f.target, &f.bt, &hp, &l, f.grads, prio));
         for (int b = 0; b < B; b++)
             ck_assert(isfinite(prio[b]) && prio[b] > 0.0);
         int b = B - 1;
@@ -1056,8 +1049,7 @@ START_TEST(test_losses_vs_naive)
         fox_cpud_net_hparams hp = hparams_double(LAMBDA_IQN, LAMBDA_AUX, mode, 1);
         fox_cpud_net_loss got, want;
         double pg[3], pw[3];
-        ck_assert_fox_ok(fox_cpud_net_loss_grad(f.net, f.params, f.target, &f.bt, &hp, &got,
-                                                f.grads, pg));
+        FOX_CK_OK(fox_cpud_net_loss_grad(f.net, f.params, f.target, &f.bt, &hp, &got, f.grads, pg));
         ref_losses(&R, f.params, f.target, &f.in, &hp, &want, pw);
         const double *a[] = {&got.total, &got.c51, &got.iqn, &got.aux_ret, &got.aux_regime};
         const double *b[] = {&want.total, &want.c51, &want.iqn, &want.aux_ret, &want.aux_regime};
@@ -1075,7 +1067,7 @@ START_TEST(test_losses_vs_naive)
     fox_cpud_net_hparams hp = hparams_double(LAMBDA_IQN, LAMBDA_AUX, FOX_TARGET_MEAN, 1);
     fox_cpud_net_loss got, want;
     double pg[3], pw[3];
-    ck_assert_fox_ok(fox_cpud_net_loss_grad(f.net, f.params, f.target, &f.bt, &hp, &got, f.grads, pg));
+    FOX_CK_OK(fox_cpud_net_loss_grad(f.net, f.params, f.target, &f.bt, &hp, &got, f.grads, pg));
     ref_losses(&R, f.params, f.target, &f.in, &hp, &want, pw);
     ck_assert(fabs(got.total - want.total) <= 1e-12 * fabs(want.total));
     net_fx_fini(&f);
@@ -1094,14 +1086,14 @@ START_TEST(test_float_vs_double)
     float *pf = to_float(f.params, n), *tf = to_float(f.target, n), *gf = malloc(n * sizeof *gf);
     ck_assert_ptr_nonnull(gf);
     fox_cpu_net *netf;
-    ck_assert_fox_ok(fox_cpu_net_create(&netf, &f.lay, B));
+    FOX_CK_OK(fox_cpu_net_create(&netf, &f.lay, B));
     fox_cpu_net_batch bf = batch_float(&f.in);
     for (int mode = 0; mode < 2; mode++) {
         fox_cpud_net_loss ld;
         fox_cpu_net_loss lf;
         net_grad(&f, LAMBDA_IQN, LAMBDA_AUX, mode, 1, f.grads, &ld);
         fox_cpu_net_hparams hpf = {0.9f, LAMBDA_IQN, LAMBDA_AUX, 0.01f, mode, 1};
-        ck_assert_fox_ok(fox_cpu_net_loss_grad(netf, pf, tf, &bf, &hpf, &lf, gf, NULL));
+        FOX_CK_OK(fox_cpu_net_loss_grad(netf, pf, tf, &bf, &hpf, &lf, gf, NULL));
         const double *pd[] = {&ld.total, &ld.c51, &ld.iqn, &ld.aux_ret, &ld.aux_regime};
         const double *pfl[] = {&lf.total, &lf.c51, &lf.iqn, &lf.aux_ret, &lf.aux_regime};
         for (int k = 0; k < 5; k++)
@@ -1133,8 +1125,8 @@ START_TEST(test_float_vs_double)
     /* q_values agree too, and lie on the support. */
     double qd[3 * 12];
     float qf[3 * 12];
-    ck_assert_fox_ok(fox_cpud_net_q_values(f.net, f.params, f.in.s, B, qd));
-    ck_assert_fox_ok(fox_cpu_net_q_values(netf, pf, f.in.fs, B, qf));
+    FOX_CK_OK(fox_cpud_net_q_values(f.net, f.params, f.in.s, B, qd));
+    FOX_CK_OK(fox_cpu_net_q_values(netf, pf, f.in.fs, B, qf));
     for (int k = 0; k < B * f.lay.n_actions; k++) {
         ck_assert(qd[k] >= f.lay.v_min && qd[k] <= f.lay.v_max);
         ck_assert_msg(fabs(qf[k] - qd[k]) <= 1e-4 * (1 + fabs(qd[k])), "q[%d] %g vs %g", k, qf[k],
@@ -1153,7 +1145,7 @@ START_TEST(test_create_errors)
     fox_config c;
     small_config(&c);
     fox_model_layout lay;
-    ck_assert_fox_ok(fox_model_layout_init(&lay, &c));
+    FOX_CK_OK(fox_model_layout_init(&lay, &c));
     fox_cpu_net *net = NULL;
     ck_assert_int_eq(fox_cpu_net_create(&net, &lay, 0), FOX_EINVAL);
     ck_assert_ptr_null(net);
@@ -1269,9 +1261,5 @@ net_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(net_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return fox_test_run_suite(net_suite());
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "proto/proto.h"
+#include "testutil.h"
 
 #define ck_assert_fox_code(expr, code)                                                             \
     do {                                                                                           \
@@ -617,9 +618,5 @@ proto_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(proto_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return fox_test_run_suite(proto_suite());
 }

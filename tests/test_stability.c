@@ -23,12 +23,7 @@
 #include "model.h"
 #include "rng.h"
 #include "sentinel.h"
-
-#define ck_assert_fox_ok(expr)                                                                     \
-    do {                                                                                           \
-        int rv_ = (expr);                                                                          \
-        ck_assert_msg(rv_ == FOX_OK, "%s: %s", #expr, fox_strerror(rv_));                          \
-    } while (0)
+#include "testutil.h"
 
 /* ---- helpers ----------------------------------------------------------------------------- */
 
@@ -418,25 +413,25 @@ START_TEST(sentinel_mech5_thresholds)
         ck_assert_int_eq(s->base, m5[k].base);
         ck_assert_int_eq(s->measure, m5[k].measure);
         float t, eff = m5[k].base == FOX_SENT_BASE_H_S2_RMS ? 2.0f : 3.0f;
-        ck_assert_fox_ok(fox_sentinel_threshold(m5[k].slot, isv, &t));
+        FOX_CK_OK(fox_sentinel_threshold(m5[k].slot, isv, &t));
         ck_assert_float_eq_tol(t, m5[k].mult * (m5[k].power == 2 ? eff * eff : eff), 1e-6f * t);
     }
     /* Cold start: ISV 0 (or NaN) → eff 1, every threshold at its multiplier. */
     isv[FOX_ISV_Q_ABS_REF] = 0.0f;
     isv[FOX_ISV_H_S2_RMS_EMA] = NAN;
     float t;
-    ck_assert_fox_ok(fox_sentinel_threshold(40, isv, &t));
+    FOX_CK_OK(fox_sentinel_threshold(40, isv, &t));
     ck_assert(t == 1e6f);
-    ck_assert_fox_ok(fox_sentinel_threshold(49, isv, &t));
+    FOX_CK_OK(fox_sentinel_threshold(49, isv, &t));
     ck_assert(t == 1e3f);
     ck_assert_int_eq(fox_sentinel_threshold(6, isv, &t), FOX_EINVAL);
     ck_assert_int_eq(fox_sentinel_threshold(50, isv, &t), FOX_EINVAL);
     char buf[160];
-    ck_assert_fox_ok(fox_sentinel_rule_text(40, buf, sizeof buf));
+    FOX_CK_OK(fox_sentinel_rule_text(40, buf, sizeof buf));
     ck_assert_msg(strstr(buf, "q_eff^2") && strstr(buf, "ISV[16]"), "%s", buf);
-    ck_assert_fox_ok(fox_sentinel_rule_text(49, buf, sizeof buf));
+    FOX_CK_OK(fox_sentinel_rule_text(49, buf, sizeof buf));
     ck_assert_msg(strstr(buf, "ISV[96]"), "%s", buf);
-    ck_assert_fox_ok(fox_sentinel_rule_text(0, buf, sizeof buf));
+    FOX_CK_OK(fox_sentinel_rule_text(0, buf, sizeof buf));
     ck_assert_str_eq(buf, "any NaN/Inf");
     ck_assert_int_eq(fox_sentinel_rule_text(0, buf, 4), FOX_EINVAL);
 }
@@ -496,17 +491,17 @@ START_TEST(sentinel_cpu_checks)
     isv[FOX_ISV_H_S2_RMS_EMA] = 2.0f;
     float h[2] = {1999.0f, -3.0f};
     int fired = -1;
-    ck_assert_fox_ok(fox_sentinel_check(FOX_SENT_H_S2_MAX_ABS, h, 2, isv, &fired));
+    FOX_CK_OK(fox_sentinel_check(FOX_SENT_H_S2_MAX_ABS, h, 2, isv, &fired));
     ck_assert_int_eq(fired, 0);
     h[1] = -2000.0f;
-    ck_assert_fox_ok(fox_sentinel_check(FOX_SENT_H_S2_MAX_ABS, h, 2, isv, &fired));
+    FOX_CK_OK(fox_sentinel_check(FOX_SENT_H_S2_MAX_ABS, h, 2, isv, &fired));
     ck_assert_int_eq(fired, 1);
     float nan1 = NAN;
-    ck_assert_fox_ok(fox_sentinel_check(FOX_SENT_RESERVED_29, &nan1, 1, NULL, &fired));
+    FOX_CK_OK(fox_sentinel_check(FOX_SENT_RESERVED_29, &nan1, 1, NULL, &fired));
     ck_assert_int_eq(fired, 0);
-    ck_assert_fox_ok(fox_sentinel_check(FOX_SENT_GRADS, &nan1, 1, NULL, &fired));
+    FOX_CK_OK(fox_sentinel_check(FOX_SENT_GRADS, &nan1, 1, NULL, &fired));
     ck_assert_int_eq(fired, 1);
-    ck_assert_fox_ok(fox_sentinel_check(FOX_SENT_ATOM_SPAN_MAX, atoms, 4, isv, &fired));
+    FOX_CK_OK(fox_sentinel_check(FOX_SENT_ATOM_SPAN_MAX, atoms, 4, isv, &fired));
     ck_assert_int_eq(fired, 1);
     ck_assert_int_eq(fox_sentinel_check(FOX_SENT_H_S2_MAX_ABS, h, 2, NULL, &fired), FOX_EINVAL);
     ck_assert_int_eq(fox_sentinel_check(FOX_SENTINEL_SLOTS, h, 2, isv, &fired), FOX_EINVAL);
@@ -844,7 +839,7 @@ START_TEST(pearl_b_group_stats)
     /* Two tensors with 64 floats of layout padding between them. */
     fox_span sp[2] = {{0, 1000}, {1064, N - 1000}};
     fox_group_stats st;
-    ck_assert_fox_ok(fox_pearl_b_group(w, g, m, v, sp, 2, &st));
+    FOX_CK_OK(fox_pearl_b_group(w, g, m, v, sp, 2, &st));
     ck_assert(st.weight_p99 == fox_p99_abs_spans(w, sp, 2));
     ck_assert(st.adam_m_p99 == fox_p99_abs_spans(m, sp, 2));
     ck_assert(st.adam_v_p99 == fox_p99_abs_spans(v, sp, 2));
@@ -856,7 +851,7 @@ START_TEST(pearl_b_group_stats)
         }
     ck_assert_float_eq_tol(st.wd_rate, fabs(dot) / sq, 1e-5 * fabs(dot) / sq);
     /* Missing buffers leave NaN, which the ISV update skips. */
-    ck_assert_fox_ok(fox_pearl_b_group(w, NULL, NULL, v, sp, 2, &st));
+    FOX_CK_OK(fox_pearl_b_group(w, NULL, NULL, v, sp, 2, &st));
     ck_assert(isnan(st.adam_m_p99) && isnan(st.wd_rate) && isfinite(st.weight_p99));
     float isv[FOX_ISV_TOTAL_DIM];
     fox_wiener_state ws[FOX_ISV_TOTAL_DIM];
@@ -1163,9 +1158,5 @@ stability_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(stability_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return fox_test_run_suite(stability_suite());
 }

@@ -1,0 +1,129 @@
+/*
+ * testutil.h — the helpers every Check test shares: status assertions, an
+ * engine ready to step, "key=value" configuration, the runner's main() and
+ * the GPU tests' skip. One home so that a failure reads the same in every
+ * suite; static inline and macros only, so each test stays one .c file.
+ */
+#ifndef FOX_TESTUTIL_H
+#define FOX_TESTUTIL_H
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "engine.h"
+#include "error.h"
+#ifdef FOX_HAVE_CUDA
+#include "backend.h"
+#endif
+
+/* meson's exit status for a skipped test. */
+#define FOX_TEST_SKIP 77
+
+/*
+ * Assert that expr returns FOX_OK; a failure names the expression, the
+ * code's text and its name. _MSG adds msg, read after the call: the text the
+ * callee wrote into its err buffer, or the engine's message.
+ */
+#define FOX_CK_OK(expr)                                                                            \
+    do {                                                                                           \
+        int rv_ = (expr);                                                                          \
+        ck_assert_msg(rv_ == FOX_OK, "%s: %s (%s)", #expr, fox_strerror(rv_), fox_err_name(rv_));  \
+    } while (0)
+
+#define FOX_CK_OK_MSG(expr, msg)                                                                   \
+    do {                                                                                           \
+        int rv_ = (expr);                                                                          \
+        ck_assert_msg(rv_ == FOX_OK, "%s: %s (%s): %s", #expr, fox_strerror(rv_),                  \
+                      fox_err_name(rv_), (msg));                                                   \
+    } while (0)
+
+/* An engine call: the failure carries fox_engine_errmsg(e), which says why. */
+#define FOX_CK_ENGINE_OK(e, expr) FOX_CK_OK_MSG(expr, (e) ? fox_engine_errmsg(e) : "")
+
+/* Apply "key=value" pairs, up to a NULL, to c; a refused pair fails with the config's reason. */
+static inline void
+fox_test_set_pairs(fox_config *c, const char *const *pairs)
+{
+    char err[256];
+    for (int i = 0; pairs[i]; i++)
+        ck_assert_msg(fox_config_set_pair(c, pairs[i], err, sizeof err) == FOX_OK, "%s: %s",
+                      pairs[i], err);
+}
+
+/* The debug.inject_fault.* keys: a fault of kind in buffer at train step `step`. */
+static inline void
+fox_test_set_fault(fox_config *c, const char *buffer, const char *kind, int step)
+{
+    char kv[3][128];
+    snprintf(kv[0], sizeof kv[0], "debug.inject_fault.buffer=%s", buffer);
+    snprintf(kv[1], sizeof kv[1], "debug.inject_fault.kind=%s", kind);
+    snprintf(kv[2], sizeof kv[2], "debug.inject_fault.step=%d", step);
+    const char *pairs[] = {kv[0], kv[1], kv[2], NULL};
+    fox_test_set_pairs(c, pairs);
+}
+
+/* An engine created from c with its data loaded, before any fold. */
+static inline fox_engine *
+fox_test_engine_loaded(const fox_config *c)
+{
+    fox_engine *e = NULL;
+    char err[512];
+    FOX_CK_OK_MSG(fox_engine_create(&e, c, err, sizeof err), err);
+    FOX_CK_ENGINE_OK(e, fox_engine_load_data(e));
+    return e;
+}
+
+/* An engine ready to step: created from c, data loaded, fold 0 begun. */
+static inline fox_engine *
+fox_test_engine(const fox_config *c)
+{
+    fox_engine *e = fox_test_engine_loaded(c);
+    FOX_CK_ENGINE_OK(e, fox_engine_begin_fold(e, 0));
+    return e;
+}
+
+static inline int
+fox_test_run_suite_fork(Suite *s, enum fork_status fork)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, fork);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+/* main()'s body: run s, fork as CK_FORK says (Check's default); the exit status. */
+static inline int
+fox_test_run_suite(Suite *s)
+{
+    return fox_test_run_suite_fork(s, CK_FORK_GETENV);
+}
+
+/* The same without fork, for the GPU tests: a CUDA context does not survive fork(). */
+static inline int
+fox_test_run_suite_nofork(Suite *s)
+{
+    return fox_test_run_suite_fork(s, CK_NOFORK);
+}
+
+#ifdef FOX_HAVE_CUDA
+/*
+ * The GPU tests' first line: without a CUDA device (as on CI) print
+ * "<name>: skipped: <why>" and exit 77, which meson counts as skipped; with
+ * one, print which.
+ */
+static inline void
+fox_test_require_cuda(const char *name)
+{
+    char why[256];
+    if (!fox_cuda_backend_ops.available(why, sizeof why)) {
+        printf("%s: skipped: %s\n", name, why);
+        exit(FOX_TEST_SKIP);
+    }
+    printf("device: %s\n", why);
+}
+#endif
+
+#endif /* FOX_TESTUTIL_H */
