@@ -12,6 +12,7 @@
 
 #include "foxd.h"
 #include "proto/proto.h"
+#include "sentinel.h"
 #include "walk.h"
 
 static volatile sig_atomic_t interrupted;
@@ -26,6 +27,7 @@ on_signal(int sig)
 typedef struct once_state {
     int epochs;
     cJSON *folds; /* fold objects, for the table */
+    const fox_engine *engine;
 } once_state;
 
 static void
@@ -43,6 +45,9 @@ once_fold_end(void *arg, const fox_fold_report *r)
 {
     once_state *s = arg;
     cJSON_AddItemToArray(s->folds, fox_walk_fold_json(r));
+    char slots[1024];
+    fox_sentinel_flags_text(fox_engine_flags(s->engine), 0, slots, sizeof slots);
+    fprintf(stderr, "fold %d: sentinel flags: %s\n", r->fold, slots[0] ? slots : "none");
 }
 
 static void
@@ -85,6 +90,7 @@ fox_once_main(const fox_config *cfg, const fox_dconf *d)
         cJSON_Delete(st.folds);
         return rv == FOX_EINVAL ? FOX_EXIT_USAGE : FOX_EXIT_ERROR;
     }
+    st.engine = e;
     if ((rv = fox_engine_load_data(e)) != FOX_OK) {
         fprintf(stderr, "foxd: data: %s (%s)\n", fox_engine_errmsg(e), fox_err_name(rv));
         code = FOX_EXIT_ERROR;

@@ -487,16 +487,6 @@ apply_run(fox_trainer *t, fox_tcmd *c)
     return FOX_OK;
 }
 
-static cJSON *
-flags_json(const volatile int *flags)
-{
-    cJSON *a = cJSON_CreateArray();
-    for (int i = 0; i < FOX_SENTINEL_SLOTS; i++)
-        if (flags[i])
-            cJSON_AddItemToArray(a, cJSON_CreateString(fox_sentinel_name(i)));
-    return a;
-}
-
 static int
 apply_inject(fox_trainer *t, fox_tcmd *c)
 {
@@ -570,7 +560,7 @@ apply(fox_trainer *t, fox_tcmd *c)
         publish(t);
         break;
     case FOX_CMD_NAN_FLAGS: {
-        cJSON *before = flags_json(fox_engine_flags(t->engine));
+        cJSON *before = fox_walk_slots_json(fox_sentinel_mask(fox_engine_flags(t->engine)));
         if ((rv = fox_engine_clear_flags(t->engine)) != FOX_OK) {
             cJSON_Delete(before);
             refuse(c, rv, "%s", fox_engine_errmsg(t->engine));

@@ -4,6 +4,7 @@
  */
 #include <math.h>
 
+#include "sentinel.h"
 #include "util.h"
 #include "walk.h"
 
@@ -27,13 +28,13 @@ fox_walk_check(int folds_mask, int epochs, int steps_per_epoch, int n_folds, cha
         return fox_errf(err, errlen, FOX_EINVAL, "no fold selected");
     if (n_folds < 1 || n_folds > 30 || (folds_mask >> n_folds) != 0)
         return fox_errf(err, errlen, FOX_EINVAL,
-                         "fold mask 0x%x selects a fold beyond the %d folds of the data",
-                         folds_mask, n_folds);
+                        "fold mask 0x%x selects a fold beyond the %d folds of the data", folds_mask,
+                        n_folds);
     if (epochs < 1)
         return fox_errf(err, errlen, FOX_EINVAL, "epochs must be at least 1 (got %d)", epochs);
     if (steps_per_epoch < 1)
         return fox_errf(err, errlen, FOX_EINVAL, "steps_per_epoch must be at least 1 (got %d)",
-                         steps_per_epoch);
+                        steps_per_epoch);
     return FOX_OK;
 }
 
@@ -109,6 +110,16 @@ fox_walk_mask_json(int mask)
 }
 
 cJSON *
+fox_walk_slots_json(uint64_t mask)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; a && i < FOX_SENTINEL_SLOTS; i++)
+        if (mask >> i & 1)
+            cJSON_AddItemToArray(a, cJSON_CreateString(fox_sentinel_name(i)));
+    return a;
+}
+
+cJSON *
 fox_walk_eval_json(const fox_eval_result *r)
 {
     cJSON *o = cJSON_CreateObject();
@@ -141,6 +152,7 @@ fox_walk_fold_json(const fox_fold_report *r)
     fox_walk_json_num(o, "final_loss", r->final_loss);
     fox_walk_json_num(o, "steps_per_sec", r->steps_per_sec);
     fox_walk_json_num(o, "bars_per_year", r->bars_per_year);
+    cJSON_AddItemToObject(o, "flagged", fox_walk_slots_json(r->flagged));
     return o;
 }
 

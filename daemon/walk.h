@@ -52,6 +52,8 @@ int fox_walk_advance(fox_walk *w, fox_engine *e, int chunk, const fox_walk_sink 
 void fox_walk_json_num(cJSON *obj, const char *key, double v);
 /* A fold mask as the protocol's array of fold numbers. */
 cJSON *fox_walk_mask_json(int mask);
+/* A sentinel slot mask (bit i: slot i) as the protocol's array of slot names. */
+cJSON *fox_walk_slots_json(uint64_t mask);
 
 /* Reports as protocol JSON objects (NULL when out of memory). */
 cJSON *fox_walk_fold_json(const fox_fold_report *r);

@@ -361,6 +361,7 @@ fox_engine_fold_report(const fox_engine *e, fox_fold_report *out)
     if (e->fold < 0)
         return FOX_ESTATE;
     *out = e->rep;
+    out->flagged = fox_sentinel_mask(fox_engine_flags(e));
     return FOX_OK;
 }
 

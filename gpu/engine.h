@@ -75,6 +75,7 @@ typedef struct fox_fold_report {
     double final_loss;
     double steps_per_sec;
     double bars_per_year;
+    uint64_t flagged; /* sentinel slots set when reported (bit i: slot i) */
 } fox_fold_report;
 
 typedef struct fox_engine_info {

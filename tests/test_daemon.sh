@@ -121,6 +121,11 @@ out=$(ctl run --folds 0,1,2 --epochs 1 --steps 20 2>"$dir/run.err") || fail "run
 [ "$(echo "$out" | grep -cE '^ +[0-2] ')" -eq 3 ] || fail "run table: $out"
 echo "$out" | grep -q "selection-biased" || fail "run table note"
 ok "run: whole walk-forward, 3-fold table"
+[ "$(grep -c "sentinel flags: none" "$dir/run.err")" -eq 3 ] ||
+    fail "a sentinel-flags line per fold: $(cat "$dir/run.err")"
+[ "$(grep '"type":"fold"' "$dir/state/metrics.jsonl" | grep -c '"flagged":\[\]')" -eq 3 ] ||
+    fail "fold flagged in JSONL"
+ok "each fold reports its sentinel flags (none here)"
 grep -q '"type":"epoch"' "$dir/state/metrics.jsonl" || fail "metrics.jsonl"
 ok "per-epoch JSONL metrics in the state directory"
 sleep 0.5

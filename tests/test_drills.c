@@ -49,12 +49,7 @@ tiny_config(fox_config *c)
 static uint64_t
 fired_mask(const fox_engine *e)
 {
-    const volatile int *f = fox_engine_flags(e);
-    uint64_t m = 0;
-    for (int i = 0; i < FOX_SENTINEL_SLOTS; i++)
-        if (f[i])
-            m |= 1ull << i;
-    return m;
+    return fox_sentinel_mask(fox_engine_flags(e));
 }
 
 static void
@@ -235,6 +230,12 @@ START_TEST(threshold_slots_fire_on_huge)
         mask_text(got, txt, sizeof txt);
         ck_assert_msg(got >> slot & 1, "huge %s: slot did not fire (fired:%s)",
                       fox_sentinel_name(slot), txt);
+        /* The fold's report carries what fired, for foxd's fold table and fold_end event. */
+        fox_fold_report fr;
+        FOX_CK_ENGINE_OK(e, fox_engine_fold_report(e, &fr));
+        ck_assert_msg(fr.flagged == got, "huge %s: fold report flags %llx, engine %llx",
+                      fox_sentinel_name(slot), (unsigned long long)fr.flagged,
+                      (unsigned long long)got);
         ck_assert_msg((got & ~(huge_reaches[k].down | S(slot))) == 0,
                       "huge %s: fired beyond its reach:%s", fox_sentinel_name(slot), txt);
         fox_engine_destroy(e);
@@ -508,6 +509,8 @@ gate_run(int adaptive, gate_result *g)
         fox_fold_report fr;
         FOX_CK_ENGINE_OK(e, fox_engine_fold_report(e, &fr));
         ck_assert_int_eq(fr.epochs_done, GATE_EPOCHS);
+        ck_assert_msg(fr.flagged == 0, "F%d: fold report flags %llx", f,
+                      (unsigned long long)fr.flagged);
     }
     fox_engine_destroy(e);
 }
