@@ -243,17 +243,26 @@ dset(fox_dconf *d, const dkey *k, const char *v, char *err, size_t errlen)
     return FOX_EINTERNAL;
 }
 
+/* The daemon.* key named key, settable only while foxd starts (d not NULL). */
+static int
+settable_dkey(const fox_dconf *d, const char *key, const dkey **out, char *err, size_t errlen)
+{
+    *out = dkey_find(key);
+    if (!*out)
+        return fox_errf(err, errlen, FOX_EINVAL, "unknown key '%s'", key);
+    if (!d)
+        return fox_errf(err, errlen, FOX_EINVAL, "%s is fixed when foxd starts", key);
+    return FOX_OK;
+}
+
 int
 fox_conf_set_text(fox_config *cfg, fox_dconf *d, const char *key, const char *value, char *err,
                   size_t errlen)
 {
     if (is_daemon_key(key)) {
-        const dkey *k = dkey_find(key);
-        if (!k)
-            return fox_errf(err, errlen, FOX_EINVAL, "unknown key '%s'", key);
-        if (!d)
-            return fox_errf(err, errlen, FOX_EINVAL, "%s is fixed when foxd starts", key);
-        return dset(d, k, value, err, errlen);
+        const dkey *k;
+        int rv = settable_dkey(d, key, &k, err, errlen);
+        return rv != FOX_OK ? rv : dset(d, k, value, err, errlen);
     }
     return fox_config_set(cfg, key, value, err, errlen);
 }
@@ -341,11 +350,10 @@ fox_conf_set_json(fox_config *cfg, fox_dconf *d, const char *key, const cJSON *v
     const char *want = NULL;
 
     if (is_daemon_key(key)) {
-        const dkey *k = dkey_find(key);
-        if (!k)
-            return fox_errf(err, errlen, FOX_EINVAL, "unknown key '%s'", key);
-        if (!d)
-            return fox_errf(err, errlen, FOX_EINVAL, "%s is fixed when foxd starts", key);
+        const dkey *k;
+        int rv = settable_dkey(d, key, &k, err, errlen);
+        if (rv != FOX_OK)
+            return rv;
         switch (k->type) {
         case D_STR:
             if (!cJSON_IsString(v))
@@ -376,8 +384,7 @@ fox_conf_set_json(fox_config *cfg, fox_dconf *d, const char *key, const cJSON *v
                     if (!cJSON_IsString(it))
                         return fox_errf(err, errlen, FOX_EINVAL,
                                          "%s: every entry must be a string", key);
-                    int rv = add_url(d, key, it->valuestring, err, errlen);
-                    if (rv != FOX_OK)
+                    if ((rv = add_url(d, key, it->valuestring, err, errlen)) != FOX_OK)
                         return rv;
                 }
                 return FOX_OK;
