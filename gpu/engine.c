@@ -103,8 +103,8 @@ fox_engine_create(fox_engine **out, const fox_config *cfg, char *err, size_t err
         return rv;
     }
     e->fingerprint = fox_layout_fingerprint(fox_model_layout_hash(&e->lay), FOX_FORMAT_VERSION);
-    e->eval_s = calloc((size_t)e->lay.S, sizeof(float));
-    e->eval_q = calloc((size_t)e->lay.n_actions, sizeof(float));
+    e->eval_s = calloc((size_t)FOX_EVAL_SPLITS_MAX * e->lay.S, sizeof(float));
+    e->eval_q = calloc((size_t)FOX_EVAL_SPLITS_MAX * e->lay.n_actions, sizeof(float));
     if (!e->eval_s || !e->eval_q) {
         fox_engine_destroy(e);
         return FOX_ENOMEM;
@@ -330,11 +330,13 @@ fox_engine_end_epoch(fox_engine *e, fox_epoch_report *rep)
     rep->last.env_steps = c.env_steps;
     rep->mean_loss = e->epoch_loss_n ? e->epoch_loss_sum / (double)e->epoch_loss_n : 0.0;
     rep->steps_per_sec = dt > 0 ? (double)(c.step - e->epoch_step0) / dt : 0.0;
-    int rv = fox_engine_evaluate(e, FOX_SPLIT_VALIDATION, FOX_POLICY_GREEDY, &rep->val);
-    if (rv == FOX_OK)
-        rv = fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_GREEDY, &rep->test);
+    const fox_split both[2] = {FOX_SPLIT_VALIDATION, FOX_SPLIT_TEST};
+    fox_eval_result res[2];
+    int rv = fox_engine_evaluate_splits(e, both, 2, FOX_POLICY_GREEDY, res);
     if (rv != FOX_OK)
         return rv;
+    rep->val = res[0];
+    rep->test = res[1];
     fox_fold_report *fr = &e->rep;
     /* Selection on validation only; the test figure of that epoch is the unbiased one. */
     if (fr->best_epoch < 0 || rep->val.sharpe > fr->best_val_sharpe) {

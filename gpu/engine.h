@@ -158,6 +158,12 @@ void fox_engine_halt_info(const fox_engine *e, fox_halt_info *out);
 
 /* Evaluate a policy with one sequential pass over a split of the current fold. */
 int fox_engine_evaluate(fox_engine *e, fox_split split, fox_policy policy, fox_eval_result *out);
+/* The same for several splits at once (each at most once, up to FOX_EVAL_SPLITS_MAX): their
+ * passes walk side by side and share each forward pass; out[k] is splits[k]'s result,
+ * identical to evaluating it alone. */
+#define FOX_EVAL_SPLITS_MAX 2
+int fox_engine_evaluate_splits(fox_engine *e, const fox_split *splits, int n_splits,
+                               fox_policy policy, fox_eval_result *out);
 
 /*
  * Close an epoch: evaluate the greedy policy on validation and test, update

@@ -29,7 +29,7 @@ struct fox_engine {
     int64_t fold_step; /* full steps of the fold, as the backend last reported them */
     uint64_t fingerprint;
     fox_halt_info halt;     /* reason FOX_HALT_NONE while the fold runs */
-    float *eval_s, *eval_q; /* [S], [n_actions] */
+    float *eval_s, *eval_q; /* [FOX_EVAL_SPLITS_MAX × S], [FOX_EVAL_SPLITS_MAX × n_actions] */
     char err[512];
 };
 

@@ -165,6 +165,40 @@ START_TEST(no_lookahead_in_features_fills_rewards)
 }
 END_TEST
 
+/*
+ * Validation and test walked side by side (one forward pass for both each
+ * bar, as end_epoch does) give exactly what each gives alone: the rows of a
+ * forward pass are computed independently, and each split keeps its own
+ * environment state and random stream.
+ */
+START_TEST(evaluate_splits_match_single_passes)
+{
+    fox_config c;
+    small_config(&c);
+    fox_engine *e = fox_test_engine(&c);
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 300, NULL));
+    const fox_split both[2] = {FOX_SPLIT_VALIDATION, FOX_SPLIT_TEST};
+    const fox_policy policies[2] = {FOX_POLICY_GREEDY, FOX_POLICY_RANDOM};
+    for (int p = 0; p < 2; p++) {
+        fox_eval_result pair[2], alone[2];
+        FOX_CK_ENGINE_OK(e, fox_engine_evaluate_splits(e, both, 2, policies[p], pair));
+        for (int k = 0; k < 2; k++) {
+            FOX_CK_ENGINE_OK(e, fox_engine_evaluate(e, both[k], policies[p], &alone[k]));
+            ck_assert_int_gt(alone[k].bars, 100);
+            ck_assert_msg(memcmp(&pair[k], &alone[k], sizeof pair[k]) == 0,
+                          "policy %d split %d: Sharpe %.6f side by side, %.6f alone", p, k,
+                          pair[k].sharpe, alone[k].sharpe);
+        }
+        ck_assert(pair[0].sharpe != pair[1].sharpe);
+    }
+    fox_eval_result r[3];
+    const fox_split three[3] = {FOX_SPLIT_VALIDATION, FOX_SPLIT_TEST, FOX_SPLIT_TEST};
+    ck_assert_int_eq(fox_engine_evaluate_splits(e, three, 3, FOX_POLICY_GREEDY, r), FOX_EINVAL);
+    ck_assert_int_eq(fox_engine_evaluate_splits(e, three, 0, FOX_POLICY_GREEDY, r), FOX_EINVAL);
+    fox_engine_destroy(e);
+}
+END_TEST
+
 START_TEST(limit_orders_fill_only_when_reached)
 {
     float close[3] = {100, 101, 99}, open[3] = {100, 100.5f, 100.8f};
@@ -371,6 +405,7 @@ engine_suite(void)
     tcase_add_test(tc, config_rejects_bad_values);
     tcase_add_test(tc, determinism_same_seed_same_bits);
     tcase_add_test(tc, no_lookahead_in_features_fills_rewards);
+    tcase_add_test(tc, evaluate_splits_match_single_passes);
     tcase_add_test(tc, limit_orders_fill_only_when_reached);
     tcase_add_test(tc, checkpoint_round_trip_and_refusals);
     tcase_add_test(tc, fault_armed_on_a_running_engine);
