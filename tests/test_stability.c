@@ -478,6 +478,30 @@ START_TEST(sentinel_cpu_checks)
     v[0] = INFINITY;
     ck_assert_int_eq(fox_sentinel_check_threshold(v, 3, FLT_MAX), 1);
 
+    /* Every lane and the scalar tail: one bad value at each position of 1..600 values. */
+    static float run[600];
+    const float bads[] = {NAN, -NAN, INFINITY, -INFINITY};
+    for (int n = 1; n <= 600; n += (n < 20 ? 1 : 37)) {
+        for (int at = 0; at < n; at++) {
+            for (int k = 0; k < n; k++)
+                run[k] = (float)(k % 7) - 3.0f;
+            ck_assert_int_eq(fox_sentinel_check_nonfinite(run, (size_t)n), 0);
+            ck_assert_int_eq(fox_sentinel_check_threshold(run, (size_t)n, 3.0f), 1);
+            ck_assert_int_eq(fox_sentinel_check_threshold(run, (size_t)n, 3.0001f), 0);
+            run[at] = bads[at % 4];
+            ck_assert_msg(fox_sentinel_check_nonfinite(run, (size_t)n) == 1, "n %d at %d", n, at);
+            ck_assert_msg(fox_sentinel_check_threshold(run, (size_t)n, FLT_MAX) == 1, "n %d at %d",
+                          n, at);
+            run[at] = -5.0f; /* just at the threshold, negative: |x| ≥ t fires */
+            ck_assert_int_eq(fox_sentinel_check_threshold(run, (size_t)n, 5.0f), 1);
+            ck_assert_int_eq(fox_sentinel_check_threshold(run, (size_t)n, nextafterf(5.0f, 6.0f)),
+                             0);
+        }
+    }
+    ck_assert_int_eq(fox_sentinel_check_threshold(v, 3, 0.0f), 1);
+    ck_assert_int_eq(fox_sentinel_check_threshold(v, 3, NAN), 1);
+    ck_assert_int_eq(fox_sentinel_check_threshold(v, 0, NAN), 0);
+
     float atoms[4] = {-10.0f, -3.0f, 4.0f, 10.0f};
     ck_assert_int_eq(fox_sentinel_check_span(atoms, 4, 20.5f), 0);
     ck_assert_int_eq(fox_sentinel_check_span(atoms, 4, 20.0f), 1);
