@@ -21,6 +21,7 @@
 #include "error.h"
 #include "model.h"
 #include "rng.h"
+#include "sentinel.h"
 #include "testutil.h"
 
 /*
@@ -29,7 +30,7 @@
  * passes at relative error 1e-5, or absolute 1e-8 for gradients too small
  * for a relative test to mean anything.
  */
-#define FD_H 1e-6
+#define FD_H   1e-6
 #define FD_REL 1e-5
 #define FD_ABS 1e-8
 /* Relative errors are reported only for gradients at least this large. */
@@ -158,9 +159,9 @@ inputs_make(inputs *in, const fox_model_layout *lay, int B, uint64_t seed)
 static void
 inputs_free(inputs *in)
 {
-    void *ptrs[] = {in->s, in->s_next, in->r, in->done, in->w, in->aux_ret, in->tau, in->tau_next,
-                    in->fs, in->fs_next, in->fr, in->fdone, in->fw, in->faux_ret, in->ftau,
-                    in->ftau_next, in->a, in->regime};
+    void *ptrs[] = {in->s,   in->s_next,   in->r,    in->done,      in->w,  in->aux_ret,
+                    in->tau, in->tau_next, in->fs,   in->fs_next,   in->fr, in->fdone,
+                    in->fw,  in->faux_ret, in->ftau, in->ftau_next, in->a,  in->regime};
     for (size_t k = 0; k < sizeof ptrs / sizeof ptrs[0]; k++)
         free(ptrs[k]);
 }
@@ -168,15 +169,15 @@ inputs_free(inputs *in)
 static fox_cpud_net_batch
 batch_double(const inputs *in)
 {
-    return (fox_cpud_net_batch){in->B, in->s, in->s_next, in->a, in->r, in->done, in->w,
-                                in->aux_ret, in->regime, in->tau, in->tau_next};
+    return (fox_cpud_net_batch){in->B, in->s,       in->s_next, in->a,   in->r,       in->done,
+                                in->w, in->aux_ret, in->regime, in->tau, in->tau_next};
 }
 
 static fox_cpu_net_batch
 batch_float(const inputs *in)
 {
-    return (fox_cpu_net_batch){in->B, in->fs, in->fs_next, in->a, in->fr, in->fdone, in->fw,
-                               in->faux_ret, in->regime, in->ftau, in->ftau_next};
+    return (fox_cpu_net_batch){in->B,  in->fs,       in->fs_next, in->a,    in->fr,       in->fdone,
+                               in->fw, in->faux_ret, in->regime,  in->ftau, in->ftau_next};
 }
 
 /* Scale 0.01: labels of ~1 after scaling, so the MSE term is not negligible. */
@@ -387,8 +388,7 @@ check_project(double r, double g, const double want[5])
         pf[j] = (float)p5[j];
     fox_cpu_net_c51_project(pf, 5, -2.0f, 2.0f, (float)r, (float)g, of);
     for (int j = 0; j < 5; j++)
-        ck_assert_msg(fabs(of[j] - want[j]) < 1e-6, "float atom %d: %g want %g", j, of[j],
-                      want[j]);
+        ck_assert_msg(fabs(of[j] - want[j]) < 1e-6, "float atom %d: %g want %g", j, of[j], want[j]);
 }
 
 START_TEST(test_c51_project_cases)
@@ -398,13 +398,13 @@ START_TEST(test_c51_project_cases)
     /* r = 1, g = 1: Tz = z + 1 lands on atoms (l == u); the top atom's mass clamps onto 2. */
     check_project(1.0, 1.0, (const double[5]){0.0, 0.1, 0.2, 0.3, 0.25 + 0.15});
     /* r = 0.5, g = 1: Tz = −1.5 −0.5 0.5 1.5 2(clamped): each mass splits half/half. */
-    check_project(0.5, 1.0, (const double[5]){0.05, 0.05 + 0.1, 0.1 + 0.15, 0.15 + 0.125,
-                                              0.125 + 0.15});
+    check_project(0.5, 1.0,
+                  (const double[5]){0.05, 0.05 + 0.1, 0.1 + 0.15, 0.15 + 0.125, 0.125 + 0.15});
     /* r = 0.25, g = 0.5: Tz = −0.75 −0.25 0.25 0.75 1.25 → b = 1.25 1.75 2.25 2.75 3.25. */
-    check_project(0.25, 0.5, (const double[5]){0.0, 0.1 * 0.75 + 0.2 * 0.25,
-                                               0.1 * 0.25 + 0.2 * 0.75 + 0.3 * 0.75 + 0.25 * 0.25,
-                                               0.3 * 0.25 + 0.25 * 0.75 + 0.15 * 0.75,
-                                               0.15 * 0.25});
+    check_project(0.25, 0.5,
+                  (const double[5]){0.0, 0.1 * 0.75 + 0.2 * 0.25,
+                                    0.1 * 0.25 + 0.2 * 0.75 + 0.3 * 0.75 + 0.25 * 0.25,
+                                    0.3 * 0.25 + 0.25 * 0.75 + 0.15 * 0.75, 0.15 * 0.25});
     /* Tz beyond v_max: everything on the last atom; below v_min: on the first. */
     check_project(10.0, 1.0, (const double[5]){0, 0, 0, 0, 1});
     check_project(-7.0, 0.9, (const double[5]){1, 0, 0, 0, 0});
@@ -480,12 +480,14 @@ START_TEST(test_layernorm_fd)
         const char *name;
         double *x, *an;
         size_t n;
-    } arr[] = {{"x", c.x, c.dx, n}, {"gamma", c.g, c.dg, (size_t)c.N}, {"beta", c.b, c.db, (size_t)c.N}};
+    } arr[] = {
+        {"x", c.x, c.dx, n}, {"gamma", c.g, c.dg, (size_t)c.N}, {"beta", c.b, c.db, (size_t)c.N}};
     for (size_t a = 0; a < 3; a++) {
         fd_stat st;
         fd_check_array(&st, ln_scalar, &c, arr[a].x, arr[a].an, arr[a].n);
-        ck_assert_msg(st.fails == 0, "layernorm d%s: %d bad, worst rel %.3g at %zu (fd %.9g an %.9g)",
-                      arr[a].name, st.fails, st.worst_rel, st.worst_k, st.worst_fd, st.worst_an);
+        ck_assert_msg(st.fails == 0,
+                      "layernorm d%s: %d bad, worst rel %.3g at %zu (fd %.9g an %.9g)", arr[a].name,
+                      st.fails, st.worst_rel, st.worst_k, st.worst_fd, st.worst_an);
     }
     free(c.x), free(c.dy), free(c.y), free(c.dx), free(c.g), free(c.b), free(c.dg), free(c.db);
 }
@@ -529,7 +531,7 @@ grn_scalar(void *vctx)
 static void
 grn_fd_case(int in, int out)
 {
-    static const char *const names[FOX_GRN_NT] = {"w2", "b2", "w1", "b1", "wg", "bg",
+    static const char *const names[FOX_GRN_NT] = {"w2", "b2", "w1", "b1",   "wg",  "bg",
                                                   "wv", "bv", "wr", "ln_g", "ln_b"};
     grn_ctx c = {.in = in, .out = out, .B = 3};
     fox_rng r;
@@ -557,9 +559,9 @@ grn_fd_case(int in, int out)
             continue;
         fd_stat st;
         fd_check_array(&st, grn_scalar, &c, c.p[k], c.dp[k], grn_size(k, in, out));
-        ck_assert_msg(st.fails == 0, "grn %d→%d d%s: %d bad, worst rel %.3g at %zu (fd %.9g an %.9g)",
-                      in, out, names[k], st.fails, st.worst_rel, st.worst_k, st.worst_fd,
-                      st.worst_an);
+        ck_assert_msg(st.fails == 0,
+                      "grn %d→%d d%s: %d bad, worst rel %.3g at %zu (fd %.9g an %.9g)", in, out,
+                      names[k], st.fails, st.worst_rel, st.worst_k, st.worst_fd, st.worst_an);
     }
     fd_stat st;
     fd_check_array(&st, grn_scalar, &c, c.a, c.da, (size_t)c.B * in);
@@ -786,8 +788,8 @@ START_TEST(test_bdq_trunk_scale)
         for (size_t k = 0; k < fox_tensor_size(&f.lay, i); k++) {
             double a = g0[t->offset + k], b = g1[t->offset + k];
             if (is_trunk(t->group))
-                ck_assert_msg(fabs(b - s * a) <= 1e-12 * fabs(a) + 1e-300, "%s[%zu]: %.17g vs %.17g/5",
-                              t->name, k, b, a);
+                ck_assert_msg(fabs(b - s * a) <= 1e-12 * fabs(a) + 1e-300,
+                              "%s[%zu]: %.17g vs %.17g/5", t->name, k, b, a);
             else
                 ck_assert_msg(a == b, "%s[%zu] head gradient changed: %.17g vs %.17g", t->name, k,
                               b, a);
@@ -822,7 +824,8 @@ START_TEST(test_priority)
         ck_assert(f.in.done[b] == 1.0);
         double want = 0.0;
         for (int d = 0; d < D; d++)
-            want += fabs(f.in.r[b] - q[b * f.lay.n_actions + f.lay.branch_off[d] + f.in.a[b * D + d]]);
+            want +=
+                fabs(f.in.r[b] - q[b * f.lay.n_actions + f.lay.branch_off[d] + f.in.a[b * D + d]]);
         ck_assert_msg(fabs(prio[b] - want) < 1e-12, "priority %.17g, want %.17g", prio[b], want);
     }
 
@@ -1054,8 +1057,8 @@ START_TEST(test_losses_vs_naive)
         const double *a[] = {&got.total, &got.c51, &got.iqn, &got.aux_ret, &got.aux_regime};
         const double *b[] = {&want.total, &want.c51, &want.iqn, &want.aux_ret, &want.aux_regime};
         for (int k = 0; k < 5; k++)
-            ck_assert_msg(fabs(*a[k] - *b[k]) <= 1e-12 * fabs(*b[k]), "mode %d loss %d: %.17g vs %.17g",
-                          mode, k, *a[k], *b[k]);
+            ck_assert_msg(fabs(*a[k] - *b[k]) <= 1e-12 * fabs(*b[k]),
+                          "mode %d loss %d: %.17g vs %.17g", mode, k, *a[k], *b[k]);
         for (int k = 0; k < 3; k++)
             ck_assert_msg(fabs(pg[k] - pw[k]) <= 1e-12 * pw[k], "priority %d: %.17g vs %.17g", k,
                           pg[k], pw[k]);
@@ -1163,8 +1166,8 @@ START_TEST(test_adam_step)
      * By hand, t = 2 (bias corrections 1 − 0.9² = 0.19, 1 − 0.999² = 0.001999),
      * grad_scale 2, lr 0.1, eps 1e-8:
      *   [0] g = 1:  m = 0.1,   v = 0.001,   p = 1 − 0.1·(0.1/0.19)/(sqrt(0.001/0.001999) + 1e-8)
-     *   [1] g = −2: m = −0.11, v = 0.01399, p = −2 − 0.1·(−0.11/0.19)/(sqrt(0.01399/0.001999) + 1e-8)
-     *   [2] g = 0, m = v = 0: unchanged.
+     *   [1] g = −2: m = −0.11, v = 0.01399, p = −2 − 0.1·(−0.11/0.19)/(sqrt(0.01399/0.001999) +
+     * 1e-8) [2] g = 0, m = v = 0: unchanged.
      */
     float p[3] = {1.0f, -2.0f, 0.5f}, g[3] = {0.5f, -1.0f, 0.0f};
     float m[3] = {0.0f, 0.1f, 0.0f}, v[3] = {0.0f, 0.01f, 0.0f};
@@ -1183,6 +1186,67 @@ START_TEST(test_adam_step)
     fox_cpu_adam_step(q, gq, mq, vq, 2, 0.01f, 0.9f, 0.999f, 1e-12f, 1, 1.0f);
     ck_assert_double_eq_tol(q[0], -0.01, 1e-7);
     ck_assert_double_eq_tol(q[1], 0.01, 1e-7);
+}
+END_TEST
+
+/*
+ * The clamped step four elements at a time (SSE2) gives the bits, the
+ * engagement counts, maxima and flags of the element-by-element path (calls
+ * of one element), on values that engage every clamp: NaN/Inf/huge
+ * gradients, m and v past their bounds, weights pushed past theirs, and a
+ * length that leaves a tail.
+ */
+START_TEST(test_adam_clamped_lanes_match_scalar)
+{
+    enum { N = 1003 };
+    static float p[2][N], g[N], m[2][N], v[2][N];
+    fox_rng r;
+    fox_rng_seed(&r, 7);
+    for (int k = 0; k < N; k++) {
+        g[k] = fox_rng_normal(&r) * (k % 97 == 5 ? 1e6f : 0.1f);
+        p[0][k] = fox_rng_normal(&r) * (k % 89 == 3 ? 2.9f : 0.5f);
+        m[0][k] = fox_rng_normal(&r) * (k % 83 == 1 ? 50.0f : 0.01f);
+        v[0][k] = fabsf((float)fox_rng_normal(&r)) * (k % 79 == 2 ? 50.0f : 1e-4f);
+    }
+    g[10] = NAN;
+    g[11] = INFINITY;
+    g[1001] = -INFINITY;
+    memcpy(p[1], p[0], sizeof p[0]);
+    memcpy(m[1], m[0], sizeof m[0]);
+    memcpy(v[1], v[0], sizeof v[0]);
+    fox_cpu_adam_clamp c[2] = {{.w_bound = 3.0f,
+                                .m_bound = 1.0f,
+                                .v_bound = 2.0f,
+                                .w_slot = 44,
+                                .m_slot = 36,
+                                .v_slot = 40,
+                                .w_diag = 3.0f,
+                                .m_diag = 10.0f,
+                                .v_diag = INFINITY}};
+    c[1] = c[0];
+    int flags[2][FOX_SENTINEL_SLOTS] = {{0}};
+    for (int step = 1; step <= 3; step++) {
+        fox_cpu_adam_step_clamped(p[0], g, m[0], v[0], N, 0.5f, 0.9f, 0.999f, 1e-8f, step, 1.0f,
+                                  &c[0], flags[0]);
+        for (int k = 0; k < N; k++)
+            fox_cpu_adam_step_clamped(p[1] + k, g + k, m[1] + k, v[1] + k, 1, 0.5f, 0.9f, 0.999f,
+                                      1e-8f, step, 1.0f, &c[1], flags[1]);
+    }
+    ck_assert_msg(memcmp(p[0], p[1], sizeof p[0]) == 0, "weights differ");
+    ck_assert_msg(memcmp(m[0], m[1], sizeof m[0]) == 0, "m differs");
+    ck_assert_msg(memcmp(v[0], v[1], sizeof v[0]) == 0, "v differs");
+    ck_assert_msg(memcmp(flags[0], flags[1], sizeof flags[0]) == 0, "flags differ");
+    ck_assert_uint_eq(c[0].w_engaged, c[1].w_engaged);
+    ck_assert_uint_eq(c[0].m_engaged, c[1].m_engaged);
+    ck_assert_uint_eq(c[0].v_engaged, c[1].v_engaged);
+    ck_assert_uint_eq(c[0].total, c[1].total);
+    ck_assert(c[0].w_max == c[1].w_max && c[0].m_max == c[1].m_max && c[0].v_max == c[1].v_max);
+    /* Every clamp engaged, or the comparison proves little. */
+    ck_assert_uint_gt(c[0].w_engaged, 0);
+    ck_assert_uint_gt(c[0].m_engaged, 0);
+    ck_assert_uint_gt(c[0].v_engaged, 0);
+    ck_assert_int_eq(flags[0][36], 1);
+    ck_assert_int_eq(flags[0][44], 1);
 }
 END_TEST
 
@@ -1252,6 +1316,7 @@ net_suite(void)
 
     tc = tcase_create("optim");
     tcase_add_test(tc, test_adam_step);
+    tcase_add_test(tc, test_adam_clamped_lanes_match_scalar);
     tcase_add_test(tc, test_sanitize_norm_clip);
     tcase_add_test(tc, test_target_sync);
     suite_add_tcase(su, tc);
