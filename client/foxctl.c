@@ -86,24 +86,6 @@ jnum(const cJSON *o, const char *k, double dflt)
     return cJSON_IsNumber(v) ? v->valuedouble : dflt;
 }
 
-/* A fold object's sentinel slots that fired ("flagged"), one line. */
-static void
-print_flagged(FILE *out, const cJSON *fold)
-{
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(fold, "flagged");
-    if (!cJSON_IsArray(a))
-        return;
-    fprintf(out, "fold %.0f: sentinel flags:", jnum(fold, "fold", -1));
-    const cJSON *s;
-    int n = 0;
-    cJSON_ArrayForEach(s, a)
-    {
-        if (cJSON_IsString(s))
-            fprintf(out, "%s %s", n++ ? "," : "", s->valuestring);
-    }
-    fprintf(out, "%s\n", n ? "" : " none");
-}
-
 static const char *
 jstr(const cJSON *o, const char *k, const char *dflt)
 {
@@ -449,7 +431,7 @@ show_event(progress *p, const fox_event *ev)
         fprintf(stderr, "fold %.0f done: best val Sharpe %.3f at epoch %.0f, test Sharpe %.3f\n",
                 jnum(d, "fold", -1), jnum(d, "best_val_sharpe", NAN), jnum(d, "best_epoch", -1) + 1,
                 jnum(d, "test_sharpe", NAN));
-        print_flagged(stderr, d);
+        fox_proto_print_flagged(stderr, d);
     } else if (!strcmp(ev->type, "halt")) {
         fprintf(stderr, "HALT fold %.0f: %s\n", jnum(d, "fold", -1), jstr(d, "reason", "?"));
     } else if (!strcmp(ev->type, "state")) {

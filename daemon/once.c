@@ -12,7 +12,6 @@
 
 #include "foxd.h"
 #include "proto/proto.h"
-#include "sentinel.h"
 #include "walk.h"
 
 static volatile sig_atomic_t interrupted;
@@ -27,7 +26,6 @@ on_signal(int sig)
 typedef struct once_state {
     int epochs;
     cJSON *folds; /* fold objects, for the table */
-    const fox_engine *engine;
 } once_state;
 
 static void
@@ -44,10 +42,9 @@ static void
 once_fold_end(void *arg, const fox_fold_report *r)
 {
     once_state *s = arg;
-    cJSON_AddItemToArray(s->folds, fox_walk_fold_json(r));
-    char slots[1024];
-    fox_sentinel_flags_text(fox_engine_flags(s->engine), 0, slots, sizeof slots);
-    fprintf(stderr, "fold %d: sentinel flags: %s\n", r->fold, slots[0] ? slots : "none");
+    cJSON *fold = fox_walk_fold_json(r);
+    cJSON_AddItemToArray(s->folds, fold);
+    fox_proto_print_flagged(stderr, fold);
 }
 
 static void
@@ -90,7 +87,6 @@ fox_once_main(const fox_config *cfg, const fox_dconf *d)
         cJSON_Delete(st.folds);
         return rv == FOX_EINVAL ? FOX_EXIT_USAGE : FOX_EXIT_ERROR;
     }
-    st.engine = e;
     if ((rv = fox_engine_load_data(e)) != FOX_OK) {
         fprintf(stderr, "foxd: data: %s (%s)\n", fox_engine_errmsg(e), fox_err_name(rv));
         code = FOX_EXIT_ERROR;

@@ -36,8 +36,8 @@ pass_minmax(const float *x, size_t n, float *lo, float *hi, size_t *count)
  * Pass 2 over one run: the histogram of the finite |x| over [lo, hi]. The
  * bins of four values at a time are fox_p99_bin's float steps on four lanes
  * (GCC vector extensions: SSE2 at the baseline ISA, the same IEEE
- * operations, so the same bins); a non-finite value counts in a spare bin
- * past the last, which is dropped.
+ * operations, so the same bins); a non-finite value counts in hist's spare
+ * bin past the last ([FOX_P99_BINS + 1] long), which the walk never reads.
  */
 typedef float f32x4 __attribute__((vector_size(16)));
 typedef int32_t i32x4 __attribute__((vector_size(16)));
@@ -45,8 +45,6 @@ typedef int32_t i32x4 __attribute__((vector_size(16)));
 static void
 pass_hist(const float *x, size_t n, float lo, float scale, uint32_t *hist)
 {
-    uint32_t h[FOX_P99_BINS + 1];
-    memset(h, 0, sizeof h);
     const i32x4 absm = {0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff};
     const i32x4 inf = {0x7f800000, 0x7f800000, 0x7f800000, 0x7f800000};
     const i32x4 last = {FOX_P99_BINS - 1, FOX_P99_BINS - 1, FOX_P99_BINS - 1, FOX_P99_BINS - 1};
@@ -67,18 +65,16 @@ pass_hist(const float *x, size_t n, float lo, float scale, uint32_t *hist)
         i32x4 over = b > last;
         b = (b & ~over) | (last & over);
         b = (b & fin) | (spare & ~fin);
-        h[b[0]]++;
-        h[b[1]]++;
-        h[b[2]]++;
-        h[b[3]]++;
+        hist[b[0]]++;
+        hist[b[1]]++;
+        hist[b[2]]++;
+        hist[b[3]]++;
     }
     for (; i < n; i++) {
         float a = fabsf(x[i]);
         if (isfinite(a))
-            h[fox_p99_bin(a, lo, scale)]++;
+            hist[fox_p99_bin(a, lo, scale)]++;
     }
-    for (int k = 0; k < FOX_P99_BINS; k++)
-        hist[k] += h[k];
 }
 
 float
@@ -99,7 +95,7 @@ fox_p99_abs_spans(const float *base, const fox_span *spans, int n_spans)
     /* A range so narrow that the scale overflows: every value is hi to float precision. */
     if (!(scale < FLT_MAX))
         return hi;
-    uint32_t hist[FOX_P99_BINS];
+    uint32_t hist[FOX_P99_BINS + 1]; /* + pass_hist's spare bin */
     memset(hist, 0, sizeof hist);
     for (int k = 0; k < n_spans; k++)
         pass_hist(base + spans[k].offset, spans[k].len, lo, scale, hist);

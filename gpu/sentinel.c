@@ -172,14 +172,14 @@ fox_sentinel_fault_slot(const char *name)
 }
 
 int
-fox_sentinel_flags_text(const volatile int *flags, int halt_only, char *buf, size_t len)
+fox_sentinel_halt_text(const volatile int *flags, char *buf, size_t len)
 {
     int count = 0;
     size_t used = 0;
     if (len)
         buf[0] = '\0';
-    for (int i = 0; i < FOX_SENTINEL_SLOTS; i++) {
-        if (!flags[i] || (halt_only && !fox_sentinel_is_halt(i)))
+    for (int i = 0; i < FOX_SENT_HALT_END; i++) {
+        if (!flags[i] || !fox_sentinel_is_halt(i))
             continue;
         if (used < len) {
             int w =

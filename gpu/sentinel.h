@@ -297,12 +297,11 @@ typedef struct fox_param_run {
 int fox_sentinel_param_runs(int slot, const fox_model_layout *lay, fox_param_run *runs);
 
 /*
- * The slots set in flags [FOX_SENTINEL_SLOTS] (only the halt_nan ones when
- * halt_only), as text into buf: "12 h_s2, 33 d_h_s2_post_main" (always
- * NUL-terminated, cut if too long). Returns how many there are; 0 leaves
- * buf "".
+ * The halt_nan slots set in flags [FOX_SENTINEL_SLOTS], as text into buf:
+ * "12 h_s2, 33 d_h_s2_post_main" (always NUL-terminated, cut if too long).
+ * Returns how many there are; 0 leaves buf "".
  */
-int fox_sentinel_flags_text(const volatile int *flags, int halt_only, char *buf, size_t len);
+int fox_sentinel_halt_text(const volatile int *flags, char *buf, size_t len);
 
 /* The slots set in flags [FOX_SENTINEL_SLOTS] as a mask, bit i for slot i. */
 uint64_t fox_sentinel_mask(const volatile int *flags);

@@ -732,6 +732,24 @@ fox_proto_print_folds(FILE *out, const cJSON *folds)
           out);
 }
 
+void
+fox_proto_print_flagged(FILE *out, const cJSON *fold)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(fold, "flagged");
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(fold, "fold");
+    if (!cJSON_IsArray(a))
+        return;
+    fprintf(out, "fold %.0f: sentinel flags:", cJSON_IsNumber(f) ? f->valuedouble : -1.0);
+    const cJSON *s;
+    int n = 0;
+    cJSON_ArrayForEach(s, a)
+    {
+        if (cJSON_IsString(s))
+            fprintf(out, "%s %s", n++ ? "," : "", s->valuestring);
+    }
+    fprintf(out, "%s\n", n ? "" : " none");
+}
+
 /* ---------------------------------------------------------------- endpoints */
 
 int

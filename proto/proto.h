@@ -206,6 +206,8 @@ void fox_event_fini(fox_event *ev);
  * "bars_per_year", ...}); a missing or null number prints as "n/a".
  */
 void fox_proto_print_folds(FILE *out, const cJSON *folds);
+/* A fold object's "flagged" slots as one line, "fold 2: sentinel flags: none" (nothing without it). */
+void fox_proto_print_flagged(FILE *out, const cJSON *fold);
 
 /*
  * Default runtime directory of foxd (socket, events socket, lock):

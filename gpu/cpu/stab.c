@@ -493,7 +493,7 @@ fox_cpu_stab_halt(fox_cpu_stab *st, int trained, float loss, double norm, int *r
                   size_t len)
 {
     char slots[400];
-    if (fox_sentinel_flags_text(st->flags, 1, slots, sizeof slots) > 0) {
+    if (fox_sentinel_halt_text(st->flags, slots, sizeof slots) > 0) {
         *reason = FOX_HALT_NAN;
         snprintf(msg, len, "halt_nan: slots %s", slots);
         return FOX_EHALT;

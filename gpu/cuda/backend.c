@@ -871,7 +871,7 @@ halted(cuda_backend *be)
     be->base.halt_reason = h->halt;
     if (h->halt == FOX_HALT_NAN) {
         char slots[400];
-        fox_sentinel_flags_text(be->flags_mem, 1, slots, sizeof slots);
+        fox_sentinel_halt_text(be->flags_mem, slots, sizeof slots);
         snprintf(be->base.err, sizeof be->base.err, "halt_nan: slots %s", slots);
     } else if (!isfinite(h->loss)) {
         snprintf(be->base.err, sizeof be->base.err, "halt_grad_collapse: non-finite loss (%g)",
