@@ -6,8 +6,9 @@
  * central differences on a shrunk network, for every element of every
  * tensor, for each loss part and both target modes; layer-level checks
  * cover the GRN (with and without Wr) and LayerNorm. The float build is
- * checked against the double one. Not tested here: the training loop that
- * calls these (test_engine.c) and the CUDA kernels (the GPU parity suite).
+ * checked against the double one. The replay ring's priority updates too.
+ * Not tested here: the training loop that calls these (test_engine.c) and
+ * the CUDA kernels (the GPU parity suite).
  */
 #include <check.h>
 #include <math.h>
@@ -18,6 +19,7 @@
 #include "config.h"
 #include "cpu/net.h"
 #include "cpu/optim.h"
+#include "cpu/replay.h"
 #include "error.h"
 #include "model.h"
 #include "rng.h"
@@ -1287,6 +1289,55 @@ START_TEST(test_target_sync)
 }
 END_TEST
 
+/* A prioritized ring's leaf of slot i: priority^alpha. */
+static double
+leaf(const fox_replay *rb, int i)
+{
+    return rb->tree[rb->leaves + i];
+}
+
+/*
+ * Priorities drawn before a collection's pushes reach only the slots those
+ * pushes left alone (a full step gathers its batch before it collects): a
+ * slot pushed over holds a new transition at the ring's max priority.
+ */
+START_TEST(test_replay_update_skips_pushed_over)
+{
+    fox_replay rb;
+    FOX_CK_OK(fox_replay_init(&rb, 8, 1, 1.0f));
+    fox_transition t;
+    memset(&t, 0, sizeof t);
+    for (int k = 0; k < 6; k++)
+        fox_replay_push(&rb, &t);
+    uint64_t drawn = rb.pushes;
+    for (int k = 0; k < 4; k++) /* slots 6, 7, 0, 1 */
+        fox_replay_push(&rb, &t);
+    const int32_t idx[4] = {0, 2, 7, 5};
+    const float prio[4] = {3.0f, 4.0f, 5.0f, 6.0f};
+    fox_replay_update(&rb, idx, prio, 4, drawn);
+    ck_assert_double_eq(leaf(&rb, 0), 1.0);
+    ck_assert_double_eq(leaf(&rb, 7), 1.0);
+    ck_assert_double_eq_tol(leaf(&rb, 2), 4.0, 1e-5);
+    ck_assert_double_eq_tol(leaf(&rb, 5), 6.0, 1e-5);
+    ck_assert_float_eq_tol(rb.max_priority, 6.0f, 1e-5f);
+    /* Nothing pushed since the draw: every slot takes its priority. */
+    fox_replay_update(&rb, idx, prio, 4, rb.pushes);
+    ck_assert_double_eq_tol(leaf(&rb, 0), 3.0, 1e-5);
+    ck_assert_double_eq_tol(leaf(&rb, 7), 5.0, 1e-5);
+    /* A whole ring's pushes since the draw: no slot does. */
+    drawn = rb.pushes;
+    for (int k = 0; k < 8; k++)
+        fox_replay_push(&rb, &t);
+    const float low[4] = {0.5f, 0.5f, 0.5f, 0.5f};
+    fox_replay_update(&rb, idx, low, 4, drawn);
+    for (int k = 0; k < 4; k++)
+        ck_assert_double_eq_tol(leaf(&rb, idx[k]), 6.0, 1e-5);
+    fox_replay_clear(&rb);
+    ck_assert_uint_eq(rb.pushes, 0);
+    fox_replay_fini(&rb);
+}
+END_TEST
+
 static Suite *
 net_suite(void)
 {
@@ -1319,6 +1370,10 @@ net_suite(void)
     tcase_add_test(tc, test_adam_clamped_lanes_match_scalar);
     tcase_add_test(tc, test_sanitize_norm_clip);
     tcase_add_test(tc, test_target_sync);
+    suite_add_tcase(su, tc);
+
+    tc = tcase_create("replay");
+    tcase_add_test(tc, test_replay_update_skips_pushed_over);
     suite_add_tcase(su, tc);
     return su;
 }

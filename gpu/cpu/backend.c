@@ -3,7 +3,8 @@
  * replay, the train step (net.c + optim.c) and the stability system
  * (stab.c), in plain C. Everything the CUDA backend does on the device
  * happens here in the same order with the same math, so that it can be
- * checked against this; train_step and cpu_run_steps spell that order out.
+ * checked against this; train_begin/train_end and cpu_run_steps spell that
+ * order out.
  *
  * Single-threaded apart from BLAS; deterministic for a seed.
  */
@@ -57,6 +58,8 @@ typedef struct cpu_backend {
     float *states, *q;      /* [N × S], [N × n_actions] */
     float *bs, *bs_next, *br, *bdone, *bw, *baux, *btau, *btau_next, *bprio;
     int32_t *ba, *bregime, *bidx;
+    uint64_t bpushes;  /* the ring's pushes when the batch was drawn */
+    float baux_scale;  /* the batch's aux label scale */
     float isv_mem[FOX_ISV_TOTAL_DIM];
     int flags_mem[FOX_SENTINEL_SLOTS];
     fox_cpu_stab stab;
@@ -380,6 +383,7 @@ gather_batch(cpu_backend *be)
     const fox_series *s = be->env.series;
     int S = be->S, NT = be->lay->NT;
     fox_replay_sample(&be->replay, &be->rng_sample, be->B, be->env.cfg->per_beta, be->bidx, be->bw);
+    be->bpushes = be->replay.pushes;
     for (int b = 0; b < be->B; b++) {
         const fox_transition *t = &be->replay.items[be->bidx[b]];
         fox__state_build(feat, S, t->bar, t->port, be->bs + (size_t)b * S);
@@ -400,20 +404,29 @@ gather_batch(cpu_backend *be)
 }
 
 /*
- * One train step, in the order the CUDA backend mirrors: batch; the aux label
- * scale; Mech 2 on the atoms; forward, losses and backward with the net's
- * stability points (Mech 10, Mech 1, inline checks); Q_ABS_REF; Mech 6's
- * clip; the clamped Adam step (Mech 9, SP4 m/v); the SP4 Pearls B and C;
- * target sync; replay priorities.
+ * A train step, in the order the CUDA backend mirrors, in two halves so that
+ * a full step's collection comes between them (the CUDA backend runs it
+ * beside the second half): train_begin draws the batch from the ring as it
+ * stands before the collection's pushes, then the aux label scale and Mech 2
+ * on the atoms (which the collection acts with); train_end runs forward,
+ * losses and backward with the net's stability points (Mech 10, Mech 1,
+ * inline checks); Q_ABS_REF; Mech 6's clip; the clamped Adam step (Mech 9,
+ * SP4 m/v); the SP4 Pearls B and C; target sync; replay priorities.
  */
+static void
+train_begin(cpu_backend *be)
+{
+    gather_batch(be);
+    be->baux_scale = fox_cpu_stab_aux_label(&be->stab, be->baux, be->B);
+    fox_cpu_stab_atoms(&be->stab);
+}
+
 static int
-train_step(cpu_backend *be, fox_step_stats *st)
+train_end(cpu_backend *be, fox_step_stats *st)
 {
     const fox_config *c = be->env.cfg;
     fox_cpu_stab *sb = &be->stab;
-    gather_batch(be);
-    float aux_scale = fox_cpu_stab_aux_label(sb, be->baux, be->B);
-    fox_cpu_stab_atoms(sb);
+    float aux_scale = be->baux_scale;
     fox_cpu_net_batch batch = {be->B, be->bs, be->bs_next, be->ba, be->br, be->bdone,
                                c->prioritized ? be->bw : NULL, be->baux, be->bregime,
                                be->btau, be->btau_next};
@@ -444,7 +457,7 @@ train_step(cpu_backend *be, fox_step_stats *st)
     else if (be->ctr.train_steps % c->target_sync == 0)
         fox_cpu_target_sync(be->target, be->params, be->np, 0.0f);
     fox_cpu_stab_point(sb, FOX_SENT_REPLAY_PRIORITIES, be->bprio, (size_t)be->B);
-    fox_replay_update(&be->replay, be->bidx, be->bprio, be->B);
+    fox_replay_update(&be->replay, be->bidx, be->bprio, be->B, be->bpushes);
     be->last_loss = (float)loss.total;
     be->last_norm = norm;
     st->loss = (float)loss.total;
@@ -478,9 +491,11 @@ cpu_run_steps(fox_backend *be_, int n, fox_step_stats *st)
         int ready = be->replay.size >= c->learning_starts && be->replay.size >= be->B;
         float eps = ready ? epsilon(be) : c->eps_start;
         fox_cpu_stab_begin_step(&be->stab, be->ctr.train_steps, ready);
+        if (ready)
+            train_begin(be);
         rv = collect(be, eps);
         if (rv == FOX_OK && ready)
-            rv = train_step(be, st);
+            rv = train_end(be, st);
         if (rv != FOX_OK)
             return rv;
         be->ctr.step++;
@@ -502,7 +517,8 @@ cpu_train_only(fox_backend *be_, int n, fox_step_stats *st)
     int rv = FOX_OK;
     for (int i = 0; i < n && rv == FOX_OK; i++) {
         fox_cpu_stab_begin_step(&be->stab, be->ctr.train_steps, 1);
-        if ((rv = train_step(be, st)) == FOX_OK)
+        train_begin(be);
+        if ((rv = train_end(be, st)) == FOX_OK)
             rv = end_step(be, 1);
     }
     return rv;

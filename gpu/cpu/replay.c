@@ -42,6 +42,7 @@ void
 fox_replay_clear(fox_replay *rb)
 {
     rb->size = rb->head = 0;
+    rb->pushes = 0;
     rb->max_priority = 1.0f;
     if (rb->tree)
         memset(rb->tree, 0, 2 * (size_t)rb->leaves * sizeof *rb->tree);
@@ -64,6 +65,7 @@ fox_replay_push(fox_replay *rb, const fox_transition *t)
     if (rb->prioritized)
         tree_set(rb, i, pow(rb->max_priority, rb->alpha));
     rb->head = (rb->head + 1) % rb->capacity;
+    rb->pushes++;
     if (rb->size < rb->capacity)
         rb->size++;
 }
@@ -113,12 +115,26 @@ fox_replay_sample(fox_replay *rb, fox_rng *rng, int B, float beta, int32_t *idx,
         w[b] = (float)(w[b] / wmax);
 }
 
+/* Whether slot i was written by a push after the ring had taken `since` pushes. */
+static int
+pushed_over(const fox_replay *rb, int i, uint64_t since)
+{
+    uint64_t n = rb->pushes - since;
+    if (n >= (uint64_t)rb->capacity)
+        return 1;
+    int first = (int)(since % (uint64_t)rb->capacity);
+    return (uint64_t)((i - first + rb->capacity) % rb->capacity) < n;
+}
+
 void
-fox_replay_update(fox_replay *rb, const int32_t *idx, const float *priority, int B)
+fox_replay_update(fox_replay *rb, const int32_t *idx, const float *priority, int B,
+                  uint64_t sampled_at)
 {
     if (!rb->prioritized)
         return;
     for (int b = 0; b < B; b++) {
+        if (pushed_over(rb, idx[b], sampled_at))
+            continue;
         float p = isfinite(priority[b]) ? priority[b] + 1e-6f : rb->max_priority;
         if (p > rb->max_priority)
             rb->max_priority = p;

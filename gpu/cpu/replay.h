@@ -26,6 +26,7 @@ typedef struct fox_transition {
 typedef struct fox_replay {
     fox_transition *items;
     int capacity, size, head;
+    uint64_t pushes; /* since the last clear; head = pushes mod capacity */
     int prioritized;
     float alpha, max_priority;
     double *tree; /* sum tree over capacity leaves (prioritized only) */
@@ -44,7 +45,12 @@ void fox_replay_push(fox_replay *rb, const fox_transition *t);
  */
 void fox_replay_sample(fox_replay *rb, fox_rng *rng, int B, float beta, int32_t *idx, float *w);
 
-/* New priorities (Σ_d |δ_d|) for sampled indices; ignored when uniform. */
-void fox_replay_update(fox_replay *rb, const int32_t *idx, const float *priority, int B);
+/*
+ * New priorities (Σ_d |δ_d|) for indices sampled when the ring had taken
+ * `sampled_at` pushes; a slot pushed over since then holds a new transition
+ * and keeps its priority. Ignored when uniform.
+ */
+void fox_replay_update(fox_replay *rb, const int32_t *idx, const float *priority, int B,
+                       uint64_t sampled_at);
 
 #endif
