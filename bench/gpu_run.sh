@@ -13,7 +13,10 @@
 #                              and a per-kernel profile summed by name (ncu, no cache flush)
 #   bench/gpu_run.sh overhead  on the GPU machine: parity and drills, then foxbench at batch 256
 #                              and 4096 in both bounds modes with the sentinel on and off, for
-#                              this build and foxbench_base; an ncu kernel list of adaptive steps
+#                              this build and foxbench_base; an ncu kernel list of adaptive steps;
+#                              foxd --once (two epochs a fold; ONCE=0 skips it)
+#   bench/gpu_run.sh probe     on the GPU machine: FOX_CUDA_PRIO=0 against 1 at batch 256, 1024
+#                              and 4096; ncu --set full on a launch of each kernel in $DETAIL
 #   bench/gpu_run.sh final     on the GPU machine: parity and drills; foxbench at batch 256 and
 #                              4096 (1024 envs, learning_starts 4096), sentinel on and off, for
 #                              this build, foxbench_base and foxbench_f9 (BASE2=<dir of a build>
@@ -251,13 +254,54 @@ overhead() {
     } > "$out/bench_overhead.md" 2>&1
     cat "$out/bench_overhead.md"
     if command -v ncu > /dev/null; then
-        timeout "${NCU_S:-150}" ncu --clock-control none --cache-control none \
-            --metrics gpu__time_duration.sum --csv "$bin/foxbench" --backend cuda --batch 256 \
-            --envs 1024 --reps 1 --chunk 2 --set engine.bounds_mode=adaptive \
-            > "$out/ncu_adaptive.csv" 2> "$out/ncu.err"
-        echo "ncu exit $?" >> "$out/ncu.err"
-        tail -1 "$out/ncu.err"
+        for mode in ${NCU_MODES:-adaptive}; do
+            timeout "${NCU_S:-150}" ncu --clock-control none --cache-control none \
+                --metrics gpu__time_duration.sum --csv "$bin/foxbench" --backend cuda \
+                --batch 256 --envs 1024 --reps 1 --chunk 2 --set engine.bounds_mode=$mode \
+                > "$out/ncu_$mode.csv" 2>> "$out/ncu.err"
+            echo "ncu $mode exit $?" >> "$out/ncu.err"
+        done
+        tail -2 "$out/ncu.err"
     fi
+    [ "${ONCE:-1}" = 0 ] && return
+    # The walk-forward end to end on the GPU (two epochs a fold: a smoke run, not a result).
+    OPENBLAS_NUM_THREADS=8 timeout "${ONCE_S:-120}" "$bin/foxd" --once --backend cuda \
+        --set train.epochs=2 > "$out/foxd_once.txt" 2>&1
+    echo "foxd --once exit $?" >> "$out/foxd_once.txt"
+    grep -v "^{" "$out/foxd_once.txt" | tail -12
+}
+
+# Diagnostics after overhead: this build with stream priorities forced off and on
+# (FOX_CUDA_PRIO=0 / 1) at batch 256, 1024 and 4096, fixed bounds mode; then Nsight Compute's
+# full sections for one launch of each kernel in $DETAIL (space-separated regexes on the
+# demangled name) in an adaptive step, with the per-line source page where ncu prints one.
+probe() {
+    local out=${OUT:-/tmp/foxgpu} bin=.carry/bin p k=0 re
+    mkdir -p "$out"
+    use_libs
+    local args="--reps ${REPS:-5} --chunk 100 --set train.learning_starts=4096"
+    {
+        for p in 0 1 0 1; do
+            echo "## foxbench FOX_CUDA_PRIO=$p"
+            FOX_CUDA_PRIO=$p timeout 60 "$bin/foxbench" --backend cuda $args --batch 256 \
+                --batch 1024 --batch 4096 | tail -3
+        done
+    } > "$out/bench_probe.md" 2>&1
+    cat "$out/bench_probe.md"
+    command -v ncu > /dev/null || return 0
+    for re in ${DETAIL:-}; do
+        k=$((k + 1))
+        timeout "${NCU_S:-120}" ncu --set full --import-source yes --kernel-name-base demangled \
+            --kernel-name "regex:$re" --launch-skip "${SKIP:-2}" --launch-count 1 \
+            -o "/tmp/detail$k" -f "$bin/foxbench" --backend cuda --batch 256 --envs 1024 \
+            --reps 1 --chunk 3 --set engine.bounds_mode=adaptive > /dev/null 2>&1
+        {
+            echo "#### $re"
+            ncu --import "/tmp/detail$k.ncu-rep" --print-details all 2>&1
+            ncu --import "/tmp/detail$k.ncu-rep" --page source --csv --print-source cuda 2>&1
+        } >> "$out/ncu_detail.txt"
+    done
+    tail -1 "$out/ncu_detail.txt"
 }
 
 case "${1:-}" in
@@ -266,5 +310,6 @@ overhead) overhead ;;
 run) run ;;
 quick) quick ;;
 final) final ;;
-*) echo "usage: $0 prepare|run|quick|final|overhead" >&2; exit 2 ;;
+probe) probe ;;
+*) echo "usage: $0 prepare|run|quick|final|overhead|probe" >&2; exit 2 ;;
 esac

@@ -41,6 +41,8 @@
 
 /* Rows of the collection / q_values forward when the envs are fewer. */
 #define QV_ROWS 256
+/* The largest batch whose graphs run with stream priorities (see create). */
+#define FOX_CUDA_PRIO_MAX_BATCH 1024
 
 enum { G_COLLECT = 0, G_FULL = 1, G_TRAIN = 2, G_KINDS = 3 };
 
@@ -87,6 +89,7 @@ typedef struct cuda_backend {
     float *isv_mem;             /* mapped pinned, FOX_ISV_TOTAL_DIM */
     int *flags_mem;             /* mapped pinned, FOX_SENTINEL_SLOTS */
     cudaGraphExec_t graph[G_KINDS];
+    unsigned long long graph_flags; /* instantiation: the streams' priorities per node */
     int warm[G_KINDS];          /* the kind ran once eagerly (modules loaded) */
     int ready;                  /* the ring holds learning_starts and a batch */
     uint64_t reset_gen;
@@ -521,6 +524,8 @@ stab_init(cuda_backend *be, char *err, size_t errlen)
     n->stab.l1_off = lay->t[FOX_P_GRN1_W2].offset;
     n->stab.l1_rows = lay->t[FOX_P_GRN1_W2].rows;
     n->stab.l1_cols = lay->t[FOX_P_GRN1_W2].cols;
+    if (n->stab.l1_cols > FOX_CUDA_L1_COLS) /* model.state_dim's bound keeps it there */
+        return FOX_EINVAL;
     /* debug.inject_fault: a non-"none" kind is the explicit request (stab.c). */
     FOX_TRY(sync_ctl(be));
     be->hctl->fault_slot = -1;
@@ -614,11 +619,22 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     /*
      * Benchmark knobs, never defaults: FOX_CUDA_MATH=tf32 (see
      * fox__cuda_set_math), FOX_CUDA_SIDE=0 (one stream, to measure what the
-     * second one buys), FOX_CUDA_NODW=1 (no weight gradients: what they cost).
+     * others buy), FOX_CUDA_NODW=1 (no weight gradients: what they cost),
+     * FOX_CUDA_PRIO=0 or 1 (stream priorities in the graphs off or on at any
+     * batch).
      */
     const char *side = getenv("FOX_CUDA_SIDE");
     if (side && strcmp(side, "0") == 0)
         be->net.use_side = 0;
+    /*
+     * Stream priorities pay at small batches, where MAIN's short kernels
+     * would otherwise queue behind side work, and cost at large ones, where
+     * the starved weight gradients delay the optimizer's join (H200: −6 to −9
+     * µs at batch 256, +33 to +67 µs at 4096; docs/performance.md).
+     */
+    const char *prio = getenv("FOX_CUDA_PRIO");
+    int use_prio = prio ? strcmp(prio, "0") != 0 : be->B <= FOX_CUDA_PRIO_MAX_BATCH;
+    be->graph_flags = use_prio ? cudaGraphInstantiateFlagUseNodePriority : 0;
     const char *nodw = getenv("FOX_CUDA_NODW");
     fox__cuda_skip_dw = nodw && strcmp(nodw, "1") == 0;
     const char *math = getenv("FOX_CUDA_MATH");
@@ -628,8 +644,9 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
         return FOX_ECUDA;
     }
     fox_log(FOX_LOG_INFO, "cuda backend: %zu MiB of device memory (replay ring %zu MiB), %s math, "
-            "%d stream(s)", be->bytes_total >> 20, be->bytes_replay >> 20,
-            be->net.tf32 ? "TF32" : "FP32", be->net.use_side ? 2 : 1);
+            "%d stream(s)%s", be->bytes_total >> 20, be->bytes_replay >> 20,
+            be->net.tf32 ? "TF32" : "FP32", be->net.use_side ? FOX_CUDA_STREAMS : 1,
+            use_prio && be->net.use_side ? " with priorities" : "");
     *out = (fox_backend *)be;
     return FOX_OK;
 }
@@ -732,67 +749,91 @@ cuda_reset_for_fold(fox_backend *be_)
 
 /* The configured fault's injection at slot's point (stab.c's point), only at that slot. */
 static int
-point(cuda_backend *be, int slot, float *p, float *p2, int after_count)
+point(cuda_backend *be, int s, int slot, float *p, float *p2, int after_count)
 {
     if (be->net.fault_slot != slot)
         return FOX_OK;
-    return fox__cuda_inject(be->net.st[0], &be->net.stab, p, p2, after_count);
+    return fox__cuda_inject(be->net.st[s], &be->net.stab, p, p2, after_count);
 }
 
+/* One collection from every environment on stream s; trains: the step trains too. */
 static int
-enqueue_collect(cuda_backend *be, int trains)
+enqueue_collect(cuda_backend *be, int s, int trains)
 {
     fox_cuda_net *n = &be->net;
-    cudaStream_t s0 = n->st[0];
-    FOX_TRY(fox__cuda_collect_state(s0, &be->cc, be->envs, be->xcol));
+    cudaStream_t st = n->st[s];
+    FOX_TRY(fox__cuda_collect_state(st, &be->cc, be->envs, be->xcol));
     /* A fault is armed only in a step that trains (fox_cpu_stab_begin_step). */
     if (trains)
-        FOX_TRY(point(be, FOX_SENT_ENV_OBS, be->xcol, NULL, 0));
-    FOX_TRY(fox__cuda_forward(n, 0, &be->col, be->xcol, be->N, be->N, 0, 0));
-    FOX_TRY(fox__cuda_collect_act(s0, &be->cc, be->fold, be->envs, be->wbar, be->wport, be->wa,
+        FOX_TRY(point(be, s, FOX_SENT_ENV_OBS, be->xcol, NULL, 0));
+    FOX_TRY(fox__cuda_forward(n, s, &be->col, be->xcol, be->N, be->N, 0, 0));
+    FOX_TRY(fox__cuda_collect_act(st, &be->cc, be->fold, be->envs, be->wbar, be->wport, be->wa,
                                   be->wr, be->col.q, be->ctl, be->staged, be->counts));
-    return fox__cuda_collect_push(s0, &be->cc, be->staged, be->counts, be->ring, be->ctl);
+    return fox__cuda_collect_push(st, &be->cc, be->staged, be->counts, be->ring, be->ctl);
 }
 
+/*
+ * A train step, and in a full step (collect) the collection beside it: the
+ * batch is gathered from the ring as it stood before this step's push (the
+ * CPU backend's order), so the collection can run on its own stream from
+ * the gather (and the pre-step's atoms it acts on) until the optimizer.
+ * Ends after the step's statistics, before the re-pack, with the points
+ * that follow them on stream *tail, forked there for the fused check.
+ */
 static int
-enqueue_train(cuda_backend *be)
+enqueue_train(cuda_backend *be, int collect, int *tail)
 {
     fox_cuda_net *n = &be->net;
     cudaStream_t s0 = n->st[0];
     fox_cuda_batch *bt = &n->bt;
     size_t BS = (size_t)be->B * be->S;
     FOX_TRY(fox__cuda_gather(s0, &be->cc, be->ring, be->d_regime, be->lay->NT, be->ctl, bt));
-    FOX_TRY(point(be, FOX_SENT_STATES, bt->s2, NULL, 0));
-    FOX_TRY(point(be, FOX_SENT_NEXT_STATES, bt->s2 + BS, NULL, 0));
-    FOX_TRY(point(be, FOX_SENT_REWARDS, bt->r, NULL, 0));
+    FOX_TRY(point(be, FOX_CUDA_MAIN, FOX_SENT_STATES, bt->s2, NULL, 0));
+    FOX_TRY(point(be, FOX_CUDA_MAIN, FOX_SENT_NEXT_STATES, bt->s2 + BS, NULL, 0));
+    FOX_TRY(point(be, FOX_CUDA_MAIN, FOX_SENT_REWARDS, bt->r, NULL, 0));
     FOX_TRY(fox__cuda_pre_step(s0, &n->stab, be->B, bt->aux, be->lay->NA, be->lay->v_min,
                                be->lay->v_max, n->z));
+    int cs = FOX_CUDA_MAIN;
+    if (collect) {
+        FOX_TRY(fox__cuda_fork(n, FOX_CUDA_COLLECT, &cs));
+        FOX_TRY(enqueue_collect(be, cs, 1));
+    }
     FOX_TRY(fox__cuda_loss_grad(n, &be->hp));
+    FOX_TRY(fox__cuda_dep(n, cs, FOX_CUDA_MAIN));
     FOX_TRY(fox__cuda_optim(n, &be->oc, be->ctl, be->isv_dev, be->isv_map));
     /* After the step was counted: the losses and the priorities. */
     float *ctl = (float *)be->ctl;
-    FOX_TRY(point(be, FOX_SENT_AUX_LOSS, ctl + offsetof(fox_cuda_ctl, loss_aux) / 4, NULL, 1));
-    FOX_TRY(point(be, FOX_SENT_TOTAL_LOSS, ctl + offsetof(fox_cuda_ctl, loss) / 4, NULL, 1));
-    return point(be, FOX_SENT_REPLAY_PRIORITIES, bt->prio, NULL, 1);
+    int s;
+    FOX_TRY(fox__cuda_fork(n, FOX_CUDA_LATE, &s));
+    FOX_TRY(point(be, s, FOX_SENT_AUX_LOSS, ctl + offsetof(fox_cuda_ctl, loss_aux) / 4, NULL, 1));
+    FOX_TRY(point(be, s, FOX_SENT_TOTAL_LOSS, ctl + offsetof(fox_cuda_ctl, loss) / 4, NULL, 1));
+    FOX_TRY(point(be, s, FOX_SENT_REPLAY_PRIORITIES, bt->prio, NULL, 1));
+    *tail = s;
+    return FOX_OK;
 }
 
 /*
  * A step ends with the fused check and the halts, then the ISV published
- * (the optimizer's finish kernel already did in a training step).
+ * (the optimizer's finish kernel already did in a training step). In a
+ * training step the check runs beside the heads' re-pack, which writes
+ * nothing it reads (the packed copies and the target net).
  */
 static int
 enqueue(cuda_backend *be, int kind)
 {
-    cudaStream_t s0 = be->net.st[0];
-    if (kind != G_TRAIN)
-        FOX_TRY(enqueue_collect(be, kind == G_FULL));
-    if (kind != G_COLLECT)
-        FOX_TRY(enqueue_train(be));
-    FOX_TRY(fox__cuda_check(s0, &be->net.stab, be->d_checks, be->d_chunks, be->n_chunks,
+    fox_cuda_net *n = &be->net;
+    int tail = FOX_CUDA_MAIN;
+    if (kind == G_COLLECT)
+        FOX_TRY(enqueue_collect(be, FOX_CUDA_MAIN, 0));
+    else
+        FOX_TRY(enqueue_train(be, kind == G_FULL, &tail));
+    FOX_TRY(fox__cuda_check(n->st[tail], &n->stab, be->d_checks, be->d_chunks, be->n_chunks,
                             kind != G_COLLECT));
     if (kind == G_COLLECT)
-        return fox__cuda_publish(s0, be->isv_dev, be->isv_map, FOX_ISV_TOTAL_DIM);
-    return FOX_OK;
+        return fox__cuda_publish(n->st[FOX_CUDA_MAIN], be->isv_dev, be->isv_map,
+                                 FOX_ISV_TOTAL_DIM);
+    FOX_TRY(fox__cuda_repack(n, &be->oc, be->ctl));
+    return fox__cuda_dep(n, tail, FOX_CUDA_MAIN);
 }
 
 static int
@@ -809,7 +850,7 @@ capture(cuda_backend *be, int kind)
         return rv;
     }
     FOX_CUDA_TRY(e);
-    e = cudaGraphInstantiate(&be->graph[kind], g, 0);
+    e = cudaGraphInstantiateWithFlags(&be->graph[kind], g, be->graph_flags);
     cudaGraphDestroy(g);
     FOX_CUDA_TRY(e);
     return FOX_OK;

@@ -291,20 +291,31 @@ typedef struct fox_cuda_stab {
     const uint8_t *pgroup;      /* [np] param group of each element (Pearl B) */
     unsigned int gsize[FOX_GROUP_COUNT]; /* elements of each group (Pearl C's total) */
     size_t l1_off;              /* GRN1 W2 (the trunk's input layer) for the L1 rate */
-    int l1_rows, l1_cols;
+    int l1_rows, l1_cols;       /* l1_cols ≤ FOX_CUDA_L1_COLS */
 } fox_cuda_stab;
 
 #define FOX_CUDA_SITE_BLOCKS 256
+/* The widest GRN1 input (model.state_dim's bound): the L1 rate's column norms in shared memory. */
+#define FOX_CUDA_L1_COLS 1024
 
 #define FOX_CUDA_EVENTS 64
 #define FOX_CUDA_NORM_BLOCKS 256
 
 /*
+ * The streams of a step, each with a cuBLAS handle of its own. MAIN carries
+ * the critical path; the others take work MAIN waits for only at a join:
+ * SIDE the target net's forward and every weight gradient, COLLECT a full
+ * step's collection (from the batch gather until the optimizer, whose
+ * update its forward must not see half done), LATE the sentinel-only
+ * d_states product (until the optimizer: it reads GRN1's weights).
+ */
+enum { FOX_CUDA_MAIN = 0, FOX_CUDA_SIDE = 1, FOX_CUDA_COLLECT = 2, FOX_CUDA_LATE = 3,
+       FOX_CUDA_STREAMS = 4 };
+
+/*
  * The network on the device: parameters and optimizer state in the layout
  * of model.h, streams and cuBLAS handles, and every activation buffer of a
- * train step. Stream 0 carries the critical path; stream 1 ("side") takes
- * work nothing on stream 0 waits for soon: the target net's forward and
- * every weight gradient.
+ * train step.
  */
 typedef struct fox_cuda_net {
     const fox_model_layout *lay;
@@ -312,11 +323,11 @@ typedef struct fox_cuda_net {
     fox_cuda_heads heads;
     size_t np;
     int B;              /* train batch */
-    int use_side;       /* 0: everything on stream 0 (debugging) */
+    int use_side;       /* 0: everything on MAIN (debugging) */
     int tf32;           /* cuBLAS math mode: 0 FP32, 1 TF32 tensor ops */
-    cudaStream_t st[2];
-    cublasHandle_t cb[2];
-    void *cb_work[2];
+    cudaStream_t st[FOX_CUDA_STREAMS];
+    cublasHandle_t cb[FOX_CUDA_STREAMS];
+    void *cb_work[FOX_CUDA_STREAMS];
     cudaEvent_t ev[FOX_CUDA_EVENTS];
     int ev_next;
     float *params;      /* [2 × np]: online, then target (one offset np apart) */
@@ -423,11 +434,15 @@ int fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, i
                       int aux, int site);
 /* Losses and every gradient of the batch in n->bt (grads, loss_parts, prio), both streams joined. */
 int fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp);
-/* Guard, norm, clip, Adam, statistics (and the ISV publication), target update, re-pack. */
+/* Guard, norm, clip, Adam, SP4's Pearls, the step's statistics and the ISV publication. */
 int fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl,
                     float *isv_dev, float *isv_map);
+/* After fox__cuda_optim, on MAIN: the target update that is due, the heads re-packed. */
+int fox__cuda_repack(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, const fox_cuda_ctl *ctl);
 /* Record on stream `from`, wait on stream `to`. */
 int fox__cuda_dep(fox_cuda_net *n, int from, int to);
+/* *s = stream `to` (FOX_CUDA_*), forked from MAIN at this point; MAIN itself without use_side. */
+int fox__cuda_fork(fox_cuda_net *n, int to, int *s);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Network kernels (net_kernels.cu)                                                           */

@@ -1,6 +1,6 @@
 /*
  * net.c (CUDA) — foxnet v1's forward, losses, backward and optimizer step
- * as a sequence of cuBLAS products and hand kernels on two streams; the
+ * as a sequence of cuBLAS products and hand kernels on three streams; the
  * twin of gpu/cpu/net.c + gpu/cpu/optim.c.
  *
  * Layout choices, each to cut launches:
@@ -18,10 +18,11 @@
  *     products (each pair of tensors sits a fixed distance apart);
  *   - the online and target parameters sit np floats apart, so the IQN
  *     products of both nets are one strided-batched call;
- *   - stream 1 runs the target net's forward and every weight gradient,
- *     which nothing on stream 0 waits for until the optimizer.
- * Every buffer a stream-1 product reads is written once per step and not
- * reused later in the step, so the two streams never race.
+ *   - SIDE runs the target net's forward and every weight gradient, LATE
+ *     the sentinel-only d_states, neither of which MAIN waits for until
+ *     the optimizer (cuda_impl.h's streams).
+ * Every buffer a SIDE or LATE product reads is written once per step and
+ * not reused later in the step, so the streams never race.
  *
  * The stability points of the CPU's net (its hook) are here too: the
  * configured fault's injection after each sentinel buffer's producer
@@ -187,7 +188,7 @@ fox__cuda_set_math(fox_cuda_net *n, int tf32)
      * parity test reports its error.
      */
     cublasMath_t mode = tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < FOX_CUDA_STREAMS; k++)
         FOX_CUBLAS_TRY(cublasSetMathMode(n->cb[k], mode));
     n->tf32 = tf32;
     return 0;
@@ -224,8 +225,16 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
     n->use_side = 1;
     dims_of(&n->dm, &n->heads, lay);
     const fox_cuda_dims *dm = &n->dm;
-    for (int k = 0; k < 2; k++) {
-        FOX_CUDA_TRY(cudaStreamCreateWithFlags(&n->st[k], cudaStreamNonBlocking));
+    /*
+     * MAIN at the device's greatest priority, the rest at its least: a
+     * captured kernel keeps its stream's priority (the graphs are instantiated
+     * to use it), so a critical-path kernel takes the SMs before side work.
+     */
+    int least, greatest;
+    FOX_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    for (int k = 0; k < FOX_CUDA_STREAMS; k++) {
+        FOX_CUDA_TRY(cudaStreamCreateWithPriority(&n->st[k], cudaStreamNonBlocking,
+                                                  k == FOX_CUDA_MAIN ? greatest : least));
         FOX_CUBLAS_TRY(cublasCreate(&n->cb[k]));
         FOX_CUBLAS_TRY(cublasSetStream(n->cb[k], n->st[k]));
         /* A workspace of its own per handle: cuBLAS must not allocate inside a graph capture. */
@@ -332,10 +341,9 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
 void
 fox__cuda_net_fini(fox_cuda_net *n)
 {
-    if (n->st[0])
-        cudaStreamSynchronize(n->st[0]);
-    if (n->st[1])
-        cudaStreamSynchronize(n->st[1]);
+    for (int k = 0; k < FOX_CUDA_STREAMS; k++)
+        if (n->st[k])
+            cudaStreamSynchronize(n->st[k]);
     fox__cuda_fwd_free(&n->on);
     fox__cuda_fwd_free(&n->tg);
     void *bufs[] = {n->params, n->grads, n->adam_m, n->adam_v, n->pk, n->z, n->ones,
@@ -352,7 +360,7 @@ fox__cuda_net_fini(fox_cuda_net *n)
     for (int k = 0; k < FOX_CUDA_EVENTS; k++)
         if (n->ev[k])
             cudaEventDestroy(n->ev[k]);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < FOX_CUDA_STREAMS; k++) {
         if (n->cb[k])
             cublasDestroy(n->cb[k]);
         cudaFree(n->cb_work[k]);
@@ -377,14 +385,18 @@ fox__cuda_dep(fox_cuda_net *n, int from, int to)
     return 0;
 }
 
-/* The stream for weight gradients: fork from stream 0 at this point. */
-static int
-side(fox_cuda_net *n)
+int
+fox__cuda_fork(fox_cuda_net *n, int to, int *s)
 {
-    if (!n->use_side)
-        return 0;
-    FOX_TRY(fox__cuda_dep(n, 0, 1));
-    return 1;
+    *s = n->use_side ? to : FOX_CUDA_MAIN;
+    return fox__cuda_dep(n, FOX_CUDA_MAIN, *s);
+}
+
+/* The stream for weight gradients, forked at this point. */
+static int
+side(fox_cuda_net *n, int *ws)
+{
+    return fox__cuda_fork(n, FOX_CUDA_SIDE, ws);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -548,12 +560,13 @@ fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R
 
 /*
  * Backward of a GRN over the first B rows of its forward cache f_rows rows
- * long: weight gradients (stream 1, cuBLAS) into grads at the block's
- * offsets, da [B × in] (stream 0; NULL: not needed).
+ * long: weight gradients (SIDE, cuBLAS) into grads at the block's offsets,
+ * da [B × in] (NULL: not needed) on MAIN, or with late on LATE forked after
+ * dη2, *late its stream for the caller to join (nothing on MAIN waits for it).
  */
 static int
 grn_bwd(fox_cuda_net *n, int first, int in, int out, const float *a, const fox_cuda_grn_act *c,
-        int f_rows, const float *dy, float *da, fox_cuda_grn_grad *gg)
+        int f_rows, const float *dy, float *da, int *late, fox_cuda_grn_grad *gg)
 {
     const int B = n->B;
     const float *P = n->params;
@@ -568,7 +581,7 @@ grn_bwd(fox_cuda_net *n, int first, int in, int out, const float *a, const fox_c
     long long gv = (long long)(toff(n, first + FOX_GRN_WV) - toff(n, first + FOX_GRN_WG));
     long long gvb = (long long)(toff(n, first + FOX_GRN_BV) - toff(n, first + FOX_GRN_BG));
     long long bn = (long long)B * out;
-    ws = side(n);
+    FOX_TRY(side(n, &ws));
     FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, gg->dyx, out, ones, DT(FOX_GRN_LN_G), 0.0f));
     FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, dy, out, ones, DT(FOX_GRN_LN_B), 0.0f));
     if (in != out)
@@ -585,7 +598,7 @@ grn_bwd(fox_cuda_net *n, int first, int in, int out, const float *a, const fox_c
     m.ldb2 = out;
     m.K2 = out;
     FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
-    ws = side(n);
+    FOX_TRY(side(n, &ws));
     FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, out, out, gg->deta1, out, c->eta2, out, DT(FOX_GRN_W1),
                              0.0f));
     FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, gg->deta1, out, ones, DT(FOX_GRN_B1), 0.0f));
@@ -595,10 +608,15 @@ grn_bwd(fox_cuda_net *n, int first, int in, int out, const float *a, const fox_c
     m.lddy = out;
     m.dact = FOX_ACT_ELU;
     FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
-    ws = side(n);
+    FOX_TRY(side(n, &ws));
     FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, in, out, gg->deta2, out, a, in, DT(FOX_GRN_W2), 0.0f));
     FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, gg->deta2, out, ones, DT(FOX_GRN_B2), 0.0f));
     if (da) {
+        int ds = FOX_CUDA_MAIN;
+        if (late) {
+            FOX_TRY(fox__cuda_fork(n, FOX_CUDA_LATE, late));
+            ds = *late;
+        }
         /* da = du·Wr + dη2·W2 (skip path first, as the CPU adds them), or du + dη2·W2. */
         m = gemm_of(B, in, out, 0, gg->deta2, out, T(FOX_GRN_W2), in, da, in);
         if (in != out) {
@@ -612,7 +630,7 @@ grn_bwd(fox_cuda_net *n, int first, int in, int out, const float *a, const fox_c
             m.add = gg->du;
             m.ldadd = out;
         }
-        FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
+        FOX_TRY(fox__cuda_gemm(n->cb[ds], n->st[ds], &m));
     }
 #undef T
 #undef DT
@@ -638,7 +656,7 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
      * and the IQN cosine embedding on the side stream, beside the online net
      * on [s; s′] with the stability points and Mech 10.
      */
-    ws = side(n);
+    FOX_TRY(side(n, &ws));
     FOX_TRY(fox__cuda_iqn_cos(n->st[ws], 2 * rq, dm->NC, bt->tau, n->iq.cosf));
     FOX_TRY(fox__cuda_forward(n, ws, &n->tg, bt->s2 + (size_t)B * dm->S, B, 0, 0, 0));
     FOX_TRY(fox__cuda_forward(n, 0, on, bt->s2, 2 * B, 2 * B, 1, 1));
@@ -708,9 +726,9 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
     FOX_TRY(point(n, 0, FOX_SENT_D_V_LOGITS, bw->dout, NULL, 0));
     FOX_TRY(point(n, 0, FOX_SENT_D_ADV_LOGITS, bw->dout + dm->OS, NULL, 0));
 
-    /* The packed heads: input gradients on stream 0, weight gradients on stream 1. */
+    /* The packed heads: input gradients on MAIN, weight gradients on SIDE. */
     const float *pk = n->pk;
-    ws = side(n);
+    FOX_TRY(side(n, &ws));
     FOX_TRY(fox__cuda_lin_dw_batched(n->cb[ws], B, dm->HS, dm->OS, bw->dout, dm->OW, dm->OS,
                                      on->hid, dm->HW, dm->HS, bw->dpk + dm->pk_w2,
                                      (long long)dm->OS * dm->HS, FOX_CUDA_HEADS));
@@ -727,7 +745,7 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
     m.sdy = dm->HS;
     m.dact = FOX_ACT_RELU;
     FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
-    ws = side(n);
+    FOX_TRY(side(n, &ws));
     FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, dm->H2, dm->HW, bw->dhid, dm->HW, on->g2.y, dm->H2,
                              bw->dpk + dm->pk_w1, 0.0f));
     FOX_TRY(fox__cuda_colsum(n->cb[ws], B, dm->HW, bw->dhid, dm->HW, n->ones, bw->dpk + dm->pk_b1,
@@ -746,7 +764,7 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
     FOX_TRY(point(n, 0, FOX_SENT_AUX_D_H_S2, bw->dh_aux, NULL, 0));
 
     /* IQN head backward, then d h_s2's three parts joined with the inline checks 33/34/35. */
-    ws = side(n);
+    FOX_TRY(side(n, &ws));
     FOX_TRY(fox__cuda_lin_dw(n->cb[ws], rq, dm->H2, dm->NAct, bw->d_q, dm->NAct, n->iq.x, dm->H2,
                              G + toff(n, FOX_P_IQN_WQ), 0.0f));
     FOX_TRY(fox__cuda_colsum(n->cb[ws], rq, dm->NAct, bw->d_q, dm->NAct, n->ones,
@@ -757,7 +775,7 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
     FOX_TRY(point(n, 0, FOX_SENT_IQN_TRUNK_GRAD, bw->d_x, NULL, 0));
     FOX_TRY(fox__cuda_dh_s2_join(s0, &n->stab, B, NT, dm->H2, bw->dh_s2, bw->dh_aux, bw->dh_iqn,
                                  bw->d_x, n->iq.phi, on->g2.y, bw->d_phi));
-    ws = side(n);
+    FOX_TRY(side(n, &ws));
     FOX_TRY(fox__cuda_lin_dw(n->cb[ws], rq, dm->NC, dm->H2, bw->d_phi, dm->H2, n->iq.cosf, dm->NC,
                              G + toff(n, FOX_P_IQN_WPHI), 0.0f));
     FOX_TRY(fox__cuda_colsum(n->cb[ws], rq, dm->H2, bw->d_phi, dm->H2, n->ones,
@@ -765,14 +783,16 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
 
     /* Trunk. */
     FOX_TRY(grn_bwd(n, FOX_P_GRN2_W2, dm->H1, dm->H2, on->g1.y, &on->g2, on->rows, bw->dh_s2,
-                    bw->dh_s1, &bw->g2));
-    int want_ds = n->want_d_states && n->stab.sites;
+                    bw->dh_s1, NULL, &bw->g2));
+    /* d_states only feeds its sentinel slot: off the critical path. */
+    int want_ds = n->want_d_states && n->stab.sites, late = FOX_CUDA_MAIN;
     FOX_TRY(grn_bwd(n, FOX_P_GRN1_W2, dm->S, dm->H1, bt->s2, &on->g1, on->rows, bw->dh_s1,
-                    want_ds ? n->d_states : NULL, &bw->g1));
+                    want_ds ? n->d_states : NULL, &late, &bw->g1));
     if (want_ds)
-        FOX_TRY(point(n, 0, FOX_SENT_D_STATES, n->d_states, NULL, 0));
+        FOX_TRY(point(n, late, FOX_SENT_D_STATES, n->d_states, NULL, 0));
+    FOX_TRY(fox__cuda_dep(n, late, FOX_CUDA_MAIN));
     if (n->use_side)
-        FOX_TRY(fox__cuda_dep(n, 1, 0));
+        FOX_TRY(fox__cuda_dep(n, FOX_CUDA_SIDE, FOX_CUDA_MAIN));
     FOX_TRY(point(n, 0, FOX_SENT_GRADS, G, NULL, 0));
     return 0;
 }
@@ -796,11 +816,17 @@ fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl
     if (n->stab.adaptive)
         FOX_TRY(fox__cuda_post_adam(s0, &n->stab, n->np, n->params, n->grads, n->adam_m,
                                     n->adam_v));
-    FOX_TRY(fox__cuda_finish(s0, n->B, n->loss_parts, oc, ctl, isv_dev, isv_map));
+    return fox__cuda_finish(s0, n->B, n->loss_parts, oc, ctl, isv_dev, isv_map);
+}
+
+int
+fox__cuda_repack(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, const fox_cuda_ctl *ctl)
+{
+    cudaStream_t s0 = n->st[FOX_CUDA_MAIN];
     /* A Polyak update reads the target it writes: its own launch before the re-pack. */
     if (oc->polyak > 0.0f) {
         FOX_TRY(fox__cuda_target(s0, n->np, n->params, n->params + n->np, oc, ctl));
-        return fox__cuda_pack(n, 0);
+        return fox__cuda_pack(n, FOX_CUDA_MAIN);
     }
     return fox__cuda_head_pack(s0, &n->dm, &n->heads, n->params, n->np, n->pk, oc, ctl);
 }

@@ -15,6 +15,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "../bounds.h"
 #include "../isv.h"
 #include "../sentinel.h"
@@ -53,17 +55,57 @@ branch_of(const fox_cuda_dims &dm, int act)
 /* GRN tail and LayerNorm (twins of grn_fwd's tail, layernorm_fwd/bwd, glu_bwd)               */
 
 /*
+ * The columns c = lane, lane + 32, … < out of a warp's row, f(j, c) for each
+ * with j the lane's column number. K > 0: unrolled over K numbers (out ≤
+ * 32·K), so that a kernel can keep its row in registers indexed by j and
+ * issue all its loads at once; K = 0: a plain loop for any width (j = 0).
+ */
+template <int K, typename F>
+static __device__ __forceinline__ void
+row_each(int lane, int out, F f)
+{
+    if constexpr (K > 0) {
+#pragma unroll
+        for (int j = 0; j < K; j++)
+            if (lane + j * WARP < out)
+                f(j, lane + j * WARP);
+    } else {
+        for (int c = lane; c < out; c += WARP)
+            f(0, c);
+    }
+}
+
+/* launch(k) with k a std::integral_constant: the register slots for rows out wide (0: none). */
+template <typename L>
+static void
+by_row_slots(int out, L launch)
+{
+    if (out <= 4 * WARP)
+        launch(std::integral_constant<int, 4>());
+    else if (out <= 8 * WARP)
+        launch(std::integral_constant<int, 8>());
+    else if (out <= 16 * WARP)
+        launch(std::integral_constant<int, 16>());
+    else
+        launch(std::integral_constant<int, 0>());
+}
+
+/*
  * One warp per row: sg = σ(zg + bg), lin = zv + bv (the gate and value
  * biases are added here, not by a separate epilogue launch; sg and lin
  * replace zg and zv in zgv for the backward), x = r + sg·lin, then LayerNorm
  * over the row (two-pass mean and biased variance, eps 1e-5):
  * x̂ = (x − mean)·rstd, y = x̂·γ + β, with the target net's bg, bv, γ, β
- * (poff floats on) for rows ≥ split.
+ * (poff floats on) for rows ≥ split. K > 0: x stays in registers between the
+ * passes (row_each), else it goes through xhat.
  */
+template <int K>
 __global__ void
-grn_tail_kernel(int rows, int out, float *zgv, const float *r, const float *bg, const float *bv,
-                const float *g, const float *beta, int split, long long poff, float *xhat,
-                float *rstd, float *y, float *glu, float *ln_in)
+grn_tail_kernel(int rows, int out, float *__restrict__ zgv, const float *__restrict__ r,
+                const float *__restrict__ bg, const float *__restrict__ bv,
+                const float *__restrict__ g, const float *__restrict__ beta, int split,
+                long long poff, float *__restrict__ xhat, float *__restrict__ rstd,
+                float *__restrict__ y, float *__restrict__ glu, float *__restrict__ ln_in)
 {
     int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     if (row >= rows)
@@ -77,33 +119,68 @@ grn_tail_kernel(int rows, int out, float *zgv, const float *r, const float *bg, 
     size_t o = (size_t)row * out;
     float *zg = zgv + o, *zv = zgv + (size_t)rows * out + o, *xh = xhat + o;
     const float *rr = r + o;
+    /* K > 0: every load of the row first (zg and zv share zgv: no load may pass a store). */
+    float pre_g[K > 0 ? K : 1], pre_v[K > 0 ? K : 1], keep[K > 0 ? K : 1];
+    float gam[K > 0 ? K : 1], bet[K > 0 ? K : 1];
+    if constexpr (K > 0)
+        row_each<K>(lane, out, [&](int j, int c) {
+            pre_g[j] = zg[c] + bg[c];
+            pre_v[j] = zv[c] + bv[c];
+            keep[j] = rr[c];
+            gam[j] = g[c];
+            bet[j] = beta[c];
+        });
     float sum = 0.0f;
-    for (int c = lane; c < out; c += WARP) {
-        float sg = 1.0f / (1.0f + expf(-(zg[c] + bg[c])));
-        float lin = zv[c] + bv[c];
-        float gl = sg * lin, x = rr[c] + gl;
+    row_each<K>(lane, out, [&](int j, int c) {
+        float zgb, lin, skip;
+        if constexpr (K > 0) {
+            zgb = pre_g[j];
+            lin = pre_v[j];
+            skip = keep[j];
+        } else {
+            zgb = zg[c] + bg[c];
+            lin = zv[c] + bv[c];
+            skip = rr[c];
+        }
+        float sg = 1.0f / (1.0f + expf(-zgb));
+        float gl = sg * lin, x = skip + gl;
         zg[c] = sg;
         zv[c] = lin;
-        xh[c] = x;
+        if constexpr (K > 0)
+            keep[j] = x;
+        else
+            xh[c] = x;
         if (glu) { /* the stages the sentinel watches (slots 19, 20) */
             glu[o + c] = gl;
             ln_in[o + c] = x;
         }
         sum += x;
-    }
+    });
     float mean = warp_sum(sum) / (float)out;
     float var = 0.0f;
-    for (int c = lane; c < out; c += WARP)
-        var += (xh[c] - mean) * (xh[c] - mean);
+    row_each<K>(lane, out, [&](int j, int c) {
+        float x;
+        if constexpr (K > 0)
+            x = keep[j];
+        else
+            x = xh[c];
+        var += (x - mean) * (x - mean);
+    });
     var = warp_sum(var) / (float)out;
     float rs = 1.0f / sqrtf(var + 1e-5f);
     if (lane == 0)
         rstd[row] = rs;
-    for (int c = lane; c < out; c += WARP) {
-        float v = (xh[c] - mean) * rs;
-        xh[c] = v;
-        y[o + c] = v * g[c] + beta[c];
-    }
+    row_each<K>(lane, out, [&](int j, int c) {
+        if constexpr (K > 0) {
+            float v = (keep[j] - mean) * rs;
+            xh[c] = v;
+            y[o + c] = v * gam[j] + bet[j];
+        } else {
+            float v = (xh[c] - mean) * rs;
+            xh[c] = v;
+            y[o + c] = v * g[c] + beta[c];
+        }
+    });
 }
 
 int
@@ -112,8 +189,11 @@ fox__cuda_grn_tail(cudaStream_t s, int rows, int out, float *zgv, const float *r
                    float *xhat, float *rstd, float *y, float *glu, float *ln_in)
 {
     const int per_block = 8;
-    grn_tail_kernel<<<(rows + per_block - 1) / per_block, per_block * WARP, 0, s>>>(
-        rows, out, zgv, r, bg, bv, g, beta, split, poff, xhat, rstd, y, glu, ln_in);
+    by_row_slots(out, [&](auto k) {
+        grn_tail_kernel<decltype(k)::value>
+            <<<(rows + per_block - 1) / per_block, per_block * WARP, 0, s>>>(
+                rows, out, zgv, r, bg, bv, g, beta, split, poff, xhat, rstd, y, glu, ln_in);
+    });
     FOX_CUDA_TRY(cudaGetLastError());
     return 0;
 }
@@ -123,35 +203,61 @@ fox__cuda_grn_tail(cudaStream_t s, int rows, int out, float *zgv, const float *r
  * du = rstd·(dx̂ − mean(dx̂) − x̂·mean(dx̂ ⊙ x̂)), dx̂ = dy ⊙ γ, the gradient of
  * the LayerNorm input r + g (the skip path takes it as is); dyx = dy ⊙ x̂,
  * whose column sums (a gemv) give dγ; then d(pre-gate) = du·lin·σ(1 − σ)
- * and d lin = du·σ into dzgv [2 × rows × out].
+ * and d lin = du·σ into dzgv [2 × rows × out]. K > 0: dy and x̂ stay in
+ * registers between the passes (row_each).
  */
+template <int K>
 __global__ void
-ln_glu_bwd_kernel(int rows, int out, const float *dy, const float *xhat, const float *rstd,
-                  const float *g, const float *zgv, long long fwd_stride, float *du, float *dyx,
-                  float *dzgv)
+ln_glu_bwd_kernel(int rows, int out, const float *__restrict__ dy, const float *__restrict__ xhat,
+                  const float *__restrict__ rstd, const float *__restrict__ g,
+                  const float *__restrict__ zgv, long long fwd_stride, float *__restrict__ du,
+                  float *__restrict__ dyx, float *__restrict__ dzgv)
 {
     int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     if (row >= rows)
         return;
     size_t o = (size_t)row * out, n = (size_t)rows * out;
+    /* K > 0: the row's dy, x̂, γ, σ and lin kept from the first pass. */
+    float kd[K > 0 ? K : 1], kx[K > 0 ? K : 1], kg[K > 0 ? K : 1];
+    float ks[K > 0 ? K : 1], kl[K > 0 ? K : 1];
     float m1 = 0.0f, m2 = 0.0f;
-    for (int c = lane; c < out; c += WARP) {
-        float dxh = dy[o + c] * g[c];
+    row_each<K>(lane, out, [&](int j, int c) {
+        float d = dy[o + c], xh = xhat[o + c], gc = g[c];
+        if constexpr (K > 0) {
+            kd[j] = d;
+            kx[j] = xh;
+            kg[j] = gc;
+            ks[j] = zgv[o + c];
+            kl[j] = zgv[(size_t)fwd_stride + o + c];
+        }
+        float dxh = d * gc;
         m1 += dxh;
-        m2 += dxh * xhat[o + c];
-    }
+        m2 += dxh * xh;
+    });
     m1 = warp_sum(m1) / (float)out;
     m2 = warp_sum(m2) / (float)out;
     float rs = rstd[row];
-    for (int c = lane; c < out; c += WARP) {
-        float d = dy[o + c], xh = xhat[o + c];
-        float u = rs * (d * g[c] - m1 - xh * m2);
+    row_each<K>(lane, out, [&](int j, int c) {
+        float d, xh, gc, sg, lin;
+        if constexpr (K > 0) {
+            d = kd[j];
+            xh = kx[j];
+            gc = kg[j];
+            sg = ks[j];
+            lin = kl[j];
+        } else {
+            d = dy[o + c];
+            xh = xhat[o + c];
+            gc = g[c];
+            sg = zgv[o + c];
+            lin = zgv[(size_t)fwd_stride + o + c];
+        }
+        float u = rs * (d * gc - m1 - xh * m2);
         du[o + c] = u;
         dyx[o + c] = d * xh;
-        float sg = zgv[o + c], lin = zgv[(size_t)fwd_stride + o + c];
         dzgv[o + c] = u * lin * sg * (1.0f - sg);
         dzgv[n + o + c] = u * sg;
-    }
+    });
 }
 
 int
@@ -160,8 +266,11 @@ fox__cuda_ln_glu_bwd(cudaStream_t s, int rows, int out, const float *dy, const f
                      float *du, float *dyx, float *dzgv)
 {
     const int per_block = 8;
-    ln_glu_bwd_kernel<<<(rows + per_block - 1) / per_block, per_block * WARP, 0, s>>>(
-        rows, out, dy, xhat, rstd, g, zgv, fwd_stride, du, dyx, dzgv);
+    by_row_slots(out, [&](auto k) {
+        ln_glu_bwd_kernel<decltype(k)::value>
+            <<<(rows + per_block - 1) / per_block, per_block * WARP, 0, s>>>(
+                rows, out, dy, xhat, rstd, g, zgv, fwd_stride, du, dyx, dzgv);
+    });
     FOX_CUDA_TRY(cudaGetLastError());
     return 0;
 }
@@ -173,12 +282,15 @@ fox__cuda_ln_glu_bwd(cudaStream_t s, int rows, int out, const float *dy, const f
  * One warp per (row, flat action): logit_j = V_j + A_a,j − mean_a′ A_a′,j
  * with the output biases added here (out holds the products only; V in
  * output slot 0, branch d in slot 1 + d), then log_softmax over the atoms
- * and q = Σ_j p_j·z_j. The logits are recomputed in each pass rather than
- * kept, so any atom count works.
+ * and q = Σ_j p_j·z_j. K > 0 (NA ≤ 32·K): the logits are computed once and
+ * kept in registers (row_each over the atoms); K = 0: recomputed in each
+ * pass, so any atom count works.
  */
+template <int K>
 __global__ void
-dueling_kernel(int rows, fox_cuda_dims dm, const float *out, const float *b2, int split,
-               long long poff, const float *z, float *logp, float *q)
+dueling_kernel(int rows, fox_cuda_dims dm, const float *__restrict__ out,
+               const float *__restrict__ b2, int split, long long poff,
+               const float *__restrict__ z, float *__restrict__ logp, float *__restrict__ q)
 {
     size_t wid = blockIdx.x * (size_t)(blockDim.x / WARP) + threadIdx.x / WARP;
     int lane = threadIdx.x % WARP, NA = dm.NA;
@@ -191,38 +303,35 @@ dueling_kernel(int rows, fox_cuda_dims dm, const float *out, const float *b2, in
     int a = act - dm.boff[d];
     const float *orow = out + row * dm.OW;
     const float *A = orow + (size_t)(1 + d) * dm.OS, *bb = b2 + (size_t)(1 + d) * dm.OS;
-#define LOGIT(j, dst)                                                                              \
-    do {                                                                                           \
-        float mean_ = 0.0f;                                                                        \
-        for (int a2 = 0; a2 < n; a2++)                                                             \
-            mean_ += A[a2 * NA + (j)] + bb[a2 * NA + (j)];                                         \
-        mean_ /= (float)n;                                                                         \
-        dst = orow[(j)] + b2[(j)] + (A[a * NA + (j)] + bb[a * NA + (j)]) - mean_;                  \
-    } while (0)
+    auto logit = [&](int j) {
+        float mean = 0.0f;
+        for (int a2 = 0; a2 < n; a2++)
+            mean += A[a2 * NA + j] + bb[a2 * NA + j];
+        mean /= (float)n;
+        return orow[j] + b2[j] + (A[a * NA + j] + bb[a * NA + j]) - mean;
+    };
+    float keep[K > 0 ? K : 1] = {}; /* filled below when K > 0 (the front end cannot tell) */
+    auto value = [&](int j, int c) {
+        if constexpr (K > 0)
+            return keep[j];
+        else
+            return logit(c);
+    };
+    if constexpr (K > 0)
+        row_each<K>(lane, NA, [&](int j, int c) { keep[j] = logit(c); });
     float mx = -INFINITY;
-    for (int j = lane; j < NA; j += WARP) {
-        float v;
-        LOGIT(j, v);
-        mx = fmaxf(mx, v);
-    }
+    row_each<K>(lane, NA, [&](int j, int c) { mx = fmaxf(mx, value(j, c)); });
     mx = warp_max(mx);
     float sum = 0.0f;
-    for (int j = lane; j < NA; j += WARP) {
-        float v;
-        LOGIT(j, v);
-        sum += expf(v - mx);
-    }
+    row_each<K>(lane, NA, [&](int j, int c) { sum += expf(value(j, c) - mx); });
     float lse = mx + logf(warp_sum(sum));
     float e = 0.0f;
     float *lp = logp + wid * NA;
-    for (int j = lane; j < NA; j += WARP) {
-        float v;
-        LOGIT(j, v);
-        v -= lse;
-        lp[j] = v;
-        e += expf(v) * z[j];
-    }
-#undef LOGIT
+    row_each<K>(lane, NA, [&](int j, int c) {
+        float v = value(j, c) - lse;
+        lp[c] = v;
+        e += expf(v) * z[c];
+    });
     e = warp_sum(e);
     if (lane == 0)
         q[wid] = e;
@@ -235,8 +344,11 @@ fox__cuda_dueling(cudaStream_t s, int rows, const fox_cuda_dims *dm, const float
 {
     size_t warps = (size_t)rows * dm->NAct;
     const int per_block = 8;
-    dueling_kernel<<<(unsigned int)((warps + per_block - 1) / per_block), per_block * WARP, 0,
-                     s>>>(rows, *dm, out, b2, split, poff, z, logp, q);
+    unsigned int blocks = (unsigned int)((warps + per_block - 1) / per_block);
+    by_row_slots(dm->NA, [&](auto k) {
+        dueling_kernel<decltype(k)::value><<<blocks, per_block * WARP, 0, s>>>(
+            rows, *dm, out, b2, split, poff, z, logp, q);
+    });
     FOX_CUDA_TRY(cudaGetLastError());
     return 0;
 }

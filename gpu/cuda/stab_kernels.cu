@@ -286,12 +286,16 @@ h_s2_site_kernel(fox_cuda_stab st, float *h, size_t n, double *partial)
         last = done == gridDim.x - 1;
     }
     __syncthreads();
-    if (last && threadIdx.x == 0) {
-        __threadfence();
+    if (!last)
+        return;
+    __threadfence();
+    /* The blocks' partials a thread each, in the fixed order of block_sum. */
+    double tot = 0.0;
+    for (int b = threadIdx.x; b < (int)gridDim.x; b += blockDim.x)
+        tot += __ldcg(&partial[b]);
+    tot = block_sum(tot);
+    if (threadIdx.x == 0) {
         st.ctl->done_blocks[FOX_CUDA_DONE_H_S2] = 0;
-        double tot = 0.0;
-        for (unsigned int b = 0; b < gridDim.x; b++)
-            tot += ((volatile double *)partial)[b];
         if (n)
             st.isv[FOX_ISV_H_S2_RMS_EMA] = fox_ema_first(st.isv[FOX_ISV_H_S2_RMS_EMA],
                                                          (float)sqrt(tot / (double)n),
@@ -709,6 +713,7 @@ post_adam_tail(const fox_cuda_stab &st, fox_cuda_p99_scratch *sc, const unsigned
     int rows = st.l1_rows, cols = st.l1_cols;
     size_t nl = (size_t)rows * cols;
     double sw = 0.0, sg = 0.0, kk = 0.0;
+#pragma unroll 4
     for (size_t i = threadIdx.x; i < nl; i += blockDim.x) {
         float wi = wl[i], gi = gl[i];
         if (!isfinite(wi) || !isfinite(gi))
@@ -720,10 +725,32 @@ post_adam_tail(const fox_cuda_stab &st, fox_cuda_p99_scratch *sc, const unsigned
     sw = block_sum(sw); /* its barriers also publish s_part and s_p99 */
     sg = block_sum(sg);
     kk = block_sum(kk);
-    /* Entropy deficit (fox_entropy_deficit): column norms, their total, then Σ p log p. */
+    /*
+     * Entropy deficit (fox_entropy_deficit): the column norms (fox_column_sq's finite Σ g², a
+     * warp per column with its lanes over the rows and a fixed xor tree: a thread per column
+     * walking every row waited on one load per row), their total, then Σ p log p.
+     */
+    __shared__ double s_col[FOX_CUDA_L1_COLS];
+    {
+        const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+        for (int i = warp; i < cols; i += NW) {
+            double s2 = 0.0;
+#pragma unroll 8
+            for (int r = lane; r < rows; r += WARP) {
+                double x = gl[(size_t)r * cols + i];
+                if (isfinite(x))
+                    s2 += x * x;
+            }
+            for (int o = WARP / 2; o > 0; o >>= 1)
+                s2 += __shfl_xor_sync(FULL_MASK, s2, o);
+            if (lane == 0)
+                s_col[i] = s2;
+        }
+    }
+    __syncthreads();
     double tot = 0.0, live = 0.0;
     for (int i = threadIdx.x; i < cols; i += blockDim.x) {
-        double s2 = fox_column_sq(gl, rows, cols, i);
+        double s2 = s_col[i];
         if (s2 > 0.0) {
             tot += sqrt(s2);
             live += 1.0;
@@ -734,7 +761,7 @@ post_adam_tail(const fox_cuda_stab &st, fox_cuda_p99_scratch *sc, const unsigned
     double plogp = 0.0;
     if (live >= 2.0 && tot > 0.0)
         for (int i = threadIdx.x; i < cols; i += blockDim.x) {
-            double s2 = fox_column_sq(gl, rows, cols, i);
+            double s2 = s_col[i];
             if (s2 > 0.0) {
                 double p = sqrt(s2) / tot;
                 plogp += p * log(p);

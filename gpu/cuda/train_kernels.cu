@@ -87,6 +87,11 @@ grad_norm_kernel(size_t n, const float *g, double *partial, fox_cuda_stab st, in
     if (!last)
         return;
     __threadfence();
+    /* The blocks' partials a thread each, in the fixed order of block_sum (not one by one). */
+    double ss = 0.0;
+    for (int k = threadIdx.x; k < (int)gridDim.x; k += blockDim.x)
+        ss += __ldcg(&partial[k]);
+    ss = block_sum(ss);
     double q[2] = {0.0, 0.0};
     if (st.sites)
         for (int k = 0; k < 2; k++) {
@@ -99,9 +104,6 @@ grad_norm_kernel(size_t n, const float *g, double *partial, fox_cuda_stab st, in
         return;
     fox_cuda_ctl *c = st.ctl;
     c->done_blocks[FOX_CUDA_DONE_NORM] = 0;
-    double ss = 0.0;
-    for (int k = 0; k < FOX_CUDA_NORM_BLOCKS; k++)
-        ss += ((volatile double *)partial)[k];
     double norm = sqrt(ss);
     c->grad_norm = (float)norm;
     float clip = st.grad_clip;
@@ -144,21 +146,28 @@ fox__cuda_grad_norm(cudaStream_t s, size_t n, const float *g, double *partial,
     return 0;
 }
 
+/* A block's Pearl C engagements (fam: 0 w, 1 m, 2 v) before the one global add per counter. */
+struct adam_eng {
+    unsigned int n[3][FOX_GROUP_COUNT], emax[3][FOX_GROUP_COUNT];
+};
+
 /*
  * One clamp of the Adam loop, the slow path (optim.c's engage): flag past
  * diag, clamp_finite. In adaptive mode the engagement is counted for Pearl
- * C (fam: 0 w, 1 m, 2 v) with its largest finite magnitude.
+ * C with its largest finite magnitude, in the block's shared counters: the
+ * engaged values (~1 % of each group at its p99 bound) would otherwise
+ * queue on 24 global addresses.
  */
 static __device__ __noinline__ float
-engage(float x, float bound, int slot, const fox_cuda_stab &st, int fam, int grp)
+engage(float x, float bound, int slot, const fox_cuda_stab &st, int fam, int grp, adam_eng *be)
 {
     float a = fabsf(x);
     if (a <= bound && a != INFINITY)
         return x;
     if (st.adaptive && grp < FOX_GROUP_COUNT) {
-        atomicAdd(&st.sp4->eng[fam][grp], 1ull);
+        atomicAdd(&be->n[fam][grp], 1u);
         if (isfinite(a))
-            atomicMax(&st.sp4->emax[fam][grp], __float_as_uint(a));
+            atomicMax(&be->emax[fam][grp], __float_as_uint(a));
     }
     if (st.sentinel && slot >= 0 && !(a < threshold_of(st, slot)))
         st.flags[slot] = 1;
@@ -178,18 +187,33 @@ engage(float x, float bound, int slot, const fox_cuda_stab &st, int fam, int grp
  */
 __global__ void
 adam_kernel(size_t n, float *params, const float *g, float *m, float *v, const uint8_t *pgroup,
-            fox_cuda_adam_slots sl, fox_cuda_optim_cfg oc, fox_cuda_stab st)
+            const __grid_constant__ fox_cuda_adam_slots sl, fox_cuda_optim_cfg oc,
+            const __grid_constant__ fox_cuda_stab st)
 {
+    /*
+     * sl and st are __grid_constant__: engage (out of line) takes st by
+     * reference and sl is indexed by the group, either of which otherwise
+     * copies the struct to every thread's stack (328 bytes of local traffic
+     * per thread, ~120 MB a step: most of this kernel's time).
+     */
     const fox_cuda_ctl *c = st.ctl;
     if (c->halt != FOX_HALT_NONE)
         return;
     float scale = c->clip_scale;
-    double t = (double)(c->adam_t + 1);
-    float bc1 = (float)(1.0 - pow((double)oc.b1, t));
-    float bc2 = (float)(1.0 - pow((double)oc.b2, t));
     float wfix = fox_bound_weight_fixed(st.isv[FOX_ISV_Q_ABS_REF]);
+    /* The bias corrections once per block: a double pow per thread cost more than the update. */
+    __shared__ float s_bc[2];
+    if (threadIdx.x == 0) {
+        double t = (double)(c->adam_t + 1);
+        s_bc[0] = (float)(1.0 - pow((double)oc.b1, t));
+        s_bc[1] = (float)(1.0 - pow((double)oc.b2, t));
+    }
     /* Each group's bounds, read from the ISV now (stab.c's adam_bounds); padding: unbounded. */
     __shared__ float s_b[3][FOX_GROUP_COUNT + 1];
+    __shared__ adam_eng s_eng;
+    unsigned int *eng_words = &s_eng.n[0][0];
+    for (int k = threadIdx.x; k < (int)(sizeof s_eng / sizeof *eng_words); k += blockDim.x)
+        eng_words[k] = 0u;
     if (threadIdx.x <= FOX_GROUP_COUNT) {
         int grp = threadIdx.x;
         float wb = wfix, mb = INFINITY, vb = INFINITY;
@@ -205,6 +229,7 @@ adam_kernel(size_t n, float *params, const float *g, float *m, float *v, const u
         s_b[2][grp] = vb;
     }
     __syncthreads();
+    const float bc1 = s_bc[0], bc2 = s_bc[1];
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
          k += (size_t)gridDim.x * blockDim.x) {
         float gk = g[k];
@@ -215,15 +240,25 @@ adam_kernel(size_t n, float *params, const float *g, float *m, float *v, const u
         int gi = grp < FOX_GROUP_COUNT ? grp : FOX_GROUP_COUNT;
         float wb = s_b[0][gi], mb = s_b[1][gi], vb = s_b[2][gi];
         if (!(fabsf(mk) <= fminf(mb, FLT_MAX)))
-            mk = engage(mk, mb, grp < FOX_GROUP_COUNT ? sl.m[grp] : -1, st, 1, grp);
+            mk = engage(mk, mb, grp < FOX_GROUP_COUNT ? sl.m[grp] : -1, st, 1, grp, &s_eng);
         if (!(fabsf(vk) <= fminf(vb, FLT_MAX)))
-            vk = engage(vk, vb, grp < FOX_GROUP_COUNT ? sl.v[grp] : -1, st, 2, grp);
+            vk = engage(vk, vb, grp < FOX_GROUP_COUNT ? sl.v[grp] : -1, st, 2, grp, &s_eng);
         m[k] = mk;
         v[k] = vk;
         float p = params[k] - oc.lr * (mk / bc1) / (sqrtf(vk / bc2) + oc.eps);
         if (!(fabsf(p) <= fminf(wb, FLT_MAX)))
-            p = engage(p, wb, grp < FOX_GROUP_COUNT ? sl.w[grp] : -1, st, 0, grp);
+            p = engage(p, wb, grp < FOX_GROUP_COUNT ? sl.w[grp] : -1, st, 0, grp, &s_eng);
         params[k] = p;
+    }
+    if (!st.adaptive)
+        return;
+    __syncthreads();
+    if (threadIdx.x < 3 * FOX_GROUP_COUNT) {
+        int f = threadIdx.x / FOX_GROUP_COUNT, grp = threadIdx.x % FOX_GROUP_COUNT;
+        if (s_eng.n[f][grp]) {
+            atomicAdd(&st.sp4->eng[f][grp], (unsigned long long)s_eng.n[f][grp]);
+            atomicMax(&st.sp4->emax[f][grp], s_eng.emax[f][grp]);
+        }
     }
 }
 
