@@ -17,6 +17,8 @@
 #                              foxd --once (two epochs a fold; ONCE=0 skips it)
 #   bench/gpu_run.sh probe     on the GPU machine: FOX_CUDA_PRIO=0 against 1 at batch 256, 1024
 #                              and 4096; ncu --set full on a launch of each kernel in $DETAIL
+#   bench/gpu_run.sh variants  on the GPU machine: .carry/bin/foxbench against each diagnostic
+#                              build in .carry/bin/<name>/, interleaved ($ARGS to foxbench)
 #   bench/gpu_run.sh final     on the GPU machine: parity and drills; foxbench at batch 256 and
 #                              4096 (1024 envs, learning_starts 4096), sentinel on and off, for
 #                              this build, foxbench_base and foxbench_f9 (BASE2=<dir of a build>
@@ -304,6 +306,26 @@ probe() {
     tail -1 "$out/ncu_detail.txt"
 }
 
+# Diagnostic builds side by side: .carry/bin/foxbench and every .carry/bin/<name>/foxbench (built
+# at prepare time from a temporary change, e.g. one stage of a kernel left out, never committed),
+# interleaved for $ROUNDS rounds with the foxbench arguments $ARGS.
+variants() {
+    local out=${OUT:-/tmp/foxgpu} bin=.carry/bin r b
+    mkdir -p "$out"
+    use_libs
+    {
+        for r in $(seq "${ROUNDS:-2}"); do
+            for b in "$bin"/foxbench "$bin"/*/foxbench; do
+                [ -x "$b" ] || continue
+                echo "## round $r $b ${ARGS:-}"
+                timeout 60 "$b" --backend cuda --reps 5 --chunk 100 \
+                    --set train.learning_starts=4096 ${ARGS:-} | tail -2
+            done
+        done
+    } > "$out/bench_variants.md" 2>&1
+    cat "$out/bench_variants.md"
+}
+
 case "${1:-}" in
 prepare) prepare ;;
 overhead) overhead ;;
@@ -311,5 +333,6 @@ run) run ;;
 quick) quick ;;
 final) final ;;
 probe) probe ;;
-*) echo "usage: $0 prepare|run|quick|final|overhead|probe" >&2; exit 2 ;;
+variants) variants ;;
+*) echo "usage: $0 prepare|run|quick|final|overhead|probe|variants" >&2; exit 2 ;;
 esac

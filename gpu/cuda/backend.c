@@ -1389,6 +1389,8 @@ debug_sp4(cuda_backend *be, int reset, const float *params, const float *grads, 
         rv = fox__cuda_p99_observe(s0, &n->stab, dtq, ntq, FOX_ISV_TARGET_Q_BOUND,
                                    FOX_CUDA_P99_TQ);
     if (rv == FOX_OK)
+        rv = fox__cuda_l1_deficit(s0, &n->stab, n->grads);
+    if (rv == FOX_OK)
         rv = fox__cuda_post_adam(s0, &n->stab, be->np, n->params, n->grads, n->adam_m,
                                  n->adam_v);
     if (rv == FOX_OK && cudaStreamSynchronize(s0) != cudaSuccess)

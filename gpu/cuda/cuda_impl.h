@@ -262,6 +262,7 @@ typedef struct fox_cuda_p99_scratch {
     unsigned long long count[FOX_CUDA_P99_TARGETS];
     unsigned int hist[FOX_CUDA_P99_TARGETS * 256];
     double dot[FOX_CUDA_P99_BLOCKS][FOX_GROUP_COUNT], sq[FOX_CUDA_P99_BLOCKS][FOX_GROUP_COUNT];
+    double l1[FOX_CUDA_P99_BLOCKS][3]; /* the L1 rate's Σ|w|, Σ|g| and finite pairs */
     unsigned int done; /* pass 2's finished blocks: the last does pass 3 */
 } fox_cuda_p99_scratch;
 enum { FOX_CUDA_P99_H_S2 = 0, FOX_CUDA_P99_TQ = 1, FOX_CUDA_P99_GROUPS = 2, FOX_CUDA_P99_USES = 3 };
@@ -272,6 +273,7 @@ typedef struct fox_cuda_sp4 {
     fox_pearl_c_state pc[3][FOX_GROUP_COUNT];          /* families w, m, v */
     unsigned long long eng[3][FOX_GROUP_COUNT];         /* this step's engaged values */
     unsigned int emax[3][FOX_GROUP_COUNT];              /* their largest finite |x| (bits) */
+    float l1_deficit; /* this step's entropy deficit of the trunk input gradient */
     fox_cuda_p99_scratch p99[FOX_CUDA_P99_USES];
 } fox_cuda_sp4;
 
@@ -553,6 +555,12 @@ int fox__cuda_pre_step(cudaStream_t s, const fox_cuda_stab *st, int B, const flo
  */
 int fox__cuda_p99_observe(cudaStream_t s, const fox_cuda_stab *st, const float *x, size_t n,
                           int slot, int use);
+/*
+ * SP4, the L1 rate's gradient-only half (fox_entropy_deficit of GRN1 W2's
+ * gradient g) into sp4->l1_deficit: one block, launched beside the norm and
+ * Adam (which leave g as it is), before fox__cuda_post_adam reads it.
+ */
+int fox__cuda_l1_deficit(cudaStream_t s, const fox_cuda_stab *st, const float *g);
 /*
  * SP4 after Adam (fox_cpu_stab_post_adam): Pearl B per group (p99 |w|, |m|,
  * v, weight-decay rate) into slots 136–167 through Pearls A+D, Pearl C on

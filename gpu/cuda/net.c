@@ -805,6 +805,12 @@ fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl
                 float *isv_map)
 {
     cudaStream_t s0 = n->st[0];
+    /* SP4: the L1 rate's gradient-only half beside the norm and Adam (they leave grads be). */
+    int ls = FOX_CUDA_MAIN;
+    if (n->stab.adaptive) {
+        FOX_TRY(fox__cuda_fork(n, FOX_CUDA_LATE, &ls));
+        FOX_TRY(fox__cuda_l1_deficit(n->st[ls], &n->stab, n->grads));
+    }
     FOX_TRY(fox__cuda_grad_norm(s0, n->np, n->grads, n->norm_part, &n->stab, n->B, n->dm.D,
                                 n->loss_parts));
     FOX_TRY(fox__cuda_adam(s0, n->np, n->params, n->grads, n->adam_m, n->adam_v, n->pgroup,
@@ -813,9 +819,11 @@ fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl
     if (n->fault_at)
         FOX_TRY(point(n, 0, n->fault_slot, n->fault_at, NULL, 0));
     /* SP4 (fox_cpu_stab_post_adam): Pearl B, Pearl C and the L1 rate, before the ISV is published. */
-    if (n->stab.adaptive)
+    if (n->stab.adaptive) {
+        FOX_TRY(fox__cuda_dep(n, ls, FOX_CUDA_MAIN));
         FOX_TRY(fox__cuda_post_adam(s0, &n->stab, n->np, n->params, n->grads, n->adam_m,
                                     n->adam_v));
+    }
     return fox__cuda_finish(s0, n->B, n->loss_parts, oc, ctl, isv_dev, isv_map);
 }
 

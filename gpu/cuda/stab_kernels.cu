@@ -521,16 +521,17 @@ static_assert(FOX_P99_BINS == 256, "fox_cuda_p99_scratch holds 256 bins per targ
  * integer counts are order-free, so the result is deterministic. With G
  * (Pearl B), the per-class w·g and ‖w‖² of the finite pairs are summed per
  * thread, then over the warp (xor tree) and the block's warps in order,
- * into the block's partial row (reduced by a fixed tree in the tail).
+ * into the block's partial row (reduced by a fixed tree in the tail); so
+ * are the L1 rate's Σ|w|, Σ|g| and count of finite pairs over [l1_lo, l1_hi).
  */
 template <int NB, int NC, bool G>
 __global__ void __launch_bounds__(THREADS)
 p99_pass1_kernel(fox_cuda_p99_scratch *sc, size_t n, const float *b0, const float *b1,
-                 const float *b2, const uint8_t *cls, const float *g)
+                 const float *b2, const uint8_t *cls, const float *g, size_t l1_lo, size_t l1_hi)
 {
     constexpr int NT = NB * NC, NW = THREADS / WARP;
     unsigned int lo[NT], hi[NT], cnt[NT];
-    double dot[G ? NC : 1], sq[G ? NC : 1];
+    double dot[G ? NC : 1], sq[G ? NC : 1], l1[3] = {0.0, 0.0, 0.0};
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         lo[t] = P99_FLT_MAX_BITS;
@@ -573,9 +574,14 @@ p99_pass1_kernel(fox_cuda_p99_scratch *sc, size_t n, const float *b0, const floa
                 sq[cc] += (double)x[0] * x[0];
             }
         }
+        if (G && k >= l1_lo && k < l1_hi && isfinite(x[0]) && isfinite(gk)) {
+            l1[0] += fabs((double)x[0]);
+            l1[1] += fabs((double)gk);
+            l1[2] += 1.0;
+        }
     }
     __shared__ unsigned int s_lo[NW][NT], s_hi[NW][NT], s_n[NW][NT];
-    __shared__ double s_dot[NW][G ? NC : 1], s_sq[NW][G ? NC : 1];
+    __shared__ double s_dot[NW][G ? NC : 1], s_sq[NW][G ? NC : 1], s_l1[NW][3];
     const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
 #pragma unroll
     for (int t = 0; t < NT; t++) {
@@ -600,6 +606,14 @@ p99_pass1_kernel(fox_cuda_p99_scratch *sc, size_t n, const float *b0, const floa
                 s_dot[warp][c] = d;
                 s_sq[warp][c] = s;
             }
+        }
+#pragma unroll
+        for (int q = 0; q < 3; q++) {
+            double v = l1[q];
+            for (int o = WARP / 2; o > 0; o >>= 1)
+                v += __shfl_xor_sync(FULL_MASK, v, o);
+            if (lane == 0)
+                s_l1[warp][q] = v;
         }
     }
     __syncthreads();
@@ -627,6 +641,12 @@ p99_pass1_kernel(fox_cuda_p99_scratch *sc, size_t n, const float *b0, const floa
         }
         sc->dot[blockIdx.x][c] = d;
         sc->sq[blockIdx.x][c] = s;
+    }
+    if (G && threadIdx.x < 3) {
+        double v = 0.0;
+        for (int w = 0; w < NW; w++)
+            v += s_l1[w][threadIdx.x];
+        sc->l1[blockIdx.x][threadIdx.x] = v;
     }
 }
 
@@ -678,28 +698,32 @@ p99_clean(fox_cuda_p99_scratch *sc, int nt)
  * thread each: every group has its own slots and states), its four
  * statistics into slots 136–167 through Pearls A+D (NaN skipped, 0 fed),
  * then Pearl C on the step's Adam engagements of its w, m and v clamps; then
- * the trunk L1 rate (fox_pearl_b_l1_rate, sums in double) into slot 168.
- * hist: the block's shared copy of the 24 global histograms. Leaves the
- * scratch and the engagement counters clean.
+ * the trunk L1 rate (fox_pearl_b_l1_rate: pass 1's sums, l1_deficit_kernel's
+ * entropy deficit) into slot 168. hist: the block's shared copy of the 24
+ * global histograms. Leaves the scratch and the engagement counters clean.
  */
 static __device__ void
-post_adam_tail(const fox_cuda_stab &st, fox_cuda_p99_scratch *sc, const unsigned int *hist,
-               const float *w, const float *g)
+post_adam_tail(const fox_cuda_stab &st, fox_cuda_p99_scratch *sc, const unsigned int *hist)
 {
-    constexpr int NG = FOX_GROUP_COUNT, NW = THREADS / WARP;
+    constexpr int NG = FOX_GROUP_COUNT, NW = THREADS / WARP, NP = 2 * NG + 3;
     fox_cuda_sp4 *sp = st.sp4;
     float *isv = st.isv;
     __shared__ float s_p99[3 * NG];
-    __shared__ double s_part[NW][2 * NG];
-    /* The blocks' w·g and ‖w‖² partials: thread b holds block b's row; a fixed xor tree. */
+    __shared__ double s_part[NW][NP];
+    /*
+     * The blocks' partials (w·g, ‖w‖² per group; Σ|w|, Σ|g|, pairs): thread b
+     * holds block b's row; a fixed xor tree, then the warps in order.
+     */
     {
         int b = threadIdx.x;
         const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
 #pragma unroll
-        for (int k = 0; k < 2 * NG; k++) {
+        for (int k = 0; k < NP; k++) {
             double v = 0.0;
             if (b < (int)gridDim.x)
-                v = __ldcg(k < NG ? &sc->dot[b][k] : &sc->sq[b][k - NG]);
+                v = __ldcg(k < NG       ? &sc->dot[b][k]
+                           : k < 2 * NG ? &sc->sq[b][k - NG]
+                                        : &sc->l1[b][k - 2 * NG]);
             for (int o = WARP / 2; o > 0; o >>= 1)
                 v += __shfl_xor_sync(FULL_MASK, v, o);
             if (lane == 0)
@@ -708,66 +732,7 @@ post_adam_tail(const fox_cuda_stab &st, fox_cuda_p99_scratch *sc, const unsigned
     }
     if (threadIdx.x < 3 * NG)
         s_p99[threadIdx.x] = p99_result(sc, threadIdx.x, hist + threadIdx.x * FOX_P99_BINS);
-    /* The L1 rate's sums (all threads). */
-    const float *wl = w + st.l1_off, *gl = g + st.l1_off;
-    int rows = st.l1_rows, cols = st.l1_cols;
-    size_t nl = (size_t)rows * cols;
-    double sw = 0.0, sg = 0.0, kk = 0.0;
-#pragma unroll 4
-    for (size_t i = threadIdx.x; i < nl; i += blockDim.x) {
-        float wi = wl[i], gi = gl[i];
-        if (!isfinite(wi) || !isfinite(gi))
-            continue;
-        sw += fabs((double)wi);
-        sg += fabs((double)gi);
-        kk += 1.0;
-    }
-    sw = block_sum(sw); /* its barriers also publish s_part and s_p99 */
-    sg = block_sum(sg);
-    kk = block_sum(kk);
-    /*
-     * Entropy deficit (fox_entropy_deficit): the column norms (fox_column_sq's finite Σ g², a
-     * warp per column with its lanes over the rows and a fixed xor tree: a thread per column
-     * walking every row waited on one load per row), their total, then Σ p log p.
-     */
-    __shared__ double s_col[FOX_CUDA_L1_COLS];
-    {
-        const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
-        for (int i = warp; i < cols; i += NW) {
-            double s2 = 0.0;
-#pragma unroll 8
-            for (int r = lane; r < rows; r += WARP) {
-                double x = gl[(size_t)r * cols + i];
-                if (isfinite(x))
-                    s2 += x * x;
-            }
-            for (int o = WARP / 2; o > 0; o >>= 1)
-                s2 += __shfl_xor_sync(FULL_MASK, s2, o);
-            if (lane == 0)
-                s_col[i] = s2;
-        }
-    }
     __syncthreads();
-    double tot = 0.0, live = 0.0;
-    for (int i = threadIdx.x; i < cols; i += blockDim.x) {
-        double s2 = s_col[i];
-        if (s2 > 0.0) {
-            tot += sqrt(s2);
-            live += 1.0;
-        }
-    }
-    tot = block_sum(tot);
-    live = block_sum(live);
-    double plogp = 0.0;
-    if (live >= 2.0 && tot > 0.0)
-        for (int i = threadIdx.x; i < cols; i += blockDim.x) {
-            double s2 = s_col[i];
-            if (s2 > 0.0) {
-                double p = sqrt(s2) / tot;
-                plogp += p * log(p);
-            }
-        }
-    plogp = block_sum(plogp);
     int grp = threadIdx.x;
     if (grp < NG && st.gsize[grp]) {
         double dot = 0.0, sq = 0.0;
@@ -795,23 +760,91 @@ post_adam_tail(const fox_cuda_stab &st, fox_cuda_p99_scratch *sc, const unsigned
             sp->emax[f][grp] = 0u;
         }
     }
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == THREADS - 1) {
+        double sw = 0.0, sg = 0.0, kk = 0.0;
+        for (int k = 0; k < NW; k++) {
+            sw += s_part[k][2 * NG];
+            sg += s_part[k][2 * NG + 1];
+            kk += s_part[k][2 * NG + 2];
+        }
         float l1 = 0.0f;
         if (kk > 0.0) {
             double mw = sw / kk, mg = sg / kk;
             double ratio = mg / (mw > FOX_PEARL_EPS_DIV ? mw : FOX_PEARL_EPS_DIV);
-            double d = 0.0;
-            if (cols > 1 && live >= 2.0 && tot > 0.0) {
-                double logk = log(live);
-                d = (logk + plogp) / logk;
-                d = d < 0.0 ? 0.0 : (d > 1.0 ? 1.0 : d);
-            }
-            l1 = (float)(ratio * (double)(float)d);
+            l1 = (float)(ratio * (double)sp->l1_deficit);
         }
         fox_bounds_observe(isv, sp->ws, FOX_ISV_L1_LAMBDA, l1);
     }
     __syncthreads();
     p99_clean(sc, 3 * NG);
+}
+
+/*
+ * The entropy deficit of the trunk input layer's gradient g [rows × cols]
+ * (fox_entropy_deficit): the column norms (fox_column_sq's finite Σ g², a
+ * warp per column with its lanes over the rows and a fixed xor tree), their
+ * total, Σ p log p, then D = (log K + Σ p log p) / log K clamped to [0, 1]
+ * over the K live columns; 0 with fewer than two.
+ */
+__global__ void __launch_bounds__(THREADS)
+l1_deficit_kernel(const __grid_constant__ fox_cuda_stab st, const float *g)
+{
+    constexpr int NW = THREADS / WARP;
+    const float *gl = g + st.l1_off;
+    const int rows = st.l1_rows, cols = st.l1_cols;
+    __shared__ double s_col[FOX_CUDA_L1_COLS];
+    const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+    for (int i = warp; i < cols; i += NW) {
+        double s2 = 0.0;
+#pragma unroll 8
+        for (int r = lane; r < rows; r += WARP) {
+            double x = gl[(size_t)r * cols + i];
+            if (isfinite(x))
+                s2 += x * x;
+        }
+        for (int o = WARP / 2; o > 0; o >>= 1)
+            s2 += __shfl_xor_sync(FULL_MASK, s2, o);
+        if (lane == 0)
+            s_col[i] = s2;
+    }
+    __syncthreads();
+    double tot = 0.0, live = 0.0;
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+        double s2 = s_col[i];
+        if (s2 > 0.0) {
+            tot += sqrt(s2);
+            live += 1.0;
+        }
+    }
+    tot = block_sum(tot);
+    live = block_sum(live);
+    double plogp = 0.0;
+    if (live >= 2.0 && tot > 0.0)
+        for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+            double s2 = s_col[i];
+            if (s2 > 0.0) {
+                double p = sqrt(s2) / tot;
+                plogp += p * log(p);
+            }
+        }
+    plogp = block_sum(plogp);
+    if (threadIdx.x == 0) {
+        double d = 0.0;
+        if (cols > 1 && live >= 2.0 && tot > 0.0) {
+            double logk = log(live);
+            d = (logk + plogp) / logk;
+            d = d < 0.0 ? 0.0 : (d > 1.0 ? 1.0 : d);
+        }
+        st.sp4->l1_deficit = (float)d;
+    }
+}
+
+int
+fox__cuda_l1_deficit(cudaStream_t s, const fox_cuda_stab *st, const float *g)
+{
+    l1_deficit_kernel<<<1, THREADS, 0, s>>>(*st, g);
+    FOX_CUDA_TRY(cudaGetLastError());
+    return 0;
 }
 
 /*
@@ -825,9 +858,8 @@ post_adam_tail(const fox_cuda_stab &st, fox_cuda_p99_scratch *sc, const unsigned
  */
 template <int NB, int NC>
 __global__ void __launch_bounds__(THREADS)
-p99_pass2_kernel(fox_cuda_stab st, fox_cuda_p99_scratch *sc, size_t n, const float *b0,
-                 const float *b1, const float *b2, const uint8_t *cls, int slot, const float *w,
-                 const float *g)
+p99_pass2_kernel(const __grid_constant__ fox_cuda_stab st, fox_cuda_p99_scratch *sc, size_t n,
+                 const float *b0, const float *b1, const float *b2, const uint8_t *cls, int slot)
 {
     constexpr int NT = NB * NC;
     __shared__ unsigned int s_h[NT * FOX_P99_BINS];
@@ -893,7 +925,7 @@ p99_pass2_kernel(fox_cuda_stab st, fox_cuda_p99_scratch *sc, size_t n, const flo
         __syncthreads();
         p99_clean(sc, NT);
     } else {
-        post_adam_tail(st, sc, s_h, w, g);
+        post_adam_tail(st, sc, s_h);
     }
 }
 
@@ -910,10 +942,9 @@ fox__cuda_p99_observe(cudaStream_t s, const fox_cuda_stab *st, const float *x, s
 {
     fox_cuda_p99_scratch *sc = &st->sp4->p99[use];
     unsigned int g = p99_grid(n);
-    p99_pass1_kernel<1, 1, false><<<g, THREADS, 0, s>>>(sc, n, x, NULL, NULL, NULL, NULL);
+    p99_pass1_kernel<1, 1, false><<<g, THREADS, 0, s>>>(sc, n, x, NULL, NULL, NULL, NULL, 0, 0);
     FOX_CUDA_TRY(cudaGetLastError());
-    p99_pass2_kernel<1, 1><<<g, THREADS, 0, s>>>(*st, sc, n, x, NULL, NULL, NULL, slot, NULL,
-                                                  NULL);
+    p99_pass2_kernel<1, 1><<<g, THREADS, 0, s>>>(*st, sc, n, x, NULL, NULL, NULL, slot);
     FOX_CUDA_TRY(cudaGetLastError());
     return 0;
 }
@@ -926,11 +957,12 @@ fox__cuda_post_adam(cudaStream_t s, const fox_cuda_stab *st, size_t n, const flo
     unsigned int gr = p99_grid(n);
     static_assert(FOX_CUDA_P99_BLOCKS <= THREADS, "the tail holds a block's partials per thread");
     static_assert(FOX_CUDA_P99_TARGETS == 3 * FOX_GROUP_COUNT, "w, m, v per group");
+    size_t l1_lo = st->l1_off, l1_hi = l1_lo + (size_t)st->l1_rows * st->l1_cols;
     p99_pass1_kernel<3, FOX_GROUP_COUNT, true>
-        <<<gr, THREADS, 0, s>>>(sc, n, w, m, v, st->pgroup, g);
+        <<<gr, THREADS, 0, s>>>(sc, n, w, m, v, st->pgroup, g, l1_lo, l1_hi);
     FOX_CUDA_TRY(cudaGetLastError());
     p99_pass2_kernel<3, FOX_GROUP_COUNT>
-        <<<gr, THREADS, 0, s>>>(*st, sc, n, w, m, v, st->pgroup, 0, w, g);
+        <<<gr, THREADS, 0, s>>>(*st, sc, n, w, m, v, st->pgroup, 0);
     FOX_CUDA_TRY(cudaGetLastError());
     return 0;
 }
