@@ -14,7 +14,8 @@
 #   bench/gpu_run.sh overhead  on the GPU machine: parity and drills, then foxbench at batch 256
 #                              and 4096 in both bounds modes with the sentinel on and off, for
 #                              this build and foxbench_base; an ncu kernel list of adaptive steps;
-#                              foxd --once (two epochs a fold; ONCE=0 skips it)
+#                              foxd --once (two epochs a fold; ONCE=0 skips it); EXTRA=1 adds
+#                              TF32 and one-stream runs of this build
 #   bench/gpu_run.sh probe     on the GPU machine: FOX_CUDA_PRIO=0 against 1 at batch 256, 1024
 #                              and 4096; ncu --set full on a launch of each kernel in $DETAIL
 #   bench/gpu_run.sh variants  on the GPU machine: .carry/bin/foxbench against each diagnostic
@@ -253,6 +254,12 @@ overhead() {
                 done
             done
         done
+        if [ "${EXTRA:-0}" = 1 ]; then # the math mode and the side streams, default bounds
+            echo "## foxbench FOX_CUDA_MATH=tf32"
+            FOX_CUDA_MATH=tf32 timeout "${BENCH_S:-40}" "$bin/foxbench" --backend cuda $args | tail -2
+            echo "## foxbench FOX_CUDA_SIDE=0 (one stream)"
+            FOX_CUDA_SIDE=0 timeout "${BENCH_S:-40}" "$bin/foxbench" --backend cuda $args | tail -2
+        fi
     } > "$out/bench_overhead.md" 2>&1
     cat "$out/bench_overhead.md"
     if command -v ncu > /dev/null; then
