@@ -128,15 +128,18 @@ check_kernel(fox_cuda_stab st, const fox_cuda_check *table, const fox_cuda_chunk
     if (st.sentinel && (int)blockIdx.x < n) {
         const fox_cuda_chunk ch = chunks[blockIdx.x];
         const fox_cuda_check e = table[ch.entry];
-        const fox_cuda_rule r = st.rules[e.slot];
         check_acc a;
-        a.kind = r.kind == FOX_SENT_KIND_NONFINITE     ? 0
-                 : r.measure == FOX_SENT_MEASURE_SPAN ? 2
-                                                      : 1;
-        a.t = r.kind == FOX_SENT_KIND_THRESHOLD ? threshold_of(st, e.slot) : 0.0f;
         a.lo = INFINITY;
         a.hi = -INFINITY;
         a.fired = 0;
+        /* The slot's rule and threshold: two dependent loads, issued after the chunk's first. */
+        auto rule = [&]() {
+            const fox_cuda_rule r = st.rules[e.slot];
+            a.kind = r.kind == FOX_SENT_KIND_NONFINITE     ? 0
+                     : r.measure == FOX_SENT_MEASURE_SPAN ? 2
+                                                          : 1;
+            a.t = r.kind == FOX_SENT_KIND_THRESHOLD ? threshold_of(st, e.slot) : 0.0f;
+        };
         if (e.ld == e.cols) {
             const float *p = e.ptr + ch.start;
             int head = (int)((16 - ((uintptr_t)p & 15)) & 15) / 4;
@@ -144,14 +147,20 @@ check_kernel(fox_cuda_stab st, const fox_cuda_check *table, const fox_cuda_chunk
                 head = ch.len; /* not even float-aligned, or too short: all scalar */
             int n4 = (ch.len - head) / 4;
             const float4 *p4 = (const float4 *)(p + head);
-            for (int k0 = 0; k0 < n4; k0 += CHECK_UNROLL * THREADS) {
-                float4 v[CHECK_UNROLL];
+            float4 v[CHECK_UNROLL];
+            auto load = [&](int k0) {
 #pragma unroll
                 for (int u = 0; u < CHECK_UNROLL; u++) {
                     int k = k0 + u * THREADS + (int)threadIdx.x;
                     if (k < n4)
                         v[u] = __ldg(p4 + k);
                 }
+            };
+            load(0);
+            rule();
+            for (int k0 = 0; k0 < n4; k0 += CHECK_UNROLL * THREADS) {
+                if (k0 > 0)
+                    load(k0);
 #pragma unroll
                 for (int u = 0; u < CHECK_UNROLL; u++) {
                     if (k0 + u * THREADS + (int)threadIdx.x < n4) {
@@ -167,6 +176,7 @@ check_kernel(fox_cuda_stab st, const fox_cuda_check *table, const fox_cuda_chunk
             for (int k = threadIdx.x; k < rest; k += THREADS)
                 a.add(p[k < head ? k : tail0 + (k - head)]);
         } else {
+            rule();
             for (int k = ch.start + threadIdx.x; k < ch.start + ch.len; k += THREADS)
                 a.add(e.ptr[(size_t)(k / e.cols) * e.ld + k % e.cols]);
         }
@@ -662,9 +672,17 @@ p99_scale(const fox_cuda_p99_scratch *sc, int t, float *lo)
     return scale < FLT_MAX ? scale : 0.0f;
 }
 
-/* Pass 3 of target t on its histogram h (fox_p99_abs_spans' degenerate rules, then the walk). */
+/*
+ * Pass 3 of target t on its histogram h, by a whole warp (every lane gets
+ * the result): fox_p99_abs_spans' degenerate rules, then fox_p99_from_hist's
+ * walk from the top bin, its 256 dependent steps cut to a scan of the lanes'
+ * eight-bin sums and one lane's eight steps. The counts are integers and
+ * their total is below 2^24, so every partial sum is exact in float and the
+ * order of the additions changes no bit; the lane whose bins hold the
+ * crossing walks them as the serial loop would (larger totals take it).
+ */
 static __device__ float
-p99_result(const fox_cuda_p99_scratch *sc, int t, const unsigned int *h)
+p99_result_warp(const fox_cuda_p99_scratch *sc, int t, const unsigned int *h)
 {
     float lo = __uint_as_float(sc->lo[t]), hi = __uint_as_float(sc->hi[t]);
     unsigned long long cnt = sc->count[t];
@@ -675,7 +693,39 @@ p99_result(const fox_cuda_p99_scratch *sc, int t, const unsigned int *h)
     float scale = (float)FOX_P99_BINS / (hi - lo);
     if (!(scale < FLT_MAX))
         return hi;
-    return fox_p99_from_hist(h, (uint32_t)cnt, lo, hi);
+    if (cnt >= (1ull << 24))
+        return fox_p99_from_hist(h, (uint32_t)cnt, lo, hi);
+    constexpr int PER = FOX_P99_BINS / WARP;
+    const int lane = threadIdx.x % WARP, top = FOX_P99_BINS - 1 - lane * PER;
+    float mine = 0.0f;
+#pragma unroll
+    for (int j = 0; j < PER; j++)
+        mine += (float)h[top - j];
+    float incl = mine; /* the counts of every bin from the top down to this lane's last */
+    for (int o = 1; o < WARP; o <<= 1) {
+        float y = __shfl_up_sync(FULL_MASK, incl, o);
+        if (lane >= o)
+            incl += y;
+    }
+    const float tail = (1.0f - FOX_P99_PERCENTILE) * (float)(uint32_t)cnt;
+    unsigned int crossed = __ballot_sync(FULL_MASK, tail < incl);
+    if (!crossed)
+        return lo;
+    int src = __ffs(crossed) - 1;
+    float r = 0.0f;
+    if (lane == src) {
+        float w = (hi - lo) / (float)FOX_P99_BINS, above = incl - mine;
+        for (int j = 0; j < PER; j++) {
+            int b = top - j;
+            float c = (float)h[b];
+            if (c > 0.0f && tail < above + c) {
+                r = lo + ((float)(b + 1) - (tail - above) / c) * w;
+                break;
+            }
+            above += c;
+        }
+    }
+    return __shfl_sync(FULL_MASK, r, src);
 }
 
 /* Leave the scratch's first nt targets fresh (all threads of the block, after the reads). */
@@ -730,8 +780,11 @@ post_adam_tail(const fox_cuda_stab &st, fox_cuda_p99_scratch *sc, const unsigned
                 s_part[warp][k] = v;
         }
     }
-    if (threadIdx.x < 3 * NG)
-        s_p99[threadIdx.x] = p99_result(sc, threadIdx.x, hist + threadIdx.x * FOX_P99_BINS);
+    for (int t = threadIdx.x / WARP; t < 3 * NG; t += NW) {
+        float r = p99_result_warp(sc, t, hist + t * FOX_P99_BINS);
+        if (threadIdx.x % WARP == 0)
+            s_p99[t] = r;
+    }
     __syncthreads();
     int grp = threadIdx.x;
     if (grp < NG && st.gsize[grp]) {
@@ -917,9 +970,9 @@ p99_pass2_kernel(const __grid_constant__ fox_cuda_stab st, fox_cuda_p99_scratch 
         s_h[k] = __ldcg(&sc->hist[k]);
     __syncthreads();
     if constexpr (NC == 1) {
-        if (threadIdx.x == 0) {
-            float obs = p99_result(sc, 0, s_h);
-            if (obs > 0.0f)
+        if (threadIdx.x < WARP) {
+            float obs = p99_result_warp(sc, 0, s_h);
+            if (threadIdx.x == 0 && obs > 0.0f)
                 fox_bounds_observe(st.isv, st.sp4->ws, slot, obs);
         }
         __syncthreads();
