@@ -627,10 +627,11 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     if (side && strcmp(side, "0") == 0)
         be->net.use_side = 0;
     /*
-     * Stream priorities pay at small batches, where MAIN's short kernels
-     * would otherwise queue behind side work, and cost at large ones, where
-     * the starved weight gradients delay the optimizer's join (H200: −6 to −9
-     * µs at batch 256, +33 to +67 µs at 4096; docs/performance.md).
+     * Stream priorities may help at small batches, where MAIN's short
+     * kernels would otherwise queue behind side work, and cost at large
+     * ones, where the starved weight gradients delay the optimizer's join
+     * (H200, full / train step: −2 / +4 µs at batch 256, −6 / −2 at 1024,
+     * +51 / +77 at 4096; docs/performance.md).
      */
     const char *prio = getenv("FOX_CUDA_PRIO");
     int use_prio = prio ? strcmp(prio, "0") != 0 : be->B <= FOX_CUDA_PRIO_MAX_BATCH;

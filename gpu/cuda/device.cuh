@@ -45,6 +45,33 @@ block_sum(double v)
     return s;
 }
 
+/*
+ * The grid-wide sum of a last-block reduction: every block passes its value
+ * (thread 0's is stored) and the finished-block counter `done`; in the block
+ * that finishes last, every thread gets the sum of all blocks' values in
+ * block_sum's fixed order (a thread per partial, not one after another) and
+ * 1 is returned; elsewhere 0. The last block's caller resets *done.
+ */
+static __device__ int
+last_block_total(double value, double *partial, unsigned int *done, double *total)
+{
+    __shared__ int last;
+    if (threadIdx.x == 0) {
+        partial[blockIdx.x] = value;
+        __threadfence();
+        last = atomicAdd(done, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last)
+        return 0;
+    __threadfence();
+    double v = 0.0;
+    for (int k = threadIdx.x; k < (int)gridDim.x; k += blockDim.x)
+        v += __ldcg(&partial[k]);
+    *total = block_sum(v);
+    return 1;
+}
+
 /* Threshold of slot i now: mult × eff^power, eff from the device ISV (fox_sentinel_threshold). */
 static __device__ float
 threshold_of(const fox_cuda_stab &st, int i)

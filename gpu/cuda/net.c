@@ -227,8 +227,9 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
     const fox_cuda_dims *dm = &n->dm;
     /*
      * MAIN at the device's greatest priority, the rest at its least: a
-     * captured kernel keeps its stream's priority (the graphs are instantiated
-     * to use it), so a critical-path kernel takes the SMs before side work.
+     * captured kernel keeps its stream's priority, so where the backend's
+     * graphs are instantiated to use it (small batches) a critical-path
+     * kernel takes the SMs before side work.
      */
     int least, greatest;
     FOX_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));

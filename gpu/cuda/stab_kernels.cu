@@ -279,31 +279,9 @@ h_s2_site_kernel(fox_cuda_stab st, float *h, size_t n, double *partial)
         if (block_any(bad49) && threadIdx.x == 0)
             st.flags[FOX_SENT_H_S2_MAX_ABS] = 1;
     }
-    for (int o = WARP / 2; o > 0; o >>= 1)
-        ss += __shfl_xor_sync(FULL_MASK, ss, o);
-    __shared__ double s_ss[THREADS / WARP];
-    __shared__ int last;
-    if (threadIdx.x % WARP == 0)
-        s_ss[threadIdx.x / WARP] = ss;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double b = 0.0;
-        for (int w = 0; w < THREADS / WARP; w++)
-            b += s_ss[w];
-        partial[blockIdx.x] = b;
-        __threadfence();
-        unsigned int done = atomicAdd(&st.ctl->done_blocks[FOX_CUDA_DONE_H_S2], 1u);
-        last = done == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!last)
+    double tot;
+    if (!last_block_total(block_sum(ss), partial, &st.ctl->done_blocks[FOX_CUDA_DONE_H_S2], &tot))
         return;
-    __threadfence();
-    /* The blocks' partials a thread each, in the fixed order of block_sum. */
-    double tot = 0.0;
-    for (int b = threadIdx.x; b < (int)gridDim.x; b += blockDim.x)
-        tot += __ldcg(&partial[b]);
-    tot = block_sum(tot);
     if (threadIdx.x == 0) {
         st.ctl->done_blocks[FOX_CUDA_DONE_H_S2] = 0;
         if (n)

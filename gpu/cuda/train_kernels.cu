@@ -76,22 +76,9 @@ grad_norm_kernel(size_t n, const float *g, double *partial, fox_cuda_stab st, in
         if (isfinite(v))
             acc += (double)v * (double)v;
     }
-    acc = block_sum(acc);
-    __shared__ int last;
-    if (threadIdx.x == 0) {
-        partial[blockIdx.x] = acc;
-        __threadfence();
-        last = atomicAdd(&st.ctl->done_blocks[FOX_CUDA_DONE_NORM], 1u) == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!last)
+    double ss;
+    if (!last_block_total(block_sum(acc), partial, &st.ctl->done_blocks[FOX_CUDA_DONE_NORM], &ss))
         return;
-    __threadfence();
-    /* The blocks' partials a thread each, in the fixed order of block_sum (not one by one). */
-    double ss = 0.0;
-    for (int k = threadIdx.x; k < (int)gridDim.x; k += blockDim.x)
-        ss += __ldcg(&partial[k]);
-    ss = block_sum(ss);
     double q[2] = {0.0, 0.0};
     if (st.sites)
         for (int k = 0; k < 2; k++) {
