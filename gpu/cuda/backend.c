@@ -793,7 +793,7 @@ enqueue_train(cuda_backend *be, int collect, int *tail)
     FOX_TRY(point(be, FOX_CUDA_MAIN, FOX_SENT_NEXT_STATES, bt->s2 + BS, NULL, 0));
     FOX_TRY(point(be, FOX_CUDA_MAIN, FOX_SENT_REWARDS, bt->r, NULL, 0));
     FOX_TRY(fox__cuda_pre_step(s0, &n->stab, be->B, bt->aux, be->lay->NA, be->lay->v_min,
-                               be->lay->v_max, n->z));
+                               be->lay->v_max, n->atoms_p99, n->z));
     int cs = FOX_CUDA_MAIN;
     if (collect) {
         FOX_TRY(fox__cuda_fork(n, FOX_CUDA_COLLECT, &cs));

@@ -336,6 +336,7 @@ typedef struct fox_cuda_net {
     float *grads, *adam_m, *adam_v;   /* [np] */
     float *pk;          /* [2 × PK] packed heads, online then target */
     float *z;           /* [NA] atom support */
+    float atoms_p99;    /* p99 |z| of the configured atoms (SP4 Mech 2), fixed for the net's life */
     float *ones;        /* [n_ones] for column sums */
     int n_ones;
     fox_cuda_fwd on;    /* online net on s and s′ (2B rows) */
@@ -543,11 +544,12 @@ int fox__cuda_dh_s2_join(cudaStream_t s, const fox_cuda_stab *st, int B, int NT,
                          const float *phi, const float *h, float *d_phi);
 /*
  * Before the forward: AUX_LABEL_SCALE_EMA from the labels aux [B], and
- * Mech 2 on the configured support [v_min, v_max] (slot 47 on its span),
- * the bounded support into ctl->support and z [NA].
+ * Mech 2 on the configured support [v_min, v_max] (slot 47 on its span;
+ * adaptive: ATOM_POS_BOUND observes atoms_p99, fox_cuda_net's), the bounded
+ * support into ctl->support and z [NA].
  */
 int fox__cuda_pre_step(cudaStream_t s, const fox_cuda_stab *st, int B, const float *aux, int NA,
-                       float v_min, float v_max, float *z);
+                       float v_min, float v_max, float atoms_p99, float *z);
 /*
  * SP4: p99 of |x [n]| by the three passes (max, shared-memory histogram,
  * percentile locate), observed into ISV slot `slot` through Pearls A+D when

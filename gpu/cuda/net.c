@@ -267,6 +267,8 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
     float dz = (lay->v_max - lay->v_min) / (float)(lay->NA - 1);
     for (int j = 0; j < lay->NA; j++)
         z[j] = lay->v_min + (float)j * dz;
+    /* A function of the configuration alone: the CPU's fox_p99_abs of these atoms, once. */
+    n->atoms_p99 = fox_p99_abs(z, (size_t)lay->NA);
     cudaError_t ce = cudaMemcpy(n->z, z, (size_t)dm->NA * sizeof *z, cudaMemcpyHostToDevice);
     free(z);
     FOX_CUDA_TRY(ce);

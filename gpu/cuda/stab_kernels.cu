@@ -389,13 +389,14 @@ fox__cuda_dh_s2_join(cudaStream_t s, const fox_cuda_stab *st, int B, int NT, int
 /*
  * One block. AUX_LABEL_SCALE_EMA ← EMA(mean |label|) with the Pearl A
  * sentinel. Mech 2: the bound 10 × max(Q_ABS_REF, 1) (fixed) or the tightest
- * ATOM_POS_BOUND after their p99 observation (adaptive); slot 47
- * on the configured support's span; the support cut to ±bound (left as
- * configured when that would empty it) and z rebuilt on it.
+ * ATOM_POS_BOUND after observing atoms_p99, the p99 |z| of the configured
+ * atoms (adaptive); slot 47 on the configured support's span; the support
+ * cut to ±bound (left as configured when that would empty it) and z rebuilt
+ * on it.
  */
 __global__ void
 pre_step_kernel(fox_cuda_stab st, int B, const float *aux, int NA, float v_min, float v_max,
-                float *z)
+                float atoms_p99, float *z)
 {
     double v = 0.0;
     for (int b = threadIdx.x; b < B; b += blockDim.x)
@@ -404,7 +405,6 @@ pre_step_kernel(fox_cuda_stab st, int B, const float *aux, int NA, float v_min, 
         v += __shfl_xor_sync(FULL_MASK, v, o);
     __shared__ double part[THREADS / WARP];
     __shared__ float s_lo, s_hi;
-    __shared__ uint32_t s_hist[FOX_P99_BINS];
     if (threadIdx.x % WARP == 0)
         part[threadIdx.x / WARP] = v;
     __syncthreads();
@@ -417,44 +417,11 @@ pre_step_kernel(fox_cuda_stab st, int B, const float *aux, int NA, float v_min, 
             isv[FOX_ISV_AUX_LABEL_SCALE_EMA], (float)(tot / B), FOX_SIGNAL_EMA_ALPHA);
         float bound;
         if (st.adaptive) {
-            /*
-             * SP4 (fox_cpu_stab_atoms): p99 |z| of the configured atoms by the
-             * three passes (NA values: one thread), into each branch's
-             * ATOM_POS_BOUND; the tightest applies. The atoms are built with
-             * unfused arithmetic, bit for bit the CPU's atoms0.
-             */
-            float dz0 = (v_max - v_min) / (float)(NA - 1);
-            float lo = FLT_MAX, hi = 0.0f;
-            uint32_t cnt = 0;
-            for (int j = 0; j < NA; j++) {
-                float a = fabsf(__fadd_rn(v_min, __fmul_rn((float)j, dz0)));
-                if (!isfinite(a))
-                    continue;
-                lo = fminf(lo, a);
-                hi = fmaxf(hi, a);
-                cnt++;
-            }
-            float p99 = 0.0f;
-            if (cnt && hi != 0.0f) {
-                float scale = (float)FOX_P99_BINS / (hi - lo);
-                if (hi == lo || !(scale < FLT_MAX)) {
-                    p99 = hi;
-                } else {
-                    for (int k = 0; k < FOX_P99_BINS; k++)
-                        s_hist[k] = 0u;
-                    for (int j = 0; j < NA; j++) {
-                        float a = fabsf(__fadd_rn(v_min, __fmul_rn((float)j, dz0)));
-                        if (isfinite(a))
-                            s_hist[fox_p99_bin(a, lo, scale)]++;
-                    }
-                    p99 = fox_p99_from_hist(s_hist, cnt, lo, hi);
-                }
-            }
             bound = INFINITY;
             for (int d = 0; d < FOX_ISV_SP4_BRANCHES; d++) {
                 int slot = fox_isv_atom_pos_bound_slot(d);
-                if (p99 > 0.0f)
-                    fox_bounds_observe(isv, st.sp4->ws, slot, p99);
+                if (atoms_p99 > 0.0f)
+                    fox_bounds_observe(isv, st.sp4->ws, slot, atoms_p99);
                 float b = fox_bound_adaptive(isv[slot]);
                 bound = b < bound ? b : bound;
             }
@@ -484,9 +451,9 @@ pre_step_kernel(fox_cuda_stab st, int B, const float *aux, int NA, float v_min, 
 
 int
 fox__cuda_pre_step(cudaStream_t s, const fox_cuda_stab *st, int B, const float *aux, int NA,
-                   float v_min, float v_max, float *z)
+                   float v_min, float v_max, float atoms_p99, float *z)
 {
-    pre_step_kernel<<<1, THREADS, 0, s>>>(*st, B, aux, NA, v_min, v_max, z);
+    pre_step_kernel<<<1, THREADS, 0, s>>>(*st, B, aux, NA, v_min, v_max, atoms_p99, z);
     FOX_CUDA_TRY(cudaGetLastError());
     return 0;
 }
@@ -764,29 +731,30 @@ post_adam_tail(const fox_cuda_stab &st, fox_cuda_p99_scratch *sc, const unsigned
             s_p99[t] = r;
     }
     __syncthreads();
-    int grp = threadIdx.x;
-    if (grp < NG && st.gsize[grp]) {
-        double dot = 0.0, sq = 0.0;
-        for (int k = 0; k < NW; k++) {
-            dot += s_part[k][grp];
-            sq += s_part[k][NG + grp];
-        }
-        fox_group_stats gs;
-        gs.weight_p99 = s_p99[0 * NG + grp];
-        gs.adam_m_p99 = s_p99[1 * NG + grp];
-        gs.adam_v_p99 = s_p99[2 * NG + grp];
-        gs.wd_rate = fox_wd_rate((float)dot, (float)sq);
-        fox_bounds_observe(isv, sp->ws, fox_isv_weight_bound_slot(grp), gs.weight_p99);
-        fox_bounds_observe(isv, sp->ws, fox_isv_adam_m_bound_slot(grp), gs.adam_m_p99);
-        fox_bounds_observe(isv, sp->ws, fox_isv_adam_v_bound_slot(grp), gs.adam_v_p99);
-        fox_bounds_observe(isv, sp->ws, fox_isv_wd_rate_slot(grp), gs.wd_rate);
-        const int slots[3] = {fox_isv_weight_bound_slot(grp), fox_isv_adam_m_bound_slot(grp),
-                              fox_isv_adam_v_bound_slot(grp)};
-        for (int f = 0; f < 3; f++) {
-            float bound = isv[slots[f]];
+    /*
+     * A thread per (group, statistic), each owning its ISV slot, Wiener state
+     * and Pearl C state: family f < 3 (w, m, v) observes its p99, then Pearl C
+     * on its clamp's engagements; f = 3 the weight-decay rate.
+     */
+    const int grp = threadIdx.x % NG, f = threadIdx.x / NG;
+    if (f < 4 && st.gsize[grp]) {
+        if (f == 3) {
+            double dot = 0.0, sq = 0.0;
+            for (int k = 0; k < NW; k++) {
+                dot += s_part[k][grp];
+                sq += s_part[k][NG + grp];
+            }
+            fox_bounds_observe(isv, sp->ws, fox_isv_wd_rate_slot(grp),
+                               fox_wd_rate((float)dot, (float)sq));
+        } else {
+            const int slot = f == 0   ? fox_isv_weight_bound_slot(grp)
+                             : f == 1 ? fox_isv_adam_m_bound_slot(grp)
+                                      : fox_isv_adam_v_bound_slot(grp);
+            fox_bounds_observe(isv, sp->ws, slot, s_p99[f * NG + grp]);
+            float bound = isv[slot];
             if (fox_pearl_c_update(&sp->pc[f][grp], (float)sp->eng[f][grp], (float)st.gsize[grp],
                                    __uint_as_float(sp->emax[f][grp]), &bound))
-                isv[slots[f]] = bound;
+                isv[slot] = bound;
             sp->eng[f][grp] = 0ull;
             sp->emax[f][grp] = 0u;
         }
