@@ -16,8 +16,8 @@
 #                              this build and foxbench_base; an ncu kernel list of adaptive steps;
 #                              foxd --once (two epochs a fold; ONCE=0 skips it); EXTRA=1 adds
 #                              TF32 and one-stream runs of this build
-#   bench/gpu_run.sh probe     on the GPU machine: FOX_CUDA_PRIO=0 against 1 at batch 256, 1024
-#                              and 4096; ncu --set full on a launch of each kernel in $DETAIL
+#   bench/gpu_run.sh probe     on the GPU machine: ncu --set full on a launch of each kernel in
+#                              $DETAIL
 #   bench/gpu_run.sh variants  on the GPU machine: .carry/bin/foxbench against each diagnostic
 #                              build in .carry/bin/<name>/, interleaved ($ARGS to foxbench)
 #   bench/gpu_run.sh final     on the GPU machine: parity and drills; foxbench at batch 256 and
@@ -280,23 +280,12 @@ overhead() {
     grep -v "^{" "$out/foxd_once.txt" | tail -12
 }
 
-# Diagnostics after overhead: this build with stream priorities forced off and on
-# (FOX_CUDA_PRIO=0 / 1) at batch 256, 1024 and 4096, fixed bounds mode; then Nsight Compute's
-# full sections for one launch of each kernel in $DETAIL (space-separated regexes on the
-# demangled name) in an adaptive step, with the per-line source page where ncu prints one.
+# Nsight Compute's full sections for one launch of each kernel in $DETAIL (space-separated
+# regexes on the demangled name) in an adaptive step.
 probe() {
-    local out=${OUT:-/tmp/foxgpu} bin=.carry/bin p k=0 re
+    local out=${OUT:-/tmp/foxgpu} bin=.carry/bin k=0 re
     mkdir -p "$out"
     use_libs
-    local args="--reps ${REPS:-5} --chunk 100 --set train.learning_starts=4096"
-    {
-        for p in 0 1 0 1; do
-            echo "## foxbench FOX_CUDA_PRIO=$p"
-            FOX_CUDA_PRIO=$p timeout 60 "$bin/foxbench" --backend cuda $args --batch 256 \
-                --batch 1024 --batch 4096 | tail -3
-        done
-    } > "$out/bench_probe.md" 2>&1
-    cat "$out/bench_probe.md"
     command -v ncu > /dev/null || return 0
     for re in ${DETAIL:-}; do
         k=$((k + 1))
@@ -307,7 +296,6 @@ probe() {
         {
             echo "#### $re"
             ncu --import "/tmp/detail$k.ncu-rep" --print-details all 2>&1
-            ncu --import "/tmp/detail$k.ncu-rep" --page source --csv --print-source cuda 2>&1
         } >> "$out/ncu_detail.txt"
     done
     tail -1 "$out/ncu_detail.txt"

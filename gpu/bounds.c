@@ -86,15 +86,9 @@ fox_p99_abs_spans(const float *base, const fox_span *spans, int n_spans)
     size_t count = 0;
     for (int k = 0; k < n_spans; k++)
         pass_minmax(base + spans[k].offset, spans[k].len, &lo, &hi, &count);
-    /* Degenerate: nothing finite, all zero, or all equal. */
-    if (count == 0 || hi == 0.0f)
-        return 0.0f;
-    if (hi == lo)
-        return hi;
-    float scale = (float)FOX_P99_BINS / (hi - lo);
-    /* A range so narrow that the scale overflows: every value is hi to float precision. */
-    if (!(scale < FLT_MAX))
-        return hi;
+    float p99, scale;
+    if (fox_p99_degenerate(count, lo, hi, &p99, &scale))
+        return p99;
     uint32_t hist[FOX_P99_BINS + 1]; /* + pass_hist's spare bin */
     memset(hist, 0, sizeof hist);
     for (int k = 0; k < n_spans; k++)

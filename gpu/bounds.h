@@ -21,6 +21,7 @@
 #ifndef FOX_BOUNDS_H
 #define FOX_BOUNDS_H
 
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -297,6 +298,31 @@ fox_wd_rate(float w_dot_g, float w_sumsq)
 {
     float den = w_sumsq > FOX_PEARL_EPS_DIV ? w_sumsq : FOX_PEARL_EPS_DIV;
     return fabsf(w_dot_g) / den;
+}
+
+/*
+ * p99 between passes 1 and 2, from the count of finite |x| and their min lo
+ * and max hi: the degenerate cases return 1 with *p99 set — 0 when nothing
+ * is finite or all is zero, hi when every value is equal or the range is so
+ * narrow that the bin scale overflows (every value is hi to float
+ * precision); otherwise 0 with *scale = BINS / (hi − lo) for pass 2.
+ */
+FOX_HD int
+fox_p99_degenerate(unsigned long long count, float lo, float hi, float *p99, float *scale)
+{
+    *p99 = 0.0f;
+    *scale = 0.0f;
+    if (count == 0 || hi == 0.0f)
+        return 1;
+    *p99 = hi;
+    if (hi == lo)
+        return 1;
+    float s = (float)FOX_P99_BINS / (hi - lo);
+    if (!(s < FLT_MAX))
+        return 1;
+    *p99 = 0.0f;
+    *scale = s;
+    return 0;
 }
 
 /* p99 pass 2: bin of |x| = a in [lo, hi] (scale = BINS / (hi − lo)), clamped to the last bin. */

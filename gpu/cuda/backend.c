@@ -41,8 +41,6 @@
 
 /* Rows of the collection / q_values forward when the envs are fewer. */
 #define QV_ROWS 256
-/* The largest batch whose graphs run with stream priorities (see create). */
-#define FOX_CUDA_PRIO_MAX_BATCH 1024
 
 enum { G_COLLECT = 0, G_FULL = 1, G_TRAIN = 2, G_KINDS = 3 };
 
@@ -89,7 +87,6 @@ typedef struct cuda_backend {
     float *isv_mem;             /* mapped pinned, FOX_ISV_TOTAL_DIM */
     int *flags_mem;             /* mapped pinned, FOX_SENTINEL_SLOTS */
     cudaGraphExec_t graph[G_KINDS];
-    unsigned long long graph_flags; /* instantiation: the streams' priorities per node */
     int warm[G_KINDS];          /* the kind ran once eagerly (modules loaded) */
     int ready;                  /* the ring holds learning_starts and a batch */
     uint64_t reset_gen;
@@ -619,23 +616,11 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     /*
      * Benchmark knobs, never defaults: FOX_CUDA_MATH=tf32 (see
      * fox__cuda_set_math), FOX_CUDA_SIDE=0 (one stream, to measure what the
-     * others buy), FOX_CUDA_NODW=1 (no weight gradients: what they cost),
-     * FOX_CUDA_PRIO=0 or 1 (stream priorities in the graphs off or on at any
-     * batch).
+     * others buy), FOX_CUDA_NODW=1 (no weight gradients: what they cost).
      */
     const char *side = getenv("FOX_CUDA_SIDE");
     if (side && strcmp(side, "0") == 0)
         be->net.use_side = 0;
-    /*
-     * Stream priorities may help at small batches, where MAIN's short
-     * kernels would otherwise queue behind side work, and cost at large
-     * ones, where the starved weight gradients delay the optimizer's join
-     * (H200, full / train step: −2 / +4 µs at batch 256, −6 / −2 at 1024,
-     * +51 / +77 at 4096; docs/performance.md).
-     */
-    const char *prio = getenv("FOX_CUDA_PRIO");
-    int use_prio = prio ? strcmp(prio, "0") != 0 : be->B <= FOX_CUDA_PRIO_MAX_BATCH;
-    be->graph_flags = use_prio ? cudaGraphInstantiateFlagUseNodePriority : 0;
     const char *nodw = getenv("FOX_CUDA_NODW");
     fox__cuda_skip_dw = nodw && strcmp(nodw, "1") == 0;
     const char *math = getenv("FOX_CUDA_MATH");
@@ -645,9 +630,8 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
         return FOX_ECUDA;
     }
     fox_log(FOX_LOG_INFO, "cuda backend: %zu MiB of device memory (replay ring %zu MiB), %s math, "
-            "%d stream(s)%s", be->bytes_total >> 20, be->bytes_replay >> 20,
-            be->net.tf32 ? "TF32" : "FP32", be->net.use_side ? FOX_CUDA_STREAMS : 1,
-            use_prio && be->net.use_side ? " with priorities" : "");
+            "%d stream(s)", be->bytes_total >> 20, be->bytes_replay >> 20,
+            be->net.tf32 ? "TF32" : "FP32", be->net.use_side ? FOX_CUDA_STREAMS : 1);
     *out = (fox_backend *)be;
     return FOX_OK;
 }
@@ -851,7 +835,7 @@ capture(cuda_backend *be, int kind)
         return rv;
     }
     FOX_CUDA_TRY(e);
-    e = cudaGraphInstantiateWithFlags(&be->graph[kind], g, be->graph_flags);
+    e = cudaGraphInstantiate(&be->graph[kind], g, 0);
     cudaGraphDestroy(g);
     FOX_CUDA_TRY(e);
     return FOX_OK;

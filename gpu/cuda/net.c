@@ -225,17 +225,8 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
     n->use_side = 1;
     dims_of(&n->dm, &n->heads, lay);
     const fox_cuda_dims *dm = &n->dm;
-    /*
-     * MAIN at the device's greatest priority, the rest at its least: a
-     * captured kernel keeps its stream's priority, so where the backend's
-     * graphs are instantiated to use it (small batches) a critical-path
-     * kernel takes the SMs before side work.
-     */
-    int least, greatest;
-    FOX_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     for (int k = 0; k < FOX_CUDA_STREAMS; k++) {
-        FOX_CUDA_TRY(cudaStreamCreateWithPriority(&n->st[k], cudaStreamNonBlocking,
-                                                  k == FOX_CUDA_MAIN ? greatest : least));
+        FOX_CUDA_TRY(cudaStreamCreateWithFlags(&n->st[k], cudaStreamNonBlocking));
         FOX_CUBLAS_TRY(cublasCreate(&n->cb[k]));
         FOX_CUBLAS_TRY(cublasSetStream(n->cb[k], n->st[k]));
         /* A workspace of its own per handle: cuBLAS must not allocate inside a graph capture. */

@@ -128,18 +128,15 @@ check_kernel(fox_cuda_stab st, const fox_cuda_check *table, const fox_cuda_chunk
     if (st.sentinel && (int)blockIdx.x < n) {
         const fox_cuda_chunk ch = chunks[blockIdx.x];
         const fox_cuda_check e = table[ch.entry];
+        const fox_cuda_rule r = st.rules[e.slot];
         check_acc a;
+        a.kind = r.kind == FOX_SENT_KIND_NONFINITE     ? 0
+                 : r.measure == FOX_SENT_MEASURE_SPAN ? 2
+                                                      : 1;
+        a.t = r.kind == FOX_SENT_KIND_THRESHOLD ? threshold_of(st, e.slot) : 0.0f;
         a.lo = INFINITY;
         a.hi = -INFINITY;
         a.fired = 0;
-        /* The slot's rule and threshold: two dependent loads, issued after the chunk's first. */
-        auto rule = [&]() {
-            const fox_cuda_rule r = st.rules[e.slot];
-            a.kind = r.kind == FOX_SENT_KIND_NONFINITE     ? 0
-                     : r.measure == FOX_SENT_MEASURE_SPAN ? 2
-                                                          : 1;
-            a.t = r.kind == FOX_SENT_KIND_THRESHOLD ? threshold_of(st, e.slot) : 0.0f;
-        };
         if (e.ld == e.cols) {
             const float *p = e.ptr + ch.start;
             int head = (int)((16 - ((uintptr_t)p & 15)) & 15) / 4;
@@ -147,20 +144,14 @@ check_kernel(fox_cuda_stab st, const fox_cuda_check *table, const fox_cuda_chunk
                 head = ch.len; /* not even float-aligned, or too short: all scalar */
             int n4 = (ch.len - head) / 4;
             const float4 *p4 = (const float4 *)(p + head);
-            float4 v[CHECK_UNROLL];
-            auto load = [&](int k0) {
+            for (int k0 = 0; k0 < n4; k0 += CHECK_UNROLL * THREADS) {
+                float4 v[CHECK_UNROLL];
 #pragma unroll
                 for (int u = 0; u < CHECK_UNROLL; u++) {
                     int k = k0 + u * THREADS + (int)threadIdx.x;
                     if (k < n4)
                         v[u] = __ldg(p4 + k);
                 }
-            };
-            load(0);
-            rule();
-            for (int k0 = 0; k0 < n4; k0 += CHECK_UNROLL * THREADS) {
-                if (k0 > 0)
-                    load(k0);
 #pragma unroll
                 for (int u = 0; u < CHECK_UNROLL; u++) {
                     if (k0 + u * THREADS + (int)threadIdx.x < n4) {
@@ -176,7 +167,6 @@ check_kernel(fox_cuda_stab st, const fox_cuda_check *table, const fox_cuda_chunk
             for (int k = threadIdx.x; k < rest; k += THREADS)
                 a.add(p[k < head ? k : tail0 + (k - head)]);
         } else {
-            rule();
             for (int k = ch.start + threadIdx.x; k < ch.start + ch.len; k += THREADS)
                 a.add(e.ptr[(size_t)(k / e.cols) * e.ld + k % e.cols]);
         }
@@ -609,12 +599,10 @@ p99_pass1_kernel(fox_cuda_p99_scratch *sc, size_t n, const float *b0, const floa
 static __device__ __forceinline__ float
 p99_scale(const fox_cuda_p99_scratch *sc, int t, float *lo)
 {
-    float l = __uint_as_float(sc->lo[t]), h = __uint_as_float(sc->hi[t]);
-    *lo = l;
-    if (sc->count[t] == 0 || h == 0.0f || h == l)
-        return 0.0f;
-    float scale = (float)FOX_P99_BINS / (h - l);
-    return scale < FLT_MAX ? scale : 0.0f;
+    float p99, scale;
+    *lo = __uint_as_float(sc->lo[t]);
+    fox_p99_degenerate(sc->count[t], *lo, __uint_as_float(sc->hi[t]), &p99, &scale);
+    return scale;
 }
 
 /*
@@ -629,15 +617,10 @@ p99_scale(const fox_cuda_p99_scratch *sc, int t, float *lo)
 static __device__ float
 p99_result_warp(const fox_cuda_p99_scratch *sc, int t, const unsigned int *h)
 {
-    float lo = __uint_as_float(sc->lo[t]), hi = __uint_as_float(sc->hi[t]);
+    float lo = __uint_as_float(sc->lo[t]), hi = __uint_as_float(sc->hi[t]), p99, scale;
     unsigned long long cnt = sc->count[t];
-    if (cnt == 0 || hi == 0.0f)
-        return 0.0f;
-    if (hi == lo)
-        return hi;
-    float scale = (float)FOX_P99_BINS / (hi - lo);
-    if (!(scale < FLT_MAX))
-        return hi;
+    if (fox_p99_degenerate(cnt, lo, hi, &p99, &scale))
+        return p99;
     if (cnt >= (1ull << 24))
         return fox_p99_from_hist(h, (uint32_t)cnt, lo, hi);
     constexpr int PER = FOX_P99_BINS / WARP;

@@ -188,7 +188,7 @@ adam_kernel(size_t n, float *params, const float *g, float *m, float *v, const u
         return;
     float scale = c->clip_scale;
     float wfix = fox_bound_weight_fixed(st.isv[FOX_ISV_Q_ABS_REF]);
-    /* The bias corrections once per block: a double pow per thread cost more than the update. */
+    /* The bias corrections once per block (two double pows), not in every thread. */
     __shared__ float s_bc[2];
     if (threadIdx.x == 0) {
         double t = (double)(c->adam_t + 1);
