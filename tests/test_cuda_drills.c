@@ -102,7 +102,11 @@ drill(const char *name, const char *kind)
     fox_engine_destroy(e);
 }
 
-/* One buffer per kind of site: fused-check entries, inline checks, the in-kernel Adam flag. */
+/*
+ * One buffer per kind of site: fused-check entries (the weight bounds among
+ * them, which the check reads in params' own chunks), inline checks, the
+ * in-kernel Adam flag.
+ */
 START_TEST(faults_fire_their_slot)
 {
     static const struct {
@@ -114,7 +118,8 @@ START_TEST(faults_fire_their_slot)
         {"d_h_s2_post_aux", "inf"},  {"iqn_d_h_s2", "nan"},        {"d_h_s2_post_iqn", "nan"},
         {"grads", "nan"},            {"params", "nan"},            {"env_obs", "nan"},
         {"total_loss", "nan"},       {"target_q_post_clip", "huge"}, {"heads_weight_max", "huge"},
-        {"trunk_adam_m_max", "huge"},
+        {"trunk_adam_m_max", "huge"}, {"trunk_weight_max", "huge"}, {"iqn_weight_max", "huge"},
+        {"branch_adam_v_max", "huge"},
     };
     for (size_t k = 0; k < sizeof d / sizeof d[0]; k++)
         drill(d[k].name, d[k].kind);

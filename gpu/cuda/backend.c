@@ -75,8 +75,7 @@ typedef struct cuda_backend {
     /* stability */
     fox_cuda_check checks[FOX_CUDA_MAX_CHECKS]; /* the fused-check table, host copy */
     int n_checks;
-    fox_cuda_check *d_checks;   /* its device copy, set once at construction */
-    fox_cuda_chunk *d_chunks;   /* the check kernel's blocks over the table */
+    fox_cuda_chunk *d_chunks;   /* the check kernel's blocks over it, set once at construction */
     int n_chunks;
     fox_cuda_rule *d_rules;     /* [FOX_SENTINEL_SLOTS] */
     double *site_part;
@@ -193,7 +192,7 @@ cuda_destroy(fox_backend *be_)
     void *bufs[] = {be->xcol,    be->ctl,   be->fold,    be->envs,    be->wbar,    be->wport,
                     be->wr,      be->wa,    be->staged,  be->ring,    be->counts,  be->d_open,
                     be->d_high,  be->d_low, be->d_close, be->d_norm,  be->d_regime, be->isv_dev,
-                    be->dbg_scale, be->dbg_w, be->d_checks, be->d_rules, be->site_part,
+                    be->dbg_scale, be->dbg_w, be->d_rules, be->site_part,
                     be->d_chunks,  be->sp4};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         cudaFree(bufs[k]);
@@ -436,6 +435,103 @@ arm(cuda_backend *be, int slot, int kind, int64_t step)
     return put_ctl(be);
 }
 
+static int
+contiguous(const fox_cuda_check *e)
+{
+    return e->rows == 1 || e->ld == e->cols;
+}
+
+/*
+ * The fused check's blocks over table tab [n] into chunks (NULL: count
+ * only); returns their number. Each entry is cut into runs of at most
+ * FOX_CUDA_CHUNK floats (a span entry is one chunk), except that a
+ * contiguous max-|x| threshold entry lying inside a contiguous non-finite
+ * one (a weight bound's group run inside params) is not read twice: the
+ * outer entry's chunks are cut at its ends and carry its slot as well.
+ */
+static int
+cut_chunks(const fox_cuda_check *tab, int n, fox_cuda_chunk *chunks)
+{
+    int inside[FOX_CUDA_MAX_CHECKS], count = 0;
+    for (int i = 0; i < n; i++) {
+        const fox_cuda_check *e = &tab[i];
+        const fox_sentinel_slot_info *si = fox_sentinel_info(e->slot);
+        inside[i] = -1;
+        if (si->kind != FOX_SENT_KIND_THRESHOLD || si->measure != FOX_SENT_MEASURE_MAX_ABS ||
+            !contiguous(e))
+            continue;
+        const float *lo = e->ptr, *hi = e->ptr + (size_t)e->rows * e->cols;
+        for (int j = 0; j < n && inside[i] < 0; j++) {
+            const fox_cuda_check *o = &tab[j];
+            if (fox_sentinel_info(o->slot)->kind == FOX_SENT_KIND_NONFINITE && contiguous(o) &&
+                lo >= o->ptr && hi <= o->ptr + (size_t)o->rows * o->cols)
+                inside[i] = j;
+        }
+        for (int k = 0; k < i && inside[i] >= 0; k++) /* runs of one outer entry are disjoint */
+            if (inside[k] == inside[i] && lo < tab[k].ptr + (size_t)tab[k].rows * tab[k].cols &&
+                tab[k].ptr < hi)
+                inside[i] = -1;
+    }
+    for (int j = 0; j < n; j++) {
+        if (inside[j] >= 0)
+            continue;
+        const fox_cuda_check *e = &tab[j];
+        const fox_sentinel_slot_info *si = fox_sentinel_info(e->slot);
+        int threshold = si->kind == FOX_SENT_KIND_THRESHOLD;
+        int span = si->measure == FOX_SENT_MEASURE_SPAN;
+        int len = e->rows * e->cols;
+        for (int at = 0; at < len;) {
+            int end = span ? len : at + FOX_CUDA_CHUNK < len ? at + FOX_CUDA_CHUNK : len;
+            int inner = -1;
+            for (int i = 0; i < n; i++) {
+                if (inside[i] != j)
+                    continue;
+                int lo = (int)(tab[i].ptr - e->ptr), hi = lo + tab[i].rows * tab[i].cols;
+                if (lo <= at && at < hi)
+                    inner = i;
+                if (lo <= at && hi < end && at < hi)
+                    end = hi;
+                else if (at < lo && lo < end)
+                    end = lo;
+            }
+            if (chunks)
+                chunks[count] = (fox_cuda_chunk){e->ptr,
+                                                 at,
+                                                 end - at,
+                                                 e->cols,
+                                                 e->ld,
+                                                 (short)(threshold ? -1 : e->slot),
+                                                 (short)(threshold ? e->slot
+                                                         : inner >= 0 ? tab[inner].slot
+                                                                      : -1),
+                                                 span};
+            count++;
+            at = end;
+        }
+    }
+    return count;
+}
+
+/* The chunks of table tab [n] into device memory *out (allocated), their number into *n_out. */
+static int
+upload_chunks(const fox_cuda_check *tab, int n, fox_cuda_chunk **out, int *n_out)
+{
+    int nc = cut_chunks(tab, n, NULL);
+    fox_cuda_chunk *chunks = malloc((size_t)(nc > 0 ? nc : 1) * sizeof *chunks);
+    if (!chunks)
+        return FOX_ENOMEM;
+    cut_chunks(tab, n, chunks);
+    int rv = dev_alloc(out, (size_t)(nc > 0 ? nc : 1) * sizeof *chunks);
+    cudaError_t ce = rv == FOX_OK ? cudaMemcpy(*out, chunks, (size_t)nc * sizeof *chunks,
+                                               cudaMemcpyHostToDevice)
+                                  : cudaSuccess;
+    free(chunks);
+    *n_out = nc;
+    FOX_TRY(rv);
+    FOX_CUDA_TRY(ce);
+    return FOX_OK;
+}
+
 /* The rules, the table, the flags and the configured fault: set once at construction. */
 static int
 stab_init(cuda_backend *be, char *err, size_t errlen)
@@ -467,41 +563,16 @@ stab_init(cuda_backend *be, char *err, size_t errlen)
                               {n->adam_v, n->adam_v + be->np},
                               {n->z, n->z + n->dm.NA},
                               {(const float *)be->ctl, (const float *)(be->ctl + 1)}};
-    int n_chunks = 0;
     for (int k = 0; k < be->n_checks; k++) {
         const fox_cuda_check *e = &be->checks[k];
-        size_t extent = (size_t)(e->rows - 1) * e->ld + e->cols, len = (size_t)e->rows * e->cols;
+        size_t extent = (size_t)(e->rows - 1) * e->ld + e->cols;
         int state = 0;
         for (size_t j = 0; j < sizeof keep / sizeof keep[0]; j++)
             state |= e->ptr >= keep[j][0] && e->ptr < keep[j][1];
         if (!state)
             FOX_CUDA_TRY(cudaMemset((void *)e->ptr, 0, extent * sizeof(float)));
-        int span = fox_sentinel_info(e->slot)->measure == FOX_SENT_MEASURE_SPAN;
-        n_chunks += span ? 1 : (int)((len + FOX_CUDA_CHUNK - 1) / FOX_CUDA_CHUNK);
     }
-    fox_cuda_chunk *chunks = malloc((size_t)n_chunks * sizeof *chunks);
-    if (!chunks)
-        return FOX_ENOMEM;
-    be->n_chunks = 0;
-    for (int k = 0; k < be->n_checks; k++) {
-        const fox_cuda_check *e = &be->checks[k];
-        int len = e->rows * e->cols;
-        int span = fox_sentinel_info(e->slot)->measure == FOX_SENT_MEASURE_SPAN;
-        int step = span ? len : FOX_CUDA_CHUNK;
-        for (int at = 0; at < len; at += step)
-            chunks[be->n_chunks++] = (fox_cuda_chunk){k, at, len - at < step ? len - at : step};
-    }
-    cudaError_t ce = cudaSuccess;
-    rv = dev_alloc(&be->d_chunks, (size_t)n_chunks * sizeof *chunks);
-    if (rv == FOX_OK)
-        ce = cudaMemcpy(be->d_chunks, chunks, (size_t)n_chunks * sizeof *chunks,
-                        cudaMemcpyHostToDevice);
-    free(chunks);
-    FOX_TRY(rv);
-    FOX_CUDA_TRY(ce);
-    FOX_TRY(dev_alloc(&be->d_checks, (size_t)be->n_checks * sizeof *be->d_checks));
-    FOX_CUDA_TRY(cudaMemcpy(be->d_checks, be->checks, (size_t)be->n_checks * sizeof *be->checks,
-                            cudaMemcpyHostToDevice));
+    FOX_TRY(upload_chunks(be->checks, be->n_checks, &be->d_chunks, &be->n_chunks));
     n->want_d_states = c->sentinel != 0;
     n->stab = (fox_cuda_stab){.sentinel = c->sentinel != 0,
                               .flags = be->flags_map,
@@ -812,8 +883,7 @@ enqueue(cuda_backend *be, int kind)
         FOX_TRY(enqueue_collect(be, FOX_CUDA_MAIN, 0));
     else
         FOX_TRY(enqueue_train(be, kind == G_FULL, &tail));
-    FOX_TRY(fox__cuda_check(n->st[tail], &n->stab, be->d_checks, be->d_chunks, be->n_chunks,
-                            kind != G_COLLECT));
+    FOX_TRY(fox__cuda_check(n->st[tail], &n->stab, be->d_chunks, be->n_chunks, kind != G_COLLECT));
     if (kind == G_COLLECT)
         return fox__cuda_publish(n->st[FOX_CUDA_MAIN], be->isv_dev, be->isv_map,
                                  FOX_ISV_TOTAL_DIM);
@@ -1045,14 +1115,14 @@ cuda_state_io(fox_backend *be_, int load, float *params, float *target, float *a
     return fail(be, state_io(be, load, params, target, adam_m, adam_v, c), "state_io");
 }
 
-/* The fused check over table's chunks [n] now, outside any step; the halts are left alone. */
+/* The fused check over chunks [n] now, outside any step; the halts are left alone. */
 static int
-check_now_with(cuda_backend *be, const fox_cuda_check *table, const fox_cuda_chunk *chunks, int n)
+check_now_with(cuda_backend *be, const fox_cuda_chunk *chunks, int n)
 {
     cudaStream_t s0 = be->net.st[0];
     FOX_TRY(sync_ctl(be));
     int halt = be->hctl->halt, run = be->hctl->collapse_run;
-    FOX_TRY(fox__cuda_check(s0, &be->net.stab, table, chunks, n, 0));
+    FOX_TRY(fox__cuda_check(s0, &be->net.stab, chunks, n, 0));
     FOX_TRY(sync_ctl(be));
     be->hctl->halt = halt;
     be->hctl->collapse_run = run;
@@ -1073,7 +1143,7 @@ cuda_arm_fault(fox_backend *be_, int slot, int kind, int64_t step)
 static int
 check_now(cuda_backend *be)
 {
-    return check_now_with(be, be->d_checks, be->d_chunks, be->n_chunks);
+    return check_now_with(be, be->d_chunks, be->n_chunks);
 }
 
 static int
@@ -1270,39 +1340,24 @@ static int
 debug_check(cuda_backend *be, int slot, const float *x, size_t n, const float *isv, int *fired)
 {
     float *dbuf = NULL;
-    fox_cuda_check *dt = NULL;
     fox_cuda_chunk *dc = NULL;
+    int nc = 0;
     size_t off = n % 4;
     float *xs = malloc((n + off) * sizeof *xs);
-    int span = fox_sentinel_info(slot)->measure == FOX_SENT_MEASURE_SPAN;
-    int nc = span ? 1 : (int)((n + FOX_CUDA_CHUNK - 1) / FOX_CUDA_CHUNK);
-    fox_cuda_chunk *ch = malloc((size_t)nc * sizeof *ch);
-    int rv = xs && ch ? FOX_OK : FOX_ENOMEM;
+    int rv = xs ? FOX_OK : FOX_ENOMEM;
     if (rv == FOX_OK) {
         memset(xs, 0, off * sizeof *xs);
         memcpy(xs + off, x, n * sizeof *xs);
         rv = debug_stage(be, &dbuf, xs, n + off, isv);
     }
     fox_cuda_check e = {dbuf ? dbuf + off : NULL, slot, 1, (int)n, (int)n};
-    for (int k = 0; rv == FOX_OK && k < nc; k++) {
-        int at = span ? 0 : k * FOX_CUDA_CHUNK, len = (int)n - at;
-        ch[k] = (fox_cuda_chunk){0, at, span || len < FOX_CUDA_CHUNK ? len : FOX_CUDA_CHUNK};
-    }
     if (rv == FOX_OK)
-        rv = dev_alloc(&dt, sizeof e);
+        rv = upload_chunks(&e, 1, &dc, &nc);
     if (rv == FOX_OK)
-        rv = dev_alloc(&dc, (size_t)nc * sizeof *dc);
-    if (rv == FOX_OK && (cudaMemcpy(dt, &e, sizeof e, cudaMemcpyHostToDevice) != cudaSuccess ||
-                         cudaMemcpy(dc, ch, (size_t)nc * sizeof *dc, cudaMemcpyHostToDevice) !=
-                             cudaSuccess))
-        rv = fox__cuda_fail(__FILE__, __LINE__, "cudaMemcpy", "table", 0);
-    if (rv == FOX_OK)
-        rv = check_now_with(be, dt, dc, nc);
+        rv = check_now_with(be, dc, nc);
     *fired = be->flags_mem[slot];
     free(xs);
-    free(ch);
     cudaFree(dbuf);
-    cudaFree(dt);
     cudaFree(dc);
     return rv;
 }

@@ -226,9 +226,20 @@ typedef struct fox_cuda_check {
     int slot, rows, cols, ld;
 } fox_cuda_check;
 
-/* A block's share of the fused check: floats [start, start + len) of table entry `entry`. */
+/*
+ * A block's share of the fused check, self-contained so that its first
+ * load is its data's address: floats [start, start + len) of a table
+ * buffer of rows × cols at stride ld from ptr. Two slots may watch the
+ * same floats, so that a buffer is read once: `nonfinite` (-1: none) and
+ * `thresh`, a threshold slot (-1: none; `span`: its measure is the span of
+ * the whole buffer, which is then one chunk). params carries slot 14 and,
+ * in each group run, its weight bound (44, 45, 48).
+ */
 typedef struct fox_cuda_chunk {
-    int entry, start, len;
+    const float *ptr;
+    int start, len, cols, ld;
+    short nonfinite, thresh;
+    int span;
 } fox_cuda_chunk;
 
 #define FOX_CUDA_CHUNK 4096
@@ -513,14 +524,14 @@ int fox__cuda_loss(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_loss_
 
 
 /*
- * The fused check (SP2): one block per chunk of a table entry, each against its slot's
- * rule with the threshold computed from the device ISV; then the last block
+ * The fused check (SP2): one block per chunk of the table, each against its slots' rules
+ * with the threshold computed from the device ISV; then the last block
  * decides the halts (halt_nan on any slot 0–35; with `trained`, halt_grad_
  * collapse on a non-finite loss or a vanished norm) into ctl->halt. With the
  * sentinel off only the halts run.
  */
-int fox__cuda_check(cudaStream_t s, const fox_cuda_stab *st, const fox_cuda_check *table,
-                    const fox_cuda_chunk *chunks, int n_chunks, int trained);
+int fox__cuda_check(cudaStream_t s, const fox_cuda_stab *st, const fox_cuda_chunk *chunks,
+                    int n_chunks, int trained);
 /*
  * The armed fault into p[0] (and p2[0] when not NULL) when ctl's train
  * step is the fault's (after_count: the step was already counted).

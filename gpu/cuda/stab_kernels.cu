@@ -86,22 +86,23 @@ halts(const fox_cuda_stab &st, int trained)
         c->halt = FOX_HALT_GRAD_COLLAPSE;
 }
 
-/* One value against its slot's rule (fox_sentinel_check), with no branch that leaves early. */
+/*
+ * The chunk's values against its two rules (fox_sentinel_check), with no
+ * branch that leaves early: non-finite for `nonfinite`, and for `thresh`
+ * |x| < t (NaN fails it) or, for a span, every value finite and the span
+ * below t.
+ */
 struct check_acc {
-    int kind; /* 0 non-finite, 1 threshold on |x|, 2 span */
     float t, lo, hi;
-    int fired;
+    int nonfinite, over, span;
     __device__ __forceinline__ void
     add(float x)
     {
-        if (kind == 1) {
-            fired |= !(fabsf(x) < t); /* NaN fires too */
-        } else {
-            fired |= !isfinite(x);
-            if (kind == 2) {
-                lo = fminf(lo, x);
-                hi = fmaxf(hi, x);
-            }
+        nonfinite |= !isfinite(x);
+        over |= !(fabsf(x) < t);
+        if (span) {
+            lo = fminf(lo, x);
+            hi = fmaxf(hi, x);
         }
     }
 };
@@ -109,36 +110,33 @@ struct check_acc {
 #define CHECK_UNROLL 4
 
 /*
- * One block per chunk of a table entry (fox_cuda_chunk, at most
- * FOX_CUDA_CHUNK = 4096 floats; a span entry is one chunk), so that the
- * 541k-float buffers (params, grads, Adam m and v) are split over ~130
- * blocks each and the whole check runs as one wave of the machine. A
- * contiguous chunk is read as 16-byte float4 loads (a scalar head and tail
+ * One block per chunk (fox_cuda_chunk, at most FOX_CUDA_CHUNK = 4096
+ * floats; a span is one chunk), so that the 541k-float buffers (params,
+ * grads, Adam m and v) are split over ~130 blocks each and the whole check
+ * runs as about one wave of the machine. The chunk record holds all the
+ * block needs: its data loads wait for one load, not three. A contiguous chunk is read as 16-byte float4 loads (a scalar head and tail
  * up to the alignment), CHECK_UNROLL of them in flight per thread before
  * the first is used: one pass of a 256-thread block covers 4096 floats.
- * Strided entries (ld > cols) take the scalar path with index arithmetic.
- * The block ORs its threads' verdicts and writes its slot's sticky flag
+ * Strided chunks (ld > cols) take the scalar path with index arithmetic.
+ * At 32 registers a thread eight blocks share an SM, so the ~930 chunks of
+ * the default net at batch 256 run as one wave. The block ORs its threads' verdicts and writes its slots' sticky flags
  * once; the done counter is the one atomic per block, and the last block
  * decides the halts.
  */
-__global__ void __launch_bounds__(THREADS)
-check_kernel(fox_cuda_stab st, const fox_cuda_check *table, const fox_cuda_chunk *chunks, int n,
-             int trained)
+__global__ void __launch_bounds__(THREADS, 8)
+check_kernel(fox_cuda_stab st, const fox_cuda_chunk *chunks, int n, int trained)
 {
     if (st.sentinel && (int)blockIdx.x < n) {
         const fox_cuda_chunk ch = chunks[blockIdx.x];
-        const fox_cuda_check e = table[ch.entry];
-        const fox_cuda_rule r = st.rules[e.slot];
         check_acc a;
-        a.kind = r.kind == FOX_SENT_KIND_NONFINITE     ? 0
-                 : r.measure == FOX_SENT_MEASURE_SPAN ? 2
-                                                      : 1;
-        a.t = r.kind == FOX_SENT_KIND_THRESHOLD ? threshold_of(st, e.slot) : 0.0f;
         a.lo = INFINITY;
         a.hi = -INFINITY;
-        a.fired = 0;
-        if (e.ld == e.cols) {
-            const float *p = e.ptr + ch.start;
+        a.nonfinite = 0;
+        a.over = 0;
+        a.span = ch.span;
+        a.t = ch.thresh >= 0 ? threshold_of(st, ch.thresh) : INFINITY;
+        if (ch.ld == ch.cols) {
+            const float *p = ch.ptr + ch.start;
             int head = (int)((16 - ((uintptr_t)p & 15)) & 15) / 4;
             if (((uintptr_t)p & 3) != 0 || head > ch.len)
                 head = ch.len; /* not even float-aligned, or too short: all scalar */
@@ -168,9 +166,10 @@ check_kernel(fox_cuda_stab st, const fox_cuda_check *table, const fox_cuda_chunk
                 a.add(p[k < head ? k : tail0 + (k - head)]);
         } else {
             for (int k = ch.start + threadIdx.x; k < ch.start + ch.len; k += THREADS)
-                a.add(e.ptr[(size_t)(k / e.cols) * e.ld + k % e.cols]);
+                a.add(ch.ptr[(size_t)(k / ch.cols) * ch.ld + k % ch.cols]);
         }
-        if (a.kind == 2) {
+        int bad = block_any(a.nonfinite), over;
+        if (a.span) {
             for (int o = WARP / 2; o > 0; o >>= 1) {
                 a.lo = fminf(a.lo, __shfl_xor_sync(FULL_MASK, a.lo, o));
                 a.hi = fmaxf(a.hi, __shfl_xor_sync(FULL_MASK, a.hi, o));
@@ -181,16 +180,19 @@ check_kernel(fox_cuda_stab st, const fox_cuda_check *table, const fox_cuda_chunk
                 s_hi[threadIdx.x / WARP] = a.hi;
             }
             __syncthreads();
-            if (threadIdx.x == 0 && ch.len > 0) {
-                for (int w = 0; w < THREADS / WARP; w++) {
-                    a.lo = fminf(a.lo, s_lo[w]);
-                    a.hi = fmaxf(a.hi, s_hi[w]);
-                }
-                a.fired |= !(a.hi - a.lo < a.t);
+            for (int w = 0; w < THREADS / WARP; w++) {
+                a.lo = fminf(a.lo, s_lo[w]);
+                a.hi = fmaxf(a.hi, s_hi[w]);
             }
+            over = bad || (ch.len > 0 && !(a.hi - a.lo < a.t));
+        } else {
+            over = block_any(a.over);
         }
-        if (block_any(a.fired) && threadIdx.x == 0) {
-            st.flags[e.slot] = 1;
+        if (threadIdx.x == 0 && ((bad && ch.nonfinite >= 0) || (over && ch.thresh >= 0))) {
+            if (bad && ch.nonfinite >= 0)
+                st.flags[ch.nonfinite] = 1;
+            if (over && ch.thresh >= 0)
+                st.flags[ch.thresh] = 1;
             __threadfence_system();
         }
     }
@@ -211,11 +213,11 @@ check_kernel(fox_cuda_stab st, const fox_cuda_check *table, const fox_cuda_chunk
 }
 
 int
-fox__cuda_check(cudaStream_t s, const fox_cuda_stab *st, const fox_cuda_check *table,
-                const fox_cuda_chunk *chunks, int n_chunks, int trained)
+fox__cuda_check(cudaStream_t s, const fox_cuda_stab *st, const fox_cuda_chunk *chunks,
+                int n_chunks, int trained)
 {
     int blocks = st->sentinel && n_chunks > 0 ? n_chunks : 1;
-    check_kernel<<<blocks, THREADS, 0, s>>>(*st, table, chunks, n_chunks, trained);
+    check_kernel<<<blocks, THREADS, 0, s>>>(*st, chunks, n_chunks, trained);
     FOX_CUDA_TRY(cudaGetLastError());
     return 0;
 }
