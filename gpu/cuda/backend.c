@@ -940,6 +940,25 @@ chunk_begin(cuda_backend *be)
     return FOX_OK;
 }
 
+/*
+ * The end of a run of steps: in adaptive mode the last Adam step's Pearl B
+ * (which a step defers to the next one's forward, fox__cuda_loss_grad) and
+ * the ISV published, so that the host reads, and the next chunk_begin takes
+ * back, the ISV of the CPU's step order; then the device's ctl.
+ */
+static int
+chunk_end(cuda_backend *be)
+{
+    fox_cuda_net *n = &be->net;
+    if (n->stab.adaptive) {
+        cudaStream_t s0 = n->st[0];
+        FOX_TRY(fox__cuda_post_adam(s0, &n->stab, 1, be->np, n->params, n->grads, n->adam_m,
+                                    n->adam_v));
+        FOX_TRY(fox__cuda_publish(s0, be->isv_dev, be->isv_map, FOX_ISV_TOTAL_DIM));
+    }
+    return sync_ctl(be);
+}
+
 static void
 stats_of(const fox_cuda_ctl *h, fox_step_stats *st)
 {
@@ -997,7 +1016,7 @@ run_steps(cuda_backend *be, int n, fox_step_stats *st)
             break;
         be->ready = be->hctl->ring_size >= c->learning_starts && be->hctl->ring_size >= be->B;
     }
-    FOX_TRY(sync_ctl(be));
+    FOX_TRY(chunk_end(be));
     stats_of(be->hctl, st);
     st->epsilon = be->hctl->eps;
     st->step = be->hctl->step;
@@ -1020,7 +1039,7 @@ train_only(cuda_backend *be, int n, fox_step_stats *st)
     FOX_TRY(chunk_begin(be));
     for (int i = 0; i < n; i++)
         FOX_TRY(step(be, G_TRAIN));
-    FOX_TRY(sync_ctl(be));
+    FOX_TRY(chunk_end(be));
     stats_of(be->hctl, st);
     return halted(be);
 }
@@ -1431,7 +1450,7 @@ debug_sp4(cuda_backend *be, int reset, const float *params, const float *grads, 
     if (rv == FOX_OK)
         rv = fox__cuda_l1_deficit(s0, &n->stab, n->grads);
     if (rv == FOX_OK)
-        rv = fox__cuda_post_adam(s0, &n->stab, be->np, n->params, n->grads, n->adam_m,
+        rv = fox__cuda_post_adam(s0, &n->stab, 0, be->np, n->params, n->grads, n->adam_m,
                                  n->adam_v);
     if (rv == FOX_OK && cudaStreamSynchronize(s0) != cudaSuccess)
         rv = fox__cuda_fail(__FILE__, __LINE__, "cudaStreamSynchronize", "sp4", 0);

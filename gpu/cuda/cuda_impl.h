@@ -285,6 +285,7 @@ typedef struct fox_cuda_sp4 {
     unsigned long long eng[3][FOX_GROUP_COUNT];         /* this step's engaged values */
     unsigned int emax[3][FOX_GROUP_COUNT];              /* their largest finite |x| (bits) */
     float l1_deficit; /* this step's entropy deficit of the trunk input gradient */
+    unsigned int pending; /* an Adam step ran that Pearl B has not yet observed */
     fox_cuda_p99_scratch p99[FOX_CUDA_P99_USES];
 } fox_cuda_sp4;
 
@@ -446,9 +447,12 @@ int fox__cuda_pack(fox_cuda_net *n, int s);
  */
 int fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R, int split,
                       int aux, int site);
-/* Losses and every gradient of the batch in n->bt (grads, loss_parts, prio), both streams joined. */
+/*
+ * Losses and every gradient of the batch in n->bt (grads, loss_parts, prio), both streams
+ * joined; in adaptive mode, beside the forward, the last Adam step's Pearl B (gated).
+ */
 int fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp);
-/* Guard, norm, clip, Adam, SP4's Pearls, the step's statistics and the ISV publication. */
+/* Guard, norm, clip, Adam, the L1 rate's deficit, the step's statistics and the ISV publication. */
 int fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl,
                     float *isv_dev, float *isv_map);
 /* After fox__cuda_optim, on MAIN: the target update that is due, the heads re-packed. */
@@ -571,15 +575,18 @@ int fox__cuda_p99_observe(cudaStream_t s, const fox_cuda_stab *st, const float *
 /*
  * SP4, the L1 rate's gradient-only half (fox_entropy_deficit of GRN1 W2's
  * gradient g) into sp4->l1_deficit: one block, launched beside the norm and
- * Adam (which leave g as it is), before fox__cuda_post_adam reads it.
+ * Adam (which leave g as it is), before fox__cuda_post_adam reads it (in
+ * the next step, or at the end of the run of steps).
  */
 int fox__cuda_l1_deficit(cudaStream_t s, const fox_cuda_stab *st, const float *g);
 /*
  * SP4 after Adam (fox_cpu_stab_post_adam): Pearl B per group (p99 |w|, |m|,
  * v, weight-decay rate) into slots 136–167 through Pearls A+D, Pearl C on
- * the step's Adam engagements, the trunk L1 rate into slot 168.
+ * the step's Adam engagements, the trunk L1 rate into slot 168. `gated`:
+ * only when sp4->pending says an Adam step ran since the last (which it
+ * clears); else always.
  */
-int fox__cuda_post_adam(cudaStream_t s, const fox_cuda_stab *st, size_t n, const float *w,
+int fox__cuda_post_adam(cudaStream_t s, const fox_cuda_stab *st, int gated, size_t n, const float *w,
                         const float *g, const float *m, const float *v);
 /* Host image of a fresh fox_cuda_sp4 (zero state, clean scratch) into *dst (device), on s. */
 int fox__cuda_sp4_reset(cudaStream_t s, fox_cuda_sp4 *dst);

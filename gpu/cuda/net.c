@@ -20,7 +20,8 @@
  *     products of both nets are one strided-batched call;
  *   - SIDE runs the target net's forward and every weight gradient, LATE
  *     the sentinel-only d_states, neither of which MAIN waits for until
- *     the optimizer (cuda_impl.h's streams).
+ *     the optimizer (cuda_impl.h's streams), and in adaptive mode the last
+ *     Adam step's Pearl B beside the forward, joined before the loss.
  * Every buffer a SIDE or LATE product reads is written once per step and
  * not reused later in the step, so the streams never race.
  *
@@ -646,6 +647,22 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
     int ws;
 
     /*
+     * SP4: the last Adam step's Pearl B, Pearl C and L1 rate
+     * (fox_cpu_stab_post_adam) beside this forward, which writes none of
+     * what they read (params, grads, the Adam moments) and reads none of
+     * what they write (bounds that only Adam reads). Joined before the
+     * loss, whose backward writes grads. Gated on an Adam step having run
+     * since (the backend runs it at the end of every run of steps, before
+     * the host reads the ISV).
+     */
+    int ps = FOX_CUDA_MAIN;
+    if (n->stab.adaptive && n->stab.sites) {
+        FOX_TRY(fox__cuda_fork(n, FOX_CUDA_LATE, &ps));
+        FOX_TRY(fox__cuda_post_adam(n->st[ps], &n->stab, 1, n->np, n->params, n->grads,
+                                    n->adam_m, n->adam_v));
+    }
+
+    /*
      * Forward: the target net on s′ (its parameters np floats on: split 0)
      * and the IQN cosine embedding on the side stream, beside the online net
      * on [s; s′] with the stability points and Mech 10.
@@ -683,6 +700,7 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
     FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
     FOX_TRY(point(n, 0, FOX_SENT_IQN_Q_ONLINE, n->iq.q, NULL, 0));
     FOX_TRY(point(n, 0, FOX_SENT_IQN_Q_TARGET, n->iq.q + (size_t)rq * dm->NAct, NULL, 0));
+    FOX_TRY(fox__cuda_dep(n, ps, FOX_CUDA_MAIN));
 
     /* Losses and the gradients of every head output. */
     fox_cuda_loss_args la = {
@@ -799,9 +817,13 @@ fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl
                 float *isv_map)
 {
     cudaStream_t s0 = n->st[0];
-    /* SP4: the L1 rate's gradient-only half beside the norm and Adam (they leave grads be). */
-    int ls = FOX_CUDA_MAIN;
+    /*
+     * SP4: the L1 rate's gradient-only half beside the norm and Adam (they
+     * leave grads be), on the late stream, which the step's end joins: its
+     * reader, Pearl B, runs beside the next step's forward (loss_grad).
+     */
     if (n->stab.adaptive) {
+        int ls;
         FOX_TRY(fox__cuda_fork(n, FOX_CUDA_LATE, &ls));
         FOX_TRY(fox__cuda_l1_deficit(n->st[ls], &n->stab, n->grads));
     }
@@ -812,12 +834,6 @@ fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl
     /* The points after Adam: params (14) and the slices of params / adam_m / adam_v (36–45, 48). */
     if (n->fault_at)
         FOX_TRY(point(n, 0, n->fault_slot, n->fault_at, NULL, 0));
-    /* SP4 (fox_cpu_stab_post_adam): Pearl B, Pearl C and the L1 rate, before the ISV is published. */
-    if (n->stab.adaptive) {
-        FOX_TRY(fox__cuda_dep(n, ls, FOX_CUDA_MAIN));
-        FOX_TRY(fox__cuda_post_adam(s0, &n->stab, n->np, n->params, n->grads, n->adam_m,
-                                    n->adam_v));
-    }
     return fox__cuda_finish(s0, n->B, n->loss_parts, oc, ctl, isv_dev, isv_map);
 }
 

@@ -474,8 +474,11 @@ static_assert(FOX_P99_BINS == 256, "fox_cuda_p99_scratch holds 256 bins per targ
 template <int NB, int NC, bool G>
 __global__ void __launch_bounds__(THREADS)
 p99_pass1_kernel(fox_cuda_p99_scratch *sc, size_t n, const float *b0, const float *b1,
-                 const float *b2, const uint8_t *cls, const float *g, size_t l1_lo, size_t l1_hi)
+                 const float *b2, const uint8_t *cls, const float *g, size_t l1_lo, size_t l1_hi,
+                 const unsigned int *due)
 {
+    if (due && *due == 0u)
+        return;
     constexpr int NT = NB * NC, NW = THREADS / WARP;
     unsigned int lo[NT], hi[NT], cnt[NT];
     double dot[G ? NC : 1], sq[G ? NC : 1], l1[3] = {0.0, 0.0, 0.0};
@@ -758,6 +761,7 @@ post_adam_tail(const fox_cuda_stab &st, fox_cuda_p99_scratch *sc, const unsigned
             l1 = (float)(ratio * (double)sp->l1_deficit);
         }
         fox_bounds_observe(isv, sp->ws, FOX_ISV_L1_LAMBDA, l1);
+        sp->pending = 0u;
     }
     __syncthreads();
     p99_clean(sc, 3 * NG);
@@ -843,8 +847,11 @@ fox__cuda_l1_deficit(cudaStream_t s, const fox_cuda_stab *st, const float *g)
 template <int NB, int NC>
 __global__ void __launch_bounds__(THREADS)
 p99_pass2_kernel(const __grid_constant__ fox_cuda_stab st, fox_cuda_p99_scratch *sc, size_t n,
-                 const float *b0, const float *b1, const float *b2, const uint8_t *cls, int slot)
+                 const float *b0, const float *b1, const float *b2, const uint8_t *cls, int slot,
+                 const unsigned int *due)
 {
+    if (due && *due == 0u)
+        return;
     constexpr int NT = NB * NC;
     __shared__ unsigned int s_h[NT * FOX_P99_BINS];
     __shared__ float s_lo[NT], s_scale[NT];
@@ -926,27 +933,29 @@ fox__cuda_p99_observe(cudaStream_t s, const fox_cuda_stab *st, const float *x, s
 {
     fox_cuda_p99_scratch *sc = &st->sp4->p99[use];
     unsigned int g = p99_grid(n);
-    p99_pass1_kernel<1, 1, false><<<g, THREADS, 0, s>>>(sc, n, x, NULL, NULL, NULL, NULL, 0, 0);
+    p99_pass1_kernel<1, 1, false>
+        <<<g, THREADS, 0, s>>>(sc, n, x, NULL, NULL, NULL, NULL, 0, 0, NULL);
     FOX_CUDA_TRY(cudaGetLastError());
-    p99_pass2_kernel<1, 1><<<g, THREADS, 0, s>>>(*st, sc, n, x, NULL, NULL, NULL, slot);
+    p99_pass2_kernel<1, 1><<<g, THREADS, 0, s>>>(*st, sc, n, x, NULL, NULL, NULL, slot, NULL);
     FOX_CUDA_TRY(cudaGetLastError());
     return 0;
 }
 
 int
-fox__cuda_post_adam(cudaStream_t s, const fox_cuda_stab *st, size_t n, const float *w,
+fox__cuda_post_adam(cudaStream_t s, const fox_cuda_stab *st, int gated, size_t n, const float *w,
                     const float *g, const float *m, const float *v)
 {
+    const unsigned int *due = gated ? &st->sp4->pending : NULL;
     fox_cuda_p99_scratch *sc = &st->sp4->p99[FOX_CUDA_P99_GROUPS];
     unsigned int gr = p99_grid(n);
     static_assert(FOX_CUDA_P99_BLOCKS <= THREADS, "the tail holds a block's partials per thread");
     static_assert(FOX_CUDA_P99_TARGETS == 3 * FOX_GROUP_COUNT, "w, m, v per group");
     size_t l1_lo = st->l1_off, l1_hi = l1_lo + (size_t)st->l1_rows * st->l1_cols;
     p99_pass1_kernel<3, FOX_GROUP_COUNT, true>
-        <<<gr, THREADS, 0, s>>>(sc, n, w, m, v, st->pgroup, g, l1_lo, l1_hi);
+        <<<gr, THREADS, 0, s>>>(sc, n, w, m, v, st->pgroup, g, l1_lo, l1_hi, due);
     FOX_CUDA_TRY(cudaGetLastError());
     p99_pass2_kernel<3, FOX_GROUP_COUNT>
-        <<<gr, THREADS, 0, s>>>(*st, sc, n, w, m, v, st->pgroup, 0);
+        <<<gr, THREADS, 0, s>>>(*st, sc, n, w, m, v, st->pgroup, 0, due);
     FOX_CUDA_TRY(cudaGetLastError());
     return 0;
 }

@@ -186,6 +186,8 @@ adam_kernel(size_t n, float *params, const float *g, float *m, float *v, const u
     const fox_cuda_ctl *c = st.ctl;
     if (c->halt != FOX_HALT_NONE)
         return;
+    if (st.adaptive && blockIdx.x == 0 && threadIdx.x == 0)
+        st.sp4->pending = 1u; /* Pearl B is due (fox__cuda_post_adam, gated) */
     float scale = c->clip_scale;
     float wfix = fox_bound_weight_fixed(st.isv[FOX_ISV_Q_ABS_REF]);
     /* The bias corrections once per block (two double pows), not in every thread. */
