@@ -462,12 +462,25 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
         p[k] = expf(lp[j]);
     }
     __syncthreads();
-    /* Projection as a gather: atom i collects, in j order, what each j sends it. */
+    /*
+     * Projection as a gather: atom i collects, in j order, what each j sends
+     * it. Only a j with bj in (i − 1, i + 1) sends to i, and bj does not
+     * decrease with j (γⁿ(1 − done) ≥ 0, then clamps), so those j are one
+     * run: found by bisection, then walked, instead of all NA for every i.
+     */
     for (int k = t; k < D * NA; k += blockDim.x) {
         int d = k / NA, i = k % NA;
         const float *pd = p + d * NA;
         float acc = 0.0f;
-        for (int j = 0; j < NA; j++) {
+        int j0 = 0, j1 = NA; /* the first j with bj[j] > i − 1 */
+        while (j0 < j1) {
+            int mid = (j0 + j1) / 2;
+            if (bj[mid] > (float)(i - 1))
+                j1 = mid;
+            else
+                j0 = mid + 1;
+        }
+        for (int j = j0; j < NA && bj[j] < (float)(i + 1); j++) {
             float bb = bj[j];
             int l = (int)floorf(bb), u = (int)ceilf(bb);
             if (l == u) {
