@@ -308,7 +308,7 @@ typedef struct fox_cuda_stab {
     int l1_rows, l1_cols;       /* l1_cols ≤ FOX_CUDA_L1_COLS */
 } fox_cuda_stab;
 
-#define FOX_CUDA_SITE_BLOCKS 256
+#define FOX_CUDA_SITE_BLOCKS 1024
 /* The widest GRN1 input (model.state_dim's bound): the L1 rate's column norms in shared memory. */
 #define FOX_CUDA_L1_COLS 1024
 

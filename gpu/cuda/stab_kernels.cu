@@ -289,9 +289,8 @@ fox__cuda_h_s2_site(cudaStream_t s, const fox_cuda_stab *st, float *h, size_t n)
     /* SP4: H_S2_BOUND from the pre-clamp values (the site kernel checks them before it clamps). */
     if (st->adaptive)
         FOX_TRY(fox__cuda_p99_observe(s, st, h, n, FOX_ISV_H_S2_BOUND, FOX_CUDA_P99_H_S2));
-    unsigned int g = grid_for(n, THREADS, 1024);
-    if (g > FOX_CUDA_SITE_BLOCKS)
-        g = FOX_CUDA_SITE_BLOCKS;
+    /* Up to 1,024 blocks: a thread per element at batch 256, two at 4096 (a trip to memory each). */
+    unsigned int g = grid_for(n, THREADS, FOX_CUDA_SITE_BLOCKS);
     h_s2_site_kernel<<<g, THREADS, 0, s>>>(*st, h, n, st->site_part);
     FOX_CUDA_TRY(cudaGetLastError());
     return 0;
@@ -391,6 +390,7 @@ pre_step_kernel(fox_cuda_stab st, int B, const float *aux, int NA, float v_min, 
                 float atoms_p99, float *z)
 {
     double v = 0.0;
+#pragma unroll 4 /* four loads in flight (one block reads the whole batch) */
     for (int b = threadIdx.x; b < B; b += blockDim.x)
         v += fabsf(aux[b]);
     for (int o = WARP / 2; o > 0; o >>= 1)
