@@ -24,6 +24,18 @@
 static const float one = 1.0f;
 
 /*
+ * From this many rows a batched weight gradient is one cublasSgemm per
+ * entry. At batch 4096 cuBLAS's strided-batched heuristic runs the heads'
+ * seven products and the GRNs' gate/value pairs on a two-warp 32×32-tile
+ * kernel that walks every row in each block (154, 146 and 131 µs a call,
+ * ~430 µs a step on the side stream); per entry, the non-batched heuristic
+ * picks larger tiles and splits the rows: the batch-4096 train step 1,825
+ * → 1,600 µs. At batch 256 one call per entry cost 32 µs more a step (the
+ * launches), so below this the batched call stays (H200, 2026-11-29).
+ */
+#define FOX_CUDA_DW_LOOP_ROWS 1024
+
+/*
  * Benchmark knob FOX_CUDA_NODW=1 (never a default: the step then trains
  * nothing): skip every weight-gradient product and bias column sum, to
  * measure how much of the step the side stream's work costs (with no
@@ -54,6 +66,12 @@ fox__cuda_lin_dw_batched(cublasHandle_t h, int rows, int in, int out, const floa
 {
     SKIP_DW();
     const float zero = 0.0f;
+    if (rows >= FOX_CUDA_DW_LOOP_ROWS) {
+        for (int b = 0; b < batch; b++)
+            FOX_CUBLAS_TRY(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, rows, &one, X + b * sx,
+                                       ldx, dY + b * sdy, ldy, &zero, dW + b * sdw, in));
+        return 0;
+    }
     FOX_CUBLAS_TRY(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, rows, &one, X,
                                              ldx, sx, dY, ldy, sdy, &zero, dW, in, sdw, batch));
     return 0;
