@@ -586,8 +586,8 @@ int fox__cuda_l1_deficit(cudaStream_t s, const fox_cuda_stab *st, const float *g
  * only when sp4->pending says an Adam step ran since the last (which it
  * clears); else always.
  */
-int fox__cuda_post_adam(cudaStream_t s, const fox_cuda_stab *st, int gated, size_t n, const float *w,
-                        const float *g, const float *m, const float *v);
+int fox__cuda_post_adam(cudaStream_t s, const fox_cuda_stab *st, int gated, size_t n,
+                        const float *w, const float *g, const float *m, const float *v);
 /* Host image of a fresh fox_cuda_sp4 (zero state, clean scratch) into *dst (device), on s. */
 int fox__cuda_sp4_reset(cudaStream_t s, fox_cuda_sp4 *dst);
 

@@ -114,14 +114,15 @@ struct check_acc {
  * floats; a span is one chunk), so that the 541k-float buffers (params,
  * grads, Adam m and v) are split over ~130 blocks each and the whole check
  * runs as about one wave of the machine. The chunk record holds all the
- * block needs: its data loads wait for one load, not three. A contiguous chunk is read as 16-byte float4 loads (a scalar head and tail
- * up to the alignment), CHECK_UNROLL of them in flight per thread before
- * the first is used: one pass of a 256-thread block covers 4096 floats.
- * Strided chunks (ld > cols) take the scalar path with index arithmetic.
- * At 32 registers a thread eight blocks share an SM, so the ~930 chunks of
- * the default net at batch 256 run as one wave. The block ORs its threads' verdicts and writes its slots' sticky flags
- * once; the done counter is the one atomic per block, and the last block
- * decides the halts.
+ * block needs: its data loads wait for one load, not three. A contiguous
+ * chunk is read as 16-byte float4 loads (a scalar head and tail up to the
+ * alignment), CHECK_UNROLL of them in flight per thread before the first
+ * is used: one pass of a 256-thread block covers 4096 floats. Strided
+ * chunks (ld > cols) take the scalar path with index arithmetic. At 32
+ * registers a thread eight blocks share an SM, so the ~930 chunks of the
+ * default net at batch 256 run as one wave. The block ORs its threads'
+ * verdicts and writes its slots' sticky flags once; the done counter is
+ * the one atomic per block, and the last block decides the halts.
  */
 __global__ void __launch_bounds__(THREADS, 8)
 check_kernel(fox_cuda_stab st, const fox_cuda_chunk *chunks, int n, int trained)
@@ -289,7 +290,7 @@ fox__cuda_h_s2_site(cudaStream_t s, const fox_cuda_stab *st, float *h, size_t n)
     /* SP4: H_S2_BOUND from the pre-clamp values (the site kernel checks them before it clamps). */
     if (st->adaptive)
         FOX_TRY(fox__cuda_p99_observe(s, st, h, n, FOX_ISV_H_S2_BOUND, FOX_CUDA_P99_H_S2));
-    /* Up to 1,024 blocks: a thread per element at batch 256, two at 4096 (a trip to memory each). */
+    /* Up to 1,024 blocks: an element a thread at batch 256, two at 4096 (a trip to memory each). */
     unsigned int g = grid_for(n, THREADS, FOX_CUDA_SITE_BLOCKS);
     h_s2_site_kernel<<<g, THREADS, 0, s>>>(*st, h, n, st->site_part);
     FOX_CUDA_TRY(cudaGetLastError());

@@ -258,7 +258,7 @@ adam_kernel(size_t n, float *params, const float *g, float *m, float *v, const u
     if (st.adaptive && blockIdx.x == 0 && threadIdx.x == 0)
         st.sp4->pending = 1u; /* Pearl B is due (fox__cuda_post_adam, gated) */
     const float scale = c->clip_scale;
-    /* The bias corrections once per block, not in every thread; each group's bounds from the ISV now. */
+    /* The bias corrections once per block, not per thread; each group's bounds from the ISV now. */
     __shared__ adam_block ab;
     unsigned int *eng_words = &ab.eng.n[0][0];
     for (int k = threadIdx.x; k < (int)(sizeof ab.eng / sizeof *eng_words); k += blockDim.x)
