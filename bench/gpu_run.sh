@@ -13,7 +13,8 @@
 #                              and a per-kernel profile summed by name (ncu, no cache flush)
 #   bench/gpu_run.sh overhead  on the GPU machine: parity and drills, then foxbench at batch 256
 #                              and 4096 in both bounds modes with the sentinel on and off, for
-#                              this build and foxbench_base; an ncu kernel list of adaptive steps;
+#                              this build and foxbench_base; an ncu kernel list of adaptive steps
+#                              ($NCU_MODES, at batch $NCU_BATCH: 256 unless set);
 #                              foxd --once (two epochs a fold; ONCE=0 skips it); EXTRA=1 adds
 #                              TF32 and one-stream runs of this build
 #   bench/gpu_run.sh probe     on the GPU machine: ncu --set full on a launch of each kernel in
@@ -263,11 +264,13 @@ overhead() {
     } > "$out/bench_overhead.md" 2>&1
     cat "$out/bench_overhead.md"
     if command -v ncu > /dev/null; then
+        local nb=${NCU_BATCH:-256} ls=2048 # the default learning_starts, or the batch when larger
+        [ "$nb" -gt "$ls" ] && ls=$nb
         for mode in ${NCU_MODES:-adaptive}; do
             timeout "${NCU_S:-150}" ncu --clock-control none --cache-control none \
                 --metrics gpu__time_duration.sum --csv "$bin/foxbench" --backend cuda \
-                --batch 256 --envs 1024 --reps 1 --chunk 2 --set engine.bounds_mode=$mode \
-                > "$out/ncu_$mode.csv" 2>> "$out/ncu.err"
+                --batch "$nb" --envs 1024 --reps 1 --chunk 2 --set engine.bounds_mode=$mode \
+                --set train.learning_starts="$ls" > "$out/ncu_$mode.csv" 2>> "$out/ncu.err"
             echo "ncu $mode exit $?" >> "$out/ncu.err"
         done
         tail -2 "$out/ncu.err"
