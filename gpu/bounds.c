@@ -154,9 +154,7 @@ fox_entropy_deficit(const float *g, int rows, int cols)
             plogp += p * log(p);
         }
     }
-    double logk = log((double)live);
-    double d = (logk + plogp) / logk; /* (log K − H) / log K with H = −Σ p log p */
-    return (float)(d < 0.0 ? 0.0 : (d > 1.0 ? 1.0 : d));
+    return fox_entropy_deficit_of((double)live, total, plogp);
 }
 
 float
@@ -175,9 +173,7 @@ fox_pearl_b_l1_rate(const float *w, const float *g, int rows, int cols)
     }
     if (k == 0)
         return 0.0f;
-    double mw = sw / k, mg = sg / k;
-    double ratio = mg / (mw > FOX_PEARL_EPS_DIV ? mw : FOX_PEARL_EPS_DIV);
-    return (float)(ratio * fox_entropy_deficit(g, rows, cols));
+    return fox_l1_rate_of(sw, sg, (double)k, fox_entropy_deficit(g, rows, cols));
 }
 
 void

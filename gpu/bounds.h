@@ -413,6 +413,32 @@ fox_column_sq(const float *g, int rows, int cols, int i)
     return s;
 }
 
+/*
+ * The entropy deficit's last step from its column norms: `live` columns with
+ * a non-zero norm, their total and Σ p log p (p = norm / total): (log K +
+ * Σ p log p) / log K clamped to [0, 1]; 0 with fewer than two live columns.
+ */
+FOX_HD float
+fox_entropy_deficit_of(double live, double total, double plogp)
+{
+    if (live < 2.0 || !(total > 0.0))
+        return 0.0f;
+    double logk = log(live);
+    double d = (logk + plogp) / logk; /* (log K − H) / log K with H = −Σ p log p */
+    return (float)(d < 0.0 ? 0.0 : (d > 1.0 ? 1.0 : d));
+}
+
+/* The L1 rate from Σ|w|, Σ|g| over k finite pairs and the entropy deficit: (mean|g| / mean|w|)·D. */
+FOX_HD float
+fox_l1_rate_of(double sum_w, double sum_g, double k, float deficit)
+{
+    if (!(k > 0.0))
+        return 0.0f;
+    double mw = sum_w / k, mg = sum_g / k;
+    double ratio = mg / (mw > FOX_PEARL_EPS_DIV ? mw : FOX_PEARL_EPS_DIV);
+    return (float)(ratio * (double)deficit);
+}
+
 /* Feed one group's statistics into its four SP4 slots through Pearls A+D. */
 void fox_bounds_observe_group(float *isv, fox_wiener_state *ws, int group,
                               const fox_group_stats *st);

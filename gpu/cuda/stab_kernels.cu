@@ -755,13 +755,8 @@ post_adam_tail(const fox_cuda_stab &st, fox_cuda_p99_scratch *sc, const unsigned
             sg += s_part[k][2 * NG + 1];
             kk += s_part[k][2 * NG + 2];
         }
-        float l1 = 0.0f;
-        if (kk > 0.0) {
-            double mw = sw / kk, mg = sg / kk;
-            double ratio = mg / (mw > FOX_PEARL_EPS_DIV ? mw : FOX_PEARL_EPS_DIV);
-            l1 = (float)(ratio * (double)sp->l1_deficit);
-        }
-        fox_bounds_observe(isv, sp->ws, FOX_ISV_L1_LAMBDA, l1);
+        fox_bounds_observe(isv, sp->ws, FOX_ISV_L1_LAMBDA,
+                           fox_l1_rate_of(sw, sg, kk, sp->l1_deficit));
         sp->pending = 0u;
     }
     __syncthreads();
@@ -817,15 +812,8 @@ l1_deficit_kernel(const __grid_constant__ fox_cuda_stab st, const float *g)
             }
         }
     plogp = block_sum(plogp);
-    if (threadIdx.x == 0) {
-        double d = 0.0;
-        if (cols > 1 && live >= 2.0 && tot > 0.0) {
-            double logk = log(live);
-            d = (logk + plogp) / logk;
-            d = d < 0.0 ? 0.0 : (d > 1.0 ? 1.0 : d);
-        }
-        st.sp4->l1_deficit = (float)d;
-    }
+    if (threadIdx.x == 0)
+        st.sp4->l1_deficit = fox_entropy_deficit_of(live, tot, plogp);
 }
 
 int

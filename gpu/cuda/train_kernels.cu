@@ -53,6 +53,13 @@ clip_scale(double norm, float max_norm)
     return (float)((double)max_norm / norm);
 }
 
+/* v² in double, or 0 for a non-finite v (the norm counts the finite gradients only). */
+static __device__ __forceinline__ double
+finite_sq(float v)
+{
+    return isfinite(v) ? (double)v * (double)v : 0.0;
+}
+
 /*
  * The finite gradients' Σ g² (double), one partial per block; the isfinite
  * guard itself is Adam's (a non-finite gradient moves nothing and stays in
@@ -65,12 +72,6 @@ clip_scale(double norm, float max_norm)
  * sites (a parity pass) the plain clip at train.grad_clip. The factor goes
  * to ctl->clip_scale, the norm to ctl->grad_norm.
  */
-static __device__ __forceinline__ double
-finite_sq(float v)
-{
-    return isfinite(v) ? (double)v * (double)v : 0.0;
-}
-
 __global__ void
 grad_norm_kernel(size_t n, const float *g, double *partial, fox_cuda_stab st, int B, int D,
                  const double *parts)
@@ -315,9 +316,8 @@ fox__cuda_adam(cudaStream_t s, size_t n, float *params, const float *g, float *m
     if (((uintptr_t)params | (uintptr_t)g | (uintptr_t)m | (uintptr_t)v) % 16 ||
         (uintptr_t)pgroup % 4)
         return FOX_EINTERNAL; /* the float4 loads need the allocations' alignment */
-    size_t n4 = n / 4;
-    adam_kernel<<<grid_for(n4 > 0 ? n4 : 1, 256, (size_t)-1), 256, 0, s>>>(n, params, g, m, v,
-                                                                           pgroup, *sl, *oc, *st);
+    adam_kernel<<<grid_for(n / 4, 256, (size_t)-1), 256, 0, s>>>(n, params, g, m, v, pgroup, *sl,
+                                                                  *oc, *st);
     FOX_CUDA_TRY(cudaGetLastError());
     return 0;
 }
