@@ -21,6 +21,9 @@
 #                              $DETAIL
 #   bench/gpu_run.sh variants  on the GPU machine: .carry/bin/foxbench against each diagnostic
 #                              build in .carry/bin/<name>/, interleaved ($ARGS to foxbench)
+#   bench/gpu_run.sh envab     on the GPU machine: this build under each setting of $ENVS
+#                              (e.g. "- FOX_CUDA_PDL=1"): parity and drills, then foxbench
+#                              interleaved ($ROUNDS rounds, $ARGS to foxbench)
 #   bench/gpu_run.sh final     on the GPU machine: parity and drills; foxbench at batch 256 and
 #                              4096 (1024 envs, learning_starts 4096), sentinel on and off, for
 #                              this build, foxbench_base and foxbench_f9 (BASE2=<dir of a build>
@@ -304,6 +307,39 @@ probe() {
     tail -1 "$out/ncu_detail.txt"
 }
 
+# This build under several environments, interleaved: $ENVS is a space-separated list of
+# settings, each a comma-separated VAR=value list or "-" for none (e.g. "- FOX_CUDA_PDL=1");
+# parity and drills under each of $CHECK_ENVS first (default: every one of $ENVS).
+envab() {
+    local out=${OUT:-/tmp/foxgpu} bin=.carry/bin r e p
+    mkdir -p "$out"
+    use_libs
+    { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv; } > "$out/machine.txt" 2>&1
+    cat "$out/machine.txt"
+    vars() { [ "$1" = - ] || echo "${1//,/ }"; }
+    for e in ${CHECK_ENVS:-${ENVS:--}}; do
+        for p in "$bin/test_cuda_parity" "$bin/test_cuda_drills"; do
+            local log="$out/$(basename "$p")_${e//[^A-Za-z0-9]/_}.log" t0=$SECONDS
+            env $(vars "$e") CK_FORK=no OPENBLAS_NUM_THREADS=8 timeout "${TEST_S:-130}" "$p" \
+                > "$log" 2>&1
+            echo "$p [$e] exit $? ($((SECONDS - t0)) s)" >> "$log"
+            grep -E "^(device|graphs|fold|drill|stab|[0-9]+%)|exit|Failure|Error" "$log" |
+                grep -v "mean: grad" | head -40
+        done
+    done
+    local args="--reps ${REPS:-5} --chunk 100 --set train.learning_starts=4096 --batch 256 --batch 4096"
+    {
+        for r in $(seq "${ROUNDS:-2}"); do
+            for e in ${ENVS:--}; do
+                echo "## round $r [$e] ${ARGS:-}"
+                env $(vars "$e") timeout "${BENCH_S:-40}" "$bin/foxbench" --backend cuda $args \
+                    ${ARGS:-} | tail -2
+            done
+        done
+    } > "$out/bench_envab.md" 2>&1
+    cat "$out/bench_envab.md"
+}
+
 # Diagnostic builds side by side: .carry/bin/foxbench and every .carry/bin/<name>/foxbench (built
 # at prepare time from a temporary change, e.g. one stage of a kernel left out, never committed),
 # interleaved for $ROUNDS rounds with the foxbench arguments $ARGS.
@@ -332,5 +368,6 @@ quick) quick ;;
 final) final ;;
 probe) probe ;;
 variants) variants ;;
-*) echo "usage: $0 prepare|run|quick|final|overhead|probe|variants" >&2; exit 2 ;;
+envab) envab ;;
+*) echo "usage: $0 prepare|run|quick|final|overhead|probe|variants|envab" >&2; exit 2 ;;
 esac

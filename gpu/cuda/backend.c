@@ -686,12 +686,16 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
                                   c->target_sync, c->iqn_lambda, c->aux_lambda};
     /*
      * Benchmark knobs, never defaults: FOX_CUDA_MATH=tf32 (see
-     * fox__cuda_set_math), FOX_CUDA_SIDE=0 (one stream, to measure what the
+     * fox__cuda_set_math), FOX_CUDA_PDL=0 (no programmatic dependent
+     * launch), FOX_CUDA_SIDE=0 (one stream, to measure what the
      * others buy), FOX_CUDA_NODW=1 (no weight gradients: what they cost).
      */
     const char *side = getenv("FOX_CUDA_SIDE");
     if (side && strcmp(side, "0") == 0)
         be->net.use_side = 0;
+    /* Only kernels built for sm_90 wait for their predecessor (device.cuh's pdl_enter). */
+    const char *pdl = getenv("FOX_CUDA_PDL");
+    fox__cuda_pdl = FOX_CUDA_ARCH >= 90 && !(pdl && strcmp(pdl, "0") == 0);
     const char *nodw = getenv("FOX_CUDA_NODW");
     fox__cuda_skip_dw = nodw && strcmp(nodw, "1") == 0;
     const char *math = getenv("FOX_CUDA_MATH");
@@ -701,8 +705,9 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
         return FOX_ECUDA;
     }
     fox_log(FOX_LOG_INFO, "cuda backend: %zu MiB of device memory (replay ring %zu MiB), %s math, "
-            "%d stream(s)", be->bytes_total >> 20, be->bytes_replay >> 20,
-            be->net.tf32 ? "TF32" : "FP32", be->net.use_side ? FOX_CUDA_STREAMS : 1);
+            "%d stream(s), dependent launch %s", be->bytes_total >> 20, be->bytes_replay >> 20,
+            be->net.tf32 ? "TF32" : "FP32", be->net.use_side ? FOX_CUDA_STREAMS : 1,
+            fox__cuda_pdl ? "on" : "off");
     *out = (fox_backend *)be;
     return FOX_OK;
 }

@@ -43,6 +43,12 @@ const char *fox__cuda_last_error(void);
             return fox__cuda_fail(__FILE__, __LINE__, #call, cudaGetErrorString(e_), (int)e_);     \
     } while (0)
 
+/*
+ * Launch every kernel with programmatic dependent launch (device.cuh's
+ * launch()): on when built for sm_90 or later; set before the first launch.
+ */
+extern int fox__cuda_pdl;
+
 #define FOX_CUBLAS_TRY(call)                                                                       \
     do {                                                                                           \
         cublasStatus_t s_ = (call);                                                                \

@@ -7,12 +7,51 @@
 
 #include <stddef.h>
 
+#include <utility>
+
 #include "../isv.h"
 #include "../sentinel.h"
 #include "cuda_impl.h"
 
 #define WARP 32
 #define FULL_MASK 0xffffffffu
+
+/*
+ * Programmatic dependent launch (sm_90): with fox__cuda_pdl set, launch()
+ * lets a kernel start while the kernel before it on its stream finishes
+ * (in a captured graph, a programmatic edge), so its launch and block
+ * set-up overlap that kernel's tail. Every kernel's first act is
+ * pdl_enter(): wait until the kernel before it has completed with its
+ * writes visible, then let the next kernel launch the same way (never more
+ * than one kernel ahead). Without the attribute, or before sm_90, both
+ * instructions are no-ops.
+ */
+static __device__ __forceinline__ void
+pdl_enter()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+template <typename... P, typename... A>
+static cudaError_t
+launch(void (*kernel)(P...), unsigned int grid, unsigned int block, size_t smem, cudaStream_t s,
+       A &&...args)
+{
+    cudaLaunchAttribute pdl;
+    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pdl.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(block);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.attrs = &pdl;
+    cfg.numAttrs = fox__cuda_pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+}
 
 /* Grid for a grid-stride loop over n items: enough blocks to fill the GPU, at most cap. */
 static inline unsigned int

@@ -21,7 +21,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "cuda_impl.h"
+#include "device.cuh"
 
 
 static __device__ __forceinline__ float
@@ -43,6 +43,8 @@ act_back(float d, float y, int act)
     return d;
 }
 
+int fox__cuda_pdl; /* cuda_impl.h */
+
 /*
  * The epilogue over every output of the launch: the stages of fox_cuda_gemm
  * after the product, in its order (bias, act, the backward mask, the
@@ -51,6 +53,7 @@ act_back(float d, float y, int act)
 __global__ void
 epilogue_kernel(fox_cuda_gemm g)
 {
+    pdl_enter();
     size_t per = (size_t)g.M * g.N, n = per * g.nz;
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
          k += (size_t)gridDim.x * blockDim.x) {
@@ -107,8 +110,8 @@ fox__cuda_gemm(cublasHandle_t h, cudaStream_t s, const fox_cuda_gemm *g)
     }
     if (g->bias[0] || g->bias[1] || g->act[0] || g->act[1] || g->dy || g->add || g->mout) {
         size_t n = (size_t)g->M * g->N * g->nz, blocks = (n + 255) / 256;
-        epilogue_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, s>>>(*g);
-        FOX_CUDA_TRY(cudaGetLastError());
+        FOX_CUDA_TRY(
+            launch(epilogue_kernel, (unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, s, *g));
     }
     return 0;
 }

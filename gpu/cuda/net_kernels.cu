@@ -1,8 +1,8 @@
 /*
  * net_kernels.cu — the hand kernels of foxnet v1 on the device: the GRN
  * tail (σ gate, GLU, skip, LayerNorm) and its backward, dueling +
- * log_softmax + expected Q, the IQN cosine embedding and its backward, the fused loss kernel (double-DQN argmax, C51
- * projection and cross-entropy, dueling backward, IQN quantile Huber, aux
+ * log_softmax + expected Q, the IQN cosine embedding and its backward, the fused loss kernel
+ * (double-DQN argmax, C51 projection and cross-entropy, dueling backward, IQN quantile Huber, aux
  * losses) and the packing of the heads' first layers.
  *
  * Every kernel is the twin of a function of gpu/cpu/net.c and follows its
@@ -75,19 +75,18 @@ row_each(int lane, int out, F f)
     }
 }
 
-/* launch(k) with k a std::integral_constant: the register slots for rows out wide (0: none). */
+/* go(k) with k a std::integral_constant: the register slots for rows out wide (0: none). */
 template <typename L>
-static void
-by_row_slots(int out, L launch)
+static cudaError_t
+by_row_slots(int out, L go)
 {
     if (out <= 4 * WARP)
-        launch(std::integral_constant<int, 4>());
-    else if (out <= 8 * WARP)
-        launch(std::integral_constant<int, 8>());
-    else if (out <= 16 * WARP)
-        launch(std::integral_constant<int, 16>());
-    else
-        launch(std::integral_constant<int, 0>());
+        return go(std::integral_constant<int, 4>());
+    if (out <= 8 * WARP)
+        return go(std::integral_constant<int, 8>());
+    if (out <= 16 * WARP)
+        return go(std::integral_constant<int, 16>());
+    return go(std::integral_constant<int, 0>());
 }
 
 /*
@@ -107,6 +106,7 @@ grn_tail_kernel(int rows, int out, float *__restrict__ zgv, const float *__restr
                 long long poff, float *__restrict__ xhat, float *__restrict__ rstd,
                 float *__restrict__ y, float *__restrict__ glu, float *__restrict__ ln_in)
 {
+    pdl_enter();
     int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     if (row >= rows)
         return;
@@ -189,12 +189,11 @@ fox__cuda_grn_tail(cudaStream_t s, int rows, int out, float *zgv, const float *r
                    float *xhat, float *rstd, float *y, float *glu, float *ln_in)
 {
     const int per_block = 8;
-    by_row_slots(out, [&](auto k) {
-        grn_tail_kernel<decltype(k)::value>
-            <<<(rows + per_block - 1) / per_block, per_block * WARP, 0, s>>>(
-                rows, out, zgv, r, bg, bv, g, beta, split, poff, xhat, rstd, y, glu, ln_in);
-    });
-    FOX_CUDA_TRY(cudaGetLastError());
+    FOX_CUDA_TRY(by_row_slots(out, [&](auto k) {
+        return launch(grn_tail_kernel<decltype(k)::value>, (rows + per_block - 1) / per_block,
+                      per_block * WARP, 0, s, rows, out, zgv, r, bg, bv, g, beta, split, poff, xhat,
+                      rstd, y, glu, ln_in);
+    }));
     return 0;
 }
 
@@ -213,6 +212,7 @@ ln_glu_bwd_kernel(int rows, int out, const float *__restrict__ dy, const float *
                   const float *__restrict__ zgv, long long fwd_stride, float *__restrict__ du,
                   float *__restrict__ dyx, float *__restrict__ dzgv)
 {
+    pdl_enter();
     int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     if (row >= rows)
         return;
@@ -266,12 +266,11 @@ fox__cuda_ln_glu_bwd(cudaStream_t s, int rows, int out, const float *dy, const f
                      float *du, float *dyx, float *dzgv)
 {
     const int per_block = 8;
-    by_row_slots(out, [&](auto k) {
-        ln_glu_bwd_kernel<decltype(k)::value>
-            <<<(rows + per_block - 1) / per_block, per_block * WARP, 0, s>>>(
-                rows, out, dy, xhat, rstd, g, zgv, fwd_stride, du, dyx, dzgv);
-    });
-    FOX_CUDA_TRY(cudaGetLastError());
+    FOX_CUDA_TRY(by_row_slots(out, [&](auto k) {
+        return launch(ln_glu_bwd_kernel<decltype(k)::value>, (rows + per_block - 1) / per_block,
+                      per_block * WARP, 0, s, rows, out, dy, xhat, rstd, g, zgv, fwd_stride, du,
+                      dyx, dzgv);
+    }));
     return 0;
 }
 
@@ -292,6 +291,7 @@ dueling_kernel(int rows, fox_cuda_dims dm, const float *__restrict__ out,
                const float *__restrict__ b2, int split, long long poff,
                const float *__restrict__ z, float *__restrict__ logp, float *__restrict__ q)
 {
+    pdl_enter();
     size_t wid = blockIdx.x * (size_t)(blockDim.x / WARP) + threadIdx.x / WARP;
     int lane = threadIdx.x % WARP, NA = dm.NA;
     if (wid >= (size_t)rows * dm.NAct)
@@ -345,11 +345,10 @@ fox__cuda_dueling(cudaStream_t s, int rows, const fox_cuda_dims *dm, const float
     size_t warps = (size_t)rows * dm->NAct;
     const int per_block = 8;
     unsigned int blocks = (unsigned int)((warps + per_block - 1) / per_block);
-    by_row_slots(dm->NA, [&](auto k) {
-        dueling_kernel<decltype(k)::value><<<blocks, per_block * WARP, 0, s>>>(
-            rows, *dm, out, b2, split, poff, z, logp, q);
-    });
-    FOX_CUDA_TRY(cudaGetLastError());
+    FOX_CUDA_TRY(by_row_slots(dm->NA, [&](auto k) {
+        return launch(dueling_kernel<decltype(k)::value>, blocks, per_block * WARP, 0, s, rows, *dm,
+                      out, b2, split, poff, z, logp, q);
+    }));
     return 0;
 }
 
@@ -360,6 +359,7 @@ fox__cuda_dueling(cudaStream_t s, int rows, const fox_cuda_dims *dm, const float
 __global__ void
 iqn_cos_kernel(int rows, int NC, const float *tau, float *cosf_)
 {
+    pdl_enter();
     size_t n = (size_t)rows * NC;
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
          k += (size_t)gridDim.x * blockDim.x)
@@ -369,8 +369,8 @@ iqn_cos_kernel(int rows, int NC, const float *tau, float *cosf_)
 int
 fox__cuda_iqn_cos(cudaStream_t s, int rows, int NC, const float *tau, float *cosf_)
 {
-    iqn_cos_kernel<<<grid_for((size_t)rows * NC, 256), 256, 0, s>>>(rows, NC, tau, cosf_);
-    FOX_CUDA_TRY(cudaGetLastError());
+    FOX_CUDA_TRY(
+        launch(iqn_cos_kernel, grid_for((size_t)rows * NC, 256), 256, 0, s, rows, NC, tau, cosf_));
     return 0;
 }
 
@@ -401,6 +401,7 @@ huber_grad(float x)
 __global__ void
 loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
 {
+    pdl_enter();
     extern __shared__ float sm[];
     const int D = dm.D, NA = dm.NA, NAct = dm.NAct, NT = dm.NT, B = A.B;
     float *p = sm, *m = sm + D * NA, *dl = sm + 2 * D * NA, *bj = sm + 3 * D * NA;
@@ -658,13 +659,11 @@ fox__cuda_loss(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_loss_hp *
         /* SP4 Mech 1 (site_target_q): TARGET_Q_BOUND from the p99 of the raw targets first. */
         fox_cuda_loss_args t = *a;
         t.tq_only = 1;
-        loss_kernel<<<a->B, LOSS_THREADS, smem, s>>>(*dm, *hp, t);
-        FOX_CUDA_TRY(cudaGetLastError());
+        FOX_CUDA_TRY(launch(loss_kernel, a->B, LOSS_THREADS, smem, s, *dm, *hp, t));
         FOX_TRY(fox__cuda_p99_observe(s, &a->st, a->tq, (size_t)a->B * dm->D * dm->NT,
                                       FOX_ISV_TARGET_Q_BOUND, FOX_CUDA_P99_TQ));
     }
-    loss_kernel<<<a->B, LOSS_THREADS, smem, s>>>(*dm, *hp, *a);
-    FOX_CUDA_TRY(cudaGetLastError());
+    FOX_CUDA_TRY(launch(loss_kernel, a->B, LOSS_THREADS, smem, s, *dm, *hp, *a));
     return 0;
 }
 
@@ -715,6 +714,7 @@ __global__ void
 head_pack_kernel(fox_cuda_dims dm, fox_cuda_heads hd, float *params, size_t np, float *pk,
                  int update, int target_sync, const fox_cuda_ctl *ctl)
 {
+    pdl_enter();
     int sync = update && ctl->train_steps % target_sync == 0;
     size_t n_sync = sync ? np : 0, n = n_sync + 2 * dm.PK;
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
@@ -740,9 +740,8 @@ fox__cuda_head_pack(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_head
     if (update && oc->polyak > 0.0f)
         return FOX_EINVAL;
     size_t n = 2 * dm->PK + (update ? np : 0);
-    head_pack_kernel<<<grid_for(n, 256), 256, 0, s>>>(*dm, *hd, params, np, pk, update,
-                                                      update ? oc->target_sync : 1, ctl);
-    FOX_CUDA_TRY(cudaGetLastError());
+    FOX_CUDA_TRY(launch(head_pack_kernel, grid_for(n, 256), 256, 0, s, *dm, *hd, params, np, pk,
+                        update, update ? oc->target_sync : 1, ctl));
     return 0;
 }
 
@@ -750,6 +749,7 @@ fox__cuda_head_pack(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_head
 __global__ void
 head_unpack_kernel(fox_cuda_dims dm, fox_cuda_heads hd, const float *dpk, float *grads)
 {
+    pdl_enter();
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < dm.PK;
          k += (size_t)gridDim.x * blockDim.x) {
         long long i = packed_source(dm, hd, k);
@@ -762,7 +762,7 @@ int
 fox__cuda_head_unpack(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_heads *hd,
                       const float *dpk, float *grads)
 {
-    head_unpack_kernel<<<grid_for(dm->PK, 256), 256, 0, s>>>(*dm, *hd, dpk, grads);
-    FOX_CUDA_TRY(cudaGetLastError());
+    FOX_CUDA_TRY(
+        launch(head_unpack_kernel, grid_for(dm->PK, 256), 256, 0, s, *dm, *hd, dpk, grads));
     return 0;
 }

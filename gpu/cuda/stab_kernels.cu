@@ -127,6 +127,7 @@ struct check_acc {
 __global__ void __launch_bounds__(THREADS, 8)
 check_kernel(fox_cuda_stab st, const fox_cuda_chunk *chunks, int n, int trained)
 {
+    pdl_enter();
     if (st.sentinel && (int)blockIdx.x < n) {
         const fox_cuda_chunk ch = chunks[blockIdx.x];
         check_acc a;
@@ -218,8 +219,7 @@ fox__cuda_check(cudaStream_t s, const fox_cuda_stab *st, const fox_cuda_chunk *c
                 int n_chunks, int trained)
 {
     int blocks = st->sentinel && n_chunks > 0 ? n_chunks : 1;
-    check_kernel<<<blocks, THREADS, 0, s>>>(*st, chunks, n_chunks, trained);
-    FOX_CUDA_TRY(cudaGetLastError());
+    FOX_CUDA_TRY(launch(check_kernel, blocks, THREADS, 0, s, *st, chunks, n_chunks, trained));
     return 0;
 }
 
@@ -229,6 +229,7 @@ fox__cuda_check(cudaStream_t s, const fox_cuda_stab *st, const fox_cuda_chunk *c
 __global__ void
 inject_kernel(fox_cuda_ctl *c, float *p, float *p2, int after_count)
 {
+    pdl_enter();
     if (!fault_now(c, c->fault_slot, after_count))
         return;
     p[0] = c->fault_value;
@@ -240,8 +241,7 @@ inject_kernel(fox_cuda_ctl *c, float *p, float *p2, int after_count)
 int
 fox__cuda_inject(cudaStream_t s, const fox_cuda_stab *st, float *p, float *p2, int after_count)
 {
-    inject_kernel<<<1, 1, 0, s>>>(st->ctl, p, p2, after_count);
-    FOX_CUDA_TRY(cudaGetLastError());
+    FOX_CUDA_TRY(launch(inject_kernel, 1, 1, 0, s, st->ctl, p, p2, after_count));
     return 0;
 }
 
@@ -251,6 +251,7 @@ fox__cuda_inject(cudaStream_t s, const fox_cuda_stab *st, float *p, float *p2, i
 __global__ void
 h_s2_site_kernel(fox_cuda_stab st, float *h, size_t n, double *partial)
 {
+    pdl_enter();
     /* Every block reads the old RMS EMA: only the last block, after all others, updates it. */
     float bound = st.adaptive ? fox_bound_adaptive(st.isv[FOX_ISV_H_S2_BOUND])
                               : fox_bound_h_s2_fixed(st.isv[FOX_ISV_H_S2_RMS_EMA]);
@@ -292,8 +293,7 @@ fox__cuda_h_s2_site(cudaStream_t s, const fox_cuda_stab *st, float *h, size_t n)
         FOX_TRY(fox__cuda_p99_observe(s, st, h, n, FOX_ISV_H_S2_BOUND, FOX_CUDA_P99_H_S2));
     /* Up to 1,024 blocks: an element a thread at batch 256, two at 4096 (a trip to memory each). */
     unsigned int g = grid_for(n, THREADS, FOX_CUDA_SITE_BLOCKS);
-    h_s2_site_kernel<<<g, THREADS, 0, s>>>(*st, h, n, st->site_part);
-    FOX_CUDA_TRY(cudaGetLastError());
+    FOX_CUDA_TRY(launch(h_s2_site_kernel, g, THREADS, 0, s, *st, h, n, st->site_part));
     return 0;
 }
 
@@ -311,6 +311,7 @@ __global__ void
 dh_s2_join_kernel(fox_cuda_stab st, int B, int NT, int H2, float *dh, const float *dh_aux,
                   float *dh_iqn, const float *d_x, const float *phi, const float *h, float *d_phi)
 {
+    pdl_enter();
     const fox_cuda_ctl *c = st.ctl;
     float guard = fox_bound_backward_guard(st.isv[FOX_ISV_H_S2_RMS_EMA]);
     size_t n = (size_t)B * H2;
@@ -355,6 +356,7 @@ dh_s2_join_kernel(fox_cuda_stab st, int B, int NT, int H2, float *dh, const floa
 __global__ void
 fault_spent_kernel(fox_cuda_ctl *c)
 {
+    pdl_enter();
     if (fault_now(c, FOX_SENT_D_H_S2_POST_AUX, 0) || fault_now(c, FOX_SENT_IQN_D_H_S2, 0) ||
         fault_now(c, FOX_SENT_D_H_S2_POST_IQN, 0))
         c->fault_done = 1;
@@ -365,12 +367,10 @@ fox__cuda_dh_s2_join(cudaStream_t s, const fox_cuda_stab *st, int B, int NT, int
                      const float *dh_aux, float *dh_iqn, const float *d_x, const float *phi,
                      const float *h, float *d_phi)
 {
-    dh_s2_join_kernel<<<grid_for((size_t)B * H2, THREADS, 1024), THREADS, 0, s>>>(
-        *st, B, NT, H2, dh, dh_aux, dh_iqn, d_x, phi, h, d_phi);
-    FOX_CUDA_TRY(cudaGetLastError());
+    FOX_CUDA_TRY(launch(dh_s2_join_kernel, grid_for((size_t)B * H2, THREADS, 1024), THREADS, 0, s,
+                        *st, B, NT, H2, dh, dh_aux, dh_iqn, d_x, phi, h, d_phi));
     if (st->ctl_fault_inline) {
-        fault_spent_kernel<<<1, 1, 0, s>>>(st->ctl);
-        FOX_CUDA_TRY(cudaGetLastError());
+        FOX_CUDA_TRY(launch(fault_spent_kernel, 1, 1, 0, s, st->ctl));
     }
     return 0;
 }
@@ -390,6 +390,7 @@ __global__ void
 pre_step_kernel(fox_cuda_stab st, int B, const float *aux, int NA, float v_min, float v_max,
                 float atoms_p99, float *z)
 {
+    pdl_enter();
     double v = 0.0;
 #pragma unroll 4 /* four loads in flight (one block reads the whole batch) */
     for (int b = threadIdx.x; b < B; b += blockDim.x)
@@ -446,8 +447,8 @@ int
 fox__cuda_pre_step(cudaStream_t s, const fox_cuda_stab *st, int B, const float *aux, int NA,
                    float v_min, float v_max, float atoms_p99, float *z)
 {
-    pre_step_kernel<<<1, THREADS, 0, s>>>(*st, B, aux, NA, v_min, v_max, atoms_p99, z);
-    FOX_CUDA_TRY(cudaGetLastError());
+    FOX_CUDA_TRY(
+        launch(pre_step_kernel, 1, THREADS, 0, s, *st, B, aux, NA, v_min, v_max, atoms_p99, z));
     return 0;
 }
 
@@ -478,6 +479,7 @@ p99_pass1_kernel(fox_cuda_p99_scratch *sc, size_t n, const float *b0, const floa
                  const float *b2, const uint8_t *cls, const float *g, size_t l1_lo, size_t l1_hi,
                  const unsigned int *due)
 {
+    pdl_enter();
     if (due && *due == 0u)
         return;
     constexpr int NT = NB * NC, NW = THREADS / WARP;
@@ -773,6 +775,7 @@ post_adam_tail(const fox_cuda_stab &st, fox_cuda_p99_scratch *sc, const unsigned
 __global__ void __launch_bounds__(THREADS)
 l1_deficit_kernel(const __grid_constant__ fox_cuda_stab st, const float *g)
 {
+    pdl_enter();
     constexpr int NW = THREADS / WARP;
     const float *gl = g + st.l1_off;
     const int rows = st.l1_rows, cols = st.l1_cols;
@@ -819,8 +822,7 @@ l1_deficit_kernel(const __grid_constant__ fox_cuda_stab st, const float *g)
 int
 fox__cuda_l1_deficit(cudaStream_t s, const fox_cuda_stab *st, const float *g)
 {
-    l1_deficit_kernel<<<1, THREADS, 0, s>>>(*st, g);
-    FOX_CUDA_TRY(cudaGetLastError());
+    FOX_CUDA_TRY(launch(l1_deficit_kernel, 1, THREADS, 0, s, *st, g));
     return 0;
 }
 
@@ -839,6 +841,7 @@ p99_pass2_kernel(const __grid_constant__ fox_cuda_stab st, fox_cuda_p99_scratch 
                  const float *b0, const float *b1, const float *b2, const uint8_t *cls, int slot,
                  const unsigned int *due)
 {
+    pdl_enter();
     if (due && *due == 0u)
         return;
     constexpr int NT = NB * NC;
@@ -922,11 +925,10 @@ fox__cuda_p99_observe(cudaStream_t s, const fox_cuda_stab *st, const float *x, s
 {
     fox_cuda_p99_scratch *sc = &st->sp4->p99[use];
     unsigned int g = p99_grid(n);
-    p99_pass1_kernel<1, 1, false>
-        <<<g, THREADS, 0, s>>>(sc, n, x, NULL, NULL, NULL, NULL, 0, 0, NULL);
-    FOX_CUDA_TRY(cudaGetLastError());
-    p99_pass2_kernel<1, 1><<<g, THREADS, 0, s>>>(*st, sc, n, x, NULL, NULL, NULL, slot, NULL);
-    FOX_CUDA_TRY(cudaGetLastError());
+    FOX_CUDA_TRY(launch(p99_pass1_kernel<1, 1, false>, g, THREADS, 0, s, sc, n, x, nullptr, nullptr,
+                        nullptr, nullptr, 0, 0, nullptr));
+    FOX_CUDA_TRY(launch(p99_pass2_kernel<1, 1>, g, THREADS, 0, s, *st, sc, n, x, nullptr, nullptr,
+                        nullptr, slot, nullptr));
     return 0;
 }
 
@@ -940,12 +942,10 @@ fox__cuda_post_adam(cudaStream_t s, const fox_cuda_stab *st, int gated, size_t n
     static_assert(FOX_CUDA_P99_BLOCKS <= THREADS, "the tail holds a block's partials per thread");
     static_assert(FOX_CUDA_P99_TARGETS == 3 * FOX_GROUP_COUNT, "w, m, v per group");
     size_t l1_lo = st->l1_off, l1_hi = l1_lo + (size_t)st->l1_rows * st->l1_cols;
-    p99_pass1_kernel<3, FOX_GROUP_COUNT, true>
-        <<<gr, THREADS, 0, s>>>(sc, n, w, m, v, st->pgroup, g, l1_lo, l1_hi, due);
-    FOX_CUDA_TRY(cudaGetLastError());
-    p99_pass2_kernel<3, FOX_GROUP_COUNT>
-        <<<gr, THREADS, 0, s>>>(*st, sc, n, w, m, v, st->pgroup, 0, due);
-    FOX_CUDA_TRY(cudaGetLastError());
+    FOX_CUDA_TRY(launch(p99_pass1_kernel<3, FOX_GROUP_COUNT, true>, gr, THREADS, 0, s, sc, n, w, m,
+                        v, st->pgroup, g, l1_lo, l1_hi, due));
+    FOX_CUDA_TRY(launch(p99_pass2_kernel<3, FOX_GROUP_COUNT>, gr, THREADS, 0, s, *st, sc, n, w, m,
+                        v, st->pgroup, 0, due));
     return 0;
 }
 

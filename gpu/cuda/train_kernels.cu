@@ -76,6 +76,7 @@ __global__ void
 grad_norm_kernel(size_t n, const float *g, double *partial, fox_cuda_stab st, int B, int D,
                  const double *parts)
 {
+    pdl_enter();
     /* float4 loads, four of them in flight a thread: the default net's 541k in one round. */
     const size_t T = (size_t)gridDim.x * blockDim.x, n4 = n / 4;
     const size_t id = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
@@ -151,8 +152,8 @@ fox__cuda_grad_norm(cudaStream_t s, size_t n, const float *g, double *partial,
 {
     if ((uintptr_t)g % 16)
         return FOX_EINTERNAL; /* the float4 loads need the allocation's alignment */
-    grad_norm_kernel<<<FOX_CUDA_NORM_BLOCKS, 256, 0, s>>>(n, g, partial, *st, B, D, parts);
-    FOX_CUDA_TRY(cudaGetLastError());
+    FOX_CUDA_TRY(
+        launch(grad_norm_kernel, FOX_CUDA_NORM_BLOCKS, 256, 0, s, n, g, partial, *st, B, D, parts));
     return 0;
 }
 
@@ -237,6 +238,7 @@ adam_kernel(size_t n, float *params, const float *g, float *m, float *v, const u
             const __grid_constant__ fox_cuda_adam_slots sl, fox_cuda_optim_cfg oc,
             const __grid_constant__ fox_cuda_stab st)
 {
+    pdl_enter();
     /*
      * sl and st are __grid_constant__: engage (out of line) takes st by
      * reference and sl is indexed by the group, either of which otherwise
@@ -316,9 +318,8 @@ fox__cuda_adam(cudaStream_t s, size_t n, float *params, const float *g, float *m
     if (((uintptr_t)params | (uintptr_t)g | (uintptr_t)m | (uintptr_t)v) % 16 ||
         (uintptr_t)pgroup % 4)
         return FOX_EINTERNAL; /* the float4 loads need the allocations' alignment */
-    adam_kernel<<<grid_for(n / 4, 256, (size_t)-1), 256, 0, s>>>(n, params, g, m, v, pgroup, *sl,
-                                                                  *oc, *st);
-    FOX_CUDA_TRY(cudaGetLastError());
+    FOX_CUDA_TRY(launch(adam_kernel, grid_for(n / 4, 256, (size_t)-1), 256, 0, s, n, params, g, m,
+                        v, pgroup, *sl, *oc, *st));
     return 0;
 }
 
@@ -330,6 +331,7 @@ __global__ void
 finish_kernel(int B, const double *parts, fox_cuda_optim_cfg oc, fox_cuda_ctl *ctl, float *isv,
               float *isv_map)
 {
+    pdl_enter();
     /* A sample's four parts loaded together, four samples in flight (the sums' order unchanged). */
     double v[4] = {0.0, 0.0, 0.0, 0.0}, acc[4];
 #pragma unroll 4
@@ -339,7 +341,8 @@ finish_kernel(int B, const double *parts, fox_cuda_optim_cfg oc, fox_cuda_ctl *c
     for (int q = 0; q < 4; q++)
         acc[q] = block_sum(v[q]);
     if (threadIdx.x == 0) {
-        double total = acc[0] + (double)oc.iqn_lambda * acc[1] + (double)oc.aux_lambda * (acc[2] + acc[3]);
+        double total =
+            acc[0] + (double)oc.iqn_lambda * acc[1] + (double)oc.aux_lambda * (acc[2] + acc[3]);
         ctl->loss = (float)total;
         ctl->loss_c51 = (float)acc[0];
         ctl->loss_iqn = (float)acc[1];
@@ -358,8 +361,7 @@ int
 fox__cuda_finish(cudaStream_t s, int B, const double *parts, const fox_cuda_optim_cfg *oc,
                  fox_cuda_ctl *ctl, float *isv_dev, float *isv_map)
 {
-    finish_kernel<<<1, 256, 0, s>>>(B, parts, *oc, ctl, isv_dev, isv_map);
-    FOX_CUDA_TRY(cudaGetLastError());
+    FOX_CUDA_TRY(launch(finish_kernel, 1, 256, 0, s, B, parts, *oc, ctl, isv_dev, isv_map));
     return 0;
 }
 
@@ -373,6 +375,7 @@ __global__ void
 target_kernel(size_t n, const float *params, float *target, fox_cuda_optim_cfg oc,
               const fox_cuda_ctl *ctl)
 {
+    pdl_enter();
     int soft = oc.polyak > 0.0f && oc.polyak < 1.0f;
     if (!(oc.polyak > 0.0f) && ctl->train_steps % oc.target_sync != 0)
         return;
@@ -385,8 +388,7 @@ int
 fox__cuda_target(cudaStream_t s, size_t n, const float *params, float *target,
                  const fox_cuda_optim_cfg *oc, const fox_cuda_ctl *ctl)
 {
-    target_kernel<<<grid_for(n, 256), 256, 0, s>>>(n, params, target, *oc, ctl);
-    FOX_CUDA_TRY(cudaGetLastError());
+    FOX_CUDA_TRY(launch(target_kernel, grid_for(n, 256), 256, 0, s, n, params, target, *oc, ctl));
     return 0;
 }
 
@@ -401,6 +403,7 @@ fox__cuda_target(cudaStream_t s, size_t n, const float *params, float *target,
 __global__ void
 publish_kernel(const float *src, float *dst, int n)
 {
+    pdl_enter();
     for (int k = threadIdx.x; k < n; k += blockDim.x)
         dst[k] = src[k];
 }
@@ -408,8 +411,7 @@ publish_kernel(const float *src, float *dst, int n)
 int
 fox__cuda_publish(cudaStream_t s, const float *isv_dev, float *isv_host, int n)
 {
-    publish_kernel<<<1, 256, 0, s>>>(isv_dev, isv_host, n);
-    FOX_CUDA_TRY(cudaGetLastError());
+    FOX_CUDA_TRY(launch(publish_kernel, 1, 256, 0, s, isv_dev, isv_host, n));
     return 0;
 }
 
@@ -434,6 +436,7 @@ __global__ void
 env_reset_kernel(fox_cuda_collect_cfg c, const fox_cuda_fold *fold, fox_cuda_env *envs,
                  uint64_t gen)
 {
+    pdl_enter();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= c.N)
         return;
@@ -445,8 +448,7 @@ int
 fox__cuda_env_reset(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_cuda_fold *fold,
                     fox_cuda_env *envs, uint64_t gen)
 {
-    env_reset_kernel<<<(c->N + 255) / 256, 256, 0, s>>>(*c, fold, envs, gen);
-    FOX_CUDA_TRY(cudaGetLastError());
+    FOX_CUDA_TRY(launch(env_reset_kernel, (c->N + 255) / 256, 256, 0, s, *c, fold, envs, gen));
     return 0;
 }
 
@@ -462,6 +464,7 @@ state_at(const fox_cuda_collect_cfg &c, int t, const float port[3], int k)
 __global__ void
 collect_state_kernel(fox_cuda_collect_cfg c, const fox_cuda_env *envs, float *X)
 {
+    pdl_enter();
     size_t n = (size_t)c.N * c.S;
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
          k += (size_t)gridDim.x * blockDim.x) {
@@ -477,8 +480,8 @@ int
 fox__cuda_collect_state(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_cuda_env *envs,
                         float *X)
 {
-    collect_state_kernel<<<grid_for((size_t)c->N * c->S, 256), 256, 0, s>>>(*c, envs, X);
-    FOX_CUDA_TRY(cudaGetLastError());
+    FOX_CUDA_TRY(
+        launch(collect_state_kernel, grid_for((size_t)c->N * c->S, 256), 256, 0, s, *c, envs, X));
     return 0;
 }
 
@@ -494,6 +497,7 @@ collect_act_kernel(fox_cuda_collect_cfg c, const fox_cuda_fold *fold, fox_cuda_e
                    int32_t *wbar, float *wport, uint32_t *wa, float *wr, const float *q,
                    fox_cuda_ctl *ctl, fox_cuda_trans *staged, int *counts)
 {
+    pdl_enter();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     int ready = ctl->ring_size >= c.learning_starts && ctl->ring_size >= c.batch;
     double frac = (double)ctl->train_steps / (double)c.eps_decay_steps;
@@ -573,9 +577,8 @@ fox__cuda_collect_act(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_c
                       fox_cuda_env *envs, int32_t *wbar, float *wport, uint32_t *wa, float *wr,
                       const float *q, fox_cuda_ctl *ctl, fox_cuda_trans *staged, int *counts)
 {
-    collect_act_kernel<<<(c->N + 127) / 128, 128, 0, s>>>(*c, fold, envs, wbar, wport, wa, wr, q,
-                                                          ctl, staged, counts);
-    FOX_CUDA_TRY(cudaGetLastError());
+    FOX_CUDA_TRY(launch(collect_act_kernel, (c->N + 127) / 128, 128, 0, s, *c, fold, envs, wbar,
+                        wport, wa, wr, q, ctl, staged, counts));
     return 0;
 }
 
@@ -590,6 +593,7 @@ __global__ void
 collect_push_kernel(int N, int n_step, int capacity, const fox_cuda_trans *staged,
                     const int *counts, fox_cuda_trans *ring, fox_cuda_ctl *ctl)
 {
+    pdl_enter();
     typedef cub::BlockScan<int, PUSH_THREADS> scan_t;
     __shared__ typename scan_t::TempStorage tmp;
     int head = ctl->ring_head, total = 0;
@@ -614,9 +618,8 @@ int
 fox__cuda_collect_push(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_cuda_trans *staged,
                        const int *counts, fox_cuda_trans *ring, fox_cuda_ctl *ctl)
 {
-    collect_push_kernel<<<1, PUSH_THREADS, 0, s>>>(c->N, c->n_step, c->capacity, staged, counts,
-                                                   ring, ctl);
-    FOX_CUDA_TRY(cudaGetLastError());
+    FOX_CUDA_TRY(launch(collect_push_kernel, 1, PUSH_THREADS, 0, s, c->N, c->n_step, c->capacity,
+                        staged, counts, ring, ctl));
     return 0;
 }
 
@@ -629,6 +632,7 @@ __global__ void
 gather_kernel(fox_cuda_collect_cfg c, const fox_cuda_trans *ring, const int8_t *regime, int NT,
               const fox_cuda_ctl *ctl, fox_cuda_batch bt)
 {
+    pdl_enter();
     int B = c.batch, S = c.S;
     uint64_t seed = c.seed ^ 0x5a3b1eULL;
     uint64_t base = (uint64_t)ctl->train_steps * ((uint64_t)B * (1 + 2 * (uint64_t)NT));
@@ -663,8 +667,7 @@ int
 fox__cuda_gather(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_cuda_trans *ring,
                  const int8_t *regime, int NT, const fox_cuda_ctl *ctl, const fox_cuda_batch *bt)
 {
-    gather_kernel<<<grid_for((size_t)c->batch * c->S, 256), 256, 0, s>>>(*c, ring, regime, NT, ctl,
-                                                                         *bt);
-    FOX_CUDA_TRY(cudaGetLastError());
+    FOX_CUDA_TRY(launch(gather_kernel, grid_for((size_t)c->batch * c->S, 256), 256, 0, s, *c, ring,
+                        regime, NT, ctl, *bt));
     return 0;
 }
