@@ -24,6 +24,8 @@
 #   bench/gpu_run.sh envab     on the GPU machine: this build under each setting of $ENVS
 #                              (e.g. "- FOX_CUDA_PDL=1"): parity and drills, then foxbench
 #                              interleaved ($ROUNDS rounds, $ARGS to foxbench)
+#   bench/gpu_run.sh probe_gemm on the GPU machine: bench/gemm_probe at each of $BATCHES
+#                              (256 4096): cuBLAS's pick against every cuBLASLt candidate
 #   bench/gpu_run.sh final     on the GPU machine: parity and drills; foxbench at batch 256 and
 #                              4096 (1024 envs, learning_starts 4096), sentinel on and off, for
 #                              this build, foxbench_base and foxbench_f9 (BASE2=<dir of a build>
@@ -42,11 +44,12 @@ prepare() {
     set -e
     local build=${BUILD:-build-gpu}
     [ -d "$build" ] || meson setup "$build" -Dcuda=enabled
-    ninja -C "$build" bench/foxbench tests/test_cuda_parity tests/test_cuda_drills daemon/foxd
+    ninja -C "$build" bench/foxbench tests/test_cuda_parity tests/test_cuda_drills daemon/foxd \
+        bench/gemm_probe
     rm -rf .carry
     mkdir -p .carry/bin .carry/lib
     cp "$build/bench/foxbench" "$build/tests/test_cuda_parity" "$build/tests/test_cuda_drills" \
-        "$build/daemon/foxd" .carry/bin/
+        "$build/daemon/foxd" "$build/bench/gemm_probe" .carry/bin/
     [ -n "${BASE:-}" ] && cp "$BASE/bench/foxbench" .carry/bin/foxbench_base
     [ -n "${BASE2:-}" ] && cp "$BASE2/bench/foxbench" .carry/bin/foxbench_f9
     # Everything the binaries link beyond the C runtime, libstdc++ and CUDA's own libraries;
@@ -309,7 +312,7 @@ probe() {
 
 # This build under several environments, interleaved: $ENVS is a space-separated list of
 # settings, each a comma-separated VAR=value list or "-" for none (e.g. "- FOX_CUDA_PDL=1");
-# parity and drills under each of $CHECK_ENVS first (default: every one of $ENVS).
+# parity and drills under each of $CHECK_ENVS first (unset: every one of $ENVS; empty: none).
 envab() {
     local out=${OUT:-/tmp/foxgpu} bin=.carry/bin r e p
     mkdir -p "$out"
@@ -317,7 +320,7 @@ envab() {
     { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv; } > "$out/machine.txt" 2>&1
     cat "$out/machine.txt"
     vars() { [ "$1" = - ] || echo "${1//,/ }"; }
-    for e in ${CHECK_ENVS:-${ENVS:--}}; do
+    for e in ${CHECK_ENVS-${ENVS:--}}; do
         for p in "$bin/test_cuda_parity" "$bin/test_cuda_drills"; do
             local log="$out/$(basename "$p")_${e//[^A-Za-z0-9]/_}.log" t0=$SECONDS
             env $(vars "$e") CK_FORK=no OPENBLAS_NUM_THREADS=8 timeout "${TEST_S:-130}" "$p" \
@@ -369,5 +372,6 @@ final) final ;;
 probe) probe ;;
 variants) variants ;;
 envab) envab ;;
-*) echo "usage: $0 prepare|run|quick|final|overhead|probe|variants|envab" >&2; exit 2 ;;
+probe_gemm) use_libs && for b in ${BATCHES:-256 4096}; do .carry/bin/gemm_probe "$b"; done ;;
+*) echo "usage: $0 prepare|run|quick|final|overhead|probe|variants|envab|probe_gemm" >&2; exit 2 ;;
 esac

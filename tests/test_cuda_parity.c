@@ -248,6 +248,34 @@ START_TEST(forward_q_values)
     double e = rel_err_f(qg, qc, (size_t)R * lay.n_actions);
     printf("parity forward: expected Q of %d states, rel err %.3g (FP32)\n", R, e);
     ck_assert_msg(e < 1e-5, "q_values rel err %g", e);
+
+    /*
+     * The same forward in TF32, the collection's math (net.c, fox__cuda_set_math): its error
+     * on Q, and how many of the greedy actions of the batch's distinct states it changes.
+     */
+    float *qt = malloc((size_t)R * lay.n_actions * sizeof *qt);
+    ck_assert_ptr_nonnull(qt);
+    FOX_CK_OK(fox_cuda_debug_set_tf32(gpu, 1));
+    FOX_CK_OK(fox_cuda_backend_ops.q_values(gpu, s, R, qt));
+    FOX_CK_OK(fox_cuda_debug_set_tf32(gpu, 0));
+    double et = rel_err_f(qt, qg, (size_t)R * lay.n_actions);
+    int changed = 0, greedy = 0;
+    for (int b = 0; b < BATCH && b < R; b++)
+        for (int d = 0; d < lay.n_branches; d++) {
+            const float *q32 = qg + (size_t)b * lay.n_actions + lay.branch_off[d];
+            const float *q19 = qt + (size_t)b * lay.n_actions + lay.branch_off[d];
+            int a32 = 0, a19 = 0;
+            for (int k = 1; k < lay.branch_size[d]; k++) {
+                a32 = q32[k] > q32[a32] ? k : a32;
+                a19 = q19[k] > q19[a19] ? k : a19;
+            }
+            changed += a32 != a19;
+            greedy++;
+        }
+    printf("parity forward: TF32 Q rel err %.3g against FP32; greedy actions changed %d of %d\n",
+           et, changed, greedy);
+    ck_assert_msg(et < 5e-2, "TF32 q_values rel err %g", et);
+    free(qt);
     fox_cpu_net_destroy(net);
     free(s);
     free(qc);

@@ -685,10 +685,11 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
                                   c->adam_eps,   c->grad_clip,   c->polyak,
                                   c->target_sync, c->iqn_lambda, c->aux_lambda};
     /*
-     * Benchmark knobs, never defaults: FOX_CUDA_MATH=tf32 (see
-     * fox__cuda_set_math), FOX_CUDA_PDL=0 (no programmatic dependent
-     * launch), FOX_CUDA_SIDE=0 (one stream, to measure what the
-     * others buy), FOX_CUDA_NODW=1 (no weight gradients: what they cost).
+     * Benchmark knobs, never defaults: FOX_CUDA_MATH=tf32 and
+     * FOX_CUDA_COLLECT_MATH=fp32 (see fox__cuda_set_math), FOX_CUDA_PDL=0
+     * (no programmatic dependent launch), FOX_CUDA_SIDE=0 (one stream, to
+     * measure what the others buy; the collection then runs on MAIN, in
+     * FP32), FOX_CUDA_NODW=1 (no weight gradients: what they cost).
      */
     const char *side = getenv("FOX_CUDA_SIDE");
     if (side && strcmp(side, "0") == 0)
@@ -698,16 +699,19 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     fox__cuda_pdl = FOX_CUDA_ARCH >= 90 && !(pdl && strcmp(pdl, "0") == 0);
     const char *nodw = getenv("FOX_CUDA_NODW");
     fox__cuda_skip_dw = nodw && strcmp(nodw, "1") == 0;
+    const char *cmath = getenv("FOX_CUDA_COLLECT_MATH");
+    be->net.collect_tf32 = !(cmath && strcmp(cmath, "fp32") == 0);
     const char *math = getenv("FOX_CUDA_MATH");
-    if (math && strcmp(math, "tf32") == 0 && fox__cuda_set_math(&be->net, 1) != FOX_OK) {
+    if (fox__cuda_set_math(&be->net, math && strcmp(math, "tf32") == 0) != FOX_OK) {
         snprintf(err, errlen, "cuda backend: %s", last_err);
         cuda_destroy((fox_backend *)be);
         return FOX_ECUDA;
     }
     fox_log(FOX_LOG_INFO, "cuda backend: %zu MiB of device memory (replay ring %zu MiB), %s math, "
-            "%d stream(s), dependent launch %s", be->bytes_total >> 20, be->bytes_replay >> 20,
-            be->net.tf32 ? "TF32" : "FP32", be->net.use_side ? FOX_CUDA_STREAMS : 1,
-            fox__cuda_pdl ? "on" : "off");
+            "%d stream(s), dependent launch %s, collection forward %s", be->bytes_total >> 20,
+            be->bytes_replay >> 20, be->net.tf32 ? "TF32" : "FP32",
+            be->net.use_side ? FOX_CUDA_STREAMS : 1, fox__cuda_pdl ? "on" : "off",
+            (be->net.collect_tf32 && be->net.use_side) || be->net.tf32 ? "TF32" : "FP32");
     *out = (fox_backend *)be;
     return FOX_OK;
 }
@@ -884,9 +888,13 @@ enqueue(cuda_backend *be, int kind)
 {
     fox_cuda_net *n = &be->net;
     int tail = FOX_CUDA_MAIN;
-    if (kind == G_COLLECT)
-        FOX_TRY(enqueue_collect(be, FOX_CUDA_MAIN, 0));
-    else
+    if (kind == G_COLLECT) {
+        /* On the collection's stream (its cuBLAS handle's math) as in a full step. */
+        int cs;
+        FOX_TRY(fox__cuda_fork(n, FOX_CUDA_COLLECT, &cs));
+        FOX_TRY(enqueue_collect(be, cs, 0));
+        FOX_TRY(fox__cuda_dep(n, cs, FOX_CUDA_MAIN));
+    } else
         FOX_TRY(enqueue_train(be, kind == G_FULL, &tail));
     FOX_TRY(fox__cuda_check(n->st[tail], &n->stab, be->d_chunks, be->n_chunks, kind != G_COLLECT));
     if (kind == G_COLLECT)

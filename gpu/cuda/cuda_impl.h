@@ -349,6 +349,7 @@ typedef struct fox_cuda_net {
     int B;              /* train batch */
     int use_side;       /* 0: everything on MAIN (debugging) */
     int tf32;           /* cuBLAS math mode: 0 FP32, 1 TF32 tensor ops */
+    int collect_tf32;   /* the COLLECT stream's products in TF32 whatever tf32 says */
     cudaStream_t st[FOX_CUDA_STREAMS];
     cublasHandle_t cb[FOX_CUDA_STREAMS];
     void *cb_work[FOX_CUDA_STREAMS];

@@ -186,11 +186,18 @@ fox__cuda_set_math(fox_cuda_net *n, int tf32)
      * FP32 by default: at these widths the step is bound by launches, not
      * arithmetic, and FP32 keeps the parity with the CPU backend at ~1e-6.
      * TF32 (10-bit mantissa products) pays only at large batches; the
-     * parity test reports its error.
+     * parity test reports its error. The exception is the collection's
+     * forward on COLLECT (collect_tf32): its Q values only pick the greedy
+     * action of the ε-greedy behaviour policy, where TF32's ~1e-3 relative
+     * error decides only near-ties (the parity test counts the greedy
+     * actions it changes), and its 1024-row products in TF32 take ~20 µs
+     * off a full step at batch 256 (docs/performance.md).
      */
-    cublasMath_t mode = tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
-    for (int k = 0; k < FOX_CUDA_STREAMS; k++)
-        FOX_CUBLAS_TRY(cublasSetMathMode(n->cb[k], mode));
+    for (int k = 0; k < FOX_CUDA_STREAMS; k++) {
+        int t = tf32 || (k == FOX_CUDA_COLLECT && n->collect_tf32);
+        FOX_CUBLAS_TRY(
+            cublasSetMathMode(n->cb[k], t ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    }
     n->tf32 = tf32;
     return 0;
 }
