@@ -842,8 +842,9 @@ enqueue_collect(cuda_backend *be, int s, int trains)
  * batch is gathered from the ring as it stood before this step's push (the
  * CPU backend's order), so the collection can run on its own stream from
  * the gather (and the pre-step's atoms it acts on) until the optimizer.
- * Ends after the step's statistics, before the re-pack, with the points
- * that follow them on stream *tail, forked there for the fused check.
+ * Ends with the target update and re-pack forked onto stream *tail and,
+ * on MAIN, the points after the step's statistics, where the fused check
+ * follows (with dependent launch: no cross-stream wait before it).
  */
 static int
 enqueue_train(cuda_backend *be, int collect, int *tail)
@@ -866,22 +867,27 @@ enqueue_train(cuda_backend *be, int collect, int *tail)
     FOX_TRY(fox__cuda_loss_grad(n, &be->hp));
     FOX_TRY(fox__cuda_dep(n, cs, FOX_CUDA_MAIN));
     FOX_TRY(fox__cuda_optim(n, &be->oc, be->ctl, be->isv_dev, be->isv_map));
+    /*
+     * The re-pack beside the fused check, which reads nothing it writes; without the sentinel
+     * the check is the halts' one block, and the re-pack stays on MAIN before it.
+     */
+    FOX_TRY(fox__cuda_fork(n, n->stab.sentinel ? FOX_CUDA_LATE : FOX_CUDA_MAIN, tail));
+    FOX_TRY(fox__cuda_repack(n, *tail, &be->oc, be->ctl));
     /* After the step was counted: the losses and the priorities. */
     float *ctl = (float *)be->ctl;
-    int s;
-    FOX_TRY(fox__cuda_fork(n, FOX_CUDA_LATE, &s));
-    FOX_TRY(point(be, s, FOX_SENT_AUX_LOSS, ctl + offsetof(fox_cuda_ctl, loss_aux) / 4, NULL, 1));
-    FOX_TRY(point(be, s, FOX_SENT_TOTAL_LOSS, ctl + offsetof(fox_cuda_ctl, loss) / 4, NULL, 1));
-    FOX_TRY(point(be, s, FOX_SENT_REPLAY_PRIORITIES, bt->prio, NULL, 1));
-    *tail = s;
-    return FOX_OK;
+    FOX_TRY(point(be, FOX_CUDA_MAIN, FOX_SENT_AUX_LOSS,
+                  ctl + offsetof(fox_cuda_ctl, loss_aux) / 4, NULL, 1));
+    FOX_TRY(point(be, FOX_CUDA_MAIN, FOX_SENT_TOTAL_LOSS, ctl + offsetof(fox_cuda_ctl, loss) / 4,
+                  NULL, 1));
+    return point(be, FOX_CUDA_MAIN, FOX_SENT_REPLAY_PRIORITIES, bt->prio, NULL, 1);
 }
 
 /*
- * A step ends with the fused check and the halts, then the ISV published
- * (the optimizer's finish kernel already did in a training step). In a
- * training step the check runs beside the heads' re-pack, which writes
- * nothing it reads (the packed copies and the target net).
+ * A step ends with the fused check and the halts on MAIN, then the ISV
+ * published (the optimizer's finish kernel already did in a training
+ * step). In a training step the check runs beside the heads' re-pack on
+ * *tail, which writes nothing it reads (the packed copies and the target
+ * net).
  */
 static int
 enqueue(cuda_backend *be, int kind)
@@ -896,11 +902,11 @@ enqueue(cuda_backend *be, int kind)
         FOX_TRY(fox__cuda_dep(n, cs, FOX_CUDA_MAIN));
     } else
         FOX_TRY(enqueue_train(be, kind == G_FULL, &tail));
-    FOX_TRY(fox__cuda_check(n->st[tail], &n->stab, be->d_chunks, be->n_chunks, kind != G_COLLECT));
+    FOX_TRY(fox__cuda_check(n->st[FOX_CUDA_MAIN], &n->stab, be->d_chunks, be->n_chunks,
+                            kind != G_COLLECT));
     if (kind == G_COLLECT)
         return fox__cuda_publish(n->st[FOX_CUDA_MAIN], be->isv_dev, be->isv_map,
                                  FOX_ISV_TOTAL_DIM);
-    FOX_TRY(fox__cuda_repack(n, &be->oc, be->ctl));
     return fox__cuda_dep(n, tail, FOX_CUDA_MAIN);
 }
 

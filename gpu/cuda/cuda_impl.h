@@ -466,8 +466,8 @@ int fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp);
 /* Guard, norm, clip, Adam, the L1 rate's deficit, the step's statistics and the ISV publication. */
 int fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl,
                     float *isv_dev, float *isv_map);
-/* After fox__cuda_optim, on MAIN: the target update that is due, the heads re-packed. */
-int fox__cuda_repack(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, const fox_cuda_ctl *ctl);
+/* After fox__cuda_optim, on stream s: the target update that is due, the heads re-packed. */
+int fox__cuda_repack(fox_cuda_net *n, int s, const fox_cuda_optim_cfg *oc, const fox_cuda_ctl *ctl);
 /* Record on stream `from`, wait on stream `to`. */
 int fox__cuda_dep(fox_cuda_net *n, int from, int to);
 /* *s = stream `to` (FOX_CUDA_*), forked from MAIN at this point; MAIN itself without use_side. */

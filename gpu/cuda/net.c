@@ -845,13 +845,13 @@ fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl
 }
 
 int
-fox__cuda_repack(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, const fox_cuda_ctl *ctl)
+fox__cuda_repack(fox_cuda_net *n, int s, const fox_cuda_optim_cfg *oc, const fox_cuda_ctl *ctl)
 {
-    cudaStream_t s0 = n->st[FOX_CUDA_MAIN];
+    cudaStream_t st = n->st[s];
     /* A Polyak update reads the target it writes: its own launch before the re-pack. */
     if (oc->polyak > 0.0f) {
-        FOX_TRY(fox__cuda_target(s0, n->np, n->params, n->params + n->np, oc, ctl));
-        return fox__cuda_pack(n, FOX_CUDA_MAIN);
+        FOX_TRY(fox__cuda_target(st, n->np, n->params, n->params + n->np, oc, ctl));
+        return fox__cuda_pack(n, s);
     }
-    return fox__cuda_head_pack(s0, &n->dm, &n->heads, n->params, n->np, n->pk, oc, ctl);
+    return fox__cuda_head_pack(st, &n->dm, &n->heads, n->params, n->np, n->pk, oc, ctl);
 }
