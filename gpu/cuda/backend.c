@@ -842,12 +842,12 @@ enqueue_collect(cuda_backend *be, int s, int trains)
  * batch is gathered from the ring as it stood before this step's push (the
  * CPU backend's order), so the collection can run on its own stream from
  * the gather (and the pre-step's atoms it acts on) until the optimizer.
- * Ends with the target update and re-pack forked onto stream *tail and,
- * on MAIN, the points after the step's statistics, where the fused check
- * follows (with dependent launch: no cross-stream wait before it).
+ * Ends with the target update and re-pack forked onto LATE and, on MAIN,
+ * the points after the step's statistics, where the fused check follows
+ * (with dependent launch: no cross-stream wait before it).
  */
 static int
-enqueue_train(cuda_backend *be, int collect, int *tail)
+enqueue_train(cuda_backend *be, int collect)
 {
     fox_cuda_net *n = &be->net;
     cudaStream_t s0 = n->st[0];
@@ -867,12 +867,10 @@ enqueue_train(cuda_backend *be, int collect, int *tail)
     FOX_TRY(fox__cuda_loss_grad(n, &be->hp));
     FOX_TRY(fox__cuda_dep(n, cs, FOX_CUDA_MAIN));
     FOX_TRY(fox__cuda_optim(n, &be->oc, be->ctl, be->isv_dev, be->isv_map));
-    /*
-     * The re-pack beside the fused check, which reads nothing it writes; without the sentinel
-     * the check is the halts' one block, and the re-pack stays on MAIN before it.
-     */
-    FOX_TRY(fox__cuda_fork(n, n->stab.sentinel ? FOX_CUDA_LATE : FOX_CUDA_MAIN, tail));
-    FOX_TRY(fox__cuda_repack(n, *tail, &be->oc, be->ctl));
+    /* The re-pack beside the fused check, which reads nothing it writes. */
+    int ps;
+    FOX_TRY(fox__cuda_fork(n, FOX_CUDA_LATE, &ps));
+    FOX_TRY(fox__cuda_repack(n, ps, &be->oc, be->ctl));
     /* After the step was counted: the losses and the priorities. */
     float *ctl = (float *)be->ctl;
     FOX_TRY(point(be, FOX_CUDA_MAIN, FOX_SENT_AUX_LOSS,
@@ -885,15 +883,14 @@ enqueue_train(cuda_backend *be, int collect, int *tail)
 /*
  * A step ends with the fused check and the halts on MAIN, then the ISV
  * published (the optimizer's finish kernel already did in a training
- * step). In a training step the check runs beside the heads' re-pack on
- * *tail, which writes nothing it reads (the packed copies and the target
- * net).
+ * step), and every stream forked during it joined back into MAIN. In a
+ * training step the check runs beside the heads' re-pack, which writes
+ * nothing it reads (the packed copies and the target net).
  */
 static int
 enqueue(cuda_backend *be, int kind)
 {
     fox_cuda_net *n = &be->net;
-    int tail = FOX_CUDA_MAIN;
     if (kind == G_COLLECT) {
         /* On the collection's stream (its cuBLAS handle's math) as in a full step. */
         int cs;
@@ -901,13 +898,13 @@ enqueue(cuda_backend *be, int kind)
         FOX_TRY(enqueue_collect(be, cs, 0));
         FOX_TRY(fox__cuda_dep(n, cs, FOX_CUDA_MAIN));
     } else
-        FOX_TRY(enqueue_train(be, kind == G_FULL, &tail));
+        FOX_TRY(enqueue_train(be, kind == G_FULL));
     FOX_TRY(fox__cuda_check(n->st[FOX_CUDA_MAIN], &n->stab, be->d_chunks, be->n_chunks,
                             kind != G_COLLECT));
     if (kind == G_COLLECT)
-        return fox__cuda_publish(n->st[FOX_CUDA_MAIN], be->isv_dev, be->isv_map,
-                                 FOX_ISV_TOTAL_DIM);
-    return fox__cuda_dep(n, tail, FOX_CUDA_MAIN);
+        FOX_TRY(fox__cuda_publish(n->st[FOX_CUDA_MAIN], be->isv_dev, be->isv_map,
+                                  FOX_ISV_TOTAL_DIM));
+    return fox__cuda_join_all(n);
 }
 
 static int

@@ -94,6 +94,17 @@ typedef struct fox_cuda_heads {
     size_t w1[FOX_CUDA_HEADS], b1[FOX_CUDA_HEADS], w2[FOX_CUDA_HEADS], b2[FOX_CUDA_HEADS];
 } fox_cuda_heads;
 
+/*
+ * Parameter tensors of the online net copied end to end into dst by the head-pack launch:
+ * segment k is len[k] floats from params + src[k] (fox_cuda_net's weight pairs).
+ */
+#define FOX_CUDA_SEGMENTS 8
+typedef struct fox_cuda_segments {
+    float *dst;
+    size_t src[FOX_CUDA_SEGMENTS], len[FOX_CUDA_SEGMENTS], total;
+    int count;
+} fox_cuda_segments;
+
 /* ------------------------------------------------------------------------------------------ */
 /* Device-side state that kernels read and write (never baked into a graph)                   */
 
@@ -192,9 +203,10 @@ typedef struct fox_cuda_iqn {
 } fox_cuda_iqn;
 
 typedef struct fox_cuda_grn_grad {
-    float *du, *dyx;    /* [B × out] GLU/skip input gradient; dy ⊙ x̂ for dγ */
-    float *dzgv;        /* [2 × B × out] pre-gate and pre-lin gradients */
-    float *deta1, *deta2;
+    float *dud;         /* [B × 2·out]: a row's du (GLU/skip input gradient), then its dη2 */
+    float *dyx;         /* [B × out] dy ⊙ x̂ for dγ */
+    float *dzgv;        /* [B × 2·out] pre-gate then pre-lin gradients of each row */
+    float *deta1;       /* [B × out] */
 } fox_cuda_grn_grad;
 
 typedef struct fox_cuda_bwd {
@@ -355,9 +367,17 @@ typedef struct fox_cuda_net {
     void *cb_work[FOX_CUDA_STREAMS];
     cudaEvent_t ev[FOX_CUDA_EVENTS];
     int ev_next;
+    int forked[FOX_CUDA_STREAMS]; /* forked from MAIN and not joined back since */
     float *params;      /* [2 × np]: online, then target (one offset np apart) */
     float *grads, *adam_m, *adam_v;   /* [np] */
     float *pk;          /* [2 × PK] packed heads, online then target */
+    /*
+     * Per GRN (0, 1) of the online net, weight pairs side by side so that a two-term input
+     * gradient is one product over K = 2·out: [Wg; Wv] [2·out × out] and, with a skip,
+     * [Wr; W2] [2·out × in] (else NULL); all in pairs.dst, refreshed with the packed heads.
+     */
+    fox_cuda_segments pairs;
+    float *wgv[2], *wr2[2];
     float *z;           /* [NA] atom support */
     float atoms_p99;    /* p99 |z| of the configured atoms (SP4 Mech 2), fixed for the net's life */
     float *ones;        /* [n_ones] for column sums */
@@ -472,6 +492,8 @@ int fox__cuda_repack(fox_cuda_net *n, int s, const fox_cuda_optim_cfg *oc, const
 int fox__cuda_dep(fox_cuda_net *n, int from, int to);
 /* *s = stream `to` (FOX_CUDA_*), forked from MAIN at this point; MAIN itself without use_side. */
 int fox__cuda_fork(fox_cuda_net *n, int to, int *s);
+/* Join every stream forked and not joined back since into MAIN (a graph's capture must). */
+int fox__cuda_join_all(fox_cuda_net *n);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Network kernels (net_kernels.cu)                                                           */
@@ -485,7 +507,10 @@ int fox__cuda_grn_tail(cudaStream_t s, int rows, int out, float *zgv, const floa
                        const float *bg, const float *bv, const float *g, const float *beta,
                        int split, long long poff, float *xhat, float *rstd, float *y, float *glu,
                        float *ln_in);
-/* LayerNorm and GLU backward; sg, lin at zgv [2 × R_fwd × out] (first rows used). */
+/*
+ * LayerNorm and GLU backward; sg, lin at zgv [2 × R_fwd × out] (first rows used); du and dzgv
+ * rows 2·out apart (fox_cuda_grn_grad's dud and dzgv).
+ */
 int fox__cuda_ln_glu_bwd(cudaStream_t s, int rows, int out, const float *dy, const float *xhat,
                          const float *rstd, const float *g, const float *zgv,
                          long long fwd_stride, float *du, float *dyx, float *dzgv);
@@ -495,14 +520,14 @@ int fox__cuda_dueling(cudaStream_t s, int rows, const fox_cuda_dims *dm, const f
                       float *q);
 int fox__cuda_iqn_cos(cudaStream_t s, int rows, int NC, const float *tau, float *cosf);
 /*
- * Pack both nets' heads from params [2 × np] into pk [2 × PK]. With oc and
- * ctl (not NULL), first apply the step's hard target sync when it is due,
- * in the same launch (oc->polyak must be 0: a soft update goes through
- * fox__cuda_target first).
+ * Pack both nets' heads from params [2 × np] into pk [2 × PK], and the
+ * online net's segments sg into sg->dst. With oc and ctl (not NULL), first
+ * apply the step's hard target sync when it is due, in the same launch
+ * (oc->polyak must be 0: a soft update goes through fox__cuda_target first).
  */
 int fox__cuda_head_pack(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_heads *hd,
-                        float *params, size_t np, float *pk, const fox_cuda_optim_cfg *oc,
-                        const fox_cuda_ctl *ctl);
+                        const fox_cuda_segments *sg, float *params, size_t np, float *pk,
+                        const fox_cuda_optim_cfg *oc, const fox_cuda_ctl *ctl);
 /* The packed heads' gradient dpk [PK] into grads. */
 int fox__cuda_head_unpack(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_heads *hd,
                           const float *dpk, float *grads);

@@ -1,6 +1,6 @@
 /*
  * net.c (CUDA) — foxnet v1's forward, losses, backward and optimizer step
- * as a sequence of cuBLAS products and hand kernels on three streams; the
+ * as a sequence of cuBLAS products and hand kernels on four streams; the
  * twin of gpu/cpu/net.c + gpu/cpu/optim.c.
  *
  * Layout choices, each to cut launches:
@@ -20,8 +20,12 @@
  *     products of both nets are one strided-batched call;
  *   - SIDE runs the target net's forward and every weight gradient, LATE
  *     the sentinel-only d_states, neither of which MAIN waits for until
- *     the optimizer (cuda_impl.h's streams), and in adaptive mode the last
- *     Adam step's Pearl B beside the forward, joined before the loss.
+ *     the optimizer (cuda_impl.h's streams), in adaptive mode the last
+ *     Adam step's Pearl B beside the forward, joined before the loss, and
+ *     the IQN and aux parts of d h_s2 beside its C51 part;
+ *   - a GRN's two-term input gradients (gate and value; skip and W2) are
+ *     one product each over copies of the weight pairs side by side
+ *     (pairs_init), refreshed with the packed heads.
  * Every buffer a SIDE or LATE product reads is written once per step and
  * not reused later in the step, so the streams never race.
  *
@@ -108,22 +112,20 @@ static int
 grn_grad_alloc(fox_cuda_grn_grad *g, int B, int out)
 {
     size_t n = (size_t)B * out;
-    DALLOC(g->du, n);
+    DALLOC(g->dud, 2 * n);
     DALLOC(g->dyx, n);
     DALLOC(g->dzgv, 2 * n);
     DALLOC(g->deta1, n);
-    DALLOC(g->deta2, n);
     return 0;
 }
 
 static void
 grn_grad_free(fox_cuda_grn_grad *g)
 {
-    cudaFree(g->du);
+    cudaFree(g->dud);
     cudaFree(g->dyx);
     cudaFree(g->dzgv);
     cudaFree(g->deta1);
-    cudaFree(g->deta2);
 }
 
 static void
@@ -223,6 +225,38 @@ pgroup_init(fox_cuda_net *n)
     return 0;
 }
 
+/*
+ * Each GRN's weight pairs side by side (wgv, wr2), copied by the head-pack
+ * launch (pairs): in the layout other tensors sit between them, and each of
+ * dη1 = [dzg dlin]·[Wg; Wv] and da = [du dη2]·[Wr; W2] is one product over
+ * K = 2·out instead of two in a row on the backward's critical path.
+ */
+static int
+pairs_init(fox_cuda_net *n)
+{
+    static const int grn[2] = {FOX_P_GRN1_W2, FOX_P_GRN2_W2};
+    const int in[2] = {n->dm.S, n->dm.H1}, out[2] = {n->dm.H1, n->dm.H2};
+    fox_cuda_segments *sg = &n->pairs;
+    for (int k = 0; k < 2; k++) {
+        int t[4] = {FOX_GRN_WG, FOX_GRN_WV, FOX_GRN_WR, FOX_GRN_W2};
+        int nt = in[k] != out[k] ? 4 : 2;
+        for (int j = 0; j < nt; j++) {
+            sg->src[sg->count] = toff(n, grn[k] + t[j]);
+            sg->len[sg->count] = (size_t)out[k] * (j < 2 ? out[k] : in[k]);
+            sg->total += sg->len[sg->count++];
+        }
+    }
+    DALLOC(sg->dst, sg->total);
+    float *at = sg->dst;
+    for (int k = 0; k < 2; k++) {
+        n->wgv[k] = at;
+        at += 2 * (size_t)out[k] * out[k];
+        n->wr2[k] = in[k] != out[k] ? at : NULL;
+        at += n->wr2[k] ? 2 * (size_t)out[k] * in[k] : 0;
+    }
+    return 0;
+}
+
 int
 fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_rows)
 {
@@ -255,6 +289,7 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
     FOX_CUDA_TRY(cudaMemset(n->grads, 0, np * sizeof(float)));
     FOX_CUDA_TRY(cudaMemset(n->adam_m, 0, np * sizeof(float)));
     FOX_CUDA_TRY(cudaMemset(n->adam_v, 0, np * sizeof(float)));
+    FOX_TRY(pairs_init(n));
     DALLOC(n->pk, 2 * dm->PK);
     /* Alignment gaps of the packed heads are never written: zero them once. */
     FOX_CUDA_TRY(cudaMemset(n->pk, 0, 2 * dm->PK * sizeof(float)));
@@ -348,7 +383,7 @@ fox__cuda_net_fini(fox_cuda_net *n)
             cudaStreamSynchronize(n->st[k]);
     fox__cuda_fwd_free(&n->on);
     fox__cuda_fwd_free(&n->tg);
-    void *bufs[] = {n->params, n->grads, n->adam_m, n->adam_v, n->pk, n->z, n->ones,
+    void *bufs[] = {n->params, n->grads, n->adam_m, n->adam_v, n->pk, n->pairs.dst, n->z, n->ones,
                     n->iq.cosf, n->iq.phi, n->iq.x, n->iq.q, n->bw.dout, n->bw.dhid, n->bw.dpk,
                     n->bw.dh_s2, n->bw.dh_s1, n->bw.d_q, n->bw.d_x,
                     n->bt.s2, n->bt.a, n->bt.r, n->bt.done, n->bt.aux, n->bt.regime, n->bt.tau,
@@ -380,6 +415,8 @@ fox__cuda_dep(fox_cuda_net *n, int from, int to)
 {
     if (from == to)
         return 0;
+    if (to == FOX_CUDA_MAIN)
+        n->forked[from] = 0;
     cudaEvent_t ev = n->ev[n->ev_next];
     n->ev_next = (n->ev_next + 1) % FOX_CUDA_EVENTS;
     FOX_CUDA_TRY(cudaEventRecord(ev, n->st[from]));
@@ -391,7 +428,18 @@ int
 fox__cuda_fork(fox_cuda_net *n, int to, int *s)
 {
     *s = n->use_side ? to : FOX_CUDA_MAIN;
+    if (*s != FOX_CUDA_MAIN)
+        n->forked[*s] = 1;
     return fox__cuda_dep(n, FOX_CUDA_MAIN, *s);
+}
+
+int
+fox__cuda_join_all(fox_cuda_net *n)
+{
+    for (int k = 1; k < FOX_CUDA_STREAMS; k++)
+        if (n->forked[k])
+            FOX_TRY(fox__cuda_dep(n, k, FOX_CUDA_MAIN));
+    return 0;
 }
 
 /* The stream for weight gradients, forked at this point. */
@@ -404,10 +452,18 @@ side(fox_cuda_net *n, int *ws)
 /* ------------------------------------------------------------------------------------------ */
 /* Forward                                                                                    */
 
+/* 0 for GRN1's block (tensors from first), 1 for GRN2's. */
+static int
+grn_index(int first)
+{
+    return first == FOX_P_GRN1_W2 ? 0 : 1;
+}
+
 int
 fox__cuda_pack(fox_cuda_net *n, int s)
 {
-    return fox__cuda_head_pack(n->st[s], &n->dm, &n->heads, n->params, n->np, n->pk, NULL, NULL);
+    return fox__cuda_head_pack(n->st[s], &n->dm, &n->heads, &n->pairs, n->params, n->np, n->pk,
+                               NULL, NULL);
 }
 
 /* A product with everything off: α 1, one batch entry, no split. */
@@ -578,59 +634,52 @@ grn_bwd(fox_cuda_net *n, int first, int in, int out, const float *a, const fox_c
     int ws;
 #define T(k) (P + toff(n, first + (k)))
 #define DT(k) (G + toff(n, first + (k)))
+    /* du and dη2 side by side in dud (rows 2·out apart), for the product [du dη2]·[Wr; W2]. */
+    float *du = gg->dud, *deta2 = gg->dud + out;
+    const int k = grn_index(first);
     FOX_TRY(fox__cuda_ln_glu_bwd(s0, B, out, dy, c->xhat, c->rstd, T(FOX_GRN_LN_G), c->zgv,
-                                 (long long)f_rows * out, gg->du, gg->dyx, gg->dzgv));
+                                 (long long)f_rows * out, du, gg->dyx, gg->dzgv));
     long long gv = (long long)(toff(n, first + FOX_GRN_WV) - toff(n, first + FOX_GRN_WG));
     long long gvb = (long long)(toff(n, first + FOX_GRN_BV) - toff(n, first + FOX_GRN_BG));
-    long long bn = (long long)B * out;
     FOX_TRY(side(n, &ws));
     FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, gg->dyx, out, ones, DT(FOX_GRN_LN_G), 0.0f));
     FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, dy, out, ones, DT(FOX_GRN_LN_B), 0.0f));
     if (in != out)
-        FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, in, out, gg->du, out, a, in, DT(FOX_GRN_WR), 0.0f));
-    FOX_TRY(fox__cuda_lin_dw_batched(n->cb[ws], B, out, out, gg->dzgv, out, bn, c->eta1, out, 0,
-                                     DT(FOX_GRN_WG), gv, 2));
-    FOX_TRY(fox__cuda_colsum_batched(n->cb[ws], B, out, gg->dzgv, out, bn, ones, DT(FOX_GRN_BG),
-                                     gvb, 2));
-    /* dη1 = dzg·Wg + dlin·Wv in one launch. */
-    fox_cuda_gemm m = gemm_of(B, out, out, 0, gg->dzgv, out, T(FOX_GRN_WG), out, gg->deta1, out);
-    m.A2 = gg->dzgv + bn;
-    m.lda2 = out;
-    m.B2 = T(FOX_GRN_WV);
-    m.ldb2 = out;
-    m.K2 = out;
+        FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, in, out, du, 2 * out, a, in, DT(FOX_GRN_WR), 0.0f));
+    FOX_TRY(fox__cuda_lin_dw_batched(n->cb[ws], B, out, out, gg->dzgv, 2 * out, out, c->eta1, out,
+                                     0, DT(FOX_GRN_WG), gv, 2));
+    FOX_TRY(fox__cuda_colsum_batched(n->cb[ws], B, out, gg->dzgv, 2 * out, out, ones,
+                                     DT(FOX_GRN_BG), gvb, 2));
+    /* dη1 = dzg·Wg + dlin·Wv = [dzg dlin]·[Wg; Wv]: one product (pack_wgv). */
+    fox_cuda_gemm m = gemm_of(B, out, 2 * out, 0, gg->dzgv, 2 * out, n->wgv[k], out, gg->deta1,
+                              out);
     FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
     FOX_TRY(side(n, &ws));
     FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, out, out, gg->deta1, out, c->eta2, out, DT(FOX_GRN_W1),
                              0.0f));
     FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, gg->deta1, out, ones, DT(FOX_GRN_B1), 0.0f));
     /* dη2 = (dη1·W1) ⊙ ELU'(η2). */
-    m = gemm_of(B, out, out, 0, gg->deta1, out, T(FOX_GRN_W1), out, gg->deta2, out);
+    m = gemm_of(B, out, out, 0, gg->deta1, out, T(FOX_GRN_W1), out, deta2, 2 * out);
     m.dy = c->eta2;
     m.lddy = out;
     m.dact = FOX_ACT_ELU;
     FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
     FOX_TRY(side(n, &ws));
-    FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, in, out, gg->deta2, out, a, in, DT(FOX_GRN_W2), 0.0f));
-    FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, gg->deta2, out, ones, DT(FOX_GRN_B2), 0.0f));
+    FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, in, out, deta2, 2 * out, a, in, DT(FOX_GRN_W2), 0.0f));
+    FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, deta2, 2 * out, ones, DT(FOX_GRN_B2), 0.0f));
     if (da) {
         int ds = FOX_CUDA_MAIN;
         if (late) {
             FOX_TRY(fox__cuda_fork(n, FOX_CUDA_LATE, late));
             ds = *late;
         }
-        /* da = du·Wr + dη2·W2 (skip path first, as the CPU adds them), or du + dη2·W2. */
-        m = gemm_of(B, in, out, 0, gg->deta2, out, T(FOX_GRN_W2), in, da, in);
-        if (in != out) {
-            m = gemm_of(B, in, out, 0, gg->du, out, T(FOX_GRN_WR), in, da, in);
-            m.A2 = gg->deta2;
-            m.lda2 = out;
-            m.B2 = T(FOX_GRN_W2);
-            m.ldb2 = in;
-            m.K2 = out;
+        /* da = [du dη2]·[Wr; W2] (skip path first, as the CPU adds them), or du + dη2·W2. */
+        if (n->wr2[k]) {
+            m = gemm_of(B, in, 2 * out, 0, du, 2 * out, n->wr2[k], in, da, in);
         } else {
-            m.add = gg->du;
-            m.ldadd = out;
+            m = gemm_of(B, in, out, 0, deta2, 2 * out, T(FOX_GRN_W2), in, da, in);
+            m.add = du;
+            m.ldadd = 2 * out;
         }
         FOX_TRY(fox__cuda_gemm(n->cb[ds], n->st[ds], &m));
     }
@@ -745,6 +794,18 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
     FOX_TRY(point(n, 0, FOX_SENT_D_V_LOGITS, bw->dout, NULL, 0));
     FOX_TRY(point(n, 0, FOX_SENT_D_ADV_LOGITS, bw->dout + dm->OS, NULL, 0));
 
+    /*
+     * d h_s2's IQN part d_x = d_q·Wq on LATE from here, and its aux part there too once d hid
+     * exists, beside the heads' input gradient and the C51 part on MAIN; joined before the
+     * three are summed with their inline checks (dh_s2_join).
+     */
+    int ls;
+    FOX_TRY(fox__cuda_fork(n, FOX_CUDA_LATE, &ls));
+    m = gemm_of(rq, dm->H2, dm->NAct, 0, bw->d_q, dm->NAct, P + toff(n, FOX_P_IQN_WQ), dm->H2,
+                bw->d_x, dm->H2);
+    FOX_TRY(fox__cuda_gemm(n->cb[ls], n->st[ls], &m));
+    FOX_TRY(point(n, ls, FOX_SENT_IQN_TRUNK_GRAD, bw->d_x, NULL, 0));
+
     /* The packed heads: input gradients on MAIN, weight gradients on SIDE. */
     const float *pk = n->pk;
     FOX_TRY(side(n, &ws));
@@ -770,28 +831,26 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
     FOX_TRY(fox__cuda_colsum(n->cb[ws], B, dm->HW, bw->dhid, dm->HW, n->ones, bw->dpk + dm->pk_b1,
                              0.0f));
     FOX_TRY(fox__cuda_head_unpack(n->st[ws], dm, &n->heads, bw->dpk, G));
-    /* d h_s2 from the C51 heads, scaled by 1/(D+1) as in BDQ (slot 33's point), and the aux part. */
+    /* d h_s2's aux part (LATE), and from the C51 heads, scaled by 1/(D+1) as in BDQ (slot 33). */
     float scale = hp->bdq_trunk_scale ? 1.0f / (float)(dm->D + 1) : 1.0f;
     int c51w = FOX_CUDA_C51_HEADS * dm->HS;
+    FOX_TRY(fox__cuda_dep(n, FOX_CUDA_MAIN, ls));
+    m = gemm_of(B, dm->H2, dm->HW - c51w, 0, bw->dhid + c51w, dm->HW,
+                pk + dm->pk_w1 + (size_t)c51w * dm->H2, dm->H2, bw->dh_aux, dm->H2);
+    FOX_TRY(fox__cuda_gemm(n->cb[ls], n->st[ls], &m));
+    FOX_TRY(point(n, ls, FOX_SENT_AUX_D_H_S2, bw->dh_aux, NULL, 0));
     m = gemm_of(B, dm->H2, c51w, 0, bw->dhid, dm->HW, pk + dm->pk_w1, dm->H2, bw->dh_s2, dm->H2);
     m.alpha = scale;
     FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
     FOX_TRY(point(n, 0, FOX_SENT_D_H_S2_POST_MAIN, bw->dh_s2, NULL, 0));
-    m = gemm_of(B, dm->H2, dm->HW - c51w, 0, bw->dhid + c51w, dm->HW,
-                pk + dm->pk_w1 + (size_t)c51w * dm->H2, dm->H2, bw->dh_aux, dm->H2);
-    FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
-    FOX_TRY(point(n, 0, FOX_SENT_AUX_D_H_S2, bw->dh_aux, NULL, 0));
 
-    /* IQN head backward, then d h_s2's three parts joined with the inline checks 33/34/35. */
+    /* The IQN head's weight gradients, then d h_s2's three parts joined (inline checks 33–35). */
     FOX_TRY(side(n, &ws));
     FOX_TRY(fox__cuda_lin_dw(n->cb[ws], rq, dm->H2, dm->NAct, bw->d_q, dm->NAct, n->iq.x, dm->H2,
                              G + toff(n, FOX_P_IQN_WQ), 0.0f));
     FOX_TRY(fox__cuda_colsum(n->cb[ws], rq, dm->NAct, bw->d_q, dm->NAct, n->ones,
                              G + toff(n, FOX_P_IQN_BQ), 0.0f));
-    m = gemm_of(rq, dm->H2, dm->NAct, 0, bw->d_q, dm->NAct, P + toff(n, FOX_P_IQN_WQ), dm->H2,
-                bw->d_x, dm->H2);
-    FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
-    FOX_TRY(point(n, 0, FOX_SENT_IQN_TRUNK_GRAD, bw->d_x, NULL, 0));
+    FOX_TRY(fox__cuda_dep(n, ls, FOX_CUDA_MAIN));
     FOX_TRY(fox__cuda_dh_s2_join(s0, &n->stab, B, NT, dm->H2, bw->dh_s2, bw->dh_aux, bw->dh_iqn,
                                  bw->d_x, n->iq.phi, on->g2.y, bw->d_phi));
     FOX_TRY(side(n, &ws));
@@ -853,5 +912,6 @@ fox__cuda_repack(fox_cuda_net *n, int s, const fox_cuda_optim_cfg *oc, const fox
         FOX_TRY(fox__cuda_target(st, n->np, n->params, n->params + n->np, oc, ctl));
         return fox__cuda_pack(n, s);
     }
-    return fox__cuda_head_pack(st, &n->dm, &n->heads, n->params, n->np, n->pk, oc, ctl);
+    return fox__cuda_head_pack(st, &n->dm, &n->heads, &n->pairs, n->params, n->np, n->pk, oc,
+                               ctl);
 }

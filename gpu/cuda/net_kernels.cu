@@ -200,9 +200,11 @@ fox__cuda_grn_tail(cudaStream_t s, int rows, int out, float *zgv, const float *r
 /*
  * One warp per row, LayerNorm then GLU backward (layernorm_bwd + glu_bwd):
  * du = rstd·(dx̂ − mean(dx̂) − x̂·mean(dx̂ ⊙ x̂)), dx̂ = dy ⊙ γ, the gradient of
- * the LayerNorm input r + g (the skip path takes it as is); dyx = dy ⊙ x̂,
+ * the LayerNorm input r + g (the skip path takes it as is; its rows 2·out
+ * apart, beside dη2 in fox_cuda_grn_grad's dud); dyx = dy ⊙ x̂,
  * whose column sums (a gemv) give dγ; then d(pre-gate) = du·lin·σ(1 − σ)
- * and d lin = du·σ into dzgv [2 × rows × out]. K > 0: dy and x̂ stay in
+ * and d lin = du·σ into dzgv [rows × 2·out] (a row's two side by side, for
+ * the one product [dzg dlin]·[Wg; Wv]). K > 0: dy and x̂ stay in
  * registers between the passes (row_each).
  */
 template <int K>
@@ -216,7 +218,7 @@ ln_glu_bwd_kernel(int rows, int out, const float *__restrict__ dy, const float *
     int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     if (row >= rows)
         return;
-    size_t o = (size_t)row * out, n = (size_t)rows * out;
+    size_t o = (size_t)row * out, o2 = 2 * o;
     /* K > 0: the row's dy, x̂, γ, σ and lin kept from the first pass. */
     float kd[K > 0 ? K : 1], kx[K > 0 ? K : 1], kg[K > 0 ? K : 1];
     float ks[K > 0 ? K : 1], kl[K > 0 ? K : 1];
@@ -253,10 +255,10 @@ ln_glu_bwd_kernel(int rows, int out, const float *__restrict__ dy, const float *
             lin = zgv[(size_t)fwd_stride + o + c];
         }
         float u = rs * (d * gc - m1 - xh * m2);
-        du[o + c] = u;
+        du[o2 + c] = u;
         dyx[o + c] = d * xh;
-        dzgv[o + c] = u * lin * sg * (1.0f - sg);
-        dzgv[n + o + c] = u * sg;
+        dzgv[o2 + c] = u * lin * sg * (1.0f - sg);
+        dzgv[o2 + out + c] = u * sg;
     });
 }
 
@@ -704,23 +706,31 @@ packed_source(const fox_cuda_dims &dm, const fox_cuda_heads &hd, size_t o)
 }
 
 /*
- * pk [2][PK] from params [2][np]. When `sync` (a hard target sync due at
- * this step, read from ctl on the device) the target is first set to the
- * online parameters, and the target's packed copy is taken from the online
- * values directly, so the two halves of the launch never depend on each
- * other.
+ * pk [2][PK] from params [2][np], then the segments sg (online values) end
+ * to end into sg.dst. When `sync` (a hard target sync due at this step,
+ * read from ctl on the device) the target is first set to the online
+ * parameters, and the target's packed copy is taken from the online values
+ * directly, so the parts of the launch never depend on each other.
  */
 __global__ void
-head_pack_kernel(fox_cuda_dims dm, fox_cuda_heads hd, float *params, size_t np, float *pk,
-                 int update, int target_sync, const fox_cuda_ctl *ctl)
+head_pack_kernel(fox_cuda_dims dm, fox_cuda_heads hd, fox_cuda_segments sg, float *params,
+                 size_t np, float *pk, int update, int target_sync, const fox_cuda_ctl *ctl)
 {
     pdl_enter();
     int sync = update && ctl->train_steps % target_sync == 0;
-    size_t n_sync = sync ? np : 0, n = n_sync + 2 * dm.PK;
+    size_t n_sync = sync ? np : 0, n_pk = n_sync + 2 * dm.PK, n = n_pk + sg.total;
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
          k += (size_t)gridDim.x * blockDim.x) {
         if (k < n_sync) {
             params[np + k] = params[k];
+            continue;
+        }
+        if (k >= n_pk) {
+            size_t j = k - n_pk, at = j;
+            int q = 0;
+            while (at >= sg.len[q])
+                at -= sg.len[q++];
+            sg.dst[j] = params[sg.src[q] + at];
             continue;
         }
         size_t e = k - n_sync;
@@ -733,15 +743,15 @@ head_pack_kernel(fox_cuda_dims dm, fox_cuda_heads hd, float *params, size_t np, 
 
 int
 fox__cuda_head_pack(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_heads *hd,
-                    float *params, size_t np, float *pk, const fox_cuda_optim_cfg *oc,
-                    const fox_cuda_ctl *ctl)
+                    const fox_cuda_segments *sg, float *params, size_t np, float *pk,
+                    const fox_cuda_optim_cfg *oc, const fox_cuda_ctl *ctl)
 {
     int update = oc && ctl;
     if (update && oc->polyak > 0.0f)
         return FOX_EINVAL;
-    size_t n = 2 * dm->PK + (update ? np : 0);
-    FOX_CUDA_TRY(launch(head_pack_kernel, grid_for(n, 256), 256, 0, s, *dm, *hd, params, np, pk,
-                        update, update ? oc->target_sync : 1, ctl));
+    size_t n = 2 * dm->PK + sg->total + (update ? np : 0);
+    FOX_CUDA_TRY(launch(head_pack_kernel, grid_for(n, 256), 256, 0, s, *dm, *hd, *sg, params, np,
+                        pk, update, update ? oc->target_sync : 1, ctl));
     return 0;
 }
 
