@@ -431,7 +431,10 @@ enum { FOX_ACT_NONE = 0, FOX_ACT_ELU = 1, FOX_ACT_RELU = 2 };
  * none). The epilogue, in order: + bias[z ? 1 : 0][c], act[z ? 1 : 0], the
  * backward mask of dact at dy (ELU' = y + 1, ReLU' = 0 where y ≤ 0),
  * + add[r, c]; and with mout, mout = Y ⊙ mul[z ? 1 : 0][(r / mul_div)·ldmul
- * + c] (IQN's h ⊙ φ). NULL pointers and zero β are off.
+ * + c] (IQN's h ⊙ φ); and with fill, fill[r·ldc + c] = fill_bias[c] (boff
+ * floats on for rows ≥ split) for the z = 0 entry: the next stage's bias
+ * laid in its output, which that product then takes with β = 1 instead of
+ * an epilogue launch of its own. NULL pointers and zero β are off.
  */
 typedef struct fox_cuda_gemm {
     int M, N, K, K2, nz, bt;
@@ -454,6 +457,8 @@ typedef struct fox_cuda_gemm {
     const float *mul[2];
     int ldmul, mul_div;
     float *mout;
+    float *fill;
+    const float *fill_bias;
 } fox_cuda_gemm;
 
 int fox__cuda_gemm(cublasHandle_t h, cudaStream_t s, const fox_cuda_gemm *g);

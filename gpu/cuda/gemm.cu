@@ -48,7 +48,8 @@ int fox__cuda_pdl; /* cuda_impl.h */
 /*
  * The epilogue over every output of the launch: the stages of fox_cuda_gemm
  * after the product, in its order (bias, act, the backward mask, the
- * residual; the product already holds α and β), and the IQN product mout.
+ * residual; the product already holds α and β), the IQN product mout, and
+ * the next stage's bias laid out in fill.
  */
 __global__ void
 epilogue_kernel(fox_cuda_gemm g)
@@ -72,6 +73,8 @@ epilogue_kernel(fox_cuda_gemm g)
         g.C[at] = v;
         if (g.mout)
             g.mout[at] = v * g.mul[zi][(size_t)(r / g.mul_div) * g.ldmul + c];
+        if (g.fill && z == 0)
+            g.fill[(size_t)r * g.ldc + c] = g.fill_bias[(r >= g.split ? g.boff : 0) + c];
     }
 }
 
@@ -108,7 +111,8 @@ fox__cuda_gemm(cublasHandle_t h, cudaStream_t s, const fox_cuda_gemm *g)
         if (g->A2)
             FOX_TRY(product(h, g, 1, r0, r1, bo, 1.0f, 1.0f));
     }
-    if (g->bias[0] || g->bias[1] || g->act[0] || g->act[1] || g->dy || g->add || g->mout) {
+    if (g->bias[0] || g->bias[1] || g->act[0] || g->act[1] || g->dy || g->add || g->mout ||
+        g->fill) {
         size_t n = (size_t)g->M * g->N * g->nz, blocks = (n + 255) / 256;
         FOX_CUDA_TRY(
             launch(epilogue_kernel, (unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, s, *g));

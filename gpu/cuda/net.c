@@ -524,6 +524,8 @@ grn_fwd(fox_cuda_net *n, int s, int first, int in, int out, const float *a, int 
     m.boff = np;
     m.bias[0] = T(FOX_GRN_B2);
     m.act[0] = FOX_ACT_ELU;
+    m.fill = g->eta1; /* b1 under η1: its product adds W1·η2 with β = 1 (no epilogue launch) */
+    m.fill_bias = T(FOX_GRN_B1);
     if (skip) {
         m.nz = 2;
         m.sb = (long long)(toff(n, first + FOX_GRN_WR) - toff(n, first + FOX_GRN_W2));
@@ -533,11 +535,11 @@ grn_fwd(fox_cuda_net *n, int s, int first, int in, int out, const float *a, int 
     if (pts)
         FOX_TRY(point(n, s, FOX_SENT_H_S2_ETA2, g->eta2, NULL, 0));
     const float *r = skip ? g->eta2 + (size_t)R * out : a;
-    /* η1 = W1·η2 + b1. */
+    /* η1 = W1·η2 + b1, b1 laid in η1 by the last epilogue. */
     m = gemm_of(R, out, out, 1, g->eta2, out, T(FOX_GRN_W1), out, g->eta1, out);
     m.split = split;
     m.boff = np;
-    m.bias[0] = T(FOX_GRN_B1);
+    m.beta = 1.0f;
     FOX_TRY(fox__cuda_gemm(n->cb[s], st, &m));
     if (pts)
         FOX_TRY(point(n, s, FOX_SENT_H_S2_ETA1, g->eta1, NULL, 0));
