@@ -423,12 +423,10 @@ enum { FOX_ACT_NONE = 0, FOX_ACT_ELU = 1, FOX_ACT_RELU = 2 };
 
 /*
  * One product stage (gemm.cu): for z < nz, Y_z [M × N] = epi(α·A_z·op(B_z)
- * + A2_z·op(B2_z) + β·Y_z), every matrix row-major with its row stride (ld*)
- * and z stride (s*). bt 1: B is [N × K] and op(B) = Bᵀ (a forward,
- * y = x·Wᵀ); bt 0: B is [K × N] (an input gradient, dx = dy·W). The second
- * term (A2 not NULL, depth K2) shares the layout. Rows ≥ split read B, B2
- * and the bias boff floats further (the target net's copy; split ≥ M:
- * none). The epilogue, in order: + bias[z ? 1 : 0][c], act[z ? 1 : 0], the
+ * + β·Y_z), every matrix row-major with its row stride (ld*) and z stride
+ * (s*). bt 1: B is [N × K] and op(B) = Bᵀ (a forward, y = x·Wᵀ); bt 0: B is
+ * [K × N] (an input gradient, dx = dy·W). Rows ≥ split read B and the bias
+ * boff floats further (the target net's copy; split ≥ M: none). The epilogue, in order: + bias[z ? 1 : 0][c], act[z ? 1 : 0], the
  * backward mask of dact at dy (ELU' = y + 1, ReLU' = 0 where y ≤ 0),
  * + add[r, c]; and with mout, mout = Y ⊙ mul[z ? 1 : 0][(r / mul_div)·ldmul
  * + c] (IQN's h ⊙ φ); and with fill, fill[r·ldc + c] = fill_bias[c] (boff
@@ -437,10 +435,10 @@ enum { FOX_ACT_NONE = 0, FOX_ACT_ELU = 1, FOX_ACT_RELU = 2 };
  * an epilogue launch of its own. NULL pointers and zero β are off.
  */
 typedef struct fox_cuda_gemm {
-    int M, N, K, K2, nz, bt;
-    const float *A, *B, *A2, *B2;
-    int lda, ldb, lda2, ldb2;
-    long long sa, sb, sa2, sb2;
+    int M, N, K, nz, bt;
+    const float *A, *B;
+    int lda, ldb;
+    long long sa, sb;
     float alpha, beta;
     float *C;
     int ldc;

@@ -3,11 +3,11 @@
  * with the elementwise stage that follows it in foxnet (bias, ELU/ReLU, an
  * activation's backward mask, a residual, the IQN h ⊙ φ): cuBLAS for the
  * product (row-major through the trick of matmul.c, up to nz batch entries
- * in one strided-batched call, a second term as a second call with β = 1),
- * then one epilogue launch for the whole stage. Rows at or past `split`
- * read their weights boff floats further (a second call per product when
- * the split falls inside the rows): the target net, whose parameters sit np
- * after the online net's, runs through the same code with split 0.
+ * in one strided-batched call), then one epilogue launch for the whole
+ * stage. Rows at or past `split` read their weights boff floats further (a
+ * second call per product when the split falls inside the rows): the target
+ * net, whose parameters sit np after the online net's, runs through the
+ * same code with split 0.
  *
  * A hand-tiled FP32 kernel that fused the epilogue into the product was
  * tried here first (2026-11-29, H200) and lost: 8–26 µs per product at
@@ -78,38 +78,29 @@ epilogue_kernel(fox_cuda_gemm g)
     }
 }
 
-/* One term over rows [r0, r1): Y (+)= α·A·op(B) for every batch entry. */
+/* The product over rows [r0, r1): Y = α·A·op(B) + β·Y for every batch entry. */
 static int
-product(cublasHandle_t h, const fox_cuda_gemm *g, int second, int r0, int r1, long long bo,
-        float alpha, float beta)
+product(cublasHandle_t h, const fox_cuda_gemm *g, int r0, int r1, long long bo)
 {
-    const float *A = second ? g->A2 : g->A, *Bm = (second ? g->B2 : g->B) + bo;
-    int K = second ? g->K2 : g->K, lda = second ? g->lda2 : g->lda, ldb = second ? g->ldb2 : g->ldb;
-    long long sa = second ? g->sa2 : g->sa, sb = second ? g->sb2 : g->sb;
-    A += (size_t)r0 * lda;
+    const float *A = g->A + (size_t)r0 * g->lda, *Bm = g->B + bo;
     float *C = g->C + (size_t)r0 * g->ldc;
     cublasOperation_t tb = g->bt ? CUBLAS_OP_T : CUBLAS_OP_N;
-    FOX_CUBLAS_TRY(cublasSgemmStridedBatched(h, tb, CUBLAS_OP_N, g->N, r1 - r0, K, &alpha, Bm,
-                                             ldb, sb, A, lda, sa, &beta, C, g->ldc, g->sc,
-                                             g->nz));
+    FOX_CUBLAS_TRY(cublasSgemmStridedBatched(h, tb, CUBLAS_OP_N, g->N, r1 - r0, g->K, &g->alpha, Bm,
+                                             g->ldb, g->sb, A, g->lda, g->sa, &g->beta, C, g->ldc,
+                                             g->sc, g->nz));
     return 0;
 }
 
 int
 fox__cuda_gemm(cublasHandle_t h, cudaStream_t s, const fox_cuda_gemm *g)
 {
-    if (g->M < 1 || g->N < 1 || g->K < 1 || g->nz < 1 || (g->A2 && g->K2 < 1) ||
-        (g->mout && g->mul_div < 1))
+    if (g->M < 1 || g->N < 1 || g->K < 1 || g->nz < 1 || (g->mout && g->mul_div < 1))
         return FOX_EINVAL;
     int split = g->split < g->M ? g->split : g->M;
     for (int part = 0; part < 2; part++) {
         int r0 = part ? split : 0, r1 = part ? g->M : split;
-        if (r1 <= r0)
-            continue;
-        long long bo = part ? g->boff : 0;
-        FOX_TRY(product(h, g, 0, r0, r1, bo, g->alpha, g->beta));
-        if (g->A2)
-            FOX_TRY(product(h, g, 1, r0, r1, bo, 1.0f, 1.0f));
+        if (r1 > r0)
+            FOX_TRY(product(h, g, r0, r1, part ? g->boff : 0));
     }
     if (g->bias[0] || g->bias[1] || g->act[0] || g->act[1] || g->dy || g->add || g->mout ||
         g->fill) {

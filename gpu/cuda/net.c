@@ -652,7 +652,7 @@ grn_bwd(fox_cuda_net *n, int first, int in, int out, const float *a, const fox_c
                                      0, DT(FOX_GRN_WG), gv, 2));
     FOX_TRY(fox__cuda_colsum_batched(n->cb[ws], B, out, gg->dzgv, 2 * out, out, ones,
                                      DT(FOX_GRN_BG), gvb, 2));
-    /* dη1 = dzg·Wg + dlin·Wv = [dzg dlin]·[Wg; Wv]: one product (pack_wgv). */
+    /* dη1 = dzg·Wg + dlin·Wv = [dzg dlin]·[Wg; Wv]: one product (pairs_init). */
     fox_cuda_gemm m = gemm_of(B, out, 2 * out, 0, gg->dzgv, 2 * out, n->wgv[k], out, gg->deta1,
                               out);
     FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
