@@ -338,12 +338,14 @@ typedef struct fox_cuda_stab {
  * the critical path; the others take work MAIN waits for only at a join:
  * SIDE the target net's forward and every weight gradient, COLLECT a full
  * step's collection (from the batch gather until the optimizer, whose
- * update its forward must not see half done), LATE what only the step's
- * end or a later stage reads: adaptive mode's deferred Pearl B (beside the
- * forward, until the loss), the sentinel-only d_states product (until the
- * optimizer: it reads GRN1's weights), the L1 rate's deficit (beside the
- * norm and Adam), the late stability points and the fused check (beside
- * the heads' re-pack).
+ * update its forward must not see half done; its products in TF32), LATE
+ * what only the step's end or a later stage reads: adaptive mode's deferred
+ * Pearl B (beside the forward, until the loss), d h_s2's IQN and aux parts
+ * (beside its C51 part, until their join), the sentinel-only d_states
+ * product (until the optimizer: it reads GRN1's weights), the L1 rate's
+ * deficit (beside the norm and Adam), the target update and the re-pack of
+ * the heads and weight pairs (beside the fused check on MAIN). Every stream
+ * forked during a step is joined back by its end (fox__cuda_join_all).
  */
 enum { FOX_CUDA_MAIN = 0, FOX_CUDA_SIDE = 1, FOX_CUDA_COLLECT = 2, FOX_CUDA_LATE = 3,
        FOX_CUDA_STREAMS = 4 };
