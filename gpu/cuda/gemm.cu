@@ -104,9 +104,8 @@ fox__cuda_gemm(cublasHandle_t h, cudaStream_t s, const fox_cuda_gemm *g)
     }
     if (g->bias[0] || g->bias[1] || g->act[0] || g->act[1] || g->dy || g->add || g->mout ||
         g->fill) {
-        size_t n = (size_t)g->M * g->N * g->nz, blocks = (n + 255) / 256;
-        FOX_CUDA_TRY(
-            launch(epilogue_kernel, (unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, s, *g));
+        size_t n = (size_t)g->M * g->N * g->nz;
+        FOX_CUDA_TRY(launch(epilogue_kernel, grid_for(n, 256), 256, 0, s, *g));
     }
     return 0;
 }

@@ -236,23 +236,21 @@ pairs_init(fox_cuda_net *n)
 {
     static const int grn[2] = {FOX_P_GRN1_W2, FOX_P_GRN2_W2};
     const int in[2] = {n->dm.S, n->dm.H1}, out[2] = {n->dm.H1, n->dm.H2};
+    static const int t[4] = {FOX_GRN_WG, FOX_GRN_WV, FOX_GRN_WR, FOX_GRN_W2};
     fox_cuda_segments *sg = &n->pairs;
-    for (int k = 0; k < 2; k++) {
-        int t[4] = {FOX_GRN_WG, FOX_GRN_WV, FOX_GRN_WR, FOX_GRN_W2};
-        int nt = in[k] != out[k] ? 4 : 2;
-        for (int j = 0; j < nt; j++) {
+    size_t at[2][2] = {{0}}; /* where each GRN's [Wg; Wv] and [Wr; W2] start in sg->dst */
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < (in[k] != out[k] ? 4 : 2); j++) {
+            if (j % 2 == 0)
+                at[k][j / 2] = sg->total;
             sg->src[sg->count] = toff(n, grn[k] + t[j]);
             sg->len[sg->count] = (size_t)out[k] * (j < 2 ? out[k] : in[k]);
             sg->total += sg->len[sg->count++];
         }
-    }
     DALLOC(sg->dst, sg->total);
-    float *at = sg->dst;
     for (int k = 0; k < 2; k++) {
-        n->wgv[k] = at;
-        at += 2 * (size_t)out[k] * out[k];
-        n->wr2[k] = in[k] != out[k] ? at : NULL;
-        at += n->wr2[k] ? 2 * (size_t)out[k] * in[k] : 0;
+        n->wgv[k] = sg->dst + at[k][0];
+        n->wr2[k] = in[k] != out[k] ? sg->dst + at[k][1] : NULL;
     }
     return 0;
 }
