@@ -255,9 +255,9 @@ START_TEST(forward_q_values)
      */
     float *qt = malloc((size_t)R * lay.n_actions * sizeof *qt);
     ck_assert_ptr_nonnull(qt);
-    FOX_CK_OK(fox_cuda_debug_set_tf32(gpu, 1));
+    FOX_CK_OK(fox_cuda_debug_set_math(gpu, 1, 1));
     FOX_CK_OK(fox_cuda_backend_ops.q_values(gpu, s, R, qt));
-    FOX_CK_OK(fox_cuda_debug_set_tf32(gpu, 0));
+    FOX_CK_OK(fox_cuda_debug_set_math(gpu, 0, 1));
     double et = rel_err_f(qt, qg, (size_t)R * lay.n_actions);
     int changed = 0, greedy = 0;
     for (int b = 0; b < BATCH && b < R; b++)
@@ -428,6 +428,8 @@ START_TEST(loss_and_gradients)
     host_batch *hb = malloc(sizeof *hb);
     ck_assert_ptr_nonnull(hb);
     make_batch(hb, 21);
+    /* Every product in FP32, a*'s forward too: the backends' arithmetic side by side. */
+    FOX_CK_OK(fox_cuda_debug_set_math(gpu, 0, 0));
     run_all(hb, 0, FOX_TARGET_MEAN, "fp32 mean", 1, 1e-4);
     run_all(hb, 1, FOX_TARGET_MEAN, "fp32 mean weighted", 0, 1e-4);
     run_all(hb, 0, FOX_TARGET_INDEP, "fp32 indep", 0, 1e-4);
@@ -440,9 +442,67 @@ START_TEST(tf32_accuracy)
     host_batch *hb = malloc(sizeof *hb);
     ck_assert_ptr_nonnull(hb);
     make_batch(hb, 31);
-    FOX_CK_OK(fox_cuda_debug_set_tf32(gpu, 1));
+    FOX_CK_OK(fox_cuda_debug_set_math(gpu, 1, 1));
     run_all(hb, 0, FOX_TARGET_MEAN, "tf32 mean", 1, 5e-2);
-    FOX_CK_OK(fox_cuda_debug_set_tf32(gpu, 0));
+    free(hb);
+}
+END_TEST
+
+/*
+ * The default math: the online net's forward on s′ in TF32 (greedy_tf32),
+ * whose Q values feed nothing but double DQN's a*. Against the same step
+ * with that forward in FP32: a* may change only where the FP32 Q values
+ * are a near-tie, and where no a* changed the losses and gradients are the
+ * same, since nothing else reads that forward.
+ */
+START_TEST(greedy_next_tf32)
+{
+    size_t np = lay.n_params;
+    host_batch *hb = malloc(sizeof *hb);
+    float *q = malloc((size_t)BATCH * lay.n_actions * sizeof *q);
+    grad_run r[2];
+    int32_t *astar[2];
+    ck_assert(hb && q);
+    make_batch(hb, 41);
+    fox_cpu_net_batch b = batch_view(hb, 0);
+    fox_cpu_net_hparams hp = {powf(cfg.gamma, (float)cfg.n_step), cfg.iqn_lambda, cfg.aux_lambda,
+                              0.004f, FOX_TARGET_MEAN, 1};
+    for (int k = 0; k < 2; k++) {
+        r[k].grads = malloc(np * sizeof(float));
+        r[k].prio = malloc(BATCH * sizeof(float));
+        astar[k] = malloc(BATCH * 4 * sizeof(int32_t));
+        ck_assert(r[k].grads && r[k].prio && astar[k]);
+        FOX_CK_OK(fox_cuda_debug_set_math(gpu, 0, k)); /* k = 1: the default */
+        FOX_CK_OK(fox_cuda_debug_loss_grad(gpu, params, target, &b, &hp, &r[k].loss, r[k].grads,
+                                           r[k].prio, astar[k]));
+    }
+    fox_cpu_net *net = NULL;
+    FOX_CK_OK(fox_cpu_net_create(&net, &lay, BATCH));
+    FOX_CK_OK(fox_cpu_net_q_values(net, params, hb->s_next, BATCH, q));
+    int changed = 0;
+    for (int i = 0; i < BATCH * 4; i++) {
+        if (astar[0][i] == astar[1][i])
+            continue;
+        const float *qd = q + (size_t)(i / 4) * lay.n_actions + lay.branch_off[i % 4];
+        float q0 = qd[astar[0][i]], q1 = qd[astar[1][i]];
+        double gap = fabs((double)q0 - q1) / (1.0 + fabs((double)q0));
+        ck_assert_msg(gap < 1e-2, "TF32 changed a* of sample %d branch %d across a gap of %g", i / 4,
+                      i % 4, gap);
+        changed++;
+    }
+    double el = rel_scalar(r[1].loss.total, r[0].loss.total);
+    double eg = rel_err_f(r[1].grads, r[0].grads, np);
+    printf("parity greedy a* in TF32: %d of %d a* changed, loss rel diff %.3g, grads %.3g\n",
+           changed, BATCH * 4, el, eg);
+    if (changed == 0)
+        ck_assert_msg(el < 1e-6 && eg < 1e-6, "a* unchanged but loss %g / grads %g moved", el, eg);
+    for (int k = 0; k < 2; k++) {
+        free(r[k].grads);
+        free(r[k].prio);
+        free(astar[k]);
+    }
+    fox_cpu_net_destroy(net);
+    free(q);
     free(hb);
 }
 END_TEST
@@ -922,6 +982,7 @@ main(void)
     tcase_add_test(tc, forward_q_values);
     tcase_add_test(tc, loss_and_gradients);
     tcase_add_test(tc, tf32_accuracy);
+    tcase_add_test(tc, greedy_next_tf32);
     tcase_add_test(tc, adam_step);
     tcase_add_test(tc, replay_memory);
     tcase_add_test(tc, check_kernel_vs_cpu);

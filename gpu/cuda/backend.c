@@ -686,10 +686,10 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
                                   c->target_sync, c->iqn_lambda, c->aux_lambda};
     /*
      * Benchmark knobs, never defaults: FOX_CUDA_MATH=tf32 and
-     * FOX_CUDA_COLLECT_MATH=fp32 (see fox__cuda_set_math), FOX_CUDA_PDL=0
+     * FOX_CUDA_GREEDY_MATH=fp32 (see fox__cuda_set_math), FOX_CUDA_PDL=0
      * (no programmatic dependent launch), FOX_CUDA_SIDE=0 (one stream, to
-     * measure what the others buy; the collection then runs on MAIN, in
-     * FP32), FOX_CUDA_NODW=1 (no weight gradients: what they cost).
+     * measure what the others buy; the greedy-action forwards then run on
+     * MAIN, in FP32), FOX_CUDA_NODW=1 (no weight gradients: what they cost).
      */
     const char *side = getenv("FOX_CUDA_SIDE");
     if (side && strcmp(side, "0") == 0)
@@ -699,8 +699,8 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     fox__cuda_pdl = FOX_CUDA_ARCH >= 90 && !(pdl && strcmp(pdl, "0") == 0);
     const char *nodw = getenv("FOX_CUDA_NODW");
     fox__cuda_skip_dw = nodw && strcmp(nodw, "1") == 0;
-    const char *cmath = getenv("FOX_CUDA_COLLECT_MATH");
-    be->net.collect_tf32 = !(cmath && strcmp(cmath, "fp32") == 0);
+    const char *gmath = getenv("FOX_CUDA_GREEDY_MATH");
+    be->net.greedy_tf32 = !(gmath && strcmp(gmath, "fp32") == 0);
     const char *math = getenv("FOX_CUDA_MATH");
     if (fox__cuda_set_math(&be->net, math && strcmp(math, "tf32") == 0) != FOX_OK) {
         snprintf(err, errlen, "cuda backend: %s", last_err);
@@ -708,10 +708,10 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
         return FOX_ECUDA;
     }
     fox_log(FOX_LOG_INFO, "cuda backend: %zu MiB of device memory (replay ring %zu MiB), %s math, "
-            "%d stream(s), dependent launch %s, collection forward %s", be->bytes_total >> 20,
+            "%d stream(s), dependent launch %s, greedy-action forwards %s", be->bytes_total >> 20,
             be->bytes_replay >> 20, be->net.tf32 ? "TF32" : "FP32",
             be->net.use_side ? FOX_CUDA_STREAMS : 1, fox__cuda_pdl ? "on" : "off",
-            (be->net.collect_tf32 && be->net.use_side) || be->net.tf32 ? "TF32" : "FP32");
+            (be->net.greedy_tf32 && be->net.use_side) || be->net.tf32 ? "TF32" : "FP32");
     *out = (fox_backend *)be;
     return FOX_OK;
 }
@@ -1332,12 +1332,13 @@ fox_cuda_debug_adam(fox_backend *be_, float *params, const float *grads, float *
 }
 
 int
-fox_cuda_debug_set_tf32(fox_backend *be_, int on)
+fox_cuda_debug_set_math(fox_backend *be_, int tf32, int greedy_tf32)
 {
     cuda_backend *be = (cuda_backend *)be_;
     ALIVE(be);
     drop_graphs(be);
-    return fail(be, fox__cuda_set_math(&be->net, on), "set_tf32");
+    be->net.greedy_tf32 = greedy_tf32;
+    return fail(be, fox__cuda_set_math(&be->net, tf32), "set_math");
 }
 
 void

@@ -69,8 +69,12 @@ int fox_cuda_debug_sp4(fox_backend *be, int reset, const float *params, const fl
                        const float *m, const float *v, const float *h, size_t nh, const float *tq,
                        size_t ntq, float *isv);
 
-/* Math mode of the cuBLAS products (the weight gradients): 0 FP32 (the default), 1 TF32. */
-int fox_cuda_debug_set_tf32(fox_backend *be, int on);
+/*
+ * Math mode of the cuBLAS products: tf32 1 puts every product in TF32 (0:
+ * FP32, the default); greedy_tf32 1 (the default) the forwards whose Q
+ * values only pick greedy actions (collection, double DQN's a*), 0 FP32.
+ */
+int fox_cuda_debug_set_math(fox_backend *be, int tf32, int greedy_tf32);
 
 /* Device memory the backend holds: in all, and in its replay ring. */
 void fox_cuda_debug_memory(const fox_backend *be, size_t *total, size_t *replay);

@@ -344,11 +344,13 @@ typedef struct fox_cuda_stab {
  * (beside its C51 part, until their join), the sentinel-only d_states
  * product (until the optimizer: it reads GRN1's weights), the L1 rate's
  * deficit (beside the norm and Adam), the target update and the re-pack of
- * the heads and weight pairs (beside the fused check on MAIN). Every stream
- * forked during a step is joined back by its end (fox__cuda_join_all).
+ * the heads and weight pairs (beside the fused check on MAIN), NEXT the
+ * online net's forward on s′ for the double-DQN argmax (from the batch
+ * gather until the loss; its products in TF32). Every stream forked during
+ * a step is joined back by its end (fox__cuda_join_all).
  */
 enum { FOX_CUDA_MAIN = 0, FOX_CUDA_SIDE = 1, FOX_CUDA_COLLECT = 2, FOX_CUDA_LATE = 3,
-       FOX_CUDA_STREAMS = 4 };
+       FOX_CUDA_NEXT = 4, FOX_CUDA_STREAMS = 5 };
 
 /*
  * The network on the device: parameters and optimizer state in the layout
@@ -363,7 +365,7 @@ typedef struct fox_cuda_net {
     int B;              /* train batch */
     int use_side;       /* 0: everything on MAIN (debugging) */
     int tf32;           /* cuBLAS math mode: 0 FP32, 1 TF32 tensor ops */
-    int collect_tf32;   /* the COLLECT stream's products in TF32 whatever tf32 says */
+    int greedy_tf32;    /* COLLECT's and NEXT's products in TF32 whatever tf32 says */
     cudaStream_t st[FOX_CUDA_STREAMS];
     cublasHandle_t cb[FOX_CUDA_STREAMS];
     void *cb_work[FOX_CUDA_STREAMS];
@@ -384,7 +386,8 @@ typedef struct fox_cuda_net {
     float atoms_p99;    /* p99 |z| of the configured atoms (SP4 Mech 2), fixed for the net's life */
     float *ones;        /* [n_ones] for column sums */
     int n_ones;
-    fox_cuda_fwd on;    /* online net on s and s′ (2B rows) */
+    fox_cuda_fwd on;    /* online net on s (B rows) */
+    fox_cuda_fwd nx;    /* online net on s′ (B rows, C51 heads): the double-DQN argmax only */
     fox_cuda_fwd tg;    /* target net on s′ (B rows) */
     fox_cuda_iqn iq;
     fox_cuda_bwd bw;
@@ -541,7 +544,8 @@ int fox__cuda_head_unpack(cudaStream_t s, const fox_cuda_dims *dm, const fox_cud
 typedef struct fox_cuda_loss_args {
     int B;
     const float *z;
-    const float *on_logp, *on_q, *on_out; /* online net, rows [0, B) s and [B, 2B) s′ */
+    const float *on_logp, *on_out;        /* online net on s [B rows] */
+    const float *nx_q;                    /* online net on s′ [B × NAct] (expected Q) */
     const float *tg_logp;                 /* [B × NAct × NA] */
     const float *iq_q;                    /* [2 × B·NT × NAct] */
     const float *bq_on, *bq_tg;

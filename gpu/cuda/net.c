@@ -1,11 +1,12 @@
 /*
  * net.c (CUDA) — foxnet v1's forward, losses, backward and optimizer step
- * as a sequence of cuBLAS products and hand kernels on four streams; the
+ * as a sequence of cuBLAS products and hand kernels on five streams; the
  * twin of gpu/cpu/net.c + gpu/cpu/optim.c.
  *
- * Layout choices, each to cut launches:
- *   - the online net runs once on [s; s′] (2B rows): rows [0, B) feed the
- *     loss and the backward, rows [B, 2B) the double-DQN argmax;
+ * Layout choices, each to cut launches or the critical path:
+ *   - the online net's forward on s′, which only picks the double-DQN
+ *     argmax, runs on NEXT in TF32 (C51 heads only) beside its forward on
+ *     s on MAIN (fox__cuda_set_math);
  *   - the seven heads (value, 4 branches, 2 aux) run as one packed
  *     network, re-packed after every update into zero-padded slots of
  *     equal width (cuda_impl.h): their first layers are one product, their
@@ -188,15 +189,16 @@ fox__cuda_set_math(fox_cuda_net *n, int tf32)
      * FP32 by default: at these widths the step is bound by launches, not
      * arithmetic, and FP32 keeps the parity with the CPU backend at ~1e-6.
      * TF32 (10-bit mantissa products) pays only at large batches; the
-     * parity test reports its error. The exception is the collection's
-     * forward on COLLECT (collect_tf32): its Q values only pick the greedy
-     * action of the ε-greedy behaviour policy, where TF32's ~1e-3 relative
-     * error decides only near-ties (the parity test counts the greedy
-     * actions it changes), and its 1024-row products in TF32 take ~20 µs
-     * off a full step at batch 256 (docs/performance.md).
+     * parity test reports its error. The exceptions (greedy_tf32) are the
+     * forwards whose Q values only pick greedy actions: the collection's on
+     * COLLECT (the ε-greedy behaviour policy) and the online net's on s′ on
+     * NEXT (double DQN's a*). TF32's ~1e-3 relative error there decides
+     * only near-ties (the parity test counts the actions it changes); the
+     * collection's 1024-row products in TF32 take ~20 µs off a full step
+     * at batch 256 (docs/performance.md).
      */
     for (int k = 0; k < FOX_CUDA_STREAMS; k++) {
-        int t = tf32 || (k == FOX_CUDA_COLLECT && n->collect_tf32);
+        int t = tf32 || ((k == FOX_CUDA_COLLECT || k == FOX_CUDA_NEXT) && n->greedy_tf32);
         FOX_CUBLAS_TRY(
             cublasSetMathMode(n->cb[k], t ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     }
@@ -305,10 +307,7 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
     free(z);
     FOX_CUDA_TRY(ce);
 
-    int rows_on = 2 * B;
     n->n_ones = B * dm->NT;
-    if (n->n_ones < rows_on)
-        n->n_ones = rows_on;
     if (n->n_ones < fwd_rows)
         n->n_ones = fwd_rows;
     float *ones = malloc((size_t)n->n_ones * sizeof *ones);
@@ -321,7 +320,8 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
     free(ones);
     FOX_CUDA_TRY(ce);
 
-    FOX_TRY(fox__cuda_fwd_alloc(&n->on, lay, dm, rows_on));
+    FOX_TRY(fox__cuda_fwd_alloc(&n->on, lay, dm, B));
+    FOX_TRY(fox__cuda_fwd_alloc(&n->nx, lay, dm, B));
     FOX_TRY(fox__cuda_fwd_alloc(&n->tg, lay, dm, B));
 
     size_t rq = (size_t)B * dm->NT;
@@ -345,7 +345,7 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
     FOX_TRY(grn_grad_alloc(&bw->g2, B, dm->H2));
 
     fox_cuda_batch *bt = &n->bt;
-    DALLOC(bt->s2, (size_t)rows_on * dm->S);
+    DALLOC(bt->s2, (size_t)2 * B * dm->S);
     DALLOC(bt->a, (size_t)B * dm->D);
     DALLOC(bt->r, B);
     DALLOC(bt->done, B);
@@ -360,8 +360,8 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
     DALLOC(n->norm_part, FOX_CUDA_NORM_BLOCKS);
     DALLOC(n->proj, (size_t)B * dm->D * dm->NA);
     DALLOC(n->tq, (size_t)B * dm->D * dm->NT);
-    DALLOC(n->glu, (size_t)rows_on * dm->H2);
-    DALLOC(n->ln_in, (size_t)rows_on * dm->H2);
+    DALLOC(n->glu, (size_t)B * dm->H2);
+    DALLOC(n->ln_in, (size_t)B * dm->H2);
     DALLOC(n->d_states, (size_t)B * dm->S);
     FOX_TRY(pgroup_init(n));
     for (int g = 0; g < FOX_GROUP_COUNT; g++) {
@@ -380,6 +380,7 @@ fox__cuda_net_fini(fox_cuda_net *n)
         if (n->st[k])
             cudaStreamSynchronize(n->st[k]);
     fox__cuda_fwd_free(&n->on);
+    fox__cuda_fwd_free(&n->nx);
     fox__cuda_fwd_free(&n->tg);
     void *bufs[] = {n->params, n->grads, n->adam_m, n->adam_v, n->pk, n->pairs.dst, n->z, n->ones,
                     n->iq.cosf, n->iq.phi, n->iq.x, n->iq.q, n->bw.dout, n->bw.dhid, n->bw.dpk,
@@ -719,14 +720,19 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
     }
 
     /*
-     * Forward: the target net on s′ (its parameters np floats on: split 0)
-     * and the IQN cosine embedding on the side stream, beside the online net
-     * on [s; s′] with the stability points and Mech 10.
+     * Forward: the online net on s′ for a* (C51 heads, TF32: greedy_tf32)
+     * on NEXT, the target net on s′ (its parameters np floats on: split 0)
+     * and the IQN cosine embedding on SIDE, beside the online net on s with
+     * the stability points and Mech 10.
      */
+    const float *s_next = bt->s2 + (size_t)B * dm->S;
+    int ns;
+    FOX_TRY(fox__cuda_fork(n, FOX_CUDA_NEXT, &ns));
+    FOX_TRY(fox__cuda_forward(n, ns, &n->nx, s_next, B, B, 0, 0));
     FOX_TRY(side(n, &ws));
     FOX_TRY(fox__cuda_iqn_cos(n->st[ws], 2 * rq, dm->NC, bt->tau, n->iq.cosf));
-    FOX_TRY(fox__cuda_forward(n, ws, &n->tg, bt->s2 + (size_t)B * dm->S, B, 0, 0, 0));
-    FOX_TRY(fox__cuda_forward(n, 0, on, bt->s2, 2 * B, 2 * B, 1, 1));
+    FOX_TRY(fox__cuda_forward(n, ws, &n->tg, s_next, B, 0, 0, 0));
+    FOX_TRY(fox__cuda_forward(n, 0, on, bt->s2, B, B, 1, 1));
     FOX_TRY(fox__cuda_dep(n, ws, 0));
     FOX_TRY(point(n, 0, FOX_SENT_TARGET_LOGITS, n->tg.logp, NULL, 0));
     const float *h_tg = n->tg.g2.y;
@@ -757,14 +763,15 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
     FOX_TRY(point(n, 0, FOX_SENT_IQN_Q_ONLINE, n->iq.q, NULL, 0));
     FOX_TRY(point(n, 0, FOX_SENT_IQN_Q_TARGET, n->iq.q + (size_t)rq * dm->NAct, NULL, 0));
     FOX_TRY(fox__cuda_dep(n, ps, FOX_CUDA_MAIN));
+    FOX_TRY(fox__cuda_dep(n, ns, FOX_CUDA_MAIN));
 
     /* Losses and the gradients of every head output. */
     fox_cuda_loss_args la = {
         .B = B,
         .z = n->z,
         .on_logp = on->logp,
-        .on_q = on->q,
         .on_out = on->out,
+        .nx_q = n->nx.q,
         .tg_logp = n->tg.logp,
         .iq_q = n->iq.q,
         .bq_on = P + toff(n, FOX_P_IQN_BQ),

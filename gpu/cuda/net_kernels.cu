@@ -420,7 +420,7 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
 
     /* Double DQN: a*_d = argmax_a E_online[Z_d(s′, a)], ties to the lowest a. */
     if (t < D) {
-        const float *qn = A.on_q + (size_t)(B + b) * NAct + dm.boff[t];
+        const float *qn = A.nx_q + (size_t)b * NAct + dm.boff[t];
         int best = 0;
         float bq = qn[0];
         for (int a = 1; a < dm.bsize[t]; a++)
