@@ -8,7 +8,11 @@
  * pasted into docs/performance.md with the machine and date.
  *
  *   foxbench [--backend cpu|cuda] [--batch N]... [--envs N] [--chunk N]
- *            [--reps N] [--set key=value]...
+ *            [--reps N] [--set key=value]... [--trace FILE]
+ *
+ * --trace (builds with CUPTI): no timing; after the warm-up, one chunk of
+ * full steps and one of train steps with the device's timeline of every
+ * kernel written to FILE (trace.h; bench/timeline.py reads it).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +21,9 @@
 
 #include "engine.h"
 #include "log.h"
+#ifdef FOX_HAVE_CUPTI
+#include "trace.h"
+#endif
 
 static double
 now_us(void)
@@ -63,7 +70,7 @@ static void
 usage(void)
 {
     fprintf(stderr, "usage: foxbench [--backend cpu|cuda] [--batch N]... [--envs N] [--chunk N] "
-                    "[--reps N] [--set key=value]...\n");
+                    "[--reps N] [--set key=value]... [--trace FILE]\n");
     exit(2);
 }
 
@@ -73,6 +80,7 @@ main(int argc, char **argv)
     fox_config base;
     char err[512];
     int batches[16], n_batches = 0, chunk = 0, reps = 15;
+    const char *trace = NULL;
     fox_config_default(&base);
     fox_log_level = FOX_LOG_WARNING;
     for (int i = 1; i < argc; i++) {
@@ -92,6 +100,8 @@ main(int argc, char **argv)
             reps = atoi(v);
         else if (strcmp(a, "--set") == 0)
             rv = fox_config_set_pair(&base, v, err, sizeof err);
+        else if (strcmp(a, "--trace") == 0)
+            trace = v;
         else
             usage();
         if (rv != FOX_OK) {
@@ -102,6 +112,21 @@ main(int argc, char **argv)
     }
     if (n_batches == 0)
         batches[n_batches++] = 0;
+    if (trace) {
+#ifdef FOX_HAVE_CUPTI
+        if (n_batches > 1) {
+            fprintf(stderr, "foxbench: --trace takes one --batch\n");
+            return 2;
+        }
+        if (fox_trace_begin(err, sizeof err) != FOX_OK) {
+            fprintf(stderr, "foxbench: %s\n", err);
+            return 1;
+        }
+#else
+        fprintf(stderr, "foxbench: --trace needs a build with CUPTI\n");
+        return 2;
+#endif
+    }
     if (reps < 1)
         reps = 1;
     printf("| backend | batch | envs | params | full step µs (median [min–max]) | "
@@ -125,11 +150,20 @@ main(int argc, char **argv)
              */
             int warm = cfg.learning_starts / info.n_envs + 3;
             rv = fox_engine_run_steps(e, warm, NULL);
+            if (trace)
+                reps = 1; /* one chunk of each under the tracer, whose timings mean nothing */
             if (rv == FOX_OK)
                 rv = time_steps(e, fox_engine_run_steps, ch, reps, full);
             if (rv == FOX_OK)
                 rv = time_steps(e, fox_engine_train_only, ch, reps, train);
         }
+#ifdef FOX_HAVE_CUPTI
+        if (rv == FOX_OK && trace && (rv = fox_trace_end(trace, err, sizeof err)) != FOX_OK) {
+            fprintf(stderr, "foxbench: %s\n", err);
+            fox_engine_destroy(e);
+            return 1;
+        }
+#endif
         if (rv != FOX_OK) {
             fprintf(stderr, "foxbench: %s\n", fox_engine_errmsg(e));
             fox_engine_destroy(e);

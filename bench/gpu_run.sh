@@ -26,8 +26,8 @@
 #                              interleaved ($ROUNDS rounds, $ARGS to foxbench)
 #   bench/gpu_run.sh probe_gemm on the GPU machine: bench/gemm_probe at each of $BATCHES
 #                              (256 4096): cuBLAS's pick against every cuBLASLt candidate
-#   bench/gpu_run.sh timeline  on the GPU machine: Nsight Systems' trace of every graph node of a
-#                              few steps at each of $TL_BATCHES (256), as CSV
+#   bench/gpu_run.sh timeline  on the GPU machine: the device's timeline of a few steps at each of
+#                              $TL_BATCHES (256), every kernel with its stream (foxbench --trace)
 #   bench/gpu_run.sh final     on the GPU machine: parity and drills; foxbench at batch 256 and
 #                              4096 (1024 envs, learning_starts 4096), sentinel on and off, for
 #                              this build, foxbench_base and foxbench_f9 (BASE2=<dir of a build>
@@ -345,30 +345,24 @@ envab() {
     cat "$out/bench_envab.md"
 }
 
-# The timeline of a few replayed steps (Nsight Systems, every graph node with its stream, start
-# and duration) at each batch of $TL_BATCHES (256), as timeline_<batch>.csv.gz: where the critical
-# path waits, which ncu's per-kernel times cannot show.
+# The timeline of a few replayed steps (foxbench --trace: every graph node with its stream, start
+# and end, through CUPTI) at each batch of $TL_BATCHES (256), as timeline_<batch>.csv.gz, and
+# bench/timeline.py's reading of one train step where python3 is there: where the critical path
+# waits, which ncu's per-kernel times cannot show.
 timeline() {
-    local out=${OUT:-/tmp/foxgpu} bin=.carry/bin b nsys
+    local out=${OUT:-/tmp/foxgpu} bin=.carry/bin b
     mkdir -p "$out"
     use_libs
-    nsys=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/*/bin/nsys \
-        /usr/local/cuda*/nsight-systems*/bin/nsys 2> /dev/null | head -1)
-    if [ -z "$nsys" ]; then
-        echo "timeline: no nsys on this machine"
-        return 0
-    fi
     for b in ${TL_BATCHES:-256}; do
-        rm -f /tmp/fox_tl*
-        timeout "${NSYS_S:-120}" "$nsys" profile -o /tmp/fox_tl -f true --trace=cuda \
-            --cuda-graph-trace=node "$bin/foxbench" --backend cuda --batch "$b" --envs 1024 \
-            --reps 1 --chunk "${TL_CHUNK:-4}" --set train.learning_starts=2048 ${ARGS:-} \
-            > "$out/nsys_$b.log" 2>&1
-        echo "nsys profile exit $?" >> "$out/nsys_$b.log"
-        "$nsys" stats --report cuda_gpu_trace --format csv --output /tmp/fox_tl \
-            /tmp/fox_tl.nsys-rep >> "$out/nsys_$b.log" 2>&1
-        gzip -c /tmp/fox_tl*cuda_gpu_trace*.csv > "$out/timeline_$b.csv.gz"
-        tail -2 "$out/nsys_$b.log"
+        timeout "${TL_S:-60}" "$bin/foxbench" --backend cuda --batch "$b" --envs 1024 \
+            --chunk "${TL_CHUNK:-4}" --set train.learning_starts=2048 ${ARGS:-} \
+            --trace "/tmp/timeline_$b.csv" > "$out/trace_$b.log" 2>&1
+        echo "foxbench --trace exit $?" >> "$out/trace_$b.log"
+        tail -1 "$out/trace_$b.log"
+        [ -f "/tmp/timeline_$b.csv" ] || continue
+        gzip -c "/tmp/timeline_$b.csv" > "$out/timeline_$b.csv.gz"
+        command -v python3 > /dev/null &&
+            python3 bench/timeline.py "/tmp/timeline_$b.csv" > "$out/timeline_$b.txt" 2>&1
     done
 }
 

@@ -486,8 +486,8 @@ START_TEST(greedy_next_tf32)
         const float *qd = q + (size_t)(i / 4) * lay.n_actions + lay.branch_off[i % 4];
         float q0 = qd[astar[0][i]], q1 = qd[astar[1][i]];
         double gap = fabs((double)q0 - q1) / (1.0 + fabs((double)q0));
-        ck_assert_msg(gap < 1e-2, "TF32 changed a* of sample %d branch %d across a gap of %g", i / 4,
-                      i % 4, gap);
+        ck_assert_msg(gap < 1e-2, "TF32 changed a* of sample %d branch %d across a gap of %g",
+                      i / 4, i % 4, gap);
         changed++;
     }
     double el = rel_scalar(r[1].loss.total, r[0].loss.total);

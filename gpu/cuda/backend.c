@@ -689,7 +689,9 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
      * FOX_CUDA_GREEDY_MATH=fp32 (see fox__cuda_set_math), FOX_CUDA_PDL=0
      * (no programmatic dependent launch), FOX_CUDA_SIDE=0 (one stream, to
      * measure what the others buy; the greedy-action forwards then run on
-     * MAIN, in FP32), FOX_CUDA_NODW=1 (no weight gradients: what they cost).
+     * MAIN, in FP32), FOX_CUDA_SIDES=1 or 2 (the target forward and weight
+     * gradients on fewer side streams than 3), FOX_CUDA_NODW=1 (no weight
+     * gradients: what they cost).
      */
     const char *side = getenv("FOX_CUDA_SIDE");
     if (side && strcmp(side, "0") == 0)
@@ -697,6 +699,9 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     /* Only kernels built for sm_90 wait for their predecessor (device.cuh's pdl_enter). */
     const char *pdl = getenv("FOX_CUDA_PDL");
     fox__cuda_pdl = FOX_CUDA_ARCH >= 90 && !(pdl && strcmp(pdl, "0") == 0);
+    const char *sides = getenv("FOX_CUDA_SIDES");
+    if (sides && (strcmp(sides, "1") == 0 || strcmp(sides, "2") == 0))
+        be->net.n_sides = atoi(sides);
     const char *nodw = getenv("FOX_CUDA_NODW");
     fox__cuda_skip_dw = nodw && strcmp(nodw, "1") == 0;
     const char *gmath = getenv("FOX_CUDA_GREEDY_MATH");
@@ -707,9 +712,10 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
         cuda_destroy((fox_backend *)be);
         return FOX_ECUDA;
     }
-    fox_log(FOX_LOG_INFO, "cuda backend: %zu MiB of device memory (replay ring %zu MiB), %s math, "
-            "%d stream(s), dependent launch %s, greedy-action forwards %s", be->bytes_total >> 20,
-            be->bytes_replay >> 20, be->net.tf32 ? "TF32" : "FP32",
+    fox_log(FOX_LOG_INFO,
+            "cuda backend: %zu MiB of device memory (replay ring %zu MiB), %s math, "
+            "%d stream(s), dependent launch %s, greedy-action forwards %s",
+            be->bytes_total >> 20, be->bytes_replay >> 20, be->net.tf32 ? "TF32" : "FP32",
             be->net.use_side ? FOX_CUDA_STREAMS : 1, fox__cuda_pdl ? "on" : "off",
             (be->net.greedy_tf32 && be->net.use_side) || be->net.tf32 ? "TF32" : "FP32");
     *out = (fox_backend *)be;

@@ -336,7 +336,9 @@ typedef struct fox_cuda_stab {
 /*
  * The streams of a step, each with a cuBLAS handle of its own. MAIN carries
  * the critical path; the others take work MAIN waits for only at a join:
- * SIDE the target net's forward and every weight gradient, COLLECT a full
+ * SIDE, SIDE2 and SIDE3 in turn the target net's forward and the weight
+ * gradients (on one stream, their chain outlasted the backward on MAIN by
+ * ~60 µs at batch 256: docs/performance.md, session 6), COLLECT a full
  * step's collection (from the batch gather until the optimizer, whose
  * update its forward must not see half done; its products in TF32), LATE
  * what only the step's end or a later stage reads: adaptive mode's deferred
@@ -350,7 +352,7 @@ typedef struct fox_cuda_stab {
  * a step is joined back by its end (fox__cuda_join_all).
  */
 enum { FOX_CUDA_MAIN = 0, FOX_CUDA_SIDE = 1, FOX_CUDA_COLLECT = 2, FOX_CUDA_LATE = 3,
-       FOX_CUDA_NEXT = 4, FOX_CUDA_STREAMS = 5 };
+       FOX_CUDA_NEXT = 4, FOX_CUDA_SIDE2 = 5, FOX_CUDA_SIDE3 = 6, FOX_CUDA_STREAMS = 7 };
 
 /*
  * The network on the device: parameters and optimizer state in the layout
@@ -372,6 +374,8 @@ typedef struct fox_cuda_net {
     cudaEvent_t ev[FOX_CUDA_EVENTS];
     int ev_next;
     int forked[FOX_CUDA_STREAMS]; /* forked from MAIN and not joined back since */
+    int n_sides;        /* side streams in use, 1..3 (SIDE, SIDE2, SIDE3) */
+    int side_next;      /* the one side() forks next */
     float *params;      /* [2 × np]: online, then target (one offset np apart) */
     float *grads, *adam_m, *adam_v;   /* [np] */
     float *pk;          /* [2 × PK] packed heads, online then target */

@@ -19,9 +19,10 @@
  *     products (each pair of tensors sits a fixed distance apart);
  *   - the online and target parameters sit np floats apart, so the IQN
  *     products of both nets are one strided-batched call;
- *   - SIDE runs the target net's forward and every weight gradient, LATE
- *     the sentinel-only d_states, neither of which MAIN waits for until
- *     the optimizer (cuda_impl.h's streams), in adaptive mode the last
+ *   - SIDE, SIDE2 and SIDE3 in turn run the target net's forward and the
+ *     weight gradients, LATE the sentinel-only d_states, neither of which
+ *     MAIN waits for until the optimizer (cuda_impl.h's streams), in
+ *     adaptive mode the last
  *     Adam step's Pearl B beside the forward, joined before the loss, and
  *     the IQN and aux parts of d h_s2 beside its C51 part;
  *   - a GRN's two-term input gradients (gate and value; skip and W2) are
@@ -265,6 +266,7 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
     n->np = lay->n_params;
     n->B = B;
     n->use_side = 1;
+    n->n_sides = 3;
     dims_of(&n->dm, &n->heads, lay);
     const fox_cuda_dims *dm = &n->dm;
     for (int k = 0; k < FOX_CUDA_STREAMS; k++) {
@@ -441,11 +443,15 @@ fox__cuda_join_all(fox_cuda_net *n)
     return 0;
 }
 
-/* The stream for weight gradients, forked at this point. */
+static const int side_streams[3] = {FOX_CUDA_SIDE, FOX_CUDA_SIDE2, FOX_CUDA_SIDE3};
+
+/* The next side stream in turn, forked at this point: for a forward or weight gradients. */
 static int
 side(fox_cuda_net *n, int *ws)
 {
-    return fox__cuda_fork(n, FOX_CUDA_SIDE, ws);
+    int to = side_streams[n->side_next];
+    n->side_next = (n->side_next + 1) % n->n_sides;
+    return fox__cuda_fork(n, to, ws);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -727,6 +733,7 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
      */
     const float *s_next = bt->s2 + (size_t)B * dm->S;
     int ns;
+    n->side_next = 0; /* every capture of a step assigns the same streams */
     FOX_TRY(fox__cuda_fork(n, FOX_CUDA_NEXT, &ns));
     FOX_TRY(fox__cuda_forward(n, ns, &n->nx, s_next, B, B, 0, 0));
     FOX_TRY(side(n, &ws));
@@ -876,8 +883,9 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
     if (want_ds)
         FOX_TRY(point(n, late, FOX_SENT_D_STATES, n->d_states, NULL, 0));
     FOX_TRY(fox__cuda_dep(n, late, FOX_CUDA_MAIN));
-    if (n->use_side)
-        FOX_TRY(fox__cuda_dep(n, FOX_CUDA_SIDE, FOX_CUDA_MAIN));
+    for (int k = 0; k < 3; k++)
+        if (n->forked[side_streams[k]])
+            FOX_TRY(fox__cuda_dep(n, side_streams[k], FOX_CUDA_MAIN));
     FOX_TRY(point(n, 0, FOX_SENT_GRADS, G, NULL, 0));
     return 0;
 }
