@@ -26,6 +26,7 @@
 #                              interleaved ($ROUNDS rounds, $ARGS to foxbench)
 #   bench/gpu_run.sh probe_gemm on the GPU machine: bench/gemm_probe at each of $BATCHES
 #                              (256 4096): cuBLAS's pick against every cuBLASLt candidate
+#   bench/gpu_run.sh once      on the GPU machine: foxd --once on the default config, two epochs
 #   bench/gpu_run.sh timeline  on the GPU machine: the device's timeline of a few steps at each of
 #                              $TL_BATCHES (256), every kernel with its stream (foxbench --trace)
 #   bench/gpu_run.sh final     on the GPU machine: parity and drills; foxbench at batch 256 and
@@ -284,8 +285,15 @@ overhead() {
         tail -2 "$out/ncu.err"
     fi
     [ "${ONCE:-1}" = 0 ] && return
-    # The walk-forward end to end on the GPU (two epochs a fold: a smoke run, not a result).
-    OPENBLAS_NUM_THREADS=8 timeout "${ONCE_S:-120}" "$bin/foxd" --once --backend cuda \
+    once
+}
+
+# The walk-forward end to end on the GPU (two epochs a fold: a smoke run, not a result).
+once() {
+    local out=${OUT:-/tmp/foxgpu}
+    mkdir -p "$out"
+    use_libs
+    OPENBLAS_NUM_THREADS=8 timeout "${ONCE_S:-120}" .carry/bin/foxd --once --backend cuda \
         --set train.epochs=2 > "$out/foxd_once.txt" 2>&1
     echo "foxd --once exit $?" >> "$out/foxd_once.txt"
     grep -v "^{" "$out/foxd_once.txt" | tail -12
@@ -346,24 +354,24 @@ envab() {
 }
 
 # The timeline of a few replayed steps (foxbench --trace: every graph node with its stream, start
-# and end, through CUPTI) at each batch of $TL_BATCHES (256), as timeline_<batch>.csv.gz, and
-# bench/timeline.py's reading of one train step where python3 is there: where the critical path
-# waits, which ncu's per-kernel times cannot show.
+# and end, through CUPTI) at each batch of $TL_BATCHES (256), with bench/timeline.py's reading of
+# one train step where python3 is there, all in $OUT/timeline.tar.gz (the device tool returns a
+# few files only): where the critical path waits, which ncu's per-kernel times cannot show.
 timeline() {
-    local out=${OUT:-/tmp/foxgpu} bin=.carry/bin b
-    mkdir -p "$out"
+    local out=${OUT:-/tmp/foxgpu} bin=.carry/bin tl=/tmp/fox_timeline b
+    mkdir -p "$out" "$tl"
     use_libs
     for b in ${TL_BATCHES:-256}; do
         timeout "${TL_S:-60}" "$bin/foxbench" --backend cuda --batch "$b" --envs 1024 \
             --chunk "${TL_CHUNK:-4}" --set train.learning_starts=2048 ${ARGS:-} \
-            --trace "/tmp/timeline_$b.csv" > "$out/trace_$b.log" 2>&1
-        echo "foxbench --trace exit $?" >> "$out/trace_$b.log"
-        tail -1 "$out/trace_$b.log"
-        [ -f "/tmp/timeline_$b.csv" ] || continue
-        gzip -c "/tmp/timeline_$b.csv" > "$out/timeline_$b.csv.gz"
-        command -v python3 > /dev/null &&
-            python3 bench/timeline.py "/tmp/timeline_$b.csv" > "$out/timeline_$b.txt" 2>&1
+            --trace "$tl/timeline_$b.csv" > "$tl/trace_$b.log" 2>&1
+        echo "foxbench --trace exit $?" >> "$tl/trace_$b.log"
+        tail -1 "$tl/trace_$b.log"
+        [ -f "$tl/timeline_$b.csv" ] && command -v python3 > /dev/null &&
+            python3 bench/timeline.py "$tl/timeline_$b.csv" > "$tl/timeline_$b.txt" 2>&1 &&
+            head -9 "$tl/timeline_$b.txt"
     done
+    tar -C "$tl" -czf "$out/timeline.tar.gz" .
 }
 
 # Diagnostic builds side by side: .carry/bin/foxbench and every .carry/bin/<name>/foxbench (built
@@ -396,7 +404,8 @@ probe) probe ;;
 variants) variants ;;
 envab) envab ;;
 timeline) timeline ;;
+once) once ;;
 probe_gemm) use_libs && for b in ${BATCHES:-256 4096}; do .carry/bin/gemm_probe "$b"; done ;;
-*) echo "usage: $0 prepare|run|quick|final|overhead|probe|variants|envab|probe_gemm|timeline" >&2
+*) echo "usage: $0 prepare|run|quick|final|overhead|probe|variants|envab|probe_gemm|timeline|once" >&2
     exit 2 ;;
 esac
