@@ -280,38 +280,47 @@ fox__cuda_ln_glu_bwd(cudaStream_t s, int rows, int out, const float *dy, const f
 /* Dueling (twin of dueling_fwd + log_softmax_rows + expected_z)                              */
 
 /*
- * One warp per (row, flat action): logit_j = V_j + A_a,j − mean_a′ A_a′,j
- * with the output biases added here (out holds the products only; V in
- * output slot 0, branch d in slot 1 + d), then log_softmax over the atoms
- * and q = Σ_j p_j·z_j. K > 0 (NA ≤ 32·K): the logits are computed once and
- * kept in registers (row_each over the atoms); K = 0: recomputed in each
- * pass, so any atom count works.
+ * One block per row, one warp per flat action: the row's value and
+ * advantage outputs staged in shared memory once with their output biases
+ * (out holds the products only; V in output slot 0, branch d in slot 1 + d)
+ * and each branch's mean advantage per atom once, then per warp logit_j =
+ * V_j + A_a,j − mean_a′ A_a′,j, log_softmax over the atoms and q = Σ_j
+ * p_j·z_j (one warp per action reading its branch's whole slot from global
+ * memory cost ~36 µs a launch at batch 4096: docs/performance.md, session
+ * 6). K > 0 (NA ≤ 32·K): the logits are computed once and kept in registers
+ * (row_each over the atoms); K = 0: recomputed in each pass, so any atom
+ * count works.
  */
 template <int K>
 __global__ void
-dueling_kernel(int rows, fox_cuda_dims dm, const float *__restrict__ out,
-               const float *__restrict__ b2, int split, long long poff,
-               const float *__restrict__ z, float *__restrict__ logp, float *__restrict__ q)
+dueling_kernel(fox_cuda_dims dm, const float *__restrict__ out, const float *__restrict__ b2,
+               int split, long long poff, const float *__restrict__ z, float *__restrict__ logp,
+               float *__restrict__ q)
 {
     pdl_enter();
-    size_t wid = blockIdx.x * (size_t)(blockDim.x / WARP) + threadIdx.x / WARP;
-    int lane = threadIdx.x % WARP, NA = dm.NA;
-    if (wid >= (size_t)rows * dm.NAct)
-        return;
-    size_t row = wid / dm.NAct;
+    extern __shared__ float sh[]; /* [(1 + D)·OS] outputs + biases, then [D × NA] mean advantages */
+    const int NA = dm.NA, n_out = (1 + dm.D) * dm.OS;
+    float *mean = sh + n_out;
+    const size_t row = blockIdx.x;
     if (row >= (size_t)split)
         b2 += poff;
-    int act = (int)(wid % dm.NAct), d = branch_of(dm, act), n = dm.bsize[d];
-    int a = act - dm.boff[d];
     const float *orow = out + row * dm.OW;
-    const float *A = orow + (size_t)(1 + d) * dm.OS, *bb = b2 + (size_t)(1 + d) * dm.OS;
-    auto logit = [&](int j) {
-        float mean = 0.0f;
+    for (int k = threadIdx.x; k < n_out; k += blockDim.x)
+        sh[k] = orow[k] + b2[k];
+    __syncthreads();
+    for (int k = threadIdx.x; k < dm.D * NA; k += blockDim.x) {
+        int d = k / NA, j = k % NA, n = dm.bsize[d];
+        const float *A = sh + (size_t)(1 + d) * dm.OS;
+        float m = 0.0f;
         for (int a2 = 0; a2 < n; a2++)
-            mean += A[a2 * NA + j] + bb[a2 * NA + j];
-        mean /= (float)n;
-        return orow[j] + b2[j] + (A[a * NA + j] + bb[a * NA + j]) - mean;
-    };
+            m += A[a2 * NA + j];
+        mean[k] = m / (float)n;
+    }
+    __syncthreads();
+    const int act = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const int d = branch_of(dm, act), a = act - dm.boff[d];
+    const float *A = sh + (size_t)(1 + d) * dm.OS + (size_t)a * NA, *M = mean + d * NA;
+    auto logit = [&](int j) { return sh[j] + A[j] - M[j]; };
     float keep[K > 0 ? K : 1] = {}; /* filled below when K > 0 (the front end cannot tell) */
     auto value = [&](int j, int c) {
         if constexpr (K > 0)
@@ -328,6 +337,7 @@ dueling_kernel(int rows, fox_cuda_dims dm, const float *__restrict__ out,
     row_each<K>(lane, NA, [&](int j, int c) { sum += expf(value(j, c) - mx); });
     float lse = mx + logf(warp_sum(sum));
     float e = 0.0f;
+    const size_t wid = row * dm.NAct + act;
     float *lp = logp + wid * NA;
     row_each<K>(lane, NA, [&](int j, int c) {
         float v = value(j, c) - lse;
@@ -344,11 +354,11 @@ fox__cuda_dueling(cudaStream_t s, int rows, const fox_cuda_dims *dm, const float
                   const float *b2, int split, long long poff, const float *z, float *logp,
                   float *q)
 {
-    size_t warps = (size_t)rows * dm->NAct;
-    const int per_block = 8;
-    unsigned int blocks = (unsigned int)((warps + per_block - 1) / per_block);
+    if (dm->NAct * WARP > 1024)
+        return FOX_EINVAL; /* a warp per action in one block */
+    size_t shared = ((size_t)(1 + dm->D) * dm->OS + (size_t)dm->D * dm->NA) * sizeof(float);
     FOX_CUDA_TRY(by_row_slots(dm->NA, [&](auto k) {
-        return launch(dueling_kernel<decltype(k)::value>, blocks, per_block * WARP, 0, s, rows, *dm,
+        return launch(dueling_kernel<decltype(k)::value>, rows, dm->NAct * WARP, shared, s, *dm,
                       out, b2, split, poff, z, logp, q);
     }));
     return 0;
