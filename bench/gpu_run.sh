@@ -27,6 +27,7 @@
 #   bench/gpu_run.sh probe_gemm on the GPU machine: bench/gemm_probe at each of $BATCHES
 #                              (256 4096): cuBLAS's pick against every cuBLASLt candidate
 #   bench/gpu_run.sh once      on the GPU machine: foxd --once on the default config, two epochs
+#   bench/gpu_run.sh sweep     on the GPU machine: run's sweeps and memcheck, without parity
 #   bench/gpu_run.sh timeline  on the GPU machine: the device's timeline of a few steps at each of
 #                              $TL_BATCHES (256), every kernel with its stream (foxbench --trace)
 #   bench/gpu_run.sh final     on the GPU machine: parity and drills; foxbench at batch 256 and
@@ -93,9 +94,26 @@ run() {
     grep -E "^(device|parity|graphs|memory|fold|[0-9]+%)|exit|Failure|Error" "$out/parity.log" |
         grep -v "parity fp32 mean: grad\|parity tf32 mean: grad" | head -40
 
+    sweep
+    # Time of every kernel of a few eager and replayed steps (serialized by the profiler).
+    if command -v ncu > /dev/null; then
+        timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+            "$bin/foxbench" --backend cuda --batch 256 --envs 1024 --reps 1 --chunk 2 \
+            > "$out/ncu.csv" 2> "$out/ncu.err"
+        echo "ncu exit $?" >> "$out/ncu.err"
+        tail -2 "$out/ncu.err"
+    fi
+}
+
+# The batch and env sweeps, the math modes and one stream (bench.md), and a compute-sanitizer
+# memcheck of a few eager and replayed steps (memcheck.log): run's part after parity.
+sweep() {
+    local out=${OUT:-/tmp/foxgpu} bin=.carry/bin
+    mkdir -p "$out"
+    use_libs
     local fb="timeout 150 $bin/foxbench --backend cuda --reps 9 --chunk 100"
     {
-        echo "## batch sweep: 1024 envs, FP32, two streams (learning_starts 16384 for every batch)"
+        echo "## batch sweep: 1024 envs, FP32 (learning_starts 16384 for every batch)"
         $fb --set train.learning_starts=16384 --batch 256 --batch 512 --batch 1024 \
             --batch 2048 --batch 4096 --batch 8192 --batch 16384
         echo "## env sweep: batch 256"
@@ -109,15 +127,6 @@ run() {
         $fb --set train.learning_starts=4096 --batch 256 --batch 4096 | tail -2
     } > "$out/bench.md" 2>&1
     cat "$out/bench.md"
-
-    # Time of every kernel of a few eager and replayed steps (serialized by the profiler).
-    if command -v ncu > /dev/null; then
-        timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-            "$bin/foxbench" --backend cuda --batch 256 --envs 1024 --reps 1 --chunk 2 \
-            > "$out/ncu.csv" 2> "$out/ncu.err"
-        echo "ncu exit $?" >> "$out/ncu.err"
-        tail -2 "$out/ncu.err"
-    fi
 
     # Out-of-bounds and uninitialized reads in every kernel of a few eager and replayed steps.
     if command -v compute-sanitizer > /dev/null; then
@@ -404,8 +413,9 @@ probe) probe ;;
 variants) variants ;;
 envab) envab ;;
 timeline) timeline ;;
+sweep) sweep ;;
 once) once ;;
 probe_gemm) use_libs && for b in ${BATCHES:-256 4096}; do .carry/bin/gemm_probe "$b"; done ;;
-*) echo "usage: $0 prepare|run|quick|final|overhead|probe|variants|envab|probe_gemm|timeline|once" >&2
+*) echo "usage: $0 prepare|run|quick|final|overhead|probe|variants|envab|probe_gemm|timeline|once|sweep" >&2
     exit 2 ;;
 esac
