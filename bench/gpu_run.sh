@@ -28,6 +28,7 @@
 #                              (256 4096): cuBLAS's pick against every cuBLASLt candidate
 #   bench/gpu_run.sh once      on the GPU machine: foxd --once on the default config, two epochs
 #   bench/gpu_run.sh sweep     on the GPU machine: run's sweeps and memcheck, without parity
+#   bench/gpu_run.sh memcheck  on the GPU machine: compute-sanitizer memcheck of a few steps
 #   bench/gpu_run.sh timeline  on the GPU machine: the device's timeline of a few steps at each of
 #                              $TL_BATCHES (256), every kernel with its stream (foxbench --trace)
 #   bench/gpu_run.sh final     on the GPU machine: parity and drills; foxbench at batch 256 and
@@ -127,8 +128,14 @@ sweep() {
         $fb --set train.learning_starts=4096 --batch 256 --batch 4096 | tail -2
     } > "$out/bench.md" 2>&1
     cat "$out/bench.md"
+    memcheck
+}
 
-    # Out-of-bounds and uninitialized reads in every kernel of a few eager and replayed steps.
+# Out-of-bounds and uninitialized reads in every kernel of a few eager and replayed steps.
+memcheck() {
+    local out=${OUT:-/tmp/foxgpu} bin=.carry/bin
+    mkdir -p "$out"
+    use_libs
     if command -v compute-sanitizer > /dev/null; then
         timeout 120 compute-sanitizer --tool memcheck --leak-check no --print-limit 20 \
             "$bin/foxbench" --backend cuda --batch 256 --envs 1024 --reps 1 --chunk 3 \
@@ -414,8 +421,9 @@ variants) variants ;;
 envab) envab ;;
 timeline) timeline ;;
 sweep) sweep ;;
+memcheck) memcheck ;;
 once) once ;;
 probe_gemm) use_libs && for b in ${BATCHES:-256 4096}; do .carry/bin/gemm_probe "$b"; done ;;
-*) echo "usage: $0 prepare|run|quick|final|overhead|probe|variants|envab|probe_gemm|timeline|once|sweep" >&2
+*) echo "usage: $0 prepare|run|quick|final|overhead|probe|variants|envab|probe_gemm|timeline|once|sweep|memcheck" >&2
     exit 2 ;;
 esac

@@ -433,6 +433,9 @@ START_TEST(loss_and_gradients)
     run_all(hb, 0, FOX_TARGET_MEAN, "fp32 mean", 1, 1e-4);
     run_all(hb, 1, FOX_TARGET_MEAN, "fp32 mean weighted", 0, 1e-4);
     run_all(hb, 0, FOX_TARGET_INDEP, "fp32 indep", 0, 1e-4);
+    /* The heads' output layer by slots, as forwards of FOX_CUDA_SLOT_ROWS rows and more run it. */
+    FOX_CK_OK(fox_cuda_debug_set_slot_rows(gpu, 1));
+    run_all(hb, 0, FOX_TARGET_MEAN, "fp32 mean by slots", 0, 1e-4);
     free(hb);
 }
 END_TEST

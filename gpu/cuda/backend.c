@@ -242,7 +242,7 @@ create_device(cuda_backend *be)
 
     int rows = be->N > QV_ROWS ? be->N : QV_ROWS;
     FOX_TRY(fox__cuda_net_init(&be->net, lay, be->B, rows));
-    FOX_TRY(fox__cuda_fwd_alloc(&be->col, lay, &be->net.dm, rows));
+    FOX_TRY(fox__cuda_fwd_alloc(&be->col, &be->net, rows));
     FOX_TRY(dev_alloc(&be->xcol, (size_t)rows * be->S * sizeof(float)));
 
     size_t N = (size_t)be->N, n = (size_t)c->n_step, cap = (size_t)c->replay_capacity;
@@ -1345,6 +1345,16 @@ fox_cuda_debug_set_math(fox_backend *be_, int tf32, int greedy_tf32)
     drop_graphs(be);
     be->net.greedy_tf32 = greedy_tf32;
     return fail(be, fox__cuda_set_math(&be->net, tf32), "set_math");
+}
+
+int
+fox_cuda_debug_set_slot_rows(fox_backend *be_, int rows)
+{
+    cuda_backend *be = (cuda_backend *)be_;
+    ALIVE(be);
+    drop_graphs(be);
+    be->net.slot_rows = rows;
+    return FOX_OK;
 }
 
 void

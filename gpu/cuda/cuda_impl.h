@@ -82,6 +82,7 @@ typedef struct fox_cuda_dims {
     int S, H1, H2, HH, NA, NT, NC, HA, NR, D, NAct;
     int bsize[FOX_MAX_BRANCHES], boff[FOX_MAX_BRANCHES];
     int HS, OS;          /* head slot widths: the widest hidden layer, the widest output */
+    int AUXW;            /* the aux heads' widest output */
     int HW, OW;          /* 7·HS, 7·OS */
     /* One net's packed heads, PK floats: W1 [HW × H2], b1 [HW], W2 [7 × OS × HS], b2 [7 × OS]. */
     size_t pk_w1, pk_b1, pk_w2, pk_b2, PK;
@@ -190,7 +191,13 @@ typedef struct fox_cuda_fwd {
     int cap, rows;
     fox_cuda_grn_act g1, g2;
     float *hid;   /* [R × HW] packed head hidden (post-ReLU) */
-    float *out;   /* [R × OW] packed head outputs (without their biases) */
+    float *out;   /* [R × OW] packed head outputs (without their biases; padding stays 0) */
+    /*
+     * Per net (online, target), device arrays of the C51 output slots' operand pointers, hid,
+     * W2 and out for each of the 1 + NAct slots of NA outputs (the value, then every action):
+     * the output layer as one pointer-batched product (fox__cuda_gemm_slots).
+     */
+    float **slots[2];
     float *logp;  /* [R × NAct × NA] */
     float *q;     /* [R × NAct] expected Q */
 } fox_cuda_fwd;
@@ -330,6 +337,14 @@ typedef struct fox_cuda_stab {
 /* The widest GRN1 input (model.state_dim's bound): the L1 rate's column norms in shared memory. */
 #define FOX_CUDA_L1_COLS 1024
 
+/*
+ * The rows from which a forward's output layer goes by slots (fox_cuda_fwd.slots). H200,
+ * 2026-11-29: the batch-4096 train step 1,369 → 1,335 µs by slots, the batch-256 one 303 →
+ * 307 (51-output products use the machine worse than 204-output ones); rows between were not
+ * measured.
+ */
+#define FOX_CUDA_SLOT_ROWS 4096
+
 #define FOX_CUDA_EVENTS 64
 #define FOX_CUDA_NORM_BLOCKS 256
 
@@ -375,6 +390,7 @@ typedef struct fox_cuda_net {
     int ev_next;
     int forked[FOX_CUDA_STREAMS]; /* forked from MAIN and not joined back since */
     int n_sides;        /* side streams in use, 1..3 (SIDE, SIDE2, SIDE3) */
+    int slot_rows;      /* forwards of this many rows compute the heads' outputs by slots */
     int side_next;      /* the one side() forks next */
     float *params;      /* [2 × np]: online, then target (one offset np apart) */
     float *grads, *adam_m, *adam_v;   /* [np] */
@@ -420,6 +436,12 @@ int fox__cuda_lin_dw(cublasHandle_t h, int rows, int in, int out, const float *d
 int fox__cuda_lin_dw_batched(cublasHandle_t h, int rows, int in, int out, const float *dY, int ldy,
                              long long sdy, const float *X, int ldx, long long sx, float *dW,
                              long long sdw, int batch);
+/*
+ * count products C_i [rows × n] = A_i [rows × k]·B_iᵀ (B_i [n × k]), row-major, one pointer-batched
+ * call; ptrs: the device array of the A, then B, then C pointers (count each).
+ */
+int fox__cuda_gemm_slots(cublasHandle_t h, int rows, int n, int k, float *const *ptrs, int count,
+                         int lda, int ldb, int ldc);
 int fox__cuda_colsum(cublasHandle_t h, int rows, int cols, const float *dY, int ldy,
                      const float *ones, float *db, float beta);
 int fox__cuda_colsum_batched(cublasHandle_t h, int rows, int cols, const float *dY, int ldy,
@@ -476,17 +498,17 @@ int fox__cuda_gemm(cublasHandle_t h, cudaStream_t s, const fox_cuda_gemm *g);
 int fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_rows);
 void fox__cuda_net_fini(fox_cuda_net *n);
 /* Activation buffers of a forward pass over up to R rows; free is safe on a zeroed struct. */
-int fox__cuda_fwd_alloc(fox_cuda_fwd *f, const fox_model_layout *lay, const fox_cuda_dims *dm,
-                        int R);
+/* After the net's own buffers (its packed heads). */
+int fox__cuda_fwd_alloc(fox_cuda_fwd *f, const fox_cuda_net *n, int R);
 void fox__cuda_fwd_free(fox_cuda_fwd *f);
 int fox__cuda_set_math(fox_cuda_net *n, int tf32);
 /* Re-pack the heads of both nets after their parameters changed. */
 int fox__cuda_pack(fox_cuda_net *n, int s);
 /*
- * Forward on X [R × S] on stream s, the online net on rows [0, split) and
- * the target net on rows [split, R) (split ≥ R: online only; else a
- * multiple of 128); the aux heads too if aux. site: the training pass, with
- * the stability points of the online net's rows [0, B) and the Mech 10 site.
+ * Forward on X [R × S] on stream s of the online net (split ≥ R) or the
+ * target net (split 0); the aux heads too if aux. site: the training pass,
+ * with the stability points of the online net's rows [0, B) and the Mech 10
+ * site.
  */
 int fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R, int split,
                       int aux, int site);

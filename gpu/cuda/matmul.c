@@ -1,7 +1,8 @@
 /*
  * matmul.c — the weight-gradient products and bias column sums of the
- * CUDA backend, through cuBLAS, on row-major data (the forward and
- * input-gradient products are gemm.cu's fused kernel).
+ * CUDA backend, and the heads' pointer-batched output layer, through
+ * cuBLAS, on row-major data (the other forward and input-gradient
+ * products are gemm.cu's fused kernel).
  *
  * The row-major trick, written down once: cuBLAS is column-major, and a
  * row-major matrix M [r × c] with row stride ld is, read column-major, the
@@ -74,6 +75,17 @@ fox__cuda_lin_dw_batched(cublasHandle_t h, int rows, int in, int out, const floa
     }
     FOX_CUBLAS_TRY(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, rows, &one, X,
                                              ldx, sx, dY, ldy, sdy, &zero, dW, in, sdw, batch));
+    return 0;
+}
+
+int
+fox__cuda_gemm_slots(cublasHandle_t h, int rows, int n, int k, float *const *ptrs, int count,
+                     int lda, int ldb, int ldc)
+{
+    const float zero = 0.0f;
+    const float *const *in = (const float *const *)ptrs;
+    FOX_CUBLAS_TRY(cublasSgemmBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &one, in + count,
+                                      ldb, in, lda, &zero, ptrs + 2 * count, ldc, count));
     return 0;
 }
 

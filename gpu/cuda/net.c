@@ -69,31 +69,73 @@ toff(const fox_cuda_net *n, int tensor)
     return n->lay->t[tensor].offset;
 }
 
-int
-fox__cuda_fwd_alloc(fox_cuda_fwd *f, const fox_model_layout *lay, const fox_cuda_dims *dm, int R)
+/*
+ * The C51 output slots of f for both nets (fox_cuda_fwd.slots): slot 0 the
+ * value head's NA outputs, then NA for every action of every branch, each
+ * at its place in the packed heads (head h's row block of W2, its output
+ * slot in out), so that the output layer skips the padding that makes
+ * every head as wide as the widest.
+ */
+static int
+slots_init(fox_cuda_fwd *f, const fox_cuda_net *n)
 {
+    const fox_cuda_dims *dm = &n->dm;
+    const int S = 1 + dm->NAct;
+    float **host = malloc((size_t)6 * S * sizeof *host);
+    if (!host)
+        return FOX_ENOMEM;
+    for (int net = 0; net < 2; net++) {
+        float **p = host + (size_t)3 * S * net, *pk = n->pk + (size_t)net * dm->PK;
+        int sl = 0;
+        for (int h = 0; h < FOX_CUDA_C51_HEADS; h++)
+            for (int a = 0; a < (h == 0 ? 1 : dm->bsize[h - 1]); a++, sl++) {
+                size_t col = (size_t)h * dm->OS + (size_t)a * dm->NA;
+                p[sl] = f->hid + (size_t)h * dm->HS;
+                p[S + sl] = pk + dm->pk_w2 + col * dm->HS;
+                p[2 * S + sl] = f->out + col;
+            }
+    }
+    int rv = dalloc(&f->slots[0], (size_t)6 * S * sizeof *host);
+    cudaError_t e = rv == 0 ? cudaMemcpy(f->slots[0], host, (size_t)6 * S * sizeof *host,
+                                         cudaMemcpyHostToDevice)
+                            : cudaSuccess;
+    free(host);
+    FOX_TRY(rv);
+    FOX_CUDA_TRY(e);
+    f->slots[1] = f->slots[0] + (size_t)3 * S;
+    return 0;
+}
+
+int
+fox__cuda_fwd_alloc(fox_cuda_fwd *f, const fox_cuda_net *n, int R)
+{
+    const fox_model_layout *lay = n->lay;
+    const fox_cuda_dims *dm = &n->dm;
     const int outs[2] = {lay->H1, lay->H2}, skips[2] = {lay->S != lay->H1, lay->H1 != lay->H2};
     fox_cuda_grn_act *g[2] = {&f->g1, &f->g2};
     f->cap = R;
     for (int k = 0; k < 2; k++) {
-        size_t n = (size_t)R * outs[k];
-        DALLOC(g[k]->eta2, skips[k] ? 2 * n : n);
-        DALLOC(g[k]->eta1, n);
-        DALLOC(g[k]->zgv, 2 * n);
-        DALLOC(g[k]->xhat, n);
+        size_t len = (size_t)R * outs[k];
+        DALLOC(g[k]->eta2, skips[k] ? 2 * len : len);
+        DALLOC(g[k]->eta1, len);
+        DALLOC(g[k]->zgv, 2 * len);
+        DALLOC(g[k]->xhat, len);
         DALLOC(g[k]->rstd, R);
-        DALLOC(g[k]->y, n);
+        DALLOC(g[k]->y, len);
     }
     DALLOC(f->hid, (size_t)R * dm->HW);
     DALLOC(f->out, (size_t)R * dm->OW);
+    /* The output layer writes each head's real outputs only: its padding (watched) stays 0. */
+    FOX_CUDA_TRY(cudaMemset(f->out, 0, (size_t)R * dm->OW * sizeof(float)));
     DALLOC(f->logp, (size_t)R * dm->NAct * dm->NA);
     DALLOC(f->q, (size_t)R * dm->NAct);
-    return 0;
+    return slots_init(f, n);
 }
 
 void
 fox__cuda_fwd_free(fox_cuda_fwd *f)
 {
+    cudaFree(f->slots[0]);
     fox_cuda_grn_act *g[2] = {&f->g1, &f->g2};
     for (int k = 0; k < 2; k++) {
         cudaFree(g[k]->eta2);
@@ -170,6 +212,8 @@ dims_of(fox_cuda_dims *dm, fox_cuda_heads *hd, const fox_model_layout *lay)
         hd->out[h] = lay->t[f + 2].rows;
         dm->HS = hd->hid[h] > dm->HS ? hd->hid[h] : dm->HS;
         dm->OS = hd->out[h] > dm->OS ? hd->out[h] : dm->OS;
+        if (h >= FOX_CUDA_C51_HEADS && hd->out[h] > dm->AUXW)
+            dm->AUXW = hd->out[h];
     }
     dm->HW = FOX_CUDA_HEADS * dm->HS;
     dm->OW = FOX_CUDA_HEADS * dm->OS;
@@ -267,6 +311,7 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
     n->B = B;
     n->use_side = 1;
     n->n_sides = 3;
+    n->slot_rows = FOX_CUDA_SLOT_ROWS;
     dims_of(&n->dm, &n->heads, lay);
     const fox_cuda_dims *dm = &n->dm;
     for (int k = 0; k < FOX_CUDA_STREAMS; k++) {
@@ -322,9 +367,9 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
     free(ones);
     FOX_CUDA_TRY(ce);
 
-    FOX_TRY(fox__cuda_fwd_alloc(&n->on, lay, dm, B));
-    FOX_TRY(fox__cuda_fwd_alloc(&n->nx, lay, dm, B));
-    FOX_TRY(fox__cuda_fwd_alloc(&n->tg, lay, dm, B));
+    FOX_TRY(fox__cuda_fwd_alloc(&n->on, n, B));
+    FOX_TRY(fox__cuda_fwd_alloc(&n->nx, n, B));
+    FOX_TRY(fox__cuda_fwd_alloc(&n->tg, n, B));
 
     size_t rq = (size_t)B * dm->NT;
     DALLOC(n->iq.cosf, 2 * rq * dm->NC);
@@ -576,8 +621,9 @@ int
 fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R, int split,
                   int aux, int site)
 {
-    if (R < 1 || R > f->cap)
+    if (R < 1 || R > f->cap || (split > 0 && split < R))
         return FOX_EINVAL;
+    const int target = split < R;
     const fox_cuda_dims *dm = &n->dm;
     const float *pk = n->pk;
     cudaStream_t st = n->st[s];
@@ -601,14 +647,27 @@ fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R
     m.bias[0] = pk + dm->pk_b1;
     m.act[0] = FOX_ACT_RELU;
     FOX_TRY(fox__cuda_gemm(n->cb[s], st, &m));
-    m = gemm_of(R, dm->OS, dm->HS, 1, f->hid, dm->HW, pk + dm->pk_w2, dm->HS, f->out, dm->OW);
-    m.split = split;
-    m.boff = (long long)dm->PK;
-    m.nz = nh;
-    m.sa = dm->HS;
-    m.sb = (long long)dm->OS * dm->HS;
-    m.sc = dm->OS;
-    FOX_TRY(fox__cuda_gemm(n->cb[s], st, &m));
+    /*
+     * The output layer: from slot_rows rows the C51 heads' outputs by slots of NA
+     * (pointer-batched, so that no head is computed at the widest head's OS outputs), then the
+     * aux heads' AUXW; below, every head at OS in one strided-batched product.
+     */
+    const int by_slots = R >= n->slot_rows, h0 = by_slots ? FOX_CUDA_C51_HEADS : 0;
+    if (by_slots)
+        FOX_TRY(fox__cuda_gemm_slots(n->cb[s], R, dm->NA, dm->HS, f->slots[target], 1 + dm->NAct,
+                                     dm->HW, dm->HS, dm->OW));
+    if (nh > h0) {
+        m = gemm_of(R, by_slots ? dm->AUXW : dm->OS, dm->HS, 1, f->hid + h0 * dm->HS, dm->HW,
+                    pk + dm->pk_w2 + (size_t)h0 * dm->OS * dm->HS, dm->HS, f->out + h0 * dm->OS,
+                    dm->OW);
+        m.split = split;
+        m.boff = (long long)dm->PK;
+        m.nz = nh - h0;
+        m.sa = dm->HS;
+        m.sb = (long long)dm->OS * dm->HS;
+        m.sc = dm->OS;
+        FOX_TRY(fox__cuda_gemm(n->cb[s], st, &m));
+    }
     if (pts) {
         FOX_TRY(point(n, s, FOX_SENT_V_LOGITS, f->out, NULL, 0));
         FOX_TRY(point(n, s, FOX_SENT_ADV_LOGITS, f->out + dm->OS, NULL, 0));
