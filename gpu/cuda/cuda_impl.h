@@ -358,12 +358,12 @@ typedef struct fox_cuda_stab {
  * update its forward must not see half done; its products in TF32), LATE
  * what only the step's end or a later stage reads: adaptive mode's deferred
  * Pearl B (beside the forward, until the loss), d h_s2's IQN and aux parts
- * (beside its C51 part, until their join), the sentinel-only d_states
- * product (until the optimizer: it reads GRN1's weights), the L1 rate's
- * deficit (beside the norm and Adam), the target update and the re-pack of
- * the heads and weight pairs (beside the fused check on MAIN), NEXT the
- * online net's forward on s′ for the double-DQN argmax (from the batch
- * gather until the loss; its products in TF32). Every stream forked during
+ * (beside its C51 part, until their join), the L1 rate's deficit (beside
+ * the norm and Adam), the target update and the re-pack of the heads and
+ * weight pairs (beside the fused check on MAIN), NEXT the online net's
+ * forward on s′ for the double-DQN argmax (from the batch gather until the
+ * loss) and the sentinel-only d_states product (until the optimizer: it
+ * reads GRN1's weights), its products in TF32. Every stream forked during
  * a step is joined back by its end (fox__cuda_join_all).
  */
 enum { FOX_CUDA_MAIN = 0, FOX_CUDA_SIDE = 1, FOX_CUDA_COLLECT = 2, FOX_CUDA_LATE = 3,

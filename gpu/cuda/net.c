@@ -10,8 +10,9 @@
  *   - the seven heads (value, 4 branches, 2 aux) run as one packed
  *     network, re-packed after every update into zero-padded slots of
  *     equal width (cuda_impl.h): their first layers are one product, their
- *     output layers one strided-batched product, in the forward and in
- *     both halves of the backward;
+ *     output layers one strided-batched product (in a forward of 4,096 rows
+ *     or more one pointer-batched product by slots of NA outputs, without
+ *     the padding), in the forward and in both halves of the backward;
  *   - every forward and input-gradient product goes through gemm.cu, which
  *     applies the stage after it (bias, ELU/ReLU, their backward masks, the
  *     IQN h ⊙ φ) in one epilogue launch; a GRN's W2 and Wr products (same
@@ -20,11 +21,11 @@
  *   - the online and target parameters sit np floats apart, so the IQN
  *     products of both nets are one strided-batched call;
  *   - SIDE, SIDE2 and SIDE3 in turn run the target net's forward and the
- *     weight gradients, LATE the sentinel-only d_states, neither of which
- *     MAIN waits for until the optimizer (cuda_impl.h's streams), in
- *     adaptive mode the last
- *     Adam step's Pearl B beside the forward, joined before the loss, and
- *     the IQN and aux parts of d h_s2 beside its C51 part;
+ *     weight gradients, NEXT the sentinel-only d_states (in TF32), neither
+ *     of which MAIN waits for until the optimizer (cuda_impl.h's streams),
+ *     LATE in adaptive mode the last Adam step's Pearl B beside the
+ *     forward, joined before the loss, and the IQN and aux parts of d h_s2
+ *     beside its C51 part;
  *   - a GRN's two-term input gradients (gate and value; skip and W2) are
  *     one product each over copies of the weight pairs side by side
  *     (pairs_init), refreshed with the packed heads.
@@ -240,7 +241,8 @@ fox__cuda_set_math(fox_cuda_net *n, int tf32)
      * NEXT (double DQN's a*). TF32's ~1e-3 relative error there decides
      * only near-ties (the parity test counts the actions it changes); the
      * collection's 1024-row products in TF32 take ~20 µs off a full step
-     * at batch 256 (docs/performance.md).
+     * at batch 256 (docs/performance.md). NEXT also runs d_states, whose
+     * only reader is the sentinel's NaN/Inf rule (grn_bwd).
      */
     for (int k = 0; k < FOX_CUDA_STREAMS; k++) {
         int t = tf32 || ((k == FOX_CUDA_COLLECT || k == FOX_CUDA_NEXT) && n->greedy_tf32);
@@ -684,13 +686,14 @@ fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R
 
 /*
  * Backward of a GRN over the first B rows of its forward cache f_rows rows
- * long: weight gradients (SIDE, cuBLAS) into grads at the block's offsets,
- * da [B × in] (NULL: not needed) on MAIN, or with late on LATE forked after
- * dη2, *late its stream for the caller to join (nothing on MAIN waits for it).
+ * long: weight gradients (side streams, cuBLAS) into grads at the block's
+ * offsets, da [B × in] (NULL: not needed) on MAIN, or with aside on NEXT
+ * forked after dη2 (d_states: in TF32, see below), *aside its stream for
+ * the caller to join (nothing else on MAIN waits for it).
  */
 static int
 grn_bwd(fox_cuda_net *n, int first, int in, int out, const float *a, const fox_cuda_grn_act *c,
-        int f_rows, const float *dy, float *da, int *late, fox_cuda_grn_grad *gg)
+        int f_rows, const float *dy, float *da, int *aside, fox_cuda_grn_grad *gg)
 {
     const int B = n->B;
     const float *P = n->params;
@@ -735,9 +738,15 @@ grn_bwd(fox_cuda_net *n, int first, int in, int out, const float *a, const fox_c
     FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, deta2, 2 * out, ones, DT(FOX_GRN_B2), 0.0f));
     if (da) {
         int ds = FOX_CUDA_MAIN;
-        if (late) {
-            FOX_TRY(fox__cuda_fork(n, FOX_CUDA_LATE, late));
-            ds = *late;
+        if (aside) {
+            /*
+             * d_states feeds only its sentinel slot's NaN/Inf rule, which a product's rounding
+             * does not change (a NaN or Inf in du, dη2 or the weights reaches it either way;
+             * short of an overflow at FLT_MAX): NEXT's TF32 handle, ~4× less time before
+             * the optimizer, which waits for it.
+             */
+            FOX_TRY(fox__cuda_fork(n, FOX_CUDA_NEXT, aside));
+            ds = *aside;
         }
         /* da = [du dη2]·[Wr; W2] (skip path first, as the CPU adds them), or du + dη2·W2. */
         if (n->wr2[k]) {
@@ -935,13 +944,13 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
     /* Trunk. */
     FOX_TRY(grn_bwd(n, FOX_P_GRN2_W2, dm->H1, dm->H2, on->g1.y, &on->g2, on->rows, bw->dh_s2,
                     bw->dh_s1, NULL, &bw->g2));
-    /* d_states only feeds its sentinel slot: off the critical path. */
-    int want_ds = n->want_d_states && n->stab.sites, late = FOX_CUDA_MAIN;
+    /* d_states only feeds its sentinel slot: beside the last weight gradients. */
+    int want_ds = n->want_d_states && n->stab.sites, ds = FOX_CUDA_MAIN;
     FOX_TRY(grn_bwd(n, FOX_P_GRN1_W2, dm->S, dm->H1, bt->s2, &on->g1, on->rows, bw->dh_s1,
-                    want_ds ? n->d_states : NULL, &late, &bw->g1));
+                    want_ds ? n->d_states : NULL, &ds, &bw->g1));
     if (want_ds)
-        FOX_TRY(point(n, late, FOX_SENT_D_STATES, n->d_states, NULL, 0));
-    FOX_TRY(fox__cuda_dep(n, late, FOX_CUDA_MAIN));
+        FOX_TRY(point(n, ds, FOX_SENT_D_STATES, n->d_states, NULL, 0));
+    FOX_TRY(fox__cuda_dep(n, ds, FOX_CUDA_MAIN));
     for (int k = 0; k < 3; k++)
         if (n->forked[side_streams[k]])
             FOX_TRY(fox__cuda_dep(n, side_streams[k], FOX_CUDA_MAIN));
