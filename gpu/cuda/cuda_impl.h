@@ -497,8 +497,10 @@ int fox__cuda_gemm(cublasHandle_t h, cudaStream_t s, const fox_cuda_gemm *g);
 
 int fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_rows);
 void fox__cuda_net_fini(fox_cuda_net *n);
-/* Activation buffers of a forward pass over up to R rows; free is safe on a zeroed struct. */
-/* After the net's own buffers (its packed heads). */
+/*
+ * Activation buffers of a forward pass over up to R rows, once the net's own buffers (its packed
+ * heads) exist; free is safe on a zeroed struct.
+ */
 int fox__cuda_fwd_alloc(fox_cuda_fwd *f, const fox_cuda_net *n, int R);
 void fox__cuda_fwd_free(fox_cuda_fwd *f);
 int fox__cuda_set_math(fox_cuda_net *n, int tf32);

@@ -1,6 +1,6 @@
 /*
  * net.c (CUDA) — foxnet v1's forward, losses, backward and optimizer step
- * as a sequence of cuBLAS products and hand kernels on five streams; the
+ * as a sequence of cuBLAS products and hand kernels on seven streams; the
  * twin of gpu/cpu/net.c + gpu/cpu/optim.c.
  *
  * Layout choices, each to cut launches or the critical path:
