@@ -298,7 +298,7 @@ overhead() {
                 --set train.learning_starts="$ls" > "$out/ncu_$mode.csv" 2>> "$out/ncu.err"
             echo "ncu $mode exit $?" >> "$out/ncu.err"
         done
-        tail -2 "$out/ncu.err"
+        [ -f "$out/ncu.err" ] && tail -2 "$out/ncu.err"
     fi
     [ "${ONCE:-1}" = 0 ] && return
     once

@@ -950,10 +950,8 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
                     want_ds ? n->d_states : NULL, &ds, &bw->g1));
     if (want_ds)
         FOX_TRY(point(n, ds, FOX_SENT_D_STATES, n->d_states, NULL, 0));
-    FOX_TRY(fox__cuda_dep(n, ds, FOX_CUDA_MAIN));
-    for (int k = 0; k < 3; k++)
-        if (n->forked[side_streams[k]])
-            FOX_TRY(fox__cuda_dep(n, side_streams[k], FOX_CUDA_MAIN));
+    /* Every gradient (side streams) and d_states (NEXT) in before the optimizer reads them. */
+    FOX_TRY(fox__cuda_join_all(n));
     FOX_TRY(point(n, 0, FOX_SENT_GRADS, G, NULL, 0));
     return 0;
 }
