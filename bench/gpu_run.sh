@@ -73,13 +73,15 @@ prepare() {
             esac
         done
     strip --strip-debug .carry/bin/*
+    # The device tool carries 64 MiB with the tree: the large libraries go compressed.
+    find .carry/lib -name "*.so*" -size +8M -exec gzip -6 {} +
     du -sh .carry
 }
 
 run() {
     local out=${OUT:-/tmp/foxgpu} bin=.carry/bin
     mkdir -p "$out"
-    export LD_LIBRARY_PATH="$PWD/.carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    use_libs
     {
         date -u
         uname -r
@@ -150,7 +152,7 @@ memcheck() {
 quick() {
     local out=${OUT:-/tmp/foxgpu} bin=.carry/bin
     mkdir -p "$out"
-    export LD_LIBRARY_PATH="$PWD/.carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    use_libs
     { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv; } \
         > "$out/machine.txt" 2>&1
     cat "$out/machine.txt"
@@ -196,6 +198,9 @@ quick() {
 use_libs() {
     local f dir=/tmp/foxgpu-libs
     mkdir -p "$dir"
+    for f in .carry/lib/*.gz; do
+        [ -e "$f" ] && gzip -d "$f"
+    done
     for f in .carry/lib/maybe/*; do
         [ -e "$f" ] || continue
         ldconfig -p | grep -q "^[[:space:]]*$(basename "$f") " || ln -sf "$PWD/$f" "$dir/"
