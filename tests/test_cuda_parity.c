@@ -436,15 +436,6 @@ START_TEST(loss_and_gradients)
     /* The heads' output layer by slots, as forwards of FOX_CUDA_SLOT_ROWS rows and more run it. */
     FOX_CK_OK(fox_cuda_debug_set_slot_rows(gpu, 1));
     run_all(hb, 0, FOX_TARGET_MEAN, "fp32 mean by slots", 0, 1e-4);
-    /*
-     * The runs above took the trunk fused (trunk.cu), as forwards of up to the default's rows do
-     * on sm_90; once more stage by stage (net.c's grn_fwd), as larger forwards take it.
-     */
-    int fuse_rows = 0;
-    FOX_CK_OK(fox_cuda_debug_set_fuse_rows(gpu, 0, &fuse_rows));
-    ck_assert_msg(fuse_rows >= BATCH, "the default fuses the trunk only up to %d rows", fuse_rows);
-    run_all(hb, 0, FOX_TARGET_MEAN, "fp32 mean stage-wise trunk", 0, 1e-4);
-    FOX_CK_OK(fox_cuda_debug_set_fuse_rows(gpu, fuse_rows, &fuse_rows));
     free(hb);
 }
 END_TEST

@@ -35,6 +35,10 @@
 #include "cuda_backend.h"
 #include "cuda_impl.h"
 
+#ifndef FOX_CUDA_ARCH
+#define FOX_CUDA_ARCH 90
+#endif
+
 /* Rows of the collection / q_values forward when the envs are fewer. */
 #define QV_ROWS 256
 
@@ -687,8 +691,7 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
      * measure what the others buy; the greedy-action forwards then run on
      * MAIN, in FP32), FOX_CUDA_SIDES=1 or 2 (the target forward and weight
      * gradients on fewer side streams than 3), FOX_CUDA_NODW=1 (no weight
-     * gradients: what they cost), FOX_CUDA_FUSE_ROWS=N (forwards of at most
-     * N rows run the trunk fused; 0 never).
+     * gradients: what they cost).
      */
     const char *side = getenv("FOX_CUDA_SIDE");
     if (side && strcmp(side, "0") == 0)
@@ -701,9 +704,6 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
         be->net.n_sides = atoi(sides);
     const char *nodw = getenv("FOX_CUDA_NODW");
     fox__cuda_skip_dw = nodw && strcmp(nodw, "1") == 0;
-    const char *fuse = getenv("FOX_CUDA_FUSE_ROWS");
-    if (fuse && be->net.fuse_rows)
-        be->net.fuse_rows = atoi(fuse);
     const char *gmath = getenv("FOX_CUDA_GREEDY_MATH");
     be->net.greedy_tf32 = !(gmath && strcmp(gmath, "fp32") == 0);
     const char *math = getenv("FOX_CUDA_MATH");
@@ -714,12 +714,10 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     }
     fox_log(FOX_LOG_INFO,
             "cuda backend: %zu MiB of device memory (replay ring %zu MiB), %s math, "
-            "%d stream(s), dependent launch %s, greedy-action forwards %s, fused trunk up to %d "
-            "rows",
+            "%d stream(s), dependent launch %s, greedy-action forwards %s",
             be->bytes_total >> 20, be->bytes_replay >> 20, be->net.tf32 ? "TF32" : "FP32",
             be->net.use_side ? FOX_CUDA_STREAMS : 1, fox__cuda_pdl ? "on" : "off",
-            (be->net.greedy_tf32 && be->net.use_side) || be->net.tf32 ? "TF32" : "FP32",
-            be->net.tf32 ? 0 : be->net.fuse_rows);
+            (be->net.greedy_tf32 && be->net.use_side) || be->net.tf32 ? "TF32" : "FP32");
     *out = (fox_backend *)be;
     return FOX_OK;
 }
@@ -1356,19 +1354,6 @@ fox_cuda_debug_set_slot_rows(fox_backend *be_, int rows)
     ALIVE(be);
     drop_graphs(be);
     be->net.slot_rows = rows;
-    return FOX_OK;
-}
-
-int
-fox_cuda_debug_set_fuse_rows(fox_backend *be_, int rows, int *was)
-{
-    cuda_backend *be = (cuda_backend *)be_;
-    ALIVE(be);
-    *was = be->net.fuse_rows;
-    if (rows > 0 && !fox__cuda_trunk_usable(&be->net))
-        return FOX_EINVAL;
-    drop_graphs(be);
-    be->net.fuse_rows = rows;
     return FOX_OK;
 }
 

@@ -79,12 +79,6 @@ int fox_cuda_debug_set_math(fox_backend *be, int tf32, int greedy_tf32);
 /* Forwards of at least rows rows compute the heads' output layer by slots (net.c). */
 int fox_cuda_debug_set_slot_rows(fox_backend *be, int rows);
 
-/*
- * Forwards of at most rows rows run the trunk fused (net.c; 0: never), the setting before in
- * *was (not NULL); FOX_EINVAL where this build or device can't.
- */
-int fox_cuda_debug_set_fuse_rows(fox_backend *be, int rows, int *was);
-
 /* Device memory the backend holds: in all, and in its replay ring. */
 void fox_cuda_debug_memory(const fox_backend *be, size_t *total, size_t *replay);
 

@@ -29,11 +29,6 @@ extern "C" {
 #include "../error.h"
 #include "../model.h"
 
-/* The architecture the kernels are built for (meson's gpu_arch, sm_XY → XY). */
-#ifndef FOX_CUDA_ARCH
-#define FOX_CUDA_ARCH 90
-#endif
-
 /* ------------------------------------------------------------------------------------------ */
 /* Errors: log the call, the code and its string, remember the text, return FOX_ECUDA.        */
 
@@ -396,7 +391,6 @@ typedef struct fox_cuda_net {
     int forked[FOX_CUDA_STREAMS]; /* forked from MAIN and not joined back since */
     int n_sides;        /* side streams in use, 1..3 (SIDE, SIDE2, SIDE3) */
     int slot_rows;      /* forwards of this many rows compute the heads' outputs by slots */
-    int fuse_rows;      /* forwards of at most this many rows run the trunk fused (0: never) */
     int side_next;      /* the one side() forks next */
     float *params;      /* [2 × np]: online, then target (one offset np apart) */
     float *grads, *adam_m, *adam_v;   /* [np] */
@@ -510,8 +504,6 @@ void fox__cuda_net_fini(fox_cuda_net *n);
 int fox__cuda_fwd_alloc(fox_cuda_fwd *f, const fox_cuda_net *n, int R);
 void fox__cuda_fwd_free(fox_cuda_fwd *f);
 int fox__cuda_set_math(fox_cuda_net *n, int tf32);
-/* Whether this net's forwards can run the trunk fused (trunk.cu) on this build and device. */
-int fox__cuda_trunk_usable(const fox_cuda_net *n);
 /* Re-pack the heads of both nets after their parameters changed. */
 int fox__cuda_pack(fox_cuda_net *n, int s);
 /*
@@ -538,29 +530,6 @@ int fox__cuda_dep(fox_cuda_net *n, int from, int to);
 int fox__cuda_fork(fox_cuda_net *n, int to, int *s);
 /* Join every stream forked and not joined back since into MAIN (a graph's capture must). */
 int fox__cuda_join_all(fox_cuda_net *n);
-
-/* ------------------------------------------------------------------------------------------ */
-/* The fused trunk forward (trunk.cu)                                                         */
-
-/* One GRN of the fused trunk: its tensors (wr NULL: the identity skip), where its outputs go. */
-typedef struct fox_cuda_trunk_grn {
-    int in, out;
-    const float *w2, *b2, *w1, *b1, *wg, *bg, *wv, *bv, *wr, *gam, *bet;
-    fox_cuda_grn_act act;
-    float *glu, *ln_in; /* NULL unless the sentinel watches them (GRN2 of a training pass) */
-} fox_cuda_trunk_grn;
-
-/*
- * The rows up to which a forward runs the trunk fused (fox_cuda_net.fuse_rows); beyond, the
- * stage-wise products use the machine as well.
- */
-#define FOX_CUDA_FUSE_ROWS 1024
-
-/* 1 if the fused trunk takes GRNs in → h1 → h2 (its kernel then set up), else 0. */
-int fox__cuda_trunk_init(int in, int h1, int h2);
-/* X [R × in] (16-byte aligned) through both GRNs in one launch, as grn_fwd twice. */
-int fox__cuda_trunk_fwd(cudaStream_t s, const float *X, int R, const fox_cuda_trunk_grn *g1,
-                        const fox_cuda_trunk_grn *g2);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Network kernels (net_kernels.cu)                                                           */

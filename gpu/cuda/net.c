@@ -305,13 +305,6 @@ pairs_init(fox_cuda_net *n)
 }
 
 int
-fox__cuda_trunk_usable(const fox_cuda_net *n)
-{
-    /* Its cluster barriers are sm_90's. */
-    return FOX_CUDA_ARCH >= 90 && fox__cuda_trunk_init(n->dm.S, n->dm.H1, n->dm.H2);
-}
-
-int
 fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_rows)
 {
     memset(n, 0, sizeof *n);
@@ -323,7 +316,6 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
     n->slot_rows = FOX_CUDA_SLOT_ROWS;
     dims_of(&n->dm, &n->heads, lay);
     const fox_cuda_dims *dm = &n->dm;
-    n->fuse_rows = fox__cuda_trunk_usable(n) ? FOX_CUDA_FUSE_ROWS : 0;
     for (int k = 0; k < FOX_CUDA_STREAMS; k++) {
         FOX_CUDA_TRY(cudaStreamCreateWithFlags(&n->st[k], cudaStreamNonBlocking));
         FOX_CUBLAS_TRY(cublasCreate(&n->cb[k]));
@@ -627,55 +619,6 @@ grn_fwd(fox_cuda_net *n, int s, int first, int in, int out, const float *a, int 
     return 0;
 }
 
-/* GRN `first`'s tensors in params P (the online or the target net's copy) for the fused trunk. */
-static fox_cuda_trunk_grn
-trunk_grn(const fox_cuda_net *n, const float *P, int first, int in, int out,
-          const fox_cuda_grn_act *act)
-{
-#define T(k) (P + toff(n, first + (k)))
-    fox_cuda_trunk_grn g = {.in = in,
-                            .out = out,
-                            .w2 = T(FOX_GRN_W2),
-                            .b2 = T(FOX_GRN_B2),
-                            .w1 = T(FOX_GRN_W1),
-                            .b1 = T(FOX_GRN_B1),
-                            .wg = T(FOX_GRN_WG),
-                            .bg = T(FOX_GRN_BG),
-                            .wv = T(FOX_GRN_WV),
-                            .bv = T(FOX_GRN_BV),
-                            .wr = in != out ? T(FOX_GRN_WR) : NULL,
-                            .gam = T(FOX_GRN_LN_G),
-                            .bet = T(FOX_GRN_LN_B),
-                            .act = *act};
-#undef T
-    return g;
-}
-
-/*
- * h_s2 of X [R × S]: fused (trunk.cu) up to fuse_rows rows in FP32, unless
- * a fault is injected between the trunk's stages (the stage-wise forward
- * has the points for it) or every product runs in TF32; else GRN by GRN.
- */
-static int
-trunk_fwd(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R, int split, int pts)
-{
-    const fox_cuda_dims *dm = &n->dm;
-    const int fault = n->fault_slot == FOX_SENT_H_S1 ||
-                      (n->fault_slot >= FOX_SENT_H_S2_ETA2 && n->fault_slot <= FOX_SENT_H_S2_LN_IN);
-    if (R <= n->fuse_rows && !n->tf32 && ((uintptr_t)X & 15) == 0 && !(pts && fault)) {
-        const float *P = n->params + (split < R ? n->np : 0);
-        fox_cuda_trunk_grn g1 = trunk_grn(n, P, FOX_P_GRN1_W2, dm->S, dm->H1, &f->g1);
-        fox_cuda_trunk_grn g2 = trunk_grn(n, P, FOX_P_GRN2_W2, dm->H1, dm->H2, &f->g2);
-        g2.glu = pts ? n->glu : NULL;
-        g2.ln_in = pts ? n->ln_in : NULL;
-        return fox__cuda_trunk_fwd(n->st[s], X, R, &g1, &g2);
-    }
-    FOX_TRY(grn_fwd(n, s, FOX_P_GRN1_W2, dm->S, dm->H1, X, R, split, &f->g1, 0));
-    if (pts)
-        FOX_TRY(point(n, s, FOX_SENT_H_S1, f->g1.y, NULL, 0));
-    return grn_fwd(n, s, FOX_P_GRN2_W2, dm->H1, dm->H2, f->g1.y, R, split, &f->g2, pts);
-}
-
 int
 fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R, int split,
                   int aux, int site)
@@ -688,7 +631,10 @@ fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R
     cudaStream_t st = n->st[s];
     int pts = site && n->stab.sites;
     f->rows = R;
-    FOX_TRY(trunk_fwd(n, s, f, X, R, split, pts));
+    FOX_TRY(grn_fwd(n, s, FOX_P_GRN1_W2, dm->S, dm->H1, X, R, split, &f->g1, 0));
+    if (pts)
+        FOX_TRY(point(n, s, FOX_SENT_H_S1, f->g1.y, NULL, 0));
+    FOX_TRY(grn_fwd(n, s, FOX_P_GRN2_W2, dm->H1, dm->H2, f->g1.y, R, split, &f->g2, pts));
     if (pts) {
         /* Mech 10 on the online net's h_s2 over the batch (slot 12 inline before it). */
         FOX_TRY(point(n, s, FOX_SENT_H_S2, f->g2.y, NULL, 0));
