@@ -837,7 +837,7 @@ enqueue_collect(cuda_backend *be, int s, int trains)
     /* A fault is armed only in a step that trains (fox_cpu_stab_begin_step). */
     if (trains)
         FOX_TRY(point(be, s, FOX_SENT_ENV_OBS, be->xcol, NULL, 0));
-    FOX_TRY(fox__cuda_forward(n, s, &be->col, be->xcol, be->N, be->N, 0, 0));
+    FOX_TRY(fox__cuda_forward(n, s, &be->col, be->xcol, be->N, 0, 0, 0));
     FOX_TRY(fox__cuda_collect_act(st, &be->cc, be->fold, be->envs, be->wbar, be->wport, be->wa,
                                   be->wr, be->col.q, be->ctl, be->staged, be->counts));
     return fox__cuda_collect_push(st, &be->cc, be->staged, be->counts, be->ring, be->ctl);
@@ -1090,7 +1090,7 @@ q_values(cuda_backend *be, const float *s, int B, float *q)
         int R = B - off < be->col.cap ? B - off : be->col.cap;
         FOX_CUDA_TRY(cudaMemcpyAsync(be->xcol, s + (size_t)off * S, (size_t)R * S * sizeof(float),
                                      cudaMemcpyHostToDevice, s0));
-        FOX_TRY(fox__cuda_forward(n, 0, &be->col, be->xcol, R, R, 0, 0));
+        FOX_TRY(fox__cuda_forward(n, 0, &be->col, be->xcol, R, 0, 0, 0));
         FOX_CUDA_TRY(cudaMemcpyAsync(q + (size_t)off * NAct, be->col.q,
                                      (size_t)R * NAct * sizeof(float), cudaMemcpyDeviceToHost,
                                      s0));

@@ -456,12 +456,11 @@ enum { FOX_ACT_NONE = 0, FOX_ACT_ELU = 1, FOX_ACT_RELU = 2 };
  * One product stage (gemm.cu): for z < nz, Y_z [M × N] = epi(α·A_z·op(B_z)
  * + β·Y_z), every matrix row-major with its row stride (ld*) and z stride
  * (s*). bt 1: B is [N × K] and op(B) = Bᵀ (a forward, y = x·Wᵀ); bt 0: B is
- * [K × N] (an input gradient, dx = dy·W). Rows ≥ split read B and the bias
- * boff floats further (the target net's copy; split ≥ M: none). The epilogue, in order: + bias[z ? 1 : 0][c], act[z ? 1 : 0], the
+ * [K × N] (an input gradient, dx = dy·W). The epilogue, in order: + bias[z ? 1 : 0][c], act[z ? 1 : 0], the
  * backward mask of dact at dy (ELU' = y + 1, ReLU' = 0 where y ≤ 0),
  * + add[r, c]; and with mout, mout = Y ⊙ mul[z ? 1 : 0][(r / mul_div)·ldmul
- * + c] (IQN's h ⊙ φ); and with fill, fill[r·ldc + c] = fill_bias[c] (boff
- * floats on for rows ≥ split) for the z = 0 entry: the next stage's bias
+ * + c] (IQN's h ⊙ φ); and with fill, fill[r·ldc + c] = fill_bias[c] for the
+ * z = 0 entry: the next stage's bias
  * laid in its output, which that product then takes with β = 1 instead of
  * an epilogue launch of its own. NULL pointers and zero β are off.
  */
@@ -474,8 +473,6 @@ typedef struct fox_cuda_gemm {
     float *C;
     int ldc;
     long long sc;
-    int split;
-    long long boff;
     const float *bias[2];
     int act[2];
     const float *dy;
@@ -507,12 +504,12 @@ int fox__cuda_set_math(fox_cuda_net *n, int tf32);
 /* Re-pack the heads of both nets after their parameters changed. */
 int fox__cuda_pack(fox_cuda_net *n, int s);
 /*
- * Forward on X [R × S] on stream s of the online net (split ≥ R) or the
- * target net (split 0); the aux heads too if aux. site: the training pass,
+ * Forward on X [R × S] on stream s of the online net (target 0) or the
+ * target net (target 1); the aux heads too if aux. site: the training pass,
  * with the stability points of the online net's rows [0, B) and the Mech 10
  * site.
  */
-int fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R, int split,
+int fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R, int target,
                       int aux, int site);
 /*
  * Losses and every gradient of the batch in n->bt (grads, loss_parts, prio), both streams
@@ -536,12 +533,12 @@ int fox__cuda_join_all(fox_cuda_net *n);
 
 /*
  * GRN tail: σ gate, GLU, skip, LayerNorm (see grn_tail_kernel); zgv holds
- * the biased pre-activations; rows ≥ split take γ, β poff floats on; with
+ * the biased pre-activations; with
  * glu (and ln_in) not NULL, g and r + g are kept there too.
  */
 int fox__cuda_grn_tail(cudaStream_t s, int rows, int out, float *zgv, const float *r,
                        const float *bg, const float *bv, const float *g, const float *beta,
-                       int split, long long poff, float *xhat, float *rstd, float *y, float *glu,
+                       float *xhat, float *rstd, float *y, float *glu,
                        float *ln_in);
 /*
  * LayerNorm and GLU backward; sg, lin at zgv [2 × R_fwd × out] (first rows used); du and dzgv
@@ -550,10 +547,9 @@ int fox__cuda_grn_tail(cudaStream_t s, int rows, int out, float *zgv, const floa
 int fox__cuda_ln_glu_bwd(cudaStream_t s, int rows, int out, const float *dy, const float *xhat,
                          const float *rstd, const float *g, const float *zgv,
                          long long fwd_stride, float *du, float *dyx, float *dzgv);
-/* b2 is the net's packed output biases [7 × OS]; rows ≥ split take them poff floats on. */
+/* b2 is the net's packed output biases [7 × OS]. */
 int fox__cuda_dueling(cudaStream_t s, int rows, const fox_cuda_dims *dm, const float *out,
-                      const float *b2, int split, long long poff, const float *z, float *logp,
-                      float *q);
+                      const float *b2, const float *z, float *logp, float *q);
 int fox__cuda_iqn_cos(cudaStream_t s, int rows, int NC, const float *tau, float *cosf);
 /*
  * Pack both nets' heads from params [2 × np] into pk [2 × PK], and the

@@ -4,10 +4,7 @@
  * activation's backward mask, a residual, the IQN h ⊙ φ): cuBLAS for the
  * product (row-major through the trick of matmul.c, up to nz batch entries
  * in one strided-batched call), then one epilogue launch for the whole
- * stage. Rows at or past `split` read their weights boff floats further (a
- * second call per product when the split falls inside the rows): the target
- * net, whose parameters sit np after the online net's, runs through the
- * same code with split 0.
+ * stage.
  *
  * A hand-tiled FP32 kernel that fused the epilogue into the product was
  * tried here first (2026-11-29, H200) and lost: 8–26 µs per product at
@@ -64,7 +61,7 @@ epilogue_kernel(fox_cuda_gemm g)
         size_t at = z * g.sc + (size_t)r * g.ldc + c;
         float v = g.C[at];
         if (g.bias[zi])
-            v += g.bias[zi][(r >= g.split ? g.boff : 0) + c];
+            v += g.bias[zi][c];
         v = act_apply(v, g.act[zi]);
         if (g.dy)
             v = act_back(v, g.dy[z * g.sdy + (size_t)r * g.lddy + c], g.dact);
@@ -74,21 +71,8 @@ epilogue_kernel(fox_cuda_gemm g)
         if (g.mout)
             g.mout[at] = v * g.mul[zi][(size_t)(r / g.mul_div) * g.ldmul + c];
         if (g.fill && z == 0)
-            g.fill[(size_t)r * g.ldc + c] = g.fill_bias[(r >= g.split ? g.boff : 0) + c];
+            g.fill[(size_t)r * g.ldc + c] = g.fill_bias[c];
     }
-}
-
-/* The product over rows [r0, r1): Y = α·A·op(B) + β·Y for every batch entry. */
-static int
-product(cublasHandle_t h, const fox_cuda_gemm *g, int r0, int r1, long long bo)
-{
-    const float *A = g->A + (size_t)r0 * g->lda, *Bm = g->B + bo;
-    float *C = g->C + (size_t)r0 * g->ldc;
-    cublasOperation_t tb = g->bt ? CUBLAS_OP_T : CUBLAS_OP_N;
-    FOX_CUBLAS_TRY(cublasSgemmStridedBatched(h, tb, CUBLAS_OP_N, g->N, r1 - r0, g->K, &g->alpha, Bm,
-                                             g->ldb, g->sb, A, g->lda, g->sa, &g->beta, C, g->ldc,
-                                             g->sc, g->nz));
-    return 0;
 }
 
 int
@@ -96,12 +80,11 @@ fox__cuda_gemm(cublasHandle_t h, cudaStream_t s, const fox_cuda_gemm *g)
 {
     if (g->M < 1 || g->N < 1 || g->K < 1 || g->nz < 1 || (g->mout && g->mul_div < 1))
         return FOX_EINVAL;
-    int split = g->split < g->M ? g->split : g->M;
-    for (int part = 0; part < 2; part++) {
-        int r0 = part ? split : 0, r1 = part ? g->M : split;
-        if (r1 > r0)
-            FOX_TRY(product(h, g, r0, r1, part ? g->boff : 0));
-    }
+    /* Y = α·A·op(B) + β·Y for every batch entry. */
+    cublasOperation_t tb = g->bt ? CUBLAS_OP_T : CUBLAS_OP_N;
+    FOX_CUBLAS_TRY(cublasSgemmStridedBatched(h, tb, CUBLAS_OP_N, g->N, g->M, g->K, &g->alpha, g->B,
+                                             g->ldb, g->sb, g->A, g->lda, g->sa, &g->beta, g->C,
+                                             g->ldc, g->sc, g->nz));
     if (g->bias[0] || g->bias[1] || g->act[0] || g->act[1] || g->dy || g->add || g->mout ||
         g->fill) {
         size_t n = (size_t)g->M * g->N * g->nz;

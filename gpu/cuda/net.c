@@ -518,7 +518,7 @@ fox__cuda_pack(fox_cuda_net *n, int s)
                                NULL, NULL);
 }
 
-/* A product with everything off: α 1, one batch entry, no split. */
+/* A product with everything off: α 1, one batch entry. */
 static fox_cuda_gemm
 gemm_of(int M, int N, int K, int bt, const float *A, int lda, const float *B, int ldb, float *C,
         int ldc)
@@ -537,7 +537,6 @@ gemm_of(int M, int N, int K, int bt, const float *A, int lda, const float *B, in
     g.C = C;
     g.ldc = ldc;
     g.alpha = 1.0f;
-    g.split = M;
     g.mul_div = 1;
     return g;
 }
@@ -557,23 +556,19 @@ point(fox_cuda_net *n, int s, int slot, float *p, float *p2, int after_count)
 
 /*
  * GRN(a [R × in] → g->y [R × out]) with the block's tensors from `first` in
- * params P; rows ≥ split use the target net's copy (np floats on). pts: the
+ * P (the online or the target net's parameters). pts: the
  * stage slots (η2, η1, gate, glu, LayerNorm input) at their points, and g,
  * r + g kept in n->glu / n->ln_in (GRN2 of a training pass), or NULL.
  */
 static int
-grn_fwd(fox_cuda_net *n, int s, int first, int in, int out, const float *a, int R, int split,
+grn_fwd(fox_cuda_net *n, int s, const float *P, int first, int in, int out, const float *a, int R,
         fox_cuda_grn_act *g, int pts)
 {
     cudaStream_t st = n->st[s];
-    const float *P = n->params;
-    const long long np = (long long)n->np;
 #define T(k) (P + toff(n, first + (k)))
     /* η2 = ELU(W2·a + b2) and the skip Wr·a (R·out floats later) in one launch. */
     int skip = in != out;
     fox_cuda_gemm m = gemm_of(R, out, in, 1, a, in, T(FOX_GRN_W2), in, g->eta2, out);
-    m.split = split;
-    m.boff = np;
     m.bias[0] = T(FOX_GRN_B2);
     m.act[0] = FOX_ACT_ELU;
     m.fill = g->eta1; /* b1 under η1: its product adds W1·η2 with β = 1 (no epilogue launch) */
@@ -589,8 +584,6 @@ grn_fwd(fox_cuda_net *n, int s, int first, int in, int out, const float *a, int 
     const float *r = skip ? g->eta2 + (size_t)R * out : a;
     /* η1 = W1·η2 + b1, b1 laid in η1 by the last epilogue. */
     m = gemm_of(R, out, out, 1, g->eta2, out, T(FOX_GRN_W1), out, g->eta1, out);
-    m.split = split;
-    m.boff = np;
     m.beta = 1.0f;
     FOX_TRY(fox__cuda_gemm(n->cb[s], st, &m));
     if (pts)
@@ -600,14 +593,12 @@ grn_fwd(fox_cuda_net *n, int s, int first, int in, int out, const float *a, int 
      * the tail kernel, so this stage has no epilogue launch.
      */
     m = gemm_of(R, out, out, 1, g->eta1, out, T(FOX_GRN_WG), out, g->zgv, out);
-    m.split = split;
-    m.boff = np;
     m.nz = 2;
     m.sb = (long long)(toff(n, first + FOX_GRN_WV) - toff(n, first + FOX_GRN_WG));
     m.sc = (long long)R * out;
     FOX_TRY(fox__cuda_gemm(n->cb[s], st, &m));
     FOX_TRY(fox__cuda_grn_tail(st, R, out, g->zgv, r, T(FOX_GRN_BG), T(FOX_GRN_BV),
-                               T(FOX_GRN_LN_G), T(FOX_GRN_LN_B), split, np, g->xhat, g->rstd,
+                               T(FOX_GRN_LN_G), T(FOX_GRN_LN_B), g->xhat, g->rstd,
                                g->y, pts ? n->glu : NULL, pts ? n->ln_in : NULL));
     if (pts) {
         /* Inside the fused tail on the CPU's side of it: these faults fire their slot only. */
@@ -620,21 +611,21 @@ grn_fwd(fox_cuda_net *n, int s, int first, int in, int out, const float *a, int 
 }
 
 int
-fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R, int split,
+fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R, int target,
                   int aux, int site)
 {
-    if (R < 1 || R > f->cap || (split > 0 && split < R))
+    if (R < 1 || R > f->cap)
         return FOX_EINVAL;
-    const int target = split < R;
     const fox_cuda_dims *dm = &n->dm;
-    const float *pk = n->pk;
+    /* The target net's parameters and packed heads sit np and PK floats after the online's. */
+    const float *P = n->params + (target ? n->np : 0), *pk = n->pk + (target ? dm->PK : 0);
     cudaStream_t st = n->st[s];
     int pts = site && n->stab.sites;
     f->rows = R;
-    FOX_TRY(grn_fwd(n, s, FOX_P_GRN1_W2, dm->S, dm->H1, X, R, split, &f->g1, 0));
+    FOX_TRY(grn_fwd(n, s, P, FOX_P_GRN1_W2, dm->S, dm->H1, X, R, &f->g1, 0));
     if (pts)
         FOX_TRY(point(n, s, FOX_SENT_H_S1, f->g1.y, NULL, 0));
-    FOX_TRY(grn_fwd(n, s, FOX_P_GRN2_W2, dm->H1, dm->H2, f->g1.y, R, split, &f->g2, pts));
+    FOX_TRY(grn_fwd(n, s, P, FOX_P_GRN2_W2, dm->H1, dm->H2, f->g1.y, R, &f->g2, pts));
     if (pts) {
         /* Mech 10 on the online net's h_s2 over the batch (slot 12 inline before it). */
         FOX_TRY(point(n, s, FOX_SENT_H_S2, f->g2.y, NULL, 0));
@@ -644,8 +635,6 @@ fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R
     int nh = aux ? FOX_CUDA_HEADS : FOX_CUDA_C51_HEADS;
     fox_cuda_gemm m = gemm_of(R, nh * dm->HS, dm->H2, 1, f->g2.y, dm->H2, pk + dm->pk_w1, dm->H2,
                               f->hid, dm->HW);
-    m.split = split;
-    m.boff = (long long)dm->PK;
     m.bias[0] = pk + dm->pk_b1;
     m.act[0] = FOX_ACT_RELU;
     FOX_TRY(fox__cuda_gemm(n->cb[s], st, &m));
@@ -662,8 +651,6 @@ fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R
         m = gemm_of(R, by_slots ? dm->AUXW : dm->OS, dm->HS, 1, f->hid + h0 * dm->HS, dm->HW,
                     pk + dm->pk_w2 + (size_t)h0 * dm->OS * dm->HS, dm->HS, f->out + h0 * dm->OS,
                     dm->OW);
-        m.split = split;
-        m.boff = (long long)dm->PK;
         m.nz = nh - h0;
         m.sa = dm->HS;
         m.sb = (long long)dm->OS * dm->HS;
@@ -674,8 +661,7 @@ fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R
         FOX_TRY(point(n, s, FOX_SENT_V_LOGITS, f->out, NULL, 0));
         FOX_TRY(point(n, s, FOX_SENT_ADV_LOGITS, f->out + dm->OS, NULL, 0));
     }
-    FOX_TRY(fox__cuda_dueling(st, R, dm, f->out, pk + dm->pk_b2, split, (long long)dm->PK, n->z,
-                              f->logp, f->q));
+    FOX_TRY(fox__cuda_dueling(st, R, dm, f->out, pk + dm->pk_b2, n->z, f->logp, f->q));
     if (pts)
         FOX_TRY(point(n, s, FOX_SENT_CURRENT_LP, f->logp, NULL, 0));
     return 0;
@@ -795,7 +781,7 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
 
     /*
      * Forward: the online net on s′ for a* (C51 heads, TF32: greedy_tf32)
-     * on NEXT, the target net on s′ (its parameters np floats on: split 0)
+     * on NEXT, the target net on s′
      * and the IQN cosine embedding on SIDE, beside the online net on s with
      * the stability points and Mech 10.
      */
@@ -803,11 +789,11 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
     int ns;
     n->side_next = 0; /* every capture of a step assigns the same streams */
     FOX_TRY(fox__cuda_fork(n, FOX_CUDA_NEXT, &ns));
-    FOX_TRY(fox__cuda_forward(n, ns, &n->nx, s_next, B, B, 0, 0));
+    FOX_TRY(fox__cuda_forward(n, ns, &n->nx, s_next, B, 0, 0, 0));
     FOX_TRY(side(n, &ws));
     FOX_TRY(fox__cuda_iqn_cos(n->st[ws], 2 * rq, dm->NC, bt->tau, n->iq.cosf));
-    FOX_TRY(fox__cuda_forward(n, ws, &n->tg, s_next, B, 0, 0, 0));
-    FOX_TRY(fox__cuda_forward(n, 0, on, bt->s2, B, B, 1, 1));
+    FOX_TRY(fox__cuda_forward(n, ws, &n->tg, s_next, B, 1, 0, 0));
+    FOX_TRY(fox__cuda_forward(n, 0, on, bt->s2, B, 0, 1, 1));
     FOX_TRY(fox__cuda_dep(n, ws, 0));
     FOX_TRY(point(n, 0, FOX_SENT_TARGET_LOGITS, n->tg.logp, NULL, 0));
     const float *h_tg = n->tg.g2.y;

@@ -94,28 +94,21 @@ by_row_slots(int out, L go)
  * biases are added here, not by a separate epilogue launch; sg and lin
  * replace zg and zv in zgv for the backward), x = r + sg·lin, then LayerNorm
  * over the row (two-pass mean and biased variance, eps 1e-5):
- * x̂ = (x − mean)·rstd, y = x̂·γ + β, with the target net's bg, bv, γ, β
- * (poff floats on) for rows ≥ split. K > 0: x stays in registers between the
- * passes (row_each), else it goes through xhat.
+ * x̂ = (x − mean)·rstd, y = x̂·γ + β. K > 0: x stays in registers between
+ * the passes (row_each), else it goes through xhat.
  */
 template <int K>
 __global__ void
 grn_tail_kernel(int rows, int out, float *__restrict__ zgv, const float *__restrict__ r,
                 const float *__restrict__ bg, const float *__restrict__ bv,
-                const float *__restrict__ g, const float *__restrict__ beta, int split,
-                long long poff, float *__restrict__ xhat, float *__restrict__ rstd,
-                float *__restrict__ y, float *__restrict__ glu, float *__restrict__ ln_in)
+                const float *__restrict__ g, const float *__restrict__ beta,
+                float *__restrict__ xhat, float *__restrict__ rstd, float *__restrict__ y,
+                float *__restrict__ glu, float *__restrict__ ln_in)
 {
     pdl_enter();
     int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     if (row >= rows)
         return;
-    if (row >= split) {
-        bg += poff;
-        bv += poff;
-        g += poff;
-        beta += poff;
-    }
     size_t o = (size_t)row * out;
     float *zg = zgv + o, *zv = zgv + (size_t)rows * out + o, *xh = xhat + o;
     const float *rr = r + o;
@@ -185,13 +178,13 @@ grn_tail_kernel(int rows, int out, float *__restrict__ zgv, const float *__restr
 
 int
 fox__cuda_grn_tail(cudaStream_t s, int rows, int out, float *zgv, const float *r, const float *bg,
-                   const float *bv, const float *g, const float *beta, int split, long long poff,
+                   const float *bv, const float *g, const float *beta,
                    float *xhat, float *rstd, float *y, float *glu, float *ln_in)
 {
     const int per_block = 8;
     FOX_CUDA_TRY(by_row_slots(out, [&](auto k) {
         return launch(grn_tail_kernel<decltype(k)::value>, (rows + per_block - 1) / per_block,
-                      per_block * WARP, 0, s, rows, out, zgv, r, bg, bv, g, beta, split, poff, xhat,
+                      per_block * WARP, 0, s, rows, out, zgv, r, bg, bv, g, beta, xhat,
                       rstd, y, glu, ln_in);
     }));
     return 0;
@@ -294,16 +287,13 @@ fox__cuda_ln_glu_bwd(cudaStream_t s, int rows, int out, const float *dy, const f
 template <int K>
 __global__ void
 dueling_kernel(fox_cuda_dims dm, const float *__restrict__ out, const float *__restrict__ b2,
-               int split, long long poff, const float *__restrict__ z, float *__restrict__ logp,
-               float *__restrict__ q)
+               const float *__restrict__ z, float *__restrict__ logp, float *__restrict__ q)
 {
     pdl_enter();
     extern __shared__ float sh[]; /* [(1 + D)·OS] outputs + biases, then [D × NA] mean advantages */
     const int NA = dm.NA, n_out = (1 + dm.D) * dm.OS;
     float *mean = sh + n_out;
     const size_t row = blockIdx.x;
-    if (row >= (size_t)split)
-        b2 += poff;
     const float *orow = out + row * dm.OW;
     for (int k = threadIdx.x; k < n_out; k += blockDim.x)
         sh[k] = orow[k] + b2[k];
@@ -351,15 +341,14 @@ dueling_kernel(fox_cuda_dims dm, const float *__restrict__ out, const float *__r
 
 int
 fox__cuda_dueling(cudaStream_t s, int rows, const fox_cuda_dims *dm, const float *out,
-                  const float *b2, int split, long long poff, const float *z, float *logp,
-                  float *q)
+                  const float *b2, const float *z, float *logp, float *q)
 {
     if (dm->NAct * WARP > 1024)
         return FOX_EINVAL; /* a warp per action in one block */
     size_t shared = ((size_t)(1 + dm->D) * dm->OS + (size_t)dm->D * dm->NA) * sizeof(float);
     FOX_CUDA_TRY(by_row_slots(dm->NA, [&](auto k) {
         return launch(dueling_kernel<decltype(k)::value>, rows, dm->NAct * WARP, shared, s, *dm,
-                      out, b2, split, poff, z, logp, q);
+                      out, b2, z, logp, q);
     }));
     return 0;
 }
