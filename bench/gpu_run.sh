@@ -29,6 +29,7 @@
 #   bench/gpu_run.sh once      on the GPU machine: foxd --once on the default config, two epochs
 #   bench/gpu_run.sh sweep     on the GPU machine: run's sweeps and memcheck, without parity
 #   bench/gpu_run.sh memcheck  on the GPU machine: compute-sanitizer memcheck of a few steps
+#                              (batch $MC_BATCH, 256 unless set; $MC_ARGS to foxbench)
 #   bench/gpu_run.sh timeline  on the GPU machine: the device's timeline of a few steps at each of
 #                              $TL_BATCHES (256), every kernel with its stream (foxbench --trace)
 #   bench/gpu_run.sh final     on the GPU machine: parity and drills; foxbench at batch 256 and
@@ -140,8 +141,8 @@ memcheck() {
     use_libs
     if command -v compute-sanitizer > /dev/null; then
         timeout 120 compute-sanitizer --tool memcheck --leak-check no --print-limit 20 \
-            "$bin/foxbench" --backend cuda --batch 256 --envs 1024 --reps 1 --chunk 3 \
-            > "$out/memcheck.log" 2>&1
+            "$bin/foxbench" --backend cuda --batch "${MC_BATCH:-256}" --envs 1024 --reps 1 \
+            --chunk 3 ${MC_ARGS:-} > "$out/memcheck.log" 2>&1
         echo "memcheck exit $?" >> "$out/memcheck.log"
         tail -5 "$out/memcheck.log"
     fi

@@ -338,7 +338,8 @@ typedef struct fox_cuda_stab {
 #define FOX_CUDA_L1_COLS 1024
 
 /*
- * The rows from which a forward's output layer goes by slots (fox_cuda_fwd.slots). H200,
+ * The rows from which a forward's output layer goes by slots (fox_cuda_fwd.slots), and the
+ * backward's d hid head by head at each head's own output count (net.c). H200,
  * 2026-11-29: the batch-4096 train step 1,369 → 1,335 µs by slots, the batch-256 one 303 →
  * 307 (51-output products use the machine worse than 204-output ones); rows between were not
  * measured.
@@ -390,7 +391,7 @@ typedef struct fox_cuda_net {
     int ev_next;
     int forked[FOX_CUDA_STREAMS]; /* forked from MAIN and not joined back since */
     int n_sides;        /* side streams in use, 1..3 (SIDE, SIDE2, SIDE3) */
-    int slot_rows;      /* forwards of this many rows compute the heads' outputs by slots */
+    int slot_rows;      /* from this many rows the heads' output layer and d hid go by slots */
     int side_next;      /* the one side() forks next */
     float *params;      /* [2 × np]: online, then target (one offset np apart) */
     float *grads, *adam_m, *adam_v;   /* [np] */
@@ -433,9 +434,13 @@ typedef struct fox_cuda_net {
 extern int fox__cuda_skip_dw; /* benchmark knob FOX_CUDA_NODW=1 (matmul.c) */
 int fox__cuda_lin_dw(cublasHandle_t h, int rows, int in, int out, const float *dY, int ldy,
                      const float *X, int ldx, float *dW, float beta);
-int fox__cuda_lin_dw_batched(cublasHandle_t h, int rows, int in, int out, const float *dY, int ldy,
-                             long long sdy, const float *X, int ldx, long long sx, float *dW,
-                             long long sdw, int batch);
+/*
+ * batch weight gradients dW_b [out × in] = dY_bᵀ·X_b; outs (not NULL): entry b's own output
+ * count, its first outs[b] rows only, where the products go one call an entry (many rows).
+ */
+int fox__cuda_lin_dw_batched(cublasHandle_t h, int rows, int in, int out, const int *outs,
+                             const float *dY, int ldy, long long sdy, const float *X, int ldx,
+                             long long sx, float *dW, long long sdw, int batch);
 /*
  * count products C_i [rows × n] = A_i [rows × k]·B_iᵀ (B_i [n × k]), row-major, one pointer-batched
  * call; ptrs: the device array of the A, then B, then C pointers (count each).
@@ -488,6 +493,8 @@ typedef struct fox_cuda_gemm {
 } fox_cuda_gemm;
 
 int fox__cuda_gemm(cublasHandle_t h, cudaStream_t s, const fox_cuda_gemm *g);
+/* The epilogue stage of g alone, over Y as it is (products made some other way). */
+int fox__cuda_epilogue(cudaStream_t s, const fox_cuda_gemm *g);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Network orchestration (net.c)                                                              */

@@ -85,6 +85,12 @@ fox__cuda_gemm(cublasHandle_t h, cudaStream_t s, const fox_cuda_gemm *g)
     FOX_CUBLAS_TRY(cublasSgemmStridedBatched(h, tb, CUBLAS_OP_N, g->N, g->M, g->K, &g->alpha, g->B,
                                              g->ldb, g->sb, g->A, g->lda, g->sa, &g->beta, g->C,
                                              g->ldc, g->sc, g->nz));
+    return fox__cuda_epilogue(s, g);
+}
+
+int
+fox__cuda_epilogue(cudaStream_t s, const fox_cuda_gemm *g)
+{
     if (g->bias[0] || g->bias[1] || g->act[0] || g->act[1] || g->dy || g->add || g->mout ||
         g->fill) {
         size_t n = (size_t)g->M * g->N * g->nz;

@@ -61,16 +61,17 @@ fox__cuda_lin_dw(cublasHandle_t h, int rows, int in, int out, const float *dY, i
 }
 
 int
-fox__cuda_lin_dw_batched(cublasHandle_t h, int rows, int in, int out, const float *dY, int ldy,
-                         long long sdy, const float *X, int ldx, long long sx, float *dW,
-                         long long sdw, int batch)
+fox__cuda_lin_dw_batched(cublasHandle_t h, int rows, int in, int out, const int *outs,
+                         const float *dY, int ldy, long long sdy, const float *X, int ldx,
+                         long long sx, float *dW, long long sdw, int batch)
 {
     SKIP_DW();
     const float zero = 0.0f;
     if (rows >= FOX_CUDA_DW_LOOP_ROWS) {
         for (int b = 0; b < batch; b++)
-            FOX_CUBLAS_TRY(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, rows, &one, X + b * sx,
-                                       ldx, dY + b * sdy, ldy, &zero, dW + b * sdw, in));
+            FOX_CUBLAS_TRY(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, in, outs ? outs[b] : out, rows,
+                                       &one, X + b * sx, ldx, dY + b * sdy, ldy, &zero,
+                                       dW + b * sdw, in));
         return 0;
     }
     FOX_CUBLAS_TRY(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, rows, &one, X,

@@ -701,7 +701,7 @@ grn_bwd(fox_cuda_net *n, int first, int in, int out, const float *a, const fox_c
     FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, dy, out, ones, DT(FOX_GRN_LN_B), 0.0f));
     if (in != out)
         FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, in, out, du, 2 * out, a, in, DT(FOX_GRN_WR), 0.0f));
-    FOX_TRY(fox__cuda_lin_dw_batched(n->cb[ws], B, out, out, gg->dzgv, 2 * out, out, c->eta1, out,
+    FOX_TRY(fox__cuda_lin_dw_batched(n->cb[ws], B, out, out, NULL, gg->dzgv, 2 * out, out, c->eta1, out,
                                      0, DT(FOX_GRN_WG), gv, 2));
     FOX_TRY(fox__cuda_colsum_batched(n->cb[ws], B, out, gg->dzgv, 2 * out, out, ones,
                                      DT(FOX_GRN_BG), gvb, 2));
@@ -877,8 +877,8 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
     /* The packed heads: input gradients on MAIN, weight gradients on SIDE. */
     const float *pk = n->pk;
     FOX_TRY(side(n, &ws));
-    FOX_TRY(fox__cuda_lin_dw_batched(n->cb[ws], B, dm->HS, dm->OS, bw->dout, dm->OW, dm->OS,
-                                     on->hid, dm->HW, dm->HS, bw->dpk + dm->pk_w2,
+    FOX_TRY(fox__cuda_lin_dw_batched(n->cb[ws], B, dm->HS, dm->OS, n->heads.out, bw->dout, dm->OW,
+                                     dm->OS, on->hid, dm->HW, dm->HS, bw->dpk + dm->pk_w2,
                                      (long long)dm->OS * dm->HS, FOX_CUDA_HEADS));
     FOX_TRY(fox__cuda_colsum(n->cb[ws], B, dm->OW, bw->dout, dm->OW, n->ones, bw->dpk + dm->pk_b2,
                              0.0f));
@@ -892,7 +892,22 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
     m.lddy = dm->HW;
     m.sdy = dm->HS;
     m.dact = FOX_ACT_RELU;
-    FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
+    if (B >= n->slot_rows) {
+        /*
+         * From slot_rows rows each head at its own output count (K: 51 for the value head, 1 and
+         * 4 for the aux heads, not every head's padding to the widest's 204), then one mask
+         * epilogue over the seven.
+         */
+        for (int h = 0; h < FOX_CUDA_HEADS; h++) {
+            fox_cuda_gemm p = gemm_of(B, dm->HS, n->heads.out[h], 0, bw->dout + (size_t)h * dm->OS,
+                                      dm->OW, pk + dm->pk_w2 + (size_t)h * dm->OS * dm->HS, dm->HS,
+                                      bw->dhid + (size_t)h * dm->HS, dm->HW);
+            FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &p));
+        }
+        FOX_TRY(fox__cuda_epilogue(s0, &m));
+    } else {
+        FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
+    }
     FOX_TRY(side(n, &ws));
     FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, dm->H2, dm->HW, bw->dhid, dm->HW, on->g2.y, dm->H2,
                              bw->dpk + dm->pk_w1, 0.0f));
