@@ -333,9 +333,10 @@ probe() {
         timeout "${NCU_S:-120}" ncu --set full --import-source yes --kernel-name-base demangled \
             --kernel-name "regex:$re" --launch-skip "${SKIP:-2}" --launch-count 1 \
             -o "/tmp/detail$k" -f "$bin/foxbench" --backend cuda --batch 256 --envs 1024 \
-            --reps 1 --chunk 3 --set engine.bounds_mode=adaptive > /dev/null 2>&1
+            --reps 1 --chunk 3 --set engine.bounds_mode=adaptive > "/tmp/detail$k.log" 2>&1
         {
             echo "#### $re"
+            grep "==ERROR==\|==WARNING==" "/tmp/detail$k.log" | head -5
             ncu --import "/tmp/detail$k.ncu-rep" --print-details all 2>&1
         } >> "$out/ncu_detail.txt"
     done
