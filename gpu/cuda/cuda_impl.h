@@ -461,13 +461,14 @@ enum { FOX_ACT_NONE = 0, FOX_ACT_ELU = 1, FOX_ACT_RELU = 2 };
  * One product stage (gemm.cu): for z < nz, Y_z [M × N] = epi(α·A_z·op(B_z)
  * + β·Y_z), every matrix row-major with its row stride (ld*) and z stride
  * (s*). bt 1: B is [N × K] and op(B) = Bᵀ (a forward, y = x·Wᵀ); bt 0: B is
- * [K × N] (an input gradient, dx = dy·W). The epilogue, in order: + bias[z ? 1 : 0][c], act[z ? 1 : 0], the
- * backward mask of dact at dy (ELU' = y + 1, ReLU' = 0 where y ≤ 0),
- * + add[r, c]; and with mout, mout = Y ⊙ mul[z ? 1 : 0][(r / mul_div)·ldmul
- * + c] (IQN's h ⊙ φ); and with fill, fill[r·ldc + c] = fill_bias[c] for the
- * z = 0 entry: the next stage's bias
- * laid in its output, which that product then takes with β = 1 instead of
- * an epilogue launch of its own. NULL pointers and zero β are off.
+ * [K × N] (an input gradient, dx = dy·W). The epilogue, in order:
+ * + bias[z ? 1 : 0][c], act[z ? 1 : 0], the backward mask of dact at dy
+ * (ELU' = y + 1, ReLU' = 0 where y ≤ 0), + add[r, c]; and with mout,
+ * mout = Y ⊙ mul[z ? 1 : 0][(r / mul_div)·ldmul + c] (IQN's h ⊙ φ); and
+ * with fill, fill[r·ldc + c] = fill_bias[c] for the z = 0 entry: the next
+ * stage's bias laid in its output, which that product then takes with
+ * β = 1 instead of an epilogue launch of its own. NULL pointers and zero β
+ * are off.
  */
 typedef struct fox_cuda_gemm {
     int M, N, K, nz, bt;
@@ -540,13 +541,12 @@ int fox__cuda_join_all(fox_cuda_net *n);
 
 /*
  * GRN tail: σ gate, GLU, skip, LayerNorm (see grn_tail_kernel); zgv holds
- * the biased pre-activations; with
- * glu (and ln_in) not NULL, g and r + g are kept there too.
+ * the biased pre-activations; with glu (and ln_in) not NULL, g and r + g
+ * are kept there too.
  */
 int fox__cuda_grn_tail(cudaStream_t s, int rows, int out, float *zgv, const float *r,
                        const float *bg, const float *bv, const float *g, const float *beta,
-                       float *xhat, float *rstd, float *y, float *glu,
-                       float *ln_in);
+                       float *xhat, float *rstd, float *y, float *glu, float *ln_in);
 /*
  * LayerNorm and GLU backward; sg, lin at zgv [2 × R_fwd × out] (first rows used); du and dzgv
  * rows 2·out apart (fox_cuda_grn_grad's dud and dzgv).

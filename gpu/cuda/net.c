@@ -556,9 +556,9 @@ point(fox_cuda_net *n, int s, int slot, float *p, float *p2, int after_count)
 
 /*
  * GRN(a [R × in] → g->y [R × out]) with the block's tensors from `first` in
- * P (the online or the target net's parameters). pts: the
- * stage slots (η2, η1, gate, glu, LayerNorm input) at their points, and g,
- * r + g kept in n->glu / n->ln_in (GRN2 of a training pass), or NULL.
+ * P (the online or the target net's parameters). pts: the stage slots (η2,
+ * η1, gate, glu, LayerNorm input) at their points, and g, r + g kept in
+ * n->glu / n->ln_in (GRN2 of a training pass), or NULL.
  */
 static int
 grn_fwd(fox_cuda_net *n, int s, const float *P, int first, int in, int out, const float *a, int R,
@@ -597,9 +597,9 @@ grn_fwd(fox_cuda_net *n, int s, const float *P, int first, int in, int out, cons
     m.sb = (long long)(toff(n, first + FOX_GRN_WV) - toff(n, first + FOX_GRN_WG));
     m.sc = (long long)R * out;
     FOX_TRY(fox__cuda_gemm(n->cb[s], st, &m));
-    FOX_TRY(fox__cuda_grn_tail(st, R, out, g->zgv, r, T(FOX_GRN_BG), T(FOX_GRN_BV),
-                               T(FOX_GRN_LN_G), T(FOX_GRN_LN_B), g->xhat, g->rstd,
-                               g->y, pts ? n->glu : NULL, pts ? n->ln_in : NULL));
+    FOX_TRY(fox__cuda_grn_tail(st, R, out, g->zgv, r, T(FOX_GRN_BG), T(FOX_GRN_BV), T(FOX_GRN_LN_G),
+                               T(FOX_GRN_LN_B), g->xhat, g->rstd, g->y, pts ? n->glu : NULL,
+                               pts ? n->ln_in : NULL));
     if (pts) {
         /* Inside the fused tail on the CPU's side of it: these faults fire their slot only. */
         FOX_TRY(point(n, s, FOX_SENT_H_S2_GATE, g->zgv, NULL, 0));
@@ -633,8 +633,8 @@ fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R
     }
     /* The packed heads: one launch per layer (the C51 heads' only, without aux). */
     int nh = aux ? FOX_CUDA_HEADS : FOX_CUDA_C51_HEADS;
-    fox_cuda_gemm m = gemm_of(R, nh * dm->HS, dm->H2, 1, f->g2.y, dm->H2, pk + dm->pk_w1, dm->H2,
-                              f->hid, dm->HW);
+    fox_cuda_gemm m =
+        gemm_of(R, nh * dm->HS, dm->H2, 1, f->g2.y, dm->H2, pk + dm->pk_w1, dm->H2, f->hid, dm->HW);
     m.bias[0] = pk + dm->pk_b1;
     m.act[0] = FOX_ACT_RELU;
     FOX_TRY(fox__cuda_gemm(n->cb[s], st, &m));
@@ -701,8 +701,8 @@ grn_bwd(fox_cuda_net *n, int first, int in, int out, const float *a, const fox_c
     FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, dy, out, ones, DT(FOX_GRN_LN_B), 0.0f));
     if (in != out)
         FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, in, out, du, 2 * out, a, in, DT(FOX_GRN_WR), 0.0f));
-    FOX_TRY(fox__cuda_lin_dw_batched(n->cb[ws], B, out, out, NULL, gg->dzgv, 2 * out, out, c->eta1, out,
-                                     0, DT(FOX_GRN_WG), gv, 2));
+    FOX_TRY(fox__cuda_lin_dw_batched(n->cb[ws], B, out, out, NULL, gg->dzgv, 2 * out, out, c->eta1,
+                                     out, 0, DT(FOX_GRN_WG), gv, 2));
     FOX_TRY(fox__cuda_colsum_batched(n->cb[ws], B, out, gg->dzgv, 2 * out, out, ones,
                                      DT(FOX_GRN_BG), gvb, 2));
     /* dη1 = dzg·Wg + dlin·Wv = [dzg dlin]·[Wg; Wv]: one product (pairs_init). */
@@ -781,9 +781,8 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
 
     /*
      * Forward: the online net on s′ for a* (C51 heads, TF32: greedy_tf32)
-     * on NEXT, the target net on s′
-     * and the IQN cosine embedding on SIDE, beside the online net on s with
-     * the stability points and Mech 10.
+     * on NEXT, the target net on s′ and the IQN cosine embedding on SIDE,
+     * beside the online net on s with the stability points and Mech 10.
      */
     const float *s_next = bt->s2 + (size_t)B * dm->S;
     int ns;

@@ -178,14 +178,14 @@ grn_tail_kernel(int rows, int out, float *__restrict__ zgv, const float *__restr
 
 int
 fox__cuda_grn_tail(cudaStream_t s, int rows, int out, float *zgv, const float *r, const float *bg,
-                   const float *bv, const float *g, const float *beta,
-                   float *xhat, float *rstd, float *y, float *glu, float *ln_in)
+                   const float *bv, const float *g, const float *beta, float *xhat, float *rstd,
+                   float *y, float *glu, float *ln_in)
 {
     const int per_block = 8;
     FOX_CUDA_TRY(by_row_slots(out, [&](auto k) {
         return launch(grn_tail_kernel<decltype(k)::value>, (rows + per_block - 1) / per_block,
-                      per_block * WARP, 0, s, rows, out, zgv, r, bg, bv, g, beta, xhat,
-                      rstd, y, glu, ln_in);
+                      per_block * WARP, 0, s, rows, out, zgv, r, bg, bv, g, beta, xhat, rstd, y,
+                      glu, ln_in);
     }));
     return 0;
 }
