@@ -433,9 +433,16 @@ START_TEST(loss_and_gradients)
     run_all(hb, 0, FOX_TARGET_MEAN, "fp32 mean", 1, 1e-4);
     run_all(hb, 1, FOX_TARGET_MEAN, "fp32 mean weighted", 0, 1e-4);
     run_all(hb, 0, FOX_TARGET_INDEP, "fp32 indep", 0, 1e-4);
-    /* The heads' output layer by slots, as forwards of FOX_CUDA_SLOT_ROWS rows and more run it. */
+    /*
+     * The large-batch paths at this batch: the heads' output layer by slots and d hid by head
+     * (from FOX_CUDA_SLOT_ROWS rows), each weight gradient of a batched pair or of the heads one
+     * product an entry, the heads' dW2 over their real output rows (from 1,024).
+     */
+    int loop_rows = 0;
     FOX_CK_OK(fox_cuda_debug_set_slot_rows(gpu, 1));
+    FOX_CK_OK(fox_cuda_debug_set_dw_loop_rows(gpu, 1, &loop_rows));
     run_all(hb, 0, FOX_TARGET_MEAN, "fp32 mean by slots", 0, 1e-4);
+    FOX_CK_OK(fox_cuda_debug_set_dw_loop_rows(gpu, loop_rows, &loop_rows));
     free(hb);
 }
 END_TEST

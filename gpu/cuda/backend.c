@@ -1357,6 +1357,17 @@ fox_cuda_debug_set_slot_rows(fox_backend *be_, int rows)
     return FOX_OK;
 }
 
+int
+fox_cuda_debug_set_dw_loop_rows(fox_backend *be_, int rows, int *was)
+{
+    cuda_backend *be = (cuda_backend *)be_;
+    ALIVE(be);
+    drop_graphs(be);
+    *was = fox__cuda_dw_loop_rows;
+    fox__cuda_dw_loop_rows = rows;
+    return FOX_OK;
+}
+
 void
 fox_cuda_debug_memory(const fox_backend *be_, size_t *total, size_t *replay)
 {

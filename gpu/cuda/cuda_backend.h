@@ -79,6 +79,12 @@ int fox_cuda_debug_set_math(fox_backend *be, int tf32, int greedy_tf32);
 /* Forwards of at least rows rows compute the heads' output layer by slots (net.c). */
 int fox_cuda_debug_set_slot_rows(fox_backend *be, int rows);
 
+/*
+ * From rows rows a batched weight gradient is one product an entry (matmul.c; process-wide),
+ * the setting before in *was.
+ */
+int fox_cuda_debug_set_dw_loop_rows(fox_backend *be, int rows, int *was);
+
 /* Device memory the backend holds: in all, and in its replay ring. */
 void fox_cuda_debug_memory(const fox_backend *be, size_t *total, size_t *replay);
 

@@ -432,6 +432,7 @@ typedef struct fox_cuda_net {
 /* cuBLAS products, row-major (matmul.c)                                                      */
 
 extern int fox__cuda_skip_dw; /* benchmark knob FOX_CUDA_NODW=1 (matmul.c) */
+extern int fox__cuda_dw_loop_rows; /* from this many rows a batched dW is a call an entry */
 int fox__cuda_lin_dw(cublasHandle_t h, int rows, int in, int out, const float *dY, int ldy,
                      const float *X, int ldx, float *dW, float beta);
 /*

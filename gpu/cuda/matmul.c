@@ -33,8 +33,9 @@ static const float one = 1.0f;
  * picks larger tiles and splits the rows: the batch-4096 train step 1,825
  * → 1,600 µs. At batch 256 one call per entry cost 32 µs more a step (the
  * launches), so below this the batched call stays (H200, 2026-11-29).
+ * A variable so that the parity test can run this path at its batch.
  */
-#define FOX_CUDA_DW_LOOP_ROWS 1024
+int fox__cuda_dw_loop_rows = 1024;
 
 /*
  * Benchmark knob FOX_CUDA_NODW=1 (never a default: the step then trains
@@ -67,7 +68,7 @@ fox__cuda_lin_dw_batched(cublasHandle_t h, int rows, int in, int out, const int 
 {
     SKIP_DW();
     const float zero = 0.0f;
-    if (rows >= FOX_CUDA_DW_LOOP_ROWS) {
+    if (rows >= fox__cuda_dw_loop_rows) {
         for (int b = 0; b < batch; b++)
             FOX_CUBLAS_TRY(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, in, outs ? outs[b] : out, rows,
                                        &one, X + b * sx, ldx, dY + b * sdy, ldy, &zero,
