@@ -827,10 +827,11 @@ fox__cuda_l1_deficit(cudaStream_t s, const fox_cuda_stab *st, const float *g)
 }
 
 /*
- * Pass 2: the histograms of the NB·NC targets in shared memory, then one
- * global add per bin used. Equal bins within a warp are merged first
- * (__match_any_sync: one shared atomic per distinct bin, not per element),
- * so a skewed distribution, most values in a few bins, does not serialize.
+ * Pass 2: the histograms of the NB·NC targets in shared memory, a shared
+ * atomic per element, then one global add per bin used. (Merging a warp's
+ * equal bins first with __match_any_sync cost more than the atomics it
+ * saved: Pearl B's pass 2 made the adaptive batch-256 step 6–8 µs longer,
+ * H200, 2026-11-29.)
  * The block that finishes last (sc->done) does pass 3 on a shared copy of the
  * histograms: NC = 1, the p99 into slot through Pearls A+D when positive;
  * NC = FOX_GROUP_COUNT, Pearl B / C and the L1 rate (post_adam_tail).
@@ -854,33 +855,17 @@ p99_pass2_kernel(const __grid_constant__ fox_cuda_stab st, fox_cuda_p99_scratch 
         s_scale[t] = p99_scale(sc, t, &s_lo[t]);
     __syncthreads();
     const float *bufs[3] = {b0, b1, b2};
-    const int lane = threadIdx.x % WARP;
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    /* k0 is the same for the whole warp: every lane runs every iteration (the match needs them). */
-    for (size_t k0 = (size_t)blockIdx.x * blockDim.x; k0 < n; k0 += stride) {
-        size_t k = k0 + threadIdx.x;
-        int c = -1;
-        float x[NB] = {};
-        if (k < n) {
-            c = cls ? cls[k] : 0;
-            if (c >= NC)
-                c = -1;
-#pragma unroll
-            for (int b = 0; b < NB; b++)
-                x[b] = __ldg(bufs[b] + k);
-        }
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        const int c = cls ? cls[k] : 0;
+        if (c >= NC)
+            continue;
 #pragma unroll
         for (int b = 0; b < NB; b++) {
-            int key = -1;
-            if (c >= 0) {
-                int t = b * NC + c;
-                float a = fabsf(x[b]);
-                if (s_scale[t] > 0.0f && isfinite(a))
-                    key = t * FOX_P99_BINS + fox_p99_bin(a, s_lo[t], s_scale[t]);
-            }
-            unsigned int peers = __match_any_sync(FULL_MASK, key);
-            if (key >= 0 && lane == __ffs(peers) - 1)
-                atomicAdd(&s_h[key], (unsigned int)__popc(peers));
+            const int t = b * NC + c;
+            const float a = fabsf(__ldg(bufs[b] + k));
+            if (s_scale[t] > 0.0f && isfinite(a))
+                atomicAdd(&s_h[t * FOX_P99_BINS + fox_p99_bin(a, s_lo[t], s_scale[t])], 1u);
         }
     }
     __syncthreads();
