@@ -76,7 +76,10 @@ int fox_cuda_debug_sp4(fox_backend *be, int reset, const float *params, const fl
  */
 int fox_cuda_debug_set_math(fox_backend *be, int tf32, int greedy_tf32);
 
-/* Forwards of at least rows rows compute the heads' output layer by slots (net.c). */
+/*
+ * From rows rows the heads' output layer goes by slots and their d hid head by head, as large
+ * batches take them (net.c).
+ */
 int fox_cuda_debug_set_slot_rows(fox_backend *be, int rows);
 
 /*

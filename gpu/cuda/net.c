@@ -873,7 +873,7 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
     FOX_TRY(fox__cuda_gemm(n->cb[ls], n->st[ls], &m));
     FOX_TRY(point(n, ls, FOX_SENT_IQN_TRUNK_GRAD, bw->d_x, NULL, 0));
 
-    /* The packed heads: input gradients on MAIN, weight gradients on SIDE. */
+    /* The packed heads: input gradients on MAIN, weight gradients on the side streams. */
     const float *pk = n->pk;
     FOX_TRY(side(n, &ws));
     FOX_TRY(fox__cuda_lin_dw_batched(n->cb[ws], B, dm->HS, dm->OS, n->heads.out, bw->dout, dm->OW,
