@@ -18,7 +18,7 @@
 #                              foxd --once (two epochs a fold; ONCE=0 skips it); EXTRA=1 adds
 #                              TF32 and one-stream runs of this build
 #   bench/gpu_run.sh probe     on the GPU machine: ncu --set full on a launch of each kernel in
-#                              $DETAIL
+#                              $DETAIL, in each binary of .carry/bin named in $PROBE_BINS
 #   bench/gpu_run.sh variants  on the GPU machine: .carry/bin/foxbench against each diagnostic
 #                              build in .carry/bin/<name>/, interleaved ($ARGS to foxbench)
 #   bench/gpu_run.sh envab     on the GPU machine: this build under each setting of $ENVS
@@ -328,18 +328,20 @@ probe() {
     mkdir -p "$out"
     use_libs
     command -v ncu > /dev/null || return 0
-    for re in ${DETAIL:-}; do
+    # learning_starts one step's collection, so that the warm-up's train steps come at once
+    for b in ${PROBE_BINS:-foxbench}; do for re in ${DETAIL:-}; do
         k=$((k + 1))
         timeout "${NCU_S:-120}" ncu --set full --import-source yes --kernel-name-base demangled \
-            --kernel-name "regex:$re" --launch-skip "${SKIP:-2}" --launch-count 1 \
-            -o "/tmp/detail$k" -f "$bin/foxbench" --backend cuda --batch 256 --envs 1024 \
-            --reps 1 --chunk 3 --set engine.bounds_mode=adaptive > "/tmp/detail$k.log" 2>&1
+            --clock-control none --kernel-name "regex:$re" --launch-skip "${SKIP:-2}" \
+            --launch-count 1 -o "/tmp/detail$k" -f "$bin/$b" --backend cuda --batch 256 \
+            --envs 1024 --reps 1 --chunk 3 --set engine.bounds_mode=adaptive \
+            --set train.learning_starts=1024 > "/tmp/detail$k.log" 2>&1
         {
-            echo "#### $re"
+            echo "#### $b: $re"
             grep "==ERROR==\|==WARNING==" "/tmp/detail$k.log" | head -5
             ncu --import "/tmp/detail$k.ncu-rep" --print-details all 2>&1
         } >> "$out/ncu_detail.txt"
-    done
+    done; done
     tail -1 "$out/ncu_detail.txt"
 }
 

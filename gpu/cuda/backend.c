@@ -691,7 +691,8 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
      * measure what the others buy; the greedy-action forwards then run on
      * MAIN, in FP32), FOX_CUDA_SIDES=1 or 2 (the target forward and weight
      * gradients on fewer side streams than 3), FOX_CUDA_NODW=1 (no weight
-     * gradients: what they cost).
+     * gradients: what they cost), FOX_CUDA_IQN_BESIDE=rows (the batch from
+     * which the IQN heads run after the forwards instead of beside them).
      */
     const char *side = getenv("FOX_CUDA_SIDE");
     if (side && strcmp(side, "0") == 0)
@@ -702,6 +703,9 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     const char *sides = getenv("FOX_CUDA_SIDES");
     if (sides && (strcmp(sides, "1") == 0 || strcmp(sides, "2") == 0))
         be->net.n_sides = atoi(sides);
+    const char *beside = getenv("FOX_CUDA_IQN_BESIDE");
+    if (beside)
+        be->net.iqn_beside_rows = atoi(beside);
     const char *nodw = getenv("FOX_CUDA_NODW");
     fox__cuda_skip_dw = nodw && strcmp(nodw, "1") == 0;
     const char *gmath = getenv("FOX_CUDA_GREEDY_MATH");

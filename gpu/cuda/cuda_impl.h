@@ -346,6 +346,15 @@ typedef struct fox_cuda_stab {
  */
 #define FOX_CUDA_SLOT_ROWS 4096
 
+/*
+ * The batch below which each net's IQN head runs on its own stream beside the C51 heads
+ * (net.c's loss_grad); from it both nets' in one product after the forwards. H200,
+ * 2026-11-29, train step beside against after: batch 256 284 against 292 µs (adaptive bounds
+ * 310 against 325), 1024 517–518 against 521–523, 2048 791–792 either way, 4096 1,344
+ * against 1,324 (the machine is full there; two half-size products lose).
+ */
+#define FOX_CUDA_IQN_BESIDE_ROWS 4096
+
 #define FOX_CUDA_EVENTS 64
 #define FOX_CUDA_NORM_BLOCKS 256
 
@@ -392,6 +401,7 @@ typedef struct fox_cuda_net {
     int forked[FOX_CUDA_STREAMS]; /* forked from MAIN and not joined back since */
     int n_sides;        /* side streams in use, 1..3 (SIDE, SIDE2, SIDE3) */
     int slot_rows;      /* from this many rows the heads' output layer and d hid go by slots */
+    int iqn_beside_rows; /* below this batch each net's IQN head runs beside its C51 heads */
     int side_next;      /* the one side() forks next */
     float *params;      /* [2 × np]: online, then target (one offset np apart) */
     float *grads, *adam_m, *adam_v;   /* [np] */

@@ -314,6 +314,7 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
     n->use_side = 1;
     n->n_sides = 3;
     n->slot_rows = FOX_CUDA_SLOT_ROWS;
+    n->iqn_beside_rows = FOX_CUDA_IQN_BESIDE_ROWS;
     dims_of(&n->dm, &n->heads, lay);
     const fox_cuda_dims *dm = &n->dm;
     for (int k = 0; k < FOX_CUDA_STREAMS; k++) {
@@ -610,16 +611,15 @@ grn_fwd(fox_cuda_net *n, int s, const float *P, int first, int in, int out, cons
     return 0;
 }
 
-int
-fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R, int target,
-                  int aux, int site)
+/* The forward's trunk: X [R × S] → h_s2 in f->g2.y, with Mech 10 where site is set. */
+static int
+forward_trunk(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R, int target, int site)
 {
     if (R < 1 || R > f->cap)
         return FOX_EINVAL;
     const fox_cuda_dims *dm = &n->dm;
-    /* The target net's parameters and packed heads sit np and PK floats after the online's. */
-    const float *P = n->params + (target ? n->np : 0), *pk = n->pk + (target ? dm->PK : 0);
-    cudaStream_t st = n->st[s];
+    /* The target net's parameters sit np floats after the online's. */
+    const float *P = n->params + (target ? n->np : 0);
     int pts = site && n->stab.sites;
     f->rows = R;
     FOX_TRY(grn_fwd(n, s, P, FOX_P_GRN1_W2, dm->S, dm->H1, X, R, &f->g1, 0));
@@ -629,8 +629,20 @@ fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R
     if (pts) {
         /* Mech 10 on the online net's h_s2 over the batch (slot 12 inline before it). */
         FOX_TRY(point(n, s, FOX_SENT_H_S2, f->g2.y, NULL, 0));
-        FOX_TRY(fox__cuda_h_s2_site(st, &n->stab, f->g2.y, (size_t)n->B * dm->H2));
+        FOX_TRY(fox__cuda_h_s2_site(n->st[s], &n->stab, f->g2.y, (size_t)n->B * dm->H2));
     }
+    return 0;
+}
+
+/* The forward's heads on f->g2.y (the trunk's rows): hid, out, then logp and Q. */
+static int
+forward_heads(fox_cuda_net *n, int s, fox_cuda_fwd *f, int target, int aux, int site)
+{
+    const fox_cuda_dims *dm = &n->dm;
+    /* The target net's packed heads sit PK floats after the online's. */
+    const float *pk = n->pk + (target ? dm->PK : 0);
+    cudaStream_t st = n->st[s];
+    const int R = f->rows, pts = site && n->stab.sites;
     /* The packed heads: one launch per layer (the C51 heads' only, without aux). */
     int nh = aux ? FOX_CUDA_HEADS : FOX_CUDA_C51_HEADS;
     fox_cuda_gemm m =
@@ -664,6 +676,57 @@ fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R
     FOX_TRY(fox__cuda_dueling(st, R, dm, f->out, pk + dm->pk_b2, n->z, f->logp, f->q));
     if (pts)
         FOX_TRY(point(n, s, FOX_SENT_CURRENT_LP, f->logp, NULL, 0));
+    return 0;
+}
+
+int
+fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R, int target,
+                  int aux, int site)
+{
+    FOX_TRY(forward_trunk(n, s, f, X, R, target, site));
+    return forward_heads(n, s, f, target, aux, site);
+}
+
+/*
+ * The IQN heads of nets z0 … z0 + nz − 1 (0 online on h_s2(s) with τ, 1
+ * target on h_s2′ with τ′; nz 2: both in one strided-batched product) on
+ * stream s, from row rq·z0 of the IQN buffers: φ = ReLU(cos·Wφ + bφ), x =
+ * φ ⊙ h (h's row for every NT of its τ), q = x·Wq; cos from
+ * fox__cuda_iqn_cos already there. Fault points: slots 9 and 10.
+ */
+static int
+iqn_fwd(fox_cuda_net *n, int s, int z0, int nz)
+{
+    const fox_cuda_dims *dm = &n->dm;
+    const size_t rq = (size_t)n->B * dm->NT;
+    const float *P = n->params + (z0 ? n->np : 0);
+    fox_cuda_gemm m =
+        gemm_of((int)rq, dm->H2, dm->NC, 1, n->iq.cosf + z0 * rq * dm->NC, dm->NC,
+                P + toff(n, FOX_P_IQN_WPHI), dm->NC, n->iq.phi + z0 * rq * dm->H2, dm->H2);
+    m.nz = nz;
+    m.sa = (long long)(rq * dm->NC);
+    m.sb = (long long)n->np;
+    m.sc = (long long)(rq * dm->H2);
+    for (int z = 0; z < nz; z++) {
+        m.bias[z] = P + z * n->np + toff(n, FOX_P_IQN_BPHI);
+        m.act[z] = FOX_ACT_RELU;
+        m.mul[z] = (z0 + z) ? n->tg.g2.y : n->on.g2.y;
+    }
+    m.mout = n->iq.x + z0 * rq * dm->H2;
+    m.ldmul = dm->H2;
+    m.mul_div = dm->NT;
+    FOX_TRY(fox__cuda_gemm(n->cb[s], n->st[s], &m));
+    float *q = n->iq.q + z0 * rq * dm->NAct;
+    m = gemm_of((int)rq, dm->NAct, dm->H2, 1, n->iq.x + z0 * rq * dm->H2, dm->H2,
+                P + toff(n, FOX_P_IQN_WQ), dm->H2, q, dm->NAct);
+    m.nz = nz;
+    m.sa = (long long)(rq * dm->H2);
+    m.sb = (long long)n->np;
+    m.sc = (long long)(rq * dm->NAct);
+    FOX_TRY(fox__cuda_gemm(n->cb[s], n->st[s], &m));
+    for (int z = z0; z < z0 + nz; z++)
+        FOX_TRY(point(n, s, z ? FOX_SENT_IQN_Q_TARGET : FOX_SENT_IQN_Q_ONLINE,
+                      n->iq.q + z * rq * dm->NAct, NULL, 0));
     return 0;
 }
 
@@ -754,7 +817,6 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
 {
     const fox_cuda_dims *dm = &n->dm;
     const int B = n->B, NT = dm->NT, rq = B * NT;
-    const long long np = (long long)n->np;
     const float *P = n->params, *PT = n->params + n->np;
     float *G = n->grads;
     cudaStream_t s0 = n->st[0];
@@ -781,47 +843,48 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
 
     /*
      * Forward: the online net on s′ for a* (C51 heads, TF32: greedy_tf32)
-     * on NEXT, the target net on s′ and the IQN cosine embedding on SIDE,
-     * beside the online net on s with the stability points and Mech 10.
+     * on NEXT, the target net on s′ on SIDE, beside the online net on s with
+     * the stability points and Mech 10 on MAIN. Below iqn_beside_rows rows
+     * each net's IQN head runs on a stream of its own from its trunk's end,
+     * beside its C51 heads (its cosine embedding there from the step's
+     * start); from there, where the machine is full anyway, both in one
+     * product after the two forwards.
      */
     const float *s_next = bt->s2 + (size_t)B * dm->S;
-    int ns;
+    const int beside = B < n->iqn_beside_rows;
+    int ns, iq_tg = FOX_CUDA_MAIN, iq_on = FOX_CUDA_MAIN;
     n->side_next = 0; /* every capture of a step assigns the same streams */
     FOX_TRY(fox__cuda_fork(n, FOX_CUDA_NEXT, &ns));
     FOX_TRY(fox__cuda_forward(n, ns, &n->nx, s_next, B, 0, 0, 0));
     FOX_TRY(side(n, &ws));
-    FOX_TRY(fox__cuda_iqn_cos(n->st[ws], 2 * rq, dm->NC, bt->tau, n->iq.cosf));
-    FOX_TRY(fox__cuda_forward(n, ws, &n->tg, s_next, B, 1, 0, 0));
-    FOX_TRY(fox__cuda_forward(n, 0, on, bt->s2, B, 0, 1, 1));
+    if (beside) {
+        FOX_TRY(forward_trunk(n, ws, &n->tg, s_next, B, 1, 0));
+        FOX_TRY(side(n, &iq_tg));
+        FOX_TRY(fox__cuda_iqn_cos(n->st[iq_tg], rq, dm->NC, bt->tau + rq,
+                                  n->iq.cosf + (size_t)rq * dm->NC));
+        FOX_TRY(fox__cuda_dep(n, ws, iq_tg));
+        FOX_TRY(iqn_fwd(n, iq_tg, 1, 1));
+        FOX_TRY(side(n, &iq_on));
+        FOX_TRY(fox__cuda_iqn_cos(n->st[iq_on], rq, dm->NC, bt->tau, n->iq.cosf));
+        FOX_TRY(forward_heads(n, ws, &n->tg, 1, 0, 0));
+    } else {
+        FOX_TRY(fox__cuda_iqn_cos(n->st[ws], 2 * rq, dm->NC, bt->tau, n->iq.cosf));
+        FOX_TRY(fox__cuda_forward(n, ws, &n->tg, s_next, B, 1, 0, 0));
+    }
+    FOX_TRY(forward_trunk(n, 0, on, bt->s2, B, 0, 1));
+    if (beside) {
+        FOX_TRY(fox__cuda_dep(n, FOX_CUDA_MAIN, iq_on));
+        FOX_TRY(iqn_fwd(n, iq_on, 0, 1));
+    }
+    FOX_TRY(forward_heads(n, 0, on, 0, 1, 1));
     FOX_TRY(fox__cuda_dep(n, ws, 0));
     FOX_TRY(point(n, 0, FOX_SENT_TARGET_LOGITS, n->tg.logp, NULL, 0));
-    const float *h_tg = n->tg.g2.y;
-
-    /* IQN of both nets (z = 0 online on h_s2(s) with τ, z = 1 target on h_s2′ with τ′). */
-    fox_cuda_gemm m = gemm_of(rq, dm->H2, dm->NC, 1, n->iq.cosf, dm->NC, P + toff(n, FOX_P_IQN_WPHI),
-                              dm->NC, n->iq.phi, dm->H2);
-    m.nz = 2;
-    m.sa = (long long)rq * dm->NC;
-    m.sb = np;
-    m.sc = (long long)rq * dm->H2;
-    m.bias[0] = P + toff(n, FOX_P_IQN_BPHI);
-    m.bias[1] = PT + toff(n, FOX_P_IQN_BPHI);
-    m.act[0] = m.act[1] = FOX_ACT_RELU;
-    m.mout = n->iq.x;
-    m.mul[0] = on->g2.y;
-    m.mul[1] = h_tg;
-    m.ldmul = dm->H2;
-    m.mul_div = NT;
-    FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
-    m = gemm_of(rq, dm->NAct, dm->H2, 1, n->iq.x, dm->H2, P + toff(n, FOX_P_IQN_WQ), dm->H2,
-                n->iq.q, dm->NAct);
-    m.nz = 2;
-    m.sa = (long long)rq * dm->H2;
-    m.sb = np;
-    m.sc = (long long)rq * dm->NAct;
-    FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
-    FOX_TRY(point(n, 0, FOX_SENT_IQN_Q_ONLINE, n->iq.q, NULL, 0));
-    FOX_TRY(point(n, 0, FOX_SENT_IQN_Q_TARGET, n->iq.q + (size_t)rq * dm->NAct, NULL, 0));
+    if (beside) {
+        FOX_TRY(fox__cuda_dep(n, iq_tg, FOX_CUDA_MAIN));
+        FOX_TRY(fox__cuda_dep(n, iq_on, FOX_CUDA_MAIN));
+    } else {
+        FOX_TRY(iqn_fwd(n, FOX_CUDA_MAIN, 0, 2));
+    }
     FOX_TRY(fox__cuda_dep(n, ps, FOX_CUDA_MAIN));
     FOX_TRY(fox__cuda_dep(n, ns, FOX_CUDA_MAIN));
 
@@ -868,8 +931,8 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
      */
     int ls;
     FOX_TRY(fox__cuda_fork(n, FOX_CUDA_LATE, &ls));
-    m = gemm_of(rq, dm->H2, dm->NAct, 0, bw->d_q, dm->NAct, P + toff(n, FOX_P_IQN_WQ), dm->H2,
-                bw->d_x, dm->H2);
+    fox_cuda_gemm m = gemm_of(rq, dm->H2, dm->NAct, 0, bw->d_q, dm->NAct, P + toff(n, FOX_P_IQN_WQ),
+                              dm->H2, bw->d_x, dm->H2);
     FOX_TRY(fox__cuda_gemm(n->cb[ls], n->st[ls], &m));
     FOX_TRY(point(n, ls, FOX_SENT_IQN_TRUNK_GRAD, bw->d_x, NULL, 0));
 
