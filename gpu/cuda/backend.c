@@ -240,6 +240,9 @@ create_device(cuda_backend *be)
     FOX_CUDA_TRY(cudaFree(NULL)); /* create the context before measuring */
     FOX_CUDA_TRY(cudaMemGetInfo(&free0, &total));
 
+    /* Benchmark knob FOX_CUDA_PRIO=0: every stream at the default priority (net.c). */
+    const char *prio = getenv("FOX_CUDA_PRIO");
+    fox__cuda_prio = !(prio && strcmp(prio, "0") == 0);
     int rows = be->N > QV_ROWS ? be->N : QV_ROWS;
     FOX_TRY(fox__cuda_net_init(&be->net, lay, be->B, rows));
     FOX_TRY(fox__cuda_fwd_alloc(&be->col, &be->net, rows));
@@ -931,7 +934,8 @@ capture(cuda_backend *be, int kind)
         return rv;
     }
     FOX_CUDA_TRY(e);
-    e = cudaGraphInstantiate(&be->graph[kind], g, 0);
+    e = cudaGraphInstantiate(&be->graph[kind], g,
+                             fox__cuda_prio ? cudaGraphInstantiateFlagUseNodePriority : 0);
     cudaGraphDestroy(g);
     FOX_CUDA_TRY(e);
     return FOX_OK;

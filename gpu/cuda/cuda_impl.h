@@ -48,6 +48,7 @@ const char *fox__cuda_last_error(void);
  * launch()): on when built for sm_90 or later; set before the first launch.
  */
 extern int fox__cuda_pdl;
+extern int fox__cuda_prio; /* streams by priority, graphs with node priorities (net.c) */
 
 #define FOX_CUBLAS_TRY(call)                                                                       \
     do {                                                                                           \

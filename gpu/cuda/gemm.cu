@@ -40,7 +40,8 @@ act_back(float d, float y, int act)
     return d;
 }
 
-int fox__cuda_pdl; /* cuda_impl.h */
+int fox__cuda_pdl;  /* cuda_impl.h */
+int fox__cuda_prio; /* cuda_impl.h */
 
 /*
  * The epilogue over every output of the launch: the stages of fox_cuda_gemm
