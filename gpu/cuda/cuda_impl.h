@@ -610,6 +610,13 @@ typedef struct fox_cuda_loss_args {
 
 int fox__cuda_loss(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_loss_hp *hp,
                    const fox_cuda_loss_args *a);
+/*
+ * SP4 Mech 1 (site_target_q) before fox__cuda_loss in adaptive mode with sites: the raw IQN
+ * targets into a->tq (the loss kernel's tq_only launch: needs a* from nx_q and the target
+ * net's IQN), then TARGET_Q_BOUND from their p99.
+ */
+int fox__cuda_loss_targets(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_loss_hp *hp,
+                           const fox_cuda_loss_args *a);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Stability system (stab_kernels.cu): twins of gpu/cpu/stab.c                                */

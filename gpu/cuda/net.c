@@ -857,53 +857,7 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
                                     n->adam_m, n->adam_v));
     }
 
-    /*
-     * Forward: the online net on s′ for a* (C51 heads, TF32: greedy_tf32)
-     * on NEXT, the target net on s′ on SIDE, beside the online net on s with
-     * the stability points and Mech 10 on MAIN. Below iqn_beside_rows rows
-     * each net's IQN head runs on a stream of its own from its trunk's end,
-     * beside its C51 heads (its cosine embedding there from the step's
-     * start); from there, where the machine is full anyway, both in one
-     * product after the two forwards.
-     */
-    const float *s_next = bt->s2 + (size_t)B * dm->S;
-    const int beside = B < n->iqn_beside_rows;
-    int ns, iq_tg = FOX_CUDA_MAIN, iq_on = FOX_CUDA_MAIN;
-    n->side_next = 0; /* every capture of a step assigns the same streams */
-    FOX_TRY(fox__cuda_fork(n, FOX_CUDA_NEXT, &ns));
-    FOX_TRY(fox__cuda_forward(n, ns, &n->nx, s_next, B, 0, 0, 0));
-    FOX_TRY(side(n, &ws));
-    if (beside) {
-        FOX_TRY(forward_trunk(n, ws, &n->tg, s_next, B, 1, 0));
-        FOX_TRY(side(n, &iq_tg));
-        FOX_TRY(fox__cuda_iqn_cos(n->st[iq_tg], rq, dm->NC, bt->tau + rq,
-                                  n->iq.cosf + (size_t)rq * dm->NC));
-        FOX_TRY(fox__cuda_dep(n, ws, iq_tg));
-        FOX_TRY(iqn_fwd(n, iq_tg, 1, 1));
-        FOX_TRY(side(n, &iq_on));
-        FOX_TRY(fox__cuda_iqn_cos(n->st[iq_on], rq, dm->NC, bt->tau, n->iq.cosf));
-        FOX_TRY(forward_heads(n, ws, &n->tg, 1, 0, 0));
-    } else {
-        FOX_TRY(fox__cuda_iqn_cos(n->st[ws], 2 * rq, dm->NC, bt->tau, n->iq.cosf));
-        FOX_TRY(fox__cuda_forward(n, ws, &n->tg, s_next, B, 1, 0, 0));
-    }
-    FOX_TRY(forward_trunk(n, 0, on, bt->s2, B, 0, 1));
-    if (beside) {
-        FOX_TRY(fox__cuda_dep(n, FOX_CUDA_MAIN, iq_on));
-        FOX_TRY(iqn_fwd(n, iq_on, 0, 1));
-    }
-    FOX_TRY(forward_heads(n, 0, on, 0, 1, 1));
-    FOX_TRY(fox__cuda_dep(n, ws, 0));
-    FOX_TRY(point(n, 0, FOX_SENT_TARGET_LOGITS, n->tg.logp, NULL, 0));
-    if (beside) {
-        FOX_TRY(fox__cuda_dep(n, iq_tg, FOX_CUDA_MAIN));
-        FOX_TRY(fox__cuda_dep(n, iq_on, FOX_CUDA_MAIN));
-    } else {
-        FOX_TRY(iqn_fwd(n, FOX_CUDA_MAIN, 0, 2));
-    }
-    FOX_TRY(fox__cuda_dep(n, ns, FOX_CUDA_MAIN));
-
-    /* Losses and the gradients of every head output. */
+    /* The loss's inputs and outputs (fox__cuda_loss_targets and fox__cuda_loss). */
     fox_cuda_loss_args la = {
         .B = B,
         .z = n->z,
@@ -931,6 +885,63 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
         .tq = n->tq,
         .st = n->stab,
     };
+
+    /*
+     * Forward: the online net on s′ for a* (C51 heads, TF32: greedy_tf32)
+     * on NEXT, the target net on s′ on SIDE, beside the online net on s with
+     * the stability points and Mech 10 on MAIN. Below iqn_beside_rows rows
+     * each net's IQN head runs on a stream of its own from its trunk's end,
+     * beside its C51 heads (its cosine embedding there from the step's
+     * start); from there, where the machine is full anyway, both in one
+     * product after the two forwards. SP4's TARGET_Q_BOUND (the p99 of the
+     * raw IQN targets) follows the target net's IQN and the online net's a*
+     * (NEXT), beside the online forward where the IQN runs beside.
+     */
+    const int sp4_tq = n->stab.adaptive && n->stab.sites;
+    const float *s_next = bt->s2 + (size_t)B * dm->S;
+    const int beside = B < n->iqn_beside_rows;
+    int ns, iq_tg = FOX_CUDA_MAIN, iq_on = FOX_CUDA_MAIN;
+    n->side_next = 0; /* every capture of a step assigns the same streams */
+    FOX_TRY(fox__cuda_fork(n, FOX_CUDA_NEXT, &ns));
+    FOX_TRY(fox__cuda_forward(n, ns, &n->nx, s_next, B, 0, 0, 0));
+    FOX_TRY(side(n, &ws));
+    if (beside) {
+        FOX_TRY(forward_trunk(n, ws, &n->tg, s_next, B, 1, 0));
+        FOX_TRY(side(n, &iq_tg));
+        FOX_TRY(fox__cuda_iqn_cos(n->st[iq_tg], rq, dm->NC, bt->tau + rq,
+                                  n->iq.cosf + (size_t)rq * dm->NC));
+        FOX_TRY(fox__cuda_dep(n, ws, iq_tg));
+        FOX_TRY(iqn_fwd(n, iq_tg, 1, 1));
+        if (sp4_tq) {
+            FOX_TRY(fox__cuda_dep(n, ns, iq_tg));
+            FOX_TRY(fox__cuda_loss_targets(n->st[iq_tg], dm, hp, &la));
+        }
+        FOX_TRY(side(n, &iq_on));
+        FOX_TRY(fox__cuda_iqn_cos(n->st[iq_on], rq, dm->NC, bt->tau, n->iq.cosf));
+        FOX_TRY(forward_heads(n, ws, &n->tg, 1, 0, 0));
+    } else {
+        FOX_TRY(fox__cuda_iqn_cos(n->st[ws], 2 * rq, dm->NC, bt->tau, n->iq.cosf));
+        FOX_TRY(fox__cuda_forward(n, ws, &n->tg, s_next, B, 1, 0, 0));
+    }
+    FOX_TRY(forward_trunk(n, 0, on, bt->s2, B, 0, 1));
+    if (beside) {
+        FOX_TRY(fox__cuda_dep(n, FOX_CUDA_MAIN, iq_on));
+        FOX_TRY(iqn_fwd(n, iq_on, 0, 1));
+    }
+    FOX_TRY(forward_heads(n, 0, on, 0, 1, 1));
+    FOX_TRY(fox__cuda_dep(n, ws, 0));
+    FOX_TRY(point(n, 0, FOX_SENT_TARGET_LOGITS, n->tg.logp, NULL, 0));
+    if (beside) {
+        FOX_TRY(fox__cuda_dep(n, iq_tg, FOX_CUDA_MAIN));
+        FOX_TRY(fox__cuda_dep(n, iq_on, FOX_CUDA_MAIN));
+    } else {
+        FOX_TRY(iqn_fwd(n, FOX_CUDA_MAIN, 0, 2));
+    }
+    FOX_TRY(fox__cuda_dep(n, ns, FOX_CUDA_MAIN));
+    if (sp4_tq && !beside)
+        FOX_TRY(fox__cuda_loss_targets(s0, dm, hp, &la));
+
+    /* Losses and the gradients of every head output. */
     FOX_TRY(fox__cuda_loss(s0, dm, hp, &la));
     FOX_TRY(fox__cuda_dep(n, ps, FOX_CUDA_MAIN));
     FOX_TRY(point(n, 0, FOX_SENT_PROJECTED, n->proj, NULL, 0));

@@ -515,7 +515,7 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
      * IQN targets θ′[d, j] = r + γⁿ(1 − done)·q_target(τ′_j)[a*_d] (iqn_targets),
      * then the Mech 1 site (site_target_q) in a training step: slot 46 on the
      * pre-clip values, clamp_finite at 10 × max(Q_ABS_REF, 1) (fixed) or
-     * max(TARGET_Q_BOUND, 1) (adaptive: observed by fox__cuda_loss first).
+     * max(TARGET_Q_BOUND, 1) (adaptive: observed by fox__cuda_loss_targets first).
      */
     const float *qt = A.iq_q + (size_t)B * NT * NAct;
     int bad46 = 0;
@@ -649,22 +649,32 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
     }
 }
 
+static size_t
+loss_smem(const fox_cuda_dims *dm)
+{
+    return (size_t)(3 * dm->D * dm->NA + dm->NA + dm->D * dm->NT) * sizeof(float);
+}
+
+int
+fox__cuda_loss_targets(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_loss_hp *hp,
+                       const fox_cuda_loss_args *a)
+{
+    if (dm->D > 4 || dm->NR > 4)
+        return FOX_EINVAL;
+    fox_cuda_loss_args t = *a;
+    t.tq_only = 1;
+    FOX_CUDA_TRY(launch(loss_kernel, a->B, LOSS_THREADS, loss_smem(dm), s, *dm, *hp, t));
+    return fox__cuda_p99_observe(s, &a->st, a->tq, (size_t)a->B * dm->D * dm->NT,
+                                 FOX_ISV_TARGET_Q_BOUND, FOX_CUDA_P99_TQ);
+}
+
 int
 fox__cuda_loss(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_loss_hp *hp,
                const fox_cuda_loss_args *a)
 {
-    size_t smem = (size_t)(3 * dm->D * dm->NA + dm->NA + dm->D * dm->NT) * sizeof(float);
     if (dm->D > 4 || dm->NR > 4)
         return FOX_EINVAL;
-    if (a->st.adaptive && a->st.sites) {
-        /* SP4 Mech 1 (site_target_q): TARGET_Q_BOUND from the p99 of the raw targets first. */
-        fox_cuda_loss_args t = *a;
-        t.tq_only = 1;
-        FOX_CUDA_TRY(launch(loss_kernel, a->B, LOSS_THREADS, smem, s, *dm, *hp, t));
-        FOX_TRY(fox__cuda_p99_observe(s, &a->st, a->tq, (size_t)a->B * dm->D * dm->NT,
-                                      FOX_ISV_TARGET_Q_BOUND, FOX_CUDA_P99_TQ));
-    }
-    FOX_CUDA_TRY(launch(loss_kernel, a->B, LOSS_THREADS, smem, s, *dm, *hp, *a));
+    FOX_CUDA_TRY(launch(loss_kernel, a->B, LOSS_THREADS, loss_smem(dm), s, *dm, *hp, *a));
     return 0;
 }
 
