@@ -19,6 +19,9 @@
 #                              TF32 and one-stream runs of this build
 #   bench/gpu_run.sh probe     on the GPU machine: ncu --set full on a launch of each kernel in
 #                              $DETAIL, in each binary of .carry/bin named in $PROBE_BINS
+#                              (2026-11-29: "p99_pass1_kernel<3", "p99_pass2_kernel<3" and
+#                              "pass2_kernel.3,.8" profiled nothing, "No kernels were profiled",
+#                              with the default learning_starts and with 1024)
 #   bench/gpu_run.sh variants  on the GPU machine: .carry/bin/foxbench against each diagnostic
 #                              build in .carry/bin/<name>/, interleaved ($ARGS to foxbench)
 #   bench/gpu_run.sh envab     on the GPU machine: this build under each setting of $ENVS
