@@ -695,7 +695,9 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
      * MAIN, in FP32), FOX_CUDA_SIDES=1 or 2 (the target forward and weight
      * gradients on fewer side streams than 3), FOX_CUDA_NODW=1 (no weight
      * gradients: what they cost), FOX_CUDA_IQN_BESIDE=rows (the batch from
-     * which the IQN heads run after the forwards instead of beside them).
+     * which the IQN heads run after the forwards instead of beside them);
+     * FOX_CUDA_PRIO=0 (every stream at one priority) is read in
+     * create_device, before the streams are made.
      */
     const char *side = getenv("FOX_CUDA_SIDE");
     if (side && strcmp(side, "0") == 0)

@@ -362,13 +362,15 @@ typedef struct fox_cuda_stab {
 /*
  * The streams of a step, each with a cuBLAS handle of its own. MAIN carries
  * the critical path; the others take work MAIN waits for only at a join:
- * SIDE, SIDE2 and SIDE3 in turn the target net's forward and the weight
- * gradients (on one stream, their chain outlasted the backward on MAIN by
- * ~60 µs at batch 256: docs/performance.md, session 6), COLLECT a full
- * step's collection (from the batch gather until the optimizer, whose
- * update its forward must not see half done; its products in TF32), LATE
- * what only the step's end or a later stage reads: adaptive mode's deferred
- * Pearl B (beside the forward, until the loss), d h_s2's IQN and aux parts
+ * SIDE, SIDE2 and SIDE3 in turn the target net's forward, below
+ * iqn_beside_rows rows each net's IQN head (with adaptive mode's
+ * TARGET_Q_BOUND after the target net's), and the weight gradients (on one
+ * stream, their chain outlasted the backward on MAIN by ~60 µs at batch
+ * 256: docs/performance.md, session 6), COLLECT a full step's collection
+ * (from the batch gather until the optimizer, whose update its forward must
+ * not see half done; its products in TF32), LATE what only the step's end
+ * or a later stage reads: adaptive mode's deferred Pearl B (beside the
+ * forward, until the loss kernel has run), d h_s2's IQN and aux parts
  * (beside its C51 part, until their join), the L1 rate's deficit (beside
  * the norm and Adam), the target update and the re-pack of the heads and
  * weight pairs (beside the fused check on MAIN), NEXT the online net's
@@ -532,8 +534,8 @@ int fox__cuda_pack(fox_cuda_net *n, int s);
 int fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R, int target,
                       int aux, int site);
 /*
- * Losses and every gradient of the batch in n->bt (grads, loss_parts, prio), both streams
- * joined; in adaptive mode, beside the forward, the last Adam step's Pearl B (gated).
+ * Losses and every gradient of the batch in n->bt (grads, loss_parts, prio), every stream it
+ * forks joined; in adaptive mode, beside the forward, the last Adam step's Pearl B (gated).
  */
 int fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp);
 /* Guard, norm, clip, Adam, the L1 rate's deficit, the step's statistics and the ISV publication. */

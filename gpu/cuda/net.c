@@ -18,14 +18,15 @@
  *     IQN h ⊙ φ) in one epilogue launch; a GRN's W2 and Wr products (same
  *     input) are one strided-batched call, as are its gate and value
  *     products (each pair of tensors sits a fixed distance apart);
- *   - the online and target parameters sit np floats apart, so the IQN
- *     products of both nets are one strided-batched call;
- *   - SIDE, SIDE2 and SIDE3 in turn run the target net's forward and the
- *     weight gradients, NEXT the sentinel-only d_states (in TF32), neither
- *     of which MAIN waits for until the optimizer (cuda_impl.h's streams),
- *     LATE in adaptive mode the last Adam step's Pearl B beside the
- *     forward, joined before the loss, and the IQN and aux parts of d h_s2
- *     beside its C51 part;
+ *   - the online and target parameters sit np floats apart, so from
+ *     iqn_beside_rows rows the IQN products of both nets are one
+ *     strided-batched call (below it each net's runs beside its C51 heads);
+ *   - SIDE, SIDE2 and SIDE3 in turn run the target net's forward, the IQN
+ *     heads and the weight gradients, NEXT the sentinel-only d_states (in
+ *     TF32), neither of which MAIN waits for until the optimizer
+ *     (cuda_impl.h's streams), LATE in adaptive mode the last Adam step's
+ *     Pearl B beside the forward, joined after the loss kernel, and the
+ *     IQN and aux parts of d h_s2 beside its C51 part;
  *   - a GRN's two-term input gradients (gate and value; skip and W2) are
  *     one product each over copies of the weight pairs side by side
  *     (pairs_init), refreshed with the packed heads.
