@@ -438,10 +438,12 @@ START_TEST(loss_and_gradients)
      * (from FOX_CUDA_SLOT_ROWS rows), each weight gradient of a batched pair or of the heads one
      * product an entry, the heads' dW2 over their real output rows (from 1,024).
      */
-    int loop_rows = 0;
-    FOX_CK_OK(fox_cuda_debug_set_slot_rows(gpu, 1));
+    int slot_rows = 0, loop_rows = 0;
+    FOX_CK_OK(fox_cuda_debug_set_slot_rows(gpu, 1, &slot_rows));
     FOX_CK_OK(fox_cuda_debug_set_dw_loop_rows(gpu, 1, &loop_rows));
     run_all(hb, 0, FOX_TARGET_MEAN, "fp32 mean by slots", 0, 1e-4);
+    /* Back to the defaults, which the later tests (one backend, CK_FORK=no on the GPU) assume. */
+    FOX_CK_OK(fox_cuda_debug_set_slot_rows(gpu, slot_rows, &slot_rows));
     FOX_CK_OK(fox_cuda_debug_set_dw_loop_rows(gpu, loop_rows, &loop_rows));
     free(hb);
 }

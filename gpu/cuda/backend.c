@@ -1358,11 +1358,12 @@ fox_cuda_debug_set_math(fox_backend *be_, int tf32, int greedy_tf32)
 }
 
 int
-fox_cuda_debug_set_slot_rows(fox_backend *be_, int rows)
+fox_cuda_debug_set_slot_rows(fox_backend *be_, int rows, int *was)
 {
     cuda_backend *be = (cuda_backend *)be_;
     ALIVE(be);
     drop_graphs(be);
+    *was = be->net.slot_rows;
     be->net.slot_rows = rows;
     return FOX_OK;
 }

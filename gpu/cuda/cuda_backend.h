@@ -78,9 +78,9 @@ int fox_cuda_debug_set_math(fox_backend *be, int tf32, int greedy_tf32);
 
 /*
  * From rows rows the heads' output layer goes by slots and their d hid head by head, as large
- * batches take them (net.c).
+ * batches take them (net.c); the setting before in *was.
  */
-int fox_cuda_debug_set_slot_rows(fox_backend *be, int rows);
+int fox_cuda_debug_set_slot_rows(fox_backend *be, int rows, int *was);
 
 /*
  * From rows rows a batched weight gradient is one product an entry (matmul.c; process-wide),

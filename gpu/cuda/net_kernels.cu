@@ -649,33 +649,26 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
     }
 }
 
-static size_t
-loss_smem(const fox_cuda_dims *dm)
-{
-    return (size_t)(3 * dm->D * dm->NA + dm->NA + dm->D * dm->NT) * sizeof(float);
-}
-
-int
-fox__cuda_loss_targets(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_loss_hp *hp,
-                       const fox_cuda_loss_args *a)
-{
-    if (dm->D > 4 || dm->NR > 4)
-        return FOX_EINVAL;
-    fox_cuda_loss_args t = *a;
-    t.tq_only = 1;
-    FOX_CUDA_TRY(launch(loss_kernel, a->B, LOSS_THREADS, loss_smem(dm), s, *dm, *hp, t));
-    return fox__cuda_p99_observe(s, &a->st, a->tq, (size_t)a->B * dm->D * dm->NT,
-                                 FOX_ISV_TARGET_Q_BOUND, FOX_CUDA_P99_TQ);
-}
-
 int
 fox__cuda_loss(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_loss_hp *hp,
                const fox_cuda_loss_args *a)
 {
     if (dm->D > 4 || dm->NR > 4)
         return FOX_EINVAL;
-    FOX_CUDA_TRY(launch(loss_kernel, a->B, LOSS_THREADS, loss_smem(dm), s, *dm, *hp, *a));
+    size_t smem = (size_t)(3 * dm->D * dm->NA + dm->NA + dm->D * dm->NT) * sizeof(float);
+    FOX_CUDA_TRY(launch(loss_kernel, a->B, LOSS_THREADS, smem, s, *dm, *hp, *a));
     return 0;
+}
+
+int
+fox__cuda_loss_targets(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_loss_hp *hp,
+                       const fox_cuda_loss_args *a)
+{
+    fox_cuda_loss_args t = *a;
+    t.tq_only = 1;
+    FOX_TRY(fox__cuda_loss(s, dm, hp, &t));
+    return fox__cuda_p99_observe(s, &a->st, a->tq, (size_t)a->B * dm->D * dm->NT,
+                                 FOX_ISV_TARGET_Q_BOUND, FOX_CUDA_P99_TQ);
 }
 
 /* ------------------------------------------------------------------------------------------ */
