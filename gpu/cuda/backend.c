@@ -549,7 +549,11 @@ stab_init(cuda_backend *be, char *err, size_t errlen)
     }
     FOX_TRY(dev_alloc(&be->d_rules, sizeof rules));
     FOX_CUDA_TRY(cudaMemcpy(be->d_rules, rules, sizeof rules, cudaMemcpyHostToDevice));
-    FOX_TRY(dev_alloc(&be->site_part, FOX_CUDA_SITE_BLOCKS * sizeof(double)));
+    /* A double a block of the site's grid, or of GRN2's tail where it runs there. */
+    size_t site_blocks = ((size_t)be->B + FOX_CUDA_TAIL_ROWS - 1) / FOX_CUDA_TAIL_ROWS;
+    if (site_blocks < FOX_CUDA_SITE_BLOCKS)
+        site_blocks = FOX_CUDA_SITE_BLOCKS;
+    FOX_TRY(dev_alloc(&be->site_part, site_blocks * sizeof(double)));
     FOX_TRY(dev_alloc(&be->sp4, sizeof *be->sp4));
     FOX_TRY(fox__cuda_sp4_reset(n->st[0], be->sp4));
     int rv = build_table(be);
@@ -1447,12 +1451,44 @@ fox_cuda_debug_check(fox_backend *be_, int slot, const float *x, size_t n, const
     return fail(be, debug_check(be, slot, x, n, isv, fired), "debug_check");
 }
 
+/* GRN2's tail with the site on LayerNorm inputs x (fox_cuda_debug_h_s2_site), y into x. */
 static int
-debug_h_s2_site(cuda_backend *be, float *h, size_t n, float *isv, int *flags)
+debug_tail_site(cuda_backend *be, float *x, int rows, int out, float gamma)
+{
+    size_t n = (size_t)rows * out;
+    /* zgv [2n], xhat [n], y [n], rstd [rows], then bg, bv, γ, β [out each]. */
+    size_t len = 4 * n + (size_t)rows + 4 * (size_t)out;
+    float *w = NULL, *g = malloc((size_t)out * sizeof *g);
+    int rv = g ? dev_alloc(&w, len * sizeof(float)) : FOX_ENOMEM;
+    float *zgv = w, *xhat = w + 2 * n, *y = xhat + n, *rstd = y + n, *par = rstd + rows;
+    for (int c = 0; rv == FOX_OK && c < out; c++)
+        g[c] = gamma;
+    if (rv == FOX_OK && (cudaMemset(w, 0, len * sizeof(float)) != cudaSuccess ||
+                         cudaMemcpy(par + 2 * out, g, (size_t)out * sizeof *g,
+                                    cudaMemcpyHostToDevice) != cudaSuccess))
+        rv = fox__cuda_fail(__FILE__, __LINE__, "cudaMemcpy", "tail site", 0);
+    if (rv == FOX_OK)
+        rv = fox__cuda_grn_tail(be->net.st[0], rows, out, zgv, x, par, par + out, par + 2 * out,
+                                par + 3 * out, xhat, rstd, y, NULL, NULL, &be->net.stab);
+    if (rv == FOX_OK && cudaMemcpyAsync(x, y, n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                        be->net.st[0]) != cudaSuccess)
+        rv = fox__cuda_fail(__FILE__, __LINE__, "cudaMemcpyAsync", "tail site", 0);
+    if (cudaStreamSynchronize(be->net.st[0]) != cudaSuccess && rv == FOX_OK)
+        rv = fox__cuda_fail(__FILE__, __LINE__, "cudaStreamSynchronize", "tail site", 0);
+    cudaFree(w);
+    free(g);
+    return rv;
+}
+
+static int
+debug_h_s2_site(cuda_backend *be, float *h, size_t n, int tail_out, float gamma, float *isv,
+                int *flags)
 {
     float *dh = NULL;
     int rv = debug_stage(be, &dh, h, n, isv);
-    if (rv == FOX_OK)
+    if (rv == FOX_OK && tail_out > 0)
+        rv = debug_tail_site(be, dh, (int)(n / (size_t)tail_out), tail_out, gamma);
+    else if (rv == FOX_OK)
         rv = fox__cuda_h_s2_site(be->net.st[0], &be->net.stab, dh, n);
     if (rv == FOX_OK && cudaStreamSynchronize(be->net.st[0]) != cudaSuccess)
         rv = fox__cuda_fail(__FILE__, __LINE__, "cudaStreamSynchronize", "site", 0);
@@ -1468,13 +1504,15 @@ debug_h_s2_site(cuda_backend *be, float *h, size_t n, float *isv, int *flags)
 }
 
 int
-fox_cuda_debug_h_s2_site(fox_backend *be_, float *h, size_t n, float *isv, int *flags)
+fox_cuda_debug_h_s2_site(fox_backend *be_, float *h, size_t n, int tail_out, float gamma,
+                         float *isv, int *flags)
 {
     cuda_backend *be = (cuda_backend *)be_;
     ALIVE(be);
-    if (!h || n < 1 || !isv || !flags)
+    if (!h || n < 1 || !isv || !flags || tail_out < 0 ||
+        (tail_out > 0 && (n % (size_t)tail_out || n / (size_t)tail_out > (size_t)be->B)))
         return FOX_EINVAL;
-    return fail(be, debug_h_s2_site(be, h, n, isv, flags), "debug_h_s2_site");
+    return fail(be, debug_h_s2_site(be, h, n, tail_out, gamma, isv, flags), "debug_h_s2_site");
 }
 
 static int

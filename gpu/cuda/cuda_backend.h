@@ -52,9 +52,13 @@ int fox_cuda_debug_check(fox_backend *be, int slot, const float *x, size_t n, co
  * The Mech 10 site kernel on h [n] (host, clamped in place) with isv
  * [FOX_ISV_TOTAL_DIM] (host, H2_RMS_EMA updated in place); flags
  * [FOX_SENTINEL_SLOTS] gets what it set (12, 49). Overwrites the backend's
- * device ISV and clears its flags.
+ * device ISV and clears its flags. tail_out > 0: the site inside the GRN
+ * tail instead (fixed bounds' path), on rows of tail_out (at most the
+ * backend's batch): h the LayerNorm inputs (the gate's product and biases
+ * 0, so the GLU adds nothing), γ = gamma, β = 0; h gets y.
  */
-int fox_cuda_debug_h_s2_site(fox_backend *be, float *h, size_t n, float *isv, int *flags);
+int fox_cuda_debug_h_s2_site(fox_backend *be, float *h, size_t n, int tail_out, float gamma,
+                             float *isv, int *flags);
 
 /*
  * The SP4 producers on the device from host buffers, one round: the p99 of

@@ -323,7 +323,7 @@ typedef struct fox_cuda_stab {
     float *isv;                 /* the device ISV copy */
     fox_cuda_ctl *ctl;
     float grad_clip;            /* train.grad_clip: the absolute ceiling of Mech 6 (0: none) */
-    double *site_part;          /* [FOX_CUDA_SITE_BLOCKS] scratch of the h_s2 site */
+    double *site_part;          /* scratch of the h_s2 site: a double a block */
     int ctl_fault_inline;       /* a fault is configured at an in-kernel point (27, 34, 35) */
     int sites;                  /* 1: the clamp sites and inline checks run (0: a parity pass) */
     int adaptive;               /* engine.bounds_mode = adaptive (SP4) */
@@ -335,6 +335,7 @@ typedef struct fox_cuda_stab {
 } fox_cuda_stab;
 
 #define FOX_CUDA_SITE_BLOCKS 1024
+#define FOX_CUDA_TAIL_ROWS   8 /* rows a block of the GRN tail (a warp each) */
 /* The widest GRN1 input (model.state_dim's bound): the L1 rate's column norms in shared memory. */
 #define FOX_CUDA_L1_COLS 1024
 
@@ -556,11 +557,13 @@ int fox__cuda_join_all(fox_cuda_net *n);
 /*
  * GRN tail: σ gate, GLU, skip, LayerNorm (see grn_tail_kernel); zgv holds
  * the biased pre-activations; with glu (and ln_in) not NULL, g and r + g
- * are kept there too.
+ * are kept there too; with site not NULL, Mech 10 on y (h_s2) in the same
+ * launch, as fox__cuda_h_s2_site in fixed bounds mode.
  */
 int fox__cuda_grn_tail(cudaStream_t s, int rows, int out, float *zgv, const float *r,
                        const float *bg, const float *bv, const float *g, const float *beta,
-                       float *xhat, float *rstd, float *y, float *glu, float *ln_in);
+                       float *xhat, float *rstd, float *y, float *glu, float *ln_in,
+                       const fox_cuda_stab *site);
 /*
  * LayerNorm and GLU backward; sg, lin at zgv [2 × R_fwd × out] (first rows used); du and dzgv
  * rows 2·out apart (fox_cuda_grn_grad's dud and dzgv).

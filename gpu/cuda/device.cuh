@@ -9,6 +9,7 @@
 
 #include <utility>
 
+#include "../bounds.h"
 #include "../isv.h"
 #include "../sentinel.h"
 #include "cuda_impl.h"
@@ -123,5 +124,67 @@ threshold_of(const fox_cuda_stab &st, int i)
         t *= eff;
     return t;
 }
+
+static __device__ __forceinline__ int
+block_any(int v)
+{
+    return __syncthreads_or(v);
+}
+
+/* Is the fault armed for this slot at this step? (fox_cpu_stab_begin_step + fault_here) */
+static __device__ __forceinline__ int
+fault_now(const fox_cuda_ctl *c, int slot, int after_count)
+{
+    return c->fault_slot == slot && !c->fault_done &&
+           c->train_steps == c->fault_step + (after_count ? 1 : 0);
+}
+
+/*
+ * Mech 10 on h_s2 (site_h_s2) over a grid: element() checks a value (slots
+ * 12 and 49, before the clamp), clamps it and adds its square; finish(),
+ * called by every thread of every block, raises the block's flags and in
+ * the last block folds the RMS of the n clamped values into H_S2_RMS_EMA.
+ * Every block reads the old EMA: only the last, after all others, updates it.
+ */
+struct h_s2_site {
+    float bound = 0.0f, t49 = 0.0f;
+    int bad12 = 0, bad49 = 0;
+    double ss = 0.0;
+
+    h_s2_site() = default;
+    __device__ explicit h_s2_site(const fox_cuda_stab &st)
+        : bound(st.adaptive ? fox_bound_adaptive(st.isv[FOX_ISV_H_S2_BOUND])
+                            : fox_bound_h_s2_fixed(st.isv[FOX_ISV_H_S2_RMS_EMA])),
+          t49(threshold_of(st, FOX_SENT_H_S2_MAX_ABS))
+    {
+    }
+
+    __device__ float element(float x)
+    {
+        bad12 |= !isfinite(x);
+        bad49 |= !(fabsf(x) < t49);
+        x = fox_clamp_finite(x, bound);
+        ss += (double)x * x;
+        return x;
+    }
+
+    __device__ void finish(const fox_cuda_stab &st, size_t n, double *partial)
+    {
+        if (st.sentinel) {
+            if (block_any(bad12) && threadIdx.x == 0)
+                st.flags[FOX_SENT_H_S2] = 1;
+            if (block_any(bad49) && threadIdx.x == 0)
+                st.flags[FOX_SENT_H_S2_MAX_ABS] = 1;
+        }
+        double tot;
+        unsigned int *done = &st.ctl->done_blocks[FOX_CUDA_DONE_H_S2];
+        if (!last_block_total(block_sum(ss), partial, done, &tot) || threadIdx.x != 0)
+            return;
+        *done = 0;
+        if (n)
+            st.isv[FOX_ISV_H_S2_RMS_EMA] = fox_ema_first(
+                st.isv[FOX_ISV_H_S2_RMS_EMA], (float)sqrt(tot / (double)n), FOX_SIGNAL_EMA_ALPHA);
+    }
+};
 
 #endif

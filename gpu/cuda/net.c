@@ -575,11 +575,12 @@ point(fox_cuda_net *n, int s, int slot, float *p, float *p2, int after_count)
  * GRN(a [R × in] → g->y [R × out]) with the block's tensors from `first` in
  * P (the online or the target net's parameters). pts: the stage slots (η2,
  * η1, gate, glu, LayerNorm input) at their points, and g, r + g kept in
- * n->glu / n->ln_in (GRN2 of a training pass), or NULL.
+ * n->glu / n->ln_in (GRN2 of a training pass), or NULL; site: Mech 10 on
+ * g->y in the tail's launch (fox__cuda_grn_tail).
  */
 static int
 grn_fwd(fox_cuda_net *n, int s, const float *P, int first, int in, int out, const float *a, int R,
-        fox_cuda_grn_act *g, int pts)
+        fox_cuda_grn_act *g, int pts, int site)
 {
     cudaStream_t st = n->st[s];
 #define T(k) (P + toff(n, first + (k)))
@@ -616,7 +617,7 @@ grn_fwd(fox_cuda_net *n, int s, const float *P, int first, int in, int out, cons
     FOX_TRY(fox__cuda_gemm(n->cb[s], st, &m));
     FOX_TRY(fox__cuda_grn_tail(st, R, out, g->zgv, r, T(FOX_GRN_BG), T(FOX_GRN_BV), T(FOX_GRN_LN_G),
                                T(FOX_GRN_LN_B), g->xhat, g->rstd, g->y, pts ? n->glu : NULL,
-                               pts ? n->ln_in : NULL));
+                               pts ? n->ln_in : NULL, site ? &n->stab : NULL));
     if (pts) {
         /* Inside the fused tail on the CPU's side of it: these faults fire their slot only. */
         FOX_TRY(point(n, s, FOX_SENT_H_S2_GATE, g->zgv, NULL, 0));
@@ -637,12 +638,17 @@ forward_trunk(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R, in
     /* The target net's parameters sit np floats after the online's. */
     const float *P = n->params + (target ? n->np : 0);
     int pts = site && n->stab.sites;
+    /*
+     * With fixed bounds Mech 10 runs inside GRN2's tail (one launch fewer on the critical
+     * chain); adaptive bounds observe h_s2's p99 first, so there it runs after the tail.
+     */
+    int fused = pts && !n->stab.adaptive;
     f->rows = R;
-    FOX_TRY(grn_fwd(n, s, P, FOX_P_GRN1_W2, dm->S, dm->H1, X, R, &f->g1, 0));
+    FOX_TRY(grn_fwd(n, s, P, FOX_P_GRN1_W2, dm->S, dm->H1, X, R, &f->g1, 0, 0));
     if (pts)
         FOX_TRY(point(n, s, FOX_SENT_H_S1, f->g1.y, NULL, 0));
-    FOX_TRY(grn_fwd(n, s, P, FOX_P_GRN2_W2, dm->H1, dm->H2, f->g1.y, R, &f->g2, pts));
-    if (pts) {
+    FOX_TRY(grn_fwd(n, s, P, FOX_P_GRN2_W2, dm->H1, dm->H2, f->g1.y, R, &f->g2, pts, fused));
+    if (pts && !fused) {
         /* Mech 10 on the online net's h_s2 over the batch (slot 12 inline before it). */
         FOX_TRY(point(n, s, FOX_SENT_H_S2, f->g2.y, NULL, 0));
         FOX_TRY(fox__cuda_h_s2_site(n->st[s], &n->stab, f->g2.y, (size_t)n->B * dm->H2));

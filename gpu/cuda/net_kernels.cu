@@ -95,97 +95,118 @@ by_row_slots(int out, L go)
  * replace zg and zv in zgv for the backward), x = r + sg·lin, then LayerNorm
  * over the row (two-pass mean and biased variance, eps 1e-5):
  * x̂ = (x − mean)·rstd, y = x̂·γ + β. K > 0: x stays in registers between
- * the passes (row_each), else it goes through xhat.
+ * the passes (row_each), else it goes through xhat. SITE: y is h_s2 of the
+ * online net's training forward and goes through Mech 10 (h_s2_site: the
+ * fault armed at slot 12 first, on y[0]) before it is stored, instead of
+ * in a launch of its own after this one.
  */
-template <int K>
+template <int K, bool SITE>
 __global__ void
 grn_tail_kernel(int rows, int out, float *__restrict__ zgv, const float *__restrict__ r,
                 const float *__restrict__ bg, const float *__restrict__ bv,
                 const float *__restrict__ g, const float *__restrict__ beta,
                 float *__restrict__ xhat, float *__restrict__ rstd, float *__restrict__ y,
-                float *__restrict__ glu, float *__restrict__ ln_in)
+                float *__restrict__ glu, float *__restrict__ ln_in, fox_cuda_stab st)
 {
     pdl_enter();
     int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    if (row >= rows)
-        return;
-    size_t o = (size_t)row * out;
-    float *zg = zgv + o, *zv = zgv + (size_t)rows * out + o, *xh = xhat + o;
-    const float *rr = r + o;
-    /* K > 0: every load of the row first (zg and zv share zgv: no load may pass a store). */
-    float pre_g[K > 0 ? K : 1], pre_v[K > 0 ? K : 1], keep[K > 0 ? K : 1];
-    float gam[K > 0 ? K : 1], bet[K > 0 ? K : 1];
-    if constexpr (K > 0)
+    /* The site's block reductions need every thread: a row past the end only skips the row. */
+    h_s2_site site;
+    if constexpr (SITE)
+        site = h_s2_site(st);
+    if (row < rows) {
+        size_t o = (size_t)row * out;
+        float *zg = zgv + o, *zv = zgv + (size_t)rows * out + o, *xh = xhat + o;
+        const float *rr = r + o;
+        /* K > 0: every load of the row first (zg and zv share zgv: no load may pass a store). */
+        float pre_g[K > 0 ? K : 1], pre_v[K > 0 ? K : 1], keep[K > 0 ? K : 1];
+        float gam[K > 0 ? K : 1], bet[K > 0 ? K : 1];
+        if constexpr (K > 0)
+            row_each<K>(lane, out, [&](int j, int c) {
+                pre_g[j] = zg[c] + bg[c];
+                pre_v[j] = zv[c] + bv[c];
+                keep[j] = rr[c];
+                gam[j] = g[c];
+                bet[j] = beta[c];
+            });
+        float sum = 0.0f;
         row_each<K>(lane, out, [&](int j, int c) {
-            pre_g[j] = zg[c] + bg[c];
-            pre_v[j] = zv[c] + bv[c];
-            keep[j] = rr[c];
-            gam[j] = g[c];
-            bet[j] = beta[c];
+            float zgb, lin, skip;
+            if constexpr (K > 0) {
+                zgb = pre_g[j];
+                lin = pre_v[j];
+                skip = keep[j];
+            } else {
+                zgb = zg[c] + bg[c];
+                lin = zv[c] + bv[c];
+                skip = rr[c];
+            }
+            float sg = 1.0f / (1.0f + expf(-zgb));
+            float gl = sg * lin, x = skip + gl;
+            zg[c] = sg;
+            zv[c] = lin;
+            if constexpr (K > 0)
+                keep[j] = x;
+            else
+                xh[c] = x;
+            if (glu) { /* the stages the sentinel watches (slots 19, 20) */
+                glu[o + c] = gl;
+                ln_in[o + c] = x;
+            }
+            sum += x;
         });
-    float sum = 0.0f;
-    row_each<K>(lane, out, [&](int j, int c) {
-        float zgb, lin, skip;
-        if constexpr (K > 0) {
-            zgb = pre_g[j];
-            lin = pre_v[j];
-            skip = keep[j];
-        } else {
-            zgb = zg[c] + bg[c];
-            lin = zv[c] + bv[c];
-            skip = rr[c];
-        }
-        float sg = 1.0f / (1.0f + expf(-zgb));
-        float gl = sg * lin, x = skip + gl;
-        zg[c] = sg;
-        zv[c] = lin;
-        if constexpr (K > 0)
-            keep[j] = x;
-        else
-            xh[c] = x;
-        if (glu) { /* the stages the sentinel watches (slots 19, 20) */
-            glu[o + c] = gl;
-            ln_in[o + c] = x;
-        }
-        sum += x;
-    });
-    float mean = warp_sum(sum) / (float)out;
-    float var = 0.0f;
-    row_each<K>(lane, out, [&](int j, int c) {
-        float x;
-        if constexpr (K > 0)
-            x = keep[j];
-        else
-            x = xh[c];
-        var += (x - mean) * (x - mean);
-    });
-    var = warp_sum(var) / (float)out;
-    float rs = 1.0f / sqrtf(var + 1e-5f);
-    if (lane == 0)
-        rstd[row] = rs;
-    row_each<K>(lane, out, [&](int j, int c) {
-        if constexpr (K > 0) {
-            float v = (keep[j] - mean) * rs;
+        float mean = warp_sum(sum) / (float)out;
+        float var = 0.0f;
+        row_each<K>(lane, out, [&](int j, int c) {
+            float x;
+            if constexpr (K > 0)
+                x = keep[j];
+            else
+                x = xh[c];
+            var += (x - mean) * (x - mean);
+        });
+        var = warp_sum(var) / (float)out;
+        float rs = 1.0f / sqrtf(var + 1e-5f);
+        if (lane == 0)
+            rstd[row] = rs;
+        row_each<K>(lane, out, [&](int j, int c) {
+            float v, yv;
+            if constexpr (K > 0) {
+                v = (keep[j] - mean) * rs;
+                yv = v * gam[j] + bet[j];
+            } else {
+                v = (xh[c] - mean) * rs;
+                yv = v * g[c] + beta[c];
+            }
             xh[c] = v;
-            y[o + c] = v * gam[j] + bet[j];
-        } else {
-            float v = (xh[c] - mean) * rs;
-            xh[c] = v;
-            y[o + c] = v * g[c] + beta[c];
-        }
-    });
+            if constexpr (SITE) {
+                if (row == 0 && c == 0 && fault_now(st.ctl, FOX_SENT_H_S2, 0)) {
+                    yv = st.ctl->fault_value;
+                    st.ctl->fault_done = 1;
+                }
+                yv = site.element(yv);
+            }
+            y[o + c] = yv;
+        });
+    }
+    if constexpr (SITE)
+        site.finish(st, (size_t)rows * out, st.site_part);
 }
 
 int
 fox__cuda_grn_tail(cudaStream_t s, int rows, int out, float *zgv, const float *r, const float *bg,
                    const float *bv, const float *g, const float *beta, float *xhat, float *rstd,
-                   float *y, float *glu, float *ln_in)
+                   float *y, float *glu, float *ln_in, const fox_cuda_stab *site)
 {
-    const int per_block = 8;
+    unsigned int grid = (rows + FOX_CUDA_TAIL_ROWS - 1) / FOX_CUDA_TAIL_ROWS;
+    fox_cuda_stab none = {};
     FOX_CUDA_TRY(by_row_slots(out, [&](auto k) {
-        return launch(grn_tail_kernel<decltype(k)::value>, (rows + per_block - 1) / per_block,
-                      per_block * WARP, 0, s, rows, out, zgv, r, bg, bv, g, beta, xhat, rstd, y,
-                      glu, ln_in);
+        constexpr int K = decltype(k)::value;
+        if (site)
+            return launch(grn_tail_kernel<K, true>, grid, FOX_CUDA_TAIL_ROWS * WARP, 0, s, rows,
+                          out, zgv, r, bg, bv, g, beta, xhat, rstd, y, glu, ln_in, *site);
+        return launch(grn_tail_kernel<K, false>, grid, FOX_CUDA_TAIL_ROWS * WARP, 0, s, rows, out,
+                      zgv, r, bg, bv, g, beta, xhat, rstd, y, glu, ln_in, none);
     }));
     return 0;
 }

@@ -38,20 +38,6 @@
 
 #define THREADS 256
 
-static __device__ __forceinline__ int
-block_any(int v)
-{
-    return __syncthreads_or(v);
-}
-
-/* Is the fault armed for this slot at this step? (fox_cpu_stab_begin_step + fault_here) */
-static __device__ __forceinline__ int
-fault_now(const fox_cuda_ctl *c, int slot, int after_count)
-{
-    return c->fault_slot == slot && !c->fault_done &&
-           c->train_steps == c->fault_step + (after_count ? 1 : 0);
-}
-
 /* ------------------------------------------------------------------------------------------ */
 /* The fused check and the halts                                                              */
 
@@ -252,37 +238,11 @@ __global__ void
 h_s2_site_kernel(fox_cuda_stab st, float *h, size_t n, double *partial)
 {
     pdl_enter();
-    /* Every block reads the old RMS EMA: only the last block, after all others, updates it. */
-    float bound = st.adaptive ? fox_bound_adaptive(st.isv[FOX_ISV_H_S2_BOUND])
-                              : fox_bound_h_s2_fixed(st.isv[FOX_ISV_H_S2_RMS_EMA]);
-    float t49 = threshold_of(st, FOX_SENT_H_S2_MAX_ABS);
-    int bad12 = 0, bad49 = 0;
-    double ss = 0.0;
+    h_s2_site site(st);
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x) {
-        float x = h[k];
-        bad12 |= !isfinite(x);
-        bad49 |= !(fabsf(x) < t49);
-        x = fox_clamp_finite(x, bound);
-        h[k] = x;
-        ss += (double)x * x;
-    }
-    if (st.sentinel) {
-        if (block_any(bad12) && threadIdx.x == 0)
-            st.flags[FOX_SENT_H_S2] = 1;
-        if (block_any(bad49) && threadIdx.x == 0)
-            st.flags[FOX_SENT_H_S2_MAX_ABS] = 1;
-    }
-    double tot;
-    if (!last_block_total(block_sum(ss), partial, &st.ctl->done_blocks[FOX_CUDA_DONE_H_S2], &tot))
-        return;
-    if (threadIdx.x == 0) {
-        st.ctl->done_blocks[FOX_CUDA_DONE_H_S2] = 0;
-        if (n)
-            st.isv[FOX_ISV_H_S2_RMS_EMA] = fox_ema_first(st.isv[FOX_ISV_H_S2_RMS_EMA],
-                                                         (float)sqrt(tot / (double)n),
-                                                         FOX_SIGNAL_EMA_ALPHA);
-    }
+         k += (size_t)gridDim.x * blockDim.x)
+        h[k] = site.element(h[k]);
+    site.finish(st, n, partial);
 }
 
 int
