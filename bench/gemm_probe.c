@@ -2,8 +2,10 @@
  * gemm_probe.c — how much a product of foxnet's shapes could gain from picking its cuBLASLt
  * algorithm by timing instead of taking cuBLAS's heuristic: for each shape, cublasSgemm (what
  * the backend calls) against every algorithm cublasLtMatmulAlgoGetHeuristic offers (up to
- * 16), each timed as a CUDA graph of 200 dependent launches (no host in the loop), FP32. A
- * diagnostic for the GPU machine (bench/gpu_run.sh probe_gemm), not part of the daemon.
+ * 16), each timed as a CUDA graph of 200 dependent launches (no host in the loop), FP32; and
+ * cublasSgemm in TF32 (tensor cores) at K and at 3·K, the cost of a 3xTF32 product done as
+ * one TF32 product over split operands side by side ([A_hi A_hi A_lo]·[B_hi; B_lo; B_hi]).
+ * A diagnostic for the GPU machine (bench/gpu_run.sh probe_gemm), not part of the daemon.
  *
  *   gemm_probe [batch]     the shapes of the default net at that train batch (256)
  */
@@ -124,10 +126,13 @@ main(int argc, char **argv)
     CK(cudaStreamCreate(&st));
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    cublasHandle_t h;
+    cublasHandle_t h, h_tf32;
     cublasLtHandle_t lt;
     CB(cublasCreate(&h));
     CB(cublasSetStream(h, st));
+    CB(cublasCreate(&h_tf32));
+    CB(cublasSetStream(h_tf32, st));
+    CB(cublasSetMathMode(h_tf32, CUBLAS_TF32_TENSOR_OP_MATH));
     CB(cublasLtCreate(&lt));
     size_t ws_size = 32u << 20, big = (size_t)64 << 20;
     void *ws;
@@ -139,15 +144,21 @@ main(int argc, char **argv)
     CK(cudaMemset(A, 0, big));
     CK(cudaMemset(Bm, 0, big));
     CB(cublasSetWorkspace(h, ws, ws_size));
+    CB(cublasSetWorkspace(h_tf32, ws, ws_size));
 
     printf("| shape | m n k | cublasSgemm µs | Lt heuristic #0 µs | best Lt µs (index, splitK) | "
-           "algos |\n|---|---|---|---|---|---|\n");
+           "algos | TF32 µs | TF32 at 3·K µs |\n|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < nsh; i++) {
         shape s = sh[i];
         int lda = s.ta ? s.k : s.m, ldb = s.tb ? s.n : s.k, ldc = s.m;
         cublasOperation_t oa = s.ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = s.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
         call c = {h, lt, NULL, NULL, NULL, NULL, NULL, s, A, Bm, C, ws, ws_size};
         float t_def = graph_us(&c);
+        call tc = c;
+        tc.h = h_tf32;
+        float t_tf32 = graph_us(&tc);
+        tc.s.k = 3 * s.k;
+        float t_3x = graph_us(&tc);
 
         CB(cublasLtMatmulDescCreate(&c.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
         CB(cublasLtMatmulDescSetAttribute(c.d, CUBLASLT_MATMUL_DESC_TRANSA, &oa, sizeof oa));
@@ -180,8 +191,8 @@ main(int argc, char **argv)
                 best = t, bi = a, bsplit = split;
             }
         }
-        printf("| %s | %d %d %d | %.2f | %.2f | %.2f (%d, %d) | %d |\n", s.what, s.m, s.n, s.k,
-               t_def, t0, best, bi, bsplit, got);
+        printf("| %s | %d %d %d | %.2f | %.2f | %.2f (%d, %d) | %d | %.2f | %.2f |\n", s.what, s.m,
+               s.n, s.k, t_def, t0, best, bi, bsplit, got, t_tf32, t_3x);
         cublasLtMatmulPreferenceDestroy(pref);
         cublasLtMatrixLayoutDestroy(c.la);
         cublasLtMatrixLayoutDestroy(c.lb);
