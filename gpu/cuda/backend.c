@@ -44,6 +44,15 @@
 
 enum { G_COLLECT = 0, G_FULL = 1, G_TRAIN = 2, G_KINDS = 3 };
 
+/*
+ * Steps in a row in one graph launch (steps()) below FOX_CUDA_UNROLL_ROWS rows. H200,
+ * 2026-11-29, against one step a launch: the batch-256 train step 274–275 against 279–281 µs
+ * (full step 311–313 against 312–313); at batch 4096 four steps a launch lost 10 µs (1,344 /
+ * 1,318 against 1,334 / 1,306), so there a launch stays one step.
+ */
+#define FOX_CUDA_UNROLL      4
+#define FOX_CUDA_UNROLL_ROWS 4096
+
 typedef struct cuda_backend {
     fox_backend_base base;
     fox_backend_env env;
@@ -85,7 +94,8 @@ typedef struct cuda_backend {
     /* host */
     float *isv_mem;             /* mapped pinned, FOX_ISV_TOTAL_DIM */
     int *flags_mem;             /* mapped pinned, FOX_SENTINEL_SLOTS */
-    cudaGraphExec_t graph[G_KINDS];
+    cudaGraphExec_t graph[G_KINDS][2]; /* one step of the kind, unroll steps in a row */
+    int unroll;
     int warm[G_KINDS];          /* the kind ran once eagerly (modules loaded) */
     int ready;                  /* the ring holds learning_starts and a batch */
     uint64_t reset_gen;
@@ -173,10 +183,10 @@ cuda_available(char *why, size_t len)
 static void
 drop_graphs(cuda_backend *be)
 {
-    for (int k = 0; k < G_KINDS; k++)
-        if (be->graph[k]) {
-            cudaGraphExecDestroy(be->graph[k]);
-            be->graph[k] = NULL;
+    for (int k = 0; k < 2 * G_KINDS; k++)
+        if (be->graph[k / 2][k % 2]) {
+            cudaGraphExecDestroy(be->graph[k / 2][k % 2]);
+            be->graph[k / 2][k % 2] = NULL;
         }
 }
 
@@ -699,7 +709,8 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
      * MAIN, in FP32), FOX_CUDA_SIDES=1 or 2 (the target forward and weight
      * gradients on fewer side streams than 3), FOX_CUDA_NODW=1 (no weight
      * gradients: what they cost), FOX_CUDA_IQN_BESIDE=rows (the batch from
-     * which the IQN heads run after the forwards instead of beside them);
+     * which the IQN heads run after the forwards instead of beside them),
+     * FOX_CUDA_UNROLL=k (steps a graph launch, see steps);
      * FOX_CUDA_PRIO=0 (every stream at one priority) is read in
      * create_device, before the streams are made.
      */
@@ -709,6 +720,8 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     /* Only kernels built for sm_90 wait for their predecessor (device.cuh's pdl_enter). */
     const char *pdl = getenv("FOX_CUDA_PDL");
     fox__cuda_pdl = FOX_CUDA_ARCH >= 90 && !(pdl && strcmp(pdl, "0") == 0);
+    const char *unroll = getenv("FOX_CUDA_UNROLL");
+    be->unroll = unroll ? atoi(unroll) : be->B < FOX_CUDA_UNROLL_ROWS ? FOX_CUDA_UNROLL : 1;
     const char *sides = getenv("FOX_CUDA_SIDES");
     if (sides && (strcmp(sides, "1") == 0 || strcmp(sides, "2") == 0))
         be->net.n_sides = atoi(sides);
@@ -926,13 +939,16 @@ enqueue(cuda_backend *be, int kind)
     return fox__cuda_join_all(n);
 }
 
+/* The graph of `count` steps of a kind in a row (1, or be->unroll), into *out. */
 static int
-capture(cuda_backend *be, int kind)
+capture(cuda_backend *be, int kind, int count, cudaGraphExec_t *out)
 {
     cudaStream_t s0 = be->net.st[0];
     cudaGraph_t g = NULL;
     FOX_CUDA_TRY(cudaStreamBeginCapture(s0, cudaStreamCaptureModeThreadLocal));
-    int rv = enqueue(be, kind);
+    int rv = FOX_OK;
+    for (int i = 0; i < count && rv == FOX_OK; i++)
+        rv = enqueue(be, kind);
     cudaError_t e = cudaStreamEndCapture(s0, &g);
     if (rv != FOX_OK) {
         if (g)
@@ -940,28 +956,38 @@ capture(cuda_backend *be, int kind)
         return rv;
     }
     FOX_CUDA_TRY(e);
-    e = cudaGraphInstantiate(&be->graph[kind], g,
-                             fox__cuda_prio ? cudaGraphInstantiateFlagUseNodePriority : 0);
+    e = cudaGraphInstantiate(out, g, fox__cuda_prio ? cudaGraphInstantiateFlagUseNodePriority : 0);
     cudaGraphDestroy(g);
     FOX_CUDA_TRY(e);
     return FOX_OK;
 }
 
 /*
- * One step of a kind. The first of each kind runs eagerly (it loads every
- * kernel's module outside any capture); the next captures the graph that
- * every later one replays.
+ * count steps of a kind. The first of each kind runs eagerly (it loads
+ * every kernel's module outside any capture); the next capture the graphs
+ * every later one replays: unroll steps to a launch while that many are
+ * left (a step inside a graph starts without the delay a graph's launch
+ * puts before its second node), then one step to a launch.
  */
 static int
-step(cuda_backend *be, int kind)
+steps(cuda_backend *be, int kind, int count)
 {
-    if (!be->warm[kind]) {
+    if (count > 0 && !be->warm[kind]) {
         be->warm[kind] = 1;
-        return enqueue(be, kind);
+        FOX_TRY(enqueue(be, kind));
+        count--;
     }
-    if (!be->graph[kind])
-        FOX_TRY(capture(be, kind));
-    FOX_CUDA_TRY(cudaGraphLaunch(be->graph[kind], be->net.st[0]));
+    cudaStream_t s0 = be->net.st[0];
+    for (; count >= be->unroll && be->unroll > 1; count -= be->unroll) {
+        if (!be->graph[kind][1])
+            FOX_TRY(capture(be, kind, be->unroll, &be->graph[kind][1]));
+        FOX_CUDA_TRY(cudaGraphLaunch(be->graph[kind][1], s0));
+    }
+    for (; count > 0; count--) {
+        if (!be->graph[kind][0])
+            FOX_TRY(capture(be, kind, 1, &be->graph[kind][0]));
+        FOX_CUDA_TRY(cudaGraphLaunch(be->graph[kind][0], s0));
+    }
     return FOX_OK;
 }
 
@@ -1040,18 +1066,16 @@ run_steps(cuda_backend *be, int n, fox_step_stats *st)
 {
     const fox_config *c = be->cfg;
     FOX_TRY(chunk_begin(be));
-    for (int i = 0; i < n; i++) {
-        if (be->ready) {
-            FOX_TRY(step(be, G_FULL));
-            continue;
-        }
-        /* Until the ring is ready the step only collects; readiness is known after it. */
-        FOX_TRY(step(be, G_COLLECT));
+    int i = 0, halt = 0;
+    /* Until the ring is ready a step only collects; readiness is known after it. */
+    for (; i < n && !be->ready && !halt; i++) {
+        FOX_TRY(steps(be, G_COLLECT, 1));
         FOX_TRY(sync_ctl(be));
-        if (be->hctl->halt != FOX_HALT_NONE)
-            break;
+        halt = be->hctl->halt != FOX_HALT_NONE;
         be->ready = be->hctl->ring_size >= c->learning_starts && be->hctl->ring_size >= be->B;
     }
+    if (!halt)
+        FOX_TRY(steps(be, G_FULL, n - i));
     FOX_TRY(chunk_end(be));
     stats_of(be->hctl, st);
     st->epsilon = be->hctl->eps;
@@ -1073,8 +1097,7 @@ static int
 train_only(cuda_backend *be, int n, fox_step_stats *st)
 {
     FOX_TRY(chunk_begin(be));
-    for (int i = 0; i < n; i++)
-        FOX_TRY(step(be, G_TRAIN));
+    FOX_TRY(steps(be, G_TRAIN, n));
     FOX_TRY(chunk_end(be));
     stats_of(be->hctl, st);
     return halted(be);
