@@ -1004,7 +1004,7 @@ chunk_begin(cuda_backend *be)
 
 /*
  * The end of a run of steps: in adaptive mode the last Adam step's Pearl B
- * (which a step defers to the next one's forward, fox__cuda_loss_grad) and
+ * (its second pass, which a step defers to the next one, fox__cuda_loss_grad) and
  * the ISV published, so that the host reads, and the next chunk_begin takes
  * back, the ISV of the CPU's step order; then the device's ctl.
  */
@@ -1014,8 +1014,9 @@ chunk_end(cuda_backend *be)
     fox_cuda_net *n = &be->net;
     if (n->stab.adaptive) {
         cudaStream_t s0 = n->st[0];
-        FOX_TRY(fox__cuda_post_adam(s0, &n->stab, 1, be->np, n->params, n->grads, n->adam_m,
-                                    n->adam_v));
+        /* Its pass 1 ran after that Adam, in the step (fox__cuda_optim). */
+        FOX_TRY(
+            fox__cuda_post_adam_pass2(s0, &n->stab, 1, be->np, n->params, n->adam_m, n->adam_v));
         FOX_TRY(fox__cuda_publish(s0, be->isv_dev, be->isv_map, FOX_ISV_TOTAL_DIM));
     }
     return sync_ctl(be);

@@ -367,13 +367,15 @@ typedef struct fox_cuda_stab {
  * iqn_beside_rows rows each net's IQN head (with adaptive mode's
  * TARGET_Q_BOUND after the target net's), and the weight gradients (on one
  * stream, their chain outlasted the backward on MAIN by ~60 µs at batch
- * 256: docs/performance.md, session 6), COLLECT a full step's collection
+ * 256: docs/performance.md, session 6), SIDE after Adam adaptive mode's
+ * Pearl B first pass (until the step's end), COLLECT a full step's collection
  * (from the batch gather until the optimizer, whose update its forward must
- * not see half done; its products in TF32), LATE what only the step's end
- * or a later stage reads: adaptive mode's deferred Pearl B (beside the
- * forward, until the loss kernel has run), d h_s2's IQN and aux parts
- * (beside its C51 part, until their join), the L1 rate's deficit (beside
- * the norm and Adam), the target update and the re-pack of the heads and
+ * not see half done; its products in TF32) and adaptive mode's deferred
+ * Pearl B's second pass (from the loss kernel until the optimizer, whose
+ * Adam reads its bounds), LATE what only the step's end or a later stage
+ * reads: d h_s2's IQN and aux parts (beside its C51 part, until their
+ * join), the L1 rate's deficit (beside the norm and Adam), the target
+ * update and the re-pack of the heads and
  * weight pairs (beside the fused check on MAIN), NEXT the online net's
  * forward on s′ for the double-DQN argmax (from the batch gather until the
  * loss) and the sentinel-only d_states product (until the optimizer: it
@@ -536,10 +538,14 @@ int fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, i
                       int aux, int site);
 /*
  * Losses and every gradient of the batch in n->bt (grads, loss_parts, prio), every stream it
- * forks joined; in adaptive mode, beside the forward, the last Adam step's Pearl B (gated).
+ * forks joined but COLLECT in adaptive mode: beside the backward, the last Adam step's Pearl B
+ * (its second pass, gated), which fox__cuda_optim joins before Adam.
  */
 int fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp);
-/* Guard, norm, clip, Adam, the L1 rate's deficit, the step's statistics and the ISV publication. */
+/*
+ * Guard, norm, clip, Adam, the L1 rate's deficit, Pearl B's first pass (adaptive), the step's
+ * statistics and the ISV publication.
+ */
 int fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl,
                     float *isv_dev, float *isv_map);
 /* After fox__cuda_optim, on stream s: the target update that is due, the heads re-packed. */
@@ -688,6 +694,15 @@ int fox__cuda_l1_deficit(cudaStream_t s, const fox_cuda_stab *st, const float *g
  */
 int fox__cuda_post_adam(cudaStream_t s, const fox_cuda_stab *st, int gated, size_t n,
                         const float *w, const float *g, const float *m, const float *v);
+/*
+ * Its two halves, for a step that runs them apart: pass 1 (the ranges of |w|, |m|, v and
+ * the sums of w·g, ‖w‖², the L1 rate's: every read of g) right after Adam; pass 2 (the
+ * histograms and the tail: w, m, v only) any time before the next Adam.
+ */
+int fox__cuda_post_adam_pass1(cudaStream_t s, const fox_cuda_stab *st, int gated, size_t n,
+                              const float *w, const float *g, const float *m, const float *v);
+int fox__cuda_post_adam_pass2(cudaStream_t s, const fox_cuda_stab *st, int gated, size_t n,
+                              const float *w, const float *m, const float *v);
 /* Host image of a fresh fox_cuda_sp4 (zero state, clean scratch) into *dst (device), on s. */
 int fox__cuda_sp4_reset(cudaStream_t s, fox_cuda_sp4 *dst);
 

@@ -24,9 +24,9 @@
  *   - SIDE, SIDE2 and SIDE3 in turn run the target net's forward, the IQN
  *     heads and the weight gradients, NEXT the sentinel-only d_states (in
  *     TF32), neither of which MAIN waits for until the optimizer
- *     (cuda_impl.h's streams), LATE in adaptive mode the last Adam step's
- *     Pearl B beside the forward, joined after the loss kernel, and the
- *     IQN and aux parts of d h_s2 beside its C51 part;
+ *     (cuda_impl.h's streams), LATE the IQN and aux parts of d h_s2 beside
+ *     its C51 part, COLLECT in adaptive mode the last Adam step's Pearl B
+ *     (its second pass) beside the backward, joined before Adam;
  *   - a GRN's two-term input gradients (gate and value; skip and W2) are
  *     one product each over copies of the weight pairs side by side
  *     (pairs_init), refreshed with the packed heads.
@@ -321,8 +321,8 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
     /*
      * When blocks wait for a multiprocessor, first MAIN's and LATE's: the
      * online forward, the loss, the chain of input gradients, and on LATE
-     * the deferred Pearl B the backward waits for and d h_s2's IQN and aux
-     * parts; the collection (off the train step's path) last. H200,
+     * d h_s2's IQN and aux parts; the collection and adaptive mode's
+     * deferred Pearl B (off the train step's path) last. H200,
      * 2026-11-29, against every stream at one priority: batch 4096 full /
      * train step 1,343 / 1,317 µs against 1,373 / 1,332, batch 256 315 / 282
      * against 321 / 285.
@@ -847,23 +847,6 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
     fox_cuda_fwd *on = &n->on;
     int ws;
 
-    /*
-     * SP4: the last Adam step's Pearl B, Pearl C and L1 rate
-     * (fox_cpu_stab_post_adam) beside this forward, which writes none of
-     * what they read (params, grads, the Adam moments) and reads none of
-     * what they write (bounds that only Adam reads), nor does the loss
-     * kernel: joined after it, before the backward writes grads (and the
-     * product on LATE after it starts). Gated on an Adam step having run
-     * since (the backend runs it at the end of every run of steps, before
-     * the host reads the ISV).
-     */
-    int ps = FOX_CUDA_MAIN;
-    if (n->stab.adaptive && n->stab.sites) {
-        FOX_TRY(fox__cuda_fork(n, FOX_CUDA_LATE, &ps));
-        FOX_TRY(fox__cuda_post_adam(n->st[ps], &n->stab, 1, n->np, n->params, n->grads,
-                                    n->adam_m, n->adam_v));
-    }
-
     /* The loss's inputs and outputs (fox__cuda_loss_targets and fox__cuda_loss). */
     fox_cuda_loss_args la = {
         .B = B,
@@ -950,7 +933,23 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
 
     /* Losses and the gradients of every head output. */
     FOX_TRY(fox__cuda_loss(s0, dm, hp, &la));
-    FOX_TRY(fox__cuda_dep(n, ps, FOX_CUDA_MAIN));
+    /*
+     * SP4: the last Adam step's Pearl B, Pearl C and L1 rate
+     * (fox_cpu_stab_post_adam), their second pass (pass 1, every read of
+     * grads, ran after that Adam: fox__cuda_optim): from the loss on
+     * COLLECT, the least urgent stream (after the collection in a full
+     * step), beside the backward, which writes none of what it reads
+     * (params, the Adam moments) and reads none of what it writes (bounds
+     * that only Adam reads): joined before this step's optimizer. Gated on an
+     * Adam step having run since (the backend runs it at the end of every run
+     * of steps, before the host reads the ISV).
+     */
+    if (n->stab.adaptive && n->stab.sites) {
+        int ps;
+        FOX_TRY(fox__cuda_fork(n, FOX_CUDA_COLLECT, &ps));
+        FOX_TRY(fox__cuda_post_adam_pass2(n->st[ps], &n->stab, 1, n->np, n->params, n->adam_m,
+                                          n->adam_v));
+    }
     FOX_TRY(point(n, 0, FOX_SENT_PROJECTED, n->proj, NULL, 0));
     FOX_TRY(point(n, 0, FOX_SENT_TARGET_Q_POST_CLIP, n->tq, NULL, 0));
     FOX_TRY(point(n, 0, FOX_SENT_TD_ERRORS, bt->prio, NULL, 0));
@@ -1061,10 +1060,14 @@ fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl
                 float *isv_map)
 {
     cudaStream_t s0 = n->st[0];
+    const int sp4 = n->stab.adaptive && n->stab.sites;
+    /* Pearl B's pass 2 and tail (loss_grad), whose bounds this Adam reads. */
+    if (sp4)
+        FOX_TRY(fox__cuda_dep(n, FOX_CUDA_COLLECT, FOX_CUDA_MAIN));
     /*
      * SP4: the L1 rate's gradient-only half beside the norm and Adam (they
      * leave grads be), on the late stream, which the step's end joins: its
-     * reader, Pearl B, runs beside the next step's forward (loss_grad).
+     * reader, Pearl B's tail, runs in the next step (loss_grad).
      */
     if (n->stab.adaptive) {
         int ls;
@@ -1078,6 +1081,17 @@ fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl
     /* The points after Adam: params (14) and the slices of params / adam_m / adam_v (36–45, 48). */
     if (n->fault_at)
         FOX_TRY(point(n, 0, n->fault_slot, n->fault_at, NULL, 0));
+    /*
+     * Pearl B's pass 1 on this Adam's result, beside the rest of the step (which writes none
+     * of params, grads and the moments, nor its scratch), before the next backward writes
+     * grads: the step's end joins it. Pass 2 follows in the next step (loss_grad).
+     */
+    if (sp4) {
+        int ps;
+        FOX_TRY(fox__cuda_fork(n, FOX_CUDA_SIDE, &ps));
+        FOX_TRY(fox__cuda_post_adam_pass1(n->st[ps], &n->stab, 1, n->np, n->params, n->grads,
+                                          n->adam_m, n->adam_v));
+    }
     return fox__cuda_finish(s0, n->B, n->loss_parts, oc, ctl, isv_dev, isv_map);
 }
 

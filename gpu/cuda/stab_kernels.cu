@@ -878,20 +878,36 @@ fox__cuda_p99_observe(cudaStream_t s, const fox_cuda_stab *st, const float *x, s
 }
 
 int
-fox__cuda_post_adam(cudaStream_t s, const fox_cuda_stab *st, int gated, size_t n, const float *w,
-                    const float *g, const float *m, const float *v)
+fox__cuda_post_adam_pass1(cudaStream_t s, const fox_cuda_stab *st, int gated, size_t n,
+                          const float *w, const float *g, const float *m, const float *v)
 {
     const unsigned int *due = gated ? &st->sp4->pending : NULL;
     fox_cuda_p99_scratch *sc = &st->sp4->p99[FOX_CUDA_P99_GROUPS];
-    unsigned int gr = p99_grid(n);
     static_assert(FOX_CUDA_P99_BLOCKS <= THREADS, "the tail holds a block's partials per thread");
     static_assert(FOX_CUDA_P99_TARGETS == 3 * FOX_GROUP_COUNT, "w, m, v per group");
     size_t l1_lo = st->l1_off, l1_hi = l1_lo + (size_t)st->l1_rows * st->l1_cols;
-    FOX_CUDA_TRY(launch(p99_pass1_kernel<3, FOX_GROUP_COUNT, true>, gr, THREADS, 0, s, sc, n, w, m,
-                        v, st->pgroup, g, l1_lo, l1_hi, due));
-    FOX_CUDA_TRY(launch(p99_pass2_kernel<3, FOX_GROUP_COUNT>, gr, THREADS, 0, s, *st, sc, n, w, m,
-                        v, st->pgroup, 0, due));
+    FOX_CUDA_TRY(launch(p99_pass1_kernel<3, FOX_GROUP_COUNT, true>, p99_grid(n), THREADS, 0, s, sc,
+                        n, w, m, v, st->pgroup, g, l1_lo, l1_hi, due));
     return 0;
+}
+
+int
+fox__cuda_post_adam_pass2(cudaStream_t s, const fox_cuda_stab *st, int gated, size_t n,
+                          const float *w, const float *m, const float *v)
+{
+    const unsigned int *due = gated ? &st->sp4->pending : NULL;
+    fox_cuda_p99_scratch *sc = &st->sp4->p99[FOX_CUDA_P99_GROUPS];
+    FOX_CUDA_TRY(launch(p99_pass2_kernel<3, FOX_GROUP_COUNT>, p99_grid(n), THREADS, 0, s, *st, sc,
+                        n, w, m, v, st->pgroup, 0, due));
+    return 0;
+}
+
+int
+fox__cuda_post_adam(cudaStream_t s, const fox_cuda_stab *st, int gated, size_t n, const float *w,
+                    const float *g, const float *m, const float *v)
+{
+    FOX_TRY(fox__cuda_post_adam_pass1(s, st, gated, n, w, g, m, v));
+    return fox__cuda_post_adam_pass2(s, st, gated, n, w, m, v);
 }
 
 int
