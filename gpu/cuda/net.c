@@ -1061,8 +1061,11 @@ fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl
 {
     cudaStream_t s0 = n->st[0];
     const int sp4 = n->stab.adaptive && n->stab.sites;
-    /* Pearl B's pass 2 and tail (loss_grad), whose bounds this Adam reads. */
-    if (sp4)
+    /*
+     * Pearl B's pass 2 and tail (loss_grad), whose bounds this Adam reads, unless a full
+     * step joined COLLECT after it already (or it ran on MAIN: one stream).
+     */
+    if (sp4 && n->forked[FOX_CUDA_COLLECT])
         FOX_TRY(fox__cuda_dep(n, FOX_CUDA_COLLECT, FOX_CUDA_MAIN));
     /*
      * SP4: the L1 rate's gradient-only half beside the norm and Adam (they
