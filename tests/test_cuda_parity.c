@@ -438,13 +438,14 @@ START_TEST(loss_and_gradients)
      * (from FOX_CUDA_SLOT_ROWS rows), each weight gradient of a batched pair or of the heads one
      * product an entry, the heads' dW2 over their real output rows (from 1,024).
      */
-    int slot_rows = 0, loop_rows = 0;
-    FOX_CK_OK(fox_cuda_debug_set_slot_rows(gpu, 1, &slot_rows));
-    FOX_CK_OK(fox_cuda_debug_set_dw_loop_rows(gpu, 1, &loop_rows));
+    fox_cuda_paths defaults, was, large = {1, 1, 1}, scalar = {BATCH + 1, BATCH + 1, 0};
+    FOX_CK_OK(fox_cuda_debug_set_paths(gpu, &large, &defaults));
     run_all(hb, 0, FOX_TARGET_MEAN, "fp32 mean by slots", 0, 1e-4);
+    /* Every epilogue one output a thread (the path of widths that are not multiples of 4). */
+    FOX_CK_OK(fox_cuda_debug_set_paths(gpu, &scalar, &was));
+    run_all(hb, 0, FOX_TARGET_MEAN, "fp32 mean, epilogues by one", 0, 1e-4);
     /* Back to the defaults, which the later tests (one backend, CK_FORK=no on the GPU) assume. */
-    FOX_CK_OK(fox_cuda_debug_set_slot_rows(gpu, slot_rows, &slot_rows));
-    FOX_CK_OK(fox_cuda_debug_set_dw_loop_rows(gpu, loop_rows, &loop_rows));
+    FOX_CK_OK(fox_cuda_debug_set_paths(gpu, &defaults, &was));
     free(hb);
 }
 END_TEST
@@ -622,7 +623,7 @@ START_TEST(check_kernel_vs_cpu)
                 x[at] = slot == FOX_SENT_ATOM_SPAN_MAX ? 0.0f : nextafterf(t, 0.0f);
             int cpu = 0, gpu_fired = -1;
             FOX_CK_OK(fox_sentinel_check(slot, x, len, isv, &cpu));
-            FOX_CK_OK(fox_cuda_debug_check(gpu, slot, x, len, isv, &gpu_fired));
+            FOX_CK_OK(fox_cuda_debug_check(gpu, slot, x, 1, (int)len, (int)len, isv, &gpu_fired));
             ck_assert_msg(gpu_fired == cpu, "slot %d case %d: gpu %d cpu %d", slot, c, gpu_fired,
                           cpu);
             cases++;
@@ -631,6 +632,66 @@ START_TEST(check_kernel_vs_cpu)
     printf("stab check kernel: %d cases over %zu slots and 2 lengths agree with "
            "fox_sentinel_check\n", cases, sizeof slots / sizeof slots[0]);
     free(x);
+}
+END_TEST
+
+/*
+ * The fused check on strided buffers (the packed heads' logit columns): whole rows 16 bytes at
+ * a time where width, stride and pointer allow, by scalar loads elsewhere. The columns past
+ * the watched ones hold NaN, which must not fire; a NaN, an Inf or a value at the threshold in
+ * a watched column must, as fox_sentinel_check does on the watched values alone.
+ */
+START_TEST(check_kernel_strided)
+{
+    const int shapes[][3] = {/* rows, cols, ld */
+                             {9, 816, 1428},
+                             {9, 51, 1428},
+                             {9, 816, 1430},
+                             {2, 5000, 5004}};
+    const int slots[] = {FOX_SENT_ADV_LOGITS, FOX_SENT_H_S2_MAX_ABS};
+    float isv[FOX_ISV_TOTAL_DIM];
+    fox_isv_init(isv);
+    fox_rng rng;
+    fox_rng_seed(&rng, 23);
+    int cases = 0;
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int rows = shapes[k][0], cols = shapes[k][1], ld = shapes[k][2];
+        float *x = malloc((size_t)rows * ld * sizeof *x),
+              *w = malloc((size_t)rows * cols * sizeof *w);
+        ck_assert(x && w);
+        for (size_t si = 0; si < sizeof slots / sizeof slots[0]; si++) {
+            int slot = slots[si];
+            float t = 0.0f;
+            if (fox_sentinel_kind(slot) == FOX_SENT_KIND_THRESHOLD)
+                FOX_CK_OK(fox_sentinel_threshold(slot, isv, &t));
+            /* clean; one NaN; one Inf; at the threshold */
+            for (int c = 0; c < 4; c++) {
+                for (int r = 0; r < rows; r++)
+                    for (int j = 0; j < ld; j++)
+                        x[(size_t)r * ld + j] = j < cols ? (float)fox_rng_normal(&rng) : NAN;
+                int r = (int)fox_rng_below(&rng, (uint32_t)rows);
+                int j = (int)fox_rng_below(&rng, (uint32_t)cols);
+                float *at = &x[(size_t)r * ld + j];
+                *at = c == 1 ? NAN : c == 2 ? INFINITY : c == 3 && t > 0.0f ? -t : *at;
+                for (int q = 0; q < rows; q++)
+                    memcpy(w + (size_t)q * cols, x + (size_t)q * ld, (size_t)cols * sizeof *w);
+                int cpu = 0, gpu_fired = -1;
+                FOX_CK_OK(fox_sentinel_check(slot, w, (size_t)rows * cols, isv, &cpu));
+                FOX_CK_OK(fox_cuda_debug_check(gpu, slot, x, rows, cols, ld, isv, &gpu_fired));
+                ck_assert_msg(gpu_fired == cpu, "slot %d %d x %d (ld %d) case %d: gpu %d cpu %d",
+                              slot, rows, cols, ld, c, gpu_fired, cpu);
+                ck_assert_msg(c == 0              ? !cpu
+                              : c < 3 || t > 0.0f ? cpu
+                                                  : 1,
+                              "slot %d case %d: the reference did not fire", slot, c);
+                cases++;
+            }
+        }
+        free(x);
+        free(w);
+    }
+    printf("stab check kernel, strided: %d cases over %zu shapes agree with fox_sentinel_check\n",
+           cases, sizeof shapes / sizeof shapes[0]);
 }
 END_TEST
 
@@ -1042,6 +1103,7 @@ main(void)
     tcase_add_test(tc, adam_step);
     tcase_add_test(tc, replay_memory);
     tcase_add_test(tc, check_kernel_vs_cpu);
+    tcase_add_test(tc, check_kernel_strided);
     tcase_add_test(tc, h_s2_site_vs_cpu);
     tcase_add_test(tc, sp4_producers_vs_cpu);
     suite_add_tcase(s, tc);

@@ -21,6 +21,7 @@
  * Prioritized replay is not implemented on this backend yet: create refuses
  * it. Single thread: the trainer's.
  */
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -457,7 +458,8 @@ contiguous(const fox_cuda_check *e)
 /*
  * The fused check's blocks over table tab [n] into chunks (NULL: count
  * only); returns their number. Each entry is cut into runs of at most
- * FOX_CUDA_CHUNK floats (a span entry is one chunk), except that a
+ * FOX_CUDA_CHUNK floats (a span entry is one chunk; a strided one whole
+ * rows, one at least), except that a
  * contiguous max-|x| threshold entry lying inside a contiguous non-finite
  * one (a weight bound's group run inside params) is not read twice: the
  * outer entry's chunks are cut at its ends and carry its slot as well.
@@ -492,9 +494,13 @@ cut_chunks(const fox_cuda_check *tab, int n, fox_cuda_chunk *chunks)
         const fox_sentinel_slot_info *si = fox_sentinel_info(e->slot);
         int threshold = si->kind == FOX_SENT_KIND_THRESHOLD;
         int span = si->measure == FOX_SENT_MEASURE_SPAN;
-        int len = e->rows * e->cols;
+        /* A strided entry in whole rows, which the kernel can then read 16 bytes at a time. */
+        int len = e->rows * e->cols, rows_in = FOX_CUDA_CHUNK / e->cols;
+        int step = span            ? len
+                   : contiguous(e) ? FOX_CUDA_CHUNK
+                                   : (rows_in > 1 ? rows_in : 1) * e->cols;
         for (int at = 0; at < len;) {
-            int end = span ? len : at + FOX_CUDA_CHUNK < len ? at + FOX_CUDA_CHUNK : len;
+            int end = at + step < len ? at + step : len;
             int inner = -1;
             for (int i = 0; i < n; i++) {
                 if (inside[i] != j)
@@ -1386,24 +1392,15 @@ fox_cuda_debug_set_math(fox_backend *be_, int tf32, int greedy_tf32)
 }
 
 int
-fox_cuda_debug_set_slot_rows(fox_backend *be_, int rows, int *was)
+fox_cuda_debug_set_paths(fox_backend *be_, const fox_cuda_paths *want, fox_cuda_paths *was)
 {
     cuda_backend *be = (cuda_backend *)be_;
     ALIVE(be);
     drop_graphs(be);
-    *was = be->net.slot_rows;
-    be->net.slot_rows = rows;
-    return FOX_OK;
-}
-
-int
-fox_cuda_debug_set_dw_loop_rows(fox_backend *be_, int rows, int *was)
-{
-    cuda_backend *be = (cuda_backend *)be_;
-    ALIVE(be);
-    drop_graphs(be);
-    *was = fox__cuda_dw_loop_rows;
-    fox__cuda_dw_loop_rows = rows;
+    *was = (fox_cuda_paths){be->net.slot_rows, fox__cuda_dw_loop_rows, fox__cuda_epilogue_fours};
+    be->net.slot_rows = want->slot_rows;
+    fox__cuda_dw_loop_rows = want->dw_loop_rows;
+    fox__cuda_epilogue_fours = want->epilogue_fours;
     return FOX_OK;
 }
 
@@ -1433,18 +1430,18 @@ debug_stage(cuda_backend *be, float **dx, const float *x, size_t n, const float 
 }
 
 /*
- * The buffer is staged n mod 4 floats past a 16-byte boundary, so that an
- * odd length also runs the kernel's scalar head and tail around its float4
- * body; the chunks are cut as the backend cuts them, so that a threshold
- * fires from any block.
+ * The buffer is staged n mod 4 floats past a 16-byte boundary (n = rows · ld), so that an
+ * odd length also runs the kernel's scalar head and tail around its float4 body; the chunks
+ * are cut as the backend cuts them, so that a threshold fires from any block.
  */
 static int
-debug_check(cuda_backend *be, int slot, const float *x, size_t n, const float *isv, int *fired)
+debug_check(cuda_backend *be, int slot, const float *x, int rows, int cols, int ld,
+            const float *isv, int *fired)
 {
     float *dbuf = NULL;
     fox_cuda_chunk *dc = NULL;
     int nc = 0;
-    size_t off = n % 4;
+    size_t n = (size_t)rows * ld, off = n % 4;
     float *xs = malloc((n + off) * sizeof *xs);
     int rv = xs ? FOX_OK : FOX_ENOMEM;
     if (rv == FOX_OK) {
@@ -1452,7 +1449,7 @@ debug_check(cuda_backend *be, int slot, const float *x, size_t n, const float *i
         memcpy(xs + off, x, n * sizeof *xs);
         rv = debug_stage(be, &dbuf, xs, n + off, isv);
     }
-    fox_cuda_check e = {dbuf ? dbuf + off : NULL, slot, 1, (int)n, (int)n};
+    fox_cuda_check e = {dbuf ? dbuf + off : NULL, slot, rows, cols, ld};
     if (rv == FOX_OK)
         rv = upload_chunks(&e, 1, &dc, &nc);
     if (rv == FOX_OK)
@@ -1465,14 +1462,15 @@ debug_check(cuda_backend *be, int slot, const float *x, size_t n, const float *i
 }
 
 int
-fox_cuda_debug_check(fox_backend *be_, int slot, const float *x, size_t n, const float *isv,
-                     int *fired)
+fox_cuda_debug_check(fox_backend *be_, int slot, const float *x, int rows, int cols, int ld,
+                     const float *isv, int *fired)
 {
     cuda_backend *be = (cuda_backend *)be_;
     ALIVE(be);
-    if (slot < 0 || slot >= FOX_SENTINEL_SLOTS || n < 1 || !x || !isv || !fired)
+    if (slot < 0 || slot >= FOX_SENTINEL_SLOTS || rows < 1 || cols < 1 || ld < cols ||
+        (long long)rows * ld > INT_MAX || !x || !isv || !fired)
         return FOX_EINVAL;
-    return fail(be, debug_check(be, slot, x, n, isv, fired), "debug_check");
+    return fail(be, debug_check(be, slot, x, rows, cols, ld, isv, fired), "debug_check");
 }
 
 /* GRN2's tail with the site on LayerNorm inputs x (fox_cuda_debug_h_s2_site), y into x. */

@@ -41,12 +41,12 @@ int fox_cuda_debug_adam(fox_backend *be, float *params, const float *grads, floa
                         int64_t t, double *norm);
 
 /*
- * The fused check kernel on one buffer: x [n] (host) against slot's rule
- * with the thresholds of isv [FOX_ISV_TOTAL_DIM] (host); *fired 0 or 1.
- * Overwrites the backend's device ISV and clears its flags.
+ * The fused check kernel on one buffer: the first cols of each of rows rows of x [rows × ld]
+ * (host) against slot's rule with the thresholds of isv [FOX_ISV_TOTAL_DIM] (host); *fired 0
+ * or 1. Overwrites the backend's device ISV and clears its flags.
  */
-int fox_cuda_debug_check(fox_backend *be, int slot, const float *x, size_t n, const float *isv,
-                         int *fired);
+int fox_cuda_debug_check(fox_backend *be, int slot, const float *x, int rows, int cols, int ld,
+                         const float *isv, int *fired);
 
 /*
  * The Mech 10 site kernel on h [n] (host, clamped in place) with isv
@@ -81,16 +81,16 @@ int fox_cuda_debug_sp4(fox_backend *be, int reset, const float *params, const fl
 int fox_cuda_debug_set_math(fox_backend *be, int tf32, int greedy_tf32);
 
 /*
- * From rows rows the heads' output layer goes by slots and their d hid head by head, as large
- * batches take them (net.c); the setting before in *was.
+ * The paths a product stage takes where more than one computes the same thing: from slot_rows
+ * rows the heads' output layer goes by slots and their d hid head by head (net.c); from
+ * dw_loop_rows rows a batched weight gradient is one product an entry (matmul.c); with
+ * epilogue_fours 0 the epilogue takes one output a thread even where four would do (gemm.cu).
+ * The last two are process-wide. The settings before go to *was.
  */
-int fox_cuda_debug_set_slot_rows(fox_backend *be, int rows, int *was);
-
-/*
- * From rows rows a batched weight gradient is one product an entry (matmul.c; process-wide),
- * the setting before in *was.
- */
-int fox_cuda_debug_set_dw_loop_rows(fox_backend *be, int rows, int *was);
+typedef struct fox_cuda_paths {
+    int slot_rows, dw_loop_rows, epilogue_fours;
+} fox_cuda_paths;
+int fox_cuda_debug_set_paths(fox_backend *be, const fox_cuda_paths *want, fox_cuda_paths *was);
 
 /* Device memory the backend holds: in all, and in its replay ring. */
 void fox_cuda_debug_memory(const fox_backend *be, size_t *total, size_t *replay);

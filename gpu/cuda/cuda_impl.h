@@ -474,6 +474,9 @@ int fox__cuda_colsum_batched(cublasHandle_t h, int rows, int cols, const float *
 
 enum { FOX_ACT_NONE = 0, FOX_ACT_ELU = 1, FOX_ACT_RELU = 2 };
 
+/* 0: every epilogue one output a thread (the parity test's check of that path; gemm.cu). */
+extern int fox__cuda_epilogue_fours;
+
 /*
  * One product stage (gemm.cu): for z < nz, Y_z [M × N] = epi(α·A_z·op(B_z)
  * + β·Y_z), every matrix row-major with its row stride (ld*) and z stride

@@ -126,10 +126,14 @@ epilogue_kernel(fox_cuda_gemm g)
     }
 }
 
+int fox__cuda_epilogue_fours = 1; /* cuda_impl.h */
+
 /* Can every operand of g's epilogue go 4 floats at a time? */
 static bool
 by_fours(const fox_cuda_gemm *g)
 {
+    if (!fox__cuda_epilogue_fours)
+        return false;
     const void *ptrs[] = {g->C,      g->bias[0], g->bias[1], g->dy,   g->add,
                           g->mul[0], g->mul[1],  g->mout,    g->fill, g->fill_bias};
     for (size_t k = 0; k < sizeof ptrs / sizeof ptrs[0]; k++)

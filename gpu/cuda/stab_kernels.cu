@@ -95,6 +95,32 @@ struct check_acc {
 
 #define CHECK_UNROLL 4
 
+/* a over the n4 float4s at(0 … n4 − 1), CHECK_UNROLL loads in flight a thread before the first use.
+ */
+template <typename At>
+static __device__ __forceinline__ void
+add_fours(check_acc &a, int n4, At at)
+{
+    for (int k0 = 0; k0 < n4; k0 += CHECK_UNROLL * THREADS) {
+        float4 v[CHECK_UNROLL];
+#pragma unroll
+        for (int u = 0; u < CHECK_UNROLL; u++) {
+            int k = k0 + u * THREADS + (int)threadIdx.x;
+            if (k < n4)
+                v[u] = __ldg(at(k));
+        }
+#pragma unroll
+        for (int u = 0; u < CHECK_UNROLL; u++) {
+            if (k0 + u * THREADS + (int)threadIdx.x < n4) {
+                a.add(v[u].x);
+                a.add(v[u].y);
+                a.add(v[u].z);
+                a.add(v[u].w);
+            }
+        }
+    }
+}
+
 /*
  * One block per chunk (fox_cuda_chunk, at most FOX_CUDA_CHUNK = 4096
  * floats; a span is one chunk), so that the 541k-float buffers (params,
@@ -103,8 +129,11 @@ struct check_acc {
  * block needs: its data loads wait for one load, not three. A contiguous
  * chunk is read as 16-byte float4 loads (a scalar head and tail up to the
  * alignment), CHECK_UNROLL of them in flight per thread before the first
- * is used: one pass of a 256-thread block covers 4096 floats. Strided
- * chunks (ld > cols) take the scalar path with index arithmetic. At 32
+ * is used: one pass of a 256-thread block covers 4096 floats. A strided
+ * chunk (ld > cols: whole rows) goes the same way where its width, stride
+ * and pointer are multiples of 16 bytes (the advantage logits and their
+ * gradients, a quarter of the floats read at batch 4096), else by scalar
+ * loads with index arithmetic. At 32
  * registers a thread eight blocks share an SM, so the ~930 chunks of the
  * default net at batch 256 run as one wave. The block ORs its threads'
  * verdicts and writes its slots' sticky flags once; the done counter is
@@ -130,28 +159,17 @@ check_kernel(fox_cuda_stab st, const fox_cuda_chunk *chunks, int n, int trained)
                 head = ch.len; /* not even float-aligned, or too short: all scalar */
             int n4 = (ch.len - head) / 4;
             const float4 *p4 = (const float4 *)(p + head);
-            for (int k0 = 0; k0 < n4; k0 += CHECK_UNROLL * THREADS) {
-                float4 v[CHECK_UNROLL];
-#pragma unroll
-                for (int u = 0; u < CHECK_UNROLL; u++) {
-                    int k = k0 + u * THREADS + (int)threadIdx.x;
-                    if (k < n4)
-                        v[u] = __ldg(p4 + k);
-                }
-#pragma unroll
-                for (int u = 0; u < CHECK_UNROLL; u++) {
-                    if (k0 + u * THREADS + (int)threadIdx.x < n4) {
-                        a.add(v[u].x);
-                        a.add(v[u].y);
-                        a.add(v[u].z);
-                        a.add(v[u].w);
-                    }
-                }
-            }
+            add_fours(a, n4, [&](int k) { return p4 + k; });
             /* The scalar head [0, head) and tail [head + 4·n4, len). */
             int tail0 = head + 4 * n4, rest = head + (ch.len - tail0);
             for (int k = threadIdx.x; k < rest; k += THREADS)
                 a.add(p[k < head ? k : tail0 + (k - head)]);
+        } else if (ch.cols % 4 == 0 && ch.ld % 4 == 0 && ((uintptr_t)ch.ptr & 15) == 0) {
+            /* Whole rows (cut_chunks cuts a strided entry at rows), 16 bytes a load. */
+            const int q = ch.cols / 4, r0 = ch.start / ch.cols;
+            add_fours(a, ch.len / 4, [&](int k) {
+                return (const float4 *)(ch.ptr + (size_t)(r0 + k / q) * ch.ld) + k % q;
+            });
         } else {
             for (int k = ch.start + threadIdx.x; k < ch.start + ch.len; k += THREADS)
                 a.add(ch.ptr[(size_t)(k / ch.cols) * ch.ld + k % ch.cols]);
