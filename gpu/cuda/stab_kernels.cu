@@ -285,6 +285,8 @@ fox__cuda_h_s2_site(cudaStream_t s, const fox_cuda_stab *st, float *h, size_t n)
  * 1). dφ = d_x·h·[φ > 0] goes to d_phi, leaving d_x (slot 26) as it was.
  * A fault armed for 34, 27 or 35 lands on element 0 at its point.
  */
+#define JOIN_LOADS 8
+
 __global__ void
 dh_s2_join_kernel(fox_cuda_stab st, int B, int NT, int H2, float *dh, const float *dh_aux,
                   float *dh_iqn, const float *d_x, const float *phi, const float *h, float *d_phi)
@@ -305,11 +307,22 @@ dh_s2_join_kernel(fox_cuda_stab st, int B, int NT, int H2, float *dh, const floa
             v = c->fault_value;
         b34 |= !isfinite(v);
         float hv = h[k], iq = 0.0f;
-        for (int i = 0; i < NT; i++) {
-            size_t at = (b * NT + i) * H2 + col;
-            float dx = d_x[at], ph = phi[at];
-            iq += dx * ph;
-            d_phi[at] = ph <= 0.0f ? 0.0f : dx * hv;
+        /* JOIN_LOADS fractions' loads in flight before the first use (they do not alias d_phi). */
+        for (int i0 = 0; i0 < NT; i0 += JOIN_LOADS) {
+            float dx[JOIN_LOADS], ph[JOIN_LOADS];
+#pragma unroll
+            for (int j = 0; j < JOIN_LOADS; j++)
+                if (i0 + j < NT) {
+                    size_t at = (b * NT + i0 + j) * H2 + col;
+                    dx[j] = d_x[at];
+                    ph[j] = phi[at];
+                }
+#pragma unroll
+            for (int j = 0; j < JOIN_LOADS; j++)
+                if (i0 + j < NT) {
+                    iq += dx[j] * ph[j];
+                    d_phi[(b * NT + i0 + j) * H2 + col] = ph[j] <= 0.0f ? 0.0f : dx[j] * hv;
+                }
         }
         if (k == 0 && fault_now(c, FOX_SENT_IQN_D_H_S2, 0))
             iq = c->fault_value;
@@ -345,8 +358,8 @@ fox__cuda_dh_s2_join(cudaStream_t s, const fox_cuda_stab *st, int B, int NT, int
                      const float *dh_aux, float *dh_iqn, const float *d_x, const float *phi,
                      const float *h, float *d_phi)
 {
-    FOX_CUDA_TRY(launch(dh_s2_join_kernel, grid_for((size_t)B * H2, THREADS, 1024), THREADS, 0, s,
-                        *st, B, NT, H2, dh, dh_aux, dh_iqn, d_x, phi, h, d_phi));
+    FOX_CUDA_TRY(launch(dh_s2_join_kernel, grid_for((size_t)B * H2, THREADS), THREADS, 0, s, *st, B,
+                        NT, H2, dh, dh_aux, dh_iqn, d_x, phi, h, d_phi));
     if (st->ctl_fault_inline) {
         FOX_CUDA_TRY(launch(fault_spent_kernel, 1, 1, 0, s, st->ctl));
     }
