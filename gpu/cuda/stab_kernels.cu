@@ -95,8 +95,7 @@ struct check_acc {
 
 #define CHECK_UNROLL 4
 
-/* a over the n4 float4s at(0 … n4 − 1), CHECK_UNROLL loads in flight a thread before the first use.
- */
+/* a over the float4s at(0 … n4 − 1), CHECK_UNROLL loads a thread in flight before the first use. */
 template <typename At>
 static __device__ __forceinline__ void
 add_fours(check_acc &a, int n4, At at)
