@@ -1416,7 +1416,11 @@ fox_cuda_debug_memory(const fox_backend *be_, size_t *total, size_t *replay)
 
 /* ---- the stability kernels against their CPU twins ---------------------------------------- */
 
-/* x [n] and isv into the device, flags cleared; the halts left as they were by the caller. */
+/*
+ * x [n] and isv into the device, flags cleared; the halts left as they were by the caller.
+ * The copies go on the default stream, which MAIN (non-blocking) does not wait for, and a
+ * pageable copy may return before its transfer lands: the device is synchronized after them.
+ */
 static int
 debug_stage(cuda_backend *be, float **dx, const float *x, size_t n, const float *isv)
 {
@@ -1426,6 +1430,7 @@ debug_stage(cuda_backend *be, float **dx, const float *x, size_t n, const float 
     FOX_CUDA_TRY(cudaMemcpy(be->isv_dev, isv, FOX_ISV_TOTAL_DIM * sizeof(float),
                             cudaMemcpyHostToDevice));
     memset(be->flags_mem, 0, FOX_SENTINEL_SLOTS * sizeof(int));
+    FOX_CUDA_TRY(cudaDeviceSynchronize());
     return FOX_OK;
 }
 
@@ -1487,7 +1492,8 @@ debug_tail_site(cuda_backend *be, float *x, int rows, int out, float gamma)
         g[c] = gamma;
     if (rv == FOX_OK && (cudaMemset(w, 0, len * sizeof(float)) != cudaSuccess ||
                          cudaMemcpy(par + 2 * out, g, (size_t)out * sizeof *g,
-                                    cudaMemcpyHostToDevice) != cudaSuccess))
+                                    cudaMemcpyHostToDevice) != cudaSuccess ||
+                         cudaDeviceSynchronize() != cudaSuccess)) /* as debug_stage */
         rv = fox__cuda_fail(__FILE__, __LINE__, "cudaMemcpy", "tail site", 0);
     if (rv == FOX_OK)
         rv = fox__cuda_grn_tail(be->net.st[0], rows, out, zgv, x, par, par + out, par + 2 * out,
@@ -1555,7 +1561,8 @@ debug_sp4(cuda_backend *be, int reset, const float *params, const float *grads, 
          cudaMemcpy(n->params, params, bytes, cudaMemcpyHostToDevice) != cudaSuccess ||
          cudaMemcpy(n->grads, grads, bytes, cudaMemcpyHostToDevice) != cudaSuccess ||
          cudaMemcpy(n->adam_m, m, bytes, cudaMemcpyHostToDevice) != cudaSuccess ||
-         cudaMemcpy(n->adam_v, v, bytes, cudaMemcpyHostToDevice) != cudaSuccess))
+         cudaMemcpy(n->adam_v, v, bytes, cudaMemcpyHostToDevice) != cudaSuccess ||
+         cudaDeviceSynchronize() != cudaSuccess)) /* as debug_stage */
         rv = fox__cuda_fail(__FILE__, __LINE__, "cudaMemcpy", "sp4", 0);
     if (rv == FOX_OK)
         rv = fox__cuda_p99_observe(s0, &n->stab, dh, nh, FOX_ISV_H_S2_BOUND, FOX_CUDA_P99_H_S2);
