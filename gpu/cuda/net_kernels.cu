@@ -311,13 +311,22 @@ dueling_kernel(fox_cuda_dims dm, const float *__restrict__ out, const float *__r
                const float *__restrict__ z, float *__restrict__ logp, float *__restrict__ q)
 {
     pdl_enter();
-    extern __shared__ float sh[]; /* [(1 + D)·OS] outputs + biases, then [D × NA] mean advantages */
+    /* [(1 + D)·OS] outputs + biases, then [D × NA] mean advantages */
+    extern __shared__ __align__(16) float sh[];
     const int NA = dm.NA, n_out = (1 + dm.D) * dm.OS;
     float *mean = sh + n_out;
     const size_t row = blockIdx.x;
     const float *orow = out + row * dm.OW;
-    for (int k = threadIdx.x; k < n_out; k += blockDim.x)
-        sh[k] = orow[k] + b2[k];
+    /* 16 bytes a load where the row allows: every load issued at once, not one after another. */
+    if (n_out % 4 == 0 && (((uintptr_t)orow | (uintptr_t)b2) & 15) == 0) {
+        for (int k = threadIdx.x; k < n_out / 4; k += blockDim.x) {
+            float4 o = ((const float4 *)orow)[k], c = ((const float4 *)b2)[k];
+            ((float4 *)sh)[k] = make_float4(o.x + c.x, o.y + c.y, o.z + c.z, o.w + c.w);
+        }
+    } else {
+        for (int k = threadIdx.x; k < n_out; k += blockDim.x)
+            sh[k] = orow[k] + b2[k];
+    }
     __syncthreads();
     for (int k = threadIdx.x; k < dm.D * NA; k += blockDim.x) {
         int d = k / NA, j = k % NA, n = dm.bsize[d];
