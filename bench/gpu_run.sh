@@ -19,6 +19,8 @@
 #                              TF32 and one-stream runs of this build
 #   bench/gpu_run.sh probe     on the GPU machine: ncu --set full on a launch of each kernel in
 #                              $DETAIL, in each binary of .carry/bin named in $PROBE_BINS
+#                              ($PROBE_ARGS to foxbench; PROBE_SOURCE=1: each launch's SASS with
+#                              its stall samples, ncu_source<k>.csv)
 #                              (2026-11-29: "p99_pass1_kernel<3", "p99_pass2_kernel<3" and
 #                              "pass2_kernel.3,.8" profiled nothing, "No kernels were profiled",
 #                              with the default learning_starts and with 1024)
@@ -336,14 +338,18 @@ probe() {
         k=$((k + 1))
         timeout "${NCU_S:-120}" ncu --set full --import-source yes --kernel-name-base demangled \
             --clock-control none --kernel-name "regex:$re" --launch-skip "${SKIP:-2}" \
-            --launch-count 1 -o "/tmp/detail$k" -f "$bin/$b" --backend cuda --batch 256 \
-            --envs 1024 --reps 1 --chunk 3 --set engine.bounds_mode=adaptive \
-            --set train.learning_starts=1024 > "/tmp/detail$k.log" 2>&1
+            --launch-count 1 -o "/tmp/detail$k" -f "$bin/$b" --backend cuda \
+            ${PROBE_ARGS:---batch 256 --envs 1024 --reps 1 --chunk 3 \
+            --set engine.bounds_mode=adaptive --set train.learning_starts=1024} \
+            > "/tmp/detail$k.log" 2>&1
         {
             echo "#### $b: $re"
             grep "==ERROR==\|==WARNING==" "/tmp/detail$k.log" | head -5
             ncu --import "/tmp/detail$k.ncu-rep" --print-details all 2>&1
         } >> "$out/ncu_detail.txt"
+        # Per SASS instruction: stall samples and source line, to see which load a kernel waits on
+        [ -n "${PROBE_SOURCE:-}" ] && ncu --import "/tmp/detail$k.ncu-rep" --page source --csv \
+            --print-source sass > "$out/ncu_source$k.csv" 2>&1
     done; done
     tail -1 "$out/ncu_detail.txt"
 }
