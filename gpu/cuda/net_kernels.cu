@@ -25,8 +25,9 @@
 
 #define PI_F 3.14159265358979323846f
 
-static __device__ __forceinline__ float
-warp_sum(float v)
+template <typename T>
+static __device__ __forceinline__ T
+warp_sum(T v)
 {
     for (int o = WARP / 2; o > 0; o >>= 1)
         v += __shfl_xor_sync(FULL_MASK, v, o);
@@ -438,10 +439,37 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
     float *p = sm, *m = sm + D * NA, *dl = sm + 2 * D * NA, *bj = sm + 3 * D * NA;
     float *s_tq = bj + NA; /* [D × NT] the IQN targets after Mech 1 */
     __shared__ int s_astar[FOX_MAX_BRANCHES], s_a[FOX_MAX_BRANCHES];
-    __shared__ double s_c51[FOX_MAX_BRANCHES], s_iqn[LOSS_THREADS];
+    __shared__ double s_c51[FOX_MAX_BRANCHES], s_iqn[LOSS_THREADS / WARP], s_aux[2];
     __shared__ float s_prio[FOX_MAX_BRANCHES], s_ep[FOX_MAX_BRANCHES], s_daux[1 + 4];
     const int b = blockIdx.x, t = threadIdx.x, lane = t % WARP, warp = t / WARP;
     const float w = A.w ? A.w[b] : 1.0f;
+    /*
+     * Aux: next-bar MSE (weighted) and regime CE (unweighted), each over B,
+     * by the last warp's first lane now, while the others wait on their loads,
+     * not by one thread at the end with the whole block waiting on it.
+     */
+    if (t == LOSS_THREADS - WARP && !A.tq_only) {
+        float lam = hp.aux_lambda, scale = *hp.aux_scale;
+        scale = scale > 1e-8f ? scale : 1e-8f;
+        const float *orow = A.on_out + (size_t)b * dm.OW;
+        const float *b2r = A.b2_on + (size_t)FOX_CUDA_HEAD_RET * dm.OS;
+        const float *b2g = A.b2_on + (size_t)FOX_CUDA_HEAD_REG * dm.OS;
+        float err = orow[FOX_CUDA_HEAD_RET * dm.OS] + b2r[0] - A.aux_ret[b] / scale;
+        s_aux[0] = (double)(w * err * err / (float)B);
+        s_daux[0] = lam * 2.0f * w * err / (float)B;
+        float lg[4], mx = -INFINITY, sum = 0.0f;
+        for (int k = 0; k < dm.NR; k++) {
+            lg[k] = orow[FOX_CUDA_HEAD_REG * dm.OS + k] + b2g[k];
+            mx = lg[k] > mx ? lg[k] : mx;
+        }
+        for (int k = 0; k < dm.NR; k++)
+            sum += expf(lg[k] - mx);
+        float lse = mx + logf(sum);
+        int label = A.regime[b];
+        s_aux[1] = -(double)((lg[label] - lse) / (float)B);
+        for (int k = 0; k < dm.NR; k++)
+            s_daux[1 + k] = lam * (expf(lg[k] - lse) - (k == label ? 1.0f : 0.0f)) / (float)B;
+    }
     /* The support as Mech 2 left it this step (pre_step_kernel); the layout's in a debug pass. */
     const float v_min = A.st.sites ? A.st.ctl->support[0] : dm.v_min;
     const float v_max = A.st.sites ? A.st.ctl->support[1] : dm.v_max;
@@ -590,7 +618,7 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
     }
     __syncthreads();
     /* IQN quantile Huber: thread per (i, flat action); only each branch's chosen action is live. */
-    s_iqn[t] = 0.0;
+    double iqn_part = 0.0;
     for (int k = t; k < NT * NAct; k += blockDim.x) {
         int i = k / NAct, c = k % NAct, d = branch_of(dm, c);
         int col = dm.boff[d] + s_a[d];
@@ -605,11 +633,14 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
                 rho += wq * huber(delta);
                 drho += wq * huber_grad(delta);
             }
-            s_iqn[t] += (double)(coef * rho);
+            iqn_part += (double)(coef * rho);
             val = -(hp.iqn_lambda * coef * drho);
         }
         A.d_q[((size_t)b * NT + i) * NAct + c] = val;
     }
+    iqn_part = warp_sum(iqn_part);
+    if (lane == 0)
+        s_iqn[warp] = iqn_part;
     __syncthreads();
     if (t == 0) {
         double c51 = 0.0, iqn = 0.0, q_abs = 0.0;
@@ -619,63 +650,51 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
             prio += s_prio[d];
             q_abs += s_ep[d];
         }
-        for (int k = 0; k < (int)blockDim.x; k++)
+        for (int k = 0; k < LOSS_THREADS / WARP; k++)
             iqn += s_iqn[k];
-        /* Aux: next-bar MSE (weighted) and regime CE (unweighted), each over B. */
-        float lam = hp.aux_lambda, scale = *hp.aux_scale;
-        scale = scale > 1e-8f ? scale : 1e-8f;
-        const float *orow = A.on_out + (size_t)b * dm.OW;
-        const float *b2r = A.b2_on + (size_t)FOX_CUDA_HEAD_RET * dm.OS;
-        const float *b2g = A.b2_on + (size_t)FOX_CUDA_HEAD_REG * dm.OS;
-        float err = orow[FOX_CUDA_HEAD_RET * dm.OS] + b2r[0] - A.aux_ret[b] / scale;
-        double ret = (double)(w * err * err / (float)B);
-        s_daux[0] = lam * 2.0f * w * err / (float)B;
-        float lg[4], mx = -INFINITY, sum = 0.0f;
-        for (int k = 0; k < dm.NR; k++) {
-            lg[k] = orow[FOX_CUDA_HEAD_REG * dm.OS + k] + b2g[k];
-            mx = lg[k] > mx ? lg[k] : mx;
-        }
-        for (int k = 0; k < dm.NR; k++)
-            sum += expf(lg[k] - mx);
-        float lse = mx + logf(sum);
-        int label = A.regime[b];
-        double reg = -(double)((lg[label] - lse) / (float)B);
-        for (int k = 0; k < dm.NR; k++)
-            s_daux[1 + k] = lam * (expf(lg[k] - lse) - (k == label ? 1.0f : 0.0f)) / (float)B;
         double *pp = A.parts + (size_t)b * FOX_CUDA_PARTS;
         pp[0] = c51;
         pp[1] = iqn;
-        pp[2] = ret;
-        pp[3] = reg;
+        pp[2] = s_aux[0];
+        pp[3] = s_aux[1];
         pp[4] = q_abs;
         pp[5] = s_ep[0];
         A.prio[b] = prio;
     }
-    __syncthreads();
     /*
-     * The packed output gradient, every column (padding 0): dueling backward
+     * The packed output gradient, head by head (padding 0): dueling backward
      * dV = Σ_d dl_d and dA = [a = a_d]·dl − dl/n, then the aux gradients.
+     * Column k = a·NA + j of a head: (a, j) step with k, not a division each.
      */
     float *dout = A.dout + (size_t)b * dm.OW;
-    for (int c = t; c < dm.OW; c += blockDim.x) {
-        int h = c / dm.OS, k = c % dm.OS;
-        float v = 0.0f;
-        if (h == 0) {
-            if (k < NA)
-                for (int d = 0; d < D; d++)
-                    v += dl[d * NA + k];
-        } else if (h <= D) {
-            int d = h - 1;
-            if (k < dm.bsize[d] * NA) {
-                float x = dl[d * NA + k % NA];
-                v = (k / NA == s_a[d] ? x : 0.0f) - x / (float)dm.bsize[d];
+    const int step_a = LOSS_THREADS / NA, step_j = LOSS_THREADS % NA;
+    for (int h = 0; h < FOX_CUDA_HEADS; h++) {
+        int a = t / NA, j = t % NA;
+        for (int k = t; k < dm.OS; k += LOSS_THREADS) {
+            float v = 0.0f;
+            if (h == 0) {
+                if (k < NA)
+                    for (int d = 0; d < D; d++)
+                        v += dl[d * NA + k];
+            } else if (h <= D) {
+                int d = h - 1;
+                if (a < dm.bsize[d]) {
+                    float x = dl[d * NA + j];
+                    v = (a == s_a[d] ? x : 0.0f) - x / (float)dm.bsize[d];
+                }
+            } else if (h == FOX_CUDA_HEAD_RET) {
+                v = k == 0 ? s_daux[0] : 0.0f;
+            } else if (h == FOX_CUDA_HEAD_REG && k < dm.NR) {
+                v = s_daux[1 + k];
             }
-        } else if (h == FOX_CUDA_HEAD_RET) {
-            v = k == 0 ? s_daux[0] : 0.0f;
-        } else if (k < dm.NR) {
-            v = s_daux[1 + k];
+            dout[(size_t)h * dm.OS + k] = v;
+            a += step_a;
+            j += step_j;
+            if (j >= NA) {
+                j -= NA;
+                a++;
+            }
         }
-        dout[c] = v;
     }
 }
 
