@@ -725,25 +725,27 @@ fox__cuda_loss_targets(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_l
 
 /*
  * Parameter index behind element o of one net's packed heads, or −1 for
- * padding (which packs as 0 and unpacks nowhere).
+ * padding (which packs as 0 and unpacks nowhere). In 32 bits, a quarter of
+ * the instructions of 64-bit divisions: PK < 2³² (fits_u32), which the
+ * config's limits keep it (1.4·10⁹ floats at most).
  */
 static __device__ __forceinline__ long long
-packed_source(const fox_cuda_dims &dm, const fox_cuda_heads &hd, size_t o)
+packed_source(const fox_cuda_dims &dm, const fox_cuda_heads &hd, unsigned o)
 {
-    if (o < dm.pk_b1) {
-        if (o >= (size_t)dm.HW * dm.H2)
+    if (o < (unsigned)dm.pk_b1) {
+        if (o >= (unsigned)dm.HW * dm.H2)
             return -1; /* alignment gap */
         int row = (int)(o / dm.H2), col = (int)(o % dm.H2), h = row / dm.HS, r = row % dm.HS;
         return r < hd.hid[h] ? (long long)(hd.w1[h] + (size_t)r * dm.H2 + col) : -1;
     }
-    if (o < dm.pk_w2) {
+    if (o < (unsigned)dm.pk_w2) {
         int row = (int)(o - dm.pk_b1), h = row / dm.HS, r = row % dm.HS;
         if (row >= dm.HW)
             return -1;
         return r < hd.hid[h] ? (long long)(hd.b1[h] + r) : -1;
     }
-    if (o < dm.pk_b2) {
-        size_t e = o - dm.pk_w2, per = (size_t)dm.OS * dm.HS;
+    if (o < (unsigned)dm.pk_b2) {
+        unsigned e = o - (unsigned)dm.pk_w2, per = (unsigned)dm.OS * dm.HS;
         if (e >= FOX_CUDA_HEADS * per)
             return -1;
         int h = (int)(e / per), r = (int)(e % per / dm.HS), c = (int)(e % dm.HS);
@@ -754,6 +756,13 @@ packed_source(const fox_cuda_dims &dm, const fox_cuda_heads &hd, size_t o)
     if (e >= dm.OW)
         return -1;
     return r < hd.out[h] ? (long long)(hd.b2[h] + r) : -1;
+}
+
+/* packed_source's 32-bit indices hold every element of the packed heads. */
+static int
+fits_u32(const fox_cuda_dims *dm)
+{
+    return dm->PK <= UINT32_MAX;
 }
 
 /*
@@ -787,7 +796,7 @@ head_pack_kernel(fox_cuda_dims dm, fox_cuda_heads hd, fox_cuda_segments sg, floa
         size_t e = k - n_sync;
         int which = e >= dm.PK;
         size_t o = e - (which ? dm.PK : 0);
-        long long i = packed_source(dm, hd, o);
+        long long i = packed_source(dm, hd, (unsigned)o);
         pk[e] = i < 0 ? 0.0f : params[(which && !sync ? np : 0) + (size_t)i];
     }
 }
@@ -798,7 +807,7 @@ fox__cuda_head_pack(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_head
                     const fox_cuda_optim_cfg *oc, const fox_cuda_ctl *ctl)
 {
     int update = oc && ctl;
-    if (update && oc->polyak > 0.0f)
+    if ((update && oc->polyak > 0.0f) || !fits_u32(dm))
         return FOX_EINVAL;
     size_t n = 2 * dm->PK + sg->total + (update ? np : 0);
     FOX_CUDA_TRY(launch(head_pack_kernel, grid_for(n, 256), 256, 0, s, *dm, *hd, *sg, params, np,
@@ -813,7 +822,7 @@ head_unpack_kernel(fox_cuda_dims dm, fox_cuda_heads hd, const float *dpk, float 
     pdl_enter();
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < dm.PK;
          k += (size_t)gridDim.x * blockDim.x) {
-        long long i = packed_source(dm, hd, k);
+        long long i = packed_source(dm, hd, (unsigned)k);
         if (i >= 0)
             grads[i] = dpk[k];
     }
@@ -823,6 +832,8 @@ int
 fox__cuda_head_unpack(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_heads *hd,
                       const float *dpk, float *grads)
 {
+    if (!fits_u32(dm))
+        return FOX_EINVAL;
     FOX_CUDA_TRY(
         launch(head_unpack_kernel, grid_for(dm->PK, 256), 256, 0, s, *dm, *hd, dpk, grads));
     return 0;
