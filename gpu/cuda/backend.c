@@ -1355,7 +1355,7 @@ debug_adam(cuda_backend *be, float *params, const float *grads, float *m, float 
     fox_cuda_stab st = n->stab;
     st.sites = 0;
     FOX_TRY(fox__cuda_grad_norm(s0, be->np, n->grads, n->norm_part, &st, be->B, n->dm.D,
-                                n->loss_parts));
+                                n->loss_parts, &be->oc));
     FOX_TRY(fox__cuda_adam(s0, be->np, n->params, n->grads, n->adam_m, n->adam_v, n->pgroup,
                            &n->aslots, &be->oc, &st));
     FOX_CUDA_TRY(cudaStreamSynchronize(s0));

@@ -430,7 +430,7 @@ typedef struct fox_cuda_net {
     fox_cuda_bwd bw;
     fox_cuda_batch bt;
     double *loss_parts; /* [B × FOX_CUDA_PARTS] */
-    double *norm_part;  /* [FOX_CUDA_NORM_BLOCKS] */
+    double *norm_part;  /* [(1 + FOX_CUDA_PARTS) × FOX_CUDA_NORM_BLOCKS] */
     /* stability: buffers the CPU names as sentinel buffers, materialized for the fused check */
     float *proj;        /* [B × D × NA] projected C51 targets */
     float *tq;          /* [B × D × NT] IQN targets after Mech 1 */
@@ -712,15 +712,20 @@ int fox__cuda_sp4_reset(cudaStream_t s, fox_cuda_sp4 *dst);
 /* ------------------------------------------------------------------------------------------ */
 /* Training and collection kernels (train_kernels.cu)                                         */
 
-/* Σ g² of the finite gradients, then (last block) Q signals and Mech 6 into ctl->clip_scale. */
+/*
+ * Σ g² of the finite gradients and the sums of the loss parts, then (last
+ * block) the step's losses into ctl, the Q signals and Mech 6 into
+ * ctl->clip_scale. partial [(1 + FOX_CUDA_PARTS) × FOX_CUDA_NORM_BLOCKS],
+ * the gradients' block partials first.
+ */
 int fox__cuda_grad_norm(cudaStream_t s, size_t n, const float *g, double *partial,
-                        const fox_cuda_stab *st, int B, int D, const double *parts);
+                        const fox_cuda_stab *st, int B, int D, const double *parts,
+                        const fox_cuda_optim_cfg *oc);
 int fox__cuda_adam(cudaStream_t s, size_t n, float *params, const float *g, float *m, float *v,
                    const uint8_t *pgroup, const fox_cuda_adam_slots *sl,
                    const fox_cuda_optim_cfg *oc, const fox_cuda_stab *st);
 /* Also publishes the device ISV to the mapped copy (isv_map), as the step's last ISV write. */
-int fox__cuda_finish(cudaStream_t s, int B, const double *parts, const fox_cuda_optim_cfg *oc,
-                     fox_cuda_ctl *ctl, float *isv_dev, float *isv_map);
+int fox__cuda_finish(cudaStream_t s, fox_cuda_ctl *ctl, float *isv_dev, float *isv_map);
 int fox__cuda_target(cudaStream_t s, size_t n, const float *params, float *target,
                      const fox_cuda_optim_cfg *oc, const fox_cuda_ctl *ctl);
 int fox__cuda_publish(cudaStream_t s, const float *isv_dev, float *isv_host, int n);

@@ -423,7 +423,7 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
     DALLOC(bt->a_star, (size_t)B * dm->D);
     bt->w = NULL;
     DALLOC(n->loss_parts, (size_t)B * FOX_CUDA_PARTS);
-    DALLOC(n->norm_part, FOX_CUDA_NORM_BLOCKS);
+    DALLOC(n->norm_part, (1 + FOX_CUDA_PARTS) * FOX_CUDA_NORM_BLOCKS);
     DALLOC(n->proj, (size_t)B * dm->D * dm->NA);
     DALLOC(n->tq, (size_t)B * dm->D * dm->NT);
     DALLOC(n->glu, (size_t)B * dm->H2);
@@ -1078,7 +1078,7 @@ fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl
         FOX_TRY(fox__cuda_l1_deficit(n->st[ls], &n->stab, n->grads));
     }
     FOX_TRY(fox__cuda_grad_norm(s0, n->np, n->grads, n->norm_part, &n->stab, n->B, n->dm.D,
-                                n->loss_parts));
+                                n->loss_parts, oc));
     FOX_TRY(fox__cuda_adam(s0, n->np, n->params, n->grads, n->adam_m, n->adam_v, n->pgroup,
                            &n->aslots, oc, &n->stab));
     /* The points after Adam: params (14) and the slices of params / adam_m / adam_v (36–45, 48). */
@@ -1095,7 +1095,7 @@ fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl
         FOX_TRY(fox__cuda_post_adam_pass1(n->st[ps], &n->stab, 1, n->np, n->params, n->grads,
                                           n->adam_m, n->adam_v));
     }
-    return fox__cuda_finish(s0, n->B, n->loss_parts, oc, ctl, isv_dev, isv_map);
+    return fox__cuda_finish(s0, ctl, isv_dev, isv_map);
 }
 
 int

@@ -63,20 +63,49 @@ finite_sq(float v)
 /*
  * The finite gradients' Σ g² (double), one partial per block; the isfinite
  * guard itself is Adam's (a non-finite gradient moves nothing and stays in
- * grads for the sentinel, as fox_cpu_grad_norm_finite). The last block then
- * runs what the CPU runs between the loss and Adam, in its order: with
- * sites, Q_ABS_REF and Q_DIR_ABS_REF from the loss parts
- * (fox_cpu_stab_q_signals) and Mech 6 (fox_cpu_stab_grad_clip: winsorized
- * EMAs, the clip from them, or in adaptive mode from GRAD_CLIP_BOUND after
- * its Pearls A+D observation; train.grad_clip as a ceiling); without
- * sites (a parity pass) the plain clip at train.grad_clip. The factor goes
- * to ctl->clip_scale, the norm to ctl->grad_norm.
+ * grads for the sentinel, as fox_cpu_grad_norm_finite). Each block also
+ * sums its share of the samples' loss parts (parts [B × FOX_CUDA_PARTS]):
+ * one block adding all B of them held the step's critical path ~9 µs at
+ * batch 4096. The last block then runs what the CPU runs between the loss
+ * and Adam, in its order: the step's losses into ctl; with sites, Q_ABS_REF
+ * and Q_DIR_ABS_REF from the loss parts (fox_cpu_stab_q_signals) and Mech 6
+ * (fox_cpu_stab_grad_clip: winsorized EMAs, the clip from them, or in
+ * adaptive mode from GRAD_CLIP_BOUND after its Pearls A+D observation;
+ * train.grad_clip as a ceiling); without sites (a parity pass) the plain
+ * clip at train.grad_clip. The factor goes to ctl->clip_scale, the norm to
+ * ctl->grad_norm. Every sum in a fixed order: the same bits on every run.
  */
+#define NORM_THREADS 256
+static_assert(NORM_THREADS / WARP >= FOX_CUDA_PARTS, "a warp per loss part");
+
 __global__ void
 grad_norm_kernel(size_t n, const float *g, double *partial, fox_cuda_stab st, int B, int D,
-                 const double *parts)
+                 const double *parts, float iqn_lambda, float aux_lambda)
 {
     pdl_enter();
+    /*
+     * The block's samples [b0, b1): thread t adds part t % PARTS of samples
+     * b0 + t / PARTS, + groups, …; then PARTS threads add the groups in order,
+     * into column 1 + part of partial [(1 + PARTS) × blocks].
+     */
+    const int nb = gridDim.x, groups = blockDim.x / FOX_CUDA_PARTS, per = (B + nb - 1) / nb;
+    const int b0 = blockIdx.x * per, b1 = b0 + per < B ? b0 + per : B;
+    __shared__ double s_parts[NORM_THREADS];
+    if ((int)threadIdx.x < groups * FOX_CUDA_PARTS) {
+        int q = threadIdx.x % FOX_CUDA_PARTS;
+        double v = 0.0;
+        for (int b = b0 + (int)threadIdx.x / FOX_CUDA_PARTS; b < b1; b += groups)
+            v += parts[(size_t)b * FOX_CUDA_PARTS + q];
+        s_parts[threadIdx.x] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x < FOX_CUDA_PARTS) {
+        double v = 0.0;
+        for (int k = 0; k < groups && k < b1 - b0; k++)
+            v += s_parts[k * FOX_CUDA_PARTS + threadIdx.x];
+        partial[(size_t)(1 + threadIdx.x) * nb + blockIdx.x] = v;
+        __threadfence(); /* before block_sum's barrier, and so before the done count */
+    }
     /* float4 loads, four of them in flight a thread: the default net's 541k in one round. */
     const size_t T = (size_t)gridDim.x * blockDim.x, n4 = n / 4;
     const size_t id = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
@@ -98,31 +127,37 @@ grad_norm_kernel(size_t n, const float *g, double *partial, fox_cuda_stab st, in
     double ss;
     if (!last_block_total(block_sum(acc), partial, &st.ctl->done_blocks[FOX_CUDA_DONE_NORM], &ss))
         return;
-    double q[2] = {0.0, 0.0};
-    if (st.sites) {
-        double v0 = 0.0, v1 = 0.0;
-#pragma unroll 4
-        for (int b = threadIdx.x; b < B; b += blockDim.x) {
-            v0 += parts[(size_t)b * FOX_CUDA_PARTS + 4];
-            v1 += parts[(size_t)b * FOX_CUDA_PARTS + 5];
-        }
-        q[0] = block_sum(v0);
-        q[1] = block_sum(v1);
+    /* Warp q totals part q's block partials, all in one round (only thread 0 reads them). */
+    __shared__ double tot[FOX_CUDA_PARTS];
+    const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+    if (warp < FOX_CUDA_PARTS) {
+        double v = 0.0;
+        for (int k = lane; k < nb; k += WARP)
+            v += __ldcg(&partial[(size_t)(1 + warp) * nb + k]);
+        for (int o = WARP / 2; o > 0; o >>= 1)
+            v += __shfl_xor_sync(FULL_MASK, v, o);
+        if (lane == 0)
+            tot[warp] = v;
     }
+    __syncthreads();
     if (threadIdx.x != 0)
         return;
     fox_cuda_ctl *c = st.ctl;
     c->done_blocks[FOX_CUDA_DONE_NORM] = 0;
+    c->loss = (float)(tot[0] + (double)iqn_lambda * tot[1] + (double)aux_lambda * (tot[2] + tot[3]));
+    c->loss_c51 = (float)tot[0];
+    c->loss_iqn = (float)tot[1];
+    c->loss_aux = (float)(tot[2] + tot[3]);
     double norm = sqrt(ss);
     c->grad_norm = (float)norm;
     float clip = st.grad_clip;
     if (st.sites) {
         float *isv = st.isv;
         isv[FOX_ISV_Q_ABS_REF] =
-            fox_ema_first(isv[FOX_ISV_Q_ABS_REF], (float)(q[0] / (double)(B * D)),
+            fox_ema_first(isv[FOX_ISV_Q_ABS_REF], (float)(tot[4] / (double)(B * D)),
                           FOX_SIGNAL_EMA_ALPHA);
         isv[FOX_ISV_Q_DIR_ABS_REF] = fox_ema_first(isv[FOX_ISV_Q_DIR_ABS_REF],
-                                                   (float)(q[1] / (double)B), FOX_SIGNAL_EMA_ALPHA);
+                                                   (float)(tot[5] / (double)B), FOX_SIGNAL_EMA_ALPHA);
         float lastc = isv[FOX_ISV_GRAD_CLIP];
         float x = lastc > 0.0f && norm > lastc ? lastc : (float)norm;
         isv[FOX_ISV_GRAD_NORM_EMA] =
@@ -148,12 +183,13 @@ grad_norm_kernel(size_t n, const float *g, double *partial, fox_cuda_stab st, in
 
 int
 fox__cuda_grad_norm(cudaStream_t s, size_t n, const float *g, double *partial,
-                    const fox_cuda_stab *st, int B, int D, const double *parts)
+                    const fox_cuda_stab *st, int B, int D, const double *parts,
+                    const fox_cuda_optim_cfg *oc)
 {
     if ((uintptr_t)g % 16)
         return FOX_EINTERNAL; /* the float4 loads need the allocation's alignment */
-    FOX_CUDA_TRY(
-        launch(grad_norm_kernel, FOX_CUDA_NORM_BLOCKS, 256, 0, s, n, g, partial, *st, B, D, parts));
+    FOX_CUDA_TRY(launch(grad_norm_kernel, FOX_CUDA_NORM_BLOCKS, NORM_THREADS, 0, s, n, g, partial,
+                        *st, B, D, parts, oc->iqn_lambda, oc->aux_lambda));
     return 0;
 }
 
@@ -324,44 +360,27 @@ fox__cuda_adam(cudaStream_t s, size_t n, float *params, const float *g, float *m
 }
 
 /*
- * One block: the step's losses (Σ over samples in double), the counters,
- * then the step's ISV published to the mapped copy (see publish_kernel).
+ * One block: the step's counters (its losses: grad_norm_kernel), then the
+ * step's ISV published to the mapped copy (see publish_kernel).
  */
 __global__ void
-finish_kernel(int B, const double *parts, fox_cuda_optim_cfg oc, fox_cuda_ctl *ctl, float *isv,
-              float *isv_map)
+finish_kernel(fox_cuda_ctl *ctl, float *isv, float *isv_map)
 {
     pdl_enter();
-    /* A sample's four parts loaded together, four samples in flight (the sums' order unchanged). */
-    double v[4] = {0.0, 0.0, 0.0, 0.0}, acc[4];
-#pragma unroll 4
-    for (int b = threadIdx.x; b < B; b += blockDim.x)
-        for (int q = 0; q < 4; q++)
-            v[q] += parts[(size_t)b * FOX_CUDA_PARTS + q];
-    for (int q = 0; q < 4; q++)
-        acc[q] = block_sum(v[q]);
     if (threadIdx.x == 0) {
-        double total =
-            acc[0] + (double)oc.iqn_lambda * acc[1] + (double)oc.aux_lambda * (acc[2] + acc[3]);
-        ctl->loss = (float)total;
-        ctl->loss_c51 = (float)acc[0];
-        ctl->loss_iqn = (float)acc[1];
-        ctl->loss_aux = (float)(acc[2] + acc[3]);
         if (ctl->halt == FOX_HALT_NONE)
             ctl->adam_t++;
         ctl->train_steps++;
         ctl->trained++;
     }
-    __syncthreads();
     for (int k = threadIdx.x; k < FOX_ISV_TOTAL_DIM; k += blockDim.x)
         isv_map[k] = isv[k];
 }
 
 int
-fox__cuda_finish(cudaStream_t s, int B, const double *parts, const fox_cuda_optim_cfg *oc,
-                 fox_cuda_ctl *ctl, float *isv_dev, float *isv_map)
+fox__cuda_finish(cudaStream_t s, fox_cuda_ctl *ctl, float *isv_dev, float *isv_map)
 {
-    FOX_CUDA_TRY(launch(finish_kernel, 1, 256, 0, s, B, parts, *oc, ctl, isv_dev, isv_map));
+    FOX_CUDA_TRY(launch(finish_kernel, 1, 256, 0, s, ctl, isv_dev, isv_map));
     return 0;
 }
 
