@@ -144,7 +144,8 @@ grad_norm_kernel(size_t n, const float *g, double *partial, fox_cuda_stab st, in
         return;
     fox_cuda_ctl *c = st.ctl;
     c->done_blocks[FOX_CUDA_DONE_NORM] = 0;
-    c->loss = (float)(tot[0] + (double)iqn_lambda * tot[1] + (double)aux_lambda * (tot[2] + tot[3]));
+    c->loss =
+        (float)(tot[0] + (double)iqn_lambda * tot[1] + (double)aux_lambda * (tot[2] + tot[3]));
     c->loss_c51 = (float)tot[0];
     c->loss_iqn = (float)tot[1];
     c->loss_aux = (float)(tot[2] + tot[3]);
@@ -153,11 +154,10 @@ grad_norm_kernel(size_t n, const float *g, double *partial, fox_cuda_stab st, in
     float clip = st.grad_clip;
     if (st.sites) {
         float *isv = st.isv;
-        isv[FOX_ISV_Q_ABS_REF] =
-            fox_ema_first(isv[FOX_ISV_Q_ABS_REF], (float)(tot[4] / (double)(B * D)),
-                          FOX_SIGNAL_EMA_ALPHA);
-        isv[FOX_ISV_Q_DIR_ABS_REF] = fox_ema_first(isv[FOX_ISV_Q_DIR_ABS_REF],
-                                                   (float)(tot[5] / (double)B), FOX_SIGNAL_EMA_ALPHA);
+        isv[FOX_ISV_Q_ABS_REF] = fox_ema_first(
+            isv[FOX_ISV_Q_ABS_REF], (float)(tot[4] / (double)(B * D)), FOX_SIGNAL_EMA_ALPHA);
+        isv[FOX_ISV_Q_DIR_ABS_REF] = fox_ema_first(
+            isv[FOX_ISV_Q_DIR_ABS_REF], (float)(tot[5] / (double)B), FOX_SIGNAL_EMA_ALPHA);
         float lastc = isv[FOX_ISV_GRAD_CLIP];
         float x = lastc > 0.0f && norm > lastc ? lastc : (float)norm;
         isv[FOX_ISV_GRAD_NORM_EMA] =
