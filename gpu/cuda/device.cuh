@@ -38,20 +38,54 @@ pdl_enter()
 
 template <typename... P, typename... A>
 static cudaError_t
-launch(void (*kernel)(P...), unsigned int grid, unsigned int block, size_t smem, cudaStream_t s,
+launch(void (*kernel)(P...), dim3 grid, unsigned int block, size_t smem, cudaStream_t s,
        A &&...args)
 {
     cudaLaunchAttribute pdl;
     pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     pdl.val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(grid);
+    cfg.gridDim = grid;
     cfg.blockDim = dim3(block);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cfg.attrs = &pdl;
     cfg.numAttrs = fox__cuda_pdl ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+}
+
+/*
+ * n / d for a divisor fixed at launch, as a multiply-high, add and shift
+ * (Granlund and Montgomery's division by invariant integers) instead of the
+ * ~15-instruction division sequence: for d ≥ 1 and n < 2³¹ (the add must
+ * not overflow 32 bits; fox_divider_ok says whether d and the range allow).
+ */
+typedef struct fox_divider {
+    unsigned int d, m;
+    int s;
+} fox_divider;
+
+static inline fox_divider
+fox_divider_of(unsigned int d)
+{
+    int s = 0;
+    while (s < 32 && (1ull << s) < d)
+        s++;
+    fox_divider v = {d, (unsigned int)(((1ull << 32) * ((1ull << s) - d)) / d + 1), s};
+    return v;
+}
+
+/* May n / d go through fox_divider for every n < limit? */
+static inline bool
+fox_divider_ok(unsigned long long d, unsigned long long limit)
+{
+    return d >= 1 && limit <= (1ull << 31);
+}
+
+static __device__ __forceinline__ unsigned int
+fox_div(const fox_divider &v, unsigned int n)
+{
+    return (__umulhi(n, v.m) + n) >> v.s;
 }
 
 /* Grid for a grid-stride loop over n items: enough blocks to fill the GPU, at most cap. */
