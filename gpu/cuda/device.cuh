@@ -88,6 +88,24 @@ fox_div(const fox_divider &v, unsigned int n)
     return (__umulhi(n, v.m) + n) >> v.s;
 }
 
+/*
+ * e / v.d, and e % v.d into *rem: by fox_div in a kernel instance launched
+ * Fast (every e < 2³¹: fox_divider_ok), else by division.
+ */
+template <bool Fast>
+static __device__ __forceinline__ size_t
+fox_div_rem(const fox_divider &v, size_t e, size_t *rem)
+{
+    if constexpr (Fast) {
+        unsigned int q = fox_div(v, (unsigned int)e);
+        *rem = (unsigned int)e - q * v.d; /* 32-bit arithmetic throughout */
+        return q;
+    }
+    size_t q = e / v.d;
+    *rem = e - q * v.d;
+    return q;
+}
+
 /* Grid for a grid-stride loop over n items: enough blocks to fill the GPU, at most cap. */
 static inline unsigned int
 grid_for(size_t n, int threads, size_t cap = 4096)

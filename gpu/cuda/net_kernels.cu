@@ -387,22 +387,30 @@ fox__cuda_dueling(cudaStream_t s, int rows, const fox_cuda_dims *dm, const float
 /* ------------------------------------------------------------------------------------------ */
 /* IQN (twins of iqn_fwd's elementwise parts and iqn_bwd)                                     */
 
-/* cos(π·k·τ) for k = 0..NC−1 (k = 0 gives the constant 1), rows of τ. */
+/*
+ * cos(π·k·τ) for k = 0..NC−1 (k = 0 gives the constant 1), rows of τ; the
+ * row and k of an output by fox_div_rem (ncu at batch 4096: 15.4 µs a
+ * launch for 2 M outputs with a 64-bit division and remainder each).
+ */
+template <bool Fast>
 __global__ void
-iqn_cos_kernel(int rows, int NC, const float *tau, float *cosf_)
+iqn_cos_kernel(size_t n, fox_divider nc, const float *tau, float *cosf_)
 {
     pdl_enter();
-    size_t n = (size_t)rows * NC;
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x)
-        cosf_[k] = cosf(PI_F * (float)(int)(k % NC) * tau[k / NC]);
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
+         e += (size_t)gridDim.x * blockDim.x) {
+        size_t k, row = fox_div_rem<Fast>(nc, e, &k);
+        cosf_[e] = cosf(PI_F * (float)(int)k * tau[row]);
+    }
 }
 
 int
 fox__cuda_iqn_cos(cudaStream_t s, int rows, int NC, const float *tau, float *cosf_)
 {
-    FOX_CUDA_TRY(
-        launch(iqn_cos_kernel, grid_for((size_t)rows * NC, 256), 256, 0, s, rows, NC, tau, cosf_));
+    const size_t n = (size_t)rows * NC;
+    const fox_divider nc = fox_divider_of((unsigned int)NC);
+    auto kernel = fox_divider_ok(NC, n) ? iqn_cos_kernel<true> : iqn_cos_kernel<false>;
+    FOX_CUDA_TRY(launch(kernel, grid_for(n, 256), 256, 0, s, n, nc, tau, cosf_));
     return 0;
 }
 
