@@ -89,21 +89,23 @@ fox_div(const fox_divider &v, unsigned int n)
 }
 
 /*
- * e / v.d, and e % v.d into *rem: by fox_div in a kernel instance launched
- * Fast (every e < 2³¹: fox_divider_ok), else by division.
+ * e / v.d and e % v.d: by fox_div in a kernel instance launched Fast
+ * (every e < 2³¹: fox_divider_ok), else by division.
  */
+struct fox_quot_rem {
+    size_t q, r;
+};
+
 template <bool Fast>
-static __device__ __forceinline__ size_t
-fox_div_rem(const fox_divider &v, size_t e, size_t *rem)
+static __device__ __forceinline__ fox_quot_rem
+fox_div_rem(const fox_divider &v, size_t e)
 {
     if constexpr (Fast) {
         unsigned int q = fox_div(v, (unsigned int)e);
-        *rem = (unsigned int)e - q * v.d; /* 32-bit arithmetic throughout */
-        return q;
+        return {q, (unsigned int)e - q * v.d}; /* 32-bit arithmetic throughout */
     }
     size_t q = e / v.d;
-    *rem = e - q * v.d;
-    return q;
+    return {q, e - q * v.d};
 }
 
 /* Grid for a grid-stride loop over n items: enough blocks to fill the GPU, at most cap. */

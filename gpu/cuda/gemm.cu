@@ -93,10 +93,23 @@ epilogue_kernel(fox_cuda_gemm g, fox_divider cells, fox_divider mdiv)
     const int z = blockIdx.y, zi = z == 0 ? 0 : 1; /* a batch entry a grid row */
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < per;
          e += (size_t)gridDim.x * blockDim.x) {
-        /* ncu, batch 4096: two divisions here were 38 % of the four-output kernel's work. */
-        size_t cell, unused;
-        const int r = (int)fox_div_rem<Fast>(cells, e, &cell), c = (int)cell * V;
-        const int mr = g.mout ? (int)fox_div_rem<Fast>(mdiv, r, &unused) : 0;
+        /*
+         * ncu, batch 4096: two divisions here were 38 % of the four-output kernel's work. Not
+         * through fox_div_rem: its remainder from the divider's d, not from Q (known to the
+         * compiler through g.N), left the loop's invariants unhoisted: 11 % more PTX, the
+         * epilogues 2 % slower in ncu (a41a3c7, H200 2026-11-29).
+         */
+        int r, c, mr;
+        if constexpr (Fast) {
+            unsigned int q = fox_div(cells, (unsigned int)e);
+            r = (int)q;
+            c = (int)((unsigned int)e - q * (unsigned int)Q) * V;
+            mr = g.mout ? (int)fox_div(mdiv, q) : 0;
+        } else {
+            r = (int)(e / Q);
+            c = (int)(e % Q) * V;
+            mr = g.mout ? r / g.mul_div : 0;
+        }
         size_t at = z * g.sc + (size_t)r * g.ldc + c;
         floats<V> v = load<V>(g.C + at), b = {}, d = {}, a = {}, m = {};
         if (g.bias[zi])

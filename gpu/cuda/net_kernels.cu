@@ -399,8 +399,8 @@ iqn_cos_kernel(size_t n, fox_divider nc, const float *tau, float *cosf_)
     pdl_enter();
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
          e += (size_t)gridDim.x * blockDim.x) {
-        size_t k, row = fox_div_rem<Fast>(nc, e, &k);
-        cosf_[e] = cosf(PI_F * (float)(int)k * tau[row]);
+        const fox_quot_rem rk = fox_div_rem<Fast>(nc, e);
+        cosf_[e] = cosf(PI_F * (float)(int)rk.r * tau[rk.q]);
     }
 }
 
