@@ -887,7 +887,7 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
      * raw IQN targets) follows the target net's IQN and the online net's a*
      * (NEXT), beside the online forward where the IQN runs beside.
      */
-    const int sp4_tq = n->stab.adaptive && n->stab.sites;
+    const int sp4 = n->stab.adaptive && n->stab.sites; /* adaptive bounds in a training step */
     const float *s_next = bt->s2 + (size_t)B * dm->S;
     const int beside = B < n->iqn_beside_rows;
     int ns, iq_tg = FOX_CUDA_MAIN, iq_on = FOX_CUDA_MAIN;
@@ -902,7 +902,7 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
                                   n->iq.cosf + (size_t)rq * dm->NC));
         FOX_TRY(fox__cuda_dep(n, ws, iq_tg));
         FOX_TRY(iqn_fwd(n, iq_tg, 1, 1));
-        if (sp4_tq) {
+        if (sp4) {
             FOX_TRY(fox__cuda_dep(n, ns, iq_tg));
             FOX_TRY(fox__cuda_loss_targets(n->st[iq_tg], dm, hp, &la));
         }
@@ -928,7 +928,7 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
         FOX_TRY(iqn_fwd(n, FOX_CUDA_MAIN, 0, 2));
     }
     FOX_TRY(fox__cuda_dep(n, ns, FOX_CUDA_MAIN));
-    if (sp4_tq && !beside)
+    if (sp4 && !beside)
         FOX_TRY(fox__cuda_loss_targets(s0, dm, hp, &la));
 
     /* Losses and the gradients of every head output. */
@@ -944,7 +944,7 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
      * Adam step having run since (the backend runs it at the end of every run
      * of steps, before the host reads the ISV).
      */
-    if (n->stab.adaptive && n->stab.sites) {
+    if (sp4) {
         int ps;
         FOX_TRY(fox__cuda_fork(n, FOX_CUDA_COLLECT, &ps));
         FOX_TRY(fox__cuda_post_adam_pass2(n->st[ps], &n->stab, 1, n->np, n->params, n->adam_m,
