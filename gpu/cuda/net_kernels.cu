@@ -778,7 +778,10 @@ fits_u32(const fox_cuda_dims *dm)
  * to end into sg.dst. When `sync` (a hard target sync due at this step,
  * read from ctl on the device) the target is first set to the online
  * parameters, and the target's packed copy is taken from the online values
- * directly, so the parts of the launch never depend on each other.
+ * directly, so the parts of the launch never depend on each other. In a
+ * training step without a sync (`update`) the target has not moved since
+ * its copy was last packed, so only the online half is: the launch's grid
+ * is sized for a sync and the threads past the work exit.
  */
 __global__ void
 head_pack_kernel(fox_cuda_dims dm, fox_cuda_heads hd, fox_cuda_segments sg, float *params,
@@ -786,7 +789,8 @@ head_pack_kernel(fox_cuda_dims dm, fox_cuda_heads hd, fox_cuda_segments sg, floa
 {
     pdl_enter();
     int sync = update && ctl->train_steps % target_sync == 0;
-    size_t n_sync = sync ? np : 0, n_pk = n_sync + 2 * dm.PK, n = n_pk + sg.total;
+    size_t n_sync = sync ? np : 0, n_pk = n_sync + (update && !sync ? 1 : 2) * dm.PK;
+    size_t n = n_pk + sg.total;
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
          k += (size_t)gridDim.x * blockDim.x) {
         if (k < n_sync) {
