@@ -456,17 +456,27 @@ static_assert(FOX_P99_BINS == 256, "fox_cuda_p99_scratch holds 256 bins per targ
 /*
  * Pass 1 over NB buffers (b0, b1, b2), each element classified by cls into
  * one of NC classes (NULL: class 0; ≥ NC, the padding: skipped); target =
- * buffer · NC + class. Each thread keeps every target's min / max (bits of
- * |x|, finite and ≥ 0, so unsigned order is float order) and count in
- * registers (the class loop is unrolled: no dynamic index, no shared
- * atomics); the warp combines them with one reduction instruction each, the
- * block over its warps, then one global atomic per target used: min, max and
- * integer counts are order-free, so the result is deterministic. With G
- * (Pearl B), the per-class w·g and ‖w‖² of the finite pairs are summed per
- * thread, then over the warp (xor tree) and the block's warps in order,
- * into the block's partial row (reduced by a fixed tree in the tail); so
- * are the L1 rate's Σ|w|, Σ|g| and count of finite pairs over [l1_lo, l1_hi).
+ * buffer · NC + class. A warp takes 32 consecutive elements at a time, which
+ * share a class but where a run of the parameter layout ends: for each class
+ * present, one reduction instruction each gives the min / max (bits of |x|,
+ * finite and ≥ 0, so unsigned order is float order) and count of its lanes'
+ * finite values, which lane 0 folds into the warp's row in shared memory;
+ * then the block's warps, and one global atomic per target used: min, max and
+ * integer counts are order-free, so the result is deterministic. Holding
+ * every target in each thread's registers instead (the class loop unrolled)
+ * took 128 registers for Pearl B's 24 targets: its two blocks an SM filled
+ * the register file, and the fused check beside it waited for them (adaptive
+ * batch 256: the check 19.5 µs against 10.7 in fixed mode, H200 timeline,
+ * 2026-11-29). With G (Pearl B), the per-class w·g and ‖w‖² of the finite
+ * pairs go the same way (an xor tree over the lanes, then the warp's row in
+ * order), into the block's partial row (reduced by a fixed tree in the
+ * tail); the L1 rate's Σ|w|, Σ|g| and count of finite pairs over
+ * [l1_lo, l1_hi) are summed per thread, then over the warp and the block's
+ * warps in order. Each thread loads P1_UNROLL elements before using the
+ * first.
  */
+#define P1_UNROLL 4
+
 template <int NB, int NC, bool G>
 __global__ void __launch_bounds__(THREADS)
 p99_pass1_kernel(fox_cuda_p99_scratch *sc, size_t n, const float *b0, const float *b1,
@@ -476,84 +486,86 @@ p99_pass1_kernel(fox_cuda_p99_scratch *sc, size_t n, const float *b0, const floa
     pdl_enter();
     if (due && *due == 0u)
         return;
-    constexpr int NT = NB * NC, NW = THREADS / WARP;
-    unsigned int lo[NT], hi[NT], cnt[NT];
-    double dot[G ? NC : 1], sq[G ? NC : 1], l1[3] = {0.0, 0.0, 0.0};
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        lo[t] = P99_FLT_MAX_BITS;
-        hi[t] = 0u;
-        cnt[t] = 0u;
+    constexpr int NT = NB * NC, NW = THREADS / WARP, NG = G ? NC : 1;
+    __shared__ unsigned int s_lo[NW][NT], s_hi[NW][NT], s_n[NW][NT];
+    __shared__ double s_dot[NW][NG], s_sq[NW][NG], s_l1[NW][3];
+    const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+    for (int t = lane; t < NT; t += WARP) {
+        s_lo[warp][t] = P99_FLT_MAX_BITS;
+        s_hi[warp][t] = 0u;
+        s_n[warp][t] = 0u;
     }
-#pragma unroll
-    for (int c = 0; c < (G ? NC : 1); c++) {
-        dot[c] = 0.0;
-        sq[c] = 0.0;
+    for (int c = lane; c < NG; c += WARP) {
+        s_dot[warp][c] = 0.0;
+        s_sq[warp][c] = 0.0;
     }
+    __syncwarp();
+    double l1[3] = {0.0, 0.0, 0.0};
     const float *bufs[3] = {b0, b1, b2};
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x) {
-        int c = cls ? cls[k] : 0;
-        if (c >= NC)
-            continue;
-        float x[NB];
+    const size_t T = (size_t)gridDim.x * blockDim.x;
+    for (size_t k0 = blockIdx.x * (size_t)blockDim.x + warp * WARP; k0 < n; k0 += P1_UNROLL * T) {
+        int c[P1_UNROLL];
+        float x[P1_UNROLL][NB], gk[P1_UNROLL];
 #pragma unroll
-        for (int b = 0; b < NB; b++)
-            x[b] = __ldg(bufs[b] + k);
-        float gk = G ? __ldg(g + k) : 0.0f;
+        for (int u = 0; u < P1_UNROLL; u++) {
+            const size_t k = k0 + u * T + lane;
+            c[u] = NC;
+            gk[u] = 0.0f;
+            if (k < n) {
+                c[u] = cls ? cls[k] : 0;
 #pragma unroll
-        for (int cc = 0; cc < NC; cc++) {
-            if (cc != c)
-                continue;
+                for (int b = 0; b < NB; b++)
+                    x[u][b] = __ldg(bufs[b] + k);
+                if (G)
+                    gk[u] = __ldg(g + k);
+            }
+        }
 #pragma unroll
-            for (int b = 0; b < NB; b++) {
-                float a = fabsf(x[b]);
-                if (isfinite(a)) {
-                    unsigned int bits = __float_as_uint(a);
-                    int t = b * NC + cc;
-                    lo[t] = bits < lo[t] ? bits : lo[t];
-                    hi[t] = bits > hi[t] ? bits : hi[t];
-                    cnt[t]++;
+        for (int u = 0; u < P1_UNROLL; u++) {
+            const size_t k = k0 + u * T + lane;
+            const bool pair = G && c[u] < NC && isfinite(x[u][0]) && isfinite(gk[u]);
+            if (pair && k >= l1_lo && k < l1_hi) {
+                l1[0] += fabs((double)x[u][0]);
+                l1[1] += fabs((double)gk[u]);
+                l1[2] += 1.0;
+            }
+            /* Each class present in the warp's 32 elements: one round (one, within a run). */
+            unsigned int todo = __ballot_sync(FULL_MASK, c[u] < NC);
+            while (todo) {
+                const int cc = __shfl_sync(FULL_MASK, c[u], __ffs(todo) - 1);
+                const bool mine = c[u] == cc;
+                todo &= ~__ballot_sync(FULL_MASK, mine);
+#pragma unroll
+                for (int b = 0; b < NB; b++) {
+                    const float a = fabsf(x[u][b]);
+                    const bool ok = mine && isfinite(a);
+                    const unsigned int bits = __float_as_uint(a);
+                    unsigned int l = __reduce_min_sync(FULL_MASK, ok ? bits : P99_FLT_MAX_BITS);
+                    unsigned int h = __reduce_max_sync(FULL_MASK, ok ? bits : 0u);
+                    unsigned int m = __reduce_add_sync(FULL_MASK, ok ? 1u : 0u);
+                    if (lane == 0) {
+                        const int t = b * NC + cc;
+                        s_lo[warp][t] = l < s_lo[warp][t] ? l : s_lo[warp][t];
+                        s_hi[warp][t] = h > s_hi[warp][t] ? h : s_hi[warp][t];
+                        s_n[warp][t] += m;
+                    }
+                }
+                if (G) {
+                    double d = mine && pair ? (double)x[u][0] * gk[u] : 0.0;
+                    double q = mine && pair ? (double)x[u][0] * x[u][0] : 0.0;
+                    for (int o = WARP / 2; o > 0; o >>= 1) {
+                        d += __shfl_xor_sync(FULL_MASK, d, o);
+                        q += __shfl_xor_sync(FULL_MASK, q, o);
+                    }
+                    if (lane == 0) {
+                        s_dot[warp][cc] += d;
+                        s_sq[warp][cc] += q;
+                    }
                 }
             }
-            if (G && isfinite(x[0]) && isfinite(gk)) {
-                dot[cc] += (double)x[0] * gk;
-                sq[cc] += (double)x[0] * x[0];
-            }
-        }
-        if (G && k >= l1_lo && k < l1_hi && isfinite(x[0]) && isfinite(gk)) {
-            l1[0] += fabs((double)x[0]);
-            l1[1] += fabs((double)gk);
-            l1[2] += 1.0;
-        }
-    }
-    __shared__ unsigned int s_lo[NW][NT], s_hi[NW][NT], s_n[NW][NT];
-    __shared__ double s_dot[NW][G ? NC : 1], s_sq[NW][G ? NC : 1], s_l1[NW][3];
-    const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        unsigned int l = __reduce_min_sync(FULL_MASK, lo[t]);
-        unsigned int h = __reduce_max_sync(FULL_MASK, hi[t]);
-        unsigned int m = __reduce_add_sync(FULL_MASK, cnt[t]);
-        if (lane == 0) {
-            s_lo[warp][t] = l;
-            s_hi[warp][t] = h;
-            s_n[warp][t] = m;
         }
     }
     if (G) {
-#pragma unroll
-        for (int c = 0; c < (G ? NC : 1); c++) {
-            double d = dot[c], s = sq[c];
-            for (int o = WARP / 2; o > 0; o >>= 1) {
-                d += __shfl_xor_sync(FULL_MASK, d, o);
-                s += __shfl_xor_sync(FULL_MASK, s, o);
-            }
-            if (lane == 0) {
-                s_dot[warp][c] = d;
-                s_sq[warp][c] = s;
-            }
-        }
 #pragma unroll
         for (int q = 0; q < 3; q++) {
             double v = l1[q];
@@ -579,7 +591,7 @@ p99_pass1_kernel(fox_cuda_p99_scratch *sc, size_t n, const float *b0, const floa
             atomicAdd(&sc->count[t], m);
         }
     }
-    if (G && threadIdx.x < (G ? NC : 1)) {
+    if (G && threadIdx.x < NG) {
         int c = threadIdx.x;
         double d = 0.0, s = 0.0;
         for (int w = 0; w < NW; w++) {
