@@ -1509,15 +1509,19 @@ debug_tail_site(cuda_backend *be, float *x, int rows, int out, float gamma)
 }
 
 static int
-debug_h_s2_site(cuda_backend *be, float *h, size_t n, int tail_out, float gamma, float *isv,
-                int *flags)
+debug_h_s2_site(cuda_backend *be, float *h, size_t n, int tail_out, float gamma, int adaptive,
+                float *isv, int *flags)
 {
     float *dh = NULL;
+    fox_cuda_stab st = be->net.stab;
+    st.adaptive = adaptive;
     int rv = debug_stage(be, &dh, h, n, isv);
+    if (rv == FOX_OK && adaptive)
+        rv = fox__cuda_sp4_reset(be->net.st[0], be->sp4);
     if (rv == FOX_OK && tail_out > 0)
         rv = debug_tail_site(be, dh, (int)(n / (size_t)tail_out), tail_out, gamma);
     else if (rv == FOX_OK)
-        rv = fox__cuda_h_s2_site(be->net.st[0], &be->net.stab, dh, n);
+        rv = fox__cuda_h_s2_site(be->net.st[0], &st, dh, n);
     if (rv == FOX_OK && cudaStreamSynchronize(be->net.st[0]) != cudaSuccess)
         rv = fox__cuda_fail(__FILE__, __LINE__, "cudaStreamSynchronize", "site", 0);
     if (rv == FOX_OK && (cudaMemcpy(h, dh, n * sizeof(float), cudaMemcpyDeviceToHost) !=
@@ -1533,14 +1537,15 @@ debug_h_s2_site(cuda_backend *be, float *h, size_t n, int tail_out, float gamma,
 
 int
 fox_cuda_debug_h_s2_site(fox_backend *be_, float *h, size_t n, int tail_out, float gamma,
-                         float *isv, int *flags)
+                         int adaptive, float *isv, int *flags)
 {
     cuda_backend *be = (cuda_backend *)be_;
     ALIVE(be);
-    if (!h || n < 1 || !isv || !flags || tail_out < 0 ||
+    if (!h || n < 1 || !isv || !flags || tail_out < 0 || (tail_out > 0 && adaptive) ||
         (tail_out > 0 && (n % (size_t)tail_out || n / (size_t)tail_out > (size_t)be->B)))
         return FOX_EINVAL;
-    return fail(be, debug_h_s2_site(be, h, n, tail_out, gamma, isv, flags), "debug_h_s2_site");
+    return fail(be, debug_h_s2_site(be, h, n, tail_out, gamma, adaptive, isv, flags),
+                "debug_h_s2_site");
 }
 
 static int
