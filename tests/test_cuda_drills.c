@@ -32,10 +32,12 @@ static const char *const small_pairs[] = {"engine.backend=cuda", "env.n_envs=64"
                                           "train.learning_starts=256", NULL};
 
 static void
-config(fox_config *c, const char *buffer, const char *kind)
+config(fox_config *c, const char *buffer, const char *kind, int adaptive)
 {
     fox_config_default(c);
     fox_test_set_pairs(c, small_pairs);
+    if (adaptive)
+        c->bounds_mode = FOX_BOUNDS_ADAPTIVE;
     if (buffer)
         fox_test_set_fault(c, buffer, kind, FAULT_STEP);
 }
@@ -54,7 +56,7 @@ fired_text(const fox_engine *e, char *buf, size_t len)
 START_TEST(clean_run_fires_nothing)
 {
     fox_config c;
-    config(&c, NULL, NULL);
+    config(&c, NULL, NULL, 0);
     fox_engine *e = fox_test_engine(&c);
     fox_step_stats st;
     int rv = fox_engine_run_steps(e, STEPS, &st);
@@ -69,10 +71,10 @@ END_TEST
 
 /* A halting slot: the fault fires it, the fold halts naming it, begin_fold clears it. */
 static void
-drill(const char *name, const char *kind)
+drill(const char *name, const char *kind, int adaptive)
 {
     fox_config c;
-    config(&c, name, kind);
+    config(&c, name, kind, adaptive);
     int slot = fox_sentinel_index(name);
     fox_engine *e = fox_test_engine(&c);
     int rv = fox_engine_run_steps(e, STEPS, NULL);
@@ -95,7 +97,7 @@ drill(const char *name, const char *kind)
         ck_assert_msg(rv == FOX_OK || rv == FOX_EHALT, "%s %s: %s", kind, name,
                       fox_engine_errmsg(e));
     }
-    printf("drill %s %s: fired:%s\n", kind, name, txt);
+    printf("drill %s %s%s: fired:%s\n", kind, name, adaptive ? " (adaptive bounds)" : "", txt);
     ck_assert_msg(fox_engine_begin_fold(e, 1) == FOX_OK, "%s", fox_engine_errmsg(e));
     fired_text(e, txt, sizeof txt);
     ck_assert_msg(txt[0] == '\0', "%s: flags after begin_fold:%s", name, txt);
@@ -105,7 +107,8 @@ drill(const char *name, const char *kind)
 /*
  * One buffer per kind of site: fused-check entries (the weight bounds among
  * them, which the check reads in params' own chunks), inline checks, the
- * in-kernel Adam flag.
+ * in-kernel Adam flag; h_s2 also with adaptive bounds, where GRN2's tail
+ * injects the fault before the p99's first pass rather than before the site.
  */
 START_TEST(faults_fire_their_slot)
 {
@@ -122,7 +125,8 @@ START_TEST(faults_fire_their_slot)
         {"branch_adam_v_max", "huge"},
     };
     for (size_t k = 0; k < sizeof d / sizeof d[0]; k++)
-        drill(d[k].name, d[k].kind);
+        drill(d[k].name, d[k].kind, 0);
+    drill("h_s2", "nan", 1);
 }
 END_TEST
 

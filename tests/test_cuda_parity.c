@@ -700,9 +700,10 @@ END_TEST
  * computes them, from the site's own kernel with fixed bounds, from inside
  * GRN2's tail (fixed bounds' path), there on LayerNorm inputs with the GLU
  * shut, against the CPU's LayerNorm (γ scaled so that the clamp and slot 49
- * engage in the second pass), and with adaptive bounds (the p99 launches,
- * then the site kernel): H_S2_BOUND from the pre-clamp p99 (a fresh SP4
- * state, so Pearl A takes the observation), then the clamp at it.
+ * engage in the second pass), and both ways with adaptive bounds (the p99,
+ * its pass 1 in the tail there, then the site kernel): H_S2_BOUND from the
+ * pre-clamp p99 (a fresh SP4 state, so Pearl A takes the observation), then
+ * the clamp at it.
  */
 START_TEST(h_s2_site_vs_cpu)
 {
@@ -717,10 +718,11 @@ START_TEST(h_s2_site_vs_cpu)
     ck_assert(h && ref && x && zero && dx);
     fox_rng rng;
     fox_rng_seed(&rng, 12);
-    static const char *names[] = {"site kernel", "site in GRN2's tail", "adaptive site"};
-    for (int mode = 0; mode < 3; mode++)
+    static const char *names[] = {"site kernel", "site in GRN2's tail", "adaptive site kernel",
+                                  "adaptive site after GRN2's tail"};
+    for (int mode = 0; mode < 4; mode++)
         for (int pass = 0; pass < 2; pass++) {
-            const int tail = mode == 1, adaptive = mode == 2;
+            const int tail = mode % 2, adaptive = mode >= 2;
             fox_isv_init(isv);
             isv[FOX_ISV_H_S2_RMS_EMA] = pass ? 2.0f : 0.0f; /* the Pearl A sentinel, a value */
             memcpy(isv_ref, isv, sizeof isv);
@@ -783,7 +785,7 @@ START_TEST(h_s2_site_vs_cpu)
                           names[mode], pass, (double)isv[FOX_ISV_H_S2_RMS_EMA], (double)rms);
             if (adaptive)
                 ck_assert_msg(rel_scalar(isv[FOX_ISV_H_S2_BOUND], isv_ref[FOX_ISV_H_S2_BOUND]) <
-                                  1e-6,
+                                  (tail ? 1e-4 : 1e-6),
                               "%s pass %d: H_S2_BOUND gpu %.9g cpu %.9g", names[mode], pass,
                               (double)isv[FOX_ISV_H_S2_BOUND], (double)isv_ref[FOX_ISV_H_S2_BOUND]);
             printf("stab h_s2 %s pass %d: %zu of %zu clamped at %.6g, worst rel diff %.2g, flags "

@@ -1478,9 +1478,12 @@ fox_cuda_debug_check(fox_backend *be_, int slot, const float *x, int rows, int c
     return fail(be, debug_check(be, slot, x, rows, cols, ld, isv, fired), "debug_check");
 }
 
-/* GRN2's tail with the site on LayerNorm inputs x (fox_cuda_debug_h_s2_site), y into x. */
+/*
+ * GRN2's tail with the site on LayerNorm inputs x (fox_cuda_debug_h_s2_site), y into x; with
+ * adaptive bounds the site's launches after the tail's pass 1, as in the forward.
+ */
 static int
-debug_tail_site(cuda_backend *be, float *x, int rows, int out, float gamma)
+debug_tail_site(cuda_backend *be, const fox_cuda_stab *st, float *x, int rows, int out, float gamma)
 {
     size_t n = (size_t)rows * out;
     /* zgv [2n], xhat [n], y [n], rstd [rows], then bg, bv, γ, β [out each]. */
@@ -1497,7 +1500,9 @@ debug_tail_site(cuda_backend *be, float *x, int rows, int out, float gamma)
         rv = fox__cuda_fail(__FILE__, __LINE__, "cudaMemcpy", "tail site", 0);
     if (rv == FOX_OK)
         rv = fox__cuda_grn_tail(be->net.st[0], rows, out, zgv, x, par, par + out, par + 2 * out,
-                                par + 3 * out, xhat, rstd, y, NULL, NULL, &be->net.stab);
+                                par + 3 * out, xhat, rstd, y, NULL, NULL, st);
+    if (rv == FOX_OK && st->adaptive)
+        rv = fox__cuda_h_s2_site(be->net.st[0], st, y, n, 1);
     if (rv == FOX_OK && cudaMemcpyAsync(x, y, n * sizeof(float), cudaMemcpyDeviceToDevice,
                                         be->net.st[0]) != cudaSuccess)
         rv = fox__cuda_fail(__FILE__, __LINE__, "cudaMemcpyAsync", "tail site", 0);
@@ -1519,9 +1524,9 @@ debug_h_s2_site(cuda_backend *be, float *h, size_t n, int tail_out, float gamma,
     if (rv == FOX_OK && adaptive)
         rv = fox__cuda_sp4_reset(be->net.st[0], be->sp4);
     if (rv == FOX_OK && tail_out > 0)
-        rv = debug_tail_site(be, dh, (int)(n / (size_t)tail_out), tail_out, gamma);
+        rv = debug_tail_site(be, &st, dh, (int)(n / (size_t)tail_out), tail_out, gamma);
     else if (rv == FOX_OK)
-        rv = fox__cuda_h_s2_site(be->net.st[0], &st, dh, n);
+        rv = fox__cuda_h_s2_site(be->net.st[0], &st, dh, n, 0);
     if (rv == FOX_OK && cudaStreamSynchronize(be->net.st[0]) != cudaSuccess)
         rv = fox__cuda_fail(__FILE__, __LINE__, "cudaStreamSynchronize", "site", 0);
     if (rv == FOX_OK && (cudaMemcpy(h, dh, n * sizeof(float), cudaMemcpyDeviceToHost) !=
@@ -1541,7 +1546,7 @@ fox_cuda_debug_h_s2_site(fox_backend *be_, float *h, size_t n, int tail_out, flo
 {
     cuda_backend *be = (cuda_backend *)be_;
     ALIVE(be);
-    if (!h || n < 1 || !isv || !flags || tail_out < 0 || (tail_out > 0 && adaptive) ||
+    if (!h || n < 1 || !isv || !flags || tail_out < 0 ||
         (tail_out > 0 && (n % (size_t)tail_out || n / (size_t)tail_out > (size_t)be->B)))
         return FOX_EINVAL;
     return fail(be, debug_h_s2_site(be, h, n, tail_out, gamma, adaptive, isv, flags),

@@ -55,9 +55,9 @@ int fox_cuda_debug_check(fox_backend *be, int slot, const float *x, int rows, in
  * device ISV and clears its flags. tail_out > 0: the site inside the GRN
  * tail instead (fixed bounds' path), on rows of tail_out (at most the
  * backend's batch): h the LayerNorm inputs (the gate's product and biases
- * 0, so the GLU adds nothing), γ = gamma, β = 0; h gets y. adaptive (with
- * tail_out 0): adaptive bounds' site, H_S2_BOUND first observed from h's
- * p99 by a fresh SP4 state (Pearl A: the observation itself).
+ * 0, so the GLU adds nothing), γ = gamma, β = 0; h gets y. adaptive:
+ * adaptive bounds' site, H_S2_BOUND first observed from the pre-clamp
+ * values' p99 by a fresh SP4 state (Pearl A: the observation itself).
  */
 int fox_cuda_debug_h_s2_site(fox_backend *be, float *h, size_t n, int tail_out, float gamma,
                              int adaptive, float *isv, int *flags);

@@ -566,8 +566,10 @@ int fox__cuda_join_all(fox_cuda_net *n);
 /*
  * GRN tail: σ gate, GLU, skip, LayerNorm (see grn_tail_kernel); zgv holds
  * the biased pre-activations; with glu (and ln_in) not NULL, g and r + g
- * are kept there too; with site not NULL, Mech 10 on y (h_s2) in the same
- * launch, as fox__cuda_h_s2_site in fixed bounds mode.
+ * are kept there too; with site not NULL, the fault armed at slot 12 on
+ * y[0], then with fixed bounds Mech 10 on y (h_s2) in the same launch, as
+ * fox__cuda_h_s2_site, with adaptive bounds pass 1 of y's p99 (the site
+ * follows: fox__cuda_h_s2_site, ranged).
  */
 int fox__cuda_grn_tail(cudaStream_t s, int rows, int out, float *zgv, const float *r,
                        const float *bg, const float *bv, const float *g, const float *beta,
@@ -654,9 +656,11 @@ int fox__cuda_inject(cudaStream_t s, const fox_cuda_stab *st, float *p, float *p
 /*
  * Mech 10 on h [n] in place (the online net's h_s2 over the batch): slot 12
  * and slot 49 on the pre-clamp values, clamp_finite at 100 × max(H_S2_RMS_EMA,
- * 1), then H_S2_RMS_EMA from the clamped values (last block).
+ * 1) (fixed bounds) or at max(H_S2_BOUND, 1) (adaptive: the p99 of the
+ * pre-clamp values first, whose pass 1 GRN2's tail already ran if ranged),
+ * then H_S2_RMS_EMA from the clamped values (last block).
  */
-int fox__cuda_h_s2_site(cudaStream_t s, const fox_cuda_stab *st, float *h, size_t n);
+int fox__cuda_h_s2_site(cudaStream_t s, const fox_cuda_stab *st, float *h, size_t n, int ranged);
 /*
  * d h_s2 [B × H2] from its three parts, with the inline checks between them:
  * dh holds the C51 heads' part (slot 33); + dh_aux (34); + the IQN part,

@@ -166,6 +166,68 @@ last_block_total(double value, double *partial, unsigned int *done, double *tota
     return 1;
 }
 
+/* p99 pass 1's initial min: FLT_MAX, as fox_p99_abs_spans. */
+#define P99_FLT_MAX_BITS 0x7f7fffffu
+
+/*
+ * p99 pass 1's result for target t of a block: the min and max (bits of the finite |x|:
+ * unsigned order is float order) and count, one global atomic each, all order-free.
+ */
+static __device__ __forceinline__ void
+p99_publish(fox_cuda_p99_scratch *sc, int t, unsigned int lo, unsigned int hi,
+            unsigned long long cnt)
+{
+    if (cnt) {
+        atomicMin(&sc->lo[t], lo);
+        atomicMax(&sc->hi[t], hi);
+        atomicAdd(&sc->count[t], cnt);
+    }
+}
+
+/*
+ * p99 pass 1 of one buffer inside the kernel that writes it: add() each value, then every
+ * thread of the block calls publish() (into target 0 of sc).
+ */
+struct p99_range {
+    unsigned int lo = P99_FLT_MAX_BITS, hi = 0u, cnt = 0u;
+
+    __device__ void add(float x)
+    {
+        const float a = fabsf(x);
+        if (isfinite(a)) {
+            const unsigned int bits = __float_as_uint(a);
+            lo = bits < lo ? bits : lo;
+            hi = bits > hi ? bits : hi;
+            cnt++;
+        }
+    }
+
+    __device__ void publish(fox_cuda_p99_scratch *sc)
+    {
+        __shared__ unsigned int s_lo[32], s_hi[32], s_n[32];
+        const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP, nw = blockDim.x / WARP;
+        const unsigned int l = __reduce_min_sync(FULL_MASK, lo);
+        const unsigned int h = __reduce_max_sync(FULL_MASK, hi);
+        const unsigned int m = __reduce_add_sync(FULL_MASK, cnt);
+        if (lane == 0) {
+            s_lo[warp] = l;
+            s_hi[warp] = h;
+            s_n[warp] = m;
+        }
+        __syncthreads();
+        if (threadIdx.x != 0)
+            return;
+        unsigned int bl = P99_FLT_MAX_BITS, bh = 0u;
+        unsigned long long bn = 0ull;
+        for (int w = 0; w < nw; w++) {
+            bl = s_lo[w] < bl ? s_lo[w] : bl;
+            bh = s_hi[w] > bh ? s_hi[w] : bh;
+            bn += s_n[w];
+        }
+        p99_publish(sc, 0, bl, bh, bn);
+    }
+};
+
 /* Threshold of slot i now: mult × eff^power, eff from the device ISV (fox_sentinel_threshold). */
 static __device__ float
 threshold_of(const fox_cuda_stab &st, int i)

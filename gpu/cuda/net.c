@@ -638,21 +638,18 @@ forward_trunk(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R, in
     /* The target net's parameters sit np floats after the online's. */
     const float *P = n->params + (target ? n->np : 0);
     int pts = site && n->stab.sites;
-    /*
-     * With fixed bounds Mech 10 runs inside GRN2's tail (one launch fewer on the critical
-     * chain); adaptive bounds observe h_s2's p99 first, so there it runs after the tail.
-     */
-    int fused = pts && !n->stab.adaptive;
     f->rows = R;
     FOX_TRY(grn_fwd(n, s, P, FOX_P_GRN1_W2, dm->S, dm->H1, X, R, &f->g1, 0, 0));
     if (pts)
         FOX_TRY(point(n, s, FOX_SENT_H_S1, f->g1.y, NULL, 0));
-    FOX_TRY(grn_fwd(n, s, P, FOX_P_GRN2_W2, dm->H1, dm->H2, f->g1.y, R, &f->g2, pts, fused));
-    if (pts && !fused) {
-        /* Mech 10 on the online net's h_s2 over the batch (slot 12 inline before it). */
-        FOX_TRY(point(n, s, FOX_SENT_H_S2, f->g2.y, NULL, 0));
-        FOX_TRY(fox__cuda_h_s2_site(n->st[s], &n->stab, f->g2.y, (size_t)n->B * dm->H2));
-    }
+    /*
+     * Mech 10 on the online net's h_s2 (slot 12's fault injected first) inside GRN2's tail
+     * with fixed bounds, one launch fewer on the critical chain; adaptive bounds need the
+     * whole p99 before the first clamp, so the tail takes its pass 1 and the site follows.
+     */
+    FOX_TRY(grn_fwd(n, s, P, FOX_P_GRN2_W2, dm->H1, dm->H2, f->g1.y, R, &f->g2, pts, pts));
+    if (pts && n->stab.adaptive)
+        FOX_TRY(fox__cuda_h_s2_site(n->st[s], &n->stab, f->g2.y, (size_t)R * dm->H2, 1));
     return 0;
 }
 

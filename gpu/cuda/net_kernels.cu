@@ -96,10 +96,12 @@ by_row_slots(int out, L go)
  * replace zg and zv in zgv for the backward), x = r + sg·lin, then LayerNorm
  * over the row (two-pass mean and biased variance, eps 1e-5):
  * x̂ = (x − mean)·rstd, y = x̂·γ + β. K > 0: x stays in registers between
- * the passes (row_each), else it goes through xhat. SITE: y is h_s2 of the
- * online net's training forward and goes through Mech 10 (h_s2_site: the
- * fault armed at slot 12 first, on y[0]) before it is stored, instead of
- * in a launch of its own after this one.
+ * the passes (row_each), else it goes through xhat. SITE (y is h_s2 of the
+ * online net's training forward): the fault armed at slot 12 first, on
+ * y[0]; then with fixed bounds y goes through Mech 10 (h_s2_site) before it
+ * is stored, instead of in a launch of its own after this one, and with
+ * adaptive bounds y's p99 pass 1 is taken here (p99_range), one launch
+ * fewer before the site (which needs the whole p99 before its first clamp).
  */
 template <int K, bool SITE>
 __global__ void
@@ -113,8 +115,10 @@ grn_tail_kernel(int rows, int out, float *__restrict__ zgv, const float *__restr
     int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     /* The site's block reductions need every thread: a row past the end only skips the row. */
     h_s2_site site;
+    p99_range range;
     if constexpr (SITE)
-        site = h_s2_site(st);
+        if (!st.adaptive)
+            site = h_s2_site(st);
     if (row < rows) {
         size_t o = (size_t)row * out;
         float *zg = zgv + o, *zv = zgv + (size_t)rows * out + o, *xh = xhat + o;
@@ -185,13 +189,20 @@ grn_tail_kernel(int rows, int out, float *__restrict__ zgv, const float *__restr
                     yv = st.ctl->fault_value;
                     st.ctl->fault_done = 1;
                 }
-                yv = site.element(yv);
+                if (st.adaptive)
+                    range.add(yv);
+                else
+                    yv = site.element(yv);
             }
             y[o + c] = yv;
         });
     }
-    if constexpr (SITE)
-        site.finish(st, (size_t)rows * out, st.site_part);
+    if constexpr (SITE) {
+        if (st.adaptive)
+            range.publish(&st.sp4->p99[FOX_CUDA_P99_H_S2]);
+        else
+            site.finish(st, (size_t)rows * out, st.site_part);
+    }
 }
 
 int

@@ -253,32 +253,6 @@ fox__cuda_inject(cudaStream_t s, const fox_cuda_stab *st, float *p, float *p2, i
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Mech 10 on h_s2 (site_h_s2)                                                                */
-
-__global__ void
-h_s2_site_kernel(fox_cuda_stab st, float *h, size_t n, double *partial)
-{
-    pdl_enter();
-    h_s2_site site(st);
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x)
-        h[k] = site.element(h[k]);
-    site.finish(st, n, partial);
-}
-
-int
-fox__cuda_h_s2_site(cudaStream_t s, const fox_cuda_stab *st, float *h, size_t n)
-{
-    /* SP4: H_S2_BOUND from the pre-clamp values (the site kernel checks them before it clamps). */
-    if (st->adaptive)
-        FOX_TRY(fox__cuda_p99_observe(s, st, h, n, FOX_ISV_H_S2_BOUND, FOX_CUDA_P99_H_S2));
-    /* Up to 1,024 blocks: an element a thread at batch 256, two at 4096 (a trip to memory each). */
-    unsigned int g = grid_for(n, THREADS, FOX_CUDA_SITE_BLOCKS);
-    FOX_CUDA_TRY(launch(h_s2_site_kernel, g, THREADS, 0, s, *st, h, n, st->site_part));
-    return 0;
-}
-
-/* ------------------------------------------------------------------------------------------ */
 /* d h_s2: inline checks 33/34/35 and the Phase C guard (twin of loss_grad's tail + iqn_bwd)  */
 
 /*
@@ -451,8 +425,6 @@ fox__cuda_pre_step(cudaStream_t s, const fox_cuda_stab *st, int B, const float *
 
 static_assert(FOX_P99_BINS == 256, "fox_cuda_p99_scratch holds 256 bins per target");
 
-#define P99_FLT_MAX_BITS 0x7f7fffffu /* pass 1's initial min: FLT_MAX, as fox_p99_abs_spans */
-
 /*
  * Pass 1 over NB buffers (b0, b1, b2), each element classified by cls into
  * one of NC classes (NULL: class 0; ≥ NC, the padding: skipped); target =
@@ -585,11 +557,7 @@ p99_pass1_kernel(fox_cuda_p99_scratch *sc, size_t n, const float *b0, const floa
             h = s_hi[w][t] > h ? s_hi[w][t] : h;
             m += s_n[w][t];
         }
-        if (m) {
-            atomicMin(&sc->lo[t], l);
-            atomicMax(&sc->hi[t], h);
-            atomicAdd(&sc->count[t], m);
-        }
+        p99_publish(sc, t, l, h, m);
     }
     if (G && threadIdx.x < NG) {
         int c = threadIdx.x;
@@ -910,16 +878,54 @@ p99_grid(size_t n)
     return g < FOX_CUDA_P99_BLOCKS ? g : FOX_CUDA_P99_BLOCKS;
 }
 
+/* Passes 2 and 3 of x [n] after its pass 1 into the scratch of `use`: the p99 into slot. */
+static int
+p99_observe_ranged(cudaStream_t s, const fox_cuda_stab *st, const float *x, size_t n, int slot,
+                   int use)
+{
+    FOX_CUDA_TRY(launch(p99_pass2_kernel<1, 1>, p99_grid(n), THREADS, 0, s, *st, &st->sp4->p99[use],
+                        n, x, nullptr, nullptr, nullptr, slot, nullptr));
+    return 0;
+}
+
 int
 fox__cuda_p99_observe(cudaStream_t s, const fox_cuda_stab *st, const float *x, size_t n, int slot,
                       int use)
 {
-    fox_cuda_p99_scratch *sc = &st->sp4->p99[use];
-    unsigned int g = p99_grid(n);
-    FOX_CUDA_TRY(launch(p99_pass1_kernel<1, 1, false>, g, THREADS, 0, s, sc, n, x, nullptr, nullptr,
-                        nullptr, nullptr, 0, 0, nullptr));
-    FOX_CUDA_TRY(launch(p99_pass2_kernel<1, 1>, g, THREADS, 0, s, *st, sc, n, x, nullptr, nullptr,
-                        nullptr, slot, nullptr));
+    FOX_CUDA_TRY(launch(p99_pass1_kernel<1, 1, false>, p99_grid(n), THREADS, 0, s,
+                        &st->sp4->p99[use], n, x, nullptr, nullptr, nullptr, nullptr, 0, 0,
+                        nullptr));
+    return p99_observe_ranged(s, st, x, n, slot, use);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Mech 10 on h_s2 (site_h_s2)                                                                */
+
+__global__ void
+h_s2_site_kernel(fox_cuda_stab st, float *h, size_t n, double *partial)
+{
+    pdl_enter();
+    h_s2_site site(st);
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x)
+        h[k] = site.element(h[k]);
+    site.finish(st, n, partial);
+}
+
+int
+fox__cuda_h_s2_site(cudaStream_t s, const fox_cuda_stab *st, float *h, size_t n, int ranged)
+{
+    /*
+     * SP4: H_S2_BOUND from the pre-clamp values (the site kernel checks them before it clamps);
+     * their pass 1 already done where GRN2's tail wrote them (ranged).
+     */
+    if (st->adaptive && ranged)
+        FOX_TRY(p99_observe_ranged(s, st, h, n, FOX_ISV_H_S2_BOUND, FOX_CUDA_P99_H_S2));
+    else if (st->adaptive)
+        FOX_TRY(fox__cuda_p99_observe(s, st, h, n, FOX_ISV_H_S2_BOUND, FOX_CUDA_P99_H_S2));
+    /* Up to 1,024 blocks: an element a thread at batch 256, two at 4096 (a trip to memory each). */
+    unsigned int g = grid_for(n, THREADS, FOX_CUDA_SITE_BLOCKS);
+    FOX_CUDA_TRY(launch(h_s2_site_kernel, g, THREADS, 0, s, *st, h, n, st->site_part));
     return 0;
 }
 
