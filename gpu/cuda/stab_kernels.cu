@@ -741,34 +741,46 @@ post_adam_tail(const fox_cuda_stab &st, fox_cuda_p99_scratch *sc, const unsigned
 
 /*
  * The entropy deficit of the trunk input layer's gradient g [rows × cols]
- * (fox_entropy_deficit): the column norms (fox_column_sq's finite Σ g², a
- * warp per column with its lanes over the rows and a fixed xor tree), their
- * total, Σ p log p, then D = (log K + Σ p log p) / log K clamped to [0, 1]
- * over the K live columns; 0 with fewer than two.
+ * (fox_entropy_deficit): the column norms (fox_column_sq's finite Σ g²),
+ * their total, Σ p log p, then D = (log K + Σ p log p) / log K clamped to
+ * [0, 1] over the K live columns; 0 with fewer than two. A pass takes w =
+ * min(cols, L1_THREADS) columns, thread t column t mod w over the rows
+ * ≡ t / w (mod L1_THREADS / w), so that a warp reads a row's consecutive
+ * columns; each column's partials are then added in row-class order. (A
+ * warp per column, its lanes over the rows, read 32 lines a load: 14 µs a
+ * launch for 256 × 64 floats, H200 2026-11-29.)
  */
-__global__ void __launch_bounds__(THREADS)
-l1_deficit_kernel(const __grid_constant__ fox_cuda_stab st, const float *g)
+#define L1_THREADS 1024
+
+__global__ void
+__launch_bounds__(L1_THREADS)
+    l1_deficit_kernel(const __grid_constant__ fox_cuda_stab st, const float *g)
 {
     pdl_enter();
-    constexpr int NW = THREADS / WARP;
     const float *gl = g + st.l1_off;
     const int rows = st.l1_rows, cols = st.l1_cols;
-    __shared__ double s_col[FOX_CUDA_L1_COLS];
-    const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
-    for (int i = warp; i < cols; i += NW) {
+    __shared__ double s_col[FOX_CUDA_L1_COLS], s_part[L1_THREADS];
+    const int w = cols < L1_THREADS ? cols : L1_THREADS, classes = L1_THREADS / w;
+    const int q = threadIdx.x / w, ci = threadIdx.x % w;
+    for (int c0 = 0; c0 < cols; c0 += w) {
         double s2 = 0.0;
+        if (q < classes && c0 + ci < cols)
 #pragma unroll 8
-        for (int r = lane; r < rows; r += WARP) {
-            double x = gl[(size_t)r * cols + i];
-            if (isfinite(x))
-                s2 += x * x;
+            for (int r = q; r < rows; r += classes) {
+                double x = gl[(size_t)r * cols + c0 + ci];
+                if (isfinite(x))
+                    s2 += x * x;
+            }
+        s_part[threadIdx.x] = s2;
+        __syncthreads();
+        if ((int)threadIdx.x < w && c0 + (int)threadIdx.x < cols) {
+            double t = 0.0;
+            for (int k = 0; k < classes; k++)
+                t += s_part[k * w + threadIdx.x];
+            s_col[c0 + threadIdx.x] = t;
         }
-        for (int o = WARP / 2; o > 0; o >>= 1)
-            s2 += __shfl_xor_sync(FULL_MASK, s2, o);
-        if (lane == 0)
-            s_col[i] = s2;
+        __syncthreads();
     }
-    __syncthreads();
     double tot = 0.0, live = 0.0;
     for (int i = threadIdx.x; i < cols; i += blockDim.x) {
         double s2 = s_col[i];
@@ -796,7 +808,7 @@ l1_deficit_kernel(const __grid_constant__ fox_cuda_stab st, const float *g)
 int
 fox__cuda_l1_deficit(cudaStream_t s, const fox_cuda_stab *st, const float *g)
 {
-    FOX_CUDA_TRY(launch(l1_deficit_kernel, 1, THREADS, 0, s, *st, g));
+    FOX_CUDA_TRY(launch(l1_deficit_kernel, 1, L1_THREADS, 0, s, *st, g));
     return 0;
 }
 
