@@ -752,9 +752,8 @@ post_adam_tail(const fox_cuda_stab &st, fox_cuda_p99_scratch *sc, const unsigned
  */
 #define L1_THREADS 1024
 
-__global__ void
-__launch_bounds__(L1_THREADS)
-    l1_deficit_kernel(const __grid_constant__ fox_cuda_stab st, const float *g)
+__global__ void __launch_bounds__(L1_THREADS)
+l1_deficit_kernel(const __grid_constant__ fox_cuda_stab st, const float *g)
 {
     pdl_enter();
     const float *gl = g + st.l1_off;
