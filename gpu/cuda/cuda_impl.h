@@ -729,7 +729,7 @@ int fox__cuda_adam(cudaStream_t s, size_t n, float *params, const float *g, floa
                    const uint8_t *pgroup, const fox_cuda_adam_slots *sl,
                    const fox_cuda_optim_cfg *oc, const fox_cuda_stab *st);
 /* Also publishes the device ISV to the mapped copy (isv_map), as the step's last ISV write. */
-int fox__cuda_finish(cudaStream_t s, fox_cuda_ctl *ctl, float *isv_dev, float *isv_map);
+int fox__cuda_finish(cudaStream_t s, fox_cuda_ctl *ctl, float *isv_dev, float *isv_map, int hold);
 int fox__cuda_target(cudaStream_t s, size_t n, const float *params, float *target,
                      const fox_cuda_optim_cfg *oc, const fox_cuda_ctl *ctl);
 int fox__cuda_publish(cudaStream_t s, const float *isv_dev, float *isv_host, int n);

@@ -28,12 +28,27 @@
  * instructions are no-ops.
  */
 static __device__ __forceinline__ void
-pdl_enter()
+pdl_wait()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/* Let the next kernel launch now (a kernel that never says so lets it at its completion). */
+static __device__ __forceinline__ void
+pdl_release()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+static __device__ __forceinline__ void
+pdl_enter()
+{
+    pdl_wait();
+    pdl_release();
 }
 
 template <typename... P, typename... A>

@@ -361,12 +361,15 @@ fox__cuda_adam(cudaStream_t s, size_t n, float *params, const float *g, float *m
 
 /*
  * One block: the step's counters (its losses: grad_norm_kernel), then the
- * step's ISV published to the mapped copy (see publish_kernel).
+ * step's ISV published to the mapped copy (see publish_kernel). hold: the
+ * next kernel on the stream launches only at this one's end (fox__cuda_finish).
  */
 __global__ void
-finish_kernel(fox_cuda_ctl *ctl, float *isv, float *isv_map)
+finish_kernel(fox_cuda_ctl *ctl, float *isv, float *isv_map, int hold)
 {
-    pdl_enter();
+    pdl_wait();
+    if (!hold)
+        pdl_release();
     if (threadIdx.x == 0) {
         if (ctl->halt == FOX_HALT_NONE)
             ctl->adam_t++;
@@ -378,9 +381,9 @@ finish_kernel(fox_cuda_ctl *ctl, float *isv, float *isv_map)
 }
 
 int
-fox__cuda_finish(cudaStream_t s, fox_cuda_ctl *ctl, float *isv_dev, float *isv_map)
+fox__cuda_finish(cudaStream_t s, fox_cuda_ctl *ctl, float *isv_dev, float *isv_map, int hold)
 {
-    FOX_CUDA_TRY(launch(finish_kernel, 1, 256, 0, s, ctl, isv_dev, isv_map));
+    FOX_CUDA_TRY(launch(finish_kernel, 1, 256, 0, s, ctl, isv_dev, isv_map, hold));
     return 0;
 }
 
