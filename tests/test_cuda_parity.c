@@ -936,6 +936,79 @@ START_TEST(sp4_producers_vs_cpu)
 }
 END_TEST
 
+/*
+ * TARGET_Q_BOUND as a training loss with adaptive bounds produces it (the
+ * raw IQN targets from the loss kernel's first launch, then their p99):
+ * against stab.c's observation (Pearl A, from the fold-boundary state) of
+ * the CPU net's raw targets, caught at their stability point (slot 46,
+ * before Mech 1 clips them). sp4_producers_vs_cpu feeds the producer a
+ * buffer; this one the targets the device computes. They differ between
+ * the backends by the products' rounding only, which moves a p99
+ * interpolated inside a histogram bin by far less than 1e-3; targets from
+ * another a*, another τ′ or a wrong count would move it by a bin (~0.4 %)
+ * or more.
+ */
+typedef struct tq_catch {
+    float *tq;
+    size_t n;
+} tq_catch;
+
+static void
+catch_tq(void *ctx, int slot, float *buf, size_t n)
+{
+    tq_catch *c = ctx;
+    if (slot == FOX_SENT_TARGET_Q_POST_CLIP) {
+        memcpy(c->tq, buf, n * sizeof *buf);
+        c->n = n;
+    }
+}
+
+START_TEST(target_q_bound_in_loss)
+{
+    host_batch *hb = malloc(sizeof *hb);
+    size_t ntq = (size_t)BATCH * 4 * lay.NT;
+    float *grads = malloc(lay.n_params * sizeof *grads);
+    tq_catch c = {malloc(ntq * sizeof(float)), 0};
+    ck_assert(hb && grads && c.tq);
+    make_batch(hb, 41);
+    /* a* from an FP32 forward, as the CPU's (make_batch keeps its argmax clear of near-ties). */
+    FOX_CK_OK(fox_cuda_debug_set_math(gpu, 0, 0));
+    fox_cpu_net_batch b = batch_view(hb, 0);
+    fox_cpu_net_hparams hp = {powf(cfg.gamma, (float)cfg.n_step),
+                              cfg.iqn_lambda,
+                              cfg.aux_lambda,
+                              0.004f,
+                              FOX_TARGET_MEAN,
+                              1};
+    fox_cpu_net *net = NULL;
+    fox_cpu_net_loss loss;
+    FOX_CK_OK(fox_cpu_net_create(&net, &lay, BATCH));
+    fox_cpu_net_set_hook(net, catch_tq, &c, 0);
+    FOX_CK_OK(fox_cpu_net_loss_grad(net, params, target, &b, &hp, &loss, grads, NULL));
+    ck_assert_uint_eq(c.n, ntq);
+
+    float isv[FOX_ISV_TOTAL_DIM], ref[FOX_ISV_TOTAL_DIM];
+    fox_isv_init(isv);
+    memcpy(ref, isv, sizeof isv);
+    static fox_wiener_state ws[FOX_ISV_TOTAL_DIM];
+    fox_bounds_wiener_init(ws);
+    float p99 = fox_p99_abs(c.tq, ntq);
+    ck_assert(p99 > 0.0f);
+    fox_bounds_observe(ref, ws, FOX_ISV_TARGET_Q_BOUND, p99);
+    FOX_CK_OK(fox_cuda_debug_target_q_bound(gpu, params, target, &b, &hp, isv));
+    double e = rel_scalar(isv[FOX_ISV_TARGET_Q_BOUND], ref[FOX_ISV_TARGET_Q_BOUND]);
+    printf("stab target_q_bound in the loss: gpu %.6g cpu %.6g (p99 of %zu raw targets), rel "
+           "err %.2g\n",
+           (double)isv[FOX_ISV_TARGET_Q_BOUND], (double)ref[FOX_ISV_TARGET_Q_BOUND], ntq, e);
+    ck_assert_msg(e < 1e-3, "TARGET_Q_BOUND gpu %g cpu %g", (double)isv[FOX_ISV_TARGET_Q_BOUND],
+                  (double)ref[FOX_ISV_TARGET_Q_BOUND]);
+    fox_cpu_net_destroy(net);
+    free(c.tq);
+    free(grads);
+    free(hb);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------------------------ */
 /* Engine level: graphs, determinism, ISV, memory, a short fold against the CPU                */
 
@@ -1128,6 +1201,7 @@ main(void)
     tcase_add_test(tc, check_kernel_strided);
     tcase_add_test(tc, h_s2_site_vs_cpu);
     tcase_add_test(tc, sp4_producers_vs_cpu);
+    tcase_add_test(tc, target_q_bound_in_loss);
     suite_add_tcase(s, tc);
     TCase *te = tcase_create("engine");
     tcase_set_timeout(te, 600);

@@ -1258,10 +1258,10 @@ const fox_backend_ops fox_cuda_backend_ops = {
 /* ------------------------------------------------------------------------------------------ */
 /* Debug entry points (cuda_backend.h)                                                        */
 
+/* A host batch, both nets' parameters and the loss's hyperparameters (into *h) onto the device. */
 static int
-debug_loss_grad(cuda_backend *be, const float *params, const float *target,
-                const fox_cpu_net_batch *b, const fox_cpu_net_hparams *hp, fox_cpu_net_loss *loss,
-                float *grads, float *priority, int32_t *a_star)
+debug_batch(cuda_backend *be, const float *params, const float *target, const fox_cpu_net_batch *b,
+            const fox_cpu_net_hparams *hp, fox_cuda_loss_hp *h)
 {
     fox_cuda_net *n = &be->net;
     const fox_cuda_dims *dm = &n->dm;
@@ -1269,7 +1269,6 @@ debug_loss_grad(cuda_backend *be, const float *params, const float *target,
     size_t bytes = be->np * sizeof(float);
     if (B != n->B)
         return FOX_EINVAL;
-    memset(loss, 0, sizeof *loss);
     FOX_CUDA_TRY(cudaDeviceSynchronize());
     FOX_CUDA_TRY(cudaMemcpy(n->params, params, bytes, cudaMemcpyHostToDevice));
     FOX_CUDA_TRY(cudaMemcpy(n->params + be->np, target, bytes, cudaMemcpyHostToDevice));
@@ -1290,9 +1289,23 @@ debug_loss_grad(cuda_backend *be, const float *params, const float *target,
     bt->w = b->w ? be->dbg_w : NULL;
     FOX_CUDA_TRY(cudaMemcpy(be->dbg_scale, &hp->aux_label_scale, fb, cudaMemcpyHostToDevice));
     FOX_CUDA_TRY(cudaDeviceSynchronize());
-    fox_cuda_loss_hp h = {hp->gamma_n, hp->iqn_lambda, hp->aux_lambda, hp->target_mode,
-                          hp->bdq_trunk_scale, be->dbg_scale};
-    FOX_TRY(fox__cuda_pack(n, 0));
+    *h = (fox_cuda_loss_hp){hp->gamma_n,     hp->iqn_lambda,      hp->aux_lambda,
+                            hp->target_mode, hp->bdq_trunk_scale, be->dbg_scale};
+    return fox__cuda_pack(n, 0);
+}
+
+static int
+debug_loss_grad(cuda_backend *be, const float *params, const float *target,
+                const fox_cpu_net_batch *b, const fox_cpu_net_hparams *hp, fox_cpu_net_loss *loss,
+                float *grads, float *priority, int32_t *a_star)
+{
+    fox_cuda_net *n = &be->net;
+    fox_cuda_batch *bt = &n->bt;
+    int B = b->B, D = n->dm.D;
+    size_t fb = sizeof(float), ib = sizeof(int32_t), bytes = be->np * fb;
+    memset(loss, 0, sizeof *loss);
+    fox_cuda_loss_hp h;
+    FOX_TRY(debug_batch(be, params, target, b, hp, &h));
     /* The CPU twin runs without its stability hook: no clamp sites, points or inline checks. */
     n->stab.sites = 0;
     int rv = fox__cuda_loss_grad(n, &h);
@@ -1334,6 +1347,39 @@ fox_cuda_debug_loss_grad(fox_backend *be_, const float *params, const float *tar
     ALIVE(be);
     return fail(be, debug_loss_grad(be, params, target, b, hp, loss, grads, priority, a_star),
                 "debug_loss_grad");
+}
+
+/* One training loss_grad with adaptive bounds on a host batch, Wiener state reset first. */
+static int
+debug_target_q_bound(cuda_backend *be, const float *params, const float *target,
+                     const fox_cpu_net_batch *b, const fox_cpu_net_hparams *hp, float *isv)
+{
+    fox_cuda_net *n = &be->net;
+    size_t isv_bytes = FOX_ISV_TOTAL_DIM * sizeof(float);
+    fox_cuda_loss_hp h;
+    FOX_TRY(debug_batch(be, params, target, b, hp, &h));
+    FOX_TRY(fox__cuda_sp4_reset(n->st[0], be->sp4));
+    FOX_CUDA_TRY(cudaMemcpy(be->isv_dev, isv, isv_bytes, cudaMemcpyHostToDevice));
+    int adaptive = n->stab.adaptive;
+    n->stab.adaptive = 1;
+    int rv = fox__cuda_loss_grad(n, &h);
+    n->stab.adaptive = adaptive;
+    n->bt.w = NULL;
+    FOX_TRY(rv);
+    FOX_CUDA_TRY(cudaDeviceSynchronize());
+    FOX_CUDA_TRY(cudaMemcpy(isv, be->isv_dev, isv_bytes, cudaMemcpyDeviceToHost));
+    return FOX_OK;
+}
+
+int
+fox_cuda_debug_target_q_bound(fox_backend *be_, const float *params, const float *target,
+                              const fox_cpu_net_batch *b, const fox_cpu_net_hparams *hp, float *isv)
+{
+    cuda_backend *be = (cuda_backend *)be_;
+    ALIVE(be);
+    if (!params || !target || !b || !hp || !isv)
+        return FOX_EINVAL;
+    return fail(be, debug_target_q_bound(be, params, target, b, hp, isv), "debug_target_q_bound");
 }
 
 static int

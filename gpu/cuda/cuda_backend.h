@@ -32,6 +32,15 @@ int fox_cuda_debug_loss_grad(fox_backend *be, const float *params, const float *
                              int32_t *a_star);
 
 /*
+ * One training loss_grad as fox_cuda_debug_loss_grad's, with adaptive bounds
+ * and every stability site (the Wiener state reset first): isv in, the
+ * device's ISV after it out (SP4's TARGET_Q_BOUND from the raw IQN targets).
+ */
+int fox_cuda_debug_target_q_bound(fox_backend *be, const float *params, const float *target,
+                                  const fox_cpu_net_batch *b, const fox_cpu_net_hparams *hp,
+                                  float *isv);
+
+/*
  * One optimizer step on the device from host arrays: isfinite guard, global
  * norm, clip (the backend's grad_clip), Adam at step t with the backend's
  * lr/β/ε. params, m and v (n_params) are updated in place; grads is not
