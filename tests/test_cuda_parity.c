@@ -336,14 +336,21 @@ compare(const char *what, const grad_run *g, const grad_run *c, const double *gd
     printf("parity %s: worst gradient rel err vs double %.3g (%s)\n", what, worst, worst_name);
 }
 
+/* The configured loss hyperparameters, target mode `mode`, an aux label scale of 0.004. */
+static fox_cpu_net_hparams
+loss_hparams(int mode)
+{
+    return (fox_cpu_net_hparams){
+        powf(cfg.gamma, (float)cfg.n_step), cfg.iqn_lambda, cfg.aux_lambda, 0.004f, mode, 1};
+}
+
 static void
 run_all(const host_batch *hb, int weighted, int mode, const char *what, int verbose,
         double tol_abs)
 {
     size_t np = lay.n_params;
     fox_cpu_net_batch b = batch_view(hb, weighted);
-    fox_cpu_net_hparams hp = {powf(cfg.gamma, (float)cfg.n_step), cfg.iqn_lambda, cfg.aux_lambda,
-                              0.004f, mode, 1};
+    fox_cpu_net_hparams hp = loss_hparams(mode);
     grad_run g = {{0}, calloc(np, sizeof(float)), calloc(BATCH, sizeof(float))};
     grad_run c = {{0}, calloc(np, sizeof(float)), calloc(BATCH, sizeof(float))};
     double *gd = calloc(np, sizeof *gd), *pd = calloc(np, sizeof *pd), *td = calloc(np, sizeof *td);
@@ -478,8 +485,7 @@ START_TEST(greedy_next_tf32)
     ck_assert(hb && q);
     make_batch(hb, 41);
     fox_cpu_net_batch b = batch_view(hb, 0);
-    fox_cpu_net_hparams hp = {powf(cfg.gamma, (float)cfg.n_step), cfg.iqn_lambda, cfg.aux_lambda,
-                              0.004f, FOX_TARGET_MEAN, 1};
+    fox_cpu_net_hparams hp = loss_hparams(FOX_TARGET_MEAN);
     for (int k = 0; k < 2; k++) {
         r[k].grads = malloc(np * sizeof(float));
         r[k].prio = malloc(BATCH * sizeof(float));
@@ -974,12 +980,7 @@ START_TEST(target_q_bound_in_loss)
     /* a* from an FP32 forward, as the CPU's (make_batch keeps its argmax clear of near-ties). */
     FOX_CK_OK(fox_cuda_debug_set_math(gpu, 0, 0));
     fox_cpu_net_batch b = batch_view(hb, 0);
-    fox_cpu_net_hparams hp = {powf(cfg.gamma, (float)cfg.n_step),
-                              cfg.iqn_lambda,
-                              cfg.aux_lambda,
-                              0.004f,
-                              FOX_TARGET_MEAN,
-                              1};
+    fox_cpu_net_hparams hp = loss_hparams(FOX_TARGET_MEAN);
     fox_cpu_net *net = NULL;
     fox_cpu_net_loss loss;
     FOX_CK_OK(fox_cpu_net_create(&net, &lay, BATCH));

@@ -23,9 +23,10 @@
  * (in a captured graph, a programmatic edge), so its launch and block
  * set-up overlap that kernel's tail. Every kernel's first act is
  * pdl_enter(): wait until the kernel before it has completed with its
- * writes visible, then let the next kernel launch the same way (never more
- * than one kernel ahead). Without the attribute, or before sm_90, both
- * instructions are no-ops.
+ * writes visible (pdl_wait), then let the next kernel launch the same way
+ * (pdl_release; never more than one kernel ahead). A kernel that holds its
+ * successor back until its end calls pdl_wait alone (finish_kernel). Without
+ * the attribute, or before sm_90, both instructions are no-ops.
  */
 static __device__ __forceinline__ void
 pdl_wait()
