@@ -1621,10 +1621,10 @@ debug_sp4(cuda_backend *be, int reset, const float *params, const float *grads, 
          cudaDeviceSynchronize() != cudaSuccess)) /* as debug_stage */
         rv = fox__cuda_fail(__FILE__, __LINE__, "cudaMemcpy", "sp4", 0);
     if (rv == FOX_OK)
-        rv = fox__cuda_p99_observe(s0, &n->stab, dh, nh, FOX_ISV_H_S2_BOUND, FOX_CUDA_P99_H_S2, 0);
+        rv = fox__cuda_p99_observe(s0, &n->stab, dh, nh, FOX_ISV_H_S2_BOUND, FOX_CUDA_P99_H_S2);
     if (rv == FOX_OK)
-        rv = fox__cuda_p99_observe(s0, &n->stab, dtq, ntq, FOX_ISV_TARGET_Q_BOUND, FOX_CUDA_P99_TQ,
-                                   0);
+        rv = fox__cuda_p99_observe(s0, &n->stab, dtq, ntq, FOX_ISV_TARGET_Q_BOUND,
+                                   FOX_CUDA_P99_TQ);
     if (rv == FOX_OK)
         rv = fox__cuda_l1_deficit(s0, &n->stab, n->grads);
     if (rv == FOX_OK)

@@ -618,6 +618,7 @@ typedef struct fox_cuda_loss_args {
     float *proj;                          /* [B × D × NA] projected targets (slot 8) */
     float *tq;                            /* [B × D × NT] IQN targets after Mech 1 (slot 46) */
     fox_cuda_stab st;
+    int tq_only;                          /* SP4: write the raw IQN targets to tq and stop */
 } fox_cuda_loss_args;
 
 /* Per-sample loss parts: c51, iqn, aux_ret, aux_regime, Σ_d |E_p[z]|, |E_p[z]| of branch 0. */
@@ -627,8 +628,8 @@ int fox__cuda_loss(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_loss_
                    const fox_cuda_loss_args *a);
 /*
  * SP4 Mech 1 (site_target_q) before fox__cuda_loss in adaptive mode with sites: the raw IQN
- * targets into a->tq (needs a* from nx_q and the target net's IQN), then TARGET_Q_BOUND from
- * their p99.
+ * targets into a->tq (the loss kernel's tq_only launch: needs a* from nx_q and the target
+ * net's IQN), then TARGET_Q_BOUND from their p99.
  */
 int fox__cuda_loss_targets(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_loss_hp *hp,
                            const fox_cuda_loss_args *a);
@@ -680,11 +681,10 @@ int fox__cuda_pre_step(cudaStream_t s, const fox_cuda_stab *st, int B, const flo
 /*
  * SP4: p99 of |x [n]| by the three passes (max, shared-memory histogram,
  * percentile locate), observed into ISV slot `slot` through Pearls A+D when
- * positive (stab.c's observe); `use` picks the scratch. ranged: pass 1 is
- * done already, by the kernel that wrote x (p99_range, device.cuh).
+ * positive (stab.c's observe); `use` picks the scratch.
  */
 int fox__cuda_p99_observe(cudaStream_t s, const fox_cuda_stab *st, const float *x, size_t n,
-                          int slot, int use, int ranged);
+                          int slot, int use);
 /*
  * SP4, the L1 rate's gradient-only half (fox_entropy_deficit of GRN1 W2's
  * gradient g) into sp4->l1_deficit: one block, launched beside the norm and

@@ -441,32 +441,6 @@ huber_grad(float x)
     return x > 1.0f ? 1.0f : x < -1.0f ? -1.0f : x;
 }
 
-/* Double DQN's a*: argmax over n actions of the online E[Z] on s′ (qn), ties to the lowest. */
-static __device__ __forceinline__ int
-greedy_action(const float *qn, int n)
-{
-    int best = 0;
-    float bq = qn[0];
-    for (int a = 1; a < n; a++)
-        if (qn[a] > bq) {
-            best = a;
-            bq = qn[a];
-        }
-    return best;
-}
-
-/*
- * IQN target θ′ = r + γⁿ(1 − done)·(q_target(τ′_j)[col] + b_q[col]) of sample b at fraction
- * j and flat action col (iqn_targets), with g = γⁿ(1 − done).
- */
-static __device__ __forceinline__ float
-iqn_target(const fox_cuda_dims &dm, const fox_cuda_loss_args &A, float rb, float g, int b, int j,
-           int col)
-{
-    const float *qt = A.iq_q + (size_t)A.B * dm.NT * dm.NAct;
-    return rb + g * (qt[((size_t)b * dm.NT + j) * dm.NAct + col] + A.bq_tg[col]);
-}
-
 #define LOSS_THREADS 128
 
 /*
@@ -493,7 +467,7 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
      * by the last warp's first lane now, while the others wait on their loads,
      * not by one thread at the end with the whole block waiting on it.
      */
-    if (t == LOSS_THREADS - WARP) {
+    if (t == LOSS_THREADS - WARP && !A.tq_only) {
         float lam = hp.aux_lambda, scale = *hp.aux_scale;
         scale = scale > 1e-8f ? scale : 1e-8f;
         const float *orow = A.on_out + (size_t)b * dm.OW;
@@ -522,12 +496,34 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
 
     /* Double DQN: a*_d = argmax_a E_online[Z_d(s′, a)], ties to the lowest a. */
     if (t < D) {
-        int best = greedy_action(A.nx_q + (size_t)b * NAct + dm.boff[t], dm.bsize[t]);
+        const float *qn = A.nx_q + (size_t)b * NAct + dm.boff[t];
+        int best = 0;
+        float bq = qn[0];
+        for (int a = 1; a < dm.bsize[t]; a++)
+            if (qn[a] > bq) {
+                best = a;
+                bq = qn[a];
+            }
         s_astar[t] = best;
         A.a_star[b * D + t] = best;
         s_a[t] = A.a[b * D + t];
     }
     const float g = hp.gamma_n * (1.0f - A.done[b]), rb = A.r[b];
+    /*
+     * SP4's first launch (tq_only): the raw IQN targets into A.tq and out, so
+     * that TARGET_Q_BOUND can observe their p99 over the whole batch before
+     * the second launch clips them.
+     */
+    if (A.tq_only) {
+        __syncthreads();
+        const float *qt0 = A.iq_q + (size_t)B * NT * NAct;
+        for (int k = t; k < D * NT; k += blockDim.x) {
+            int d = k / NT, j = k % NT, col_t = dm.boff[d] + s_astar[d];
+            A.tq[(size_t)b * D * NT + k] =
+                rb + g * (qt0[((size_t)b * NT + j) * NAct + col_t] + A.bq_tg[col_t]);
+        }
+        return;
+    }
     /* The shifted support's bins, shared by every branch (c51_project). */
     for (int j = t; j < NA; j += blockDim.x) {
         float tz = rb + g * (v_min + (float)j * dz);
@@ -598,10 +594,11 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
      * pre-clip values, clamp_finite at 10 × max(Q_ABS_REF, 1) (fixed) or
      * max(TARGET_Q_BOUND, 1) (adaptive: observed by fox__cuda_loss_targets first).
      */
+    const float *qt = A.iq_q + (size_t)B * NT * NAct;
     int bad46 = 0;
     for (int k = t; k < D * NT; k += blockDim.x) {
-        int d = k / NT, j = k % NT;
-        float x = iqn_target(dm, A, rb, g, b, j, dm.boff[d] + s_astar[d]);
+        int d = k / NT, j = k % NT, col_t = dm.boff[d] + s_astar[d];
+        float x = rb + g * (qt[((size_t)b * NT + j) * NAct + col_t] + A.bq_tg[col_t]);
         if (A.st.sites) {
             float bound = A.st.adaptive ? fox_bound_adaptive(A.st.isv[FOX_ISV_TARGET_Q_BOUND])
                                         : fox_bound_target_q_fixed(A.st.isv[FOX_ISV_Q_ABS_REF]);
@@ -731,37 +728,15 @@ fox__cuda_loss(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_loss_hp *
     return 0;
 }
 
-/*
- * SP4: the raw IQN targets (before Mech 1) into A.tq with their p99 pass 1, a thread per
- * (sample, branch, fraction) on a grid of at most 256 blocks, so that the range takes few
- * atomics (a block per sample, as the loss kernel, took 4,096 blocks' at batch 4096).
- */
-__global__ void
-iqn_targets_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
-{
-    pdl_enter();
-    const int per = dm.D * dm.NT;
-    const size_t n = (size_t)A.B * per;
-    p99_range range;
-    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
-         e += (size_t)gridDim.x * blockDim.x) {
-        const int b = (int)(e / per), k = (int)(e % per), d = k / dm.NT, j = k % dm.NT;
-        const int col =
-            dm.boff[d] + greedy_action(A.nx_q + (size_t)b * dm.NAct + dm.boff[d], dm.bsize[d]);
-        const float x = iqn_target(dm, A, A.r[b], hp.gamma_n * (1.0f - A.done[b]), b, j, col);
-        A.tq[e] = x;
-        range.add(x);
-    }
-    range.publish(&A.st.sp4->p99[FOX_CUDA_P99_TQ]);
-}
-
 int
 fox__cuda_loss_targets(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_loss_hp *hp,
                        const fox_cuda_loss_args *a)
 {
-    const size_t n = (size_t)a->B * dm->D * dm->NT;
-    FOX_CUDA_TRY(launch(iqn_targets_kernel, grid_for(n, 256, 256), 256, 0, s, *dm, *hp, *a));
-    return fox__cuda_p99_observe(s, &a->st, a->tq, n, FOX_ISV_TARGET_Q_BOUND, FOX_CUDA_P99_TQ, 1);
+    fox_cuda_loss_args t = *a;
+    t.tq_only = 1;
+    FOX_TRY(fox__cuda_loss(s, dm, hp, &t));
+    return fox__cuda_p99_observe(s, &a->st, a->tq, (size_t)a->B * dm->D * dm->NT,
+                                 FOX_ISV_TARGET_Q_BOUND, FOX_CUDA_P99_TQ);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -889,17 +889,24 @@ p99_grid(size_t n)
     return g < FOX_CUDA_P99_BLOCKS ? g : FOX_CUDA_P99_BLOCKS;
 }
 
-int
-fox__cuda_p99_observe(cudaStream_t s, const fox_cuda_stab *st, const float *x, size_t n, int slot,
-                      int use, int ranged)
+/* Passes 2 and 3 of x [n] after its pass 1 into the scratch of `use`: the p99 into slot. */
+static int
+p99_observe_ranged(cudaStream_t s, const fox_cuda_stab *st, const float *x, size_t n, int slot,
+                   int use)
 {
-    if (!ranged)
-        FOX_CUDA_TRY(launch(p99_pass1_kernel<1, 1, false>, p99_grid(n), THREADS, 0, s,
-                            &st->sp4->p99[use], n, x, nullptr, nullptr, nullptr, nullptr, 0, 0,
-                            nullptr));
     FOX_CUDA_TRY(launch(p99_pass2_kernel<1, 1>, p99_grid(n), THREADS, 0, s, *st, &st->sp4->p99[use],
                         n, x, nullptr, nullptr, nullptr, slot, nullptr));
     return 0;
+}
+
+int
+fox__cuda_p99_observe(cudaStream_t s, const fox_cuda_stab *st, const float *x, size_t n, int slot,
+                      int use)
+{
+    FOX_CUDA_TRY(launch(p99_pass1_kernel<1, 1, false>, p99_grid(n), THREADS, 0, s,
+                        &st->sp4->p99[use], n, x, nullptr, nullptr, nullptr, nullptr, 0, 0,
+                        nullptr));
+    return p99_observe_ranged(s, st, x, n, slot, use);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -923,8 +930,10 @@ fox__cuda_h_s2_site(cudaStream_t s, const fox_cuda_stab *st, float *h, size_t n,
      * SP4: H_S2_BOUND from the pre-clamp values (the site kernel checks them before it clamps);
      * their pass 1 already done where GRN2's tail wrote them (ranged).
      */
-    if (st->adaptive)
-        FOX_TRY(fox__cuda_p99_observe(s, st, h, n, FOX_ISV_H_S2_BOUND, FOX_CUDA_P99_H_S2, ranged));
+    if (st->adaptive && ranged)
+        FOX_TRY(p99_observe_ranged(s, st, h, n, FOX_ISV_H_S2_BOUND, FOX_CUDA_P99_H_S2));
+    else if (st->adaptive)
+        FOX_TRY(fox__cuda_p99_observe(s, st, h, n, FOX_ISV_H_S2_BOUND, FOX_CUDA_P99_H_S2));
     /* Up to 1,024 blocks: an element a thread at batch 256, two at 4096 (a trip to memory each). */
     unsigned int g = grid_for(n, THREADS, FOX_CUDA_SITE_BLOCKS);
     FOX_CUDA_TRY(launch(h_s2_site_kernel, g, THREADS, 0, s, *st, h, n, st->site_part));
