@@ -6,11 +6,15 @@
  * it as the CPU backend does, the fold refuses further steps, and the next
  * fold starts clean. A run without a fault fires nothing.
  *
- * Not the CPU's whole drill table (tests/test_drills.c): the GPU fuses
- * stages the CPU keeps apart, so which downstream slots a fault reaches can
- * differ (the GRN2 gate/glu/ln_in faults land after the fused tail and
- * reach nothing further); each drill here asserts its own slot, the halt
- * and that no flag fires in a clean run.
+ * Every halting slot 0–35, with NaN and with Inf, against the CPU drills'
+ * reach table (drill_reach.h): its own slot fires and nothing beyond what
+ * its value can reach. The GPU may fire less (it fuses stages the CPU keeps
+ * apart: the GRN2 gate/glu/ln_in faults land after the fused tail and reach
+ * nothing further) and, for params, more: the device learns of a halt at
+ * the step it happens and moves no parameter from then on, but the rest of
+ * the run of steps still computes its forwards and backwards on the
+ * poisoned weights, where the CPU stops at once. Then the threshold slots'
+ * huge values and h_s2 with adaptive bounds.
  *
  * Exits 77 (meson: skipped) with the reason when no CUDA device is present,
  * as on CI. Runs without fork: a CUDA context does not survive fork().
@@ -20,6 +24,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "drill_reach.h"
 #include "engine.h"
 #include "log.h"
 #include "sentinel.h"
@@ -69,9 +74,12 @@ START_TEST(clean_run_fires_nothing)
 }
 END_TEST
 
-/* A halting slot: the fault fires it, the fold halts naming it, begin_fold clears it. */
+/*
+ * The fault fires its slot and nothing outside `down` (its reach; ~0: not checked); a
+ * halting slot halts the fold naming it; begin_fold clears it.
+ */
 static void
-drill(const char *name, const char *kind, int adaptive)
+drill(const char *name, const char *kind, int adaptive, uint64_t down)
 {
     fox_config c;
     config(&c, name, kind, adaptive);
@@ -82,6 +90,8 @@ drill(const char *name, const char *kind, int adaptive)
     fired_text(e, txt, sizeof txt);
     ck_assert_msg(fox_engine_flags(e)[slot], "%s %s: slot %d did not fire (fired:%s)", kind, name,
                   slot, txt);
+    ck_assert_msg((fox_sentinel_mask(fox_engine_flags(e)) & ~(down | S(slot))) == 0,
+                  "%s %s: fired beyond its reach:%s", kind, name, txt);
     if (fox_sentinel_is_halt(slot)) {
         ck_assert_msg(rv == FOX_EHALT, "%s %s: no halt (%s)", kind, name, fox_strerror(rv));
         snprintf(want, sizeof want, "%d %s", slot, name);
@@ -104,29 +114,33 @@ drill(const char *name, const char *kind, int adaptive)
     fox_engine_destroy(e);
 }
 
-/*
- * One buffer per kind of site: fused-check entries (the weight bounds among
- * them, which the check reads in params' own chunks), inline checks, the
- * in-kernel Adam flag; h_s2 also with adaptive bounds, where GRN2's tail
- * injects the fault before the p99's first pass rather than before the site.
- */
-START_TEST(faults_fire_their_slot)
+/* Every halting slot, NaN and Inf: its own slot, within its reach, a halt naming it. */
+START_TEST(halt_slots_fire_within_reach)
 {
-    static const struct {
-        const char *name, *kind;
-    } d[] = {
-        {"states", "nan"},           {"next_states", "inf"},       {"h_s1", "nan"},
-        {"h_s2_eta2", "nan"},        {"h_s2", "nan"},              {"target_logits", "inf"},
-        {"iqn_q_target", "nan"},     {"d_iqn_q", "nan"},           {"d_h_s2_post_main", "nan"},
-        {"d_h_s2_post_aux", "inf"},  {"iqn_d_h_s2", "nan"},        {"d_h_s2_post_iqn", "nan"},
-        {"grads", "nan"},            {"params", "nan"},            {"env_obs", "nan"},
-        {"total_loss", "nan"},       {"target_q_post_clip", "huge"}, {"heads_weight_max", "huge"},
-        {"trunk_adam_m_max", "huge"}, {"trunk_weight_max", "huge"}, {"iqn_weight_max", "huge"},
-        {"branch_adam_v_max", "huge"},
-    };
-    for (size_t k = 0; k < sizeof d / sizeof d[0]; k++)
-        drill(d[k].name, d[k].kind, 0);
-    drill("h_s2", "nan", 1);
+    for (size_t k = 0; k < sizeof reaches / sizeof reaches[0]; k++) {
+        int slot = reaches[k].slot;
+        /* Poisoned weights stay (no Adam step moves them) for the rest of the run. */
+        uint64_t down = reaches[k].down | (slot == FOX_SENT_PARAMS ? S(13) | TRUNK_DOWN : 0);
+        drill(fox_sentinel_name(slot), "nan", 0, down);
+        drill(fox_sentinel_name(slot), "inf", 0, down);
+    }
+}
+END_TEST
+
+/*
+ * Threshold slots by a huge finite value: the fused check's (the weight bounds among them,
+ * which it reads in params' own chunks) and the in-kernel Adam flag; h_s2 with adaptive
+ * bounds, where GRN2's tail injects the fault before the p99's first pass rather than
+ * before the site.
+ */
+START_TEST(threshold_faults_and_adaptive_h_s2)
+{
+    static const char *const huge[] = {"target_q_post_clip", "heads_weight_max",
+                                       "trunk_adam_m_max",   "trunk_weight_max",
+                                       "iqn_weight_max",     "branch_adam_v_max"};
+    for (size_t k = 0; k < sizeof huge / sizeof huge[0]; k++)
+        drill(huge[k], "huge", 0, ~0ull);
+    drill("h_s2", "nan", 1, S(49));
 }
 END_TEST
 
@@ -139,7 +153,8 @@ main(void)
     TCase *tc = tcase_create("drills");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, clean_run_fires_nothing);
-    tcase_add_test(tc, faults_fire_their_slot);
+    tcase_add_test(tc, halt_slots_fire_within_reach);
+    tcase_add_test(tc, threshold_faults_and_adaptive_h_s2);
     suite_add_tcase(s, tc);
     return fox_test_run_suite_nofork(s);
 }
