@@ -10,11 +10,12 @@
  * reach table (drill_reach.h): its own slot fires and nothing beyond what
  * its value can reach. The GPU may fire less (it fuses stages the CPU keeps
  * apart: the GRN2 gate/glu/ln_in faults land after the fused tail and reach
- * nothing further) and, for params, more: the device learns of a halt at
+ * nothing further) and, in two places, more: the device learns of a halt at
  * the step it happens and moves no parameter from then on, but the rest of
  * the run of steps still computes its forwards and backwards on the
- * poisoned weights, where the CPU stops at once. Then the threshold slots'
- * huge values and h_s2 with adaptive bounds.
+ * poisoned weights, where the CPU stops at once (params); and its TD errors
+ * and replay priorities are one buffer (bt.prio), which both slots watch.
+ * Then the threshold slots' huge values and h_s2 with adaptive bounds.
  *
  * Exits 77 (meson: skipped) with the reason when no CUDA device is present,
  * as on CI. Runs without fork: a CUDA context does not survive fork().
@@ -119,8 +120,13 @@ START_TEST(halt_slots_fire_within_reach)
 {
     for (size_t k = 0; k < sizeof reaches / sizeof reaches[0]; k++) {
         int slot = reaches[k].slot;
+        uint64_t down = reaches[k].down;
         /* Poisoned weights stay (no Adam step moves them) for the rest of the run. */
-        uint64_t down = reaches[k].down | (slot == FOX_SENT_PARAMS ? S(13) | TRUNK_DOWN : 0);
+        if (slot == FOX_SENT_PARAMS)
+            down |= S(13) | TRUNK_DOWN;
+        /* The device's TD errors are the replay priorities: one buffer, both slots watch it. */
+        if (slot == FOX_SENT_REPLAY_PRIORITIES)
+            down |= S(FOX_SENT_TD_ERRORS);
         drill(fox_sentinel_name(slot), "nan", 0, down);
         drill(fox_sentinel_name(slot), "inf", 0, down);
     }
