@@ -134,6 +134,24 @@ grid_for(size_t n, int threads, size_t cap = 4096)
     return (unsigned int)(g > 0 ? g : 1);
 }
 
+/* Sum of v over the warp by an xor tree: every lane gets it, the same bits on every run. */
+template <typename T>
+static __device__ __forceinline__ T
+warp_sum(T v)
+{
+    for (int o = WARP / 2; o > 0; o >>= 1)
+        v += __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
+}
+
+static __device__ __forceinline__ float
+warp_max(float v)
+{
+    for (int o = WARP / 2; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
+    return v;
+}
+
 /*
  * Sum of v over the block (blockDim a multiple of 32, at most 1024) in a fixed
  * order, so the result is the same bits on every run; every thread gets it.
@@ -143,8 +161,7 @@ block_sum(double v)
 {
     __shared__ double part[32];
     int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP, nw = blockDim.x / WARP;
-    for (int o = WARP / 2; o > 0; o >>= 1)
-        v += __shfl_xor_sync(FULL_MASK, v, o);
+    v = warp_sum(v);
     __syncthreads();
     if (lane == 0)
         part[warp] = v;

@@ -25,23 +25,6 @@
 
 #define PI_F 3.14159265358979323846f
 
-template <typename T>
-static __device__ __forceinline__ T
-warp_sum(T v)
-{
-    for (int o = WARP / 2; o > 0; o >>= 1)
-        v += __shfl_xor_sync(FULL_MASK, v, o);
-    return v;
-}
-
-static __device__ __forceinline__ float
-warp_max(float v)
-{
-    for (int o = WARP / 2; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
-    return v;
-}
-
 /* Branch of flat action act (D ≤ 4 branches, offsets ascending). */
 static __device__ __forceinline__ int
 branch_of(const fox_cuda_dims &dm, int act)

@@ -363,8 +363,7 @@ pre_step_kernel(fox_cuda_stab st, int B, const float *aux, int NA, float v_min, 
 #pragma unroll 4 /* four loads in flight (one block reads the whole batch) */
     for (int b = threadIdx.x; b < B; b += blockDim.x)
         v += fabsf(aux[b]);
-    for (int o = WARP / 2; o > 0; o >>= 1)
-        v += __shfl_xor_sync(FULL_MASK, v, o);
+    v = warp_sum(v);
     __shared__ double part[THREADS / WARP];
     __shared__ float s_lo, s_hi;
     if (threadIdx.x % WARP == 0)
@@ -523,12 +522,8 @@ p99_pass1_kernel(fox_cuda_p99_scratch *sc, size_t n, const float *b0, const floa
                     }
                 }
                 if (G) {
-                    double d = mine && pair ? (double)x[u][0] * gk[u] : 0.0;
-                    double q = mine && pair ? (double)x[u][0] * x[u][0] : 0.0;
-                    for (int o = WARP / 2; o > 0; o >>= 1) {
-                        d += __shfl_xor_sync(FULL_MASK, d, o);
-                        q += __shfl_xor_sync(FULL_MASK, q, o);
-                    }
+                    double d = warp_sum(mine && pair ? (double)x[u][0] * gk[u] : 0.0);
+                    double q = warp_sum(mine && pair ? (double)x[u][0] * x[u][0] : 0.0);
                     if (lane == 0) {
                         s_dot[warp][cc] += d;
                         s_sq[warp][cc] += q;
@@ -540,9 +535,7 @@ p99_pass1_kernel(fox_cuda_p99_scratch *sc, size_t n, const float *b0, const floa
     if (G) {
 #pragma unroll
         for (int q = 0; q < 3; q++) {
-            double v = l1[q];
-            for (int o = WARP / 2; o > 0; o >>= 1)
-                v += __shfl_xor_sync(FULL_MASK, v, o);
+            double v = warp_sum(l1[q]);
             if (lane == 0)
                 s_l1[warp][q] = v;
         }
@@ -684,8 +677,7 @@ post_adam_tail(const fox_cuda_stab &st, fox_cuda_p99_scratch *sc, const unsigned
                 v = __ldcg(k < NG       ? &sc->dot[b][k]
                            : k < 2 * NG ? &sc->sq[b][k - NG]
                                         : &sc->l1[b][k - 2 * NG]);
-            for (int o = WARP / 2; o > 0; o >>= 1)
-                v += __shfl_xor_sync(FULL_MASK, v, o);
+            v = warp_sum(v);
             if (lane == 0)
                 s_part[warp][k] = v;
         }

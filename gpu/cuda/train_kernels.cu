@@ -134,8 +134,7 @@ grad_norm_kernel(size_t n, const float *g, double *partial, fox_cuda_stab st, in
         double v = 0.0;
         for (int k = lane; k < nb; k += WARP)
             v += __ldcg(&partial[(size_t)(1 + warp) * nb + k]);
-        for (int o = WARP / 2; o > 0; o >>= 1)
-            v += __shfl_xor_sync(FULL_MASK, v, o);
+        v = warp_sum(v);
         if (lane == 0)
             tot[warp] = v;
     }
