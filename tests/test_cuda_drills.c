@@ -15,13 +15,15 @@
  * the run of steps still computes its forwards and backwards on the
  * poisoned weights, where the CPU stops at once (params); and its TD errors
  * and replay priorities are one buffer (bt.prio), which both slots watch.
- * Then the threshold slots' huge values and h_s2 with adaptive bounds.
+ * Then the threshold slots' huge values, h_s2 with adaptive bounds, and
+ * halt_grad_collapse on both of its causes.
  *
  * Exits 77 (meson: skipped) with the reason when no CUDA device is present,
  * as on CI. Runs without fork: a CUDA context does not survive fork().
  */
 #include <check.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
@@ -150,6 +152,39 @@ START_TEST(threshold_faults_and_adaptive_h_s2)
 }
 END_TEST
 
+/*
+ * halt_grad_collapse as the device decides it: a non-finite loss with the checks off (no
+ * flag set), and a gradient that vanished for FOX_HALT_COLLAPSE_STEPS train steps, which
+ * the benchmark knob FOX_CUDA_NODW=1 (no weight gradient at all) produces.
+ */
+static void
+collapse(const char *nodw, const char *fault, const char *want)
+{
+    fox_config c;
+    config(&c, fault, fault ? "nan" : NULL, 0);
+    c.sentinel = 0;
+    setenv("FOX_CUDA_NODW", nodw, 1);
+    fox_engine *e = fox_test_engine(&c);
+    unsetenv("FOX_CUDA_NODW");
+    int rv = fox_engine_run_steps(e, 2 * FOX_HALT_COLLAPSE_STEPS, NULL);
+    ck_assert_msg(rv == FOX_EHALT, "%s: no halt (%s)", want, fox_strerror(rv));
+    ck_assert_msg(strstr(fox_engine_errmsg(e), want), "errmsg '%s', want '%s'",
+                  fox_engine_errmsg(e), want);
+    fox_halt_info h;
+    fox_engine_halt_info(e, &h);
+    ck_assert_int_eq(h.reason, FOX_HALT_GRAD_COLLAPSE);
+    ck_assert_int_eq(fox_sentinel_mask(fox_engine_flags(e)), 0);
+    printf("drill collapse: %s\n", fox_engine_errmsg(e));
+    fox_engine_destroy(e);
+}
+
+START_TEST(halt_grad_collapse_on_device)
+{
+    collapse("0", "total_loss", "halt_grad_collapse: non-finite loss");
+    collapse("1", NULL, "halt_grad_collapse: grad norm <=");
+}
+END_TEST
+
 int
 main(void)
 {
@@ -161,6 +196,7 @@ main(void)
     tcase_add_test(tc, clean_run_fires_nothing);
     tcase_add_test(tc, halt_slots_fire_within_reach);
     tcase_add_test(tc, threshold_faults_and_adaptive_h_s2);
+    tcase_add_test(tc, halt_grad_collapse_on_device);
     suite_add_tcase(s, tc);
     return fox_test_run_suite_nofork(s);
 }

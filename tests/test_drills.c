@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "bounds.h"
+#include "cpu/stab.h"
 #include "drill_reach.h"
 #include "engine_impl.h"
 #include "isv.h"
@@ -283,6 +284,34 @@ START_TEST(halt_grad_collapse_on_nonfinite_loss)
 }
 END_TEST
 
+/*
+ * The other half of halt_grad_collapse, on the decision itself: no CPU run can be made to
+ * train with a vanished gradient and a finite loss (test_cuda_drills does it on the device
+ * with its no-weight-gradient knob). Only train steps count; one norm above the floor
+ * starts the count again; the 50th step in a row at or below it halts.
+ */
+START_TEST(halt_grad_collapse_on_vanished_gradient)
+{
+    volatile int flags[FOX_SENTINEL_SLOTS] = {0};
+    fox_cpu_stab st = {.flags = flags};
+    int reason = FOX_HALT_NONE;
+    char msg[160];
+    for (int k = 0; k < FOX_HALT_COLLAPSE_STEPS - 1; k++)
+        ck_assert_int_eq(fox_cpu_stab_halt(&st, 1, 1.0f, 0.0, &reason, msg, sizeof msg), FOX_OK);
+    ck_assert_int_eq(fox_cpu_stab_halt(&st, 0, 1.0f, 0.0, &reason, msg, sizeof msg), FOX_OK);
+    ck_assert_int_eq(
+        fox_cpu_stab_halt(&st, 1, 1.0f, 2 * FOX_HALT_COLLAPSE_NORM, &reason, msg, sizeof msg),
+        FOX_OK);
+    for (int k = 0; k < FOX_HALT_COLLAPSE_STEPS - 1; k++)
+        ck_assert_int_eq(
+            fox_cpu_stab_halt(&st, 1, 1.0f, FOX_HALT_COLLAPSE_NORM, &reason, msg, sizeof msg),
+            FOX_OK);
+    ck_assert_int_eq(fox_cpu_stab_halt(&st, 1, 1.0f, 0.0, &reason, msg, sizeof msg), FOX_EHALT);
+    ck_assert_int_eq(reason, FOX_HALT_GRAD_COLLAPSE);
+    ck_assert_msg(strstr(msg, "halt_grad_collapse: grad norm <="), "msg '%s'", msg);
+}
+END_TEST
+
 START_TEST(sentinel_off_keeps_the_clamps)
 {
     /* NaN in h_s2 with the checks off: no flag, and Mech 10 still keeps it out of the heads. */
@@ -516,6 +545,7 @@ drills_suite(void)
     tcase_add_test(tc, threshold_slots_fire_on_huge);
     tcase_add_test(tc, clamps_hold_after_huge_faults);
     tcase_add_test(tc, halt_grad_collapse_on_nonfinite_loss);
+    tcase_add_test(tc, halt_grad_collapse_on_vanished_gradient);
     tcase_add_test(tc, sentinel_off_keeps_the_clamps);
     tcase_add_test(tc, injection_needs_an_explicit_fault);
     tcase_add_test(tc, producers_and_fold_reset);

@@ -1057,9 +1057,9 @@ halted(cuda_backend *be)
         char slots[400];
         fox_sentinel_halt_text(be->flags_mem, slots, sizeof slots);
         snprintf(be->base.err, sizeof be->base.err, "halt_nan: slots %s", slots);
-    } else if (!isfinite(h->loss)) {
+    } else if (!isfinite(h->halt_loss)) {
         snprintf(be->base.err, sizeof be->base.err, "halt_grad_collapse: non-finite loss (%g)",
-                 (double)h->loss);
+                 (double)h->halt_loss);
     } else {
         snprintf(be->base.err, sizeof be->base.err,
                  "halt_grad_collapse: grad norm <= %g for %d train steps", FOX_HALT_COLLAPSE_NORM,

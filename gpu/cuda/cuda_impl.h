@@ -130,7 +130,7 @@ typedef struct fox_cuda_ctl {
     int fault_done;
     int64_t fault_step; /* train step of the fold it fires at */
     unsigned int done_blocks[3]; /* finished-block counters of the last-block reductions */
-    int pad;
+    float halt_loss; /* the halting step's loss: the later steps of its chunk rewrite loss */
 } fox_cuda_ctl;
 
 typedef struct fox_cuda_fold {

@@ -63,13 +63,11 @@ halts(const fox_cuda_stab &st, int trained)
     }
     if (!trained)
         return;
-    if (!isfinite(c->loss)) {
-        c->halt = FOX_HALT_GRAD_COLLAPSE;
-        return;
-    }
     c->collapse_run = (double)c->grad_norm <= FOX_HALT_COLLAPSE_NORM ? c->collapse_run + 1 : 0;
-    if (c->collapse_run >= FOX_HALT_COLLAPSE_STEPS)
+    if (!isfinite(c->loss) || c->collapse_run >= FOX_HALT_COLLAPSE_STEPS) {
         c->halt = FOX_HALT_GRAD_COLLAPSE;
+        c->halt_loss = c->loss;
+    }
 }
 
 /*
