@@ -43,6 +43,7 @@ typedef struct fox_backend_base {
     volatile float *isv; /* FOX_ISV_TOTAL_DIM, host-readable at any time */
     volatile int *flags; /* FOX_SENTINEL_SLOTS, host-readable at any time */
     int halt_reason;     /* FOX_HALT_* of the last FOX_EHALT (err says why) */
+    int64_t halt_step;   /* the fold's full-step count at that halt's step */
     char err[512];
 } fox_backend_base;
 

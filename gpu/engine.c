@@ -188,14 +188,6 @@ check_not_halted(fox_engine *e, const char *what)
                             what, e->halt.fold, (long long)e->halt.step, e->halt.message);
 }
 
-static int64_t
-backend_step(const fox_engine *e)
-{
-    fox_train_counters c;
-    e->ops->state_io(e->be, 0, NULL, NULL, NULL, NULL, &c);
-    return c.step;
-}
-
 /* The backend stopped a step with FOX_EHALT: keep why, as text and as data. */
 static int
 record_halt(fox_engine *e)
@@ -205,7 +197,7 @@ record_halt(fox_engine *e)
     memset(h, 0, sizeof *h);
     h->reason = b->halt_reason == FOX_HALT_GRAD_COLLAPSE ? FOX_HALT_GRAD_COLLAPSE : FOX_HALT_NAN;
     h->fold = e->fold;
-    h->step = backend_step(e);
+    h->step = b->halt_step;
     for (int i = 0; i < FOX_SENT_HALT_END; i++)
         if (b->flags[i] && fox_sentinel_is_halt(i)) {
             h->slots[h->n_slots] = i;

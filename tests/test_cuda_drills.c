@@ -165,7 +165,6 @@ collapse(const char *nodw, const char *fault, const char *want)
     c.sentinel = 0;
     setenv("FOX_CUDA_NODW", nodw, 1);
     fox_engine *e = fox_test_engine(&c);
-    unsetenv("FOX_CUDA_NODW");
     int rv = fox_engine_run_steps(e, 2 * FOX_HALT_COLLAPSE_STEPS, NULL);
     ck_assert_msg(rv == FOX_EHALT, "%s: no halt (%s)", want, fox_strerror(rv));
     ck_assert_msg(strstr(fox_engine_errmsg(e), want), "errmsg '%s', want '%s'",
@@ -174,9 +173,22 @@ collapse(const char *nodw, const char *fault, const char *want)
     fox_engine_halt_info(e, &h);
     ck_assert_int_eq(h.reason, FOX_HALT_GRAD_COLLAPSE);
     ck_assert_int_eq(fox_sentinel_mask(fox_engine_flags(e)), 0);
-    printf("drill collapse: %s\n", fox_engine_errmsg(e));
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", fox_engine_errmsg(e));
     fox_engine_destroy(e);
+    int64_t at = fox_test_halt_step(&c, 2 * FOX_HALT_COLLAPSE_STEPS);
+    unsetenv("FOX_CUDA_NODW");
+    printf("drill collapse at step %lld: %s\n", (long long)at, msg);
 }
+
+/* A halt_nan is reported at its step, not at the end of the chunk that the device ran on. */
+START_TEST(halt_reported_at_its_step)
+{
+    fox_config c;
+    config(&c, "h_s2", "nan", 0);
+    printf("drill nan h_s2: halted at step %lld\n", (long long)fox_test_halt_step(&c, STEPS));
+}
+END_TEST
 
 START_TEST(halt_grad_collapse_on_device)
 {
@@ -196,6 +208,7 @@ main(void)
     tcase_add_test(tc, clean_run_fires_nothing);
     tcase_add_test(tc, halt_slots_fire_within_reach);
     tcase_add_test(tc, threshold_faults_and_adaptive_h_s2);
+    tcase_add_test(tc, halt_reported_at_its_step);
     tcase_add_test(tc, halt_grad_collapse_on_device);
     suite_add_tcase(s, tc);
     return fox_test_run_suite_nofork(s);

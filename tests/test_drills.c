@@ -281,6 +281,7 @@ START_TEST(halt_grad_collapse_on_nonfinite_loss)
     FOX_CK_ENGINE_OK(e, fox_engine_reset_for_fold(e));
     FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 2, NULL));
     fox_engine_destroy(e);
+    fox_test_halt_step(&c, DRILL_STEPS);
 }
 END_TEST
 

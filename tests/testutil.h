@@ -83,6 +83,34 @@ fox_test_engine(const fox_config *c)
     return e;
 }
 
+/*
+ * The halt of c (a fault that halts within `steps` full steps) is reported at the step it
+ * happened: one run_steps call of `steps` gives the halt_info step that calls of one step
+ * each stop at (a backend that runs a chunk on after a halt must not report the chunk's end).
+ * Returns that step.
+ */
+static inline int64_t
+fox_test_halt_step(const fox_config *c, int steps)
+{
+    fox_engine *e = fox_test_engine(c);
+    ck_assert_int_eq(fox_engine_run_steps(e, steps, NULL), FOX_EHALT);
+    fox_halt_info chunk;
+    fox_engine_halt_info(e, &chunk);
+    fox_engine_destroy(e);
+    e = fox_test_engine(c);
+    int k = 1;
+    while (k <= steps && fox_engine_run_steps(e, 1, NULL) == FOX_OK)
+        k++;
+    fox_halt_info one;
+    fox_engine_halt_info(e, &one);
+    fox_engine_destroy(e);
+    ck_assert_msg(k <= steps && one.reason != FOX_HALT_NONE, "no halt in %d single steps", steps);
+    ck_assert_msg(one.step == k && chunk.step == k,
+                  "halt step: %lld in one chunk, %lld in single steps, which stopped at step %d",
+                  (long long)chunk.step, (long long)one.step, k);
+    return k;
+}
+
 static inline int
 fox_test_run_suite_fork(Suite *s, enum fork_status fork)
 {

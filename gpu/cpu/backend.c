@@ -476,6 +476,7 @@ static int
 end_step(cpu_backend *be, int trained)
 {
     fox_cpu_stab_check(&be->stab);
+    be->base.halt_step = be->ctr.step;
     return fox_cpu_stab_halt(&be->stab, trained, be->last_loss, be->last_norm,
                              &be->base.halt_reason, be->base.err, sizeof be->base.err);
 }

@@ -1053,6 +1053,7 @@ halted(cuda_backend *be)
     if (h->halt == FOX_HALT_NONE)
         return FOX_OK;
     be->base.halt_reason = h->halt;
+    be->base.halt_step = h->halt_step;
     if (h->halt == FOX_HALT_NAN) {
         char slots[400];
         fox_sentinel_halt_text(be->flags_mem, slots, sizeof slots);

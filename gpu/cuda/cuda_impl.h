@@ -129,8 +129,9 @@ typedef struct fox_cuda_ctl {
     float fault_value;
     int fault_done;
     int64_t fault_step; /* train step of the fold it fires at */
+    int64_t halt_step;  /* step at the halt: the rest of its chunk runs on, moving no weight */
     unsigned int done_blocks[3]; /* finished-block counters of the last-block reductions */
-    float halt_loss; /* the halting step's loss: the later steps of its chunk rewrite loss */
+    float halt_loss; /* the halting step's loss, for its message (loss is the chunk's last) */
 } fox_cuda_ctl;
 
 typedef struct fox_cuda_fold {

@@ -57,6 +57,7 @@ halts(const fox_cuda_stab &st, int trained)
     nan = __syncthreads_or(nan);
     if (threadIdx.x != 0 || c->halt != FOX_HALT_NONE)
         return;
+    c->halt_step = c->step;
     if (nan) {
         c->halt = FOX_HALT_NAN;
         return;
