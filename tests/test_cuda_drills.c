@@ -29,6 +29,7 @@
 #include "backend.h"
 #include "drill_reach.h"
 #include "engine.h"
+#include "fold_reset.h"
 #include "log.h"
 #include "sentinel.h"
 #include "testutil.h"
@@ -197,6 +198,23 @@ START_TEST(halt_grad_collapse_on_device)
 }
 END_TEST
 
+/* reset_for_fold on the device in both bounds modes, as test_drills does on the CPU. */
+START_TEST(reset_for_fold_walks_the_state)
+{
+    for (int adaptive = 0; adaptive <= 1; adaptive++) {
+        fox_config c;
+        config(&c, "target_q_post_clip", "huge", adaptive);
+        fox_engine *e = fox_test_engine(&c);
+        FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, STEPS, NULL));
+        fox_test_fold_reset(e, FOX_SENT_TARGET_Q_POST_CLIP);
+        FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, STEPS, NULL));
+        printf("fold reset (%s bounds): Adam, target, counters, flags and ISV as a fresh fold's\n",
+               adaptive ? "adaptive" : "fixed");
+        fox_engine_destroy(e);
+    }
+}
+END_TEST
+
 int
 main(void)
 {
@@ -210,6 +228,7 @@ main(void)
     tcase_add_test(tc, threshold_faults_and_adaptive_h_s2);
     tcase_add_test(tc, halt_reported_at_its_step);
     tcase_add_test(tc, halt_grad_collapse_on_device);
+    tcase_add_test(tc, reset_for_fold_walks_the_state);
     suite_add_tcase(s, tc);
     return fox_test_run_suite_nofork(s);
 }

@@ -25,6 +25,7 @@
 #include "cpu/stab.h"
 #include "drill_reach.h"
 #include "engine_impl.h"
+#include "fold_reset.h"
 #include "isv.h"
 #include "sentinel.h"
 #include "testutil.h"
@@ -396,6 +397,26 @@ START_TEST(producers_and_fold_reset)
 }
 END_TEST
 
+/*
+ * reset_for_fold in both bounds modes, after a run whose huge IQN target set slot 46 (the
+ * clamp holds it; nothing halts): fold_reset.h's state, then the fold trains on.
+ */
+START_TEST(reset_for_fold_walks_the_state)
+{
+    for (int mode = 0; mode <= 1; mode++) {
+        fox_config c;
+        tiny_config(&c);
+        c.bounds_mode = mode ? FOX_BOUNDS_ADAPTIVE : FOX_BOUNDS_FIXED;
+        fox_test_set_fault(&c, "target_q_post_clip", "huge", FAULT_STEP);
+        fox_engine *e = fox_test_engine(&c);
+        FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, DRILL_STEPS, NULL));
+        fox_test_fold_reset(e, FOX_SENT_TARGET_Q_POST_CLIP);
+        FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, DRILL_STEPS, NULL));
+        fox_engine_destroy(e);
+    }
+}
+END_TEST
+
 /* ---- the seeds' Gate criteria on the synthetic default --------------------------------- */
 
 /*
@@ -550,6 +571,7 @@ drills_suite(void)
     tcase_add_test(tc, sentinel_off_keeps_the_clamps);
     tcase_add_test(tc, injection_needs_an_explicit_fault);
     tcase_add_test(tc, producers_and_fold_reset);
+    tcase_add_test(tc, reset_for_fold_walks_the_state);
     suite_add_tcase(s, tc);
     TCase *gate = tcase_create("gate");
     tcase_set_timeout(gate, 600);
