@@ -3,12 +3,14 @@
  * backend's own state, for the CPU drills and the GPU drills alike: every
  * Adam moment zero, the target equal to the online net bit for bit, the
  * fold's counters zero, no flag set, and each ISV slot at its table's reset
- * value or, for a `keep` slot, as it was.
+ * value or, for a `keep` slot, as it was. And after a poisoned fold, a new
+ * fold's ISV is finite in every slot (a `keep` slot carries over).
  */
 #ifndef FOX_TEST_FOLD_RESET_H
 #define FOX_TEST_FOLD_RESET_H
 
 #include <check.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,6 +68,17 @@ fox_test_fold_reset(fox_engine *e, int fired)
         else
             ck_assert_msg(now == v, "%s = %g after the reset, its rule says %g", fox_isv_name(i),
                           (double)now, (double)v);
+    }
+}
+
+/* Every ISV slot of e is finite (what: the drill, for the message). */
+static inline void
+fox_test_isv_finite(const fox_engine *e, const char *what)
+{
+    const volatile float *isv = fox_engine_isv(e);
+    for (int i = 0; i < FOX_ISV_TOTAL_DIM; i++) {
+        float v = isv[i];
+        ck_assert_msg(isfinite(v), "%s: %s = %g in the new fold", what, fox_isv_name(i), (double)v);
     }
 }
 

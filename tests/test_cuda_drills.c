@@ -115,6 +115,7 @@ drill(const char *name, const char *kind, int adaptive, uint64_t down)
     ck_assert_msg(fox_engine_begin_fold(e, 1) == FOX_OK, "%s", fox_engine_errmsg(e));
     fired_text(e, txt, sizeof txt);
     ck_assert_msg(txt[0] == '\0', "%s: flags after begin_fold:%s", name, txt);
+    fox_test_isv_finite(e, name);
     fox_engine_destroy(e);
 }
 

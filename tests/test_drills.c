@@ -101,6 +101,7 @@ drill_one(int slot, uint64_t down, const char *kind)
     ck_assert_ptr_nonnull(strstr(fox_engine_errmsg(e), "halted"));
     FOX_CK_ENGINE_OK(e, fox_engine_begin_fold(e, 1));
     ck_assert_int_eq(fired_mask(e), 0);
+    fox_test_isv_finite(e, name);
     fox_engine_halt_info(e, &h);
     ck_assert_int_eq(h.reason, FOX_HALT_NONE);
     fox_engine_destroy(e);
