@@ -199,6 +199,39 @@ START_TEST(halt_grad_collapse_on_device)
 }
 END_TEST
 
+/*
+ * The daemon's inject and clear commands on a running engine: a fault armed mid-fold
+ * (the graphs captured again) leaves training alone until its train step, fires there and
+ * nowhere else; clear_flags clears a threshold slot's flag, and the fold trains on clean.
+ */
+START_TEST(fault_armed_and_flags_cleared_mid_fold)
+{
+    fox_config c;
+    config(&c, NULL, NULL, 0);
+    fox_engine *e = fox_test_engine(&c);
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, STEPS, NULL));
+    FOX_CK_ENGINE_OK(e, fox_engine_inject_fault(e, "target_q_post_clip", FOX_FAULT_HUGE, 3));
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 3, NULL));
+    ck_assert_uint_eq(fox_sentinel_mask(fox_engine_flags(e)), 0);
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 1, NULL));
+    ck_assert_uint_eq(fox_sentinel_mask(fox_engine_flags(e)), S(FOX_SENT_TARGET_Q_POST_CLIP));
+    FOX_CK_ENGINE_OK(e, fox_engine_clear_flags(e));
+    ck_assert_uint_eq(fox_sentinel_mask(fox_engine_flags(e)), 0);
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, STEPS, NULL));
+    ck_assert_uint_eq(fox_sentinel_mask(fox_engine_flags(e)), 0);
+    /* A halting fault armed the same way halts at its step, naming its slot. */
+    FOX_CK_ENGINE_OK(e, fox_engine_inject_fault(e, "h_s2", FOX_FAULT_NAN, 0));
+    ck_assert_int_eq(fox_engine_run_steps(e, STEPS, NULL), FOX_EHALT);
+    ck_assert_msg(strstr(fox_engine_errmsg(e), "12 h_s2"), "%s", fox_engine_errmsg(e));
+    fox_halt_info h;
+    fox_engine_halt_info(e, &h);
+    ck_assert_int_eq(h.step, 2 * STEPS + 5);
+    printf("drill armed mid-fold: slot 46 at its step, cleared; h_s2 halted at step %lld\n",
+           (long long)h.step);
+    fox_engine_destroy(e);
+}
+END_TEST
+
 /* reset_for_fold on the device in both bounds modes, as test_drills does on the CPU. */
 START_TEST(reset_for_fold_walks_the_state)
 {
@@ -230,6 +263,7 @@ main(void)
     tcase_add_test(tc, halt_reported_at_its_step);
     tcase_add_test(tc, halt_grad_collapse_on_device);
     tcase_add_test(tc, reset_for_fold_walks_the_state);
+    tcase_add_test(tc, fault_armed_and_flags_cleared_mid_fold);
     suite_add_tcase(s, tc);
     return fox_test_run_suite_nofork(s);
 }
