@@ -365,9 +365,8 @@ first_of(const cuda_backend *be, int slot)
  * inline slots (12, 33–35) and reserved ones are no entries. Where the GPU
  * keeps a buffer in another shape the entry says so: v/adv logits and their
  * gradients are column ranges of the packed head outputs (before the output
- * biases, whose own NaN the params slot sees); current_lp watches the
- * online log-probabilities of every action (a superset of the chosen ones);
- * aux_loss and total_loss are the step's scalars in ctl.
+ * biases, whose own NaN the params slot sees); aux_loss and total_loss are
+ * the step's scalars in ctl.
  */
 static int
 build_table(cuda_backend *be)
@@ -385,7 +384,7 @@ build_table(cuda_backend *be)
     FOX_TRY(watch(be, FOX_SENT_NEXT_STATES, n->bt.s2 + (size_t)B * S, B, S, S));
     FOX_TRY(watch(be, FOX_SENT_TARGET_LOGITS, n->tg.logp, B, lpw, lpw));
     FOX_TRY(watch_run(be, FOX_SENT_GRADS, n->grads, be->np));
-    FOX_TRY(watch(be, FOX_SENT_CURRENT_LP, on->logp, B, lpw, lpw));
+    FOX_TRY(watch_run(be, FOX_SENT_CURRENT_LP, on->logp, (size_t)B * dm->D * dm->NA));
     FOX_TRY(watch_run(be, FOX_SENT_PROJECTED, n->proj, (size_t)B * dm->D * dm->NA));
     FOX_TRY(watch(be, FOX_SENT_IQN_Q_ONLINE, n->iq.q, rq, NAct, NAct));
     FOX_TRY(watch(be, FOX_SENT_IQN_Q_TARGET, n->iq.q + (size_t)rq * NAct, rq, NAct, NAct));

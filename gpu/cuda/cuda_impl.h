@@ -200,8 +200,8 @@ typedef struct fox_cuda_fwd {
      * the output layer as one pointer-batched product (fox__cuda_gemm_slots).
      */
     float **slots[2];
-    float *logp;  /* [R × NAct × NA] */
-    float *q;     /* [R × NAct] expected Q */
+    float *logp; /* [R × NAct × NA]; the training forward on s: [R × D × NA], chosen actions */
+    float *q;    /* [R × NAct] expected Q (not by the training forward on s) */
 } fox_cuda_fwd;
 
 typedef struct fox_cuda_iqn {
@@ -583,9 +583,13 @@ int fox__cuda_grn_tail(cudaStream_t s, int rows, int out, float *zgv, const floa
 int fox__cuda_ln_glu_bwd(cudaStream_t s, int rows, int out, const float *dy, const float *xhat,
                          const float *rstd, const float *g, const float *zgv,
                          long long fwd_stride, float *du, float *dyx, float *dzgv);
-/* b2 is the net's packed output biases [7 × OS]. */
+/*
+ * b2 is the net's packed output biases [7 × OS]. chosen NULL: logp [rows × NAct × NA] and q
+ * [rows × NAct] of every action; else logp [rows × D × NA] of the chosen [rows × D] only.
+ */
 int fox__cuda_dueling(cudaStream_t s, int rows, const fox_cuda_dims *dm, const float *out,
-                      const float *b2, const float *z, float *logp, float *q);
+                      const float *b2, const float *z, const int32_t *chosen, float *logp,
+                      float *q);
 int fox__cuda_iqn_cos(cudaStream_t s, int rows, int NC, const float *tau, float *cosf);
 /*
  * Pack both nets' heads from params [2 × np] into pk [2 × PK], and the
@@ -604,7 +608,7 @@ int fox__cuda_head_unpack(cudaStream_t s, const fox_cuda_dims *dm, const fox_cud
 typedef struct fox_cuda_loss_args {
     int B;
     const float *z;
-    const float *on_logp, *on_out;        /* online net on s [B rows] */
+    const float *on_logp, *on_out;        /* online net on s: [B × D × NA] at a, [B × OW] */
     const float *nx_q;                    /* online net on s′ [B × NAct] (expected Q) */
     const float *tg_logp;                 /* [B × NAct × NA] */
     const float *iq_q;                    /* [2 × B·NT × NAct] */

@@ -692,7 +692,9 @@ forward_heads(fox_cuda_net *n, int s, fox_cuda_fwd *f, int target, int aux, int 
         FOX_TRY(point(n, s, FOX_SENT_V_LOGITS, f->out, NULL, 0));
         FOX_TRY(point(n, s, FOX_SENT_ADV_LOGITS, f->out + dm->OS, NULL, 0));
     }
-    FOX_TRY(fox__cuda_dueling(st, R, dm, f->out, pk + dm->pk_b2, n->z, f->logp, f->q));
+    /* The training forward on s: the chosen actions' only (the loss's; slot 7 as the CPU's). */
+    FOX_TRY(fox__cuda_dueling(st, R, dm, f->out, pk + dm->pk_b2, n->z, site ? n->bt.a : NULL,
+                              f->logp, f->q));
     if (pts)
         FOX_TRY(point(n, s, FOX_SENT_CURRENT_LP, f->logp, NULL, 0));
     return 0;

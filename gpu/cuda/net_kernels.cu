@@ -296,14 +296,17 @@ fox__cuda_ln_glu_bwd(cudaStream_t s, int rows, int out, const float *dy, const f
  * V_j + A_a,j − mean_a′ A_a′,j, log_softmax over the atoms and q = Σ_j
  * p_j·z_j (one warp per action reading its branch's whole slot from global
  * memory cost ~36 µs a launch at batch 4096: docs/performance.md, session
- * 6). K > 0 (NA ≤ 32·K): the logits are computed once and kept in registers
- * (row_each over the atoms); K = 0: recomputed in each pass, so any atom
- * count works.
+ * 6). With `chosen` ([rows × D] sub-actions) one warp per branch, for the
+ * row's chosen action only: logp [rows × D × NA], no q (the training
+ * forward on s, whose loss reads nothing else). K > 0 (NA ≤ 32·K): the
+ * logits are computed once and kept in registers (row_each over the
+ * atoms); K = 0: recomputed in each pass, so any atom count works.
  */
 template <int K>
 __global__ void
 dueling_kernel(fox_cuda_dims dm, const float *__restrict__ out, const float *__restrict__ b2,
-               const float *__restrict__ z, float *__restrict__ logp, float *__restrict__ q)
+               const float *__restrict__ z, const int32_t *__restrict__ chosen,
+               float *__restrict__ logp, float *__restrict__ q)
 {
     pdl_enter();
     /* [(1 + D)·OS] outputs + biases, then [D × NA] mean advantages */
@@ -332,8 +335,9 @@ dueling_kernel(fox_cuda_dims dm, const float *__restrict__ out, const float *__r
         mean[k] = m / (float)n;
     }
     __syncthreads();
-    const int act = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    const int d = branch_of(dm, act), a = act - dm.boff[d];
+    const int w = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const int d = chosen ? w : branch_of(dm, w);
+    const int a = chosen ? chosen[row * dm.D + d] : w - dm.boff[d];
     const float *A = sh + (size_t)(1 + d) * dm.OS + (size_t)a * NA, *M = mean + d * NA;
     auto logit = [&](int j) { return sh[j] + A[j] - M[j]; };
     float keep[K > 0 ? K : 1] = {}; /* filled below when K > 0 (the front end cannot tell) */
@@ -352,28 +356,32 @@ dueling_kernel(fox_cuda_dims dm, const float *__restrict__ out, const float *__r
     row_each<K>(lane, NA, [&](int j, int c) { sum += expf(value(j, c) - mx); });
     float lse = mx + logf(warp_sum(sum));
     float e = 0.0f;
-    const size_t wid = row * dm.NAct + act;
+    const size_t wid = chosen ? row * dm.D + d : row * dm.NAct + w;
     float *lp = logp + wid * NA;
     row_each<K>(lane, NA, [&](int j, int c) {
         float v = value(j, c) - lse;
         lp[c] = v;
-        e += expf(v) * z[c];
+        if (q)
+            e += expf(v) * z[c];
     });
-    e = warp_sum(e);
-    if (lane == 0)
-        q[wid] = e;
+    if (q) {
+        e = warp_sum(e);
+        if (lane == 0)
+            q[wid] = e;
+    }
 }
 
 int
 fox__cuda_dueling(cudaStream_t s, int rows, const fox_cuda_dims *dm, const float *out,
-                  const float *b2, const float *z, float *logp, float *q)
+                  const float *b2, const float *z, const int32_t *chosen, float *logp, float *q)
 {
     if (dm->NAct * WARP > 1024)
         return FOX_EINVAL; /* a warp per action in one block */
     size_t shared = ((size_t)(1 + dm->D) * dm->OS + (size_t)dm->D * dm->NA) * sizeof(float);
+    int warps = chosen ? dm->D : dm->NAct;
     FOX_CUDA_TRY(by_row_slots(dm->NA, [&](auto k) {
-        return launch(dueling_kernel<decltype(k)::value>, rows, dm->NAct * WARP, shared, s, *dm,
-                      out, b2, z, logp, q);
+        return launch(dueling_kernel<decltype(k)::value>, rows, warps * WARP, shared, s, *dm, out,
+                      b2, z, chosen, logp, chosen ? nullptr : q);
     }));
     return 0;
 }
@@ -596,7 +604,7 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
     /* C51 cross-entropy of branch `warp` at its chosen action. */
     if (warp < D) {
         int d = warp;
-        const float *lp = A.on_logp + ((size_t)b * NAct + dm.boff[d] + s_a[d]) * NA;
+        const float *lp = A.on_logp + ((size_t)b * D + d) * NA;
         const float *md = m + d * NA;
         float coef = w / (float)(B * D);
         float ce = 0.0f, msum = 0.0f, em = 0.0f, ep = 0.0f;
