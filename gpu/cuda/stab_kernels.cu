@@ -57,16 +57,16 @@ halts(const fox_cuda_stab &st, int trained)
     nan = __syncthreads_or(nan);
     if (threadIdx.x != 0 || c->halt != FOX_HALT_NONE)
         return;
-    c->halt_step = c->step;
-    if (nan) {
-        c->halt = FOX_HALT_NAN;
-        return;
+    int halt = nan ? FOX_HALT_NAN : FOX_HALT_NONE;
+    if (!halt && trained) {
+        c->collapse_run = (double)c->grad_norm <= FOX_HALT_COLLAPSE_NORM ? c->collapse_run + 1 : 0;
+        if (!isfinite(c->loss) || c->collapse_run >= FOX_HALT_COLLAPSE_STEPS)
+            halt = FOX_HALT_GRAD_COLLAPSE;
     }
-    if (!trained)
-        return;
-    c->collapse_run = (double)c->grad_norm <= FOX_HALT_COLLAPSE_NORM ? c->collapse_run + 1 : 0;
-    if (!isfinite(c->loss) || c->collapse_run >= FOX_HALT_COLLAPSE_STEPS) {
-        c->halt = FOX_HALT_GRAD_COLLAPSE;
+    if (halt) {
+        /* The chunk's later steps rewrite step and loss: the message needs this step's. */
+        c->halt = halt;
+        c->halt_step = c->step;
         c->halt_loss = c->loss;
     }
 }
