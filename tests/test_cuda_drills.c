@@ -174,7 +174,7 @@ collapse(const char *nodw, const char *fault, const char *want)
     fox_halt_info h;
     fox_engine_halt_info(e, &h);
     ck_assert_int_eq(h.reason, FOX_HALT_GRAD_COLLAPSE);
-    ck_assert_int_eq(fox_sentinel_mask(fox_engine_flags(e)), 0);
+    ck_assert_uint_eq(fox_sentinel_mask(fox_engine_flags(e)), 0);
     char msg[256];
     snprintf(msg, sizeof msg, "%s", fox_engine_errmsg(e));
     fox_engine_destroy(e);
