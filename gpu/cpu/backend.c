@@ -476,9 +476,11 @@ static int
 end_step(cpu_backend *be, int trained)
 {
     fox_cpu_stab_check(&be->stab);
-    be->base.halt_step = be->ctr.step;
-    return fox_cpu_stab_halt(&be->stab, trained, be->last_loss, be->last_norm,
-                             &be->base.halt_reason, be->base.err, sizeof be->base.err);
+    int rv = fox_cpu_stab_halt(&be->stab, trained, be->last_loss, be->last_norm,
+                               &be->base.halt_reason, be->base.err, sizeof be->base.err);
+    if (rv == FOX_EHALT)
+        be->base.halt_step = be->ctr.step;
+    return rv;
 }
 
 static int
