@@ -30,12 +30,15 @@ fox_test_state(fox_engine *e, size_t np, fox_train_counters *c)
 }
 
 /*
- * e has trained (Adam moved, the target lags, slot `fired` set) when this is called; after
- * fox_engine_reset_for_fold the state is a fresh fold's.
+ * An engine from cfg trains `steps` (Adam moves, the target lags, its fault sets slot `fired`
+ * without a halt); after fox_engine_reset_for_fold the state is a fresh fold's, and the fold
+ * trains on another `steps`.
  */
 static inline void
-fox_test_fold_reset(fox_engine *e, int fired)
+fox_test_fold_reset(const fox_config *cfg, int steps, int fired)
 {
+    fox_engine *e = fox_test_engine(cfg);
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, steps, NULL));
     size_t np = fox_engine_param_count(e);
     fox_train_counters c;
     float *s = fox_test_state(e, np, &c);
@@ -69,6 +72,8 @@ fox_test_fold_reset(fox_engine *e, int fired)
             ck_assert_msg(now == v, "%s = %g after the reset, its rule says %g", fox_isv_name(i),
                           (double)now, (double)v);
     }
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, steps, NULL));
+    fox_engine_destroy(e);
 }
 
 /* Every ISV slot of e is finite (what: the drill, for the message). */

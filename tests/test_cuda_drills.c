@@ -238,13 +238,9 @@ START_TEST(reset_for_fold_walks_the_state)
     for (int adaptive = 0; adaptive <= 1; adaptive++) {
         fox_config c;
         config(&c, "target_q_post_clip", "huge", adaptive);
-        fox_engine *e = fox_test_engine(&c);
-        FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, STEPS, NULL));
-        fox_test_fold_reset(e, FOX_SENT_TARGET_Q_POST_CLIP);
-        FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, STEPS, NULL));
+        fox_test_fold_reset(&c, STEPS, FOX_SENT_TARGET_Q_POST_CLIP);
         printf("fold reset (%s bounds): Adam, target, counters, flags and ISV as a fresh fold's\n",
                adaptive ? "adaptive" : "fixed");
-        fox_engine_destroy(e);
     }
 }
 END_TEST

@@ -409,11 +409,7 @@ START_TEST(reset_for_fold_walks_the_state)
         tiny_config(&c);
         c.bounds_mode = mode ? FOX_BOUNDS_ADAPTIVE : FOX_BOUNDS_FIXED;
         fox_test_set_fault(&c, "target_q_post_clip", "huge", FAULT_STEP);
-        fox_engine *e = fox_test_engine(&c);
-        FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, DRILL_STEPS, NULL));
-        fox_test_fold_reset(e, FOX_SENT_TARGET_Q_POST_CLIP);
-        FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, DRILL_STEPS, NULL));
-        fox_engine_destroy(e);
+        fox_test_fold_reset(&c, DRILL_STEPS, FOX_SENT_TARGET_Q_POST_CLIP);
     }
 }
 END_TEST
