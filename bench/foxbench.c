@@ -19,10 +19,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine.h"
-#include "log.h"
+#include "gpu/engine.h"
+#include "common/log.h"
 #ifdef FOX_HAVE_CUPTI
-#include "trace.h"
+#include "bench/trace.h"
 #endif
 
 static double

@@ -12,8 +12,8 @@
 #include <cuda_runtime.h>
 #include <cupti.h>
 
-#include "error.h"
-#include "trace.h"
+#include "common/error.h"
+#include "bench/trace.h"
 
 typedef struct trace_rec {
     unsigned long long start, end;

@@ -21,7 +21,7 @@
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/tls/tls.h>
 
-#include "conn.h"
+#include "client/conn.h"
 
 extern char **environ;
 

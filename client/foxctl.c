@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "conn.h"
+#include "client/conn.h"
 
 typedef struct opts {
     char url[1024];

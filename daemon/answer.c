@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "answer.h"
-#include "isv.h"
-#include "sentinel.h"
-#include "util.h"
-#include "walk.h"
+#include "daemon/answer.h"
+#include "gpu/isv.h"
+#include "gpu/sentinel.h"
+#include "daemon/util.h"
+#include "daemon/walk.h"
 
 #ifndef FOX_VERSION
 #define FOX_VERSION "0.0.0"

@@ -12,9 +12,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "conf.h"
+#include "daemon/conf.h"
 #include "proto/proto.h"
-#include "trainer.h"
+#include "daemon/trainer.h"
 
 /* Server-side counters shown by status and metrics. */
 typedef struct fox_counters {

@@ -16,9 +16,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "conf.h"
-#include "util.h"
-#include "error.h"
+#include "daemon/conf.h"
+#include "daemon/util.h"
+#include "common/error.h"
 #include "proto/proto.h"
 
 /* The engine key whose text is a list of folds (see set_folds_json). */

@@ -17,7 +17,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "config.h"
+#include "gpu/config.h"
 
 #define FOX_DCONF_MAX_LISTEN 8
 #define FOX_URL_MAX          512

@@ -6,7 +6,7 @@
 #ifndef FOX_DAEMON_FOXD_H
 #define FOX_DAEMON_FOXD_H
 
-#include "conf.h"
+#include "daemon/conf.h"
 
 /* Exit statuses of foxd, documented in --help and docs/operations.md. */
 enum {

@@ -12,9 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "foxd.h"
-#include "error.h"
-#include "log.h"
+#include "daemon/foxd.h"
+#include "common/error.h"
+#include "common/log.h"
 
 #ifndef FOX_VERSION
 #define FOX_VERSION "0.0.0"

@@ -2,7 +2,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "notify.h"
+#include "daemon/notify.h"
 
 #ifdef FOX_HAVE_SYSTEMD
 #include <systemd/sd-daemon.h>

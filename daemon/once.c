@@ -10,9 +10,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "foxd.h"
+#include "daemon/foxd.h"
 #include "proto/proto.h"
-#include "walk.h"
+#include "daemon/walk.h"
 
 static volatile sig_atomic_t interrupted;
 

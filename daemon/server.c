@@ -36,14 +36,14 @@
 #include <nng/supplemental/tls/tls.h>
 #include <uv.h>
 
-#include "answer.h"
-#include "foxd.h"
-#include "fsutil.h"
-#include "hash.h"
-#include "log.h"
-#include "notify.h"
-#include "trainer.h"
-#include "util.h"
+#include "daemon/answer.h"
+#include "daemon/foxd.h"
+#include "common/fsutil.h"
+#include "common/hash.h"
+#include "common/log.h"
+#include "daemon/notify.h"
+#include "daemon/trainer.h"
+#include "daemon/util.h"
 
 #define DEDUP_SLOTS      1024
 #define DEDUP_TTL_MS     (10 * 60 * 1000) /* an id may be reused after this long */

@@ -16,13 +16,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "isv.h"
-#include "log.h"
+#include "gpu/isv.h"
+#include "common/log.h"
 #include "proto/proto.h"
-#include "sentinel.h"
-#include "trainer.h"
-#include "util.h"
-#include "walk.h"
+#include "gpu/sentinel.h"
+#include "daemon/trainer.h"
+#include "daemon/util.h"
+#include "daemon/walk.h"
 
 /* A long phase (engine creation, data load, checkpoint) may take this long before the watchdog
  * stops vouching. */

@@ -25,8 +25,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "conf.h"
-#include "engine.h"
+#include "daemon/conf.h"
+#include "gpu/engine.h"
 
 typedef enum {
     FOX_TSTATE_STARTING = 0,

@@ -8,8 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "error.h"
-#include "util.h"
+#include "common/error.h"
+#include "daemon/util.h"
 
 static int64_t
 clock_ms(clockid_t id)

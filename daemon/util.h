@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "error.h" /* fox_errf */
+#include "common/error.h" /* fox_errf */
 
 /* Milliseconds on the monotonic clock (intervals) and since the epoch (stamps). */
 int64_t fox__mono_ms(void);

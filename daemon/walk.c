@@ -4,9 +4,9 @@
  */
 #include <math.h>
 
-#include "sentinel.h"
-#include "util.h"
-#include "walk.h"
+#include "gpu/sentinel.h"
+#include "daemon/util.h"
+#include "daemon/walk.h"
 
 void
 fox_walk_init(fox_walk *w, int folds_mask, int epochs, int steps_per_epoch)

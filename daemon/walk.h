@@ -14,7 +14,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "engine.h"
+#include "gpu/engine.h"
 
 typedef struct fox_walk_sink {
     void (*fold_begin)(void *arg, int fold);

@@ -13,9 +13,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "data.h"
-#include "engine.h"
-#include "model.h"
+#include "gpu/data.h"
+#include "gpu/engine.h"
+#include "gpu/model.h"
 
 /* What a backend trains on; owned by the engine, valid for the backend's life. */
 typedef struct fox_backend_env {

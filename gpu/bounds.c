@@ -8,13 +8,13 @@
  * the CUDA kernels compile the same code; this file only loops over buffers.
  * Sums are in double: these are references the kernels are checked against.
  */
-#include "bounds.h"
+#include "gpu/bounds.h"
 
 #include <float.h>
 #include <string.h>
 
-#include "error.h"
-#include "isv.h"
+#include "common/error.h"
+#include "gpu/isv.h"
 
 /* Pass 1 over one run: min and max of the finite |x|, and how many there were. */
 static void

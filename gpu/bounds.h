@@ -26,8 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "isv.h"
-#include "rng.h" /* FOX_HD */
+#include "gpu/isv.h"
+#include "gpu/rng.h" /* FOX_HD */
 
 /* ---- structural constants ------------------------------------------------------------- */
 

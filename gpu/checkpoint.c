@@ -19,9 +19,9 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
-#include "engine_impl.h"
-#include "fsutil.h"
-#include "isv.h"
+#include "gpu/engine_impl.h"
+#include "common/fsutil.h"
+#include "gpu/isv.h"
 
 #define CKPT_MAGIC   "FOXCKPT"
 #define CKPT_VERSION 1u

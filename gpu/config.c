@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "error.h"
+#include "gpu/config.h"
+#include "common/error.h"
 
 /* Enum keys name their choices in one string, index = value. */
 static const char *const backend_names[] = {"auto", "cpu", "cuda", NULL};

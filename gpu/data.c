@@ -10,7 +10,7 @@
  * call the matching fini first when reusing one. On failure the struct is
  * left zeroed, so fini on it is always safe.
  */
-#include "data.h"
+#include "gpu/data.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -21,8 +21,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "error.h"
-#include "rng.h"
+#include "common/error.h"
+#include "gpu/rng.h"
 
 /* ---------------------------------------------------------------- helpers */
 

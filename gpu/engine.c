@@ -10,10 +10,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine_impl.h"
-#include "isv.h"
-#include "log.h"
-#include "sentinel.h"
+#include "gpu/engine_impl.h"
+#include "gpu/isv.h"
+#include "common/log.h"
+#include "gpu/sentinel.h"
 
 /* Bump when the checkpoint payload or a table changes meaning. */
 #define FOX_FORMAT_VERSION 1

@@ -24,8 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
-#include "error.h"
+#include "gpu/config.h"
+#include "common/error.h"
 
 typedef struct fox_engine fox_engine;
 

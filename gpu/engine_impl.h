@@ -5,10 +5,10 @@
 #ifndef FOX_ENGINE_IMPL_H
 #define FOX_ENGINE_IMPL_H
 
-#include "backend.h"
-#include "data.h"
-#include "engine.h"
-#include "model.h"
+#include "gpu/backend.h"
+#include "gpu/data.h"
+#include "gpu/engine.h"
+#include "gpu/model.h"
 
 struct fox_engine {
     fox_config cfg; /* resolved copy */

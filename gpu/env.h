@@ -16,7 +16,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "rng.h"
+#include "gpu/rng.h"
 
 /* The four branches: direction, size, order type, urgency. */
 enum { FOX_BR_DIRECTION = 0, FOX_BR_SIZE = 1, FOX_BR_ORDER = 2, FOX_BR_URGENCY = 3 };

@@ -11,8 +11,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "engine_impl.h"
-#include "env.h"
+#include "gpu/engine_impl.h"
+#include "gpu/env.h"
 
 /* mean/std × √P with the sample standard deviation; 0 for a flat series. */
 static double

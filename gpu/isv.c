@@ -5,15 +5,15 @@
  * Everything is generated from FOX_ISV_MAP; this file adds no slot of its own.
  * It does not produce ISV values (the backends do, with bounds.h).
  */
-#include "isv.h"
+#include "gpu/isv.h"
 
 #include <string.h>
 #include <strings.h>
 
-#include "hash.h"
-#include "model.h"
-#include "rng.h"
-#include "sentinel.h"
+#include "common/hash.h"
+#include "gpu/model.h"
+#include "gpu/rng.h"
+#include "gpu/sentinel.h"
 
 /* The SP4 families are sized by the model's groups and branches; keep them in step. */
 _Static_assert((int)FOX_ISV_SP4_GROUPS == (int)FOX_GROUP_COUNT, "one SP4 slot per param group");

@@ -23,7 +23,7 @@
 
 #include <stdint.h>
 
-#include "rng.h" /* FOX_HD: the slot helpers below run in kernels too */
+#include "gpu/rng.h" /* FOX_HD: the slot helpers below run in kernels too */
 
 #define FOX_ISV_TOTAL_DIM 171
 

@@ -10,10 +10,10 @@
 #include <math.h>
 #include <string.h>
 
-#include "error.h"
-#include "hash.h"
-#include "model.h"
-#include "rng.h"
+#include "common/error.h"
+#include "common/hash.h"
+#include "gpu/model.h"
+#include "gpu/rng.h"
 
 /* Widths above this are refused, so every rows × cols product fits an int. */
 #define MAX_WIDTH 65536

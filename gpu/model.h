@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
+#include "gpu/config.h"
 
 #define FOX_PARAM_ALIGN 64
 

@@ -6,16 +6,16 @@
  * "does this buffer fire"; the sticky flag write, the launch and the halts
  * belong to the engine and the trainer.
  */
-#include "sentinel.h"
+#include "gpu/sentinel.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
-#include "bounds.h"
-#include "error.h"
-#include "isv.h"
+#include "gpu/bounds.h"
+#include "common/error.h"
+#include "gpu/isv.h"
 
 static const fox_sentinel_slot_info table[FOX_SENTINEL_SLOTS] = {
 #define X(i, E, n, b, g, k, m, base, mult, pw, site, eng, doc)                                     \

@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model.h"
+#include "gpu/model.h"
 
 #define FOX_SENTINEL_SLOTS 50
 

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "proto.h"
+#include "proto/proto.h"
 
 /* ---------------------------------------------------------------- commands */
 

@@ -30,7 +30,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "error.h"
+#include "common/error.h"
 
 #define FOX_PROTO_VERSION   1
 #define FOX_PROTO_MAX_MSG   (64 * 1024)        /* larger requests are refused unparsed */

@@ -14,10 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_impl.h"
-#include "isv.h"
-#include "sentinel.h"
-#include "testutil.h"
+#include "gpu/engine_impl.h"
+#include "gpu/isv.h"
+#include "gpu/sentinel.h"
+#include "tests/testutil.h"
 
 /* The training state of e: params, target, adam_m, adam_v [np] each, in one block. */
 static inline float *

@@ -26,13 +26,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "drill_reach.h"
-#include "engine.h"
-#include "fold_reset.h"
-#include "log.h"
-#include "sentinel.h"
-#include "testutil.h"
+#include "gpu/backend.h"
+#include "tests/drill_reach.h"
+#include "gpu/engine.h"
+#include "tests/fold_reset.h"
+#include "common/log.h"
+#include "gpu/sentinel.h"
+#include "tests/testutil.h"
 
 #define FAULT_STEP 3
 #define STEPS 40

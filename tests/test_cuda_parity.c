@@ -20,17 +20,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "bounds.h"
-#include "cpu/net.h"
-#include "cpu/optim.h"
-#include "cuda/cuda_backend.h"
-#include "engine.h"
-#include "isv.h"
-#include "log.h"
-#include "rng.h"
-#include "sentinel.h"
-#include "testutil.h"
+#include "gpu/backend.h"
+#include "gpu/bounds.h"
+#include "gpu/cpu/net.h"
+#include "gpu/cpu/optim.h"
+#include "gpu/cuda/cuda_backend.h"
+#include "gpu/engine.h"
+#include "gpu/isv.h"
+#include "common/log.h"
+#include "gpu/rng.h"
+#include "gpu/sentinel.h"
+#include "tests/testutil.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Fixture: the default network on the synthetic series, one CUDA backend, the CPU nets        */

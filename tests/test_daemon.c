@@ -13,13 +13,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "answer.h"
-#include "conf.h"
-#include "isv.h"
+#include "daemon/answer.h"
+#include "daemon/conf.h"
+#include "gpu/isv.h"
 #include "proto/proto.h"
-#include "trainer.h"
-#include "walk.h"
-#include "testutil.h"
+#include "daemon/trainer.h"
+#include "daemon/walk.h"
+#include "tests/testutil.h"
 
 static char err[1024];
 static char tmpdir[256];

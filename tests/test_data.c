@@ -15,9 +15,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "data.h"
-#include "error.h"
-#include "testutil.h"
+#include "gpu/data.h"
+#include "common/error.h"
+#include "tests/testutil.h"
 
 static char tmpdir[200];
 

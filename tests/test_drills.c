@@ -21,14 +21,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bounds.h"
-#include "cpu/stab.h"
-#include "drill_reach.h"
-#include "engine_impl.h"
-#include "fold_reset.h"
-#include "isv.h"
-#include "sentinel.h"
-#include "testutil.h"
+#include "gpu/bounds.h"
+#include "gpu/cpu/stab.h"
+#include "tests/drill_reach.h"
+#include "gpu/engine_impl.h"
+#include "tests/fold_reset.h"
+#include "gpu/isv.h"
+#include "gpu/sentinel.h"
+#include "tests/testutil.h"
 
 /* The brief's tiny network: learning_starts 64 with 8 envs trains from the 9th step on. */
 static const char *const tiny_pairs[] = {"model.h1=16",          "model.h2=12",

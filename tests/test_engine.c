@@ -11,9 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine_impl.h"
-#include "env.h"
-#include "testutil.h"
+#include "gpu/engine_impl.h"
+#include "gpu/env.h"
+#include "tests/testutil.h"
 
 /* A network small enough for a 2-core CI machine. */
 static void

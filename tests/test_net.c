@@ -16,15 +16,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "cpu/net.h"
-#include "cpu/optim.h"
-#include "cpu/replay.h"
-#include "error.h"
-#include "model.h"
-#include "rng.h"
-#include "sentinel.h"
-#include "testutil.h"
+#include "gpu/config.h"
+#include "gpu/cpu/net.h"
+#include "gpu/cpu/optim.h"
+#include "gpu/cpu/replay.h"
+#include "common/error.h"
+#include "gpu/model.h"
+#include "gpu/rng.h"
+#include "gpu/sentinel.h"
+#include "tests/testutil.h"
 
 /*
  * Finite differences: central, step 1e-6. In double the truncation error is

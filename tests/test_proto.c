@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "proto/proto.h"
-#include "testutil.h"
+#include "tests/testutil.h"
 
 #define ck_assert_fox_code(expr, code)                                                             \
     do {                                                                                           \

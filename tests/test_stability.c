@@ -17,13 +17,13 @@
 #include <string.h>
 #include <strings.h>
 
-#include "bounds.h"
-#include "error.h"
-#include "isv.h"
-#include "model.h"
-#include "rng.h"
-#include "sentinel.h"
-#include "testutil.h"
+#include "gpu/bounds.h"
+#include "common/error.h"
+#include "gpu/isv.h"
+#include "gpu/model.h"
+#include "gpu/rng.h"
+#include "gpu/sentinel.h"
+#include "tests/testutil.h"
 
 /* ---- helpers ----------------------------------------------------------------------------- */
 

@@ -11,10 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "engine.h"
-#include "error.h"
+#include "gpu/engine.h"
+#include "common/error.h"
 #ifdef FOX_HAVE_CUDA
-#include "backend.h"
+#include "gpu/backend.h"
 #endif
 
 /* meson's exit status for a skipped test. */

@@ -13,16 +13,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../backend.h"
-#include "../env.h"
-#include "../error.h"
-#include "../isv.h"
-#include "../log.h"
-#include "../sentinel.h"
-#include "net.h"
-#include "optim.h"
-#include "replay.h"
-#include "stab.h"
+#include "gpu/backend.h"
+#include "gpu/env.h"
+#include "common/error.h"
+#include "gpu/isv.h"
+#include "common/log.h"
+#include "gpu/sentinel.h"
+#include "gpu/cpu/net.h"
+#include "gpu/cpu/optim.h"
+#include "gpu/cpu/replay.h"
+#include "gpu/cpu/stab.h"
 
 #ifdef FOX_HAVE_OPENBLAS_THREADS
 void openblas_set_num_threads(int);

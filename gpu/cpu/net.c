@@ -43,9 +43,9 @@
 
 #include <cblas.h>
 
-#include "../error.h"
-#include "../sentinel.h"
-#include "net.h"
+#include "common/error.h"
+#include "gpu/sentinel.h"
+#include "gpu/cpu/net.h"
 
 /*
  * net.h declares both variants; pick this compilation's after including it

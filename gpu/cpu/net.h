@@ -29,13 +29,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../model.h"
+#include "gpu/model.h"
 
 /* float: the training backend */
 #define FOX_REAL float
 #define FOX_NET(name) fox_cpu_net_##name
 #define FOX_NET_T fox_cpu_net
-#include "net_decl.h"
+#include "gpu/cpu/net_decl.h"
 #undef FOX_REAL
 #undef FOX_NET
 #undef FOX_NET_T
@@ -44,7 +44,7 @@
 #define FOX_REAL double
 #define FOX_NET(name) fox_cpud_net_##name
 #define FOX_NET_T fox_cpud_net
-#include "net_decl.h"
+#include "gpu/cpu/net_decl.h"
 #undef FOX_REAL
 #undef FOX_NET
 #undef FOX_NET_T

@@ -11,8 +11,8 @@
 #include <emmintrin.h>
 #endif
 
-#include "../bounds.h"
-#include "optim.h"
+#include "gpu/bounds.h"
+#include "gpu/cpu/optim.h"
 
 void
 fox_cpu_grad_sanitize(float *grads, size_t n, size_t *nonfinite)

@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../error.h"
-#include "replay.h"
+#include "common/error.h"
+#include "gpu/cpu/replay.h"
 
 int
 fox_replay_init(fox_replay *rb, int capacity, int prioritized, float alpha)

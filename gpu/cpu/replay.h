@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 
-#include "../rng.h"
+#include "gpu/rng.h"
 
 typedef struct fox_transition {
     int32_t bar, bar_next; /* decision bar t and bar t+k of the bootstrap state */

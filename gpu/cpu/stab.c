@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../engine.h"
-#include "../error.h"
-#include "stab.h"
+#include "gpu/engine.h"
+#include "common/error.h"
+#include "gpu/cpu/stab.h"
 
 /* ---- setup and the fused-check table ------------------------------------------------ */
 

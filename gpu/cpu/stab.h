@@ -25,13 +25,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../bounds.h"
-#include "../config.h"
-#include "../isv.h"
-#include "../model.h"
-#include "../sentinel.h"
-#include "net.h"
-#include "optim.h"
+#include "gpu/bounds.h"
+#include "gpu/config.h"
+#include "gpu/isv.h"
+#include "gpu/model.h"
+#include "gpu/sentinel.h"
+#include "gpu/cpu/net.h"
+#include "gpu/cpu/optim.h"
 
 /* One entry of the fused-check table: a run of floats a slot watches. */
 typedef struct fox_cpu_check {

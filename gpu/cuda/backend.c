@@ -28,13 +28,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../backend.h"
-#include "../error.h"
-#include "../isv.h"
-#include "../log.h"
-#include "../sentinel.h"
-#include "cuda_backend.h"
-#include "cuda_impl.h"
+#include "gpu/backend.h"
+#include "common/error.h"
+#include "gpu/isv.h"
+#include "common/log.h"
+#include "gpu/sentinel.h"
+#include "gpu/cuda/cuda_backend.h"
+#include "gpu/cuda/cuda_impl.h"
 
 #ifndef FOX_CUDA_ARCH
 #define FOX_CUDA_ARCH 90

@@ -16,8 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../backend.h"
-#include "../cpu/net.h"
+#include "gpu/backend.h"
+#include "gpu/cpu/net.h"
 
 /*
  * The device twin of fox_cpu_net_loss_grad: load params and target

@@ -18,16 +18,16 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include "../env.h"
+#include "gpu/env.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#include "../bounds.h"
-#include "../config.h"
-#include "../error.h"
-#include "../model.h"
+#include "gpu/bounds.h"
+#include "gpu/config.h"
+#include "common/error.h"
+#include "gpu/model.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Errors: log the call, the code and its string, remember the text, return FOX_ECUDA.        */

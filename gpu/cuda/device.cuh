@@ -9,10 +9,10 @@
 
 #include <utility>
 
-#include "../bounds.h"
-#include "../isv.h"
-#include "../sentinel.h"
-#include "cuda_impl.h"
+#include "gpu/bounds.h"
+#include "gpu/isv.h"
+#include "gpu/sentinel.h"
+#include "gpu/cuda/cuda_impl.h"
 
 #define WARP 32
 #define FULL_MASK 0xffffffffu

@@ -18,7 +18,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "device.cuh"
+#include "gpu/cuda/device.cuh"
 
 
 static __device__ __forceinline__ float

@@ -20,7 +20,7 @@
  * TF32 explicitly). No call here synchronizes or allocates. The parity test
  * covers each transpose through the gradients of every tensor.
  */
-#include "cuda_impl.h"
+#include "gpu/cuda/cuda_impl.h"
 
 static const float one = 1.0f;
 

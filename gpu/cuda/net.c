@@ -45,9 +45,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../log.h"
-#include "../sentinel.h"
-#include "cuda_impl.h"
+#include "common/log.h"
+#include "gpu/sentinel.h"
+#include "gpu/cuda/cuda_impl.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Setup                                                                                      */

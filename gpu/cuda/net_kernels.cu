@@ -17,11 +17,11 @@
 
 #include <type_traits>
 
-#include "../bounds.h"
-#include "../isv.h"
-#include "../sentinel.h"
-#include "cuda_impl.h"
-#include "device.cuh"
+#include "gpu/bounds.h"
+#include "gpu/isv.h"
+#include "gpu/sentinel.h"
+#include "gpu/cuda/cuda_impl.h"
+#include "gpu/cuda/device.cuh"
 
 #define PI_F 3.14159265358979323846f
 

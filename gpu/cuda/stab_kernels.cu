@@ -29,12 +29,12 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../bounds.h"
-#include "../engine.h"
-#include "../isv.h"
-#include "../sentinel.h"
-#include "cuda_impl.h"
-#include "device.cuh"
+#include "gpu/bounds.h"
+#include "gpu/engine.h"
+#include "gpu/isv.h"
+#include "gpu/sentinel.h"
+#include "gpu/cuda/cuda_impl.h"
+#include "gpu/cuda/device.cuh"
 
 #define THREADS 256
 

@@ -7,8 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "error.h"
-#include "fsutil.h"
+#include "common/error.h"
+#include "common/fsutil.h"
 
 int
 fox_write_atomic(const char *path, const void *data, size_t len, unsigned mode, int durable,

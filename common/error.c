@@ -2,7 +2,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "error.h"
+#include "common/error.h"
 
 static const char *const err_text[FOX_ERR_COUNT] = {[FOX_OK] = "success",
 #define X(n, s) [FOX_##n] = s,

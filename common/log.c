@@ -2,7 +2,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "log.h"
+#include "common/log.h"
 
 int fox_log_level = FOX_LOG_INFO;
 
