@@ -8,6 +8,12 @@
  * anchored walk-forward: the series splits into K+1 blocks; fold k trains on
  * blocks 0..k and evaluates on block k+1 (first half validation, second half
  * test). Plain data, no threads, no backend.
+ *
+ * Functions that fill a struct overwrite it without freeing what it held:
+ * call the matching fini first when reusing one. On failure the struct is
+ * left zeroed, so fini on it is always safe. The files behind this door
+ * live in gpu/data/: series.c (allocation, fini), synth.c (the generator),
+ * csv.c (the loader), features.c and folds.c.
  */
 #ifndef FOX_DATA_H
 #define FOX_DATA_H

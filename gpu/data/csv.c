@@ -1,17 +1,12 @@
 /*
- * data.c — bar series (seeded synthetic generator, CSV loader), causal
- * features with train-range normalization, and anchored walk-forward folds.
+ * csv.c — the CSV loader: a header naming the columns, strict numbers and
+ * times, every bad row refused with "path:line: reason", then the inferred
+ * bars per year and the causal regime proxy that buckets evaluation
+ * reports.
  *
- * What it does not do: no environment stepping, no fills or costs, no
- * threads, no device memory. Every array here is host memory owned by the
- * struct it hangs from; the engine copies what it needs to the device.
- *
- * Functions that fill a struct overwrite it without freeing what it held:
- * call the matching fini first when reusing one. On failure the struct is
- * left zeroed, so fini on it is always safe.
+ * What it does not do: fill gaps, resample or guess a column the header
+ * does not name. A refused file leaves the series zeroed.
  */
-#include "gpu/data.h"
-
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -22,9 +17,8 @@
 #include <strings.h>
 
 #include "common/error.h"
-#include "gpu/rng.h"
-
-/* ---------------------------------------------------------------- helpers */
+#include "gpu/data.h"
+#include "gpu/data/data_impl.h"
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -39,171 +33,6 @@ set_err(char *err, size_t errlen, const char *fmt, ...)
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
 }
-
-void
-fox_series_fini(fox_series *s)
-{
-    if (!s)
-        return;
-    free(s->time);
-    free(s->open);
-    free(s->high);
-    free(s->low);
-    free(s->close);
-    free(s->volume);
-    free(s->regime);
-    memset(s, 0, sizeof(*s));
-}
-
-/* ------------------------------------------------------ synthetic series */
-
-/*
- * The four regimes. Returns follow r_t = μ + d_t with d_t = φ·d_{t−1} + σ·ε_t
- * and ε_t a unit-variance Student-t(4): the deviation state d carries across
- * a switch, so a regime's φ acts on the previous bar's move whatever its
- * regime was. Trend is the only regime with drift; its |μ| is a fraction of
- * the base σ and its sign is drawn at entry.
- *
- * What a learner can exploit, causally: trend shows as a run in cumulative
- * returns and z-scores (follow it); mean-reversion as a base-volatility
- * stretch with no run (fade the last bar); high-vol and quiet are told apart
- * by the rolling volatilities. Mean dwell 150–300 bars keeps a regime long
- * enough to be recognised from a 32–64-bar window and exploited afterwards.
- */
-enum { REG_TREND = 0, REG_MEANREV = 1, REG_HIGHVOL = 2, REG_QUIET = 3, N_REGIMES = 4 };
-
-static const struct regime_param {
-    double dwell;  /* mean bars spent in the regime (geometric) */
-    double phi;    /* AR(1) coefficient of the return deviation */
-    double sigma;  /* innovation scale, × SYN_SIGMA */
-    double drift;  /* |μ| per bar, × SYN_SIGMA; sign drawn at entry */
-    double volume; /* volume level, × SYN_VOLUME */
-} syn_regime[N_REGIMES] = {
-    [REG_TREND] = {300.0, +0.25, 1.0, 0.20, 1.0},
-    [REG_MEANREV] = {300.0, -0.25, 1.0, 0.0, 1.0},
-    [REG_HIGHVOL] = {150.0, +0.05, 2.5, 0.0, 2.5},
-    [REG_QUIET] = {250.0, +0.10, 0.4, 0.0, 0.6},
-};
-
-#define SYN_SIGMA       0.008 /* base σ per hourly bar */
-#define SYN_NU          4.0   /* Student-t degrees of freedom */
-#define SYN_TAIL_CLIP   8.0   /* innovations clipped to ±8 unit-variance σ */
-#define SYN_PRICE0      100.0
-#define SYN_VOLUME      10000.0
-#define SYN_T0          1.7e9
-#define SYN_BAR_SECONDS 3600.0
-
-/* Student-t(ν = 4) scaled to unit variance: z / sqrt(χ²₄/4) · sqrt((ν−2)/ν). */
-static double
-syn_student_t4(fox_rng *r)
-{
-    double z = fox_rng_normal(r);
-    double chi2 = 0.0;
-    for (int i = 0; i < 4; i++) {
-        double g = fox_rng_normal(r);
-        chi2 += g * g;
-    }
-    if (chi2 < 1e-12)
-        chi2 = 1e-12;
-    double t = z / sqrt(chi2 / SYN_NU) * sqrt((SYN_NU - 2.0) / SYN_NU);
-    /*
-     * Clip at ±SYN_TAIL_CLIP σ: the fourth moment of t(4) is infinite, and one
-     * 30σ bar would dominate a fold's Sharpe and the replay's TD errors.
-     * The clip is far out in the tail (kurtosis stays well above 3).
-     */
-    return fmax(-SYN_TAIL_CLIP, fmin(SYN_TAIL_CLIP, t));
-}
-
-static int
-series_alloc(fox_series *s, int n, int with_time, int with_ohl, int with_volume)
-{
-    size_t nz = (size_t)n;
-    s->n = n;
-    s->close = malloc(nz * sizeof(float));
-    s->regime = malloc(nz * sizeof(int8_t));
-    if (with_time)
-        s->time = malloc(nz * sizeof(double));
-    if (with_ohl) {
-        s->open = malloc(nz * sizeof(float));
-        s->high = malloc(nz * sizeof(float));
-        s->low = malloc(nz * sizeof(float));
-    }
-    if (with_volume)
-        s->volume = malloc(nz * sizeof(float));
-    if (!s->close || !s->regime || (with_time && !s->time) ||
-        (with_ohl && (!s->open || !s->high || !s->low)) || (with_volume && !s->volume)) {
-        fox_series_fini(s);
-        return FOX_ENOMEM;
-    }
-    return FOX_OK;
-}
-
-int
-fox_series_synthetic(fox_series *s, int n, uint64_t seed)
-{
-    if (!s)
-        return FOX_EINVAL;
-    memset(s, 0, sizeof(*s));
-    if (n < 1000)
-        return FOX_EINVAL;
-    int rc = series_alloc(s, n, 1, 1, 1);
-    if (rc != FOX_OK)
-        return rc;
-
-    fox_rng rng;
-    fox_rng_seed(&rng, seed);
-
-    int reg = (int)fox_rng_below(&rng, N_REGIMES);
-    double mu = 0.0;  /* current drift per bar */
-    double dev = 0.0; /* d_{t−1}: last return minus its drift */
-    double logp = log(SYN_PRICE0);
-    double prev_close = SYN_PRICE0;
-    int entering = 1;
-
-    for (int i = 0; i < n; i++) {
-        /* Markov switch: leave with probability 1/dwell, to one of the other three. */
-        if (i > 0 && fox_rng_uniform(&rng) < 1.0 / syn_regime[reg].dwell) {
-            reg = (reg + 1 + (int)fox_rng_below(&rng, N_REGIMES - 1)) % N_REGIMES;
-            entering = 1;
-        }
-        const struct regime_param *p = &syn_regime[reg];
-        if (entering) {
-            /*
-             * The trend's sign leans against the distance travelled from
-             * the start, so that the drifts cancel over the series and
-             * buy-and-hold stays a weak baseline; it is still a coin flip
-             * near the start price, so no single trend is foreseeable.
-             */
-            double p_up = 0.5 - 0.35 * tanh((logp - log(SYN_PRICE0)) / 0.5);
-            mu = p->drift > 0.0 ? (fox_rng_uniform(&rng) < p_up ? 1.0 : -1.0) * p->drift * SYN_SIGMA
-                                : 0.0;
-            entering = 0;
-        }
-        double sigma = p->sigma * SYN_SIGMA;
-        dev = p->phi * dev + sigma * syn_student_t4(&rng);
-        double r = i > 0 ? mu + dev : 0.0;
-        logp += r;
-        double close = exp(logp);
-        double open = i > 0 ? prev_close * exp(sigma / 10.0 * fox_rng_normal(&rng)) : close;
-        double hi = fmax(open, close) * exp(0.5 * sigma * fabs(fox_rng_normal(&rng)));
-        double lo = fmin(open, close) * exp(-0.5 * sigma * fabs(fox_rng_normal(&rng)));
-
-        s->time[i] = SYN_T0 + SYN_BAR_SECONDS * (double)i;
-        s->open[i] = (float)open;
-        s->close[i] = (float)close;
-        /* Rounding to float is monotone, but clamp anyway so the invariant holds bit for bit. */
-        s->high[i] = fmaxf((float)hi, fmaxf(s->open[i], s->close[i]));
-        s->low[i] = fminf((float)lo, fminf(s->open[i], s->close[i]));
-        s->volume[i] = (float)(SYN_VOLUME * p->volume * exp(0.35 * fox_rng_normal(&rng)));
-        s->regime[i] = (int8_t)reg;
-        prev_close = close;
-    }
-    s->bars_per_year = 8760.0;
-    snprintf(s->source, sizeof(s->source), "synthetic(seed=%llu)", (unsigned long long)seed);
-    return FOX_OK;
-}
-
-/* ------------------------------------------------------------ CSV loader */
 
 enum { COL_TIME, COL_OPEN, COL_HIGH, COL_LOW, COL_CLOSE, COL_VOLUME, N_COLS };
 
@@ -347,14 +176,6 @@ cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* 0 = Sunday … 6 = Saturday, UTC; 1970-01-01 was a Thursday. */
-static int
-weekday_utc(double t)
-{
-    long day = (long)floor(t / 86400.0);
-    return (int)(((day + 4) % 7 + 7) % 7);
-}
-
 /*
  * Bars per year from the median spacing. Daily or coarser (≥ 20 h): 252
  * trading days. Intraday on weekdays only with overnight gaps (≥ 8 h): a
@@ -390,46 +211,6 @@ infer_bars_per_year(const double *t, int n)
     if (weekdays_only && overnight)
         return 252.0 * (6.5 * 3600.0 / med);
     return 365.0 * 24.0 * 3600.0 / med;
-}
-
-/*
- * Trailing-window sums updated in O(1) per bar, in double. The window holds
- * the last w values pushed; before w pushes it holds all of them. Each sum
- * at bar t depends only on values pushed up to t, in a fixed order, so the
- * features of bar t are bit-identical whatever follows it.
- */
-typedef struct {
-    int w, count;
-    double sum, sum2;
-} roll;
-
-static void
-roll_push(roll *r, double x, double old)
-{
-    r->sum += x;
-    r->sum2 += x * x;
-    if (r->count == r->w) {
-        r->sum -= old;
-        r->sum2 -= old * old;
-    } else {
-        r->count++;
-    }
-}
-
-static double
-roll_mean(const roll *r)
-{
-    return r->count ? r->sum / r->count : 0.0;
-}
-
-static double
-roll_std(const roll *r)
-{
-    if (r->count < 2)
-        return 0.0;
-    double m = r->sum / r->count;
-    double var = r->sum2 / r->count - m * m;
-    return var > 0.0 ? sqrt(var) : 0.0;
 }
 
 /* 1-bar log return of bar t (0 for the first bar, which has no predecessor). */
@@ -733,7 +514,7 @@ fox_series_load_csv(fox_series *s, const char *path, int min_rows, char *err, si
         rc = csv_fail(&c, header_line, "too many lines");
         goto out;
     }
-    rc = series_alloc(s, cap, has_time, has_ohl, has_vol);
+    rc = fox__series_alloc(s, cap, has_time, has_ohl, has_vol);
     if (rc != FOX_OK)
         goto out;
 
@@ -828,249 +609,4 @@ out:
     free(fields);
     free(buf);
     return rc;
-}
-
-/* -------------------------------------------------------------- features */
-
-#define N_RET_LAGS 16
-
-static const int cum_w[6] = {2, 4, 8, 16, 32, 64};
-static const int win4[4] = {8, 16, 32, 64};
-static const char *const time_names[4] = {"hour_sin", "hour_cos", "dow_sin", "dow_cos"};
-static const int ac_w[2] = {32, 64};
-
-void
-fox_features_fini(fox_features *f)
-{
-    if (!f)
-        return;
-    free(f->raw);
-    free(f->norm);
-    free(f->mean);
-    free(f->std);
-    free(f->names);
-    memset(f, 0, sizeof(*f));
-}
-
-static void
-feat_put(fox_features *f, int t, int j, double v)
-{
-    if (j < f->n_feat)
-        f->raw[(size_t)t * (size_t)f->n_feat + (size_t)j] = (float)v;
-}
-
-static void
-feat_names(fox_features *f)
-{
-    for (int j = 0; j < f->n_feat; j++) {
-        char *nm = f->names[j];
-        if (j < N_RET_LAGS)
-            snprintf(nm, 32, "ret_lag%d", j);
-        else if (j < 22)
-            snprintf(nm, 32, "cumret_%d", cum_w[j - 16]);
-        else if (j < 26)
-            snprintf(nm, 32, "vol_%d", win4[j - 22]);
-        else if (j < 30)
-            snprintf(nm, 32, "zclose_sma%d", win4[j - 26]);
-        else if (j == 30)
-            snprintf(nm, 32, "range_atr14");
-        else if (j == 31)
-            snprintf(nm, 32, "atr14_close");
-        else if (j == 32)
-            snprintf(nm, 32, "volume_z32");
-        else if (j < 37)
-            snprintf(nm, 32, "%s", time_names[j - 33]);
-        else
-            snprintf(nm, 32, "autocorr1_%d", ac_w[j - 37]);
-    }
-}
-
-/*
- * Feature list, in order (truncated to n_feat when the state is small):
- *   0–15  ret_lag0..15     1-bar log return of bar t−k
- *   16–21 cumret_w         log(close_t / close_{t−w}), w = 2 4 8 16 32 64
- *   22–25 vol_w            std of the last w 1-bar log returns, w = 8 16 32 64
- *   26–29 zclose_smaw      (log close − its w-bar mean) / its w-bar std
- *   30    range_atr14      true range / ATR14 (close-only: |Δclose| / ATR14)
- *   31    atr14_close      ATR14 / close
- *   32    volume_z32       z-score of log(1 + volume) over 32 bars (0 without volume)
- *   33–36 hour sin/cos, day-of-week sin/cos, UTC (0 without time)
- *   37–38 autocorr1_w      lag-1 autocorrelation of 1-bar log returns over w = 32 64
- *                          bars (Σ r_t·r_{t−1} / Σ r_t²): momentum vs mean reversion
- * Bars before the warmup use the shorter history they have (missing returns
- * count as 0), so every row is finite; the trainer starts at the warmup.
- * The z-scores use log prices so that they are scale-free and the rolling
- * squares stay small whatever the price level.
- */
-int
-fox_features_compute(fox_features *f, const fox_series *s, int state_dim)
-{
-    if (!f)
-        return FOX_EINVAL;
-    memset(f, 0, sizeof(*f));
-    if (!s || !s->close || s->n < 1 || state_dim - FOX_PORTFOLIO_FEATURES < 1)
-        return FOX_EINVAL;
-    int n = s->n;
-    int nf = state_dim - FOX_PORTFOLIO_FEATURES;
-    if (nf > FOX_MARKET_FEATURES)
-        nf = FOX_MARKET_FEATURES;
-    f->n_bars = n;
-    f->n_feat = nf;
-    f->warmup = FOX_FEATURE_WARMUP;
-    size_t cells = (size_t)n * (size_t)nf;
-    f->raw = calloc(cells, sizeof(float));
-    f->norm = calloc(cells, sizeof(float));
-    f->mean = calloc((size_t)nf, sizeof(float));
-    f->std = calloc((size_t)nf, sizeof(float));
-    f->names = calloc((size_t)nf, sizeof(*f->names));
-    double *ret = malloc((size_t)n * sizeof(double)); /* 1-bar log returns */
-    double *lc = malloc((size_t)n * sizeof(double));  /* log close */
-    double *tr = malloc((size_t)n * sizeof(double));  /* true range */
-    double *lv = s->volume ? malloc((size_t)n * sizeof(double)) : NULL;
-    if (!f->raw || !f->norm || !f->mean || !f->std || !f->names || !ret || !lc || !tr ||
-        (s->volume && !lv)) {
-        free(ret);
-        free(lc);
-        free(tr);
-        free(lv);
-        fox_features_fini(f);
-        return FOX_ENOMEM;
-    }
-    feat_names(f);
-
-    roll vol[4], zc[4], atr = {14, 0, 0, 0}, vz = {32, 0, 0, 0};
-    roll ac_xy[2] = {{ac_w[0], 0, 0, 0}, {ac_w[1], 0, 0, 0}};
-    roll ac_xx[2] = {{ac_w[0], 0, 0, 0}, {ac_w[1], 0, 0, 0}};
-    for (int k = 0; k < 4; k++) {
-        vol[k] = (roll){win4[k], 0, 0, 0};
-        zc[k] = (roll){win4[k], 0, 0, 0};
-    }
-
-    for (int t = 0; t < n; t++) {
-        double c = s->close[t];
-        lc[t] = log(c);
-        ret[t] = t > 0 ? lc[t] - lc[t - 1] : 0.0;
-        if (s->high && s->low) {
-            double h = s->high[t], l = s->low[t];
-            double pc = t > 0 ? (double)s->close[t - 1] : (s->open ? (double)s->open[t] : c);
-            tr[t] = fmax(h - l, fmax(fabs(h - pc), fabs(l - pc)));
-        } else {
-            tr[t] = t > 0 ? fabs(c - (double)s->close[t - 1]) : 0.0;
-        }
-        if (lv)
-            lv[t] = log1p((double)s->volume[t]);
-
-        for (int k = 0; k < N_RET_LAGS; k++)
-            feat_put(f, t, k, t - k >= 0 ? ret[t - k] : 0.0);
-        for (int k = 0; k < 6; k++) {
-            int b = t - cum_w[k] >= 0 ? t - cum_w[k] : 0;
-            feat_put(f, t, 16 + k, lc[t] - lc[b]);
-        }
-        for (int k = 0; k < 4; k++) {
-            int w = win4[k];
-            roll_push(&vol[k], ret[t], t - w >= 0 ? ret[t - w] : 0.0);
-            feat_put(f, t, 22 + k, roll_std(&vol[k]));
-            roll_push(&zc[k], lc[t], t - w >= 0 ? lc[t - w] : 0.0);
-            double sd = roll_std(&zc[k]);
-            feat_put(f, t, 26 + k, sd > 1e-12 ? (lc[t] - roll_mean(&zc[k])) / sd : 0.0);
-        }
-        roll_push(&atr, tr[t], t - 14 >= 0 ? tr[t - 14] : 0.0);
-        double a = roll_mean(&atr);
-        double range = (s->high && s->low) ? (double)s->high[t] - (double)s->low[t] : tr[t];
-        feat_put(f, t, 30, a > 0.0 ? range / a : 0.0);
-        feat_put(f, t, 31, a / c);
-        if (lv) {
-            roll_push(&vz, lv[t], t - 32 >= 0 ? lv[t - 32] : 0.0);
-            double sd = roll_std(&vz);
-            feat_put(f, t, 32, sd > 1e-12 ? (lv[t] - roll_mean(&vz)) / sd : 0.0);
-        }
-        for (int k = 0; k < 2; k++) {
-            int w = ac_w[k];
-            double xy = t > 0 ? ret[t] * ret[t - 1] : 0.0;
-            double old_xy = t - w > 0 ? ret[t - w] * ret[t - w - 1] : 0.0;
-            roll_push(&ac_xy[k], xy, old_xy);
-            roll_push(&ac_xx[k], ret[t] * ret[t], t - w >= 0 ? ret[t - w] * ret[t - w] : 0.0);
-            double den = ac_xx[k].sum;
-            feat_put(f, t, 37 + k, den > 1e-18 ? ac_xy[k].sum / den : 0.0);
-        }
-        if (s->time) {
-            double tt = s->time[t];
-            double hour = fmod(fmod(tt, 86400.0) + 86400.0, 86400.0) / 3600.0;
-            double dow = weekday_utc(tt);
-            feat_put(f, t, 33, sin(2.0 * M_PI * hour / 24.0));
-            feat_put(f, t, 34, cos(2.0 * M_PI * hour / 24.0));
-            feat_put(f, t, 35, sin(2.0 * M_PI * dow / 7.0));
-            feat_put(f, t, 36, cos(2.0 * M_PI * dow / 7.0));
-        }
-    }
-    free(ret);
-    free(lc);
-    free(tr);
-    free(lv);
-    /* A usable default until the trainer refits on its fold's training blocks. */
-    fox_features_normalize(f, f->warmup < n ? f->warmup : 0, n);
-    return FOX_OK;
-}
-
-void
-fox_features_normalize(fox_features *f, int begin, int end)
-{
-    if (!f || !f->raw || !f->norm || f->n_feat < 1)
-        return;
-    int nf = f->n_feat;
-    if (begin < 0)
-        begin = 0;
-    if (end > f->n_bars)
-        end = f->n_bars;
-    for (int j = 0; j < nf; j++) {
-        double sum = 0.0, sum2 = 0.0;
-        int cnt = end > begin ? end - begin : 0;
-        for (int t = begin; t < end; t++)
-            sum += f->raw[(size_t)t * nf + j];
-        double mean = cnt ? sum / cnt : 0.0;
-        /* Two passes: the centred sum of squares does not cancel the way E[x²]−E[x]² can. */
-        for (int t = begin; t < end; t++) {
-            double d = f->raw[(size_t)t * nf + j] - mean;
-            sum2 += d * d;
-        }
-        double sd = cnt ? sqrt(sum2 / cnt) : 1.0;
-        if (sd < 1e-6)
-            sd = 1e-6;
-        f->mean[j] = (float)mean;
-        f->std[j] = (float)sd;
-    }
-    for (int t = 0; t < f->n_bars; t++) {
-        for (int j = 0; j < nf; j++) {
-            size_t i = (size_t)t * nf + j;
-            float z = (f->raw[i] - f->mean[j]) / f->std[j];
-            f->norm[i] = fminf(fmaxf(z, -FOX_FEATURE_CLIP), FOX_FEATURE_CLIP);
-        }
-    }
-}
-
-/* ----------------------------------------------------------------- folds */
-
-int
-fox_fold_split(int n, int warmup, int n_folds, int k, fox_fold *out)
-{
-    if (!out || n_folds < 1 || k < 0 || k >= n_folds || warmup < 0 || n <= warmup)
-        return FOX_EINVAL;
-    int usable = n - warmup;
-    int len = usable / (n_folds + 1);
-    if (len < 100)
-        return FOX_EINVAL;
-    /*
-     * Block b is [warmup + b·len, warmup + (b+1)·len); the remainder, fewer
-     * than K+1 bars, joins the last block so that no bar is dropped.
-     */
-    int eval_begin = warmup + (k + 1) * len;
-    int eval_end = k + 1 == n_folds ? n : eval_begin + len;
-    int mid = eval_begin + len / 2;
-    out->train_begin = warmup;
-    out->train_end = eval_begin;
-    out->val_begin = eval_begin;
-    out->val_end = mid;
-    out->test_begin = mid;
-    out->test_end = eval_end;
-    return FOX_OK;
 }

@@ -1,0 +1,53 @@
+/*
+ * series.c — the lifecycle of a fox_series: the allocation that the
+ * synthetic generator and the CSV loader share, and fini.
+ *
+ * Every array hangs from the struct and is host memory; the engine copies
+ * what it needs to the device. A struct that failed to fill is left zeroed,
+ * so fini on it is always safe.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "gpu/data.h"
+#include "gpu/data/data_impl.h"
+
+void
+fox_series_fini(fox_series *s)
+{
+    if (!s)
+        return;
+    free(s->time);
+    free(s->open);
+    free(s->high);
+    free(s->low);
+    free(s->close);
+    free(s->volume);
+    free(s->regime);
+    memset(s, 0, sizeof(*s));
+}
+
+int
+fox__series_alloc(fox_series *s, int n, int with_time, int with_ohl, int with_volume)
+{
+    size_t nz = (size_t)n;
+    s->n = n;
+    s->close = malloc(nz * sizeof(float));
+    s->regime = malloc(nz * sizeof(int8_t));
+    if (with_time)
+        s->time = malloc(nz * sizeof(double));
+    if (with_ohl) {
+        s->open = malloc(nz * sizeof(float));
+        s->high = malloc(nz * sizeof(float));
+        s->low = malloc(nz * sizeof(float));
+    }
+    if (with_volume)
+        s->volume = malloc(nz * sizeof(float));
+    if (!s->close || !s->regime || (with_time && !s->time) ||
+        (with_ohl && (!s->open || !s->high || !s->low)) || (with_volume && !s->volume)) {
+        fox_series_fini(s);
+        return FOX_ENOMEM;
+    }
+    return FOX_OK;
+}
