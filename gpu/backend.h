@@ -82,7 +82,4 @@ extern const fox_backend_ops fox_cpu_backend_ops;
 extern const fox_backend_ops fox_cuda_backend_ops;
 #endif
 
-/* Build the state of bar t with portfolio features port into s [S]. */
-void fox__state_build(const fox_features *feat, int S, int t, const float port[3], float *s);
-
 #endif

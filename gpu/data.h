@@ -68,6 +68,15 @@ void fox_features_normalize(fox_features *f, int begin, int end);
 
 void fox_features_fini(fox_features *f);
 
+/*
+ * The state of bar t, as the network sees it, into s [S]: the normalized
+ * market features of bar t first, zeros up to S − FOX_PORTFOLIO_FEATURES,
+ * then the portfolio features port. Shared by the engine's evaluation and
+ * both backends, so that training and evaluation build one and the same
+ * state.
+ */
+void fox__state_build(const fox_features *feat, int S, int t, const float port[3], float *s);
+
 typedef struct fox_fold {
     int train_begin, train_end; /* [begin, end) bar indices */
     int val_begin, val_end;

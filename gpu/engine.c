@@ -38,14 +38,6 @@ fox__now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-void
-fox__state_build(const fox_features *feat, int S, int t, const float port[3], float *s)
-{
-    memset(s, 0, (size_t)S * sizeof *s);
-    memcpy(s, feat->norm + (size_t)t * feat->n_feat, (size_t)feat->n_feat * sizeof *s);
-    memcpy(s + S - FOX_PORTFOLIO_FEATURES, port, FOX_PORTFOLIO_FEATURES * sizeof *s);
-}
-
 static const fox_backend_ops *
 pick_backend(int want, char *err, size_t errlen)
 {

@@ -231,3 +231,11 @@ fox_features_normalize(fox_features *f, int begin, int end)
         }
     }
 }
+
+void
+fox__state_build(const fox_features *feat, int S, int t, const float port[3], float *s)
+{
+    memset(s, 0, (size_t)S * sizeof *s);
+    memcpy(s, feat->norm + (size_t)t * feat->n_feat, (size_t)feat->n_feat * sizeof *s);
+    memcpy(s + S - FOX_PORTFOLIO_FEATURES, port, FOX_PORTFOLIO_FEATURES * sizeof *s);
+}
