@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gpu/isv.h"
+#include "gpu/isv.h" /* fox_isv_eff: every bound scales with an ISV slot */
 #include "gpu/rng.h" /* FOX_HD */
 
 /* ---- structural constants ------------------------------------------------------------- */
@@ -39,8 +39,6 @@ enum { FOX_P99_BINS = 256 };
 #define FOX_PEARL_ALPHA_META 1e-3f
 /* Divisor floor, Adam-ε category: keeps 0/0 at 0 on a signal with no variance yet. */
 #define FOX_PEARL_EPS_DIV 1e-8f
-/* Consumer cold-start floor: the ε goes on the ISV multiplier, never on the bound (SP1 pearl). */
-#define FOX_PEARL_EPS_CLAMP_FLOOR 1.0f
 /* Pearl C: a p99 bound is exceeded by 1 % of values by definition... */
 #define FOX_PEARL_C_EXPECTED_RATE 0.01f
 /* ...and a sustained engagement rate above twice that means the clamp feeds its own bound. */
@@ -104,13 +102,6 @@ typedef struct fox_group_stats {
 } fox_group_stats;
 
 /* ---- shared per-value maths (host and device) ------------------------------------------ */
-
-/* An ISV scale as a multiplier: max(v, 1); a non-finite or unset value counts as 1. */
-FOX_HD float
-fox_isv_eff(float v)
-{
-    return isfinite(v) && v > FOX_PEARL_EPS_CLAMP_FLOOR ? v : FOX_PEARL_EPS_CLAMP_FLOOR;
-}
 
 /* clamp_finite: NaN/Inf → 0, finite values clamped to ±bound. */
 FOX_HD float

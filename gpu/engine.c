@@ -4,15 +4,15 @@
  * evaluate.c, checkpoint files in checkpoint.c; the math of a step lives in
  * the backends.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "gpu/engine_impl.h"
-#include "gpu/isv.h"
 #include "common/log.h"
+#include "gpu/isv.h"
+#include "gpu/layout.h"
 #include "gpu/sentinel.h"
 
 /* Bump when the checkpoint payload or a table changes meaning. */
@@ -20,18 +20,9 @@
 
 _Static_assert(FOX_HALT_MAX_SLOTS == FOX_SENT_HALT_END, "halt_info holds every halt slot");
 
-int
-fox__engine_fail(fox_engine *e, int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->err, sizeof e->err, fmt, ap);
-    va_end(ap);
-    return code;
-}
-
-double
-fox__now(void)
+/* Monotonic seconds, for the epoch timings. */
+static double
+monotonic_seconds(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -243,7 +234,7 @@ fox_engine_begin_fold(fox_engine *e, int fold)
     e->rep.fold = fold;
     e->rep.best_epoch = -1;
     e->rep.bars_per_year = e->series.bars_per_year;
-    e->epoch_t0 = fox__now();
+    e->epoch_t0 = monotonic_seconds();
     e->epoch_step0 = 0;
     e->epoch_loss_sum = 0.0;
     e->epoch_loss_n = 0;
@@ -307,7 +298,7 @@ fox_engine_end_epoch(fox_engine *e, fox_epoch_report *rep)
     memset(rep, 0, sizeof *rep);
     fox_train_counters c;
     e->ops->state_io(e->be, 0, NULL, NULL, NULL, NULL, &c);
-    double dt = fox__now() - e->epoch_t0;
+    double dt = monotonic_seconds() - e->epoch_t0;
     rep->fold = e->fold;
     rep->epoch = e->rep.epochs_done;
     rep->last.step = c.step;
@@ -334,7 +325,7 @@ fox_engine_end_epoch(fox_engine *e, fox_epoch_report *rep)
         fr->steps_per_sec == 0.0
             ? rep->steps_per_sec
             : (fr->steps_per_sec * (fr->epochs_done - 1) + rep->steps_per_sec) / fr->epochs_done;
-    e->epoch_t0 = fox__now();
+    e->epoch_t0 = monotonic_seconds();
     e->epoch_step0 = c.step;
     e->epoch_loss_sum = 0.0;
     e->epoch_loss_n = 0;

@@ -5,6 +5,9 @@
 #ifndef FOX_ENGINE_IMPL_H
 #define FOX_ENGINE_IMPL_H
 
+#include <stdarg.h>
+#include <stdio.h>
+
 #include "gpu/backend.h"
 #include "gpu/data.h"
 #include "gpu/engine.h"
@@ -40,11 +43,23 @@ fox__be(const fox_engine *e)
     return (fox_backend_base *)e->be;
 }
 
-/* Record a failure message and return code. */
-int fox__engine_fail(fox_engine *e, int code, const char *fmt, ...)
+/*
+ * Record a failure message in e and return code. Inline here, not in
+ * engine.c, so that evaluate.c and checkpoint.c need nothing of engine.c:
+ * engine.c calls them, never the reverse.
+ */
+static inline int fox__engine_fail(fox_engine *e, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-double fox__now(void);
+static inline int
+fox__engine_fail(fox_engine *e, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->err, sizeof e->err, fmt, ap);
+    va_end(ap);
+    return code;
+}
 
 /*
  * Test and drill hooks of the stability system (the backend's sentinel_where

@@ -21,6 +21,7 @@
 #ifndef FOX_ISV_H
 #define FOX_ISV_H
 
+#include <math.h>
 #include <stdint.h>
 
 #include "gpu/rng.h" /* FOX_HD: the slot helpers below run in kernels too */
@@ -169,6 +170,24 @@ fox_isv_wd_rate_slot(int group)
     return fox_isv_family_slot(FOX_ISV_WD_RATE_BASE, group);
 }
 
+/*
+ * Consumer cold-start floor: the ε goes on the ISV multiplier, never on the
+ * bound (SP1 pearl).
+ */
+#define FOX_PEARL_EPS_CLAMP_FLOOR 1.0f
+
+/*
+ * An ISV scale as a multiplier: max(v, 1); a non-finite or unset value
+ * counts as 1. It lives with the table, not with the bounds, because the
+ * sentinel thresholds read the ISV the same way and must not need the bound
+ * maths for it.
+ */
+FOX_HD float
+fox_isv_eff(float v)
+{
+    return isfinite(v) && v > FOX_PEARL_EPS_CLAMP_FLOOR ? v : FOX_PEARL_EPS_CLAMP_FLOOR;
+}
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -227,36 +246,12 @@ void fox_isv_reset(float *isv);
 void fox_isv_init(float *isv);
 
 /*
- * Layout fingerprint: a 64-bit hash of the ISV table (every named slot's index
- * and name, and FOX_ISV_TOTAL_DIM), the sentinel table (every slot's index and
- * name, and FOX_SENTINEL_SLOTS), the model layout hash (fox_model_layout_hash)
- * and the checkpoint format version. Checkpoints store it; loading refuses a
- * mismatch.
- *
- * Each 32-bit half of the result is shaped to be a normal, finite float when
- * reinterpreted (bit 30 clear, bit 29 set: magnitude in [2^-63, 2)), so the
- * two ISV slots that hold it are never NaN, Inf, zero or denormal: they
- * survive JSON (isv_read), NaN scans of the ISV buffer and flush-to-zero
- * arithmetic. That leaves 60 bits of hash, ample for catching a layout change.
- */
-uint64_t fox_layout_fingerprint(uint64_t model_layout_hash, int format_version);
-
-/*
  * Store fp in slots 115 (low 32 bits) and 116 (high 32 bits), each half copied
  * bit-exactly into a float with memcpy (no conversion), and read it back.
  * Lossless for every 64-bit value as long as the floats are only copied.
  */
 void fox_isv_store_fingerprint(float *isv, uint64_t fp);
 uint64_t fox_isv_load_fingerprint(const float *isv);
-
-/*
- * Internal (exposed for tests): the fingerprint of explicit tables, so a test
- * can change one entry and watch the hash move. fox_layout_fingerprint is
- * this function applied to the real tables.
- */
-uint64_t fox__isv_fingerprint_of(const fox_isv_slot_info *isv_named, int n_isv_named, int isv_dim,
-                                 const char *const *sentinel_names, int n_sentinel,
-                                 uint64_t model_layout_hash, int format_version);
 
 #ifdef __cplusplus
 }

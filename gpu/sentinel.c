@@ -13,7 +13,6 @@
 #include <string.h>
 #include <strings.h>
 
-#include "gpu/bounds.h"
 #include "common/error.h"
 #include "gpu/isv.h"
 

@@ -20,6 +20,7 @@
 #include "gpu/bounds.h"
 #include "common/error.h"
 #include "gpu/isv.h"
+#include "gpu/layout.h"
 #include "gpu/model.h"
 #include "gpu/rng.h"
 #include "gpu/sentinel.h"
@@ -944,7 +945,7 @@ END_TEST
 static uint64_t
 fp_of(const fox_isv_slot_info *tab, int n, const char *const *sent, int version)
 {
-    return fox__isv_fingerprint_of(tab, n, FOX_ISV_TOTAL_DIM, sent, FOX_SENTINEL_SLOTS,
+    return fox__layout_fingerprint_of(tab, n, FOX_ISV_TOTAL_DIM, sent, FOX_SENTINEL_SLOTS,
                                    0x1234abcdULL, version);
 }
 
@@ -974,7 +975,7 @@ START_TEST(fingerprint_changes)
     sent[30] = "aux_d_h_s2_renamed"; /* a sentinel renamed */
     ck_assert(base != fp_of(tab, n, sent, 1));
     sent[30] = fox_sentinel_name(30);
-    ck_assert(base != fox__isv_fingerprint_of(tab, n, FOX_ISV_TOTAL_DIM + 1, sent,
+    ck_assert(base != fox__layout_fingerprint_of(tab, n, FOX_ISV_TOTAL_DIM + 1, sent,
                                               FOX_SENTINEL_SLOTS, 0x1234abcdULL, 1));
 }
 END_TEST
