@@ -1,6 +1,5 @@
 /*
- * test_engine.c — the engine end to end on the CPU backend: configuration
- * keys, determinism, no look-ahead in features/fills/rewards, checkpoints,
+ * test_engine.c — the engine end to end on the CPU backend: determinism, no look-ahead in features/fills/rewards, checkpoints,
  * and the learning test (a trained agent beats buy-and-hold, flat and random
  * on the test split; an untrained one does not).
  */
@@ -26,50 +25,6 @@ small_config(fox_config *c)
         "env.n_envs=16", "data.synth_bars=6000", "train.learning_starts=256", NULL};
     fox_test_set_pairs(c, pairs);
 }
-
-START_TEST(config_keys_round_trip)
-{
-    fox_config c, d;
-    char buf[256], err[256];
-    fox_config_default(&c);
-    for (int i = 0; i < fox_config_key_count(); i++) {
-        const char *k = fox_config_key_name(i);
-        ck_assert_int_eq(fox_config_get(&c, k, buf, sizeof buf), FOX_OK);
-        d = c;
-        ck_assert_msg(fox_config_set(&d, k, buf, err, sizeof err) == FOX_OK, "%s=%s: %s", k, buf,
-                      err);
-        ck_assert_msg(memcmp(&c, &d, sizeof c) == 0, "%s does not round-trip", k);
-        ck_assert_ptr_nonnull(fox_config_key_help(i));
-    }
-    ck_assert_int_eq(fox_config_validate(&c, err, sizeof err), FOX_OK);
-    /* Floats print as the shortest text that reads back the same, not as 9 digits of noise. */
-    ck_assert_int_eq(fox_config_set(&c, "train.lr", "0.0003", err, sizeof err), FOX_OK);
-    ck_assert_int_eq(fox_config_get(&c, "train.lr", buf, sizeof buf), FOX_OK);
-    ck_assert_str_eq(buf, "0.0003");
-}
-END_TEST
-
-START_TEST(config_rejects_bad_values)
-{
-    fox_config c;
-    char err[256];
-    fox_config_default(&c);
-    ck_assert_int_eq(fox_config_set(&c, "train.nope", "1", err, sizeof err), FOX_EINVAL);
-    ck_assert_ptr_nonnull(strstr(err, "train.nope"));
-    ck_assert_int_eq(fox_config_set(&c, "train.batch", "12x", err, sizeof err), FOX_EINVAL);
-    ck_assert_ptr_nonnull(strstr(err, "not an integer"));
-    ck_assert_int_eq(fox_config_set(&c, "train.lr", "nan", err, sizeof err), FOX_EINVAL);
-    ck_assert_int_eq(fox_config_set(&c, "train.gamma", "1.5", err, sizeof err), FOX_EINVAL);
-    ck_assert_ptr_nonnull(strstr(err, "out of range"));
-    ck_assert_int_eq(fox_config_set(&c, "engine.backend", "tpu", err, sizeof err), FOX_EINVAL);
-    ck_assert_int_eq(fox_config_set(&c, "train.folds", "0,,1", err, sizeof err), FOX_EINVAL);
-    ck_assert_int_eq(fox_config_set_pair(&c, "train.folds=0,2", err, sizeof err), FOX_OK);
-    ck_assert_int_eq(c.folds_mask, 5);
-    ck_assert_int_eq(fox_config_set_pair(&c, "novalue", err, sizeof err), FOX_EINVAL);
-    ck_assert_int_eq(fox_config_set_pair(&c, "model.v_min=20", err, sizeof err), FOX_OK);
-    ck_assert_int_eq(fox_config_validate(&c, err, sizeof err), FOX_EINVAL);
-}
-END_TEST
 
 START_TEST(determinism_same_seed_same_bits)
 {
@@ -401,8 +356,6 @@ engine_suite(void)
     Suite *s = suite_create("engine");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, config_keys_round_trip);
-    tcase_add_test(tc, config_rejects_bad_values);
     tcase_add_test(tc, determinism_same_seed_same_bits);
     tcase_add_test(tc, no_lookahead_in_features_fills_rewards);
     tcase_add_test(tc, evaluate_splits_match_single_passes);

@@ -1,0 +1,218 @@
+/*
+ * config_test.c — the configuration key table on its own: every key
+ * round-trips through its text, every refusal names the key and why and
+ * leaves the config as it was, and every cross-key check of
+ * fox_config_validate names the keys it compares.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "gpu/config.h"
+#include "tests/testutil.h"
+
+START_TEST(config_keys_round_trip)
+{
+    fox_config c, d;
+    char buf[256], err[256];
+    fox_config_default(&c);
+    for (int i = 0; i < fox_config_key_count(); i++) {
+        const char *k = fox_config_key_name(i);
+        ck_assert_int_eq(fox_config_get(&c, k, buf, sizeof buf), FOX_OK);
+        d = c;
+        ck_assert_msg(fox_config_set(&d, k, buf, err, sizeof err) == FOX_OK, "%s=%s: %s", k, buf,
+                      err);
+        ck_assert_msg(memcmp(&c, &d, sizeof c) == 0, "%s does not round-trip", k);
+        ck_assert_ptr_nonnull(fox_config_key_help(i));
+    }
+    ck_assert_int_eq(fox_config_validate(&c, err, sizeof err), FOX_OK);
+    /* Floats print as the shortest text that reads back the same, not as 9 digits of noise. */
+    ck_assert_int_eq(fox_config_set(&c, "train.lr", "0.0003", err, sizeof err), FOX_OK);
+    ck_assert_int_eq(fox_config_get(&c, "train.lr", buf, sizeof buf), FOX_OK);
+    ck_assert_str_eq(buf, "0.0003");
+}
+END_TEST
+
+START_TEST(config_rejects_bad_values)
+{
+    fox_config c;
+    char err[256];
+    fox_config_default(&c);
+    ck_assert_int_eq(fox_config_set(&c, "train.nope", "1", err, sizeof err), FOX_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "train.nope"));
+    ck_assert_int_eq(fox_config_set(&c, "train.batch", "12x", err, sizeof err), FOX_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "not an integer"));
+    ck_assert_int_eq(fox_config_set(&c, "train.lr", "nan", err, sizeof err), FOX_EINVAL);
+    ck_assert_int_eq(fox_config_set(&c, "train.gamma", "1.5", err, sizeof err), FOX_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "out of range"));
+    ck_assert_int_eq(fox_config_set(&c, "engine.backend", "tpu", err, sizeof err), FOX_EINVAL);
+    ck_assert_int_eq(fox_config_set(&c, "train.folds", "0,,1", err, sizeof err), FOX_EINVAL);
+    ck_assert_int_eq(fox_config_set_pair(&c, "train.folds=0,2", err, sizeof err), FOX_OK);
+    ck_assert_int_eq(c.folds_mask, 5);
+    ck_assert_int_eq(fox_config_set_pair(&c, "novalue", err, sizeof err), FOX_EINVAL);
+    ck_assert_int_eq(fox_config_set_pair(&c, "model.v_min=20", err, sizeof err), FOX_OK);
+    ck_assert_int_eq(fox_config_validate(&c, err, sizeof err), FOX_EINVAL);
+}
+END_TEST
+
+/* The text of err starts with "key: ", so a user knows which key to fix. */
+static void
+assert_names_key(const char *err, const char *key, const char *why)
+{
+    size_t n = strlen(key);
+    ck_assert_msg(strncmp(err, key, n) == 0 && strncmp(err + n, ": ", 2) == 0,
+                  "%s: message '%s' does not start with the key", key, err);
+    ck_assert_msg(strstr(err, why), "%s: message '%s' does not say '%s'", key, err, why);
+}
+
+/* A value of the wrong kind for each key type, and the reason the message must give. */
+START_TEST(config_every_key_refuses_bad_text)
+{
+    static char too_long[4 * FOX_PATH_MAX];
+    memset(too_long, 'x', sizeof too_long - 1);
+    fox_config c, before;
+    char err[256];
+    fox_config_default(&c);
+    for (int i = 0; i < fox_config_key_count(); i++) {
+        const char *k = fox_config_key_name(i), *bad = NULL, *why = NULL;
+        switch (fox_config_key_type(i)) {
+        case FOX_CFG_INT:
+            bad = "12x";
+            why = strcmp(k, "train.folds") == 0 ? "not a list of fold indices" : "not an integer";
+            break;
+        case FOX_CFG_U64:
+            bad = "-1";
+            why = "not an unsigned integer";
+            break;
+        case FOX_CFG_FLOAT:
+        case FOX_CFG_DOUBLE:
+            bad = "inf";
+            why = "not a finite number";
+            break;
+        case FOX_CFG_STR:
+            bad = too_long;
+            why = "too long";
+            break;
+        case FOX_CFG_ENUM:
+            bad = "no_such_choice";
+            why = "not one of the allowed choices";
+            break;
+        }
+        ck_assert_ptr_nonnull(bad);
+        before = c;
+        err[0] = '\0';
+        ck_assert_int_eq(fox_config_set(&c, k, bad, err, sizeof err), FOX_EINVAL);
+        assert_names_key(err, k, why);
+        ck_assert_msg(memcmp(&c, &before, sizeof c) == 0, "%s: a refused value changed the config",
+                      k);
+    }
+}
+END_TEST
+
+/* Numbers above a key's range are refused with the range; the table gives every key one. */
+START_TEST(config_numbers_out_of_range_name_the_key)
+{
+    fox_config c, before;
+    char err[256];
+    static const struct {
+        const char *key, *value;
+    } over[] = {
+        {"model.h1", "8193"},       {"model.n_regimes", "5"}, {"model.order_types", "3"},
+        {"train.gamma", "1.5"},     {"train.lr", "-0.1"},     {"env.episode_len", "7"},
+        {"model.state_dim", "1025"}, {"train.folds", "0,9"},
+    };
+    fox_config_default(&c);
+    for (size_t k = 0; k < sizeof over / sizeof over[0]; k++) {
+        before = c;
+        ck_assert_int_eq(fox_config_set(&c, over[k].key, over[k].value, err, sizeof err),
+                         FOX_EINVAL);
+        assert_names_key(err, over[k].key, "out of range");
+        ck_assert(memcmp(&c, &before, sizeof c) == 0);
+    }
+}
+END_TEST
+
+START_TEST(config_validate_names_the_keys)
+{
+    static const struct {
+        const char *pairs[3];
+        const char *keys[2];
+    } bad[] = {
+        {{"model.v_min=5", "model.v_max=5", NULL}, {"model.v_min", "model.v_max"}},
+        {{"train.eps_start=0.1", "train.eps_end=0.2", NULL}, {"train.eps_end", "train.eps_start"}},
+        {{"data.folds=2", "train.folds=2", NULL}, {"train.folds", "data.folds"}},
+        {{"debug.inject_fault.kind=nan", NULL}, {"debug.inject_fault.kind",
+                                                 "debug.inject_fault.buffer"}},
+    };
+    char err[256];
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        fox_config c;
+        fox_config_default(&c);
+        fox_test_set_pairs(&c, bad[k].pairs);
+        err[0] = '\0';
+        ck_assert_int_eq(fox_config_validate(&c, err, sizeof err), FOX_EINVAL);
+        for (int j = 0; j < 2; j++)
+            ck_assert_msg(strstr(err, bad[k].keys[j]), "'%s' does not name %s", err,
+                          bad[k].keys[j]);
+    }
+    /* The state width is range-checked on set, so only a struct written directly reaches this. */
+    fox_config c;
+    fox_config_default(&c);
+    c.state_dim = 6;
+    ck_assert_int_eq(fox_config_validate(&c, err, sizeof err), FOX_EINVAL);
+    ck_assert_msg(strstr(err, "model.state_dim"), "%s", err);
+    /* No message buffer is fine: the code alone still comes back. */
+    ck_assert_int_eq(fox_config_validate(&c, NULL, 0), FOX_EINVAL);
+}
+END_TEST
+
+START_TEST(config_lookup_edges)
+{
+    fox_config c;
+    char buf[64], err[256];
+    fox_config_default(&c);
+    ck_assert_int_eq(fox_config_get(&c, "train.nope", buf, sizeof buf), FOX_ENOENT);
+    ck_assert_ptr_null(fox_config_key_name(-1));
+    ck_assert_ptr_null(fox_config_key_name(fox_config_key_count()));
+    ck_assert_ptr_null(fox_config_key_help(fox_config_key_count()));
+    ck_assert_int_eq(fox_config_set(&c, NULL, "1", err, sizeof err), FOX_EINVAL);
+    ck_assert_int_eq(fox_config_set(&c, "train.batch", NULL, err, sizeof err), FOX_EINVAL);
+    ck_assert_int_eq(fox_config_set_pair(&c, "=1", err, sizeof err), FOX_EINVAL);
+    ck_assert_msg(strstr(err, "expected key=value"), "%s", err);
+    char long_key[200];
+    memset(long_key, 'k', sizeof long_key);
+    snprintf(long_key + 150, sizeof long_key - 150, "=1");
+    ck_assert_int_eq(fox_config_set_pair(&c, long_key, err, sizeof err), FOX_EINVAL);
+    ck_assert_msg(strstr(err, "key too long"), "%s", err);
+    /* Keys are unique: the table is the one place a key exists. */
+    for (int i = 0; i < fox_config_key_count(); i++)
+        for (int j = i + 1; j < fox_config_key_count(); j++)
+            ck_assert_msg(strcmp(fox_config_key_name(i), fox_config_key_name(j)) != 0,
+                          "key %s twice", fox_config_key_name(i));
+    int sizes[FOX_MAX_BRANCHES];
+    ck_assert_int_eq(fox_config_branches(&c, sizes), FOX_MAX_BRANCHES);
+    ck_assert_int_eq(sizes[0], 3);
+    ck_assert_int_eq(sizes[1], c.size_levels);
+}
+END_TEST
+
+static Suite *
+config_suite(void)
+{
+    Suite *s = suite_create("config");
+    TCase *tc = tcase_create("keys");
+    tcase_add_test(tc, config_keys_round_trip);
+    tcase_add_test(tc, config_rejects_bad_values);
+    tcase_add_test(tc, config_every_key_refuses_bad_text);
+    tcase_add_test(tc, config_numbers_out_of_range_name_the_key);
+    tcase_add_test(tc, config_validate_names_the_keys);
+    tcase_add_test(tc, config_lookup_edges);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int
+main(void)
+{
+    return fox_test_run_suite(config_suite());
+}
