@@ -143,7 +143,9 @@ fox_bound_h_s2_fixed(float h_s2_rms_ema)
 /*
  * Mech 6 cap on the adaptive global-norm clip: 100 × slow EMA × max(Q_ABS_REF,
  * 1), floored at MIN_CLIP = 1 for the cold start (slow EMA still 0), as the
- * seed has it. The slow EMA persists across folds (Mech 8 was reverted).
+ * seed has it. The slow EMA persists across folds (its ISV rule is keep), so
+ * a new fold starts with the cap of the gradient scale seen so far instead
+ * of the cold-start floor.
  */
 FOX_HD float
 fox_bound_grad_clip_cap(float grad_norm_slow_ema, float q_abs_ref)

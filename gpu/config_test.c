@@ -117,8 +117,8 @@ START_TEST(config_numbers_out_of_range_name_the_key)
     static const struct {
         const char *key, *value;
     } over[] = {
-        {"model.h1", "8193"},       {"model.n_regimes", "5"}, {"model.order_types", "3"},
-        {"train.gamma", "1.5"},     {"train.lr", "-0.1"},     {"env.episode_len", "7"},
+        {"model.h1", "8193"},        {"model.n_regimes", "5"}, {"model.order_types", "3"},
+        {"train.gamma", "1.5"},      {"train.lr", "-0.1"},     {"env.episode_len", "7"},
         {"model.state_dim", "1025"}, {"train.folds", "0,9"},
     };
     fox_config_default(&c);
@@ -141,8 +141,8 @@ START_TEST(config_validate_names_the_keys)
         {{"model.v_min=5", "model.v_max=5", NULL}, {"model.v_min", "model.v_max"}},
         {{"train.eps_start=0.1", "train.eps_end=0.2", NULL}, {"train.eps_end", "train.eps_start"}},
         {{"data.folds=2", "train.folds=2", NULL}, {"train.folds", "data.folds"}},
-        {{"debug.inject_fault.kind=nan", NULL}, {"debug.inject_fault.kind",
-                                                 "debug.inject_fault.buffer"}},
+        {{"debug.inject_fault.kind=nan", NULL},
+         {"debug.inject_fault.kind", "debug.inject_fault.buffer"}},
     };
     char err[256];
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {

@@ -64,8 +64,8 @@ enum {
     X(118, GRAD_NORM_EMA, ZERO, 0.0f,                                                              \
       "Mech 6: EMA of the global gradient norm before clipping (the adaptive clip follows it)")    \
     X(119, GRAD_NORM_SLOW_EMA, KEEP, 0.0f,                                                         \
-      "Mech 6 anchor: slow EMA (alpha 1e-3) of the gradient norm; persists across folds (Mech 8 "  \
-      "reverted)")                                                                                 \
+      "Mech 6 anchor: slow EMA (alpha 1e-3) of the gradient norm; persists across folds, so a "    \
+      "new fold's clip cap starts from the gradient scale seen so far")                            \
     X(120, GRAD_CLIP, ZERO, 0.0f,                                                                  \
       "Mech 6 output: the global-norm clip threshold applied at the last step (after its cap)")    \
     X(131, TARGET_Q_BOUND, ZERO, 0.0f, "SP4 Mech 1: |target Q| bound (p99 of |target Q|)")         \

@@ -249,8 +249,12 @@ float_bits(float f)
 /* Store and load are bit copies into slots 115 and 116 and touch nothing else. */
 START_TEST(isv_fingerprint_slots_hold_any_bits)
 {
-    static const uint64_t odd[] = {0, ~0ULL, 0x7fc000017f800000ULL, 0x00000001ffffffffULL,
-                                   0x8000000000000000ULL, 0x123456789abcdef0ULL};
+    static const uint64_t odd[] = {0,
+                                   ~0ULL,
+                                   0x7fc000017f800000ULL,
+                                   0x00000001ffffffffULL,
+                                   0x8000000000000000ULL,
+                                   0x123456789abcdef0ULL};
     float isv[FOX_ISV_TOTAL_DIM];
     for (size_t k = 0; k < sizeof odd / sizeof odd[0]; k++) {
         for (int i = 0; i < FOX_ISV_TOTAL_DIM; i++)

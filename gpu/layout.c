@@ -55,6 +55,5 @@ fox_layout_fingerprint(uint64_t model_layout_hash, int format_version)
     for (int i = 0; i < FOX_SENTINEL_SLOTS; i++)
         sent[i] = fox_sentinel_name(i);
     return fox__layout_fingerprint_of(fox_isv_named(0), fox_isv_named_count(), FOX_ISV_TOTAL_DIM,
-                                      sent, FOX_SENTINEL_SLOTS, model_layout_hash,
-                                      format_version);
+                                      sent, FOX_SENTINEL_SLOTS, model_layout_hash, format_version);
 }

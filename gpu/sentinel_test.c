@@ -335,8 +335,8 @@ START_TEST(sentinel_param_runs_follow_groups)
                 inside |= lay.t[i].offset >= runs[r].offset &&
                           lay.t[i].offset + len <= runs[r].offset + runs[r].len;
             int watched = mask == FOX_SENT_G_ALL || (mask & FOX_SENT_G(lay.t[i].group));
-            ck_assert_msg(inside == watched, "slot %d, tensor %s: inside %d, watched %d",
-                          slots[k], lay.t[i].name, inside, watched);
+            ck_assert_msg(inside == watched, "slot %d, tensor %s: inside %d, watched %d", slots[k],
+                          lay.t[i].name, inside, watched);
         }
     }
     fox_param_run all[FOX_P_COUNT];

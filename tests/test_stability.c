@@ -130,7 +130,7 @@ START_TEST(fixed_mode_formulas)
     ck_assert(fox_bound_grad_clip_cap(0.5f, 2.0f) == 100.0f);
     ck_assert(fox_bound_grad_clip_cap(2.0f, 0.0f) == 200.0f);
     ck_assert(fox_bound_grad_clip_cap(NAN, 1.0f) == 1.0f);
-    /* SP1 Phase C: 1e6 × max(isv, 1) — the fix-up that moved F1's NaN from step 240 to 3540. */
+    /* SP1 Phase C: backward inputs are guarded at 1e6 × max(isv, 1). */
     ck_assert(fox_bound_backward_guard(0.0f) == 1e6f);
     ck_assert(fox_bound_backward_guard(2.0f) == 2e6f);
     /* Adaptive consumers floor the Pearl A sentinel at 1. */
