@@ -354,7 +354,8 @@ probe() {
 }
 
 # This build under several environments, interleaved: $ENVS is a space-separated list of
-# settings, each a comma-separated VAR=value list or "-" for none (e.g. "- CUDA_DEVICE_MAX_CONNECTIONS=32");
+# settings, each a comma-separated VAR=value list or "-" for none
+# (e.g. "- CUDA_DEVICE_MAX_CONNECTIONS=32");
 # parity and drills under each of $CHECK_ENVS first (unset: every one of $ENVS; empty: none).
 envab() {
     local out=${OUT:-/tmp/foxgpu} bin=.carry/bin r e p
