@@ -5,7 +5,7 @@
  * every environment + one train step) and per train step alone, each
  * measured over repeated chunks of steps after a warm-up that fills the
  * replay ring. Figures go to stdout as a markdown table row, so they can be
- * pasted into docs/performance.md with the machine and date.
+ * pasted into docs/performance.md with the machine and software versions.
  *
  *   foxbench [--backend cpu|cuda] [--batch N]... [--envs N] [--chunk N]
  *            [--reps N] [--set key=value]... [--trace FILE]

@@ -20,14 +20,13 @@
 #   bench/gpu_run.sh probe     on the GPU machine: ncu --set full on a launch of each kernel in
 #                              $DETAIL, in each binary of .carry/bin named in $PROBE_BINS
 #                              ($PROBE_ARGS to foxbench; PROBE_SOURCE=1: each launch's SASS with
-#                              its stall samples, ncu_source<k>.csv)
-#                              (2026-11-29: "p99_pass1_kernel<3", "p99_pass2_kernel<3" and
-#                              "pass2_kernel.3,.8" profiled nothing, "No kernels were profiled",
-#                              with the default learning_starts and with 1024)
+#                              its stall samples, ncu_source<k>.csv); a regex on a template's
+#                              arguments (e.g. "p99_pass1_kernel<3") matches no launch: ncu
+#                              says "No kernels were profiled"; match the kernel's base name
 #   bench/gpu_run.sh variants  on the GPU machine: .carry/bin/foxbench against each diagnostic
 #                              build in .carry/bin/<name>/, interleaved ($ARGS to foxbench)
 #   bench/gpu_run.sh envab     on the GPU machine: this build under each setting of $ENVS
-#                              (e.g. "- FOX_CUDA_PDL=1"): parity and drills, then foxbench
+#                              (e.g. "- CUDA_DEVICE_MAX_CONNECTIONS=32"): parity and drills, then foxbench
 #                              interleaved ($ROUNDS rounds, $ARGS to foxbench)
 #   bench/gpu_run.sh probe_gemm on the GPU machine: bench/gemm_probe at each of $BATCHES
 #                              (256 4096): cuBLAS's pick against every cuBLASLt candidate
@@ -39,15 +38,15 @@
 #                              $TL_BATCHES (256), every kernel with its stream (foxbench --trace)
 #   bench/gpu_run.sh final     on the GPU machine: parity and drills; foxbench at batch 256 and
 #                              4096 (1024 envs, learning_starts 4096), sentinel on and off, for
-#                              this build, foxbench_base and foxbench_f9 (BASE2=<dir of a build>
-#                              at prepare: an older version); then `foxd --once` on the default
+#                              this build, foxbench_base and foxbench_base2 (BASE2=<dir of a build>
+#                              at prepare: a second earlier version); then `foxd --once` on the default
 #                              config (CUDA, train.epochs=2) with its per-fold table
 #
 # prepare copies every shared library the binaries resolve outside the C runtime and CUDA
 # (OpenBLAS, libuv, nng, cJSON, mbedTLS, ...) into .carry/lib, which run/quick/final put first
 # on LD_LIBRARY_PATH; `ldd ... | grep "not found"` on the device says if one is still missing.
 #
-# Figures from bench.md go to docs/performance.md with the machine and date of machine.txt.
+# Figures from bench.md go to docs/performance.md with the machine and versions of machine.txt.
 set -u
 cd "$(dirname "$0")/.."
 
@@ -62,7 +61,7 @@ prepare() {
     cp "$build/bench/foxbench" "$build/tests/test_cuda_parity" "$build/tests/test_cuda_drills" \
         "$build/daemon/foxd" "$build/bench/gemm_probe" .carry/bin/
     [ -n "${BASE:-}" ] && cp "$BASE/bench/foxbench" .carry/bin/foxbench_base
-    [ -n "${BASE2:-}" ] && cp "$BASE2/bench/foxbench" .carry/bin/foxbench_f9
+    [ -n "${BASE2:-}" ] && cp "$BASE2/bench/foxbench" .carry/bin/foxbench_base2
     # Everything the binaries link beyond the C runtime, libstdc++ and CUDA's own libraries;
     # the base system's own (compression, systemd, crypto) only as a fallback in lib/maybe,
     # used on the device only where its loader lacks them (use_libs), so that an older copy
@@ -79,7 +78,7 @@ prepare() {
             esac
         done
     strip --strip-debug .carry/bin/*
-    # The device tool carries 64 MiB with the tree: the large libraries go compressed.
+    # .carry/ travels with the tree to the GPU machine: the large libraries go compressed.
     find .carry/lib -name "*.so*" -size +8M -exec gzip -6 {} +
     du -sh .carry
 }
@@ -214,8 +213,8 @@ use_libs() {
     export LD_LIBRARY_PATH="$PWD/.carry/lib:$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
 
-# The one call of a session with little device time: checks, the headline batches of this build
-# and the older ones (sentinel on and off), and a short foxd --once on the default config.
+# Everything in one short run: checks, the headline batches of this build and the earlier ones
+# (sentinel on and off), and a short foxd --once on the default config.
 final() {
     local out=${OUT:-/tmp/foxgpu} bin=.carry/bin
     mkdir -p "$out"
@@ -242,7 +241,7 @@ final() {
         timeout 45 "$bin/$1" --backend cuda $args --set engine.sentinel=0 | tail -2
     }
     {
-        for b in foxbench foxbench_base foxbench_f9; do
+        for b in foxbench foxbench_base foxbench_base2; do
             [ -x "$bin/$b" ] && fb_pair "$b"
         done
     } > "$out/bench.md" 2>&1
@@ -355,7 +354,8 @@ probe() {
 }
 
 # This build under several environments, interleaved: $ENVS is a space-separated list of
-# settings, each a comma-separated VAR=value list or "-" for none (e.g. "- FOX_CUDA_PDL=1");
+# settings, each a comma-separated VAR=value list or "-" for none
+# (e.g. "- CUDA_DEVICE_MAX_CONNECTIONS=32");
 # parity and drills under each of $CHECK_ENVS first (unset: every one of $ENVS; empty: none).
 envab() {
     local out=${OUT:-/tmp/foxgpu} bin=.carry/bin r e p
@@ -389,8 +389,8 @@ envab() {
 
 # The timeline of a few replayed steps (foxbench --trace: every graph node with its stream, start
 # and end, through CUPTI) at each batch of $TL_BATCHES (256), with bench/timeline.py's reading of
-# one train step where python3 is there, all in $OUT/timeline.tar.gz (the device tool returns a
-# few files only): where the critical path waits, which ncu's per-kernel times cannot show.
+# one train step where python3 is there, all in one archive, $OUT/timeline.tar.gz: where the
+# critical path waits, which ncu's per-kernel times cannot show.
 timeline() {
     local out=${OUT:-/tmp/foxgpu} bin=.carry/bin tl=/tmp/fox_timeline b
     mkdir -p "$out" "$tl"
