@@ -11,7 +11,7 @@
 #include "daemon/answer.h"
 #include "gpu/isv.h"
 #include "gpu/sentinel.h"
-#include "daemon/util.h"
+#include "common/clock.h"
 #include "daemon/walk.h"
 
 #ifndef FOX_VERSION
@@ -37,7 +37,7 @@ status_json(fox_trainer *t, const fox_counters *n)
     if (!s)
         return NULL;
     fox_trainer_snapshot(t, s);
-    int64_t now = fox__mono_ms();
+    int64_t now = fox_mono_ms();
     char fp[32];
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "state", fox_tstate_name(s->state));
@@ -403,7 +403,7 @@ fox_answer_prometheus(const fox_snapshot *s, const fox_counters *n)
     FILE *f = open_memstream(&buf, &size);
     if (!f)
         return NULL;
-    int64_t now = fox__mono_ms();
+    int64_t now = fox_mono_ms();
 #define GAUGE(name, help, fmt, v)                                                                  \
     fprintf(f,                                                                                     \
             "# HELP foxd_" name " " help "\n# TYPE foxd_" name " gauge\nfoxd_" name " " fmt "\n",  \

@@ -43,7 +43,7 @@
 #include "common/log.h"
 #include "daemon/notify.h"
 #include "daemon/trainer.h"
-#include "daemon/util.h"
+#include "common/clock.h"
 
 #define DEDUP_SLOTS      1024
 #define DEDUP_TTL_MS     (10 * 60 * 1000) /* an id may be reused after this long */
@@ -139,7 +139,7 @@ publish_event(void *arg, const char *type, cJSON *data)
 {
     server *s = arg;
     pthread_mutex_lock(&s->pub_lock);
-    char *ev = fox_proto_event(++s->seq, fox__wall_ms(), type, data);
+    char *ev = fox_proto_event(++s->seq, fox_wall_ms(), type, data);
     if (ev && s->pub_open) {
         /* PUB never blocks: a slow subscriber loses the oldest events and sees a seq gap. */
         int rv = nng_send(s->pub, ev, strlen(ev), NNG_FLAG_NONBLOCK);
@@ -344,7 +344,7 @@ dedup_key(const peer *p, const char *body, size_t len)
 static dentry *
 dedup_find(server *s, uint64_t key, int64_t id)
 {
-    int64_t now = fox__mono_ms();
+    int64_t now = fox_mono_ms();
     for (int i = 0; i < DEDUP_SLOTS; i++) {
         dentry *e = &s->dedup[i];
         if (e->used && e->key == key && e->id == id &&
@@ -375,7 +375,7 @@ dedup_insert(server *s, uint64_t key, int64_t id)
     victim->used = 1;
     victim->key = key;
     victim->id = id;
-    victim->when_ms = fox__mono_ms();
+    victim->when_ms = fox_mono_ms();
     return victim;
 }
 
@@ -504,7 +504,7 @@ handle_done(server *s, fox_tcmd *c)
         }
         e->reply = r;
         e->ok = c->status == FOX_OK;
-        e->when_ms = fox__mono_ms();
+        e->when_ms = fox_mono_ms();
         for (work *w = e->waiters, *next; w; w = next) {
             next = w->next;
             if (r)
@@ -522,7 +522,7 @@ handle_done(server *s, fox_tcmd *c)
         if (ck || (c->result == NULL && c->status != FOX_OK))
             s->exit_code = FOX_EXIT_ERROR;
         s->closing = 1;
-        s->linger_until = fox__mono_ms() + LINGER_MS;
+        s->linger_until = fox_mono_ms() + LINGER_MS;
         uv_timer_start(&s->t_linger, on_linger, 0, 10);
     }
     cJSON_Delete(c->result);
@@ -567,7 +567,7 @@ lock_ipc(endpoint *ep, char *err, size_t errlen)
     char *slash = strrchr(dir, '/');
     if (slash && slash != dir) {
         *slash = 0;
-        if (fox__mkdir_p(dir, 0750, err, errlen) != FOX_OK)
+        if (fox_mkdir_p(dir, 0750, err, errlen) != FOX_OK)
             return FOX_EIO;
     }
     snprintf(lockpath, sizeof lockpath, "%s.lock", path);
@@ -866,7 +866,7 @@ on_watchdog(uv_timer_t *h)
         return;
     fox_trainer_snapshot(s->trainer, snap);
     /* Vouch for the daemon only while the trainer shows progress (or a declared long phase). */
-    if (fox_answer_healthy(snap, fox__mono_ms(), (int64_t)(s->watchdog_usec / 1000)))
+    if (fox_answer_healthy(snap, fox_mono_ms(), (int64_t)(s->watchdog_usec / 1000)))
         fox__notify("WATCHDOG=1");
     else
         fox_log(FOX_LOG_WARNING, "trainer heartbeat is stale: not pinging the watchdog");
@@ -929,7 +929,7 @@ finish_close(server *s)
     int sending = 0;
     for (int i = 0; i < s->n_works; i++)
         sending += atomic_load(&s->works[i].state) == W_SEND;
-    if (sending && fox__mono_ms() < s->linger_until)
+    if (sending && fox_mono_ms() < s->linger_until)
         return;
     uv_timer_stop(&s->t_linger);
 
@@ -972,8 +972,8 @@ static int
 setup(server *s, const fox_config *cfg, char *err, size_t errlen)
 {
     int rv;
-    if (fox__mkdir_p(s->d.state_dir, 0750, err, errlen) != FOX_OK ||
-        fox__mkdir_p(s->d.runtime_dir, 0750, err, errlen) != FOX_OK)
+    if (fox_mkdir_p(s->d.state_dir, 0750, err, errlen) != FOX_OK ||
+        fox_mkdir_p(s->d.runtime_dir, 0750, err, errlen) != FOX_OK)
         return FOX_EIO;
 
     /* Every endpoint is checked and locked before any socket exists. */
@@ -1048,7 +1048,7 @@ fox_serve_main(const fox_config *cfg, const fox_dconf *d)
         return FOX_EXIT_ERROR;
     }
     s->d = *d;
-    s->counters.start_ms = fox__mono_ms();
+    s->counters.start_ms = fox_mono_ms();
     s->exit_code = FOX_EXIT_OK;
     /* Asked once, before any thread: sd_watchdog_enabled reads the environment. */
     s->watchdog_usec = fox__watchdog_usec();

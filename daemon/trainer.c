@@ -21,7 +21,8 @@
 #include "proto/proto.h"
 #include "gpu/sentinel.h"
 #include "daemon/trainer.h"
-#include "daemon/util.h"
+#include "common/clock.h"
+#include "common/fsutil.h"
 #include "daemon/walk.h"
 
 /* A long phase (engine creation, data load, checkpoint) may take this long before the watchdog
@@ -117,8 +118,8 @@ set_phase(fox_trainer *t, const char *name)
 {
     pthread_mutex_lock(&t->slock);
     snprintf(t->snap.phase, sizeof t->snap.phase, "%s", name ? name : "");
-    t->snap.phase_until_ms = name ? fox__mono_ms() + PHASE_MS : 0;
-    t->snap.beat_ms = fox__mono_ms();
+    t->snap.phase_until_ms = name ? fox_mono_ms() + PHASE_MS : 0;
+    t->snap.beat_ms = fox_mono_ms();
     pthread_mutex_unlock(&t->slock);
 }
 
@@ -130,7 +131,7 @@ publish(fox_trainer *t)
     fox_engine_get_info(t->engine, &info);
     pthread_mutex_lock(&t->slock);
     fox_snapshot *s = &t->snap;
-    int64_t now = fox__mono_ms();
+    int64_t now = fox_mono_ms();
     s->as_of_ms = now;
     s->beat_ms = now;
     s->state = t->state;
@@ -169,9 +170,9 @@ metrics_line(fox_trainer *t, const char *type, cJSON *obj)
 {
     char err[256];
     cJSON_AddStringToObject(obj, "type", type);
-    cJSON_AddNumberToObject(obj, "time_ms", (double)fox__wall_ms());
+    cJSON_AddNumberToObject(obj, "time_ms", (double)fox_wall_ms());
     char *s = cJSON_PrintUnformatted(obj);
-    if (s && fox__append_line(t->metrics_path, s, err, sizeof err) != FOX_OK)
+    if (s && fox_append_line(t->metrics_path, s, err, sizeof err) != FOX_OK)
         fox_log(FOX_LOG_WARNING, "metrics: %s", err);
     free(s);
 }
@@ -393,7 +394,7 @@ save_checkpoint(fox_trainer *t, const char *path, char *msg, size_t len)
     char *slash = strrchr(dir, '/');
     if (slash && slash != dir) {
         *slash = 0;
-        if (fox__mkdir_p(dir, 0750, msg, len) != FOX_OK)
+        if (fox_mkdir_p(dir, 0750, msg, len) != FOX_OK)
             return FOX_EIO;
     }
     set_phase(t, "checkpoint");
@@ -692,11 +693,11 @@ halt(fox_trainer *t, int rv)
 static void
 run_chunk(fox_trainer *t)
 {
-    int64_t t0 = fox__mono_ms();
+    int64_t t0 = fox_mono_ms();
     int in_fold = t->walk.fold >= 0;
     int64_t step0 = t->last.step, epochs0 = t->walk.epoch;
     int rv = fox_walk_advance(&t->walk, t->engine, t->chunk, &t->sink);
-    int64_t dt = fox__mono_ms() - t0;
+    int64_t dt = fox_mono_ms() - t0;
     if (rv != FOX_OK) {
         halt(t, rv);
         return;
@@ -710,7 +711,7 @@ run_chunk(fox_trainer *t)
         t->chunk = want < 1 ? 1 : want > t->d.chunk_steps ? t->d.chunk_steps : want;
     }
     publish(t);
-    int64_t now = fox__mono_ms();
+    int64_t now = fox_mono_ms();
     if (t->d.step_event_ms >= 0 && now - t->last_step_event_ms >= t->d.step_event_ms) {
         t->last_step_event_ms = now;
         cJSON *d = cJSON_CreateObject();
@@ -763,7 +764,7 @@ wait_for_work(fox_trainer *t)
     pthread_mutex_unlock(&t->qlock);
     /* Idle and paused are healthy: keep the heartbeat fresh for the watchdog. */
     pthread_mutex_lock(&t->slock);
-    t->snap.beat_ms = fox__mono_ms();
+    t->snap.beat_ms = fox_mono_ms();
     pthread_mutex_unlock(&t->slock);
 }
 

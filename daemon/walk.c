@@ -5,7 +5,7 @@
 #include <math.h>
 
 #include "gpu/sentinel.h"
-#include "daemon/util.h"
+#include "common/error.h"
 #include "daemon/walk.h"
 
 void
