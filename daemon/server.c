@@ -42,6 +42,7 @@
 #include "daemon/endpoints.h"
 #include "daemon/foxd.h"
 #include "daemon/notify.h"
+#include "daemon/render.h"
 #include "daemon/trainer.h"
 
 #define STATUS_PERIOD_MS 5000
@@ -102,9 +103,8 @@ static void begin_shutdown(server *s, const char *why);
 
 /* Publish one event; any thread. seq is taken under the lock so it is monotonic on the wire. */
 static void
-publish_event(void *arg, const char *type, cJSON *data)
+publish_event(server *s, const char *type, cJSON *data)
 {
-    server *s = arg;
     pthread_mutex_lock(&s->pub_lock);
     char *ev = fox_proto_event(++s->seq, fox_wall_ms(), type, data);
     if (ev && s->pub_open) {
@@ -116,6 +116,13 @@ publish_event(void *arg, const char *type, cJSON *data)
     s->counters.events++;
     pthread_mutex_unlock(&s->pub_lock);
     free(ev);
+}
+
+/* The trainer's events hook: render the event and publish it. */
+static void
+trainer_event(void *arg, const fox_tevent *ev)
+{
+    publish_event(arg, fox_render_event_name(ev), fox_render_event(ev));
 }
 
 /* ------------------------------------------------------------ nng callbacks */
@@ -377,8 +384,7 @@ handle_done(server *s, fox_tcmd *c)
     if (e) {
         char *r;
         if (c->status == FOX_OK) {
-            r = fox_proto_reply_ok(1, e->id, c->result);
-            c->result = NULL;
+            r = fox_proto_reply_ok(1, e->id, fox_render_result(c));
         } else {
             r = fox_proto_reply_error(1, e->id, c->status, c->message);
         }
@@ -398,14 +404,12 @@ handle_done(server *s, fox_tcmd *c)
     }
     if (c->exit_after) {
         /* The trainer has stopped: a failed stop checkpoint makes the exit status say so. */
-        cJSON *ck = cJSON_GetObjectItemCaseSensitive(c->result, "checkpoint_error");
-        if (ck || (c->result == NULL && c->status != FOX_OK))
+        if (c->result.checkpoint_failed || c->status != FOX_OK)
             s->exit_code = FOX_EXIT_ERROR;
         s->closing = 1;
         s->linger_until = fox_mono_ms() + LINGER_MS;
         uv_timer_start(&s->t_linger, on_linger, 0, 10);
     }
-    cJSON_Delete(c->result);
     cJSON_Delete(c->values);
     free(c);
 }
@@ -497,7 +501,7 @@ on_watchdog(uv_timer_t *h)
         return;
     fox_trainer_snapshot(s->trainer, snap);
     /* Vouch for the daemon only while the trainer shows progress (or a declared long phase). */
-    if (fox_answer_healthy(snap, fox_mono_ms(), (int64_t)(s->watchdog_usec / 1000)))
+    if (fox_trainer_healthy(snap, fox_mono_ms(), (int64_t)(s->watchdog_usec / 1000)))
         fox__notify("WATCHDOG=1");
     else
         fox_log(FOX_LOG_WARNING, "trainer heartbeat is stale: not pinging the watchdog");
@@ -582,7 +586,6 @@ finish_close(server *s)
     s->in_head = s->in_tail = NULL;
     for (fox_tcmd *c = s->out_head, *next; c; c = next) {
         next = c->next;
-        cJSON_Delete(c->result);
         cJSON_Delete(c->values);
         free(c);
     }
@@ -621,7 +624,7 @@ setup(server *s, const fox_config *cfg, char *err, size_t errlen)
     if ((rv = fox_endpoint_listen(&s->ends, s->pub, &s->ends.pub, err, errlen)) != FOX_OK)
         return rv;
 
-    fox_trainer_hooks hooks = {trainer_done, publish_event, s};
+    fox_trainer_hooks hooks = {trainer_done, trainer_event, s};
     fox_log(FOX_LOG_INFO, "starting the trainer (engine and data)");
     if ((rv = fox_trainer_start(&s->trainer, cfg, &s->d, &hooks, err, errlen)) != FOX_OK)
         return rv;
@@ -719,7 +722,6 @@ fox_serve_main(const fox_config *cfg, const fox_dconf *d)
         /* Drop what the failed start left on the outbox (the shutdown's completion). */
         for (fox_tcmd *c = s->out_head, *next; c; c = next) {
             next = c->next;
-            cJSON_Delete(c->result);
             free(c);
         }
         uv_walk(&s->loop, close_handle, NULL);
