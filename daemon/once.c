@@ -12,6 +12,7 @@
 
 #include "daemon/foxd.h"
 #include "proto/proto.h"
+#include "proto/table.h"
 #include "daemon/render.h"
 #include "daemon/walk.h"
 
@@ -45,7 +46,7 @@ once_fold_end(void *arg, const fox_fold_report *r)
     once_state *s = arg;
     cJSON *fold = fox_render_fold(r);
     cJSON_AddItemToArray(s->folds, fold);
-    fox_proto_print_flagged(stderr, fold);
+    fox_table_flagged(stderr, fold);
 }
 
 static void
@@ -128,7 +129,7 @@ fox_once_main(const fox_config *cfg, const fox_dconf *d)
         cJSON_AddItemToArray(st.folds, fox_render_fold(&part));
     }
     if (cJSON_GetArraySize(st.folds) > 0 || code == FOX_EXIT_OK) {
-        fox_proto_print_folds(stdout, st.folds);
+        fox_table_folds(stdout, st.folds);
         fflush(stdout);
     }
 out:
