@@ -201,7 +201,7 @@ out=$(timeout -k 5 30 nngcat --req --dial "$url" --recv-timeout 10 --ascii --cou
 ok "the same request twice from one client: the first answer twice (pause ran once)"
 ctl stop >/dev/null || fail "stop after resend test"
 
-# -------------------------------- a second foxd on the same path (nng #1518)
+# ------------------------------------------- a second foxd on the same path
 "$FOXD" --listen "$url" --pub "ipc://$dir/events2.sock" --set "daemon.state_dir=$dir/state2" \
     --set "daemon.runtime_dir=$dir" "${TINY[@]}" 2>"$dir/second.log"
 rc=$?
@@ -228,7 +228,7 @@ grep -q '"seq":' "$dir/sub.out" || fail "nngcat sub: $(cat "$dir/sub.out")"
 ok "nngcat --sub receives events with seq"
 
 # A foreign process that does call listen on the path (nngcat: no lock) deafens
-# nng 1.5.2's listener (#1518); foxd's self-probe must notice and listen again.
+# nng 1.5.2's listener; foxd's self-probe must notice and listen again.
 # (Whether the bug bites is a race; either way new clients must be served.)
 timeout -k 5 5 nngcat --rep --listen "$url" --data x >/dev/null 2>&1
 # Let the probe (every 300 ms, two failures to act) settle: a re-listen drops the
