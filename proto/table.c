@@ -3,36 +3,50 @@
 
 #include "proto/table.h"
 
-/* One number of obj, plus add (the JSON counts epochs from 0, people from 1). */
+/*
+ * The columns of the fold table: the heading, the fold object's key, what is
+ * added to the number (the JSON counts epochs from 0, people from 1), the
+ * width and the format. Two spaces separate columns.
+ */
+static const struct column {
+    const char *title, *key;
+    double add;
+    int width;
+    const char *fmt;
+} columns[] = {
+    {"fold", "fold", 0, 4, "%*.0f"},
+    {"best val Sharpe", "best_val_sharpe", 0, 15, "%*.3f"},
+    {"epoch", "best_epoch", 1, 5, "%*.0f"},
+    {"test Sharpe@best", "test_sharpe", 0, 17, "%*.3f"},
+    {"final loss", "final_loss", 0, 10, "%*.4g"},
+    {"steps/s", "steps_per_sec", 0, 9, "%*.1f"},
+    {"P", "bars_per_year", 0, 7, "%*.0f"},
+};
+#define N_COLUMNS (int)(sizeof columns / sizeof columns[0])
+
+/* One cell: the column's number of obj, or "n/a" when it is missing, null or not finite. */
 static void
-cell(FILE *out, const cJSON *obj, const char *key, double add, int width, const char *fmt)
+cell(FILE *out, const cJSON *obj, const struct column *c)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, c->key);
     if (cJSON_IsNumber(v) && isfinite(v->valuedouble))
-        fprintf(out, fmt, width, v->valuedouble + add);
+        fprintf(out, c->fmt, c->width, v->valuedouble + c->add);
     else
-        fprintf(out, "%*s", width, "n/a");
+        fprintf(out, "%*s", c->width, "n/a");
 }
 
 void
 fox_table_folds(FILE *out, const cJSON *folds)
 {
-    fprintf(out, "%4s  %15s  %5s  %17s  %10s  %9s  %7s\n", "fold", "best val Sharpe", "epoch",
-            "test Sharpe@best", "final loss", "steps/s", "P");
+    for (int i = 0; i < N_COLUMNS; i++)
+        fprintf(out, "%s%*s", i ? "  " : "", columns[i].width, columns[i].title);
+    fputc('\n', out);
     for (const cJSON *f = folds ? folds->child : NULL; f; f = f->next) {
-        cell(out, f, "fold", 0, 4, "%*.0f");
-        fputs("  ", out);
-        cell(out, f, "best_val_sharpe", 0, 15, "%*.3f");
-        fputs("  ", out);
-        cell(out, f, "best_epoch", 1, 5, "%*.0f");
-        fputs("  ", out);
-        cell(out, f, "test_sharpe", 0, 17, "%*.3f");
-        fputs("  ", out);
-        cell(out, f, "final_loss", 0, 10, "%*.4g");
-        fputs("  ", out);
-        cell(out, f, "steps_per_sec", 0, 9, "%*.1f");
-        fputs("  ", out);
-        cell(out, f, "bars_per_year", 0, 7, "%*.0f");
+        for (int i = 0; i < N_COLUMNS; i++) {
+            if (i)
+                fputs("  ", out);
+            cell(out, f, &columns[i]);
+        }
         fputc('\n', out);
     }
     fputs("note: best val Sharpe is the maximum over epochs, so it is selection-biased; test\n"
