@@ -1,8 +1,10 @@
 /*
- * fsutil.h — writing a file so that a crash leaves the old one or the new
- * one, never half of one: temp file beside the target, optional fsync,
- * rename, fsync of the directory. Used by checkpoints and the daemon's
- * metrics files. Thread-safe (the temp name carries the pid and the path).
+ * fsutil.h — file-system helpers. Writing a file so that a crash leaves
+ * the old one or the new one, never half of one: temp file beside the
+ * target, optional fsync, rename, fsync of the directory (checkpoints, the
+ * daemon's metrics files). Making a directory with its parents, and
+ * appending whole lines to a log. Thread-safe (the temp name carries the
+ * pid and the path).
  */
 #ifndef FOX_FSUTIL_H
 #define FOX_FSUTIL_H
@@ -17,5 +19,15 @@
  */
 int fox_write_atomic(const char *path, const void *data, size_t len, unsigned mode, int durable,
                      char *err, size_t errlen);
+
+/* mkdir -p: create path and its missing parents with mode. FOX_EIO with the failing directory. */
+int fox_mkdir_p(const char *path, unsigned mode, char *err, size_t errlen);
+
+/*
+ * Append one line (a newline is added) to path, creating it 0640. The line
+ * goes out in one write where it fits a page, so that O_APPEND keeps lines
+ * written at the same time by several writers whole.
+ */
+int fox_append_line(const char *path, const char *line, char *err, size_t errlen);
 
 #endif

@@ -14,13 +14,8 @@
 
 #include "daemon/conf.h"
 #include "proto/proto.h"
+#include "daemon/render.h"
 #include "daemon/trainer.h"
-
-/* Server-side counters shown by status and metrics. */
-typedef struct fox_counters {
-    int64_t start_ms; /* monotonic */
-    int64_t requests, errors, events, dedup_hits, busy;
-} fox_counters;
 
 /*
  * Result of a READ command (req->cmd of kind READ, nan_flags without clear).
@@ -40,9 +35,6 @@ int fox_answer_tcmd(const fox_dconf *d, const fox_request *req, fox_tcmd *c, cha
 /* Resolve a checkpoint path (NULL: the default file) inside d->state_dir. */
 int fox_answer_ckpt_path(const fox_dconf *d, const char *path, char *out, size_t len, char *msg,
                          size_t msglen);
-
-/* Whether the snapshot's heartbeat vouches for a live trainer now (watchdog, status). */
-int fox_answer_healthy(const fox_snapshot *s, int64_t now_ms, int64_t stale_ms);
 
 /* One-line STATUS= text for systemd. */
 void fox_answer_status_line(const fox_snapshot *s, char *buf, size_t len);

@@ -17,7 +17,6 @@
 #include <unistd.h>
 
 #include "daemon/conf.h"
-#include "daemon/util.h"
 #include "common/error.h"
 #include "proto/proto.h"
 

@@ -44,7 +44,7 @@ typedef struct fox_dconf {
     int ipc_mode;                /* permissions of the ipc socket */
     int step_event_ms;           /* throttle of step events */
     int metrics_interval_ms;     /* Prometheus textfile period */
-    int probe_ms;                /* ipc self-probe period (nng #1518); 0 = off */
+    int probe_ms;                /* ipc self-probe period (endpoints.h); 0 = off */
     int checkpoint_on_stop;      /* SIGTERM/shutdown save a checkpoint */
     int resume;                  /* load state_dir/foxd.ckpt at start when it exists */
 } fox_dconf;

@@ -12,6 +12,8 @@
 
 #include "daemon/foxd.h"
 #include "proto/proto.h"
+#include "proto/table.h"
+#include "daemon/render.h"
 #include "daemon/walk.h"
 
 static volatile sig_atomic_t interrupted;
@@ -42,9 +44,9 @@ static void
 once_fold_end(void *arg, const fox_fold_report *r)
 {
     once_state *s = arg;
-    cJSON *fold = fox_walk_fold_json(r);
+    cJSON *fold = fox_render_fold(r);
     cJSON_AddItemToArray(s->folds, fold);
-    fox_proto_print_flagged(stderr, fold);
+    fox_table_flagged(stderr, fold);
 }
 
 static void
@@ -124,10 +126,10 @@ fox_once_main(const fox_config *cfg, const fox_dconf *d)
         part.epochs_done > 0) {
         fprintf(stderr, "foxd: fold %d stopped after %d of %d epochs (its row shows those)\n",
                 w.fold, part.epochs_done, cfg->epochs);
-        cJSON_AddItemToArray(st.folds, fox_walk_fold_json(&part));
+        cJSON_AddItemToArray(st.folds, fox_render_fold(&part));
     }
     if (cJSON_GetArraySize(st.folds) > 0 || code == FOX_EXIT_OK) {
-        fox_proto_print_folds(stdout, st.folds);
+        fox_table_folds(stdout, st.folds);
         fflush(stdout);
     }
 out:

@@ -16,13 +16,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gpu/isv.h"
+#include "common/clock.h"
+#include "common/fsutil.h"
 #include "common/log.h"
-#include "proto/proto.h"
-#include "gpu/sentinel.h"
+#include "daemon/render.h"
 #include "daemon/trainer.h"
-#include "daemon/util.h"
 #include "daemon/walk.h"
+#include "gpu/isv.h"
+#include "gpu/sentinel.h"
+#include "proto/proto.h"
 
 /* A long phase (engine creation, data load, checkpoint) may take this long before the watchdog
  * stops vouching. */
@@ -72,17 +74,16 @@ struct fox_trainer {
     double rate;
     int64_t last_step_event_ms;
     char metrics_path[FOX_PATH_MAX + 32];
+    fox_fold_report done_copy[FOX_MAX_FOLDS]; /* the folds an op_done event shows */
 };
 
 /* ---------------------------------------------------------------- helpers */
 
 static void
-emit(fox_trainer *t, const char *type, cJSON *data)
+emit(fox_trainer *t, const fox_tevent *ev)
 {
     if (t->hooks.event)
-        t->hooks.event(t->hooks.arg, type, data);
-    else
-        cJSON_Delete(data);
+        t->hooks.event(t->hooks.arg, ev);
 }
 
 static void
@@ -117,8 +118,8 @@ set_phase(fox_trainer *t, const char *name)
 {
     pthread_mutex_lock(&t->slock);
     snprintf(t->snap.phase, sizeof t->snap.phase, "%s", name ? name : "");
-    t->snap.phase_until_ms = name ? fox__mono_ms() + PHASE_MS : 0;
-    t->snap.beat_ms = fox__mono_ms();
+    t->snap.phase_until_ms = name ? fox_mono_ms() + PHASE_MS : 0;
+    t->snap.beat_ms = fox_mono_ms();
     pthread_mutex_unlock(&t->slock);
 }
 
@@ -130,7 +131,7 @@ publish(fox_trainer *t)
     fox_engine_get_info(t->engine, &info);
     pthread_mutex_lock(&t->slock);
     fox_snapshot *s = &t->snap;
-    int64_t now = fox__mono_ms();
+    int64_t now = fox_mono_ms();
     s->as_of_ms = now;
     s->beat_ms = now;
     s->state = t->state;
@@ -156,22 +157,21 @@ set_state(fox_trainer *t, int state)
     int prev = t->state;
     t->state = state;
     publish(t);
-    cJSON *d = cJSON_CreateObject();
-    cJSON_AddStringToObject(d, "state", fox_tstate_name(state));
-    cJSON_AddStringToObject(d, "prev", fox_tstate_name(prev));
-    cJSON_AddNumberToObject(d, "fold", t->walking ? t->walk.fold : -1);
-    emit(t, "state", d);
+    fox_tevent ev = {.type = FOX_TEVENT_STATE};
+    ev.u.state.state = state;
+    ev.u.state.prev = prev;
+    ev.u.state.fold = t->walking ? t->walk.fold : -1;
+    emit(t, &ev);
     fox_log(FOX_LOG_INFO, "state %s -> %s", fox_tstate_name(prev), fox_tstate_name(state));
 }
 
+/* Keep an epoch or fold report in state_dir/metrics.jsonl, one JSON object per line. */
 static void
-metrics_line(fox_trainer *t, const char *type, cJSON *obj)
+metrics_line(fox_trainer *t, const fox_tevent *ev)
 {
     char err[256];
-    cJSON_AddStringToObject(obj, "type", type);
-    cJSON_AddNumberToObject(obj, "time_ms", (double)fox__wall_ms());
-    char *s = cJSON_PrintUnformatted(obj);
-    if (s && fox__append_line(t->metrics_path, s, err, sizeof err) != FOX_OK)
+    char *s = fox_render_metrics_line(ev, t->run_op, fox_wall_ms());
+    if (s && fox_append_line(t->metrics_path, s, err, sizeof err) != FOX_OK)
         fox_log(FOX_LOG_WARNING, "metrics: %s", err);
     free(s);
 }
@@ -195,9 +195,12 @@ op_begin(fox_trainer *t, int cmd)
     return op;
 }
 
-/* An op finished: the op_done event is its completion (LONG commands), status keeps a record. */
+/*
+ * An op finished: the op_done event is its completion (LONG commands), status
+ * keeps a record. ev carries what the op's result shows (its folds or path).
+ */
 static void
-op_done(fox_trainer *t, int64_t op, int cmd, int status, const char *msg, cJSON *result)
+op_done(fox_trainer *t, fox_tevent *ev, int64_t op, int cmd, int status, const char *msg)
 {
     pthread_mutex_lock(&t->slock);
     for (int i = 0; i < t->snap.n_ops; i++) {
@@ -208,31 +211,12 @@ op_done(fox_trainer *t, int64_t op, int cmd, int status, const char *msg, cJSON 
         snprintf(t->snap.ops[i].message, sizeof t->snap.ops[i].message, "%s", msg ? msg : "");
     }
     pthread_mutex_unlock(&t->slock);
-    cJSON *d = cJSON_CreateObject();
-    cJSON_AddNumberToObject(d, "op_id", (double)op);
-    cJSON_AddStringToObject(d, "cmd", fox_cmd_name(cmd));
-    cJSON_AddBoolToObject(d, "ok", status == FOX_OK);
-    if (status == FOX_EHALT)
-        cJSON_AddBoolToObject(d, "halted", 1);
-    if (status != FOX_OK) {
-        cJSON *e = cJSON_AddObjectToObject(d, "error");
-        cJSON_AddStringToObject(e, "code", fox_proto_code_name(status));
-        cJSON_AddStringToObject(e, "message", msg && msg[0] ? msg : fox_strerror(status));
-    }
-    if (result)
-        cJSON_AddItemToObject(d, "result", result);
-    emit(t, "op_done", d);
-}
-
-static cJSON *
-done_folds_json(fox_trainer *t)
-{
-    cJSON *a = cJSON_CreateArray();
-    pthread_mutex_lock(&t->slock);
-    for (int i = 0; i < t->snap.n_done; i++)
-        cJSON_AddItemToArray(a, fox_walk_fold_json(&t->snap.done[i]));
-    pthread_mutex_unlock(&t->slock);
-    return a;
+    ev->type = FOX_TEVENT_OP_DONE;
+    ev->u.op_done.op_id = op;
+    ev->u.op_done.cmd = cmd;
+    ev->u.op_done.status = status;
+    ev->u.op_done.message = msg;
+    emit(t, ev);
 }
 
 /* The walk ended (done, stopped or halted): complete its op. Called after the
@@ -243,9 +227,13 @@ end_walk(fox_trainer *t, int status, const char *msg)
     if (!t->walking)
         return;
     t->walking = 0;
-    cJSON *r = cJSON_CreateObject();
-    cJSON_AddItemToObject(r, "folds", done_folds_json(t));
-    op_done(t, t->run_op, t->run_cmd, status, msg, r);
+    fox_tevent ev = {0};
+    pthread_mutex_lock(&t->slock);
+    ev.u.op_done.n_folds = t->snap.n_done;
+    memcpy(t->done_copy, t->snap.done, (size_t)t->snap.n_done * sizeof t->done_copy[0]);
+    pthread_mutex_unlock(&t->slock);
+    ev.u.op_done.folds = t->done_copy;
+    op_done(t, &ev, t->run_op, t->run_cmd, status, msg);
 }
 
 /* ------------------------------------------------------------ walk sink */
@@ -254,11 +242,11 @@ static void
 on_fold_begin(void *arg, int fold)
 {
     fox_trainer *t = arg;
-    cJSON *d = cJSON_CreateObject();
-    cJSON_AddNumberToObject(d, "fold", fold);
-    cJSON_AddNumberToObject(d, "epochs", t->walk.epochs);
-    cJSON_AddNumberToObject(d, "steps_per_epoch", t->walk.steps_per_epoch);
-    emit(t, "fold_begin", d);
+    fox_tevent ev = {.type = FOX_TEVENT_FOLD_BEGIN};
+    ev.u.fold_begin.fold = fold;
+    ev.u.fold_begin.epochs = t->walk.epochs;
+    ev.u.fold_begin.steps_per_epoch = t->walk.steps_per_epoch;
+    emit(t, &ev);
     fox_log(FOX_LOG_INFO, "op %lld: fold %d begins", (long long)t->run_op, fold);
 }
 
@@ -283,13 +271,11 @@ on_epoch_end(void *arg, const fox_epoch_report *r)
     s->epochs_total++;
     pthread_mutex_unlock(&t->slock);
 
-    cJSON *line = fox_walk_epoch_json(r);
-    cJSON_AddNumberToObject(line, "op_id", (double)t->run_op);
-    metrics_line(t, "epoch", line);
-    cJSON_Delete(line);
-    cJSON *d = fox_walk_epoch_json(r);
-    cJSON_AddNumberToObject(d, "epochs", t->walk.epochs);
-    emit(t, "epoch_end", d);
+    fox_tevent ev = {.type = FOX_TEVENT_EPOCH_END};
+    ev.u.epoch_end.report = r;
+    ev.u.epoch_end.epochs = t->walk.epochs;
+    metrics_line(t, &ev);
+    emit(t, &ev);
     fox_log(FOX_LOG_INFO,
             "fold %d epoch %d/%d: loss %.4g val Sharpe %.3f test Sharpe %.3f %.0f steps/s", r->fold,
             r->epoch + 1, t->walk.epochs, r->mean_loss, r->val.sharpe, r->test.sharpe,
@@ -305,11 +291,22 @@ on_fold_end(void *arg, const fox_fold_report *r)
         t->snap.done[t->snap.n_done++] = *r;
     t->snap.folds_total++;
     pthread_mutex_unlock(&t->slock);
-    cJSON *line = fox_walk_fold_json(r);
-    cJSON_AddNumberToObject(line, "op_id", (double)t->run_op);
-    metrics_line(t, "fold", line);
-    cJSON_Delete(line);
-    emit(t, "fold_end", fox_walk_fold_json(r));
+    fox_tevent ev = {.type = FOX_TEVENT_FOLD_END};
+    ev.u.fold_end.report = r;
+    metrics_line(t, &ev);
+    emit(t, &ev);
+}
+
+#define STALE_MS_MIN 30000
+
+int
+fox_trainer_healthy(const fox_snapshot *s, int64_t now_ms, int64_t stale_ms)
+{
+    if (stale_ms < STALE_MS_MIN)
+        stale_ms = STALE_MS_MIN;
+    if (s->phase[0] && now_ms < s->phase_until_ms)
+        return 1;
+    return now_ms - s->beat_ms < stale_ms;
 }
 
 /* ------------------------------------------------------------- the engine */
@@ -393,7 +390,7 @@ save_checkpoint(fox_trainer *t, const char *path, char *msg, size_t len)
     char *slash = strrchr(dir, '/');
     if (slash && slash != dir) {
         *slash = 0;
-        if (fox__mkdir_p(dir, 0750, msg, len) != FOX_OK)
+        if (fox_mkdir_p(dir, 0750, msg, len) != FOX_OK)
             return FOX_EIO;
     }
     set_phase(t, "checkpoint");
@@ -420,33 +417,21 @@ apply_config_set(fox_trainer *t, fox_tcmd *c)
     if (t->state != FOX_TSTATE_IDLE)
         return wrong_state(t, c);
     memcpy(&cfg, &t->cfg, sizeof cfg);
-    cJSON *applied = cJSON_CreateArray();
     for (const cJSON *it = c->values->child; it; it = it->next) {
         int rv = fox_conf_set_json(&cfg, NULL, it->string, it, c->message, sizeof c->message);
-        if (rv != FOX_OK) {
-            cJSON_Delete(applied);
+        if (rv != FOX_OK)
             return c->status = rv;
-        }
-        cJSON_AddItemToArray(applied, cJSON_CreateString(it->string));
     }
-    if (cfg.fault_kind != FOX_FAULT_NONE && !cfg.debug_enable) {
-        cJSON_Delete(applied);
+    if (cfg.fault_kind != FOX_FAULT_NONE && !cfg.debug_enable)
         return refuse(c, FOX_EPERM, "fault injection needs debug.enable");
-    }
-    if (fox_config_validate(&cfg, c->message, sizeof c->message) != FOX_OK) {
-        cJSON_Delete(applied);
+    if (fox_config_validate(&cfg, c->message, sizeof c->message) != FOX_OK)
         return c->status = FOX_EINVAL;
-    }
     int fresh = needs_new_engine(&t->cfg, &cfg);
-    if (fresh && replace_engine(t, &cfg, c) != FOX_OK) {
-        cJSON_Delete(applied);
+    if (fresh && replace_engine(t, &cfg, c) != FOX_OK)
         return c->status;
-    }
     t->cfg = cfg;
     publish(t);
-    c->result = cJSON_CreateObject();
-    cJSON_AddItemToObject(c->result, "applied", applied);
-    cJSON_AddBoolToObject(c->result, "engine_recreated", fresh);
+    c->result.engine_recreated = fresh;
     return FOX_OK;
 }
 
@@ -475,12 +460,9 @@ apply_run(fox_trainer *t, fox_tcmd *c)
     t->snap.n_done = 0;
     t->snap.halt_reason[0] = 0;
     pthread_mutex_unlock(&t->slock);
-    c->result = cJSON_CreateObject();
-    cJSON_AddBoolToObject(c->result, "accepted", 1);
-    cJSON_AddNumberToObject(c->result, "op_id", (double)c->op_id);
-    cJSON_AddItemToObject(c->result, "folds", fox_walk_mask_json(mask));
-    cJSON_AddNumberToObject(c->result, "epochs", epochs);
-    cJSON_AddNumberToObject(c->result, "steps_per_epoch", steps);
+    c->result.folds_mask = mask;
+    c->result.epochs = epochs;
+    c->result.steps_per_epoch = steps;
     fox_log(FOX_LOG_INFO, "op %lld: %s accepted (folds 0x%x, %d epochs x %d steps)",
             (long long)c->op_id, fox_cmd_name(c->cmd), mask, epochs, steps);
     set_state(t, FOX_TSTATE_TRAINING);
@@ -501,11 +483,6 @@ apply_inject(fox_trainer *t, fox_tcmd *c)
     int rv = fox_engine_inject_fault(t->engine, c->fault_buffer, kind, c->fault_step);
     if (rv != FOX_OK)
         return refuse(c, rv, "%s", fox_engine_errmsg(t->engine));
-    c->result = cJSON_CreateObject();
-    cJSON_AddBoolToObject(c->result, "armed", 1);
-    cJSON_AddStringToObject(c->result, "buffer", c->fault_buffer);
-    cJSON_AddStringToObject(c->result, "kind", c->fault_kind);
-    cJSON_AddNumberToObject(c->result, "step", c->fault_step);
     return FOX_OK;
 }
 
@@ -560,35 +537,27 @@ apply(fox_trainer *t, fox_tcmd *c)
         publish(t);
         break;
     case FOX_CMD_NAN_FLAGS: {
-        cJSON *before = fox_walk_slots_json(fox_sentinel_mask(fox_engine_flags(t->engine)));
+        uint64_t before = fox_sentinel_mask(fox_engine_flags(t->engine));
         if ((rv = fox_engine_clear_flags(t->engine)) != FOX_OK) {
-            cJSON_Delete(before);
             refuse(c, rv, "%s", fox_engine_errmsg(t->engine));
             break;
         }
-        c->result = cJSON_CreateObject();
-        cJSON_AddItemToObject(c->result, "cleared", before);
+        c->result.cleared = before;
         break;
     }
     case FOX_CMD_CHECKPOINT_SAVE: {
         char msg[1024];
         c->op_id = op_begin(t, c->cmd);
-        c->result = cJSON_CreateObject();
-        cJSON_AddBoolToObject(c->result, "accepted", 1);
-        cJSON_AddNumberToObject(c->result, "op_id", (double)c->op_id);
-        cJSON_AddStringToObject(c->result, "path", c->path);
-        char digest[17];
-        params_digest(t->engine, digest); /* what the save below writes */
-        cJSON_AddStringToObject(c->result, "params_digest", digest);
+        params_digest(t->engine, c->result.params_digest); /* what the save below writes */
         int64_t op = c->op_id;
         char path[FOX_PATH_MAX];
         snprintf(path, sizeof path, "%s", c->path);
         complete(t, c); /* answered now; completion is the op_done event */
         msg[0] = 0;
         rv = save_checkpoint(t, path, msg, sizeof msg);
-        cJSON *r = cJSON_CreateObject();
-        cJSON_AddStringToObject(r, "path", path);
-        op_done(t, op, FOX_CMD_CHECKPOINT_SAVE, rv, msg, r);
+        fox_tevent ev = {0};
+        ev.u.op_done.path = path;
+        op_done(t, &ev, op, FOX_CMD_CHECKPOINT_SAVE, rv, msg);
         return;
     }
     case FOX_CMD_CHECKPOINT_LOAD:
@@ -604,11 +573,7 @@ apply(fox_trainer *t, fox_tcmd *c)
             break;
         }
         publish(t);
-        c->result = cJSON_CreateObject();
-        cJSON_AddStringToObject(c->result, "path", c->path);
-        char digest[17];
-        params_digest(t->engine, digest);
-        cJSON_AddStringToObject(c->result, "params_digest", digest);
+        params_digest(t->engine, c->result.params_digest);
         fox_log(FOX_LOG_INFO, "checkpoint loaded from %s", c->path);
         break;
     case FOX_CMD_INJECT_FAULT:
@@ -618,17 +583,13 @@ apply(fox_trainer *t, fox_tcmd *c)
         char msg[1024] = "";
         set_state(t, FOX_TSTATE_STOPPING);
         end_walk(t, FOX_ESTATE, "daemon shutting down");
-        c->result = cJSON_CreateObject();
         if (c->checkpoint && c->path[0]) {
             rv = save_checkpoint(t, c->path, msg, sizeof msg);
-            if (rv == FOX_OK) {
-                cJSON_AddStringToObject(c->result, "checkpoint", c->path);
-            } else {
-                cJSON_AddNullToObject(c->result, "checkpoint");
-                cJSON_AddStringToObject(c->result, "checkpoint_error", msg);
-            }
-        } else {
-            cJSON_AddNullToObject(c->result, "checkpoint");
+            if (rv == FOX_OK)
+                c->result.checkpoint_saved = 1;
+            else
+                c->result.checkpoint_failed = 1;
+            snprintf(c->result.checkpoint_error, sizeof c->result.checkpoint_error, "%s", msg);
         }
         c->status = FOX_OK;
         c->exit_after = 1;
@@ -642,10 +603,7 @@ apply(fox_trainer *t, fox_tcmd *c)
         refuse(c, FOX_EINTERNAL, "%s is not a trainer command", fox_cmd_name(c->cmd));
         break;
     }
-    if (c->status == FOX_OK && !c->result)
-        c->result = cJSON_CreateObject();
-    if (c->status == FOX_OK)
-        cJSON_AddStringToObject(c->result, "state", fox_tstate_name(t->state));
+    c->result.state = t->state;
     complete(t, c);
 }
 
@@ -660,31 +618,19 @@ halt(fox_trainer *t, int rv)
     fox_halt_info hi;
     snprintf(reason, sizeof reason, "%s", why && why[0] ? why : fox_strerror(rv));
     fox_engine_halt_info(t->engine, &hi);
-    cJSON *d = cJSON_CreateObject();
-    cJSON_AddNumberToObject(d, "fold", t->walk.fold);
-    cJSON_AddNumberToObject(d, "epoch", t->walk.epoch);
-    cJSON_AddStringToObject(d, "code", fox_err_name(rv));
-    cJSON_AddStringToObject(d, "kind",
-                            hi.reason == FOX_HALT_NAN             ? "halt_nan"
-                            : hi.reason == FOX_HALT_GRAD_COLLAPSE ? "halt_grad_collapse"
-                                                                  : "error");
-    cJSON_AddStringToObject(d, "reason", reason);
-    if (hi.reason != FOX_HALT_NONE)
-        cJSON_AddNumberToObject(d, "step", (double)hi.step);
-    cJSON *slots = cJSON_AddArrayToObject(d, "slots");
-    for (int i = 0; i < hi.n_slots; i++) {
-        cJSON *sl = cJSON_CreateObject();
-        cJSON_AddNumberToObject(sl, "slot", hi.slots[i]);
-        cJSON_AddStringToObject(sl, "name", hi.names[i] ? hi.names[i] : "?");
-        cJSON_AddItemToArray(slots, sl);
-    }
     pthread_mutex_lock(&t->slock);
     snprintf(t->snap.halt_reason, sizeof t->snap.halt_reason, "%s", reason);
     t->snap.halts_total++;
     pthread_mutex_unlock(&t->slock);
     fox_log(rv == FOX_EHALT ? FOX_LOG_WARNING : FOX_LOG_ERR, "fold %d halted: %s", t->walk.fold,
             reason);
-    emit(t, "halt", d);
+    fox_tevent ev = {.type = FOX_TEVENT_HALT};
+    ev.u.halt.fold = t->walk.fold;
+    ev.u.halt.epoch = t->walk.epoch;
+    ev.u.halt.status = rv;
+    ev.u.halt.reason = reason;
+    ev.u.halt.info = &hi;
+    emit(t, &ev);
     set_state(t, FOX_TSTATE_HALTED);
     end_walk(t, rv, reason);
 }
@@ -692,11 +638,11 @@ halt(fox_trainer *t, int rv)
 static void
 run_chunk(fox_trainer *t)
 {
-    int64_t t0 = fox__mono_ms();
+    int64_t t0 = fox_mono_ms();
     int in_fold = t->walk.fold >= 0;
     int64_t step0 = t->last.step, epochs0 = t->walk.epoch;
     int rv = fox_walk_advance(&t->walk, t->engine, t->chunk, &t->sink);
-    int64_t dt = fox__mono_ms() - t0;
+    int64_t dt = fox_mono_ms() - t0;
     if (rv != FOX_OK) {
         halt(t, rv);
         return;
@@ -710,20 +656,19 @@ run_chunk(fox_trainer *t)
         t->chunk = want < 1 ? 1 : want > t->d.chunk_steps ? t->d.chunk_steps : want;
     }
     publish(t);
-    int64_t now = fox__mono_ms();
+    int64_t now = fox_mono_ms();
     if (t->d.step_event_ms >= 0 && now - t->last_step_event_ms >= t->d.step_event_ms) {
         t->last_step_event_ms = now;
-        cJSON *d = cJSON_CreateObject();
-        cJSON_AddNumberToObject(d, "fold", t->walk.fold);
-        cJSON_AddNumberToObject(d, "epoch", t->walk.epoch);
-        cJSON_AddNumberToObject(d, "epochs", t->walk.epochs);
-        cJSON_AddNumberToObject(d, "step_in_epoch", t->walk.step_in_epoch);
-        cJSON_AddNumberToObject(d, "steps_per_epoch", t->walk.steps_per_epoch);
-        cJSON_AddNumberToObject(d, "step", (double)t->last.step);
-        if (isfinite(t->last.loss))
-            cJSON_AddNumberToObject(d, "loss", t->last.loss);
-        cJSON_AddNumberToObject(d, "steps_per_sec", t->rate);
-        emit(t, "step", d);
+        fox_tevent ev = {.type = FOX_TEVENT_STEP};
+        ev.u.step.fold = t->walk.fold;
+        ev.u.step.epoch = t->walk.epoch;
+        ev.u.step.epochs = t->walk.epochs;
+        ev.u.step.step_in_epoch = t->walk.step_in_epoch;
+        ev.u.step.steps_per_epoch = t->walk.steps_per_epoch;
+        ev.u.step.step = t->last.step;
+        ev.u.step.loss = t->last.loss;
+        ev.u.step.steps_per_sec = t->rate;
+        emit(t, &ev);
     }
     if (t->walk.done) {
         set_state(t, FOX_TSTATE_IDLE);
@@ -763,7 +708,7 @@ wait_for_work(fox_trainer *t)
     pthread_mutex_unlock(&t->qlock);
     /* Idle and paused are healthy: keep the heartbeat fresh for the watchdog. */
     pthread_mutex_lock(&t->slock);
-    t->snap.beat_ms = fox__mono_ms();
+    t->snap.beat_ms = fox_mono_ms();
     pthread_mutex_unlock(&t->slock);
 }
 

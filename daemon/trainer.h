@@ -15,8 +15,9 @@
  * halted → idle (stop or reset_fold) or training (run, start_fold); any
  * state → stopping on shutdown.
  *
- * What it does not do: sockets, JSON parsing, authentication. The commands
- * it receives are already validated by proto/ and checked by the server.
+ * What it does not do: sockets, JSON, authentication. The commands it
+ * receives are already validated by proto/ and checked by the server; its
+ * results and events are typed data that render.c turns into JSON.
  */
 #ifndef FOX_DAEMON_TRAINER_H
 #define FOX_DAEMON_TRAINER_H
@@ -86,6 +87,23 @@ typedef struct fox_snapshot {
     fox_epoch_report recent[FOX_RECENT_EPOCHS];
 } fox_snapshot;
 
+/*
+ * What a command that succeeded says, as data: render.c turns it into the
+ * reply's result. Which fields mean something depends on the command; every
+ * success carries the trainer's state after it, except checkpoint_save,
+ * which is answered before its work is done.
+ */
+typedef struct fox_tresult {
+    int state;                               /* FOX_TSTATE_* after the command */
+    int engine_recreated;                    /* config_set (the keys are the command's values) */
+    int folds_mask, epochs, steps_per_epoch; /* run, start_fold: the plan accepted */
+    uint64_t cleared;                        /* nan_flags: sentinel slots set before the clear */
+    char params_digest[17];                  /* checkpoint_save/load: see params_digest */
+    int checkpoint_saved;                    /* shutdown: the stop checkpoint is at path */
+    int checkpoint_failed;                   /* shutdown: it was asked for and not saved */
+    char checkpoint_error[1024];             /* shutdown: why not */
+} fox_tresult;
+
 /* A mutating command on its way to the trainer and back. */
 typedef struct fox_tcmd {
     int cmd;                                       /* FOX_CMD_* */
@@ -101,7 +119,7 @@ typedef struct fox_tcmd {
     /* filled by the trainer */
     int status;         /* FOX_OK or FOX_E* */
     char message[1024]; /* error text */
-    cJSON *result;      /* reply result (owned until taken) */
+    fox_tresult result; /* when status is FOX_OK */
     int64_t op_id;      /* LONG commands: the op completing later by event */
     int exit_after;     /* shutdown: the loop should now stop serving */
 
@@ -109,11 +127,65 @@ typedef struct fox_tcmd {
     struct fox_tcmd *next;
 } fox_tcmd;
 
+/*
+ * What the trainer tells subscribers, as data: render.c names each type and
+ * turns the fields into the event's JSON. Pointers in an event live only
+ * for the call of the events hook.
+ */
+typedef enum {
+    FOX_TEVENT_STATE = 0, /* the state changed */
+    FOX_TEVENT_OP_DONE,   /* a long operation finished */
+    FOX_TEVENT_FOLD_BEGIN,
+    FOX_TEVENT_STEP, /* progress within an epoch, throttled by daemon.step_event_ms */
+    FOX_TEVENT_EPOCH_END,
+    FOX_TEVENT_FOLD_END,
+    FOX_TEVENT_HALT, /* the fold stopped: the stability system or an engine failure */
+    FOX_TEVENT_COUNT
+} fox_tevent_type;
+
+typedef struct fox_tevent {
+    int type; /* fox_tevent_type */
+    union {
+        struct {
+            int state, prev, fold;
+        } state;
+        struct {
+            int64_t op_id;
+            int cmd, status;
+            const char *message;
+            const fox_fold_report *folds; /* a walk's folds done (run, start_fold) */
+            int n_folds;
+            const char *path; /* checkpoint_save */
+        } op_done;
+        struct {
+            int fold, epochs, steps_per_epoch;
+        } fold_begin;
+        struct {
+            int fold, epoch, epochs, step_in_epoch, steps_per_epoch;
+            int64_t step;
+            float loss;
+            double steps_per_sec;
+        } step;
+        struct {
+            const fox_epoch_report *report;
+            int epochs; /* of the walk */
+        } epoch_end;
+        struct {
+            const fox_fold_report *report;
+        } fold_end;
+        struct {
+            int fold, epoch, status;
+            const char *reason;
+            const fox_halt_info *info;
+        } halt;
+    } u;
+} fox_tevent;
+
 typedef struct fox_trainer fox_trainer;
 
 typedef struct fox_trainer_hooks {
-    void (*done)(void *arg, fox_tcmd *c);                    /* a command completed */
-    void (*event)(void *arg, const char *type, cJSON *data); /* takes data */
+    void (*done)(void *arg, fox_tcmd *c);           /* a command completed */
+    void (*event)(void *arg, const fox_tevent *ev); /* an event to publish */
     void *arg;
 } fox_trainer_hooks;
 
@@ -144,6 +216,9 @@ void fox_trainer_snapshot(fox_trainer *t, fox_snapshot *out);
  */
 int fox_trainer_read_isv(fox_trainer *t, float *out, int n);
 int fox_trainer_read_flags(fox_trainer *t, int *out, int n);
+
+/* Whether the snapshot's heartbeat vouches for a live trainer now (watchdog, status). */
+int fox_trainer_healthy(const fox_snapshot *s, int64_t now_ms, int64_t stale_ms);
 
 /* Queue length, for status. */
 int fox_trainer_queued(fox_trainer *t);

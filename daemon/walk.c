@@ -1,11 +1,8 @@
 /*
- * walk.c — the walk-forward driver and the JSON form of its reports.
- * See walk.h; the engine does the training, this file only sequences it.
+ * walk.c — the walk-forward driver. See walk.h; the engine does the
+ * training, this file only sequences it.
  */
-#include <math.h>
-
-#include "gpu/sentinel.h"
-#include "daemon/util.h"
+#include "common/error.h"
 #include "daemon/walk.h"
 
 void
@@ -88,92 +85,4 @@ fox_walk_advance(fox_walk *w, fox_engine *e, int chunk, const fox_walk_sink *sin
     if (sink && sink->fold_end)
         sink->fold_end(sink->arg, &fr);
     return FOX_OK;
-}
-
-void
-fox_walk_json_num(cJSON *o, const char *k, double v)
-{
-    if (isfinite(v))
-        cJSON_AddNumberToObject(o, k, v);
-    else
-        cJSON_AddNullToObject(o, k);
-}
-
-cJSON *
-fox_walk_mask_json(int mask)
-{
-    cJSON *a = cJSON_CreateArray();
-    for (int k = 0; a && k < 31; k++)
-        if (mask & (1 << k))
-            cJSON_AddItemToArray(a, cJSON_CreateNumber(k));
-    return a;
-}
-
-cJSON *
-fox_walk_slots_json(uint64_t mask)
-{
-    cJSON *a = cJSON_CreateArray();
-    for (int i = 0; a && i < FOX_SENTINEL_SLOTS; i++)
-        if (mask >> i & 1)
-            cJSON_AddItemToArray(a, cJSON_CreateString(fox_sentinel_name(i)));
-    return a;
-}
-
-cJSON *
-fox_walk_eval_json(const fox_eval_result *r)
-{
-    cJSON *o = cJSON_CreateObject();
-    if (!o)
-        return NULL;
-    fox_walk_json_num(o, "sharpe", r->sharpe);
-    fox_walk_json_num(o, "sharpe_gross", r->sharpe_gross);
-    fox_walk_json_num(o, "max_drawdown", r->max_drawdown);
-    fox_walk_json_num(o, "turnover", r->turnover);
-    fox_walk_json_num(o, "total_return", r->total_return);
-    fox_walk_json_num(o, "bars_per_year", r->bars_per_year);
-    cJSON_AddNumberToObject(o, "bars", r->bars);
-    return o;
-}
-
-cJSON *
-fox_walk_fold_json(const fox_fold_report *r)
-{
-    cJSON *o = cJSON_CreateObject();
-    if (!o)
-        return NULL;
-    cJSON_AddNumberToObject(o, "fold", r->fold);
-    cJSON_AddNumberToObject(o, "epochs", r->epochs_done);
-    cJSON_AddNumberToObject(o, "best_epoch", r->best_epoch);
-    fox_walk_json_num(o, "best_val_sharpe", r->best_val_sharpe);
-    fox_walk_json_num(o, "test_sharpe", r->test_at_best.sharpe);
-    fox_walk_json_num(o, "test_sharpe_gross", r->test_at_best.sharpe_gross);
-    fox_walk_json_num(o, "test_max_drawdown", r->test_at_best.max_drawdown);
-    fox_walk_json_num(o, "test_turnover", r->test_at_best.turnover);
-    fox_walk_json_num(o, "final_loss", r->final_loss);
-    fox_walk_json_num(o, "steps_per_sec", r->steps_per_sec);
-    fox_walk_json_num(o, "bars_per_year", r->bars_per_year);
-    cJSON_AddItemToObject(o, "flagged", fox_walk_slots_json(r->flagged));
-    return o;
-}
-
-cJSON *
-fox_walk_epoch_json(const fox_epoch_report *r)
-{
-    cJSON *o = cJSON_CreateObject();
-    if (!o)
-        return NULL;
-    cJSON_AddNumberToObject(o, "fold", r->fold);
-    cJSON_AddNumberToObject(o, "epoch", r->epoch);
-    cJSON_AddNumberToObject(o, "step", (double)r->last.step);
-    fox_walk_json_num(o, "loss", r->last.loss);
-    fox_walk_json_num(o, "mean_loss", r->mean_loss);
-    fox_walk_json_num(o, "loss_c51", r->last.loss_c51);
-    fox_walk_json_num(o, "loss_iqn", r->last.loss_iqn);
-    fox_walk_json_num(o, "loss_aux", r->last.loss_aux);
-    fox_walk_json_num(o, "grad_norm", r->last.grad_norm);
-    fox_walk_json_num(o, "epsilon", r->last.epsilon);
-    fox_walk_json_num(o, "steps_per_sec", r->steps_per_sec);
-    cJSON_AddItemToObject(o, "val", fox_walk_eval_json(&r->val));
-    cJSON_AddItemToObject(o, "test", fox_walk_eval_json(&r->test));
-    return o;
 }

@@ -2,7 +2,7 @@
  * walk.h — the walk-forward driver shared by `foxd --once` and the trainer
  * thread (internal to daemon/): it begins each selected fold, runs its
  * epochs in chunks of steps and closes epochs and folds, reporting through
- * callbacks; and it renders the engine's reports as the protocol's JSON.
+ * callbacks (render.c turns the reports into JSON).
  *
  * One advance call does a bounded piece of work (begin a fold, or run at
  * most `chunk` steps and close what they complete), so the caller can look
@@ -11,8 +11,6 @@
  */
 #ifndef FOX_DAEMON_WALK_H
 #define FOX_DAEMON_WALK_H
-
-#include <cjson/cJSON.h>
 
 #include "gpu/engine.h"
 
@@ -47,17 +45,5 @@ int fox_walk_check(int folds_mask, int epochs, int steps_per_epoch, int n_folds,
  * engine's status (fox_engine_errmsg says why; FOX_EHALT for a halt).
  */
 int fox_walk_advance(fox_walk *w, fox_engine *e, int chunk, const fox_walk_sink *sink);
-
-/* A number, or null when it is not finite (JSON has no NaN): every report field goes through it. */
-void fox_walk_json_num(cJSON *obj, const char *key, double v);
-/* A fold mask as the protocol's array of fold numbers. */
-cJSON *fox_walk_mask_json(int mask);
-/* A sentinel slot mask (bit i: slot i) as the protocol's array of slot names. */
-cJSON *fox_walk_slots_json(uint64_t mask);
-
-/* Reports as protocol JSON objects (NULL when out of memory). */
-cJSON *fox_walk_fold_json(const fox_fold_report *r);
-cJSON *fox_walk_epoch_json(const fox_epoch_report *r);
-cJSON *fox_walk_eval_json(const fox_eval_result *r);
 
 #endif

@@ -1,8 +1,8 @@
 /*
  * proto.h — the foxd wire protocol (DESIGN.md "Protocol"), shared by foxd and
- * foxctl: strict parsing and validation of requests, building of replies and
- * events, parsing of replies and events on the client side, the error codes
- * of the protocol, and the rendering of the per-fold result table.
+ * foxctl: strict parsing and validation of requests, the reply and event
+ * envelopes, parsing of replies and events on the client side, and the
+ * error codes of the protocol. The per-fold table is table.h.
  *
  * One JSON object per nng message, at most FOX_PROTO_MAX_MSG bytes (a larger
  * request is refused before parsing). Request:
@@ -198,16 +198,6 @@ typedef struct fox_event {
 
 int fox_proto_parse_event(fox_event *ev, const char *buf, size_t len, char *err, size_t errlen);
 void fox_event_fini(fox_event *ev);
-
-/*
- * Print the per-fold result table: folds is an array of fold objects as the
- * fold_end event carries them ({"fold","epochs","best_epoch",
- * "best_val_sharpe","test_sharpe","final_loss","steps_per_sec",
- * "bars_per_year", ...}); a missing or null number prints as "n/a".
- */
-void fox_proto_print_folds(FILE *out, const cJSON *folds);
-/* A fold object's "flagged" slots as one line, "fold 2: sentinel flags: none" (nothing without it). */
-void fox_proto_print_flagged(FILE *out, const cJSON *fold);
 
 /*
  * Default runtime directory of foxd (socket, events socket, lock):

@@ -15,6 +15,7 @@
 
 #include "daemon/answer.h"
 #include "daemon/conf.h"
+#include "daemon/render.h"
 #include "gpu/isv.h"
 #include "proto/proto.h"
 #include "daemon/trainer.h"
@@ -270,7 +271,7 @@ START_TEST(test_walk)
     cJSON *j = NULL;
     fox_fold_report fr;
     FOX_CK_OK_MSG(fox_engine_fold_report(e, &fr), err);
-    j = fox_walk_fold_json(&fr);
+    j = fox_render_fold(&fr);
     ck_assert_int_eq(cJSON_GetObjectItem(j, "fold")->valueint, 2);
     ck_assert_ptr_nonnull(cJSON_GetObjectItem(j, "bars_per_year"));
     cJSON_Delete(j);
@@ -308,13 +309,15 @@ on_done(void *arg, fox_tcmd *c)
     pthread_mutex_unlock(&col.lock);
 }
 
+/* Events are rendered as the server renders them, so the op_done text is what a subscriber sees. */
 static void
-on_event(void *arg, const char *type, cJSON *data)
+on_event(void *arg, const fox_tevent *ev)
 {
     (void)arg;
+    cJSON *data = fox_render_event(ev);
     pthread_mutex_lock(&col.lock);
     col.n_events++;
-    if (!strcmp(type, "op_done")) {
+    if (!strcmp(fox_render_event_name(ev), "op_done")) {
         char *s = cJSON_PrintUnformatted(data);
         snprintf(col.last_op_done, sizeof col.last_op_done, "%s", s);
         free(s);
@@ -323,6 +326,16 @@ on_event(void *arg, const char *type, cJSON *data)
     }
     pthread_mutex_unlock(&col.lock);
     cJSON_Delete(data);
+}
+
+/* A completed command's result as the reply carries it. */
+static int
+result_true(const fox_tcmd *c, const char *key)
+{
+    cJSON *r = fox_render_result(c);
+    int yes = cJSON_IsTrue(cJSON_GetObjectItem(r, key));
+    cJSON_Delete(r);
+    return yes;
 }
 
 /* Submit and wait for the completion; returns it (caller frees). */
@@ -350,7 +363,6 @@ simple_cmd(fox_trainer *t, int cmd)
     c->cmd = cmd;
     roundtrip(t, c);
     int st = c->status;
-    cJSON_Delete(c->result);
     free(c);
     return st;
 }
@@ -403,8 +415,7 @@ START_TEST(test_trainer)
     roundtrip(t, c);
     ck_assert_int_eq(c->status, FOX_OK);
     ck_assert_int_gt(c->op_id, 0);
-    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(c->result, "accepted")));
-    cJSON_Delete(c->result);
+    ck_assert(result_true(c, "accepted"));
     free(c);
     wait_op_done(1);
     ck_assert_ptr_nonnull(strstr(col.last_op_done, "\"ok\":true"));
@@ -434,7 +445,6 @@ START_TEST(test_trainer)
     c->steps_per_epoch = 1000000;
     roundtrip(t, c);
     ck_assert_int_eq(c->status, FOX_OK);
-    cJSON_Delete(c->result);
     free(c);
     ck_assert_int_eq(state_of(t), FOX_TSTATE_TRAINING);
     ck_assert_int_eq(simple_cmd(t, FOX_CMD_CONFIG_SET), FOX_ESTATE); /* idle only */
@@ -463,8 +473,13 @@ START_TEST(test_trainer)
     c->values = cJSON_Parse("{\"train.epochs\":2}");
     roundtrip(t, c);
     ck_assert_int_eq(c->status, FOX_OK);
-    ck_assert(cJSON_IsFalse(cJSON_GetObjectItem(c->result, "engine_recreated")));
-    cJSON_Delete(c->result);
+    /* The whole result, in the key order clients see. */
+    cJSON *rendered = fox_render_result(c);
+    char *text = cJSON_PrintUnformatted(rendered);
+    ck_assert_str_eq(text, "{\"applied\":[\"train.epochs\"],\"engine_recreated\":false,"
+                           "\"state\":\"idle\"}");
+    free(text);
+    cJSON_Delete(rendered);
     cJSON_Delete(c->values);
     free(c);
     c = calloc(1, sizeof *c);
@@ -472,8 +487,7 @@ START_TEST(test_trainer)
     c->values = cJSON_Parse("{\"model.h1\":24}");
     roundtrip(t, c);
     ck_assert_int_eq(c->status, FOX_OK);
-    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(c->result, "engine_recreated")));
-    cJSON_Delete(c->result);
+    ck_assert(result_true(c, "engine_recreated"));
     cJSON_Delete(c->values);
     free(c);
     fox_trainer_snapshot(t, &s);
@@ -491,7 +505,6 @@ START_TEST(test_trainer)
     roundtrip(t, c);
     ck_assert_int_eq(c->status, FOX_OK);
     ck_assert_int_gt(c->op_id, 0);
-    cJSON_Delete(c->result);
     free(c);
     wait_op_done(3); /* the run, the stopped one, then this save */
     ck_assert_ptr_nonnull(strstr(col.last_op_done, "\"ok\":true"));
@@ -500,7 +513,6 @@ START_TEST(test_trainer)
     snprintf(c->path, sizeof c->path, "%s/a.ckpt", tmpdir);
     roundtrip(t, c);
     ck_assert_msg(c->status == FOX_OK, "load: %s", c->message);
-    cJSON_Delete(c->result);
     free(c);
     snprintf(path, sizeof path, "%s/bad.ckpt", tmpdir);
     write_file(path, "this is not a checkpoint at all, not even close to one");
@@ -528,7 +540,6 @@ START_TEST(test_trainer)
     roundtrip(t, c);
     ck_assert_int_eq(c->status, FOX_OK);
     ck_assert_int_eq(c->exit_after, 1);
-    cJSON_Delete(c->result);
     free(c);
     c = calloc(1, sizeof *c);
     c->cmd = FOX_CMD_PAUSE;

@@ -12,8 +12,9 @@
 set -u
 FOXD=$(realpath "$1") FOXCTL=$(realpath "$2") LOAD=$(realpath "$3")
 command -v nngcat >/dev/null || { echo "nngcat (nng-utils) not installed: skipping"; exit 77; }
+. "$(dirname "$(realpath "$0")")/lib.sh"
 
-dir=$(mktemp -d "${TMPDIR:-/tmp}/foxd-it.XXXXXX")
+test_init foxd-it
 url="ipc://$dir/foxd.sock"
 pub="ipc://$dir/events.sock"
 token=t0ken-$$
@@ -24,22 +25,6 @@ TINY=(--backend "${FOXD_TEST_BACKEND:-cpu}" --set model.h1=32 --set model.h2=16 
       --set model.aux_hidden=8 --set train.batch=16 --set env.n_envs=8
       --set train.learning_starts=64 --set data.synth_bars=3000
       --set train.steps_per_epoch=20 --set train.epochs=1)
-pid=
-checks=0
-
-cleanup() {
-    [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-
-fail() {
-    echo "FAIL: $*"
-    echo "--- foxd log (last 40 lines) ---"
-    tail -40 "$dir/foxd.log" 2>/dev/null
-    exit 1
-}
-ok() { checks=$((checks + 1)); echo "ok $checks - $*"; }
 
 ctl() { timeout -k 5 120 "$FOXCTL" --url "$url" --pub "$pub" --token "$token" --timeout 10000 "$@"; }
 ctl_notoken() { timeout -k 5 60 "$FOXCTL" --url "$url" --pub "$pub" --timeout 10000 "$@"; }
@@ -72,17 +57,9 @@ wait_state() {
     fail "state never became $1"
 }
 start_foxd() {
-    "$FOXD" --listen "$url" --pub "$pub" --set "daemon.state_dir=$dir/state" \
+    foxd_start --url "$url" -- --listen "$url" --pub "$pub" --set "daemon.state_dir=$dir/state" \
         --set "daemon.runtime_dir=$dir" --set "daemon.token_file=$dir/token" \
-        --set daemon.probe_ms=300 --set daemon.metrics_interval_ms=200 "${TINY[@]}" "$@" \
-        2>>"$dir/foxd.log" &
-    pid=$!
-    for _ in $(seq 1 300); do
-        "$FOXCTL" --url "$url" --timeout 1000 version >/dev/null 2>&1 && return 0
-        kill -0 "$pid" 2>/dev/null || fail "foxd exited at start"
-        sleep 0.1
-    done
-    fail "foxd did not answer within 30 s"
+        --set daemon.probe_ms=300 --set daemon.metrics_interval_ms=200 "${TINY[@]}" "$@"
 }
 
 # ---------------------------------------------------------------- no daemon
@@ -224,7 +201,7 @@ out=$(timeout -k 5 30 nngcat --req --dial "$url" --recv-timeout 10 --ascii --cou
 ok "the same request twice from one client: the first answer twice (pause ran once)"
 ctl stop >/dev/null || fail "stop after resend test"
 
-# -------------------------------- a second foxd on the same path (nng #1518)
+# ------------------------------------------- a second foxd on the same path
 "$FOXD" --listen "$url" --pub "ipc://$dir/events2.sock" --set "daemon.state_dir=$dir/state2" \
     --set "daemon.runtime_dir=$dir" "${TINY[@]}" 2>"$dir/second.log"
 rc=$?
@@ -251,7 +228,7 @@ grep -q '"seq":' "$dir/sub.out" || fail "nngcat sub: $(cat "$dir/sub.out")"
 ok "nngcat --sub receives events with seq"
 
 # A foreign process that does call listen on the path (nngcat: no lock) deafens
-# nng 1.5.2's listener (#1518); foxd's self-probe must notice and listen again.
+# nng 1.5.2's listener; foxd's self-probe must notice and listen again.
 # (Whether the bug bites is a race; either way new clients must be served.)
 timeout -k 5 5 nngcat --rep --listen "$url" --data x >/dev/null 2>&1
 # Let the probe (every 300 ms, two failures to act) settle: a re-listen drops the

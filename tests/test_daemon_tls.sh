@@ -6,21 +6,9 @@
 set -u
 FOXD=$(realpath "$1") FOXCTL=$(realpath "$2")
 command -v openssl >/dev/null || { echo "openssl not installed: skipping"; exit 77; }
+. "$(dirname "$(realpath "$0")")/lib.sh"
 
-dir=$(mktemp -d "${TMPDIR:-/tmp}/foxd-tls.XXXXXX")
-pid=
-checks=0
-cleanup() {
-    [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*"
-    tail -20 "$dir/foxd.log" 2>/dev/null
-    exit 1
-}
-ok() { checks=$((checks + 1)); echo "ok $checks - $*"; }
+test_init foxd-tls
 TINY=(--backend cpu --set model.h1=32 --set model.h2=16 --set data.synth_bars=3000
       --set "daemon.state_dir=$dir/state" --set "daemon.runtime_dir=$dir"
       --pub "ipc://$dir/events.sock" --set daemon.metrics_interval_ms=0)
@@ -56,16 +44,10 @@ ok "plain tcp:// beyond loopback refused without allow_insecure_remote"
 ok "tls+tcp:// without a client CA refused"
 
 # ------------------------------------------------------------- mutual TLS
-"$FOXD" --listen "$url" --set daemon.tls.cert="$dir/server.pem" --set daemon.tls.key="$dir/server.key" \
-    --set daemon.tls.ca="$dir/ca.pem" "${TINY[@]}" 2>>"$dir/foxd.log" &
-pid=$!
 good=(--url "$url" --timeout 5000 --cert "$dir/client.pem" --key "$dir/client.key" --ca "$dir/ca.pem"
       --server-name localhost)
-for _ in $(seq 1 200); do
-    "$FOXCTL" "${good[@]}" version >/dev/null 2>&1 && break
-    kill -0 "$pid" 2>/dev/null || fail "foxd (TLS) exited"
-    sleep 0.1
-done
+foxd_start "${good[@]}" -- --listen "$url" --set daemon.tls.cert="$dir/server.pem" \
+    --set daemon.tls.key="$dir/server.key" --set daemon.tls.ca="$dir/ca.pem" "${TINY[@]}"
 "$FOXCTL" "${good[@]}" status | grep -q "^state" || fail "client with a CA-signed certificate not served"
 ok "client with a certificate from the configured CA is served"
 

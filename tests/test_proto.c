@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "proto/proto.h"
+#include "proto/table.h"
 #include "tests/testutil.h"
 
 #define ck_assert_fox_code(expr, code)                                                             \
@@ -558,7 +559,7 @@ START_TEST(test_fold_table)
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
-    fox_proto_print_folds(f, folds);
+    fox_table_folds(f, folds);
     fclose(f);
     ck_assert_ptr_nonnull(strstr(buf, "best val Sharpe"));
     /* best_epoch 2 (from 0) is the third epoch, as the progress lines count. */

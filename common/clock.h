@@ -1,0 +1,36 @@
+/*
+ * clock.h — the two clocks the programs read, in milliseconds: the
+ * monotonic one for intervals and timeouts (it never jumps when the wall
+ * clock is set), and the wall clock for time stamps a person or another
+ * machine reads. Header-only so that the client links it without the
+ * engine. Thread-safe.
+ */
+#ifndef FOX_CLOCK_H
+#define FOX_CLOCK_H
+
+#include <stdint.h>
+#include <time.h>
+
+static inline int64_t
+fox_clock_ms(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Milliseconds on the monotonic clock: only differences mean something. */
+static inline int64_t
+fox_mono_ms(void)
+{
+    return fox_clock_ms(CLOCK_MONOTONIC);
+}
+
+/* Milliseconds since the epoch. */
+static inline int64_t
+fox_wall_ms(void)
+{
+    return fox_clock_ms(CLOCK_REALTIME);
+}
+
+#endif

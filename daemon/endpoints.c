@@ -1,0 +1,347 @@
+/*
+ * endpoints.c — listeners, ipc locks, TLS, peers and the self-probe of
+ * foxd. See endpoints.h.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include "common/error.h"
+#include "common/fsutil.h"
+#include "common/log.h"
+#include "daemon/endpoints.h"
+
+static int
+scheme_of(const char *url)
+{
+    if (!strncmp(url, "ipc://", 6))
+        return FOX_TRANSPORT_IPC;
+    if (!strncmp(url, "tcp://", 6) || !strncmp(url, "tcp4://", 7) || !strncmp(url, "tcp6://", 7))
+        return FOX_TRANSPORT_TCP;
+    if (!strncmp(url, "tls+tcp://", 10) || !strncmp(url, "tls+tcp4://", 11) ||
+        !strncmp(url, "tls+tcp6://", 11))
+        return FOX_TRANSPORT_TLS;
+    return -1;
+}
+
+/* tcp://127.0.0.1:5555, tcp://localhost:5555, tcp://[::1]:5555 stay on this machine. */
+static int
+is_loopback(const char *url)
+{
+    const char *h = strstr(url, "://") + 3;
+    return !strncmp(h, "127.", 4) || !strncmp(h, "localhost:", 10) || !strncmp(h, "[::1]:", 6);
+}
+
+/*
+ * Take the flock of an ipc endpoint before anything listens on it: a second
+ * foxd must never reach nng_listen on a live path (nng 1.5.2 would deafen
+ * the first). With the lock held, a socket file left behind is stale.
+ */
+static int
+lock_ipc(fox_endpoint *ep, char *err, size_t errlen)
+{
+    const char *path = ep->url + 6;
+    char lockpath[FOX_URL_MAX + 8], dir[FOX_URL_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = 0;
+        if (fox_mkdir_p(dir, 0750, err, errlen) != FOX_OK)
+            return FOX_EIO;
+    }
+    snprintf(lockpath, sizeof lockpath, "%s.lock", path);
+    ep->lock_fd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (ep->lock_fd < 0)
+        return fox_errf(err, errlen, FOX_EIO, "%s: %s", lockpath, strerror(errno));
+    if (flock(ep->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        close(ep->lock_fd);
+        ep->lock_fd = -1;
+        if (e == EWOULDBLOCK)
+            return fox_errf(err, errlen, FOX_EBUSY,
+                            "%s is in use by another foxd (lock %s held); not listening on it",
+                            ep->url, lockpath);
+        return fox_errf(err, errlen, FOX_EIO, "flock %s: %s", lockpath, strerror(e));
+    }
+    unlink(path);
+    return FOX_OK;
+}
+
+static char *
+read_file(const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fox_errf(err, errlen, FOX_EIO, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = calloc(1, 1 << 20);
+    size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+    fclose(f);
+    if (buf && n == 0) {
+        free(buf);
+        buf = NULL;
+        fox_errf(err, errlen, FOX_EIO, "%s: empty", path);
+    }
+    return buf;
+}
+
+static int
+make_tls(fox_endpoints *set, char *err, size_t errlen)
+{
+    int rv;
+    char *cert, *key;
+    if (set->tls)
+        return FOX_OK;
+    if (!set->d->tls_cert[0] || !set->d->tls_key[0] || !set->d->tls_ca[0])
+        return fox_errf(err, errlen, FOX_EINVAL,
+                        "tls+tcp:// needs daemon.tls.cert, daemon.tls.key and daemon.tls.ca "
+                        "(clients must present a certificate signed by that CA)");
+    if (!(cert = read_file(set->d->tls_cert, err, errlen)))
+        return FOX_EIO;
+    if (!(key = read_file(set->d->tls_key, err, errlen))) {
+        free(cert);
+        return FOX_EIO;
+    }
+    if ((rv = nng_tls_config_alloc(&set->tls, NNG_TLS_MODE_SERVER)) != 0 ||
+        (rv = nng_tls_config_own_cert(set->tls, cert, key, NULL)) != 0 ||
+        (rv = nng_tls_config_ca_file(set->tls, set->d->tls_ca)) != 0 ||
+        (rv = nng_tls_config_auth_mode(set->tls, NNG_TLS_AUTH_MODE_REQUIRED)) != 0) {
+        fox_errf(err, errlen, FOX_EINVAL, "TLS setup (%s, %s, %s): %s", set->d->tls_cert,
+                 set->d->tls_key, set->d->tls_ca, nng_strerror(rv));
+        rv = FOX_EINVAL;
+    }
+    memset(key, 0, strlen(key));
+    free(cert);
+    free(key);
+    return rv;
+}
+
+int
+fox_endpoint_listen(fox_endpoints *set, nng_socket sock, fox_endpoint *ep, char *err, size_t errlen)
+{
+    int rv;
+    if ((rv = nng_listener_create(&ep->l, sock, ep->url)) != 0)
+        return fox_errf(err, errlen, FOX_EINVAL, "%s: %s", ep->url, nng_strerror(rv));
+    rv = nng_listener_set_size(ep->l, NNG_OPT_RECVMAXSZ, (size_t)set->d->recv_max);
+    if (rv == 0 && ep->transport == FOX_TRANSPORT_IPC)
+        rv = nng_listener_set_int(ep->l, NNG_OPT_IPC_PERMISSIONS, set->d->ipc_mode);
+    if (rv == 0 && ep->transport == FOX_TRANSPORT_TLS) /* made by prepare_endpoint */
+        rv = nng_listener_set_ptr(ep->l, NNG_OPT_TLS_CONFIG, set->tls);
+    if (rv == 0)
+        rv = nng_listener_start(ep->l, 0);
+    if (rv != 0) {
+        nng_listener_close(ep->l);
+        return fox_errf(err, errlen, FOX_EIO, "listen %s: %s", ep->url, nng_strerror(rv));
+    }
+    ep->open = 1;
+    fox_log(FOX_LOG_INFO, "listening on %s", ep->url);
+    return FOX_OK;
+}
+
+/* Check one endpoint URL against the remote-access rules, and lock it if ipc. */
+static int
+prepare_endpoint(fox_endpoints *set, fox_endpoint *ep, const char *url, char *err, size_t errlen)
+{
+    memset(ep, 0, sizeof *ep);
+    ep->lock_fd = -1;
+    snprintf(ep->url, sizeof ep->url, "%s", url);
+    ep->transport = scheme_of(url);
+    if (ep->transport < 0)
+        return fox_errf(err, errlen, FOX_EINVAL, "%s: endpoints are ipc://, tcp:// or tls+tcp://",
+                        url);
+    if (ep->transport == FOX_TRANSPORT_TCP && !is_loopback(url) && !set->d->allow_insecure_remote)
+        return fox_errf(err, errlen, FOX_EPERM,
+                        "%s listens beyond loopback without TLS: use tls+tcp:// or set "
+                        "daemon.allow_insecure_remote",
+                        url);
+    if (ep->transport == FOX_TRANSPORT_TLS)
+        return make_tls(set, err, errlen);
+    if (ep->transport == FOX_TRANSPORT_IPC)
+        return lock_ipc(ep, err, errlen);
+    return FOX_OK;
+}
+
+/*
+ * Dial our own ipc endpoint afresh and ask for the version; 0 when it
+ * answered. The socket lives as long as the probe thread: only the dialer
+ * (and so the connection) is new each time, since socket churn is where nng
+ * 1.5.2 keeps its open/close races.
+ */
+static int
+probe_once(nng_socket sock, const char *url)
+{
+    nng_dialer dl;
+    char *reply = NULL;
+    size_t len = 0;
+    int rv;
+    const char *req = "{\"v\":1,\"id\":0,\"cmd\":\"version\"}";
+
+    if ((rv = nng_dialer_create(&dl, sock, url)) != 0)
+        return rv;
+    if ((rv = nng_dialer_start(dl, 0)) == 0 &&
+        (rv = nng_send(sock, (void *)req, strlen(req), 0)) == 0 &&
+        (rv = nng_recv(sock, &reply, &len, NNG_FLAG_ALLOC)) == 0)
+        nng_free(reply, len);
+    nng_dialer_close(dl);
+    return rv;
+}
+
+static void *
+probe_main(void *arg)
+{
+    fox_endpoints *set = arg;
+    nng_socket sock;
+    if (nng_req0_open(&sock) != 0) {
+        fox_log(FOX_LOG_WARNING, "self-probe disabled: no REQ socket");
+        return NULL;
+    }
+    nng_socket_set_ms(sock, NNG_OPT_SENDTIMEO, 3000);
+    nng_socket_set_ms(sock, NNG_OPT_RECVTIMEO, 3000);
+    nng_socket_set_ms(sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+    for (;;) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += set->d->probe_ms / 1000;
+        ts.tv_nsec += (long)(set->d->probe_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&set->probe_lock);
+        while (!set->probe_quit &&
+               pthread_cond_timedwait(&set->probe_cond, &set->probe_lock, &ts) != ETIMEDOUT)
+            ;
+        int quit = set->probe_quit;
+        pthread_mutex_unlock(&set->probe_lock);
+        if (quit)
+            break;
+        int deaf = 0;
+        for (int i = 0; i < set->n_eps; i++)
+            if (set->eps[i].transport == FOX_TRANSPORT_IPC &&
+                probe_once(sock, set->eps[i].url) != 0)
+                deaf |= 1 << i;
+        set->report(set->report_arg, deaf);
+    }
+    nng_close(sock);
+    return NULL;
+}
+
+void
+fox_endpoints_probe_start(fox_endpoints *set, fox_probe_report report, void *arg)
+{
+    int any_ipc = 0;
+    for (int i = 0; i < set->n_eps; i++)
+        any_ipc |= set->eps[i].transport == FOX_TRANSPORT_IPC;
+    if (!any_ipc || set->d->probe_ms <= 0)
+        return;
+    set->report = report;
+    set->report_arg = arg;
+    pthread_mutex_init(&set->probe_lock, NULL);
+    pthread_cond_init(&set->probe_cond, NULL);
+    if (pthread_create(&set->probe_thread, NULL, probe_main, set) == 0)
+        set->probe_running = 1;
+}
+
+void
+fox_endpoints_probe_stop(fox_endpoints *set)
+{
+    if (!set->probe_running)
+        return;
+    pthread_mutex_lock(&set->probe_lock);
+    set->probe_quit = 1;
+    pthread_cond_signal(&set->probe_cond);
+    pthread_mutex_unlock(&set->probe_lock);
+    pthread_join(set->probe_thread, NULL);
+    set->probe_running = 0;
+}
+
+void
+fox_endpoints_relisten(fox_endpoints *set, nng_socket sock, int deaf)
+{
+    for (int i = 0; i < set->n_eps; i++) {
+        fox_endpoint *ep = &set->eps[i];
+        if (ep->transport != FOX_TRANSPORT_IPC)
+            continue;
+        if (!(deaf & (1 << i))) {
+            ep->probe_failures = 0;
+            continue;
+        }
+        if (++ep->probe_failures < 2)
+            continue;
+        char err[512];
+        fox_log(FOX_LOG_WARNING, "%s does not answer its own probe; listening again", ep->url);
+        nng_listener_close(ep->l);
+        ep->open = 0;
+        unlink(ep->url + 6);
+        if (fox_endpoint_listen(set, sock, ep, err, sizeof err) != FOX_OK)
+            fox_log(FOX_LOG_ERR, "%s", err);
+        ep->probe_failures = 0;
+    }
+}
+
+/* ------------------------------------------------------------------- peers */
+
+void
+fox_endpoints_peer_of(const fox_endpoints *set, nng_msg *m, fox_peer *p)
+{
+    nng_pipe pipe = nng_msg_get_pipe(m);
+    nng_listener l = nng_pipe_listener(pipe);
+    nng_sockaddr sa;
+    memset(p, 0, sizeof *p);
+    p->transport = -1;
+    for (int i = 0; i < set->n_eps; i++)
+        if (set->eps[i].open && nng_listener_id(set->eps[i].l) == nng_listener_id(l))
+            p->transport = set->eps[i].transport;
+    if (p->transport == FOX_TRANSPORT_IPC) {
+        if (nng_pipe_get_uint64(pipe, NNG_OPT_IPC_PEER_UID, &p->uid) != 0 ||
+            nng_pipe_get_uint64(pipe, NNG_OPT_IPC_PEER_GID, &p->gid) != 0 ||
+            nng_pipe_get_uint64(pipe, NNG_OPT_IPC_PEER_PID, &p->pid) != 0)
+            p->transport = -1;
+    } else if (p->transport >= 0 && nng_pipe_get_addr(pipe, NNG_OPT_REMADDR, &sa) == 0) {
+        if (sa.s_family == NNG_AF_INET)
+            inet_ntop(AF_INET, &sa.s_in.sa_addr, p->addr, sizeof p->addr);
+        else if (sa.s_family == NNG_AF_INET6)
+            inet_ntop(AF_INET6, sa.s_in6.sa_addr, p->addr, sizeof p->addr);
+    }
+}
+
+/* ----------------------------------------------------------------- set up */
+
+int
+fox_endpoints_prepare(fox_endpoints *set, const fox_dconf *d, char *err, size_t errlen)
+{
+    int rv;
+    memset(set, 0, sizeof *set);
+    set->d = d;
+    set->pub.lock_fd = -1;
+    for (int i = 0; i < d->n_listen; i++)
+        if ((rv = prepare_endpoint(set, &set->eps[set->n_eps++], d->listen[i], err, errlen)) !=
+            FOX_OK)
+            return rv;
+    return prepare_endpoint(set, &set->pub, d->pub, err, errlen);
+}
+
+void
+fox_endpoints_fini(fox_endpoints *set)
+{
+    if (set->tls)
+        nng_tls_config_free(set->tls);
+    set->tls = NULL;
+    for (int i = 0; i < set->n_eps; i++)
+        if (set->eps[i].lock_fd >= 0)
+            close(set->eps[i].lock_fd);
+    if (set->pub.lock_fd >= 0)
+        close(set->pub.lock_fd);
+    set->n_eps = 0;
+    set->pub.lock_fd = -1;
+}

@@ -1,0 +1,93 @@
+/*
+ * endpoints.h — where foxd listens (internal to daemon/): the endpoint URLs
+ * checked against the remote-access rules, the flock of each ipc path, the
+ * TLS configuration of tls+tcp://, the nng listeners, who is at the other
+ * end of a message, and the self-probe that finds a deaf ipc listener.
+ *
+ * The self-probe exists because nng 1.5.2 can leave an ipc listener that no
+ * longer accepts connections while the process lives on; a thread dials
+ * each ipc endpoint now and then and reports the ones that did not answer,
+ * and the loop listens on them again after two failures in a row.
+ *
+ * Threads: everything but the probe runs on the loop thread (or before it
+ * starts). The probe thread only dials and calls its report callback.
+ */
+#ifndef FOX_DAEMON_ENDPOINTS_H
+#define FOX_DAEMON_ENDPOINTS_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include <nng/nng.h>
+#include <nng/supplemental/tls/tls.h>
+
+#include "daemon/conf.h"
+
+enum { FOX_TRANSPORT_IPC = 0, FOX_TRANSPORT_TCP, FOX_TRANSPORT_TLS };
+
+typedef struct fox_endpoint {
+    char url[FOX_URL_MAX];
+    int transport; /* FOX_TRANSPORT_* */
+    int lock_fd;   /* ipc: flock held for the daemon's life */
+    nng_listener l;
+    int open;
+    int probe_failures; /* loop thread */
+} fox_endpoint;
+
+/* Called on the probe thread with the endpoints (bit i: eps[i]) that did not answer. */
+typedef void (*fox_probe_report)(void *arg, int deaf_mask);
+
+typedef struct fox_endpoints {
+    const fox_dconf *d;
+    fox_endpoint eps[FOX_DCONF_MAX_LISTEN]; /* the REP socket's */
+    int n_eps;
+    fox_endpoint pub; /* the PUB socket's */
+    nng_tls_config *tls;
+
+    pthread_t probe_thread;
+    int probe_running;
+    pthread_mutex_t probe_lock;
+    pthread_cond_t probe_cond;
+    int probe_quit;
+    fox_probe_report report;
+    void *report_arg;
+} fox_endpoints;
+
+/*
+ * Check d's listen and pub URLs and take every ipc lock, before any socket
+ * exists: a second foxd must never reach nng_listen on a live path (the
+ * listener fault above would deafen the first). FOX_EINVAL for a bad URL or
+ * TLS setup, FOX_EPERM for plain tcp:// beyond loopback without
+ * daemon.allow_insecure_remote, FOX_EBUSY for an ipc path another foxd
+ * holds; err says which.
+ */
+int fox_endpoints_prepare(fox_endpoints *set, const fox_dconf *d, char *err, size_t errlen);
+
+/* Create and start ep's listener on sock, RECVMAXSZ and permissions set before it starts. */
+int fox_endpoint_listen(fox_endpoints *set, nng_socket sock, fox_endpoint *ep, char *err,
+                        size_t errlen);
+
+/* Who sent a message: the transport it came by and, on ipc, the peer's credentials. */
+typedef struct fox_peer {
+    int transport;          /* FOX_TRANSPORT_*, -1 when unknown (pipe gone) */
+    uint64_t uid, gid, pid; /* ipc */
+    char addr[64];          /* tcp/tls: the address without the port */
+} fox_peer;
+
+void fox_endpoints_peer_of(const fox_endpoints *set, nng_msg *m, fox_peer *p);
+
+/*
+ * Start the probe thread when an ipc endpoint exists and d->probe_ms > 0;
+ * report is called after every round. Stop joins it (a no-op when it never
+ * started).
+ */
+void fox_endpoints_probe_start(fox_endpoints *set, fox_probe_report report, void *arg);
+void fox_endpoints_probe_stop(fox_endpoints *set);
+
+/* On the loop: listen again on sock where the probe failed twice in a row. */
+void fox_endpoints_relisten(fox_endpoints *set, nng_socket sock, int deaf_mask);
+
+/* Free the TLS configuration and release the ipc locks (after the sockets closed). */
+void fox_endpoints_fini(fox_endpoints *set);
+
+#endif

@@ -1,0 +1,28 @@
+/*
+ * table.h — the per-fold result table as people read it, printed from the
+ * protocol's fold objects. It is the one printer of that table: foxctl
+ * prints it from a run's op_done event or from status, and `foxd --once`
+ * from its own fold reports, so that both show the same columns.
+ *
+ * Reentrant; writes only to the FILE given.
+ */
+#ifndef FOX_PROTO_TABLE_H
+#define FOX_PROTO_TABLE_H
+
+#include <stdio.h>
+
+#include <cjson/cJSON.h>
+
+/*
+ * Print the per-fold result table: folds is an array of fold objects as the
+ * fold_end event carries them ({"fold","epochs","best_epoch",
+ * "best_val_sharpe","test_sharpe","final_loss","steps_per_sec",
+ * "bars_per_year", ...}); a missing or null number prints as "n/a".
+ */
+void fox_table_folds(FILE *out, const cJSON *folds);
+
+/* A fold object's "flagged" slots as one line, "fold 2: sentinel flags: none" (nothing without it).
+ */
+void fox_table_flagged(FILE *out, const cJSON *fold);
+
+#endif
