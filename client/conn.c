@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <pwd.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -124,6 +125,46 @@ dial(nng_socket sock, const char *url, nng_tls_config *tls, char *err, size_t er
     return FOXCTL_OK;
 }
 
+/* Root, this user and the service's own user "foxd" may serve a socket we hand a token to. */
+static int
+trusted_uid(uid_t uid)
+{
+    struct passwd pw, *found = NULL;
+    char buf[1024];
+    if (uid == 0 || uid == geteuid())
+        return 1;
+    return getpwnam_r("foxd", &pw, buf, sizeof buf, &found) == 0 && found && found->pw_uid == uid;
+}
+
+/*
+ * Before a token goes over ipc, make sure the socket is foxd's: owned by a
+ * trusted user, in a directory a trusted user owns and nobody else may
+ * write to. Otherwise another local user could have put their own listener
+ * there (in a /tmp directory they created first) and would read the token.
+ */
+static int
+check_ipc_owner(const char *url, char *err, size_t errlen)
+{
+    const char *path = url + 6;
+    char dir[PATH_MAX];
+    struct stat st, dst;
+    snprintf(dir, sizeof dir, "%s", path);
+    if (stat(path, &st) != 0)
+        return errf(err, errlen, FOXCTL_NODAEMON, "no foxd at %s (%s)", url, strerror(errno));
+    if (stat(dirname(dir), &dst) != 0)
+        return errf(err, errlen, FOXCTL_NODAEMON, "%s: %s", dir, strerror(errno));
+    if (!trusted_uid(st.st_uid))
+        return errf(err, errlen, FOXCTL_NODAEMON,
+                    "%s belongs to uid %u (not you, root or foxd): not sending it the token", path,
+                    (unsigned)st.st_uid);
+    if (!trusted_uid(dst.st_uid) || (dst.st_mode & 022))
+        return errf(err, errlen, FOXCTL_NODAEMON,
+                    "%s is owned by uid %u with mode %03o: another user could have put the "
+                    "socket there; not sending it the token",
+                    dir, (unsigned)dst.st_uid, (unsigned)(dst.st_mode & 0777));
+    return FOXCTL_OK;
+}
+
 int
 foxctl_open(foxctl_conn *c, const char *url, const char *token, int timeout_ms,
             const foxctl_tls *tls, char *err, size_t errlen)
@@ -133,6 +174,9 @@ foxctl_open(foxctl_conn *c, const char *url, const char *token, int timeout_ms,
     c->url = url;
     c->token = token;
     c->timeout_ms = timeout_ms;
+    if (token && !strncmp(url, "ipc://", 6) &&
+        (rv = check_ipc_owner(url, err, errlen)) != FOXCTL_OK)
+        return rv;
     if ((rv = tls_config(&c->tls, tls, err, errlen)) != FOXCTL_OK)
         return rv;
     if ((rv = nng_req0_open(&c->req)) != 0)

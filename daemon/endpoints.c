@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,6 +42,43 @@ is_loopback(const char *url)
     return !strncmp(h, "127.", 4) || !strncmp(h, "localhost:", 10) || !strncmp(h, "[::1]:", 6);
 }
 
+int
+fox_endpoints_secure_dir(const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        char parent[FOX_PATH_MAX];
+        if (errno != ENOENT)
+            return fox_errf(err, errlen, FOX_EIO, "%s: %s", path, strerror(errno));
+        snprintf(parent, sizeof parent, "%s", path);
+        char *slash = strrchr(parent, '/');
+        if (slash && slash != parent) {
+            *slash = 0;
+            if (fox_mkdir_p(parent, 0755, err, errlen) != FOX_OK)
+                return FOX_EIO;
+        }
+        if (mkdir(path, 0700) != 0 && errno != EEXIST)
+            return fox_errf(err, errlen, FOX_EIO, "mkdir %s: %s", path, strerror(errno));
+        if (lstat(path, &st) != 0)
+            return fox_errf(err, errlen, FOX_EIO, "%s: %s", path, strerror(errno));
+    }
+    if (!S_ISDIR(st.st_mode))
+        return fox_errf(err, errlen, FOX_EPERM, "%s is not a directory (a symlink?); refusing it",
+                        path);
+    if (st.st_uid != geteuid() && st.st_uid != 0)
+        return fox_errf(err, errlen, FOX_EPERM,
+                        "%s belongs to uid %u, not to foxd's uid %u: another user could swap "
+                        "its sockets; remove it or pick another daemon.runtime_dir",
+                        path, (unsigned)st.st_uid, (unsigned)geteuid());
+    if (st.st_mode & 022)
+        return fox_errf(err, errlen, FOX_EPERM,
+                        "%s is writable by %s (mode %03o): another user could swap its sockets; "
+                        "chmod go-w it or pick another daemon.runtime_dir",
+                        path, (st.st_mode & 002) ? "everyone" : "its group",
+                        (unsigned)(st.st_mode & 0777));
+    return FOX_OK;
+}
+
 /*
  * Take the flock of an ipc endpoint before anything listens on it: a second
  * foxd must never reach nng_listen on a live path (nng 1.5.2 would deafen
@@ -55,8 +93,9 @@ lock_ipc(fox_endpoint *ep, char *err, size_t errlen)
     char *slash = strrchr(dir, '/');
     if (slash && slash != dir) {
         *slash = 0;
-        if (fox_mkdir_p(dir, 0750, err, errlen) != FOX_OK)
-            return FOX_EIO;
+        int rv = fox_endpoints_secure_dir(dir, err, errlen);
+        if (rv != FOX_OK)
+            return rv;
     }
     snprintf(lockpath, sizeof lockpath, "%s.lock", path);
     ep->lock_fd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);

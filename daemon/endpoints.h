@@ -63,6 +63,16 @@ typedef struct fox_endpoints {
  */
 int fox_endpoints_prepare(fox_endpoints *set, const fox_dconf *d, char *err, size_t errlen);
 
+/*
+ * Make sure path is a directory only foxd's user controls before a socket or
+ * lock goes in it: created 0700 when missing (its parents 0755); refused
+ * (FOX_EPERM) when it is not a directory, is owned by another user than
+ * foxd's or root, or group or others may write to it. Another local user
+ * could otherwise pre-create it, swap the socket for one of theirs and
+ * collect the tokens clients send.
+ */
+int fox_endpoints_secure_dir(const char *path, char *err, size_t errlen);
+
 /* Create and start ep's listener on sock, RECVMAXSZ and permissions set before it starts. */
 int fox_endpoint_listen(fox_endpoints *set, nng_socket sock, fox_endpoint *ep, char *err,
                         size_t errlen);

@@ -610,9 +610,10 @@ static int
 setup(server *s, const fox_config *cfg, char *err, size_t errlen)
 {
     int rv;
-    if (fox_mkdir_p(s->d.state_dir, 0750, err, errlen) != FOX_OK ||
-        fox_mkdir_p(s->d.runtime_dir, 0750, err, errlen) != FOX_OK)
+    if (fox_mkdir_p(s->d.state_dir, 0750, err, errlen) != FOX_OK)
         return FOX_EIO;
+    if ((rv = fox_endpoints_secure_dir(s->d.runtime_dir, err, errlen)) != FOX_OK)
+        return rv;
 
     /* Every endpoint is checked and locked before any socket exists. */
     if ((rv = fox_endpoints_prepare(&s->ends, &s->d, err, errlen)) != FOX_OK)
