@@ -51,6 +51,7 @@ for attempt in 1 2 3; do
     timeout 1200 "$FOXD" --backend cpu --listen "$ipc" --listen "$tcp" --pub "ipc://$dir/events.sock" \
         --set "daemon.runtime_dir=$dir" --set "daemon.state_dir=$dir/state" \
         --set daemon.checkpoint_on_stop=false --set daemon.metrics_interval_ms=0 "${SETS[@]}" \
+        --set "daemon.token=bench-$$" \
         2>>"$dir/foxd.log" &
     pid=$!
     up=0

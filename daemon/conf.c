@@ -70,6 +70,7 @@ static const dkey dkeys[] = {
     I("daemon.probe_ms", probe_ms, 0, 86400000),
     B("daemon.checkpoint_on_stop", checkpoint_on_stop),
     B("daemon.resume", resume),
+    B("daemon.allow_tcp_without_token", allow_tcp_without_token),
 };
 #define N_DKEYS ((int)(sizeof dkeys / sizeof dkeys[0]))
 
@@ -147,10 +148,15 @@ fox_dconf_finish(fox_dconf *d, char *err, size_t errlen)
         if (!f)
             return fox_errf(err, errlen, FOX_EIO, "daemon.token_file %s: %s", d->token_file,
                              strerror(errno));
+        /* Group read is how the unit's user gets the file (root:foxd 0640); others never. */
         struct stat st;
-        if (fstat(fileno(f), &st) == 0 && (st.st_mode & 077))
-            fprintf(stderr, "<4>daemon.token_file %s is readable by others (mode %03o)\n",
-                    d->token_file, (unsigned)(st.st_mode & 0777));
+        if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || (st.st_mode & 027)) {
+            fclose(f);
+            return fox_errf(err, errlen, FOX_EINVAL,
+                            "daemon.token_file %s: must be a regular file that others may not "
+                            "read and its group may not write (chmod 0640 or 0600)",
+                            d->token_file);
+        }
         char buf[sizeof d->token + 2];
         size_t got = fread(buf, 1, sizeof buf - 1, f);
         fclose(f);
@@ -202,6 +208,11 @@ dset(fox_dconf *d, const dkey *k, const char *v, char *err, size_t errlen)
     char *field = (char *)d + k->off;
     switch (k->type) {
     case D_STR:
+        /* An empty token would silently turn authentication off. */
+        if (k->off == offsetof(fox_dconf, token) && v[0] == 0)
+            return fox_errf(err, errlen, FOX_EINVAL,
+                            "%s is empty: give a token, or leave the key out to run without one",
+                            k->name);
         if (strlen(v) >= k->size)
             return fox_errf(err, errlen, FOX_EINVAL, "%s: longer than %zu bytes", k->name,
                              k->size - 1);

@@ -47,6 +47,7 @@ typedef struct fox_dconf {
     int probe_ms;                /* ipc self-probe period (endpoints.h); 0 = off */
     int checkpoint_on_stop;      /* SIGTERM/shutdown save a checkpoint */
     int resume;                  /* load state_dir/foxd.ckpt at start when it exists */
+    int allow_tcp_without_token; /* plain tcp:// listeners without daemon.token (insecure) */
 } fox_dconf;
 
 /* Defaults; runtime_dir and state_dir from the environment (systemd, XDG). */

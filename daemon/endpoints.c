@@ -5,6 +5,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,12 +36,38 @@ scheme_of(const char *url)
     return -1;
 }
 
-/* tcp://127.0.0.1:5555, tcp://localhost:5555, tcp://[::1]:5555 stay on this machine. */
-static int
-is_loopback(const char *url)
+/*
+ * tcp://127.0.0.1:5555, tcp://localhost:5555, tcp://[::1]:5555 stay on this
+ * machine. The host must be an address literal (or "localhost"): a name
+ * such as "127.example.com" may resolve anywhere.
+ */
+int
+fox_endpoints_is_loopback(const char *url)
 {
-    const char *h = strstr(url, "://") + 3;
-    return !strncmp(h, "127.", 4) || !strncmp(h, "localhost:", 10) || !strncmp(h, "[::1]:", 6);
+    const char *h = strstr(url, "://");
+    char host[FOX_URL_MAX];
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (!h)
+        return 0;
+    h += 3;
+    if (h[0] == '[') {
+        size_t n = strcspn(h + 1, "]");
+        if (h[1 + n] != ']' || n >= sizeof host)
+            return 0;
+        memcpy(host, h + 1, n);
+        host[n] = 0;
+        return inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+    }
+    const char *colon = strrchr(h, ':');
+    size_t n = colon ? (size_t)(colon - h) : strlen(h);
+    if (n >= sizeof host)
+        return 0;
+    memcpy(host, h, n);
+    host[n] = 0;
+    if (strcmp(host, "localhost") == 0)
+        return 1;
+    return inet_pton(AF_INET, host, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127;
 }
 
 int
@@ -198,11 +226,29 @@ prepare_endpoint(fox_endpoints *set, fox_endpoint *ep, const char *url, char *er
     if (ep->transport < 0)
         return fox_errf(err, errlen, FOX_EINVAL, "%s: endpoints are ipc://, tcp:// or tls+tcp://",
                         url);
-    if (ep->transport == FOX_TRANSPORT_TCP && !is_loopback(url) && !set->d->allow_insecure_remote)
+    if (ep->transport == FOX_TRANSPORT_TCP && !fox_endpoints_is_loopback(url) &&
+        !set->d->allow_insecure_remote)
         return fox_errf(err, errlen, FOX_EPERM,
                         "%s listens beyond loopback without TLS: use tls+tcp:// or set "
                         "daemon.allow_insecure_remote",
                         url);
+    /*
+     * Plain tcp:// has no peer credentials: without a token every local user
+     * (and beyond loopback, everyone) could run, save and shut down. The PUB
+     * endpoint only sends events, so it needs no token.
+     */
+    if (ep->transport == FOX_TRANSPORT_TCP && ep != &set->pub && !set->d->token[0]) {
+        if (!set->d->allow_tcp_without_token)
+            return fox_errf(err, errlen, FOX_EPERM,
+                            "%s has no authentication: set daemon.token_file (or use ipc:// or "
+                            "tls+tcp://), or accept the risk with "
+                            "daemon.allow_tcp_without_token",
+                            url);
+        fox_log(FOX_LOG_WARNING,
+                "INSECURE: %s accepts mutating commands from anyone who can connect "
+                "(daemon.allow_tcp_without_token is set and there is no token)",
+                url);
+    }
     if (ep->transport == FOX_TRANSPORT_TLS)
         return make_tls(set, err, errlen);
     if (ep->transport == FOX_TRANSPORT_IPC)
@@ -352,6 +398,25 @@ fox_endpoints_peer_of(const fox_endpoints *set, nng_msg *m, fox_peer *p)
         else if (sa.s_family == NNG_AF_INET6)
             inet_ntop(AF_INET6, sa.s_in6.sa_addr, p->addr, sizeof p->addr);
     }
+}
+
+int
+fox_uid_in_group(uint64_t uid, uint64_t gid)
+{
+    struct passwd pw, *found = NULL;
+    char buf[4096];
+    gid_t groups[256];
+    int n = (int)(sizeof groups / sizeof groups[0]);
+    if (getpwuid_r((uid_t)uid, &pw, buf, sizeof buf, &found) != 0 || !found)
+        return 0;
+    if ((uint64_t)found->pw_gid == gid)
+        return 1;
+    /* A user in more groups than fit is judged on the ones that do. */
+    getgrouplist(found->pw_name, found->pw_gid, groups, &n);
+    for (int i = 0; i < n && i < (int)(sizeof groups / sizeof groups[0]); i++)
+        if ((uint64_t)groups[i] == gid)
+            return 1;
+    return 0;
 }
 
 /* ----------------------------------------------------------------- set up */

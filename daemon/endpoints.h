@@ -58,10 +58,14 @@ typedef struct fox_endpoints {
  * exists: a second foxd must never reach nng_listen on a live path (the
  * listener fault above would deafen the first). FOX_EINVAL for a bad URL or
  * TLS setup, FOX_EPERM for plain tcp:// beyond loopback without
- * daemon.allow_insecure_remote, FOX_EBUSY for an ipc path another foxd
+ * daemon.allow_insecure_remote or a plain tcp:// control endpoint without a
+ * token (unless daemon.allow_tcp_without_token), FOX_EBUSY for an ipc path another foxd
  * holds; err says which.
  */
 int fox_endpoints_prepare(fox_endpoints *set, const fox_dconf *d, char *err, size_t errlen);
+
+/* Whether a tcp:// URL's host is a loopback address literal or "localhost". */
+int fox_endpoints_is_loopback(const char *url);
 
 /*
  * Make sure path is a directory only foxd's user controls before a socket or
@@ -85,6 +89,13 @@ typedef struct fox_peer {
 } fox_peer;
 
 void fox_endpoints_peer_of(const fox_endpoints *set, nng_msg *m, fox_peer *p);
+
+/*
+ * Whether user uid belongs to group gid, as its primary group or one of its
+ * supplementary groups in the user database (the kernel gives an ipc peer's
+ * primary gid only; `usermod -aG foxd` adds a supplementary one).
+ */
+int fox_uid_in_group(uint64_t uid, uint64_t gid);
 
 /*
  * Start the probe thread when an ipc endpoint exists and d->probe_ms > 0;

@@ -260,7 +260,7 @@ authorize(server *s, const fox_peer *p, const fox_request *req, char *msg, size_
             return fox_errf(msg, len, FOX_EPERM, "wrong token");
     }
     if (p->transport == FOX_TRANSPORT_IPC && p->uid != 0 && p->uid != (uint64_t)geteuid() &&
-        p->gid != (uint64_t)getegid())
+        p->gid != (uint64_t)getegid() && !fox_uid_in_group(p->uid, (uint64_t)getegid()))
         return fox_errf(msg, len, FOX_EPERM, "uid %llu may not run %s", (unsigned long long)p->uid,
                         fox_cmd_name(req->cmd));
     return FOX_OK;

@@ -18,8 +18,8 @@ TINY=(--backend cpu --set model.h1=32 --set model.h2=16 --set model.head_hidden=
 free_port() { echo $((20000 + RANDOM % 30000)); }
 as_root=0
 [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null && as_root=1
-# as_nobody CMD...: run CMD as uid/gid 65534 without supplementary groups.
-as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+# Run as uid/gid 65534 without supplementary groups (setpriv execs: $! is foxd).
+NOBODY=(setpriv --reuid=65534 --regid=65534 --clear-groups)
 
 # --------------------------------------------------- the runtime directory
 mkdir -m 0777 "$dir/open"
@@ -50,7 +50,7 @@ if [ $as_root -eq 1 ]; then
     chown -R 65534:65534 "$dir/squat"
     chmod 700 "$dir/squat"
     squat="ipc://$dir/squat/foxd.sock"
-    as_nobody "$FOXD" "${TINY[@]}" --listen "$squat" --pub "ipc://$dir/squat/ev.sock" \
+    "${NOBODY[@]}" "$FOXD" "${TINY[@]}" --listen "$squat" --pub "ipc://$dir/squat/ev.sock" \
         --set "daemon.runtime_dir=$dir/squat" --set "daemon.state_dir=$dir/squat/st" \
         2>>"$dir/foxd.log" &
     pid=$!
@@ -66,4 +66,70 @@ if [ $as_root -eq 1 ]; then
     kill "$pid"; wait "$pid"; pid=
 else
     echo "# not root: the checks with a second local user are skipped"
+fi
+
+# ------------------------------------------- listeners that need a token
+port=$(free_port)
+"$FOXD" "${TINY[@]}" --set "daemon.runtime_dir=$dir/rt" --set "daemon.state_dir=$dir/st" \
+    --listen "tcp://127.0.0.1:$port" 2>"$dir/refused.log"
+[ $? -eq 2 ] && grep -q "has no authentication" "$dir/refused.log" ||
+    fail "a loopback tcp:// listener without a token was not refused: $(cat "$dir/refused.log")"
+ok "a tcp:// control listener without a token is refused"
+"$FOXD" "${TINY[@]}" --set "daemon.runtime_dir=$dir/rt" --set "daemon.state_dir=$dir/st" \
+    --listen "tcp://127.evil.example:$port" --set daemon.token=x 2>"$dir/refused.log"
+[ $? -eq 2 ] && grep -q "allow_insecure_remote" "$dir/refused.log" ||
+    fail "tcp://127.evil.example passed as loopback: $(cat "$dir/refused.log")"
+ok "a host name beginning with 127. is not loopback"
+"$FOXD" "${TINY[@]}" --set "daemon.runtime_dir=$dir/rt" --set "daemon.state_dir=$dir/st" \
+    --set daemon.token= 2>"$dir/refused.log"
+[ $? -eq 2 ] && grep -q "daemon.token is empty" "$dir/refused.log" ||
+    fail "an empty daemon.token was accepted: $(cat "$dir/refused.log")"
+ok "an empty daemon.token is an error"
+printf 'tok\n' > "$dir/token"
+chmod 644 "$dir/token"
+"$FOXD" "${TINY[@]}" --set "daemon.runtime_dir=$dir/rt" --set "daemon.state_dir=$dir/st" \
+    --set "daemon.token_file=$dir/token" 2>"$dir/refused.log"
+[ $? -eq 2 ] && grep -q "others may not" "$dir/refused.log" ||
+    fail "a token file everyone may read was accepted: $(cat "$dir/refused.log")"
+ok "a token file others may read is refused"
+chmod 600 "$dir/token"
+foxd_start --url "tcp://127.0.0.1:$port" -- "${TINY[@]}" --set "daemon.runtime_dir=$dir/rt" \
+    --set "daemon.state_dir=$dir/st" --listen "tcp://127.0.0.1:$port" \
+    --set daemon.allow_tcp_without_token=true
+grep -q "INSECURE: tcp://127.0.0.1:$port" "$dir/foxd.log" || fail "no warning for a tcp listener without a token"
+ok "daemon.allow_tcp_without_token opens it, with a warning"
+kill "$pid"; wait "$pid"; pid=
+
+# ------------------------------------ supplementary groups on ipc
+# A user who is in foxd's group only as a supplementary group may control it.
+member= group=
+if [ $as_root -eq 1 ]; then
+    while IFS=: read -r gname _ gid members; do
+        for m in ${members//,/ }; do
+            muid=$(id -u "$m" 2>/dev/null) || continue
+            [ "$muid" -ne 0 ] && [ "$muid" -ne 65534 ] && [ "$(id -g "$m")" != "$gid" ] &&
+                { member=$m; group=$gid; break 2; }
+        done
+    done < <(getent group)
+fi
+if [ -n "$member" ]; then
+    mkdir -p "$dir/grp/st"
+    chown -R 65534:"$group" "$dir/grp"
+    chmod 750 "$dir/grp"
+    gurl="ipc://$dir/grp/foxd.sock"
+    setpriv --reuid=65534 --regid="$group" --clear-groups "$FOXD" "${TINY[@]}" --listen "$gurl" \
+        --pub "ipc://$dir/grp/ev.sock" --set "daemon.runtime_dir=$dir/grp" \
+        --set "daemon.state_dir=$dir/grp/st" 2>>"$dir/foxd.log" &
+    pid=$!
+    for _ in $(seq 1 300); do
+        "$FOXCTL" --timeout 1000 --url "$gurl" version >/dev/null 2>&1 && break
+        sleep 0.1
+    done
+    out=$(setpriv --reuid="$member" --regid="$(id -g "$member")" --init-groups \
+        "$FOXCTL" --url "$gurl" config set train.epochs=2 2>&1) ||
+        fail "$member (supplementary group $group) was refused: $out"
+    ok "a member of foxd's group by a supplementary group may control it ($member)"
+    kill "$pid"; wait "$pid"; pid=
+else
+    echo "# no user with a supplementary group (or not root): group check skipped"
 fi
