@@ -3,11 +3,14 @@
  * rendered by render.c), trainer commands from requests, STATUS= lines and
  * the Prometheus textfile. See answer.h.
  */
+#include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/clock.h"
 #include "daemon/answer.h"
@@ -137,6 +140,71 @@ fox_answer_read(fox_trainer *t, const fox_dconf *d, const fox_counters *n, const
 
 /* --------------------------------------------------------- mutating requests */
 
+/* The engine key that names a data file. */
+#define DATA_KEY "data.source"
+
+static int
+has_dotdot(const char *path)
+{
+    for (const char *p = path; *p; p++)
+        if ((p == path || p[-1] == '/') && p[0] == '.' && p[1] == '.' && (p[2] == '/' || !p[2]))
+            return 1;
+    return 0;
+}
+
+int
+fox_answer_data_path(const fox_dconf *d, const char *path, char *out, size_t len, char *msg,
+                     size_t msglen)
+{
+    char joined[FOX_PATH_MAX * 2], real[PATH_MAX], real_dir[PATH_MAX];
+    size_t dl = strlen(d->data_dir);
+    struct stat st;
+    if (has_dotdot(path))
+        return fox_errf(msg, msglen, FOX_EPERM, "%s '%.256s' contains '..'", DATA_KEY, path);
+    if (path[0] == '/' && (strncmp(path, d->data_dir, dl) != 0 || path[dl] != '/'))
+        return fox_errf(msg, msglen, FOX_EPERM,
+                        "%s: clients may name files inside the data directory %s only", DATA_KEY,
+                        d->data_dir);
+    snprintf(joined, sizeof joined, path[0] == '/' ? "%s" : "%s/%s",
+             path[0] == '/' ? path : d->data_dir, path);
+    if (!realpath(d->data_dir, real_dir))
+        return fox_errf(msg, msglen, FOX_ENOENT, "the data directory %s: %s", d->data_dir,
+                        strerror(errno));
+    if (!realpath(joined, real))
+        return fox_errf(msg, msglen, errno == ENOENT ? FOX_ENOENT : FOX_EIO,
+                        "%s '%.256s' in %s: %s", DATA_KEY, path, d->data_dir, strerror(errno));
+    dl = strlen(real_dir);
+    if (strncmp(real, real_dir, dl) != 0 || real[dl] != '/')
+        return fox_errf(msg, msglen, FOX_EPERM, "%s '%.256s' leads out of the data directory %s",
+                        DATA_KEY, path, d->data_dir);
+    if (stat(real, &st) != 0 || !S_ISREG(st.st_mode))
+        return fox_errf(msg, msglen, FOX_EPERM, "%s '%.256s' is not a regular file", DATA_KEY,
+                        path);
+    if (st.st_size > (off_t)d->data_max_mb << 20)
+        return fox_errf(msg, msglen, FOX_EINVAL, "%s '%.256s' is larger than %d MiB (daemon.data_max_mb)",
+                        DATA_KEY, path, d->data_max_mb);
+    if (snprintf(out, len, "%s", real) >= (int)len)
+        return fox_errf(msg, msglen, FOX_EINVAL, "%s: path too long", DATA_KEY);
+    return FOX_OK;
+}
+
+/* A client's data.source, replaced in values by the real path it resolves to. */
+static int
+resolve_data_source(const fox_dconf *d, cJSON *values, char *msg, size_t len)
+{
+    char real[FOX_PATH_MAX];
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(values, DATA_KEY);
+    if (!cJSON_IsString(v) || strcmp(v->valuestring, "synthetic") == 0)
+        return FOX_OK;
+    int rv = fox_answer_data_path(d, v->valuestring, real, sizeof real, msg, len);
+    if (rv != FOX_OK)
+        return rv;
+    cJSON *r = cJSON_CreateString(real);
+    if (!r || !cJSON_ReplaceItemInObjectCaseSensitive(values, DATA_KEY, r))
+        return fox_errf(msg, len, FOX_EINTERNAL, "out of memory");
+    return FOX_OK;
+}
+
 int
 fox_answer_ckpt_path(const fox_dconf *d, const char *path, char *out, size_t len, char *msg,
                      size_t msglen)
@@ -145,9 +213,8 @@ fox_answer_ckpt_path(const fox_dconf *d, const char *path, char *out, size_t len
     if (!path)
         path = "foxd.ckpt";
     /* Clients name files; they do not get to write or read anywhere else. */
-    for (const char *p = path; *p; p++)
-        if ((p == path || p[-1] == '/') && p[0] == '.' && p[1] == '.' && (p[2] == '/' || !p[2]))
-            return fox_errf(msg, msglen, FOX_EPERM, "checkpoint path '%.256s' contains '..'", path);
+    if (has_dotdot(path))
+        return fox_errf(msg, msglen, FOX_EPERM, "checkpoint path '%.256s' contains '..'", path);
     if (path[0] == '/') {
         if (strncmp(path, d->state_dir, sl) != 0 || path[sl] != '/')
             return fox_errf(msg, msglen, FOX_EPERM,
@@ -179,6 +246,11 @@ fox_answer_tcmd(const fox_dconf *d, const fox_request *req, fox_tcmd *c, char *m
         snprintf(c->fault_kind, sizeof c->fault_kind, "%s", req->fault_kind);
     if (req->values && !(c->values = cJSON_Duplicate(req->values, 1)))
         return fox_errf(msg, len, FOX_EINTERNAL, "out of memory");
+    if (c->values) {
+        int rv = resolve_data_source(d, c->values, msg, len);
+        if (rv != FOX_OK)
+            return rv;
+    }
     if (req->cmd == FOX_CMD_CHECKPOINT_SAVE || req->cmd == FOX_CMD_CHECKPOINT_LOAD ||
         (req->cmd == FOX_CMD_SHUTDOWN && req->checkpoint && d->checkpoint_on_stop))
         return fox_answer_ckpt_path(d, req->path, c->path, sizeof c->path, msg, len);

@@ -32,6 +32,17 @@ cJSON *fox_answer_read(fox_trainer *t, const fox_dconf *d, const fox_counters *n
  */
 int fox_answer_tcmd(const fox_dconf *d, const fox_request *req, fox_tcmd *c, char *msg, size_t len);
 
+/*
+ * Resolve a data.source a client sent (anything but "synthetic") to a real
+ * path inside d->data_dir: no "..", an absolute path only under the data
+ * directory, no symlink out of it, a regular file of at most
+ * d->data_max_mb. Paths outside are refused before the file system is
+ * asked, so a client learns nothing of files elsewhere. FOX_EPERM, FOX_ENOENT
+ * or FOX_EINVAL with msg.
+ */
+int fox_answer_data_path(const fox_dconf *d, const char *path, char *out, size_t len, char *msg,
+                         size_t msglen);
+
 /* Resolve a checkpoint path (NULL: the default file) inside d->state_dir. */
 int fox_answer_ckpt_path(const fox_dconf *d, const char *path, char *out, size_t len, char *msg,
                          size_t msglen);

@@ -71,6 +71,8 @@ static const dkey dkeys[] = {
     B("daemon.checkpoint_on_stop", checkpoint_on_stop),
     B("daemon.resume", resume),
     B("daemon.allow_tcp_without_token", allow_tcp_without_token),
+    S("daemon.data_dir", data_dir),
+    I("daemon.data_max_mb", data_max_mb, 1, 1 << 20),
 };
 #define N_DKEYS ((int)(sizeof dkeys / sizeof dkeys[0]))
 
@@ -122,6 +124,7 @@ fox_dconf_default(fox_dconf *d)
     d->probe_ms = 10000;
     d->checkpoint_on_stop = 1;
     d->resume = 1;
+    d->data_max_mb = 1024;
 }
 
 int
@@ -142,6 +145,10 @@ fox_dconf_finish(fox_dconf *d, char *err, size_t errlen)
     if (d->metrics_textfile[0] == 0 &&
         snprintf(d->metrics_textfile, sizeof d->metrics_textfile, "%s/foxd.prom", d->state_dir) >=
             (int)sizeof d->metrics_textfile)
+        return fox_errf(err, errlen, FOX_EINVAL, "daemon.state_dir is too long");
+    if (d->data_dir[0] == 0 &&
+        snprintf(d->data_dir, sizeof d->data_dir, "%s/data", d->state_dir) >=
+            (int)sizeof d->data_dir)
         return fox_errf(err, errlen, FOX_EINVAL, "daemon.state_dir is too long");
     if (d->token_file[0]) {
         FILE *f = fopen(d->token_file, "r");

@@ -48,6 +48,8 @@ typedef struct fox_dconf {
     int checkpoint_on_stop;      /* SIGTERM/shutdown save a checkpoint */
     int resume;                  /* load state_dir/foxd.ckpt at start when it exists */
     int allow_tcp_without_token; /* plain tcp:// listeners without daemon.token (insecure) */
+    char data_dir[FOX_PATH_MAX]; /* data.source files a client may name; "" = state_dir/data */
+    int data_max_mb;             /* largest data.source file a client may name */
 } fox_dconf;
 
 /* Defaults; runtime_dir and state_dir from the environment (systemd, XDG). */

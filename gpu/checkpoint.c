@@ -13,10 +13,12 @@
  * before anything in the engine changes.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "gpu/engine_impl.h"
@@ -117,13 +119,15 @@ fox_engine_checkpoint_save(fox_engine *e, const char *path)
 static int
 slurp(fox_engine *e, const char *path, char **buf, size_t *len)
 {
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
+    /* O_NONBLOCK: opening a FIFO must not hang the trainer; fstat then refuses it. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
         return fox__engine_fail(e, errno == ENOENT ? FOX_ENOENT : FOX_EIO, "checkpoint %s: %s",
                                 path, strerror(errno));
     struct stat sb;
-    if (fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fclose(fp);
+    FILE *fp = NULL;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || !(fp = fdopen(fd, "rb"))) {
+        close(fd);
         return fox__engine_fail(e, FOX_EIO, "checkpoint %s: not a regular file", path);
     }
     *len = (size_t)sb.st_size;

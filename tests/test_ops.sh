@@ -133,3 +133,42 @@ if [ -n "$member" ]; then
 else
     echo "# no user with a supplementary group (or not root): group check skipped"
 fi
+
+# --------------------------------------- files a remote client may name
+url="ipc://$dir/foxd.sock"
+ctl() { timeout -k 5 60 "$FOXCTL" --url "$url" --timeout 10000 "$@"; }
+mkdir -p "$dir/data" "$dir/st"
+mkfifo "$dir/data/pipe" "$dir/st/pipe.ckpt"
+ln -s /etc/passwd "$dir/data/passwd"
+head -c $((2 << 20)) /dev/zero > "$dir/data/big.csv"
+foxd_start --url "$url" -- "${TINY[@]}" --listen "$url" --pub "ipc://$dir/ev.sock" \
+    --set "daemon.runtime_dir=$dir/rt" --set "daemon.state_dir=$dir/st" \
+    --set "daemon.data_dir=$dir/data" --set daemon.data_max_mb=1
+a=$(ctl config set data.source=/etc/passwd 2>&1) && fail "data.source=/etc/passwd accepted"
+b=$(ctl config set data.source=/etc/no-such-file 2>&1) && fail "data.source outside accepted"
+[[ $a == *"EPERM"*"inside the data directory"* ]] && [ "${a//passwd/X}" = "${b//no-such-file/X}" ] ||
+    fail "a path outside the data directory: '$a' / '$b'"
+ok "a data path outside the data directory is refused alike whether it exists or not"
+out=$(ctl config set data.source=/dev/zero 2>&1) && fail "data.source=/dev/zero accepted"
+ok "/dev/zero is refused"
+out=$(ctl config set data.source=../st/x 2>&1); [[ $out == *"'..'"* ]] || fail "'..' accepted: $out"
+ok "'..' in a data path is refused"
+out=$(ctl config set data.source=passwd 2>&1); [[ $out == *"leads out of the data directory"* ]] ||
+    fail "a symlink out of the data directory: $out"
+ok "a symlink out of the data directory is refused"
+out=$(ctl config set data.source=pipe 2>&1); [[ $out == *"not a regular file"* ]] ||
+    fail "a FIFO as data: $out"
+ok "a FIFO as data is refused"
+out=$(ctl config set data.source=big.csv 2>&1); [[ $out == *"larger than 1 MiB"* ]] ||
+    fail "a file beyond daemon.data_max_mb: $out"
+ok "a data file beyond daemon.data_max_mb is refused"
+out=$(ctl --timeout 5000 checkpoint load pipe.ckpt 2>&1)
+[ $? -eq 1 ] && [[ $out == *"not a regular file"* ]] || fail "a FIFO as checkpoint: $out"
+ctl status >/dev/null || fail "no status after a FIFO checkpoint"
+ok "a FIFO as checkpoint is refused at once, and foxd goes on"
+kill "$pid"; wait "$pid"; pid=
+timeout 20 "$FOXD" --once "${TINY[@]}" --set "data.source=$dir/data/pipe" >/dev/null 2>"$dir/once.log"
+rc=$?
+[ $rc -ne 124 ] && grep -q "not a regular file" "$dir/once.log" ||
+    fail "foxd --once on a FIFO (rc $rc): $(cat "$dir/once.log")"
+ok "the data loader refuses a FIFO instead of hanging"

@@ -9,12 +9,15 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/error.h"
 #include "gpu/data.h"
@@ -346,7 +349,17 @@ csv_fail(const csv_ctx *c, int line, const char *fmt, ...)
 static int
 read_whole_file(const char *path, char **out, size_t *len, char *err, size_t errlen)
 {
-    FILE *fp = fopen(path, "rb");
+    /* O_NONBLOCK: opening a FIFO must not hang; fstat then refuses it (and devices). */
+    struct stat sb;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    FILE *fp = NULL;
+    if (fd >= 0 && (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))) {
+        close(fd);
+        set_err(err, errlen, "%s: not a regular file", path);
+        return FOX_EIO;
+    }
+    if (fd >= 0 && !(fp = fdopen(fd, "rb")))
+        close(fd);
     if (!fp) {
         int e = errno;
         set_err(err, errlen, "%s: cannot open: %s", path, strerror(e));
