@@ -48,6 +48,7 @@
 #define STATUS_PERIOD_MS 5000
 #define STOP_EXTEND_USEC 120000000ULL /* asked for while the stop checkpoint is written */
 #define LINGER_MS        1000         /* wait for the last replies to leave before closing */
+#define REFUSAL_LOG_MS   1000         /* at most one line about refused requests this often */
 
 enum { W_RECV = 0, W_BUSY, W_SEND };
 
@@ -88,6 +89,9 @@ struct server {
     fox_trainer *trainer;
     fox_counters counters;
     fox_dedup dedup;
+
+    int64_t refusal_logged_ms; /* when the last refusal was logged */
+    long refusals_unlogged;    /* refusals since then, not logged */
 
     uint64_t watchdog_usec;
     int stopping; /* shutdown begun: no new mutating commands */
@@ -266,6 +270,28 @@ authorize(server *s, const fox_peer *p, const fox_request *req, char *msg, size_
     return FOX_OK;
 }
 
+/*
+ * Log a refused mutating request, at most once per REFUSAL_LOG_MS: a client
+ * hammering with a wrong token must not flood the journal. The next line
+ * says how many were left out.
+ */
+static void
+log_refusal(server *s, const fox_request *req, const char *msg)
+{
+    int64_t now = fox_mono_ms();
+    if (s->refusal_logged_ms && now - s->refusal_logged_ms < REFUSAL_LOG_MS) {
+        s->refusals_unlogged++;
+        return;
+    }
+    if (s->refusals_unlogged)
+        fox_log(FOX_LOG_NOTICE, "refused %s: %s (%ld more refusals not logged)",
+                fox_cmd_name(req->cmd), msg, s->refusals_unlogged);
+    else
+        fox_log(FOX_LOG_NOTICE, "refused %s: %s", fox_cmd_name(req->cmd), msg);
+    s->refusal_logged_ms = now;
+    s->refusals_unlogged = 0;
+}
+
 /* --------------------------------------------------------------- requests */
 
 static void
@@ -307,7 +333,7 @@ handle_request(server *s, work *w)
     fox_peer p;
     fox_endpoints_peer_of(&s->ends, w->msg, &p);
     if ((rv = authorize(s, &p, req, msg, sizeof msg)) != FOX_OK) {
-        fox_log(FOX_LOG_NOTICE, "refused %s: %s", fox_cmd_name(req->cmd), msg);
+        log_refusal(s, req, msg);
         reply_error(s, w, 1, req->id, rv, msg);
         goto out;
     }

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/utf8.h"
 #include "proto/proto.h"
 
 /* ---------------------------------------------------------------- commands */
@@ -137,17 +138,45 @@ get_int(const cJSON *v, int64_t lo, int64_t hi, int64_t *out)
     return 1;
 }
 
-/* Refuses an object that names a key twice (cJSON keeps both silently). */
+/*
+ * Refuses an object that names a key twice (cJSON keeps both silently). A
+ * hash set keeps it linear: this runs before authentication, on objects of
+ * thousands of keys a client may send.
+ */
 static int
 has_duplicate(const cJSON *obj, const char **dup)
 {
+    size_t n = 0, cap = 16;
     for (const cJSON *a = obj->child; a; a = a->next)
-        for (const cJSON *b = a->next; b; b = b->next)
-            if (strcmp(a->string, b->string) == 0) {
-                *dup = a->string;
-                return 1;
-            }
-    return 0;
+        n++;
+    if (n < 2)
+        return 0;
+    while (cap < 2 * n)
+        cap *= 2;
+    const char *stack[16], **set = cap <= 16 ? stack : calloc(cap, sizeof *set);
+    int found = 0;
+    if (!set) {
+        *dup = "(out of memory)";
+        return 1;
+    }
+    if (set == stack)
+        memset(stack, 0, sizeof stack);
+    for (const cJSON *a = obj->child; a && !found; a = a->next) {
+        uint64_t h = 0xcbf29ce484222325ULL;
+        for (const unsigned char *p = (const unsigned char *)a->string; *p; p++)
+            h = (h ^ *p) * 0x100000001b3ULL;
+        size_t i = (size_t)h & (cap - 1);
+        while (set[i] && strcmp(set[i], a->string) != 0)
+            i = (i + 1) & (cap - 1);
+        if (set[i]) {
+            *dup = a->string;
+            found = 1;
+        }
+        set[i] = a->string;
+    }
+    if (set != stack)
+        free(set);
+    return found;
 }
 
 /* ------------------------------------------------------- argument schemas */
@@ -402,6 +431,26 @@ parse_json(const char *buf, size_t len, char *err, size_t errlen)
         fox_errf(err, errlen, 0, "message contains a NUL byte");
         return NULL;
     }
+    size_t bad;
+    if (!fox_utf8_valid(buf, len, &bad)) {
+        fox_errf(err, errlen, 0, "message is not valid UTF-8 (byte %zu)", bad);
+        return NULL;
+    }
+    /*
+     * cJSON decodes \u0000 into a NUL that ends the C string early:
+     * "version\u0000garbage" would read as "version". A backslash in valid
+     * JSON only starts an escape inside a string, so skipping each escape's
+     * second character finds every real \u0000.
+     */
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (buf[i] != '\\')
+            continue;
+        if (buf[i + 1] == 'u' && i + 5 < len && !memcmp(buf + i + 2, "0000", 4)) {
+            fox_errf(err, errlen, 0, "message contains \\u0000 (byte %zu)", i);
+            return NULL;
+        }
+        i++;
+    }
     const char *end = NULL;
     cJSON *doc = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
     if (!doc) {
@@ -547,7 +596,12 @@ fox_proto_reply_error(int has_id, int64_t id, int status, const char *message)
     }
     cJSON_AddFalseToObject(doc, "ok");
     cJSON_AddStringToObject(e, "code", fox_proto_code_name(status));
-    cJSON_AddStringToObject(e, "message", message && message[0] ? message : fox_strerror(status));
+    /* A message cut to fit its buffer may end in half a character: JSON text must not. */
+    char *text = strdup(message && message[0] ? message : fox_strerror(status));
+    if (text)
+        fox_utf8_sanitize(text);
+    cJSON_AddStringToObject(e, "message", text ? text : "out of memory");
+    free(text);
     cJSON_AddItemToObject(doc, "error", e);
     return print_doc(doc);
 }

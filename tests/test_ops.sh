@@ -172,3 +172,25 @@ rc=$?
 [ $rc -ne 124 ] && grep -q "not a regular file" "$dir/once.log" ||
     fail "foxd --once on a FIFO (rc $rc): $(cat "$dir/once.log")"
 ok "the data loader refuses a FIFO instead of hanging"
+
+# ------------------------------------------ strings, refusals in the log
+url="ipc://$dir/foxd.sock"
+foxd_start --url "$url" -- "${TINY[@]}" --listen "$url" --pub "ipc://$dir/ev.sock" \
+    --set "daemon.runtime_dir=$dir/rt" --set "daemon.state_dir=$dir/st" --set daemon.token=right
+nng() { timeout -k 5 30 nngcat --req --dial "$url" --recv-timeout 10 --ascii "$@"; }
+out=$(nng --data $'{"v":1,"id":1,"cmd":"vers\xffion"}')
+[[ $out == *'"code":"EPROTO"'* && $out != *$'\xff'* ]] || fail "invalid UTF-8: $out"
+ok "invalid UTF-8 is refused with EPROTO and not echoed"
+out=$(nng --data '{"v":1,"id":1,"cmd":"version\u0000garbage"}')
+[[ $out == *'"code":"EPROTO"'* ]] || fail "\\u0000 in a command: $out"
+ok "an escaped NUL is refused with EPROTO"
+before=$(grep -c "refused pause" "$dir/foxd.log")
+timeout -k 5 60 nngcat --req --dial "$url" --recv-timeout 10 --count 300 --interval 0 \
+    --data '{"v":1,"id":3,"cmd":"pause","token":"wrong"}' >/dev/null 2>&1
+sleep 1.2
+nng --data '{"v":1,"id":4,"cmd":"pause","token":"wrong"}' >/dev/null
+logged=$(( $(grep -c "refused pause" "$dir/foxd.log") - before ))
+[ "$logged" -ge 1 ] && [ "$logged" -le 10 ] && grep -q "more refusals not logged" "$dir/foxd.log" ||
+    fail "301 refused requests made $logged log lines"
+ok "301 refused requests make $logged log lines, with a count of the rest"
+kill "$pid"; wait "$pid"; pid=

@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "common/utf8.h"
 #include "proto/proto.h"
 #include "proto/table.h"
 #include "tests/testutil.h"
@@ -572,6 +574,67 @@ START_TEST(test_fold_table)
 }
 END_TEST
 
+
+/* ------------------------------------------------ strings and hostile sizes */
+
+START_TEST(test_strings)
+{
+    fox_request req;
+    /* Invalid UTF-8 anywhere: refused before it can be echoed into a reply. */
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"vers\xffion\"}"), FOX_EPROTO);
+    ck_assert_ptr_nonnull(strstr(err, "not valid UTF-8"));
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"\xc0\xaf\"}"), FOX_EPROTO);
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"\xed\xa0\x80\"}"), FOX_EPROTO);
+    /* An escaped NUL would cut the string: "version\u0000garbage" must not run version. */
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"version\\u0000garbage\"}"),
+                       FOX_EPROTO);
+    ck_assert_ptr_nonnull(strstr(err, "\\u0000"));
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"checkpoint_save\","
+                                 "\"args\":{\"path\":\"x\\u0000/../../y\"}}"),
+                       FOX_EPROTO);
+    /* An escaped backslash followed by "u0000" is plain text, and valid UTF-8 passes. */
+    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"checkpoint_save\","
+                                   "\"args\":{\"path\":\"a\\\\u0000\\u00e9\xc3\xa9\"}}"),
+                       FOX_OK);
+    ck_assert_str_eq(req.path, "a\\u0000\xc3\xa9\xc3\xa9");
+    fox_request_fini(&req);
+
+    /* A message cut inside a character still makes a reply that is valid UTF-8. */
+    char *r = fox_proto_reply_error(1, 1, FOX_EINVAL, "cut \xc3");
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(fox_utf8_valid(r, strlen(r), NULL), 1);
+    free(r);
+}
+END_TEST
+
+START_TEST(test_many_keys_linear)
+{
+    /* 5,800 distinct keys (about 54 KB): the duplicate check must not be quadratic. */
+    enum { N = 5800 };
+    char *buf = malloc(FOX_PROTO_MAX_MSG);
+    size_t n = (size_t)snprintf(buf, FOX_PROTO_MAX_MSG, "{\"v\":1,\"id\":1,\"cmd\":\"status\"");
+    for (int i = 0; i < N; i++)
+        n += (size_t)snprintf(buf + n, FOX_PROTO_MAX_MSG - n, ",\"k%d\":0", i);
+    snprintf(buf + n, FOX_PROTO_MAX_MSG - n, "}");
+    ck_assert_uint_lt(n, FOX_PROTO_MAX_MSG);
+    fox_request req;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rv = fox_proto_parse_request(&req, buf, strlen(buf), err, sizeof err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    fox_request_fini(&req);
+    double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    ck_assert_fox_code(rv, FOX_EPROTO);
+    /* Quadratic takes tens of milliseconds here; linear well under one. */
+    ck_assert_msg(ms < 10.0, "a request of %d keys took %.1f ms to refuse", N, ms);
+    /* A duplicate among many keys is still found. */
+    snprintf(buf + n, FOX_PROTO_MAX_MSG - n, ",\"k17\":1}");
+    ck_assert_fox_code(status_of(buf), FOX_EPROTO);
+    ck_assert_ptr_nonnull(strstr(err, "'k17' given twice"));
+    free(buf);
+}
+END_TEST
+
 START_TEST(test_runtime_dir)
 {
     char buf[256];
@@ -612,6 +675,8 @@ proto_suite(void)
     tcase_add_test(tc, test_event_round_trip);
     tcase_add_test(tc, test_fold_table);
     tcase_add_test(tc, test_runtime_dir);
+    tcase_add_test(tc, test_strings);
+    tcase_add_test(tc, test_many_keys_linear);
     suite_add_tcase(s, tc);
     return s;
 }
