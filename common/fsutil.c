@@ -1,6 +1,9 @@
 /* fsutil.c — atomic file writes, mkdir -p and line appends (see fsutil.h). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <string.h>
@@ -98,4 +101,48 @@ fox_append_line(const char *path, const char *line, char *err, size_t errlen)
     }
     close(fd);
     return rv;
+}
+
+/* The pid of a "<name>.tmp.<pid>" name, or 0 for any other name. */
+static long
+temp_pid(const char *name)
+{
+    const char *t = strstr(name, ".tmp.");
+    char *end;
+    while (t && strstr(t + 1, ".tmp."))
+        t = strstr(t + 1, ".tmp.");
+    if (!t || t == name || !t[5])
+        return 0;
+    long pid = strtol(t + 5, &end, 10);
+    return *end == 0 && pid > 0 ? pid : 0;
+}
+
+int
+fox_remove_stale_temps(const char *dir, int depth, int *removed)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    if (!d)
+        return errno == ENOENT ? FOX_OK : FOX_EIO;
+    while ((de = readdir(d))) {
+        char path[4096];
+        struct stat st;
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path ||
+            lstat(path, &st) != 0)
+            continue;
+        if (S_ISDIR(st.st_mode)) {
+            if (depth > 0)
+                fox_remove_stale_temps(path, depth - 1, removed);
+            continue;
+        }
+        long pid = temp_pid(de->d_name);
+        /* A live pid may be another writer's (or reused): leave its file alone. */
+        if (S_ISREG(st.st_mode) && pid && pid != (long)getpid() && kill((pid_t)pid, 0) != 0 &&
+            errno == ESRCH && unlink(path) == 0)
+            ++*removed;
+    }
+    closedir(d);
+    return FOX_OK;
 }

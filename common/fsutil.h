@@ -30,4 +30,12 @@ int fox_mkdir_p(const char *path, unsigned mode, char *err, size_t errlen);
  */
 int fox_append_line(const char *path, const char *line, char *err, size_t errlen);
 
+/*
+ * Remove the temp files fox_write_atomic leaves when its process dies
+ * mid-write ("<name>.tmp.<pid>" whose pid no longer runs) in dir and its
+ * subdirectories down to depth levels. *removed counts them. A crash loop
+ * would otherwise fill the disk with half-written checkpoints.
+ */
+int fox_remove_stale_temps(const char *dir, int depth, int *removed);
+
 #endif

@@ -115,9 +115,10 @@ fox_dconf_default(fox_dconf *d)
     d->chunk_ms = 50;
     d->queue_depth = 16;
     d->workers = 32;
-    /* Big enough that a 10 MiB request still reaches the parser and gets an
-     * EPROTO reply; beyond it nng closes the connection without a word. */
-    d->recv_max = 16 << 20;
+    /* A request is at most 64 KiB; up to 1 MiB one still reaches the parser
+     * and gets an EPROTO reply, beyond it nng closes the connection without
+     * a word. It bounds memory: workers x recv_max at most in requests. */
+    d->recv_max = 1 << 20;
     d->ipc_mode = 0660;
     d->step_event_ms = 500;
     d->metrics_interval_ms = 15000;

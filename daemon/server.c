@@ -20,6 +20,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -48,6 +49,8 @@
 #define STATUS_PERIOD_MS 5000
 #define STOP_EXTEND_USEC 120000000ULL /* asked for while the stop checkpoint is written */
 #define LINGER_MS        1000         /* wait for the last replies to leave before closing */
+#define STATE_SCAN_DEPTH 3            /* levels of the state directory searched for stale temps */
+#define MMAP_THRESHOLD   (128 * 1024) /* malloc blocks from this size go back to the system on free */
 #define REFUSAL_LOG_MS   1000         /* at most one line about refused requests this often */
 
 enum { W_RECV = 0, W_BUSY, W_SEND };
@@ -206,6 +209,11 @@ send_reply(server *s, work *w, const char *reply, int ok)
     s->counters.requests++;
     if (!ok)
         s->counters.errors++;
+    /* A large request's buffer is not kept for a small reply: it would stay allocated. */
+    if (m && nng_msg_capacity(m) > FOX_PROTO_MAX_MSG) {
+        nng_msg_free(m);
+        m = NULL;
+    }
     if (!m && nng_msg_alloc(&m, 0) != 0)
         goto fail;
     nng_msg_clear(m);
@@ -638,6 +646,11 @@ setup(server *s, const fox_config *cfg, char *err, size_t errlen)
     int rv;
     if (fox_mkdir_p(s->d.state_dir, 0750, err, errlen) != FOX_OK)
         return FOX_EIO;
+    int stale = 0;
+    fox_remove_stale_temps(s->d.state_dir, STATE_SCAN_DEPTH, &stale);
+    if (stale)
+        fox_log(FOX_LOG_NOTICE, "removed %d temp file(s) a crash left in %s", stale,
+                s->d.state_dir);
     if ((rv = fox_endpoints_secure_dir(s->d.runtime_dir, err, errlen)) != FOX_OK)
         return rv;
 
@@ -707,6 +720,12 @@ fox_serve_main(const fox_config *cfg, const fox_dconf *d)
     /* Asked once, before any thread: sd_watchdog_enabled reads the environment. */
     s->watchdog_usec = fox__watchdog_usec();
     signal(SIGPIPE, SIG_IGN);
+    /*
+     * glibc raises its mmap threshold to the largest block freed so far, so
+     * after a few big requests such blocks come from the heap and are never
+     * given back. A fixed threshold returns every large request's memory.
+     */
+    mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD);
     if (d->log_file[0]) {
         int fd = open(d->log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
         if (fd < 0) {

@@ -148,13 +148,13 @@ ok "checkpoint save -> train -> load restores identical parameters and ISV"
 # --------------------------------------------------------------- bad input
 expect_code 'this is not json' EPROTO "non-JSON"
 expect_code '{"v":1,"id":3,"cmd":"sta' EPROTO "truncated JSON"
-head -c $((10 * 1024 * 1024)) /dev/zero | tr '\0' ' ' > "$dir/big"
+head -c $((900 * 1024)) /dev/zero | tr '\0' ' ' > "$dir/big"
 expect_code_file() {
     local out
     out=$(nng_file "$1") || fail "$3: nngcat got no reply"
     case $out in *"\"code\":\"$2\""*) ok "$3 -> $2" ;; *) fail "$3: wanted $2, got: ${out:0:200}" ;; esac
 }
-expect_code_file "$dir/big" EPROTO "10 MiB message"
+expect_code_file "$dir/big" EPROTO "900 KiB message"
 expect_code '{"v":1,"id":4,"cmd":"run","args":{"epochs":"three"}}' EINVAL "wrong type"
 expect_code '{"v":1,"id":5,"cmd":"frobnicate"}' EUNKNOWN "unknown command"
 expect_code '{"v":1,"id":6,"cmd":"status","colour":"red"}' EPROTO "unknown top-level field"

@@ -194,3 +194,47 @@ logged=$(( $(grep -c "refused pause" "$dir/foxd.log") - before ))
     fail "301 refused requests made $logged log lines"
 ok "301 refused requests make $logged log lines, with a count of the rest"
 kill "$pid"; wait "$pid"; pid=
+
+# ---------------------------------------- leaks: temp files and memory
+mkdir -p "$dir/st/runs/r1"
+dead=$(sh -c 'echo $$')   # a pid that has just ended
+: > "$dir/st/foxd.ckpt.tmp.$dead"
+: > "$dir/st/runs/r1/fold0.ckpt.tmp.$dead"
+: > "$dir/st/other.ckpt.tmp.$$"            # a live writer's: stays
+foxd_start --url "$url" -- "${TINY[@]}" --listen "$url" --pub "ipc://$dir/ev.sock" \
+    --set "daemon.runtime_dir=$dir/rt" --set "daemon.state_dir=$dir/st" --set daemon.token=right
+[ ! -e "$dir/st/foxd.ckpt.tmp.$dead" ] && [ ! -e "$dir/st/runs/r1/fold0.ckpt.tmp.$dead" ] &&
+    [ -e "$dir/st/other.ckpt.tmp.$$" ] || fail "stale temp files: $(find "$dir/st" -name '*.tmp.*')"
+ok "temp files of dead writers are removed at start, a live writer's kept"
+rss() { awk '/^VmRSS/ {print int($2 / 1024)}' "/proc/$pid/status"; }
+rss0=$(rss)
+head -c $((15 << 20)) /dev/zero | tr '\0' ' ' > "$dir/huge"
+for _ in $(seq 1 32); do
+    timeout -k 5 60 nngcat --req --dial "$url" --recv-timeout 5 --file "$dir/huge" >/dev/null 2>&1 &
+done
+wait $(jobs -p | grep -v "^$pid$") 2>/dev/null
+sleep 1
+rss1=$(rss)
+rm -f "$dir/huge"
+[ $((rss1 - rss0)) -lt 64 ] || fail "32 requests of 15 MiB left foxd $((rss1 - rss0)) MiB larger"
+ctl status >/dev/null || fail "no status after 32 huge requests"
+ok "32 requests of 15 MiB leave foxd $((rss1 - rss0)) MiB larger (${rss0} -> ${rss1} MiB)"
+kill "$pid"; wait "$pid"; pid=
+
+# Kill foxd while it writes checkpoints; the next start cleans up what is left.
+foxd_start --url "$url" -- "${TINY[@]}" --listen "$url" --pub "ipc://$dir/ev.sock" \
+    --set "daemon.runtime_dir=$dir/rt" --set "daemon.state_dir=$dir/st" --set daemon.token=right \
+    --set model.h1=512 --set model.h2=512
+for i in $(seq 1 10); do
+    ctl --token right checkpoint save "k$i.ckpt" >/dev/null 2>&1 &
+    sleep 0.0$((RANDOM % 9))
+done
+kill -9 "$pid"; wait "$pid" 2>/dev/null; pid=
+wait
+left=$(find "$dir/st" -name '*.ckpt.tmp.*' ! -name "other.ckpt.tmp.$$" | wc -l)
+foxd_start --url "$url" -- "${TINY[@]}" --listen "$url" --pub "ipc://$dir/ev.sock" \
+    --set "daemon.runtime_dir=$dir/rt" --set "daemon.state_dir=$dir/st" --set daemon.token=right
+n=$(find "$dir/st" -name '*.ckpt.tmp.*' ! -name "other.ckpt.tmp.$$" | wc -l)
+[ "$n" -eq 0 ] || fail "$n temp files left after a restart"
+ok "a kill during saves left $left temp file(s); the restart removed them"
+kill "$pid"; wait "$pid"; pid=
