@@ -73,6 +73,7 @@ static const dkey dkeys[] = {
     B("daemon.allow_tcp_without_token", allow_tcp_without_token),
     S("daemon.data_dir", data_dir),
     I("daemon.data_max_mb", data_max_mb, 1, 1 << 20),
+    I("daemon.max_connections", max_connections, 1, 1 << 20),
 };
 #define N_DKEYS ((int)(sizeof dkeys / sizeof dkeys[0]))
 
@@ -126,6 +127,7 @@ fox_dconf_default(fox_dconf *d)
     d->checkpoint_on_stop = 1;
     d->resume = 1;
     d->data_max_mb = 1024;
+    d->max_connections = 128;
 }
 
 int

@@ -374,6 +374,56 @@ fox_endpoints_relisten(fox_endpoints *set, nng_socket sock, int deaf)
     }
 }
 
+/* ------------------------------------------------------- connection caps */
+
+#define CAP_LOG_MS 1000 /* at most one line about refused connections this often */
+
+static fox_endpoint *
+endpoint_of_pipe(fox_endpoints *set, nng_pipe p)
+{
+    int id = nng_listener_id(nng_pipe_listener(p));
+    if (id <= 0)
+        return NULL; /* a dialed pipe (the probe's socket is its own) */
+    for (int i = 0; i < set->n_eps; i++)
+        if (nng_listener_id(set->eps[i].l) == id)
+            return &set->eps[i];
+    return nng_listener_id(set->pub.l) == id ? &set->pub : NULL;
+}
+
+static void
+on_pipe(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+    fox_endpoints *set = arg;
+    fox_endpoint *ep = endpoint_of_pipe(set, p);
+    if (!ep)
+        return;
+    /* nng reports the removal of every pipe that saw ADD_PRE, closed there or not. */
+    if (ev == NNG_PIPE_EV_REM_POST) {
+        atomic_fetch_sub(&ep->pipes, 1);
+        return;
+    }
+    int n = atomic_fetch_add(&ep->pipes, 1) + 1;
+    if (n <= set->d->max_connections)
+        return;
+    nng_pipe_close(p);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    int64_t last = atomic_load(&set->cap_logged_ms);
+    if (now - last >= CAP_LOG_MS && atomic_compare_exchange_strong(&set->cap_logged_ms, &last, now))
+        fox_log(FOX_LOG_WARNING, "%s: %d connections open; closing new ones (daemon.max_connections)",
+                ep->url, n - 1);
+}
+
+int
+fox_endpoints_limit_pipes(fox_endpoints *set, nng_socket sock)
+{
+    int rv = nng_pipe_notify(sock, NNG_PIPE_EV_ADD_PRE, on_pipe, set);
+    if (rv == 0)
+        rv = nng_pipe_notify(sock, NNG_PIPE_EV_REM_POST, on_pipe, set);
+    return rv;
+}
+
 /* ------------------------------------------------------------------- peers */
 
 void

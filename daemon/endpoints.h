@@ -16,6 +16,7 @@
 #define FOX_DAEMON_ENDPOINTS_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include <nng/nng.h>
@@ -32,6 +33,7 @@ typedef struct fox_endpoint {
     nng_listener l;
     int open;
     int probe_failures; /* loop thread */
+    _Atomic int pipes;  /* connections open now (nng threads) */
 } fox_endpoint;
 
 /* Called on the probe thread with the endpoints (bit i: eps[i]) that did not answer. */
@@ -43,6 +45,7 @@ typedef struct fox_endpoints {
     int n_eps;
     fox_endpoint pub; /* the PUB socket's */
     nng_tls_config *tls;
+    _Atomic int64_t cap_logged_ms; /* last "connection refused" log line */
 
     pthread_t probe_thread;
     int probe_running;
@@ -80,6 +83,14 @@ int fox_endpoints_secure_dir(const char *path, char *err, size_t errlen);
 /* Create and start ep's listener on sock, RECVMAXSZ and permissions set before it starts. */
 int fox_endpoint_listen(fox_endpoints *set, nng_socket sock, fox_endpoint *ep, char *err,
                         size_t errlen);
+
+/*
+ * Count the connections of sock's listeners and close at once any beyond
+ * daemon.max_connections on one listener, so that a flood of idle clients
+ * cannot use up the descriptors. (Connections that never finish the SP
+ * handshake are nng's: it drops them after 10 s.)
+ */
+int fox_endpoints_limit_pipes(fox_endpoints *set, nng_socket sock);
 
 /* Who sent a message: the transport it came by and, on ipc, the peer's credentials. */
 typedef struct fox_peer {

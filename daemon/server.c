@@ -41,6 +41,7 @@
 #include "daemon/answer.h"
 #include "daemon/dedup.h"
 #include "daemon/endpoints.h"
+#include "daemon/fdreserve.h"
 #include "daemon/foxd.h"
 #include "daemon/notify.h"
 #include "daemon/render.h"
@@ -661,6 +662,8 @@ setup(server *s, const fox_config *cfg, char *err, size_t errlen)
     if ((rv = nng_pub0_open(&s->pub)) != 0)
         return fox_errf(err, errlen, FOX_EIO, "pub socket: %s", nng_strerror(rv));
     s->pub_open = 1;
+    if ((rv = fox_endpoints_limit_pipes(&s->ends, s->pub)) != 0)
+        return fox_errf(err, errlen, FOX_EIO, "pub socket: %s", nng_strerror(rv));
     if ((rv = fox_endpoint_listen(&s->ends, s->pub, &s->ends.pub, err, errlen)) != FOX_OK)
         return rv;
 
@@ -672,6 +675,8 @@ setup(server *s, const fox_config *cfg, char *err, size_t errlen)
     if ((rv = nng_rep0_open(&s->rep)) != 0)
         return fox_errf(err, errlen, FOX_EIO, "rep socket: %s", nng_strerror(rv));
     s->rep_open = 1;
+    if ((rv = fox_endpoints_limit_pipes(&s->ends, s->rep)) != 0)
+        return fox_errf(err, errlen, FOX_EIO, "rep socket: %s", nng_strerror(rv));
     nng_socket_set_size(s->rep, NNG_OPT_RECVMAXSZ, (size_t)s->d.recv_max);
     s->n_works = s->d.workers;
     s->works = calloc((size_t)s->n_works, sizeof *s->works);
@@ -726,6 +731,8 @@ fox_serve_main(const fox_config *cfg, const fox_dconf *d)
      * given back. A fixed threshold returns every large request's memory.
      */
     mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+    long fds = fox_fd_raise_limit();
+    fox_fd_reserve_take();
     if (d->log_file[0]) {
         int fd = open(d->log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
         if (fd < 0) {
@@ -798,7 +805,7 @@ fox_serve_main(const fox_config *cfg, const fox_dconf *d)
         fox_trainer_snapshot(s->trainer, snap);
         fox_answer_status_line(snap, line, sizeof line);
         fox__notify("READY=1\nSTATUS=%s", line);
-        fox_log(FOX_LOG_NOTICE, "ready: %s; pid %d", line, (int)getpid());
+        fox_log(FOX_LOG_NOTICE, "ready: %s; pid %d, %ld descriptors", line, (int)getpid(), fds);
         free(snap);
     }
     publish_event(s, "ready", NULL);

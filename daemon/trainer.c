@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "common/fsutil.h"
 #include "common/log.h"
+#include "daemon/fdreserve.h"
 #include "daemon/render.h"
 #include "daemon/trainer.h"
 #include "daemon/walk.h"
@@ -394,7 +395,10 @@ save_checkpoint(fox_trainer *t, const char *path, char *msg, size_t len)
             return FOX_EIO;
     }
     set_phase(t, "checkpoint");
+    /* A connection flood may hold every other descriptor: use the reserve. */
+    fox_fd_reserve_release();
     int rv = fox_engine_checkpoint_save(t->engine, path);
+    fox_fd_reserve_take();
     set_phase(t, NULL);
     if (rv != FOX_OK) {
         snprintf(msg, len, "%s", fox_engine_errmsg(t->engine));

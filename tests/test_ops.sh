@@ -238,3 +238,28 @@ n=$(find "$dir/st" -name '*.ckpt.tmp.*' ! -name "other.ckpt.tmp.$$" | wc -l)
 [ "$n" -eq 0 ] || fail "$n temp files left after a restart"
 ok "a kill during saves left $left temp file(s); the restart removed them"
 kill "$pid"; wait "$pid"; pid=
+
+# ---------------------------------------------------- descriptor floods
+# foxd at 256 descriptors; 400 idle clients on its tcp listener.
+port=$(free_port)
+tcp="tcp://127.0.0.1:$port"
+FLOOD="$(dirname "$(realpath "$0")")/flood.py"
+rm -f "$dir/st/foxd.ckpt"
+(ulimit -n 256 && exec "$FOXD" "${TINY[@]}" --listen "$url" --listen "$tcp" --pub "ipc://$dir/ev.sock" \
+    --set "daemon.runtime_dir=$dir/rt" --set "daemon.state_dir=$dir/st" --set daemon.token=right \
+    --set daemon.max_connections=64) 2>>"$dir/foxd.log" &
+pid=$!
+for _ in $(seq 1 300); do ctl version >/dev/null 2>&1 && break; sleep 0.1; done
+out=$(python3 "$FLOOD" 127.0.0.1 "$port" 400 1 3)
+ctl status >/dev/null || fail "ipc status failed during a flood of 400 idle tcp clients ($out)"
+ok "400 idle tcp clients at 256 descriptors: ipc still answers ($(echo $out))"
+# Silent connections (no SP handshake) fill every descriptor until nng drops them;
+# the stop checkpoint still gets written from the reserve.
+python3 "$FLOOD" 127.0.0.1 "$port" 300 0 6 >/dev/null &
+flood=$!
+sleep 2
+kill -TERM "$pid"; wait "$pid"; rc=$?; pid=
+wait "$flood"
+[ $rc -eq 0 ] && [ -s "$dir/st/foxd.ckpt" ] ||
+    fail "SIGTERM under a descriptor flood: exit $rc, checkpoint $(ls -l "$dir/st/foxd.ckpt" 2>&1)"
+ok "SIGTERM with every descriptor taken still writes the checkpoint and exits 0"
