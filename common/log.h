@@ -1,9 +1,13 @@
 /*
- * log.h — one line per event to stderr, with sd-daemon "<N>" priority
- * prefixes so that journald files each line at its level.
+ * log.h — one line per event, at a syslog priority. On stderr each line
+ * starts with an ISO-8601 UTC timestamp and the level's name
+ * ("2026-01-02T03:04:05.678Z notice: ready"); a program that knows better
+ * (foxd under systemd: the journal, with the priority as a field) installs
+ * a sink instead.
  *
  * fox_log() checks the level before evaluating its arguments. Thread-safe:
- * each line is written with a single fprintf on an unbuffered stream.
+ * each line is written with a single fprintf on an unbuffered stream, or
+ * one call of the sink (which must be thread-safe itself).
  */
 #ifndef FOX_LOG_H
 #define FOX_LOG_H
@@ -11,6 +15,10 @@
 enum { FOX_LOG_ERR = 3, FOX_LOG_WARNING = 4, FOX_LOG_NOTICE = 5, FOX_LOG_INFO = 6, FOX_LOG_DEBUG = 7 };
 
 extern int fox_log_level; /* lines above this priority are dropped; default INFO */
+
+/* Where lines go instead of stderr when set (before threads start). */
+typedef void (*fox_log_sink_fn)(int level, const char *line);
+extern fox_log_sink_fn fox_log_sink;
 
 void fox_log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -15,6 +15,7 @@
 #include "daemon/foxd.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "daemon/notify.h"
 
 #ifndef FOX_VERSION
 #define FOX_VERSION "0.0.0"
@@ -59,6 +60,7 @@ main(int argc, char **argv)
 
     fox_config_default(&cfg);
     fox_dconf_default(&d);
+    fox__journal_on();
 
     /* Pass 1: the config file and the mode, so that the file comes before every other option. */
     while ((c = getopt_long(argc, argv, "c:s:l:p:b:ovhV", opts, NULL)) != -1) {

@@ -19,4 +19,13 @@ void fox__notify(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  */
 uint64_t fox__watchdog_usec(void);
 
+/*
+ * When stderr is the journal's stream (systemd's JOURNAL_STREAM names it),
+ * send log lines to the journal with their priority (sd_journal_print)
+ * instead; returns 1 when it did. fox__journal_off goes back to stderr (a
+ * log file replaced it). Call before threads start.
+ */
+int fox__journal_on(void);
+void fox__journal_off(void);
+
 #endif

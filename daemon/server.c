@@ -742,6 +742,7 @@ fox_serve_main(const fox_config *cfg, const fox_dconf *d)
         }
         dup2(fd, STDERR_FILENO);
         close(fd);
+        fox__journal_off();
     }
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->pub_lock, NULL);
@@ -752,8 +753,8 @@ fox_serve_main(const fox_config *cfg, const fox_dconf *d)
 
     int rv = setup(s, cfg, err, sizeof err);
     if (rv != FOX_OK) {
+        /* Once: under systemd stderr is the journal too. */
         fox_log(FOX_LOG_ERR, "%s", err);
-        fprintf(stderr, "foxd: %s\n", err);
         /* Tear down what exists: same order as a normal stop. */
         if (s->trainer) {
             fox_tcmd *c = calloc(1, sizeof *c);

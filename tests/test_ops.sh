@@ -263,3 +263,12 @@ wait "$flood"
 [ $rc -eq 0 ] && [ -s "$dir/st/foxd.ckpt" ] ||
     fail "SIGTERM under a descriptor flood: exit $rc, checkpoint $(ls -l "$dir/st/foxd.ckpt" 2>&1)"
 ok "SIGTERM with every descriptor taken still writes the checkpoint and exits 0"
+
+# ------------------------------------------------------------------ logs
+"$FOXD" "${TINY[@]}" --set "daemon.runtime_dir=$dir/open" --set "daemon.state_dir=$dir/st" \
+    2>"$dir/refused.log"
+n=$(grep -c "writable by everyone" "$dir/refused.log")
+[ "$n" -eq 1 ] || fail "a start-up error printed $n times: $(cat "$dir/refused.log")"
+grep -Eq '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z err: .*writable by everyone' \
+    "$dir/refused.log" || fail "log line without an ISO-8601 UTC timestamp: $(cat "$dir/refused.log")"
+ok "a start-up error is printed once, after an ISO-8601 UTC timestamp and its level"
