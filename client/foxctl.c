@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "client/commands.h"
+#include "client/help.h"
 #include "client/print.h"
 #include "client/run.h"
 
@@ -61,6 +62,7 @@ usage(FILE *out)
         "  shutdown [--no-checkpoint]\n"
         "  version\n"
         "  raw CMD [JSON-ARGS]             send any command, print the reply\n"
+        "  help [COMMAND]                  what a command does, its arguments\n"
         "\n"
         "URL defaults to $FOXD_URL, else your runtime directory's foxd.sock, else\n"
         "ipc:///run/foxd/foxd.sock. Exit status: 0 ok, 1 foxd said no, 2 usage, 3 no daemon\n"
@@ -112,6 +114,7 @@ main(int argc, char **argv)
                                        {"ca", required_argument, 0, 'a'},
                                        {"server-name", required_argument, 0, 'n'},
                                        {"help", no_argument, 0, 'h'},
+                                       {"version", no_argument, 0, 'V'},
                                        {0, 0, 0, 0}};
     foxctl_opts o = {.timeout_ms = 5000};
     int c, rv = FOXCTL_USAGE;
@@ -154,6 +157,9 @@ main(int argc, char **argv)
         case 'h':
             usage(stdout);
             return FOXCTL_OK;
+        case 'V':
+            printf("foxctl %s (protocol v%d)\n", FOX_VERSION, FOX_PROTO_VERSION);
+            return FOXCTL_OK;
         default:
             usage(stderr);
             return FOXCTL_USAGE;
@@ -172,6 +178,9 @@ main(int argc, char **argv)
     int nargc = argc - optind;
     char **nargv = argv + optind;
     int found = 0;
+    /* Help needs no daemon. */
+    if (strcmp(name, "help") == 0)
+        return nargc > 2 ? (usage(stderr), FOXCTL_USAGE) : foxctl_help(nargc == 2 ? nargv[1] : NULL);
     for (size_t i = 0; i < sizeof plain / sizeof plain[0] && !found; i++) {
         if (strcmp(name, plain[i].name) != 0)
             continue;

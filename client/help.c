@@ -1,0 +1,84 @@
+/* help.c — `foxctl help [COMMAND]` (see help.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "client/conn.h"
+#include "client/help.h"
+
+static const struct {
+    const char *name, *synopsis, *text;
+} topics[] = {
+    {"status", "status",
+     "The daemon's state (idle, training, paused, halted, stopping), the fold,\n"
+     "epoch and step in progress, the loss and speed, health (the trainer's\n"
+     "heartbeat), and the folds finished so far. Answered at once from the\n"
+     "last snapshot, never waiting on training."},
+    {"run", "run [--folds 0,1,2] [--epochs N] [--steps N] [--detach]\n"
+            "run --spawn [--folds ...] [--epochs N] [--steps N] [FOXD OPTIONS]",
+     "Train the walk-forward over the given folds (default: the config's).\n"
+     "Waits, with progress on stderr, and prints the per-fold table on\n"
+     "stdout; --detach returns once foxd accepted it. --spawn starts a\n"
+     "private foxd on ipc sockets in a fresh directory, runs there and stops\n"
+     "it afterwards; options after run's own go to that foxd. Ctrl-C stops\n"
+     "the wait (and a spawned foxd). Exit 5 when the stability system halted\n"
+     "a fold."},
+    {"start-fold", "start-fold K [--epochs N] [--steps N] [--detach]",
+     "Train fold K alone, as run does for several."},
+    {"pause", "pause", "Pause training after the current chunk of steps."},
+    {"resume", "resume", "Resume paused training."},
+    {"stop", "stop", "Stop the walk after the current chunk; the engine keeps its state."},
+    {"reset-fold", "reset-fold",
+     "Reset the fold's learning state (idle, paused or halted only)."},
+    {"isv", "isv [SLOT|NAME]...",
+     "Read slots of the internal state vector, by index or name; all when\n"
+     "none are given. isv-list names them."},
+    {"isv-list", "isv-list", "The ISV slot table: index, name, width."},
+    {"sentinels", "sentinels", "The sentinel slots the stability check watches."},
+    {"flags", "flags [--clear]",
+     "Sentinel flags that fired since they were last cleared; --clear clears\n"
+     "them (a mutating command: needs the token)."},
+    {"checkpoint", "checkpoint save|load [PATH]",
+     "Save or load a checkpoint inside foxd's state directory (default\n"
+     "foxd.ckpt). save waits until the file is written."},
+    {"config", "config get [KEY]...\nconfig set KEY=VALUE...\nconfig save",
+     "get lists engine keys and their values (all when none are given).\n"
+     "set changes them while foxd is idle. save writes the running\n"
+     "configuration to the state directory, where the next start reads it."},
+    {"metrics", "metrics", "Request counters and the most recent epochs."},
+    {"watch", "watch [--count N] [--until EVENT]",
+     "Follow the event socket and print each event; '! missed N event(s)'\n"
+     "marks a gap in the sequence numbers."},
+    {"inject-fault", "inject-fault BUFFER nan|inf|huge [--step N]",
+     "Arm a fault for the next fold (needs debug.enable in foxd's config)."},
+    {"shutdown", "shutdown [--no-checkpoint]",
+     "Stop foxd, saving a checkpoint first unless --no-checkpoint."},
+    {"version", "version", "foxd's version, protocol version and event socket."},
+    {"raw", "raw CMD [JSON-ARGS]", "Send any protocol command and print the reply as JSON."},
+    {"help", "help [COMMAND]", "This text, for one command or all."},
+};
+
+int
+foxctl_help(const char *name)
+{
+    size_t n = sizeof topics / sizeof topics[0];
+    if (!name) {
+        printf("foxctl commands (foxctl help COMMAND for one):\n");
+        for (size_t i = 0; i < n; i++)
+            printf("  %-14s %.*s\n", topics[i].name, (int)strcspn(topics[i].text, ".\n"),
+                   topics[i].text);
+        return FOXCTL_OK;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(name, topics[i].name) == 0) {
+            for (const char *s = topics[i].synopsis; *s;) {
+                size_t k = strcspn(s, "\n");
+                printf("%s foxctl [OPTIONS] %.*s\n", s == topics[i].synopsis ? "usage:" : "      ",
+                       (int)k, s);
+                s += k + (s[k] == '\n');
+            }
+            printf("\n%s\n", topics[i].text);
+            return FOXCTL_OK;
+        }
+    fprintf(stderr, "foxctl: no command '%s' (foxctl help lists them)\n", name);
+    return FOXCTL_USAGE;
+}

@@ -1,0 +1,54 @@
+# bash completion for foxctl: commands, their sub-commands and options,
+# config keys from the running foxd, ISV slot names. Installed as
+# share/bash-completion/completions/foxctl.
+_foxctl() {
+    local cur prev words cword
+    _init_completion 2>/dev/null || {
+        cur=${COMP_WORDS[COMP_CWORD]}
+        prev=${COMP_WORDS[COMP_CWORD - 1]}
+        words=("${COMP_WORDS[@]}")
+        cword=$COMP_CWORD
+    }
+    local commands="status run start-fold pause resume stop reset-fold isv isv-list sentinels
+        flags checkpoint config metrics watch inject-fault shutdown version raw help"
+    local globals="--url --token --json --timeout --pub --cert --key --ca --server-name --help --version"
+    case $prev in
+    --cert | --key | --ca) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --url | --token | --timeout | --pub | --server-name) return ;;
+    esac
+    # The command is the first word that is neither an option nor an option's value.
+    local i cmd= sub=
+    for ((i = 1; i < cword; i++)); do
+        case ${words[i]} in
+        --url | --token | --timeout | --pub | --cert | --key | --ca | --server-name) ((i++)) ;;
+        -*) ;;
+        *) if [ -z "$cmd" ]; then cmd=${words[i]}; else sub=${sub:-${words[i]}}; fi ;;
+        esac
+    done
+    if [ -z "$cmd" ]; then
+        COMPREPLY=($(compgen -W "$commands $globals" -- "$cur"))
+        return
+    fi
+    case $cmd in
+    help) [ -z "$sub" ] && COMPREPLY=($(compgen -W "$commands" -- "$cur")) ;;
+    run) COMPREPLY=($(compgen -W "--folds --epochs --steps --detach --spawn" -- "$cur")) ;;
+    start-fold) COMPREPLY=($(compgen -W "--epochs --steps --detach" -- "$cur")) ;;
+    flags) COMPREPLY=($(compgen -W "--clear" -- "$cur")) ;;
+    watch) COMPREPLY=($(compgen -W "--count --until" -- "$cur")) ;;
+    shutdown) COMPREPLY=($(compgen -W "--no-checkpoint" -- "$cur")) ;;
+    checkpoint) [ -z "$sub" ] && COMPREPLY=($(compgen -W "save load" -- "$cur")) ;;
+    config)
+        if [ -z "$sub" ]; then
+            COMPREPLY=($(compgen -W "get set save" -- "$cur"))
+        elif [ "$sub" = get ] || [ "$sub" = set ]; then
+            # Keys from foxd itself, when one answers quickly.
+            local keys
+            keys=$(foxctl --timeout 1000 --json config get 2>/dev/null |
+                grep -o '"[a-z_]*\.[a-z_.]*":' | tr -d '":')
+            [ "$sub" = set ] && { compopt -o nospace 2>/dev/null; keys=$(printf '%s=\n' $keys); }
+            COMPREPLY=($(compgen -W "$keys" -- "$cur"))
+        fi
+        ;;
+    esac
+}
+complete -F _foxctl foxctl
