@@ -40,10 +40,11 @@ static const struct {
     {"checkpoint", "checkpoint save|load [PATH]",
      "Save or load a checkpoint inside foxd's state directory (default\n"
      "foxd.ckpt). save waits until the file is written."},
-    {"config", "config get [KEY]...\nconfig set KEY=VALUE...\nconfig save",
+    {"config", "config get [KEY]...\nconfig set KEY=VALUE...",
      "get lists engine keys and their values (all when none are given).\n"
-     "set changes them while foxd is idle. save writes the running\n"
-     "configuration to the state directory, where the next start reads it."},
+     "set changes them while foxd is idle and keeps the change in the state\n"
+     "directory (foxd.overrides.json): the next start applies it after the\n"
+     "config file, so the model still fits the stop checkpoint."},
     {"metrics", "metrics", "Request counters and the most recent epochs."},
     {"watch", "watch [--count N] [--until EVENT]",
      "Follow the event socket and print each event; '! missed N event(s)'\n"

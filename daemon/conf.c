@@ -18,6 +18,7 @@
 
 #include "daemon/conf.h"
 #include "common/error.h"
+#include "common/fsutil.h"
 #include "proto/proto.h"
 
 /* The engine key whose text is a list of folds (see set_folds_json). */
@@ -555,4 +556,51 @@ fox_conf_load_file(fox_config *cfg, fox_dconf *d, const char *path, char *err, s
     if (rv != FOX_OK)
         return fox_errf(err, errlen, rv, "%s: %s", path, msg);
     return FOX_OK;
+}
+
+/* ------------------------------------------------------ runtime overrides */
+
+int
+fox_conf_overrides_path(const fox_dconf *d, char *buf, size_t len)
+{
+    if (snprintf(buf, len, "%s/%s", d->state_dir, FOX_CONF_OVERRIDES) >= (int)len)
+        return FOX_EINVAL;
+    return FOX_OK;
+}
+
+int
+fox_conf_save_overrides(const fox_dconf *d, const cJSON *values, char *err, size_t errlen)
+{
+    char path[FOX_PATH_MAX + 32];
+    if (fox_conf_overrides_path(d, path, sizeof path) != FOX_OK)
+        return fox_errf(err, errlen, FOX_EINVAL, "daemon.state_dir is too long");
+    cJSON *all = NULL;
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        char buf[1 << 16];
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        all = cJSON_Parse(buf);
+    }
+    if (!cJSON_IsObject(all)) {
+        cJSON_Delete(all);
+        all = cJSON_CreateObject();
+    }
+    for (const cJSON *it = values ? values->child : NULL; all && it; it = it->next) {
+        cJSON *v = cJSON_Duplicate(it, 0);
+        cJSON_DeleteItemFromObjectCaseSensitive(all, it->string);
+        if (!v || !cJSON_AddItemToObject(all, it->string, v)) {
+            cJSON_Delete(v);
+            cJSON_Delete(all);
+            all = NULL;
+        }
+    }
+    char *text = all ? cJSON_Print(all) : NULL;
+    cJSON_Delete(all);
+    if (!text)
+        return fox_errf(err, errlen, FOX_ENOMEM, "out of memory");
+    int rv = fox_write_atomic(path, text, strlen(text), 0640, 1, err, errlen);
+    free(text);
+    return rv;
 }

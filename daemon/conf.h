@@ -82,6 +82,15 @@ int fox_conf_set_json(fox_config *cfg, fox_dconf *d, const char *key, const cJSO
 int fox_conf_load_file(fox_config *cfg, fox_dconf *d, const char *path, char *err, size_t errlen);
 
 /*
+ * Runtime changes (config_set) kept across restarts: merge values into the
+ * JSON object in d->state_dir/foxd.overrides.json (written atomically).
+ * foxd applies that file after its config file and before the command line.
+ */
+#define FOX_CONF_OVERRIDES "foxd.overrides.json"
+int fox_conf_overrides_path(const fox_dconf *d, char *buf, size_t len);
+int fox_conf_save_overrides(const fox_dconf *d, const cJSON *values, char *err, size_t errlen);
+
+/*
  * The value of engine key i of the key table as JSON (a number for numeric
  * keys, a string otherwise); NULL when out of memory.
  */

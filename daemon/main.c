@@ -43,6 +43,75 @@ usage(FILE *out)
 /* The config key behind --backend: the engine table's name for it. */
 #define BACKEND_KEY "engine.backend"
 
+/*
+ * Pass 2: every option but --config and the mode, in command-line order
+ * (--listen replaces the file's list). FOX_OK, or the error in err.
+ */
+static int
+apply_options(int argc, char **argv, const struct option *opts, fox_config *cfg, fox_dconf *d,
+              char *err, size_t errlen)
+{
+    int listen_given = 0, c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "c:s:l:p:b:ovhV", opts, NULL)) != -1) {
+        int rv = 0;
+        switch (c) {
+        case 's':
+            rv = fox_conf_set_pair(cfg, d, optarg, err, errlen);
+            break;
+        case 'l':
+            if (!listen_given++)
+                d->n_listen = 0;
+            if (d->n_listen >= FOX_DCONF_MAX_LISTEN || strlen(optarg) >= FOX_URL_MAX) {
+                snprintf(err, errlen, "--listen: at most %d endpoints of %d bytes",
+                         FOX_DCONF_MAX_LISTEN, FOX_URL_MAX - 1);
+                rv = 1;
+            } else {
+                strcpy(d->listen[d->n_listen++], optarg);
+            }
+            break;
+        case 'p':
+            rv = fox_conf_set_text(cfg, d, "daemon.pub", optarg, err, errlen);
+            break;
+        case 'b':
+            rv = fox_conf_set_text(cfg, d, BACKEND_KEY, optarg, err, errlen);
+            break;
+        }
+        if (rv)
+            return FOX_EINVAL;
+    }
+    return FOX_OK;
+}
+
+/*
+ * The configuration in force: defaults, the config file, the runtime
+ * changes a serving foxd kept in its state directory (config set), then the
+ * command line. The state directory is known only once the file and the
+ * command line were read, so a kept file makes the whole walk start again.
+ */
+static int
+build_config(int argc, char **argv, const struct option *opts, const char *config_path, int once,
+             fox_config *cfg, fox_dconf *d, char *err, size_t errlen)
+{
+    char path[FOX_PATH_MAX + 32], msg[900];
+    for (int pass = 0; pass < 2; pass++) {
+        fox_config_default(cfg);
+        fox_dconf_default(d);
+        if (config_path && fox_conf_load_file(cfg, d, config_path, msg, sizeof msg) != FOX_OK)
+            return fox_errf(err, errlen, FOX_EINVAL, "config %s", msg);
+        if (pass == 1 && fox_conf_load_file(cfg, NULL, path, msg, sizeof msg) != FOX_OK)
+            return fox_errf(err, errlen, FOX_EINVAL,
+                            "runtime changes %s (remove the file to start without them)", msg);
+        if (apply_options(argc, argv, opts, cfg, d, err, errlen) != FOX_OK)
+            return FOX_EINVAL;
+        /* --once is a batch run of its own: it neither reads nor keeps runtime changes. */
+        if (pass == 0 && (once || fox_conf_overrides_path(d, path, sizeof path) != FOX_OK ||
+                          access(path, F_OK) != 0))
+            break;
+    }
+    return FOX_OK;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -56,7 +125,7 @@ main(int argc, char **argv)
     fox_dconf d;
     char err[1024];
     const char *config_path = NULL;
-    int once = 0, listen_given = 0, c;
+    int once = 0, c;
 
     fox_config_default(&cfg);
     fox_dconf_default(&d);
@@ -90,40 +159,9 @@ main(int argc, char **argv)
         usage(stderr);
         return FOX_EXIT_USAGE;
     }
-    if (config_path && fox_conf_load_file(&cfg, &d, config_path, err, sizeof err) != FOX_OK) {
-        fprintf(stderr, "foxd: config %s\n", err);
+    if (build_config(argc, argv, opts, config_path, once, &cfg, &d, err, sizeof err) != FOX_OK) {
+        fprintf(stderr, "foxd: %s\n", err);
         return FOX_EXIT_USAGE;
-    }
-    /* Pass 2: everything else, in command-line order (--listen replaces the file's list). */
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "c:s:l:p:b:ovhV", opts, NULL)) != -1) {
-        int rv = 0;
-        switch (c) {
-        case 's':
-            rv = fox_conf_set_pair(&cfg, &d, optarg, err, sizeof err);
-            break;
-        case 'l':
-            if (!listen_given++)
-                d.n_listen = 0;
-            if (d.n_listen >= FOX_DCONF_MAX_LISTEN || strlen(optarg) >= FOX_URL_MAX) {
-                snprintf(err, sizeof err, "--listen: at most %d endpoints of %d bytes",
-                         FOX_DCONF_MAX_LISTEN, FOX_URL_MAX - 1);
-                rv = 1;
-            } else {
-                strcpy(d.listen[d.n_listen++], optarg);
-            }
-            break;
-        case 'p':
-            rv = fox_conf_set_text(&cfg, &d, "daemon.pub", optarg, err, sizeof err);
-            break;
-        case 'b':
-            rv = fox_conf_set_text(&cfg, &d, BACKEND_KEY, optarg, err, sizeof err);
-            break;
-        }
-        if (rv) {
-            fprintf(stderr, "foxd: %s\n", err);
-            return FOX_EXIT_USAGE;
-        }
     }
     /* --once opens no socket and reads no token: the daemon keys only need to parse. */
     if (!once && fox_dconf_finish(&d, err, sizeof err) != 0) {

@@ -434,6 +434,10 @@ apply_config_set(fox_trainer *t, fox_tcmd *c)
     if (fresh && replace_engine(t, &cfg, c) != FOX_OK)
         return c->status;
     t->cfg = cfg;
+    /* Kept for the next start, so that its model still fits the stop checkpoint. */
+    char msg[512];
+    if (fox_conf_save_overrides(&t->d, c->values, msg, sizeof msg) != FOX_OK)
+        fox_log(FOX_LOG_WARNING, "config set applied but not kept for the next start: %s", msg);
     publish(t);
     c->result.engine_recreated = fresh;
     return FOX_OK;
@@ -719,26 +723,30 @@ wait_for_work(fox_trainer *t)
 /*
  * Resume from the checkpoint a stop left (SIGTERM saves state_dir/foxd.ckpt):
  * weights, Adam state, ISV and the fold position come back, the state stays
- * idle. A missing file is a fresh start; a bad one is reported and left in
- * place, and foxd starts fresh rather than refusing to serve.
+ * idle. A missing file is a fresh start. One that cannot be loaded (corrupt,
+ * or made for another model layout) is an error that stops the start: a
+ * silent fresh start would throw the run's training away unnoticed.
  */
-static void
-resume(fox_trainer *t, fox_engine *e)
+static int
+resume(fox_trainer *t, fox_engine *e, char *err, size_t errlen)
 {
     char path[FOX_PATH_MAX + 16];
     if (!t->d.resume)
-        return;
+        return FOX_OK;
     snprintf(path, sizeof path, "%s/foxd.ckpt", t->d.state_dir);
     if (access(path, F_OK) != 0)
-        return;
-    if (fox_engine_checkpoint_load(e, path) != FOX_OK) {
-        fox_log(FOX_LOG_WARNING, "not resuming: %s", fox_engine_errmsg(e));
-        return;
-    }
+        return FOX_OK;
+    int rv = fox_engine_checkpoint_load(e, path);
+    if (rv != FOX_OK)
+        return fox_errf(err, errlen, rv,
+                        "cannot resume: %s. Start with the configuration that wrote it, move "
+                        "the file away, or set daemon.resume=false to start fresh",
+                        fox_engine_errmsg(e));
     fox_engine_info info;
     fox_engine_get_info(e, &info);
     fox_log(FOX_LOG_NOTICE, "resumed from %s: fold %d, %d epochs done, step %lld", path, info.fold,
             info.epoch, (long long)info.step);
+    return FOX_OK;
 }
 
 static void *
@@ -748,8 +756,10 @@ trainer_main(void *arg)
     fox_engine *e = NULL;
     char err[1024];
     int rv = make_engine(t, &t->cfg, &e, err, sizeof err);
-    if (rv == FOX_OK)
-        resume(t, e);
+    if (rv == FOX_OK && (rv = resume(t, e, err, sizeof err)) != FOX_OK) {
+        fox_engine_destroy(e);
+        e = NULL;
+    }
 
     pthread_mutex_lock(&t->slock);
     t->engine = e;

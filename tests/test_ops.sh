@@ -224,7 +224,7 @@ kill "$pid"; wait "$pid"; pid=
 # Kill foxd while it writes checkpoints; the next start cleans up what is left.
 foxd_start --url "$url" -- "${TINY[@]}" --listen "$url" --pub "ipc://$dir/ev.sock" \
     --set "daemon.runtime_dir=$dir/rt" --set "daemon.state_dir=$dir/st" --set daemon.token=right \
-    --set model.h1=512 --set model.h2=512
+    --set model.h1=512 --set model.h2=512 --set daemon.resume=false
 for i in $(seq 1 10); do
     ctl --token right checkpoint save "k$i.ckpt" >/dev/null 2>&1 &
     sleep 0.0$((RANDOM % 9))
@@ -272,3 +272,28 @@ n=$(grep -c "writable by everyone" "$dir/refused.log")
 grep -Eq '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z err: .*writable by everyone' \
     "$dir/refused.log" || fail "log line without an ISO-8601 UTC timestamp: $(cat "$dir/refused.log")"
 ok "a start-up error is printed once, after an ISO-8601 UTC timestamp and its level"
+
+# -------------------------------------- runtime changes survive a restart
+rm -rf "$dir/kept"; mkdir -p "$dir/kept"
+# TINY without model.h1: the command line would win over the kept change.
+kept=(--backend cpu --set model.h2=16 --set model.head_hidden=16 --set model.aux_hidden=8
+      --set train.batch=16 --set env.n_envs=8 --set train.learning_starts=64
+      --set data.synth_bars=3000 --set daemon.metrics_interval_ms=0
+      --listen "$url" --pub "ipc://$dir/ev.sock" --set "daemon.runtime_dir=$dir/rt"
+      --set "daemon.state_dir=$dir/kept" --set daemon.token=right)
+foxd_start --url "$url" -- "${kept[@]}"
+ctl --token right config set model.h1=48 >/dev/null || fail "config set model.h1=48"
+kill -TERM "$pid"; wait "$pid"; pid=
+[ -s "$dir/kept/foxd.ckpt" ] || fail "no stop checkpoint"
+foxd_start --url "$url" -- "${kept[@]}"
+out=$(ctl --json config get model.h1)
+[[ $out == *'"model.h1":48'* ]] || fail "model.h1 after a restart: $out"
+grep -q "resumed from $dir/kept/foxd.ckpt" "$dir/foxd.log" || fail "the restart did not resume"
+ok "config set is kept across a restart, which resumes the checkpoint"
+kill -TERM "$pid"; wait "$pid"; pid=
+mv "$dir/kept/foxd.overrides.json" "$dir/kept/gone.json"
+"$FOXD" "${kept[@]}" 2>"$dir/refused.log"
+rc=$?
+[ $rc -ne 0 ] && grep -q "cannot resume: .*layout" "$dir/refused.log" ||
+    fail "a checkpoint of another layout (rc $rc): $(tail -3 "$dir/refused.log")"
+ok "a resume that cannot happen stops the start and says why (exit $rc)"
