@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "client/print.h"
+#include "common/clock.h"
 #include "proto/table.h"
 
 double
@@ -264,23 +265,69 @@ foxctl_progress_gap(foxctl_progress *p, const fox_event *ev)
     p->last_seq = ev->seq;
 }
 
+/* A duration as h:mm:ss or m:ss; "?" when unknown. */
+static const char *
+duration(char *buf, size_t len, double seconds)
+{
+    if (!isfinite(seconds) || seconds < 0 || seconds > 1e9)
+        return "?";
+    long s = (long)(seconds + 0.5);
+    if (s >= 3600)
+        snprintf(buf, len, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+    else
+        snprintf(buf, len, "%ld:%02ld", s / 60, s % 60);
+    return buf;
+}
+
+/*
+ * The bar of a step event: where the fold is, the loss and speed, the
+ * backend, and elapsed / left for the fold and for the whole walk (left is
+ * elapsed scaled by the share still to do, so it includes evaluation).
+ * Nothing between folds or after the last epoch, when the event's fold or
+ * epoch no longer describe training.
+ */
+static void
+show_bar(foxctl_progress *p, const cJSON *d)
+{
+    double spe = foxctl_jnum(d, "steps_per_epoch", 0), in = foxctl_jnum(d, "step_in_epoch", 0);
+    double fold = foxctl_jnum(d, "fold", -1), epoch = foxctl_jnum(d, "epoch", 0);
+    double epochs = foxctl_jnum(d, "epochs", 0);
+    double frac = spe > 0 ? in / spe : 0;
+    if (!p->tty || fold < 0 || epochs <= 0 || epoch >= epochs)
+        return;
+    int64_t now = fox_mono_ms();
+    if (!p->fold_start_ms)
+        p->fold_start_ms = now;
+    double fold_share = (epoch + frac) / epochs;
+    double fold_s = (double)(now - p->fold_start_ms) / 1000.0;
+    double walk_s = (double)(now - p->walk_start_ms) / 1000.0;
+    char a[48], b[48], c[48], e[48], walk[128] = "";
+    if (p->n_folds > 0) {
+        double walk_share = (p->folds_done + fold_share) / p->n_folds;
+        snprintf(walk, sizeof walk, "  walk %s, %s left", duration(a, sizeof a, walk_s),
+                 duration(b, sizeof b, walk_share > 0 ? walk_s * (1 - walk_share) / walk_share
+                                                      : NAN));
+    }
+    int fill = (int)(frac * 30);
+    fprintf(stderr,
+            "\r\033[Kfold %.0f epoch %.0f/%.0f [%.*s%.*s] %3.0f%%  loss %.4g  %.0f steps/s  %s  "
+            "fold %s, %s left%s",
+            fold, epoch + 1, epochs, fill, "##############################", 30 - fill,
+            "..............................", frac * 100, foxctl_jnum(d, "loss", NAN),
+            foxctl_jnum(d, "steps_per_sec", 0), p->backend[0] ? p->backend : "?",
+            duration(c, sizeof c, fold_s),
+            duration(e, sizeof e, fold_share > 0 ? fold_s * (1 - fold_share) / fold_share : NAN),
+            walk);
+    p->bar_shown = 1;
+}
+
 /* One event, as a human reads it (progress on stderr). */
 void
 foxctl_show_event(foxctl_progress *p, const fox_event *ev)
 {
     const cJSON *d = ev->data;
     if (!strcmp(ev->type, "step")) {
-        double spe = foxctl_jnum(d, "steps_per_epoch", 0), in = foxctl_jnum(d, "step_in_epoch", 0);
-        double frac = spe > 0 ? in / spe : 0;
-        if (!p->tty)
-            return;
-        int fill = (int)(frac * 30);
-        fprintf(
-            stderr, "\r\033[Kfold %.0f epoch %.0f/%.0f [%.*s%.*s] %3.0f%%  loss %.4g  %.0f steps/s",
-            foxctl_jnum(d, "fold", -1), foxctl_jnum(d, "epoch", 0) + 1, foxctl_jnum(d, "epochs", 0),
-            fill, "##############################", 30 - fill, "..............................",
-            frac * 100, foxctl_jnum(d, "loss", NAN), foxctl_jnum(d, "steps_per_sec", 0));
-        p->bar_shown = 1;
+        show_bar(p, d);
         return;
     }
     foxctl_progress_clear(p);
@@ -288,9 +335,12 @@ foxctl_show_event(foxctl_progress *p, const fox_event *ev)
         print_epoch_line(stderr, d, foxctl_jnum(d, "epochs", p->epochs));
     } else if (!strcmp(ev->type, "fold_begin")) {
         p->epochs = foxctl_jnum(d, "epochs", 0);
+        p->fold_start_ms = fox_mono_ms();
         fprintf(stderr, "fold %.0f begins: %.0f epochs x %.0f steps\n", foxctl_jnum(d, "fold", -1),
                 foxctl_jnum(d, "epochs", 0), foxctl_jnum(d, "steps_per_epoch", 0));
     } else if (!strcmp(ev->type, "fold_end")) {
+        p->folds_done++;
+        p->fold_start_ms = 0;
         fprintf(stderr, "fold %.0f done: best val Sharpe %.3f at epoch %.0f, test Sharpe %.3f\n",
                 foxctl_jnum(d, "fold", -1), foxctl_jnum(d, "best_val_sharpe", NAN),
                 foxctl_jnum(d, "best_epoch", -1) + 1, foxctl_jnum(d, "test_sharpe", NAN));

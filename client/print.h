@@ -48,6 +48,11 @@ typedef struct foxctl_progress {
     int bar_shown;
     uint64_t last_seq;
     double epochs;
+    char backend[32];     /* the engine's backend, shown in the bar ("" unknown) */
+    int n_folds;          /* folds in the run (0 unknown): the walk's time left */
+    int folds_done;       /* folds of the run finished so far */
+    int64_t walk_start_ms; /* when the wait began (monotonic) */
+    int64_t fold_start_ms; /* when the fold in progress began (0 unknown) */
 } foxctl_progress;
 
 /* Erase the progress bar, if one is shown, before a line of text. */

@@ -44,6 +44,23 @@ op_from_status(foxctl_opts *o, int64_t op, cJSON **folds, char *msg, size_t len)
     return state;
 }
 
+/* What the bar shows besides the events: the backend and the folds in the run, from status. */
+static void
+progress_init(foxctl_opts *o, foxctl_progress *p)
+{
+    fox_reply rep;
+    p->walk_start_ms = fox_mono_ms();
+    if (foxctl_ask(o, "status", NULL, &rep) != FOXCTL_OK)
+        return;
+    const cJSON *eng = cJSON_GetObjectItemCaseSensitive(rep.result, "engine");
+    const cJSON *run = cJSON_GetObjectItemCaseSensitive(rep.result, "run");
+    snprintf(p->backend, sizeof p->backend, "%s", foxctl_jstr(eng, "backend", ""));
+    const cJSON *folds = cJSON_GetObjectItemCaseSensitive(run, "folds");
+    if (cJSON_IsArray(folds))
+        p->n_folds = cJSON_GetArraySize(folds);
+    fox_reply_fini(&rep);
+}
+
 /*
  * Wait for op to finish: events first, status every few seconds (events can
  * be dropped). Returns the exit status; *folds gets the run's fold objects.
@@ -53,6 +70,8 @@ foxctl_wait_op(foxctl_opts *o, nng_socket sub, int64_t op, cJSON **folds)
 {
     foxctl_progress p = {.tty = isatty(STDERR_FILENO)};
     char msg[512] = "";
+    if (p.tty && !o->json)
+        progress_init(o, &p);
     int64_t last_poll = 0;
     for (;;) {
         fox_event ev;
@@ -303,5 +322,8 @@ cmd_run_spawn(foxctl_opts *o, int argc, char **argv)
         waitpid(pid, &status, 0);
     }
     foxctl_spawn_cleanup(dir);
+    if (rv == FOXCTL_INTERRUPTED)
+        fprintf(stderr, "foxctl: interrupted; the spawned foxd (pid %d) was stopped and %s removed\n",
+                (int)pid, dir);
     return rv;
 }

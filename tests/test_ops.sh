@@ -297,3 +297,31 @@ rc=$?
 [ $rc -ne 0 ] && grep -q "cannot resume: .*layout" "$dir/refused.log" ||
     fail "a checkpoint of another layout (rc $rc): $(tail -3 "$dir/refused.log")"
 ok "a resume that cannot happen stops the start and says why (exit $rc)"
+
+# ------------------------------------------------------------- progress
+SPAWN=(--backend cpu --set model.h1=32 --set model.h2=16 --set data.synth_bars=3000
+       --set train.learning_starts=64 --set train.batch=16 --set env.n_envs=8)
+if command -v script >/dev/null; then
+    # script gives foxctl a terminal, where it draws its bar.
+    TMPDIR=$dir timeout -k 5 300 script -qfec "$(printf '%q ' "$FOXCTL" run --spawn --folds 0,1 \
+        --epochs 2 --steps 40 "${SPAWN[@]}" --set daemon.step_event_ms=50)" /dev/null \
+        >"$dir/tty.out" 2>&1 || fail "run --spawn on a terminal: $(tail -5 "$dir/tty.out")"
+    bars=$(tr '\r' '\n' < "$dir/tty.out" | grep -a '\[[#.]*\]')
+    [ -n "$bars" ] || fail "no progress bar: $(tail -5 "$dir/tty.out")"
+    grep -aq 'cpu  fold [0-9:]*, [0-9:?]* left  walk [0-9:]*, [0-9:?]* left' <<<"$bars" ||
+        fail "the bar lacks backend, elapsed or time left: $(tail -2 <<<"$bars")"
+    ! grep -aq 'fold -1' <<<"$bars" || fail "a stray 'fold -1' bar"
+    ok "the progress bar shows the backend, elapsed and time left for the fold and the walk"
+else
+    echo "# script (util-linux) not installed: the terminal bar is not checked"
+fi
+TMPDIR=$dir "$FOXCTL" run --spawn --folds 0 --epochs 50 --steps 2000 "${SPAWN[@]}" \
+    >/dev/null 2>"$dir/spawn.err" &
+ctlpid=$!
+for _ in $(seq 1 300); do grep -q "begins" "$dir/spawn.err" && break; sleep 0.1; done
+spawned=$(sed -n 's/.*private foxd (pid \([0-9]*\)).*/\1/p' "$dir/spawn.err")
+kill -INT "$ctlpid"; wait "$ctlpid"; rc=$?
+[ $rc -eq 130 ] && grep -q "the spawned foxd (pid $spawned) was stopped" "$dir/spawn.err" ||
+    fail "Ctrl-C on run --spawn (rc $rc): $(tail -3 "$dir/spawn.err")"
+! kill -0 "$spawned" 2>/dev/null || fail "the spawned foxd $spawned still runs"
+ok "Ctrl-C on run --spawn says the spawned foxd was stopped (and it was)"
