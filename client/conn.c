@@ -115,11 +115,21 @@ dial(nng_socket sock, const char *url, nng_tls_config *tls, char *err, size_t er
         return errf(err, errlen, FOXCTL_USAGE, "%s: TLS: %s", url, nng_strerror(rv));
     /* Synchronous: an absent daemon is an error now, not a silent retry loop. */
     if ((rv = nng_dialer_start(d, 0)) != 0) {
-        if (!strncmp(url, "tls", 3) &&
-            (rv == NNG_ECONNSHUT || rv == NNG_ECLOSED || rv == NNG_ECRYPTO || rv == NNG_EPEERAUTH))
+        /*
+         * Our own check of the server's certificate fails with ECRYPTO or
+         * EPEERAUTH (wrong --server-name, or --ca not the one that signed
+         * it); foxd refusing our certificate shows as the connection cut.
+         */
+        if (!strncmp(url, "tls", 3) && (rv == NNG_ECRYPTO || rv == NNG_EPEERAUTH))
             return errf(err, errlen, FOXCTL_NODAEMON,
-                        "%s: TLS handshake refused (%s): check the client certificate and CA", url,
-                        nng_strerror(rv));
+                        "%s: the server's certificate did not verify (%s): check --server-name "
+                        "(a name in that certificate) and --ca (the CA that signed it)",
+                        url, nng_strerror(rv));
+        if (!strncmp(url, "tls", 3) && (rv == NNG_ECONNSHUT || rv == NNG_ECLOSED))
+            return errf(err, errlen, FOXCTL_NODAEMON,
+                        "%s: TLS handshake refused by foxd (%s): check the client certificate "
+                        "(--cert, --key), which foxd's daemon.tls.ca must have signed",
+                        url, nng_strerror(rv));
         return errf(err, errlen, FOXCTL_NODAEMON, "no foxd at %s (%s)", url, nng_strerror(rv));
     }
     return FOXCTL_OK;

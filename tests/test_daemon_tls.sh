@@ -62,6 +62,14 @@ rc=$?
 [ $rc -eq 3 ] || fail "client with a foreign certificate: exit $rc"
 ok "client with a certificate from a foreign CA is refused (exit 3)"
 
+out=$("$FOXCTL" --url "$url" --timeout 3000 --cert "$dir/client.pem" --key "$dir/client.key" \
+    --ca "$dir/ca.pem" --server-name wrong.example version 2>&1)
+[ $? -eq 3 ] && [[ $out == *"--server-name"* && $out != *"client certificate"* ]] ||
+    fail "a wrong --server-name: $out"
+out=$("$FOXCTL" --url "$url" --timeout 3000 --ca "$dir/ca.pem" --server-name localhost version 2>&1)
+[[ $out == *"client certificate"* ]] || fail "no client certificate: $out"
+ok "a wrong --server-name names the server's certificate, a missing client certificate ours"
+
 "$FOXCTL" "${good[@]}" status >/dev/null || fail "daemon stopped serving after refused clients"
 ok "still serving after the refusals"
 
