@@ -75,6 +75,7 @@ static const dkey dkeys[] = {
     S("daemon.data_dir", data_dir),
     I("daemon.data_max_mb", data_max_mb, 1, 1 << 20),
     I("daemon.max_connections", max_connections, 1, 1 << 20),
+    S("daemon.metrics_listen", metrics_listen),
 };
 #define N_DKEYS ((int)(sizeof dkeys / sizeof dkeys[0]))
 

@@ -51,6 +51,7 @@ typedef struct fox_dconf {
     char data_dir[FOX_PATH_MAX]; /* data.source files a client may name; "" = state_dir/data */
     int data_max_mb;             /* largest data.source file a client may name */
     int max_connections;         /* connections per listener; more are closed at once */
+    char metrics_listen[FOX_URL_MAX]; /* http:// URL serving /metrics; "" = off */
 } fox_dconf;
 
 /* Defaults; runtime_dir and state_dir from the environment (systemd, XDG). */

@@ -42,6 +42,7 @@
 #include "daemon/dedup.h"
 #include "daemon/endpoints.h"
 #include "daemon/fdreserve.h"
+#include "daemon/metrics_http.h"
 #include "daemon/foxd.h"
 #include "daemon/notify.h"
 #include "daemon/render.h"
@@ -52,6 +53,7 @@
 #define LINGER_MS        1000         /* wait for the last replies to leave before closing */
 #define STATE_SCAN_DEPTH 3            /* levels of the state directory searched for stale temps */
 #define MMAP_THRESHOLD   (128 * 1024) /* malloc blocks from this size go back to the system on free */
+#define METRICS_HTTP_MS  1000         /* age at most of what /metrics serves */
 #define REFUSAL_LOG_MS   1000         /* at most one line about refused requests this often */
 
 enum { W_RECV = 0, W_BUSY, W_SEND };
@@ -73,11 +75,12 @@ struct server {
     uv_loop_t loop;
     uv_async_t wake;
     uv_signal_t sig_term, sig_int, sig_hup;
-    uv_timer_t t_watchdog, t_status, t_metrics, t_linger;
+    uv_timer_t t_watchdog, t_status, t_metrics, t_linger, t_http;
 
     nng_socket rep, pub;
     int rep_open, pub_open;
     fox_endpoints ends;
+    fox_metrics_http *http; /* /metrics, when daemon.metrics_listen is set */
 
     work *works;
     int n_works;
@@ -579,6 +582,22 @@ on_metrics(uv_timer_t *h)
     free(snap);
 }
 
+/* Hand /metrics the current text (the loop owns the counters it reads). */
+static void
+on_http_metrics(uv_timer_t *h)
+{
+    server *s = h->data;
+    fox_snapshot *snap = malloc(sizeof *snap);
+    if (!snap)
+        return;
+    fox_trainer_snapshot(s->trainer, snap);
+    char *text = fox_answer_prometheus(snap, &s->counters);
+    if (text)
+        fox_metrics_http_publish(s->http, text);
+    free(text);
+    free(snap);
+}
+
 static void
 close_handle(uv_handle_t *h, void *arg)
 {
@@ -610,6 +629,8 @@ finish_close(server *s)
         nng_aio_stop(s->works[i].aio);
     nng_close(s->rep);
     s->rep_open = 0;
+    fox_metrics_http_stop(s->http);
+    s->http = NULL;
     pthread_mutex_lock(&s->pub_lock);
     nng_close(s->pub);
     s->pub_open = 0;
@@ -697,6 +718,15 @@ setup(server *s, const fox_config *cfg, char *err, size_t errlen)
         nng_ctx_recv(s->works[i].ctx, s->works[i].aio);
     }
 
+    if (s->d.metrics_listen[0]) {
+        if (!fox_endpoints_is_loopback(s->d.metrics_listen) && !s->d.allow_insecure_remote)
+            return fox_errf(err, errlen, FOX_EPERM,
+                            "daemon.metrics_listen %s is beyond loopback: /metrics has no "
+                            "authentication (set daemon.allow_insecure_remote to allow it)",
+                            s->d.metrics_listen);
+        if ((rv = fox_metrics_http_start(&s->http, s->d.metrics_listen, err, errlen)) != FOX_OK)
+            return rv;
+    }
     fox_endpoints_probe_start(&s->ends, probe_report, s);
     return FOX_OK;
 }
@@ -773,6 +803,7 @@ fox_serve_main(const fox_config *cfg, const fox_dconf *d)
             nng_close(s->rep);
         if (s->pub_open)
             nng_close(s->pub);
+        fox_metrics_http_stop(s->http);
         /* Drop what the failed start left on the outbox (the shutdown's completion). */
         for (fox_tcmd *c = s->out_head, *next; c; c = next) {
             next = c->next;
@@ -799,6 +830,9 @@ fox_serve_main(const fox_config *cfg, const fox_dconf *d)
     start_timer(s, &s->t_status, on_status, STATUS_PERIOD_MS);
     start_timer(s, &s->t_metrics, on_metrics, (uint64_t)d->metrics_interval_ms);
     start_timer(s, &s->t_linger, NULL, 0);
+    start_timer(s, &s->t_http, on_http_metrics, s->http ? METRICS_HTTP_MS : 0);
+    if (s->http)
+        on_http_metrics(&s->t_http);
 
     fox_snapshot *snap = malloc(sizeof *snap);
     if (snap) {
