@@ -70,7 +70,7 @@ fpid=$(ps -o pid= --ppid "$pid" | tr -d ' ')   # foxd itself ($pid is its timeou
 echo "# foxd control-plane latency, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "# foxd --backend cpu ${SETS[*]}; control $ipc and $tcp"
 echo "# uptime before: $(uptime)"
-timeout 900 "$LAT" --ipc "$ipc" --tcp "$tcp" ${fpid:+--pid "$fpid"} "$@"
+timeout 900 "$LAT" --ipc "$ipc" --tcp "$tcp" --token "bench-$$" ${fpid:+--pid "$fpid"} "$@"
 rc=$?
 echo "# uptime after:  $(uptime)"
 [ $rc = 0 ] || { echo "latency failed ($rc); foxd log:"; tail -20 "$dir/foxd.log"; }

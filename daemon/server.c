@@ -564,22 +564,30 @@ on_status(uv_timer_t *h)
     free(snap);
 }
 
+/* The Prometheus text of now (malloc'd), or NULL when out of memory. */
+static char *
+prometheus_text(server *s)
+{
+    fox_snapshot *snap = malloc(sizeof *snap);
+    if (!snap)
+        return NULL;
+    fox_trainer_snapshot(s->trainer, snap);
+    char *text = fox_answer_prometheus(snap, &s->counters);
+    free(snap);
+    return text;
+}
+
 static void
 on_metrics(uv_timer_t *h)
 {
     server *s = h->data;
     char err[512];
-    fox_snapshot *snap = malloc(sizeof *snap);
-    if (!snap)
-        return;
-    fox_trainer_snapshot(s->trainer, snap);
-    char *text = fox_answer_prometheus(snap, &s->counters);
+    char *text = prometheus_text(s);
     /* Atomic rename, no fsync: node_exporter must never read half a file; a crash may lose one. */
     if (text && fox_write_atomic(s->d.metrics_textfile, text, strlen(text), 0644, 0, err,
                                  sizeof err) != FOX_OK)
         fox_log(FOX_LOG_WARNING, "metrics textfile: %s", err);
     free(text);
-    free(snap);
 }
 
 /* Hand /metrics the current text (the loop owns the counters it reads). */
@@ -587,15 +595,10 @@ static void
 on_http_metrics(uv_timer_t *h)
 {
     server *s = h->data;
-    fox_snapshot *snap = malloc(sizeof *snap);
-    if (!snap)
-        return;
-    fox_trainer_snapshot(s->trainer, snap);
-    char *text = fox_answer_prometheus(snap, &s->counters);
+    char *text = prometheus_text(s);
     if (text)
         fox_metrics_http_publish(s->http, text);
     free(text);
-    free(snap);
 }
 
 static void
