@@ -298,15 +298,19 @@ if [ -n "$npid" ]; then
     ok "sd_notify: READY, STATUS, WATCHDOG, STOPPING, EXTEND_TIMEOUT_USEC"
 fi
 
-# A corrupt stop checkpoint: the next foxd says why it does not resume and serves anyway.
+# A corrupt stop checkpoint: the next foxd says why it cannot resume and does not start.
 [ -s "$dir/state/foxd.ckpt" ] || fail "no checkpoint after the shutdown command"
 printf 'garbage' | dd of="$dir/state/foxd.ckpt" bs=1 seek=200 conv=notrunc 2>/dev/null
 
 # ------------------------------------------------------------------ fault drill
+"$FOXD" --listen "$url" --pub "$pub" --set "daemon.state_dir=$dir/state" --set "daemon.runtime_dir=$dir" \
+    --set "daemon.token_file=$dir/token" "${TINY[@]}" 2>"$dir/corrupt.log"
+rc=$?
+[ $rc -eq 1 ] && grep -q "cannot resume: checkpoint $dir/state/foxd.ckpt: payload CRC mismatch" \
+    "$dir/corrupt.log" || fail "corrupt stop checkpoint (exit $rc): $(grep -i resum "$dir/corrupt.log")"
+ok "a corrupt stop checkpoint stops the start and says why (payload CRC)"
+mv "$dir/state/foxd.ckpt" "$dir/state/corrupt.ckpt"
 start_foxd --set debug.enable=1
-grep -q "not resuming: checkpoint $dir/state/foxd.ckpt: payload CRC mismatch" "$dir/foxd.log" ||
-    fail "corrupt stop checkpoint: $(grep -i resum "$dir/foxd.log")"
-ok "a corrupt stop checkpoint is reported (payload CRC) and foxd starts fresh"
 ctl inject-fault h_s2 nan --step 5 >/dev/null || fail "inject-fault"
 ok "inject_fault armed (debug.enable)"
 ctl start-fold 0 --steps 200 >"$dir/drill.out" 2>&1
