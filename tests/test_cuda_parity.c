@@ -24,7 +24,7 @@
 #include "gpu/bounds.h"
 #include "gpu/cpu/net.h"
 #include "gpu/cpu/optim.h"
-#include "gpu/cuda/cuda_backend.h"
+#include "gpu/cuda/debug.h"
 #include "gpu/engine.h"
 #include "gpu/isv.h"
 #include "common/log.h"

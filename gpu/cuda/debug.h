@@ -1,6 +1,7 @@
 /*
- * cuda_backend.h — debug entry points of the CUDA backend, for the parity
- * test and the GPU benchmarks only (the engine reaches the backend through
+ * debug.h — debug entry points of the CUDA backend, for the parity test, the
+ * drills and the GPU benchmarks only: they live in libfoxgpu_debug, which
+ * foxd does not link (the engine reaches the backend through
  * fox_cuda_backend_ops alone).
  *
  * Each function takes a backend created by fox_cuda_backend_ops.create and
@@ -10,25 +11,25 @@
  * Errors: FOX_ECUDA (the CUDA call, code and string are logged and kept in
  * the backend's err), FOX_EINVAL for a batch larger than the backend's.
  */
-#ifndef FOX_CUDA_BACKEND_H
-#define FOX_CUDA_BACKEND_H
+#ifndef FOX_CUDA_DEBUG_H
+#define FOX_CUDA_DEBUG_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "gpu/backend.h"
-#include "gpu/cpu/net.h"
+#include "gpu/train_types.h"
 
 /*
- * The device twin of fox_cpu_net_loss_grad: load params and target
+ * The device twin of fox_cpu_net_loss_grad (gpu/cpu/net.h): load params and target
  * (n_params floats each), run the forward, losses and backward of the host
  * batch b (b->B ≤ the backend's batch; every array host memory, weights
  * honoured) and copy back the losses, grads (n_params) and, if not NULL,
  * the per-sample priorities [B] and greedy next sub-actions a_star [B × D].
  */
 int fox_cuda_debug_loss_grad(fox_backend *be, const float *params, const float *target,
-                             const fox_cpu_net_batch *b, const fox_cpu_net_hparams *hp,
-                             fox_cpu_net_loss *loss, float *grads, float *priority,
+                             const fox_train_batch *b, const fox_train_hparams *hp,
+                             fox_train_loss *loss, float *grads, float *priority,
                              int32_t *a_star);
 
 /*
@@ -37,7 +38,7 @@ int fox_cuda_debug_loss_grad(fox_backend *be, const float *params, const float *
  * device's ISV after it out (SP4's TARGET_Q_BOUND from the raw IQN targets).
  */
 int fox_cuda_debug_target_q_bound(fox_backend *be, const float *params, const float *target,
-                                  const fox_cpu_net_batch *b, const fox_cpu_net_hparams *hp,
+                                  const fox_train_batch *b, const fox_train_hparams *hp,
                                   float *isv);
 
 /*
