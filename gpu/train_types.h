@@ -18,20 +18,20 @@
 /* One training batch; every array in host memory, rows batch-major. */
 #define FOX_TRAIN_BATCH_FIELDS(R)                                                                  \
     int B;                                                                                         \
-    const R *s;                /* [B × S] states */                                                \
-    const R *s_next;           /* [B × S] states n steps later */                                  \
-    const int32_t *a;          /* [B × D] sub-action taken per branch */                           \
+    const R *s;                /* [B × S] states */                                               \
+    const R *s_next;           /* [B × S] states n steps later */                                 \
+    const int32_t *a;          /* [B × D] sub-action taken per branch */                          \
     const R *r;                /* [B] n-step discounted reward */                                  \
     const R *done;             /* [B] 1 when the window ended the episode (no bootstrap) */        \
     const R *w;                /* [B] importance weights (NULL = all 1) */                         \
     const R *aux_ret;          /* [B] next-bar log return label (unscaled) */                      \
     const int32_t *aux_regime; /* [B] regime class label */                                        \
-    const R *tau;              /* [B × NT] IQN fractions for the online quantiles */               \
+    const R *tau;              /* [B × NT] IQN fractions for the online quantiles */              \
     const R *tau_next;         /* [B × NT] IQN fractions for the target quantiles */
 
 /* The loss's hyperparameters. */
 #define FOX_TRAIN_HPARAMS_FIELDS(R)                                                                \
-    R gamma_n; /* γ^n */                                                                           \
+    R gamma_n; /* γ^n */                                                                          \
     R iqn_lambda, aux_lambda;                                                                      \
     R aux_label_scale;   /* label divided by this (AUX_LABEL_SCALE_EMA) */                         \
     int target_mode;     /* FOX_TARGET_MEAN | FOX_TARGET_INDEP */                                  \

@@ -35,10 +35,6 @@
 #include "gpu/cuda/backend_impl.h"
 #include "gpu/cuda/cuda_impl.h"
 
-#ifndef FOX_CUDA_ARCH
-#define FOX_CUDA_ARCH 90
-#endif
-
 /* Rows of the collection / q_values forward when the envs are fewer. */
 #define QV_ROWS 256
 
@@ -110,8 +106,10 @@ cuda_available(char *why, size_t len)
         return 0;
     }
     if (p.major * 10 + p.minor < FOX_CUDA_ARCH) {
-        snprintf(why, len, "device 0 (%s) is sm_%d%d; this build's kernels need sm_%d (meson "
-                 "-Dgpu_arch)", p.name, p.major, p.minor, FOX_CUDA_ARCH);
+        snprintf(why, len,
+                 "device 0 (%s) is sm_%d%d; this build's kernels need sm_%d (meson "
+                 "-Dgpu_arch)",
+                 p.name, p.major, p.minor, FOX_CUDA_ARCH);
         return 0;
     }
     snprintf(why, len, "%s, sm_%d%d, %.0f GiB", p.name, p.major, p.minor,
@@ -138,9 +136,9 @@ cuda_destroy(fox_backend *be_)
     cudaDeviceSynchronize();
     fox__cuda_drop_graphs(be);
     fox__cuda_fwd_free(&be->col);
-    void *bufs[] = {be->xcol,    be->ctl,   be->fold,    be->envs,    be->wbar,    be->wport,
-                    be->wr,      be->wa,    be->staged,  be->ring,    be->counts,  be->d_open,
-                    be->d_high,  be->d_low, be->d_close, be->d_norm,  be->d_regime, be->isv_dev,
+    void *bufs[] = {be->xcol,    be->ctl,       be->fold,     be->envs,   be->wbar,     be->wport,
+                    be->wr,      be->wa,        be->staged,   be->ring,   be->counts,   be->d_open,
+                    be->d_high,  be->d_low,     be->d_close,  be->d_norm, be->d_regime, be->isv_dev,
                     be->d_rules, be->site_part, be->d_chunks, be->sp4};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         cudaFree(bufs[k]);
@@ -188,9 +186,6 @@ create_device(fox_cuda_backend *be)
     FOX_CUDA_TRY(cudaFree(NULL)); /* create the context before measuring */
     FOX_CUDA_TRY(cudaMemGetInfo(&free0, &total));
 
-    /* Benchmark knob FOX_CUDA_PRIO=0: every stream at the default priority (net.c). */
-    const char *prio = getenv("FOX_CUDA_PRIO");
-    fox__cuda_prio = !(prio && strcmp(prio, "0") == 0);
     int rows = be->N > QV_ROWS ? be->N : QV_ROWS;
     FOX_TRY(fox__cuda_net_init(&be->net, lay, be->B, rows));
     FOX_TRY(fox__cuda_fwd_alloc(&be->col, &be->net, rows));
@@ -261,8 +256,9 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     const fox_model_layout *lay = env->lay;
     *out = NULL;
     if (c->prioritized) {
-        snprintf(err, errlen, "cuda backend: prioritized replay is not implemented on the GPU yet "
-                              "(train.prioritized=0, or engine.backend=cpu)");
+        snprintf(err, errlen,
+                 "cuda backend: prioritized replay is not implemented on the GPU yet "
+                 "(train.prioritized=0, or engine.backend=cpu)");
         return FOX_EINVAL;
     }
     if (lay->n_branches != 4 || lay->NR > 4) {
@@ -270,8 +266,10 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
         return FOX_EINVAL;
     }
     if ((long long)c->replay_capacity < (long long)c->n_envs * c->n_step) {
-        snprintf(err, errlen, "cuda backend: train.replay_capacity %d is below one step's "
-                 "transitions (n_envs × n_step = %d)", c->replay_capacity, c->n_envs * c->n_step);
+        snprintf(err, errlen,
+                 "cuda backend: train.replay_capacity %d is below one step's "
+                 "transitions (n_envs × n_step = %d)",
+                 c->replay_capacity, c->n_envs * c->n_step);
         return FOX_EINVAL;
     }
     fox_cuda_backend *be = calloc(1, sizeof *be);
@@ -294,13 +292,14 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     err[0] = '\0';
     if ((rv = fox__cuda_stab_init(be, err, errlen)) != FOX_OK) {
         if (!err[0])
-            snprintf(err, errlen, "cuda backend: %s", rv == FOX_ECUDA ? last_err : fox_strerror(rv));
+            snprintf(err, errlen, "cuda backend: %s",
+                     rv == FOX_ECUDA ? last_err : fox_strerror(rv));
         cuda_destroy((fox_backend *)be);
         return rv;
     }
     fox_cuda_collect_cfg *cc = &be->cc;
-    cc->envp = (fox_env_params){c->fee, c->half_spread, c->limit_fee, c->reward_scale,
-                                c->size_levels, c->urgency_levels};
+    cc->envp = (fox_env_params){c->fee,          c->half_spread, c->limit_fee,
+                                c->reward_scale, c->size_levels, c->urgency_levels};
     cc->bars = (fox_env_bars){be->d_open, be->d_high, be->d_low, be->d_close};
     cc->norm = be->d_norm;
     cc->N = be->N;
@@ -322,45 +321,24 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     cc->eps_end = c->eps_end;
     cc->eps_decay_steps = c->eps_decay_steps;
     cc->seed = c->seed ^ 0xc011ec7ULL;
-    be->hp = (fox_cuda_loss_hp){powf(c->gamma, (float)c->n_step), c->iqn_lambda, c->aux_lambda,
-                                c->target_mode, c->bdq_trunk_scale,
+    be->hp = (fox_cuda_loss_hp){powf(c->gamma, (float)c->n_step),
+                                c->iqn_lambda,
+                                c->aux_lambda,
+                                c->target_mode,
+                                c->bdq_trunk_scale,
                                 be->isv_dev + FOX_ISV_AUX_LABEL_SCALE_EMA};
-    be->oc = (fox_cuda_optim_cfg){c->lr,         c->adam_b1,     c->adam_b2,
-                                  c->adam_eps,   c->grad_clip,   c->polyak,
-                                  c->target_sync, c->iqn_lambda, c->aux_lambda};
+    be->oc =
+        (fox_cuda_optim_cfg){c->lr,     c->adam_b1,     c->adam_b2,    c->adam_eps,  c->grad_clip,
+                             c->polyak, c->target_sync, c->iqn_lambda, c->aux_lambda};
     /*
-     * Benchmark knobs, never defaults: FOX_CUDA_MATH=tf32 and
-     * FOX_CUDA_GREEDY_MATH=fp32 (see fox__cuda_set_math), FOX_CUDA_PDL=0
-     * (no programmatic dependent launch), FOX_CUDA_SIDE=0 (one stream, to
-     * measure what the others buy; the greedy-action forwards then run on
-     * MAIN, in FP32), FOX_CUDA_SIDES=1 or 2 (the target forward and weight
-     * gradients on fewer side streams than 3), FOX_CUDA_NODW=1 (no weight
-     * gradients: what they cost), FOX_CUDA_IQN_BESIDE=rows (the batch from
-     * which the IQN heads run after the forwards instead of beside them),
-     * FOX_CUDA_UNROLL=k (steps a graph launch, see steps);
-     * FOX_CUDA_PRIO=0 (every stream at one priority) is read in
-     * create_device, before the streams are made.
+     * engine.cuda_math: the products' math (fox__cuda_set_math); debug.cuda_one_stream: every
+     * stage on MAIN, to measure what the other streams buy (the greedy-action forwards then
+     * run there, in the main math).
      */
-    const char *side = getenv("FOX_CUDA_SIDE");
-    if (side && strcmp(side, "0") == 0)
-        be->net.use_side = 0;
-    /* Only kernels built for sm_90 wait for their predecessor (device.cuh's pdl_enter). */
-    const char *pdl = getenv("FOX_CUDA_PDL");
-    fox__cuda_pdl = FOX_CUDA_ARCH >= 90 && !(pdl && strcmp(pdl, "0") == 0);
-    const char *unroll = getenv("FOX_CUDA_UNROLL");
-    be->unroll = unroll ? atoi(unroll) : be->B < FOX_CUDA_UNROLL_ROWS ? FOX_CUDA_UNROLL : 1;
-    const char *sides = getenv("FOX_CUDA_SIDES");
-    if (sides && (strcmp(sides, "1") == 0 || strcmp(sides, "2") == 0))
-        be->net.n_sides = atoi(sides);
-    const char *beside = getenv("FOX_CUDA_IQN_BESIDE");
-    if (beside)
-        be->net.iqn_beside_rows = atoi(beside);
-    const char *nodw = getenv("FOX_CUDA_NODW");
-    fox__cuda_skip_dw = nodw && strcmp(nodw, "1") == 0;
-    const char *gmath = getenv("FOX_CUDA_GREEDY_MATH");
-    be->net.greedy_tf32 = !(gmath && strcmp(gmath, "fp32") == 0);
-    const char *math = getenv("FOX_CUDA_MATH");
-    if (fox__cuda_set_math(&be->net, math && strcmp(math, "tf32") == 0) != FOX_OK) {
+    be->net.use_side = !c->cuda_one_stream;
+    be->net.greedy_tf32 = c->cuda_math != FOX_CUDA_MATH_FP32;
+    be->unroll = be->B < FOX_CUDA_UNROLL_ROWS ? FOX_CUDA_UNROLL : 1;
+    if (fox__cuda_set_math(&be->net, c->cuda_math == FOX_CUDA_MATH_TF32) != FOX_OK) {
         snprintf(err, errlen, "cuda backend: %s", last_err);
         cuda_destroy((fox_backend *)be);
         return FOX_ECUDA;
@@ -369,7 +347,7 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
             "cuda backend: %zu MiB of device memory (replay ring %zu MiB), %s math, "
             "%d stream(s), dependent launch %s, greedy-action forwards %s",
             be->bytes_total >> 20, be->bytes_replay >> 20, be->net.tf32 ? "TF32" : "FP32",
-            be->net.use_side ? FOX_CUDA_STREAMS : 1, fox__cuda_pdl ? "on" : "off",
+            be->net.use_side ? FOX_CUDA_STREAMS : 1, FOX_CUDA_PDL ? "on" : "off",
             (be->net.greedy_tf32 && be->net.use_side) || be->net.tf32 ? "TF32" : "FP32");
     *out = (fox_backend *)be;
     return FOX_OK;
@@ -407,8 +385,7 @@ begin_fold(fox_cuda_backend *be)
     cudaStream_t s0 = be->net.st[0];
     FOX_CUDA_TRY(cudaStreamSynchronize(s0));
     fox__cuda_drop_graphs(be);
-    FOX_CUDA_TRY(cudaMemcpy(be->d_norm, ft->norm,
-                            (size_t)ft->n_bars * ft->n_feat * sizeof(float),
+    FOX_CUDA_TRY(cudaMemcpy(be->d_norm, ft->norm, (size_t)ft->n_bars * ft->n_feat * sizeof(float),
                             cudaMemcpyHostToDevice));
     fox_cuda_fold fd = {f->train_begin, f->train_end};
     FOX_CUDA_TRY(cudaMemcpy(be->fold, &fd, sizeof fd, cudaMemcpyHostToDevice));
@@ -441,8 +418,8 @@ reset_for_fold(fox_cuda_backend *be)
     /* Mech 4: every Adam state; Mech 3: hard target sync. */
     FOX_CUDA_TRY(cudaMemsetAsync(n->adam_m, 0, bytes, s0));
     FOX_CUDA_TRY(cudaMemsetAsync(n->adam_v, 0, bytes, s0));
-    FOX_CUDA_TRY(cudaMemcpyAsync(n->params + be->np, n->params, bytes, cudaMemcpyDeviceToDevice,
-                                 s0));
+    FOX_CUDA_TRY(
+        cudaMemcpyAsync(n->params + be->np, n->params, bytes, cudaMemcpyDeviceToDevice, s0));
     FOX_TRY(fox__cuda_pack(n, 0));
     be->hctl->adam_t = 0;
     be->hctl->step = 0;
@@ -506,8 +483,7 @@ q_values(fox_cuda_backend *be, const float *s, int B, float *q)
                                      cudaMemcpyHostToDevice, s0));
         FOX_TRY(fox__cuda_forward(n, 0, &be->col, be->xcol, R, 0, 0, 0));
         FOX_CUDA_TRY(cudaMemcpyAsync(q + (size_t)off * NAct, be->col.q,
-                                     (size_t)R * NAct * sizeof(float), cudaMemcpyDeviceToHost,
-                                     s0));
+                                     (size_t)R * NAct * sizeof(float), cudaMemcpyDeviceToHost, s0));
     }
     FOX_CUDA_TRY(cudaStreamSynchronize(s0));
     return FOX_OK;

@@ -27,14 +27,14 @@ typedef struct fox_cuda_backend {
     int N, B, S;
     size_t np;
     fox_cuda_net net;
-    fox_cuda_fwd col;           /* forward of the collection and of q_values */
-    float *xcol;                /* [col.cap × S] */
+    fox_cuda_fwd col; /* forward of the collection and of q_values */
+    float *xcol;      /* [col.cap × S] */
     fox_cuda_collect_cfg cc;
     fox_cuda_loss_hp hp;
     fox_cuda_optim_cfg oc;
     /* device state */
-    fox_cuda_ctl *ctl;          /* device */
-    fox_cuda_ctl *hctl;         /* pinned host mirror, valid after sync_ctl */
+    fox_cuda_ctl *ctl;  /* device */
+    fox_cuda_ctl *hctl; /* pinned host mirror, valid after sync_ctl */
     fox_cuda_fold *fold;
     fox_cuda_env *envs;
     int32_t *wbar;
@@ -44,26 +44,26 @@ typedef struct fox_cuda_backend {
     int *counts;
     float *d_open, *d_high, *d_low, *d_close, *d_norm;
     int8_t *d_regime;
-    float *isv_dev;             /* the device's working copy */
-    float *isv_map;             /* device address of the mapped ISV */
+    float *isv_dev; /* the device's working copy */
+    float *isv_map; /* device address of the mapped ISV */
     /* stability */
     fox_cuda_check checks[FOX_CUDA_MAX_CHECKS]; /* the fused-check table, host copy */
     int n_checks;
-    fox_cuda_chunk *d_chunks;   /* the check kernel's blocks over it, set once at construction */
+    fox_cuda_chunk *d_chunks; /* the check kernel's blocks over it, set once at construction */
     int n_chunks;
-    fox_cuda_rule *d_rules;     /* [FOX_SENTINEL_SLOTS] */
+    fox_cuda_rule *d_rules; /* [FOX_SENTINEL_SLOTS] */
     double *site_part;
-    fox_cuda_sp4 *sp4;          /* SP4 state and scratch (adaptive mode) */
-    int *flags_map;             /* device address of the mapped flags */
+    fox_cuda_sp4 *sp4; /* SP4 state and scratch (adaptive mode) */
+    int *flags_map;    /* device address of the mapped flags */
     /* host */
-    float *isv_mem;             /* mapped pinned, FOX_ISV_TOTAL_DIM */
-    int *flags_mem;             /* mapped pinned, FOX_SENTINEL_SLOTS */
+    float *isv_mem;                    /* mapped pinned, FOX_ISV_TOTAL_DIM */
+    int *flags_mem;                    /* mapped pinned, FOX_SENTINEL_SLOTS */
     cudaGraphExec_t graph[G_KINDS][2]; /* one step of the kind, unroll steps in a row */
     int unroll;
-    int warm[G_KINDS];          /* the kind ran once eagerly (modules loaded) */
-    int ready;                  /* the ring holds learning_starts and a batch */
+    int warm[G_KINDS]; /* the kind ran once eagerly (modules loaded) */
+    int ready;         /* the ring holds learning_starts and a batch */
     uint64_t reset_gen;
-    int dead;                   /* a CUDA error poisoned the context */
+    int dead; /* a CUDA error poisoned the context */
     size_t bytes_total, bytes_replay;
 } fox_cuda_backend;
 

@@ -43,12 +43,16 @@ const char *fox__cuda_last_error(void);
             return fox__cuda_fail(__FILE__, __LINE__, #call, cudaGetErrorString(e_), (int)e_);     \
     } while (0)
 
+/* The architecture the kernels are built for (meson -Dgpu_arch), as 90 for sm_90. */
+#ifndef FOX_CUDA_ARCH
+#define FOX_CUDA_ARCH 90
+#endif
+
 /*
- * Launch every kernel with programmatic dependent launch (device.cuh's
- * launch()): on when built for sm_90 or later; set before the first launch.
+ * Every kernel is launched with programmatic dependent launch (device.cuh's
+ * launch()) where the kernels can wait for their predecessor: from sm_90.
  */
-extern int fox__cuda_pdl;
-extern int fox__cuda_prio; /* streams by priority, graphs with node priorities (net.c) */
+#define FOX_CUDA_PDL (FOX_CUDA_ARCH >= 90)
 
 #define FOX_CUBLAS_TRY(call)                                                                       \
     do {                                                                                           \
@@ -406,9 +410,14 @@ typedef struct fox_cuda_net {
     cudaEvent_t ev[FOX_CUDA_EVENTS];
     int ev_next;
     int forked[FOX_CUDA_STREAMS]; /* forked from MAIN and not joined back since */
-    int n_sides;        /* side streams in use, 1..3 (SIDE, SIDE2, SIDE3) */
+    /*
+     * Where more than one path computes the same thing, which one: the defaults below, changed
+     * only by the debug library so that the parity test covers every path at its batch.
+     */
     int slot_rows;      /* from this many rows the heads' output layer and d hid go by slots */
     int iqn_beside_rows; /* below this batch each net's IQN head runs beside its C51 heads */
+    int dw_loop_rows;   /* from this many rows a batched weight gradient is a call an entry */
+    int epilogue_fours; /* 0: every epilogue one output a thread, even where four would do */
     int side_next;      /* the one side() forks next */
     float *params;      /* [2 × np]: online, then target (one offset np apart) */
     float *grads, *adam_m, *adam_v;   /* [np] */
@@ -448,17 +457,27 @@ typedef struct fox_cuda_net {
 /* ------------------------------------------------------------------------------------------ */
 /* cuBLAS products, row-major (matmul.c)                                                      */
 
-extern int fox__cuda_skip_dw; /* benchmark knob FOX_CUDA_NODW=1 (matmul.c) */
-extern int fox__cuda_dw_loop_rows; /* from this many rows a batched dW is a call an entry */
+/*
+ * From this many rows a batched weight gradient is one cublasSgemm per entry (the net's
+ * dw_loop_rows). At large batches cuBLAS's strided-batched heuristic runs the heads' seven
+ * products and the GRNs' gate/value pairs on a small-tile kernel that walks every row in each
+ * block, where the non-batched heuristic picks larger tiles and splits the rows; at small
+ * batches the extra launches of one call an entry cost more than they save, so there the
+ * batched call stays (docs/performance.md).
+ */
+#define FOX_CUDA_DW_LOOP_ROWS 1024
+
 int fox__cuda_lin_dw(cublasHandle_t h, int rows, int in, int out, const float *dY, int ldy,
                      const float *X, int ldx, float *dW, float beta);
 /*
- * batch weight gradients dW_b [out × in] = dY_bᵀ·X_b; outs (not NULL): entry b's own output
- * count, its first outs[b] rows only, where the products go one call an entry (many rows).
+ * batch weight gradients dW_b [out × in] = dY_bᵀ·X_b, one call an entry from loop_rows rows;
+ * outs (not NULL): entry b's own output count, its first outs[b] rows only, where the products
+ * go one call an entry.
  */
-int fox__cuda_lin_dw_batched(cublasHandle_t h, int rows, int in, int out, const int *outs,
-                             const float *dY, int ldy, long long sdy, const float *X, int ldx,
-                             long long sx, float *dW, long long sdw, int batch);
+int fox__cuda_lin_dw_batched(cublasHandle_t h, int loop_rows, int rows, int in, int out,
+                             const int *outs, const float *dY, int ldy, long long sdy,
+                             const float *X, int ldx, long long sx, float *dW, long long sdw,
+                             int batch);
 /*
  * count products C_i [rows × n] = A_i [rows × k]·B_iᵀ (B_i [n × k]), row-major, one pointer-batched
  * call; ptrs: the device array of the A, then B, then C pointers (count each).
@@ -474,9 +493,6 @@ int fox__cuda_colsum_batched(cublasHandle_t h, int rows, int cols, const float *
 /* The fused product (gemm.cu)                                                                */
 
 enum { FOX_ACT_NONE = 0, FOX_ACT_ELU = 1, FOX_ACT_RELU = 2 };
-
-/* 0: every epilogue one output a thread (the parity test's check of that path; gemm.cu). */
-extern int fox__cuda_epilogue_fours;
 
 /*
  * One product stage (gemm.cu): for z < nz, Y_z [M × N] = epi(α·A_z·op(B_z)
@@ -512,6 +528,7 @@ typedef struct fox_cuda_gemm {
     float *mout;
     float *fill;
     const float *fill_bias;
+    int by_ones; /* 1: the epilogue one output a thread even where four would do */
 } fox_cuda_gemm;
 
 int fox__cuda_gemm(cublasHandle_t h, cudaStream_t s, const fox_cuda_gemm *g);

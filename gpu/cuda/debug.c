@@ -122,8 +122,8 @@ debug_loss_grad(fox_cuda_backend *be, float *scratch, const float *params, const
     loss->iqn = sum[1];
     loss->aux_ret = sum[2];
     loss->aux_regime = sum[3];
-    loss->total = sum[0] + (double)hp->iqn_lambda * sum[1] +
-                  (double)hp->aux_lambda * (sum[2] + sum[3]);
+    loss->total =
+        sum[0] + (double)hp->iqn_lambda * sum[1] + (double)hp->aux_lambda * (sum[2] + sum[3]);
     return FOX_OK;
 }
 
@@ -241,11 +241,60 @@ fox_cuda_debug_set_paths(fox_backend *be_, const fox_cuda_paths *want, fox_cuda_
     fox_cuda_backend *be = (fox_cuda_backend *)be_;
     FOX_CUDA_ALIVE(be);
     fox__cuda_drop_graphs(be);
-    *was = (fox_cuda_paths){be->net.slot_rows, fox__cuda_dw_loop_rows, fox__cuda_epilogue_fours};
-    be->net.slot_rows = want->slot_rows;
-    fox__cuda_dw_loop_rows = want->dw_loop_rows;
-    fox__cuda_epilogue_fours = want->epilogue_fours;
+    fox_cuda_net *n = &be->net;
+    *was = (fox_cuda_paths){n->slot_rows, n->dw_loop_rows, n->epilogue_fours, n->iqn_beside_rows};
+    n->slot_rows = want->slot_rows;
+    n->dw_loop_rows = want->dw_loop_rows;
+    n->epilogue_fours = want->epilogue_fours;
+    n->iqn_beside_rows = want->iqn_beside_rows;
     return FOX_OK;
+}
+
+int
+fox_cuda_debug_set_unroll(fox_backend *be_, int steps)
+{
+    fox_cuda_backend *be = (fox_cuda_backend *)be_;
+    FOX_CUDA_ALIVE(be);
+    if (steps < 1)
+        return FOX_EINVAL;
+    fox__cuda_drop_graphs(be);
+    be->unroll = steps;
+    return FOX_OK;
+}
+
+static int
+debug_collapse(fox_cuda_backend *be, const float *grads, int steps, int *halt)
+{
+    fox_cuda_net *n = &be->net;
+    cudaStream_t s0 = n->st[0];
+    FOX_TRY(fox__cuda_sync_ctl(be));
+    be->hctl->halt = FOX_HALT_NONE;
+    be->hctl->collapse_run = 0;
+    FOX_TRY(fox__cuda_put_ctl(be));
+    memset(be->flags_mem, 0, FOX_SENTINEL_SLOTS * sizeof(int));
+    FOX_CUDA_TRY(cudaMemcpy(n->grads, grads, be->np * sizeof(float), cudaMemcpyHostToDevice));
+    FOX_CUDA_TRY(cudaMemset(n->loss_parts, 0, (size_t)be->B * FOX_CUDA_PARTS * sizeof(double)));
+    FOX_CUDA_TRY(cudaDeviceSynchronize()); /* as debug_stage */
+    fox_cuda_stab st = n->stab;
+    st.sites = 0;
+    for (int k = 0; k < steps; k++) {
+        FOX_TRY(fox__cuda_grad_norm(s0, be->np, n->grads, n->norm_part, &st, be->B, n->dm.D,
+                                    n->loss_parts, &be->oc));
+        FOX_TRY(fox__cuda_check(s0, &st, NULL, 0, 1));
+    }
+    FOX_TRY(fox__cuda_sync_ctl(be));
+    *halt = be->hctl->halt;
+    return FOX_OK;
+}
+
+int
+fox_cuda_debug_collapse(fox_backend *be_, const float *grads, int steps, int *halt)
+{
+    fox_cuda_backend *be = (fox_cuda_backend *)be_;
+    FOX_CUDA_ALIVE(be);
+    if (!grads || steps < 0 || !halt)
+        return FOX_EINVAL;
+    return fox__cuda_be_fail(be, debug_collapse(be, grads, steps, halt), "debug_collapse");
 }
 
 void
@@ -271,8 +320,8 @@ debug_stage(fox_cuda_backend *be, float **dx, const float *x, size_t n, const fl
     FOX_CUDA_TRY(cudaDeviceSynchronize());
     FOX_TRY(fox__cuda_alloc(dx, n * sizeof(float)));
     FOX_CUDA_TRY(cudaMemcpy(*dx, x, n * sizeof(float), cudaMemcpyHostToDevice));
-    FOX_CUDA_TRY(cudaMemcpy(be->isv_dev, isv, FOX_ISV_TOTAL_DIM * sizeof(float),
-                            cudaMemcpyHostToDevice));
+    FOX_CUDA_TRY(
+        cudaMemcpy(be->isv_dev, isv, FOX_ISV_TOTAL_DIM * sizeof(float), cudaMemcpyHostToDevice));
     memset(be->flags_mem, 0, FOX_SENTINEL_SLOTS * sizeof(int));
     FOX_CUDA_TRY(cudaDeviceSynchronize());
     return FOX_OK;
@@ -319,7 +368,8 @@ fox_cuda_debug_check(fox_backend *be_, int slot, const float *x, int rows, int c
     if (slot < 0 || slot >= FOX_SENTINEL_SLOTS || rows < 1 || cols < 1 || ld < cols ||
         (long long)rows * ld > INT_MAX || !x || !isv || !fired)
         return FOX_EINVAL;
-    return fox__cuda_be_fail(be, debug_check(be, slot, x, rows, cols, ld, isv, fired), "debug_check");
+    return fox__cuda_be_fail(be, debug_check(be, slot, x, rows, cols, ld, isv, fired),
+                             "debug_check");
 }
 
 /*
@@ -327,7 +377,8 @@ fox_cuda_debug_check(fox_backend *be_, int slot, const float *x, int rows, int c
  * adaptive bounds the site's launches after the tail's pass 1, as in the forward.
  */
 static int
-debug_tail_site(fox_cuda_backend *be, const fox_cuda_stab *st, float *x, int rows, int out, float gamma)
+debug_tail_site(fox_cuda_backend *be, const fox_cuda_stab *st, float *x, int rows, int out,
+                float gamma)
 {
     size_t n = (size_t)rows * out;
     /* zgv [2n], xhat [n], y [n], rstd [rows], then bg, bv, γ, β [out each]. */
@@ -373,10 +424,10 @@ debug_h_s2_site(fox_cuda_backend *be, float *h, size_t n, int tail_out, float ga
         rv = fox__cuda_h_s2_site(be->net.st[0], &st, dh, n, 0);
     if (rv == FOX_OK && cudaStreamSynchronize(be->net.st[0]) != cudaSuccess)
         rv = fox__cuda_fail(__FILE__, __LINE__, "cudaStreamSynchronize", "site", 0);
-    if (rv == FOX_OK && (cudaMemcpy(h, dh, n * sizeof(float), cudaMemcpyDeviceToHost) !=
-                             cudaSuccess ||
-                         cudaMemcpy(isv, be->isv_dev, FOX_ISV_TOTAL_DIM * sizeof(float),
-                                    cudaMemcpyDeviceToHost) != cudaSuccess))
+    if (rv == FOX_OK &&
+        (cudaMemcpy(h, dh, n * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess ||
+         cudaMemcpy(isv, be->isv_dev, FOX_ISV_TOTAL_DIM * sizeof(float), cudaMemcpyDeviceToHost) !=
+             cudaSuccess))
         rv = fox__cuda_fail(__FILE__, __LINE__, "cudaMemcpy", "site", 0);
     for (int i = 0; i < FOX_SENTINEL_SLOTS; i++)
         flags[i] = be->flags_mem[i];
@@ -394,7 +445,7 @@ fox_cuda_debug_h_s2_site(fox_backend *be_, float *h, size_t n, int tail_out, flo
         (tail_out > 0 && (n % (size_t)tail_out || n / (size_t)tail_out > (size_t)be->B)))
         return FOX_EINVAL;
     return fox__cuda_be_fail(be, debug_h_s2_site(be, h, n, tail_out, gamma, adaptive, isv, flags),
-                "debug_h_s2_site");
+                             "debug_h_s2_site");
 }
 
 static int
@@ -421,13 +472,12 @@ debug_sp4(fox_cuda_backend *be, int reset, const float *params, const float *gra
     if (rv == FOX_OK)
         rv = fox__cuda_p99_observe(s0, &n->stab, dh, nh, FOX_ISV_H_S2_BOUND, FOX_CUDA_P99_H_S2);
     if (rv == FOX_OK)
-        rv = fox__cuda_p99_observe(s0, &n->stab, dtq, ntq, FOX_ISV_TARGET_Q_BOUND,
-                                   FOX_CUDA_P99_TQ);
+        rv = fox__cuda_p99_observe(s0, &n->stab, dtq, ntq, FOX_ISV_TARGET_Q_BOUND, FOX_CUDA_P99_TQ);
     if (rv == FOX_OK)
         rv = fox__cuda_l1_deficit(s0, &n->stab, n->grads);
     if (rv == FOX_OK)
-        rv = fox__cuda_post_adam(s0, &n->stab, 0, be->np, n->params, n->grads, n->adam_m,
-                                 n->adam_v);
+        rv =
+            fox__cuda_post_adam(s0, &n->stab, 0, be->np, n->params, n->grads, n->adam_m, n->adam_v);
     if (rv == FOX_OK && cudaStreamSynchronize(s0) != cudaSuccess)
         rv = fox__cuda_fail(__FILE__, __LINE__, "cudaStreamSynchronize", "sp4", 0);
     if (rv == FOX_OK && cudaMemcpy(isv, be->isv_dev, FOX_ISV_TOTAL_DIM * sizeof(float),
@@ -447,5 +497,6 @@ fox_cuda_debug_sp4(fox_backend *be_, int reset, const float *params, const float
     FOX_CUDA_ALIVE(be);
     if (!params || !grads || !m || !v || !h || nh < 1 || !tq || ntq < 1 || !isv)
         return FOX_EINVAL;
-    return fox__cuda_be_fail(be, debug_sp4(be, reset, params, grads, m, v, h, nh, tq, ntq, isv), "debug_sp4");
+    return fox__cuda_be_fail(be, debug_sp4(be, reset, params, grads, m, v, h, nh, tq, ntq, isv),
+                             "debug_sp4");
 }

@@ -29,8 +29,7 @@
  */
 int fox_cuda_debug_loss_grad(fox_backend *be, const float *params, const float *target,
                              const fox_train_batch *b, const fox_train_hparams *hp,
-                             fox_train_loss *loss, float *grads, float *priority,
-                             int32_t *a_star);
+                             fox_train_loss *loss, float *grads, float *priority, int32_t *a_star);
 
 /*
  * One training loss_grad as fox_cuda_debug_loss_grad's, with adaptive bounds
@@ -93,16 +92,32 @@ int fox_cuda_debug_sp4(fox_backend *be, int reset, const float *params, const fl
 int fox_cuda_debug_set_math(fox_backend *be, int tf32, int greedy_tf32);
 
 /*
- * The paths a product stage takes where more than one computes the same thing: from slot_rows
- * rows the heads' output layer goes by slots and their d hid head by head (net.c); from
+ * The paths a stage takes where more than one computes the same thing: from slot_rows rows
+ * the heads' output layer goes by slots and their d hid head by head (net.c); from
  * dw_loop_rows rows a batched weight gradient is one product an entry (matmul.c); with
- * epilogue_fours 0 the epilogue takes one output a thread even where four would do (gemm.cu).
- * The last two are process-wide. The settings before go to *was.
+ * epilogue_fours 0 the epilogue takes one output a thread even where four would do (gemm.cu);
+ * below iqn_beside_rows rows each net's IQN head runs beside its C51 heads, from it both
+ * nets' in one product after the forwards (net.c). The settings before go to *was.
  */
 typedef struct fox_cuda_paths {
-    int slot_rows, dw_loop_rows, epilogue_fours;
+    int slot_rows, dw_loop_rows, epilogue_fours, iqn_beside_rows;
 } fox_cuda_paths;
 int fox_cuda_debug_set_paths(fox_backend *be, const fox_cuda_paths *want, fox_cuda_paths *was);
+
+/*
+ * Steps of a kind in a row in one graph launch from now on (1: one a launch; the default is
+ * 4 below 4,096 rows, else 1); the graphs are captured again. FOX_EINVAL below 1.
+ */
+int fox_cuda_debug_set_unroll(fox_backend *be, int steps);
+
+/*
+ * The device's halt_grad_collapse decision on host gradients: the counters' halt and run
+ * cleared, then `steps` times the step's norm kernel on grads (n_params, host) with a zero
+ * loss and the check kernel's halts, as a train step runs them (no stability site, no check
+ * chunk; the flags cleared first). *halt gets the device's FOX_HALT_* after them. Overwrites
+ * the backend's gradients, loss parts and halt state.
+ */
+int fox_cuda_debug_collapse(fox_backend *be, const float *grads, int steps, int *halt);
 
 /* Device memory the backend holds: in all, and in its replay ring. */
 void fox_cuda_debug_memory(const fox_backend *be, size_t *total, size_t *replay);

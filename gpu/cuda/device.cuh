@@ -18,7 +18,7 @@
 #define FULL_MASK 0xffffffffu
 
 /*
- * Programmatic dependent launch (sm_90): with fox__cuda_pdl set, launch()
+ * Programmatic dependent launch (sm_90): in a build for sm_90 or later, launch()
  * lets a kernel start while the kernel before it on its stream finishes
  * (in a captured graph, a programmatic edge), so its launch and block
  * set-up overlap that kernel's tail. Every kernel's first act is
@@ -66,7 +66,7 @@ launch(void (*kernel)(P...), dim3 grid, unsigned int block, size_t smem, cudaStr
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cfg.attrs = &pdl;
-    cfg.numAttrs = fox__cuda_pdl ? 1 : 0;
+    cfg.numAttrs = FOX_CUDA_PDL ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
 }
 

@@ -40,9 +40,6 @@ act_back(float d, float y, int act)
     return d;
 }
 
-int fox__cuda_pdl;  /* cuda_impl.h */
-int fox__cuda_prio; /* cuda_impl.h */
-
 /* V consecutive floats, loaded and stored as one access where V is 4 (16-byte aligned). */
 template <int V> struct floats {
     float x[V];
@@ -141,13 +138,11 @@ epilogue_kernel(fox_cuda_gemm g, fox_divider cells, fox_divider mdiv)
     }
 }
 
-int fox__cuda_epilogue_fours = 1; /* cuda_impl.h */
-
 /* Can every operand of g's epilogue go 4 floats at a time? */
 static bool
 by_fours(const fox_cuda_gemm *g)
 {
-    if (!fox__cuda_epilogue_fours)
+    if (g->by_ones)
         return false;
     const void *ptrs[] = {g->C,      g->bias[0], g->bias[1], g->dy,   g->add,
                           g->mul[0], g->mul[1],  g->mout,    g->fill, g->fill_bias};

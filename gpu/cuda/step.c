@@ -81,8 +81,8 @@ enqueue_train(fox_cuda_backend *be, int collect)
     FOX_TRY(fox__cuda_repack(n, ps, &be->oc, be->ctl));
     /* After the step was counted: the losses and the priorities. */
     float *ctl = (float *)be->ctl;
-    FOX_TRY(point(be, FOX_CUDA_MAIN, FOX_SENT_AUX_LOSS,
-                  ctl + offsetof(fox_cuda_ctl, loss_aux) / 4, NULL, 1));
+    FOX_TRY(point(be, FOX_CUDA_MAIN, FOX_SENT_AUX_LOSS, ctl + offsetof(fox_cuda_ctl, loss_aux) / 4,
+                  NULL, 1));
     FOX_TRY(point(be, FOX_CUDA_MAIN, FOX_SENT_TOTAL_LOSS, ctl + offsetof(fox_cuda_ctl, loss) / 4,
                   NULL, 1));
     return point(be, FOX_CUDA_MAIN, FOX_SENT_REPLAY_PRIORITIES, bt->prio, NULL, 1);
@@ -110,8 +110,8 @@ enqueue(fox_cuda_backend *be, int kind)
     FOX_TRY(fox__cuda_check(n->st[FOX_CUDA_MAIN], &n->stab, be->d_chunks, be->n_chunks,
                             kind != G_COLLECT));
     if (kind == G_COLLECT)
-        FOX_TRY(fox__cuda_publish(n->st[FOX_CUDA_MAIN], be->isv_dev, be->isv_map,
-                                  FOX_ISV_TOTAL_DIM));
+        FOX_TRY(
+            fox__cuda_publish(n->st[FOX_CUDA_MAIN], be->isv_dev, be->isv_map, FOX_ISV_TOTAL_DIM));
     return fox__cuda_join_all(n);
 }
 
@@ -132,7 +132,7 @@ capture(fox_cuda_backend *be, int kind, int count, cudaGraphExec_t *out)
         return rv;
     }
     FOX_CUDA_TRY(e);
-    e = cudaGraphInstantiate(out, g, fox__cuda_prio ? cudaGraphInstantiateFlagUseNodePriority : 0);
+    e = cudaGraphInstantiate(out, g, cudaGraphInstantiateFlagUseNodePriority);
     cudaGraphDestroy(g);
     FOX_CUDA_TRY(e);
     return FOX_OK;

@@ -217,7 +217,7 @@ cut_chunks(const fox_cuda_check *tab, int n, fox_cuda_chunk *chunks)
                                                  e->cols,
                                                  e->ld,
                                                  (short)(threshold ? -1 : e->slot),
-                                                 (short)(threshold ? e->slot
+                                                 (short)(threshold    ? e->slot
                                                          : inner >= 0 ? tab[inner].slot
                                                                       : -1),
                                                  span};
@@ -237,9 +237,9 @@ fox__cuda_upload_chunks(const fox_cuda_check *tab, int n, fox_cuda_chunk **out, 
         return FOX_ENOMEM;
     cut_chunks(tab, n, chunks);
     int rv = fox__cuda_alloc(out, (size_t)(nc > 0 ? nc : 1) * sizeof *chunks);
-    cudaError_t ce = rv == FOX_OK ? cudaMemcpy(*out, chunks, (size_t)nc * sizeof *chunks,
-                                               cudaMemcpyHostToDevice)
-                                  : cudaSuccess;
+    cudaError_t ce =
+        rv == FOX_OK ? cudaMemcpy(*out, chunks, (size_t)nc * sizeof *chunks, cudaMemcpyHostToDevice)
+                     : cudaSuccess;
     free(chunks);
     *n_out = nc;
     FOX_TRY(rv);
@@ -255,8 +255,9 @@ fox__cuda_stab_init(fox_cuda_backend *be, char *err, size_t errlen)
     fox_cuda_rule rules[FOX_SENTINEL_SLOTS];
     for (int i = 0; i < FOX_SENTINEL_SLOTS; i++) {
         const fox_sentinel_slot_info *si = fox_sentinel_info(i);
-        rules[i] = (fox_cuda_rule){si->kind, si->measure, si->base, si->power, si->site,
-                                   fox_sentinel_is_halt(i), si->mult};
+        rules[i] = (fox_cuda_rule){si->kind,  si->measure, si->base,
+                                   si->power, si->site,    fox_sentinel_is_halt(i),
+                                   si->mult};
     }
     FOX_TRY(fox__cuda_alloc(&be->d_rules, sizeof rules));
     FOX_CUDA_TRY(cudaMemcpy(be->d_rules, rules, sizeof rules, cudaMemcpyHostToDevice));
