@@ -34,6 +34,9 @@
 #include "gpu/sentinel.h"
 #include "gpu/cuda/backend_impl.h"
 #include "gpu/cuda/cuda_impl.h"
+#include "gpu/cuda/collect.h"
+#include "gpu/cuda/net.h"
+#include "gpu/cuda/sp4.h"
 
 /* Rows of the collection / q_values forward when the envs are fewer. */
 #define QV_ROWS 256

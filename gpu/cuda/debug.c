@@ -20,6 +20,11 @@
 #include "gpu/sentinel.h"
 #include "gpu/cuda/backend_impl.h"
 #include "gpu/cuda/cuda_impl.h"
+#include "gpu/cuda/adam.h"
+#include "gpu/cuda/check.h"
+#include "gpu/cuda/grn.h"
+#include "gpu/cuda/net.h"
+#include "gpu/cuda/sp4.h"
 #include "gpu/cuda/debug.h"
 
 /* Free a debug call's device scratch once the work that may read it is done. */

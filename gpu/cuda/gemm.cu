@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "gpu/cuda/device.cuh"
+#include "gpu/cuda/gemm.h"
 
 
 static __device__ __forceinline__ float

@@ -21,6 +21,7 @@
  * covers each transpose through the gradients of every tensor.
  */
 #include "gpu/cuda/cuda_impl.h"
+#include "gpu/cuda/matmul.h"
 
 static const float one = 1.0f;
 

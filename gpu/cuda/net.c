@@ -48,6 +48,17 @@
 #include "common/log.h"
 #include "gpu/sentinel.h"
 #include "gpu/cuda/cuda_impl.h"
+#include "gpu/cuda/adam.h"
+#include "gpu/cuda/check.h"
+#include "gpu/cuda/dueling.h"
+#include "gpu/cuda/gemm.h"
+#include "gpu/cuda/grn.h"
+#include "gpu/cuda/heads.h"
+#include "gpu/cuda/iqn.h"
+#include "gpu/cuda/loss.h"
+#include "gpu/cuda/matmul.h"
+#include "gpu/cuda/net.h"
+#include "gpu/cuda/sp4.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Setup                                                                                      */

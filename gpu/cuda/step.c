@@ -19,6 +19,11 @@
 #include "gpu/sentinel.h"
 #include "gpu/cuda/backend_impl.h"
 #include "gpu/cuda/cuda_impl.h"
+#include "gpu/cuda/adam.h"
+#include "gpu/cuda/check.h"
+#include "gpu/cuda/collect.h"
+#include "gpu/cuda/net.h"
+#include "gpu/cuda/sp4.h"
 
 /* The configured fault's injection at slot's point (stab.c's point), only at that slot. */
 static int
