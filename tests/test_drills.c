@@ -289,8 +289,8 @@ END_TEST
 
 /*
  * The other half of halt_grad_collapse, on the decision itself: no CPU run can be made to
- * train with a vanished gradient and a finite loss (test_cuda_drills does it on the device
- * with its no-weight-gradient knob). Only train steps count; one norm above the floor
+ * train with a vanished gradient and a finite loss (test_cuda_drills checks the device's
+ * decision the same way, through the CUDA debug library). Only train steps count; one norm above the floor
  * starts the count again; the 50th step in a row at or below it halts.
  */
 START_TEST(halt_grad_collapse_on_vanished_gradient)

@@ -43,8 +43,8 @@ finite_sq(float v)
  * guard itself is Adam's (a non-finite gradient moves nothing and stays in
  * grads for the sentinel, as fox_cpu_grad_norm_finite). Each block also
  * sums its share of the samples' loss parts (parts [B × FOX_CUDA_PARTS]):
- * one block adding all B of them held the step's critical path ~9 µs at
- * batch 4096. The last block then runs what the CPU runs between the loss
+ * one block adding all B of them lengthened the step's critical path at
+ * large batches. The last block then runs what the CPU runs between the loss
  * and Adam, in its order: the step's losses into ctl; with sites, Q_ABS_REF
  * and Q_DIR_ABS_REF from the loss parts (fox_cpu_stab_q_signals) and Mech 6
  * (fox_cpu_stab_grad_clip: winsorized EMAs, the clip from them, or in

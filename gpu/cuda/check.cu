@@ -195,8 +195,9 @@ check_kernel(fox_cuda_stab st, const fox_cuda_chunk *chunks, int n, int trained)
     /*
      * The last block to finish sees every flag this step wrote: a block's
      * flags are fenced by their writer, thread 0, before its count, and a
-     * block that wrote none has nothing to order (ncu: a fence in each of
-     * the ~6,500 blocks at batch 4096 held a quarter of the stall samples).
+     * block that wrote none has nothing to order (a fence in every one of
+     * the thousands of blocks at large batches was a large share of the
+     * kernel's stalls).
      */
     __shared__ int last;
     if (threadIdx.x == 0) {

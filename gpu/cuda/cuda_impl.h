@@ -127,7 +127,7 @@ typedef struct fox_cuda_ctl {
     int ring_head, ring_size;
     float eps, loss, loss_c51, loss_iqn, loss_aux, grad_norm;
     int trained;      /* train steps since the host last cleared it */
-    /* stability (stab_kernels.cu) */
+    /* stability (check.cu, sp4.cu) */
     int halt;         /* FOX_HALT_* of the first halting step; sticky until the fold resets */
     int collapse_run; /* train steps in a row with grad norm ≤ FOX_HALT_COLLAPSE_NORM */
     float clip_scale; /* Mech 6: this step's factor on the gradient */
@@ -349,19 +349,18 @@ typedef struct fox_cuda_stab {
 
 /*
  * The rows from which a forward's output layer goes by slots (fox_cuda_fwd.slots), and the
- * backward's d hid head by head at each head's own output count (net.c). H200,
- * 2026-11-29: the batch-4096 train step 1,369 → 1,335 µs by slots, the batch-256 one 303 →
- * 307 (51-output products use the machine worse than 204-output ones); rows between were not
- * measured.
+ * backward's d hid head by head at each head's own output count (net.c). By slots the large
+ * batches skip the padding of every head to the widest head's outputs; at small batches the
+ * narrower products use the device worse than the padded one saves, so there the padded
+ * product stays (docs/performance.md).
  */
 #define FOX_CUDA_SLOT_ROWS 4096
 
 /*
  * The batch below which each net's IQN head runs on its own stream beside the C51 heads
- * (net.c's loss_grad); from it both nets' in one product after the forwards. H200,
- * 2026-11-29, train step beside against after: batch 256 284 against 292 µs (adaptive bounds
- * 310 against 325), 1024 517–518 against 521–523, 2048 791–792 either way, 4096 1,344
- * against 1,324 (the machine is full there; two half-size products lose).
+ * (net.c's loss_grad); from it both nets' in one product after the forwards. Beside them the
+ * heads shorten the critical path while the device has room; from this batch the device is
+ * full and two half-size products lose to one (docs/performance.md).
  */
 #define FOX_CUDA_IQN_BESIDE_ROWS 4096
 
@@ -378,8 +377,8 @@ typedef struct fox_cuda_stab {
  * SIDE, SIDE2 and SIDE3 in turn the target net's forward, below
  * iqn_beside_rows rows each net's IQN head (with adaptive mode's
  * TARGET_Q_BOUND after the target net's), and the weight gradients (on one
- * stream, their chain outlasted the backward on MAIN by ~60 µs at batch
- * 256: docs/performance.md, session 6), SIDE after Adam adaptive mode's
+ * stream their chain outlasted the backward on MAIN, so three take them in
+ * turn), SIDE after Adam adaptive mode's
  * Pearl B first pass (until the step's end), COLLECT a full step's collection
  * (from the batch gather until the optimizer, whose update its forward must
  * not see half done; its products in TF32) and adaptive mode's deferred

@@ -26,8 +26,8 @@
  * and each branch's mean advantage per atom once, then per warp logit_j =
  * V_j + A_a,j − mean_a′ A_a′,j, log_softmax over the atoms and q = Σ_j
  * p_j·z_j (one warp per action reading its branch's whole slot from global
- * memory cost ~36 µs a launch at batch 4096: docs/performance.md, session
- * 6). With `chosen` ([rows × D] sub-actions) one warp per branch, for the
+ * memory instead read every slot once per action, which made the launch
+ * several times longer at large batches). With `chosen` ([rows × D] sub-actions) one warp per branch, for the
  * row's chosen action only: logp [rows × D × NA], no q (the training
  * forward on s, whose loss reads nothing else). K > 0 (NA ≤ 32·K): the
  * logits are computed once and kept in registers (row_each over the

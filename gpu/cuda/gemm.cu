@@ -6,12 +6,10 @@
  * in one strided-batched call), then one epilogue launch for the whole
  * stage.
  *
- * A hand-tiled FP32 kernel that fused the epilogue into the product was
- * tried here first (2026-11-29, H200) and lost: 8–26 µs per product at
- * batch 256 against cuBLAS's 3–6 µs (too little work per k-tile to hide
- * the loads, no split-K), 421 µs per train step against 374 µs, and 3,226
- * against 1,828 at batch 4096. cuBLAS stays until a kernel beats it
- * (docs/performance.md, "What did not work").
+ * A hand-tiled FP32 kernel that fused the epilogue into the product lost
+ * to cuBLAS at every batch measured: at these widths a k-tile holds too
+ * little work to hide its loads, and it had no split-K. cuBLAS stays until
+ * a kernel beats it (docs/performance.md lists the approaches rejected).
  *
  * Not here: the weight gradients and bias column sums (matmul.c).
  */
@@ -77,9 +75,9 @@ store(float *p, const floats<V> &v)
  * the next stage's bias laid out in fill. A thread takes V consecutive
  * outputs of a row at a time: with V = 4 (every width, stride and pointer
  * a multiple of 4 floats) each operand is one 16-byte access. One output a
- * thread left the kernel waiting on its loads: ncu on the H200 at batch
- * 4096 (2026-11-29), a 2M-output epilogue 14.9 µs at 12 % of DRAM
- * bandwidth, a third of its stall samples on the first use of C.
+ * thread left the kernel waiting on its loads: at large batches it used a
+ * small fraction of the memory bandwidth, stalled mostly on its first use
+ * of C.
  */
 template <int V, bool Fast>
 __global__ void
@@ -92,10 +90,10 @@ epilogue_kernel(fox_cuda_gemm g, fox_divider cells, fox_divider mdiv)
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < per;
          e += (size_t)gridDim.x * blockDim.x) {
         /*
-         * ncu, batch 4096: two divisions here were 38 % of the four-output kernel's work. Not
-         * through fox_div_rem: its remainder from the divider's d, not from Q (known to the
-         * compiler through g.N), left the loop's invariants unhoisted: 11 % more PTX, the
-         * epilogues 2 % slower in ncu (a41a3c7, H200 2026-11-29).
+         * Two plain divisions here were over a third of the four-output kernel's work, hence
+         * the divider. Not through fox_div_rem: its remainder from the divider's d, not from Q
+         * (known to the compiler through g.N), leaves the loop's invariants unhoisted, which
+         * made the kernel larger and slower.
          */
         int r, c, mr;
         if constexpr (Fast) {

@@ -21,8 +21,9 @@
 
 /*
  * cos(π·k·τ) for k = 0..NC−1 (k = 0 gives the constant 1), rows of τ; the
- * row and k of an output by fox_div_rem (ncu at batch 4096: 15.4 µs a
- * launch for 2 M outputs with a 64-bit division and remainder each).
+ * row and k of an output by fox_div_rem, because a 64-bit division and
+ * remainder for each of the millions of outputs at large batches dominated
+ * the kernel's time.
  */
 template <bool Fast>
 __global__ void

@@ -36,7 +36,7 @@
  * The stability points of the CPU's net (its hook) are here too: the
  * configured fault's injection after each sentinel buffer's producer
  * (point), Mech 10 on h_s2 between trunk and heads, the inline checks and
- * Phase C guard of d h_s2 (stab_kernels.cu); all off in a parity pass
+ * Phase C guard of d h_s2 (check.cu); all off in a parity pass
  * (stab.sites 0), like the CPU net without its hook.
  *
  * Not here: collection, replay and graphs (backend.c), the kernels
@@ -251,10 +251,11 @@ fox__cuda_set_math(fox_cuda_net *n, int tf32)
      * forwards whose Q values only pick greedy actions: the collection's on
      * COLLECT (the ε-greedy behaviour policy) and the online net's on s′ on
      * NEXT (double DQN's a*). TF32's ~1e-3 relative error there decides
-     * only near-ties (the parity test counts the actions it changes); the
-     * collection's 1024-row products in TF32 take ~20 µs off a full step
-     * at batch 256 (docs/performance.md). NEXT also runs d_states, whose
-     * only reader is the sentinel's NaN/Inf rule (grn_bwd).
+     * only near-ties (the parity test counts the actions it changes), and
+     * the collection's products over every environment in TF32 shorten a
+     * full step noticeably at small batches (docs/performance.md). NEXT
+     * also runs d_states, whose only reader is the sentinel's NaN/Inf rule
+     * (grn_bwd).
      */
     for (int k = 0; k < FOX_CUDA_STREAMS; k++) {
         int t = tf32 || ((k == FOX_CUDA_COLLECT || k == FOX_CUDA_NEXT) && n->greedy_tf32);
@@ -1118,8 +1119,8 @@ fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl
     /*
      * With pass 1 beside it, the fused check (next on MAIN) launches only at the finish
      * kernel's end, so that pass 1's blocks, ready at Adam's end, are dispatched before the
-     * check's thousands at batch 4096 rather than after them (H200, 2026-11-30: the traced
-     * step's end 13 µs earlier; untraced, 1–2 µs a step).
+     * check's thousands at large batches rather than after them, which ends the step
+     * earlier.
      */
     return fox__cuda_finish(s0, ctl, isv_dev, isv_map, sp4);
 }

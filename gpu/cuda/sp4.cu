@@ -50,9 +50,8 @@ static_assert(FOX_P99_BINS == 256, "fox_cuda_p99_scratch holds 256 bins per targ
  * integer counts are order-free, so the result is deterministic. Holding
  * every target in each thread's registers instead (the class loop unrolled)
  * took 128 registers for Pearl B's 24 targets: its two blocks an SM filled
- * the register file, and the fused check beside it waited for them (adaptive
- * batch 256: the check 19.5 µs against 10.7 in fixed mode, H200 timeline,
- * 2026-11-29). With G (Pearl B), the per-class w·g and ‖w‖² of the finite
+ * the register file, and the fused check beside it waited for them, taking
+ * about twice as long as in fixed mode. With G (Pearl B), the per-class w·g and ‖w‖² of the finite
  * pairs go the same way (an xor tree over the lanes, then the warp's row in
  * order), into the block's partial row (reduced by a fixed tree in the
  * tail); the L1 rate's Σ|w|, Σ|g| and count of finite pairs over
@@ -353,8 +352,8 @@ post_adam_tail(const fox_cuda_stab &st, fox_cuda_p99_scratch *sc, const unsigned
  * min(cols, L1_THREADS) columns, thread t column t mod w over the rows
  * ≡ t / w (mod L1_THREADS / w), so that a warp reads a row's consecutive
  * columns; each column's partials are then added in row-class order. (A
- * warp per column, its lanes over the rows, read 32 lines a load: 14 µs a
- * launch for 256 × 64 floats, H200 2026-11-29.)
+ * warp per column, its lanes over the rows, reads 32 cache lines a load,
+ * which made the launch many times longer.)
  */
 #define L1_THREADS 1024
 
@@ -421,8 +420,7 @@ fox__cuda_l1_deficit(cudaStream_t s, const fox_cuda_stab *st, const float *g)
  * Pass 2: the histograms of the NB·NC targets in shared memory, a shared
  * atomic per element, then one global add per bin used. (Merging a warp's
  * equal bins first with __match_any_sync cost more than the atomics it
- * saved: Pearl B's pass 2 made the adaptive batch-256 step 6–8 µs longer,
- * H200, 2026-11-29.)
+ * saved: it made the adaptive step longer.)
  * The block that finishes last (sc->done) does pass 3 on a shared copy of the
  * histograms: NC = 1, the p99 into slot through Pearls A+D when positive;
  * NC = FOX_GROUP_COUNT, Pearl B / C and the L1 rate (post_adam_tail).

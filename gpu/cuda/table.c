@@ -5,7 +5,7 @@
  * arming of a fault at its slot's point.
  *
  * All of it is set once at construction (a fault may be armed again between
- * chunks); the kernels that read it are stab_kernels.cu's. Single thread: the
+ * chunks); the kernels that read it are check.cu's. Single thread: the
  * trainer's.
  */
 #include <math.h>
