@@ -570,7 +570,5 @@ const fox_backend_ops fox_cuda_backend_ops = {
     .train_only = cuda_train_only,
     .q_values = cuda_q_values,
     .state_io = cuda_state_io,
-    .sentinel_where = NULL, /* the watched buffers are device memory */
-    .check_now = NULL,      /* the fused check runs inside the step */
     .arm_fault = cuda_arm_fault,
 };
