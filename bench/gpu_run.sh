@@ -127,10 +127,11 @@ sweep() {
         echo "## env sweep: batch 256"
         for n in 64 256 1024 4096 16384; do $fb --envs "$n" --batch 256 | tail -1; done
         echo "## TF32 tensor-op products"
-        FOX_CUDA_MATH=tf32 $fb --set train.learning_starts=16384 --batch 256 --batch 4096 \
-            --batch 16384 | tail -3
+        $fb --set engine.cuda_math=tf32 --set train.learning_starts=16384 --batch 256 \
+            --batch 4096 --batch 16384 | tail -3
         echo "## one stream (no concurrent weight gradients / target forward)"
-        FOX_CUDA_SIDE=0 $fb --set train.learning_starts=4096 --batch 256 --batch 4096 | tail -2
+        $fb --set debug.enable=1 --set debug.cuda_one_stream=1 --set train.learning_starts=4096 \
+            --batch 256 --batch 4096 | tail -2
         echo "## repeat of batch 256 and 4096 (spread)"
         $fb --set train.learning_starts=4096 --batch 256 --batch 4096 | tail -2
     } > "$out/bench.md" 2>&1
@@ -179,7 +180,7 @@ quick() {
             timeout 120 "$bin/$b" --backend cuda $args | tail -2
         done
         echo "## foxbench, one stream"
-        FOX_CUDA_SIDE=0 timeout 120 "$bin/foxbench" --backend cuda $args | tail -2
+        timeout 120 "$bin/foxbench" --backend cuda $args --set debug.enable=1 --set debug.cuda_one_stream=1 | tail -2
         echo "## foxbench, sentinel off (engine.sentinel=0: no fused check, no inline flags)"
         timeout 120 "$bin/foxbench" --backend cuda $args --set engine.sentinel=0 | tail -2
         echo "## foxbench repeat"
@@ -291,10 +292,12 @@ overhead() {
             done
         done
         if [ "${EXTRA:-0}" = 1 ]; then # the math mode and the side streams, default bounds
-            echo "## foxbench FOX_CUDA_MATH=tf32"
-            FOX_CUDA_MATH=tf32 timeout "${BENCH_S:-40}" "$bin/foxbench" --backend cuda $args | tail -2
-            echo "## foxbench FOX_CUDA_SIDE=0 (one stream)"
-            FOX_CUDA_SIDE=0 timeout "${BENCH_S:-40}" "$bin/foxbench" --backend cuda $args | tail -2
+            echo "## foxbench engine.cuda_math=tf32"
+            timeout "${BENCH_S:-40}" "$bin/foxbench" --backend cuda $args \
+                --set engine.cuda_math=tf32 | tail -2
+            echo "## foxbench debug.cuda_one_stream=1 (one stream)"
+            timeout "${BENCH_S:-40}" "$bin/foxbench" --backend cuda $args \
+                --set debug.enable=1 --set debug.cuda_one_stream=1 | tail -2
         fi
     } > "$out/bench_overhead.md" 2>&1
     cat "$out/bench_overhead.md"

@@ -68,11 +68,9 @@ typedef struct fox_backend_ops {
     /*
      * Stability system. run_steps and train_only return FOX_EHALT (err and
      * halt_reason set) when a step ends in halt_nan or halt_grad_collapse.
-     * Test and drill hooks (may be NULL): sentinel_where gives the host
-     * memory of slot's first watched run, check_now runs the fused check.
+     * The test and drill hooks are each backend's debug library's
+     * (gpu/cpu/debug.h, gpu/cuda/debug.h), not ops.
      */
-    int (*sentinel_where)(fox_backend *be, int slot, float **ptr, size_t *len);
-    int (*check_now)(fox_backend *be);
     /* Arm a fault into slot's buffer at the fold's train step `step`; NULL if unsupported. */
     int (*arm_fault)(fox_backend *be, int slot, int kind, int64_t step);
 } fox_backend_ops;

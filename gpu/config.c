@@ -21,6 +21,7 @@ static const char *const backend_names[] = {"auto", "cpu", "cuda", NULL};
 static const char *const target_names[] = {"mean", "indep", NULL};
 static const char *const bounds_names[] = {"fixed", "adaptive", NULL};
 static const char *const fault_names[] = {"none", "nan", "inf", "huge", NULL};
+static const char *const cuda_math_names[] = {"fp32", "greedy_tf32", "tf32", NULL};
 
 typedef struct key_def {
     const char *name;
@@ -132,11 +133,15 @@ static const key_def keys[] = {
     INT("engine.sentinel", sentinel, 0, 1, "1", "run the fused NaN/threshold check every step"),
     INT("engine.threads", threads, 0, 256, "0",
         "BLAS threads on the CPU backend; 0 = all cores (--once), cores - 1 (serving)"),
+    ENM("engine.cuda_math", cuda_math, cuda_math_names, "greedy_tf32",
+        "CUDA products: fp32; greedy_tf32 (TF32 where Q only picks greedy actions); tf32"),
 
     INT("debug.enable", debug_enable, 0, 1, "0", "allow debug features (fault injection)"),
     STR("debug.inject_fault.buffer", fault_buffer, "", "sentinel buffer name to corrupt"),
     INT("debug.inject_fault.step", fault_step, 0, 1 << 30, "0", "train step of the fault"),
     ENM("debug.inject_fault.kind", fault_kind, fault_names, "none", "none, nan, inf or huge"),
+    INT("debug.cuda_one_stream", cuda_one_stream, 0, 1, "0",
+        "the CUDA step on one stream, to measure what the others buy (needs debug.enable)"),
 };
 
 #define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
@@ -371,6 +376,8 @@ fox_config_validate(const fox_config *cfg, char *err, size_t errlen)
         return fox_errf(err, errlen, FOX_EINVAL, "train.eps_end must not exceed train.eps_start");
     if (cfg->folds_mask >> cfg->n_folds)
         return fox_errf(err, errlen, FOX_EINVAL, "train.folds names a fold beyond data.folds");
+    if (cfg->cuda_one_stream && !cfg->debug_enable)
+        return fox_errf(err, errlen, FOX_EINVAL, "debug.cuda_one_stream needs debug.enable=1");
     if (cfg->fault_kind != FOX_FAULT_NONE && !cfg->fault_buffer[0])
         return fox_errf(err, errlen, FOX_EINVAL,
                         "debug.inject_fault.kind set without debug.inject_fault.buffer");

@@ -21,6 +21,7 @@ enum { FOX_BACKEND_AUTO = 0, FOX_BACKEND_CPU = 1, FOX_BACKEND_CUDA = 2 };
 enum { FOX_TARGET_MEAN = 0, FOX_TARGET_INDEP = 1 };
 enum { FOX_BOUNDS_FIXED = 0, FOX_BOUNDS_ADAPTIVE = 1 };
 enum { FOX_FAULT_NONE = 0, FOX_FAULT_NAN = 1, FOX_FAULT_INF = 2, FOX_FAULT_HUGE = 3 };
+enum { FOX_CUDA_MATH_FP32 = 0, FOX_CUDA_MATH_GREEDY_TF32 = 1, FOX_CUDA_MATH_TF32 = 2 };
 
 typedef struct fox_config {
     /* model: widths of foxnet v1 (DESIGN.md "The model") */
@@ -78,12 +79,14 @@ typedef struct fox_config {
     int bounds_mode;  /* FOX_BOUNDS_* */
     int sentinel;     /* 1: run the fused NaN check every step */
     int threads;      /* BLAS threads on the CPU backend; 0 = library default */
+    int cuda_math;    /* FOX_CUDA_MATH_*: the CUDA backend's cuBLAS products */
 
     /* debug: fault injection (refused unless debug.enable or given explicitly) */
     int debug_enable;
     char fault_buffer[64];
     int fault_step;
     int fault_kind;   /* FOX_FAULT_* */
+    int cuda_one_stream; /* the CUDA step on one stream (needs debug.enable) */
 } fox_config;
 
 /* Fill *cfg with every key's default. */

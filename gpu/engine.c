@@ -199,22 +199,6 @@ fox_engine_halt_info(const fox_engine *e, fox_halt_info *out)
 }
 
 int
-fox__engine_sentinel_where(fox_engine *e, int slot, float **ptr, size_t *len)
-{
-    if (!e->be || !e->ops->sentinel_where)
-        return FOX_ESTATE;
-    return e->ops->sentinel_where(e->be, slot, ptr, len);
-}
-
-int
-fox__engine_check_now(fox_engine *e)
-{
-    if (!e->be || !e->ops->check_now)
-        return FOX_ESTATE;
-    return e->ops->check_now(e->be);
-}
-
-int
 fox_engine_begin_fold(fox_engine *e, int fold)
 {
     if (!e->data_loaded)

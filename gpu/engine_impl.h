@@ -61,12 +61,4 @@ fox__engine_fail(fox_engine *e, int code, const char *fmt, ...)
     return code;
 }
 
-/*
- * Test and drill hooks of the stability system (the backend's sentinel_where
- * and check_now): where slot's first watched run lies in host memory, and one
- * fused check now. FOX_ENOENT / FOX_ESTATE when the backend lacks them.
- */
-int fox__engine_sentinel_where(fox_engine *e, int slot, float **ptr, size_t *len);
-int fox__engine_check_now(fox_engine *e);
-
 #endif

@@ -24,8 +24,9 @@
 #include "gpu/bounds.h"
 #include "gpu/cpu/net.h"
 #include "gpu/cpu/optim.h"
-#include "gpu/cuda/cuda_backend.h"
+#include "gpu/cuda/debug.h"
 #include "gpu/engine.h"
+#include "gpu/engine_impl.h"
 #include "gpu/isv.h"
 #include "common/log.h"
 #include "gpu/rng.h"
@@ -443,12 +444,15 @@ START_TEST(loss_and_gradients)
     /*
      * The large-batch paths at this batch: the heads' output layer by slots and d hid by head
      * (from FOX_CUDA_SLOT_ROWS rows), each weight gradient of a batched pair or of the heads one
-     * product an entry, the heads' dW2 over their real output rows (from 1,024).
+     * product an entry, the heads' dW2 over their real output rows (from 1,024), both nets'
+     * IQN heads in one product after the forwards (from FOX_CUDA_IQN_BESIDE_ROWS).
      */
-    fox_cuda_paths defaults, was, large = {1, 1, 1}, scalar = {BATCH + 1, BATCH + 1, 0};
+    fox_cuda_paths defaults, was, large = {1, 1, 1, 0};
     FOX_CK_OK(fox_cuda_debug_set_paths(gpu, &large, &defaults));
-    run_all(hb, 0, FOX_TARGET_MEAN, "fp32 mean by slots", 0, 1e-4);
+    run_all(hb, 0, FOX_TARGET_MEAN, "fp32 mean, large-batch paths", 0, 1e-4);
     /* Every epilogue one output a thread (the path of widths that are not multiples of 4). */
+    fox_cuda_paths scalar = defaults;
+    scalar.epilogue_fours = 0;
     FOX_CK_OK(fox_cuda_debug_set_paths(gpu, &scalar, &was));
     run_all(hb, 0, FOX_TARGET_MEAN, "fp32 mean, epilogues by one", 0, 1e-4);
     /* Back to the defaults, which the later tests (one backend, CK_FORK=no on the GPU) assume. */
@@ -1025,10 +1029,9 @@ START_TEST(graph_determinism_and_isv)
          * The second run one step a graph launch, the first (the default below 4,096 rows)
          * four: the same bits either way, chunks of 30 and 20 taking both graphs.
          */
-        if (k == 1)
-            setenv("FOX_CUDA_UNROLL", "1", 1);
         fox_engine *e = fox_test_engine(&c);
-        unsetenv("FOX_CUDA_UNROLL");
+        if (k == 1)
+            FOX_CK_OK(fox_cuda_debug_set_unroll(e->be, 1));
         fox_step_stats st;
         /* Warm-up collects, then eager and captured full steps, in two chunks. */
         int rv = fox_engine_run_steps(e, 30, &st);

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "gpu/bounds.h"
+#include "gpu/cpu/debug.h"
 #include "gpu/cpu/stab.h"
 #include "tests/drill_reach.h"
 #include "gpu/engine_impl.h"
@@ -143,7 +144,7 @@ START_TEST(threshold_slots_fire_at_threshold)
         float t, *p;
         size_t n;
         ck_assert_int_eq(fox_sentinel_threshold(slot, isv, &t), FOX_OK);
-        FOX_CK_ENGINE_OK(e, fox__engine_sentinel_where(e, slot, &p, &n));
+        FOX_CK_ENGINE_OK(e, fox_cpu_debug_sentinel_where(e->be, slot, &p, &n));
         ck_assert_uint_gt(n, 1);
         float keep = p[0];
         for (int above = 0; above <= 1; above++) {
@@ -151,7 +152,7 @@ START_TEST(threshold_slots_fire_at_threshold)
             /* max|x| ≥ t, or (atoms ascending) max − min ≥ t with the minimum moved. */
             p[0] = si->measure == FOX_SENT_MEASURE_SPAN ? p[n - 1] - t * m : t * m;
             FOX_CK_ENGINE_OK(e, fox_engine_clear_flags(e));
-            FOX_CK_ENGINE_OK(e, fox__engine_check_now(e));
+            FOX_CK_ENGINE_OK(e, fox_cpu_debug_check_now(e->be));
             ck_assert_msg(fired_mask(e) == (above ? S(slot) : 0),
                           "slot %d %s at %s its threshold %g: flags %llx", slot, si->name,
                           above ? "just above" : "just below", (double)t,
@@ -252,7 +253,7 @@ START_TEST(clamps_hold_after_huge_faults)
             }
             float *p;
             size_t n;
-            FOX_CK_ENGINE_OK(e, fox__engine_sentinel_where(e, cases[k].watch, &p, &n));
+            FOX_CK_ENGINE_OK(e, fox_cpu_debug_sentinel_where(e->be, cases[k].watch, &p, &n));
             float got = max_abs(p, cases[k].whole ? n : 1);
             /* The bound read now may have moved by one EMA step since the clamp used it. */
             ck_assert_msg(got <= bound * 1.05f, "%s %s: max %g past the bound %g",
@@ -289,8 +290,8 @@ END_TEST
 
 /*
  * The other half of halt_grad_collapse, on the decision itself: no CPU run can be made to
- * train with a vanished gradient and a finite loss (test_cuda_drills does it on the device
- * with its no-weight-gradient knob). Only train steps count; one norm above the floor
+ * train with a vanished gradient and a finite loss (test_cuda_drills checks the device's
+ * decision the same way, through the CUDA debug library). Only train steps count; one norm above the floor
  * starts the count again; the 50th step in a row at or below it halts.
  */
 START_TEST(halt_grad_collapse_on_vanished_gradient)

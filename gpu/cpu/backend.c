@@ -23,49 +23,11 @@
 #include "gpu/cpu/optim.h"
 #include "gpu/cpu/replay.h"
 #include "gpu/cpu/stab.h"
+#include "gpu/cpu/backend_impl.h"
 
 #ifdef FOX_HAVE_OPENBLAS_THREADS
 void openblas_set_num_threads(int);
 #endif
-
-/* One environment: where it is, what it holds, its open n-step window. */
-typedef struct cpu_env {
-    int bar;           /* decision bar t */
-    int steps;         /* steps in this episode */
-    fox_env_pos st;
-    int wlen;          /* entries in the n-step window */
-    int wbar[64];
-    float wport[64][3];
-    int32_t wa[64][4];
-    float wr[64];
-} cpu_env;
-
-typedef struct cpu_backend {
-    fox_backend_base base;
-    fox_backend_env env;
-    const fox_model_layout *lay;
-    int S, N, B, D, n_step;
-    size_t np;
-    float *params, *target, *grads, *adam_m, *adam_v;
-    fox_cpu_net *net;
-    fox_replay replay;
-    cpu_env *envs;
-    fox_env_params envp;
-    fox_env_bars bars;
-    fox_rng rng_collect, rng_sample;
-    fox_train_counters ctr;
-    /* scratch */
-    float *states, *q;      /* [N × S], [N × n_actions] */
-    float *bs, *bs_next, *br, *bdone, *bw, *baux, *btau, *btau_next, *bprio;
-    int32_t *ba, *bregime, *bidx;
-    uint64_t bpushes;  /* the ring's pushes when the batch was drawn */
-    float baux_scale;  /* the batch's aux label scale */
-    float isv_mem[FOX_ISV_TOTAL_DIM];
-    int flags_mem[FOX_SENTINEL_SLOTS];
-    fox_cpu_stab stab;
-    float last_loss; /* of the last train step, for the halts */
-    double last_norm;
-} cpu_backend;
 
 static int
 cpu_available(char *why, size_t len)
@@ -528,24 +490,6 @@ cpu_train_only(fox_backend *be_, int n, fox_step_stats *st)
 }
 
 static int
-cpu_sentinel_where(fox_backend *be_, int slot, float **ptr, size_t *len)
-{
-    cpu_backend *be = (cpu_backend *)be_;
-    if (fox_cpu_stab_where(&be->stab, slot, ptr, len) == FOX_OK)
-        return FOX_OK;
-    /* The inline slots are not table entries: their buffers are the net's. */
-    fox_cpu_net_sentinel_buffer(be->net, slot, be->B, ptr, len);
-    return *ptr ? FOX_OK : FOX_ENOENT;
-}
-
-static int
-cpu_check_now(fox_backend *be_)
-{
-    fox_cpu_stab_check(&((cpu_backend *)be_)->stab);
-    return FOX_OK;
-}
-
-static int
 cpu_q_values(fox_backend *be_, const float *s, int B, float *q)
 {
     cpu_backend *be = (cpu_backend *)be_;
@@ -604,6 +548,4 @@ const fox_backend_ops fox_cpu_backend_ops = {
     .train_only = cpu_train_only,
     .q_values = cpu_q_values,
     .state_io = cpu_state_io,
-    .sentinel_where = cpu_sentinel_where,
-    .check_now = cpu_check_now,
 };

@@ -1,6 +1,7 @@
 /*
- * cuda_backend.h — debug entry points of the CUDA backend, for the parity
- * test and the GPU benchmarks only (the engine reaches the backend through
+ * debug.h — debug entry points of the CUDA backend, for the parity test, the
+ * drills and the GPU benchmarks only: they live in libfoxgpu_debug, which
+ * foxd does not link (the engine reaches the backend through
  * fox_cuda_backend_ops alone).
  *
  * Each function takes a backend created by fox_cuda_backend_ops.create and
@@ -10,26 +11,25 @@
  * Errors: FOX_ECUDA (the CUDA call, code and string are logged and kept in
  * the backend's err), FOX_EINVAL for a batch larger than the backend's.
  */
-#ifndef FOX_CUDA_BACKEND_H
-#define FOX_CUDA_BACKEND_H
+#ifndef FOX_CUDA_DEBUG_H
+#define FOX_CUDA_DEBUG_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "gpu/backend.h"
-#include "gpu/cpu/net.h"
+#include "gpu/train_types.h"
 
 /*
- * The device twin of fox_cpu_net_loss_grad: load params and target
+ * The device twin of fox_cpu_net_loss_grad (gpu/cpu/net.h): load params and target
  * (n_params floats each), run the forward, losses and backward of the host
  * batch b (b->B ≤ the backend's batch; every array host memory, weights
  * honoured) and copy back the losses, grads (n_params) and, if not NULL,
  * the per-sample priorities [B] and greedy next sub-actions a_star [B × D].
  */
 int fox_cuda_debug_loss_grad(fox_backend *be, const float *params, const float *target,
-                             const fox_cpu_net_batch *b, const fox_cpu_net_hparams *hp,
-                             fox_cpu_net_loss *loss, float *grads, float *priority,
-                             int32_t *a_star);
+                             const fox_train_batch *b, const fox_train_hparams *hp,
+                             fox_train_loss *loss, float *grads, float *priority, int32_t *a_star);
 
 /*
  * One training loss_grad as fox_cuda_debug_loss_grad's, with adaptive bounds
@@ -37,7 +37,7 @@ int fox_cuda_debug_loss_grad(fox_backend *be, const float *params, const float *
  * device's ISV after it out (SP4's TARGET_Q_BOUND from the raw IQN targets).
  */
 int fox_cuda_debug_target_q_bound(fox_backend *be, const float *params, const float *target,
-                                  const fox_cpu_net_batch *b, const fox_cpu_net_hparams *hp,
+                                  const fox_train_batch *b, const fox_train_hparams *hp,
                                   float *isv);
 
 /*
@@ -92,16 +92,32 @@ int fox_cuda_debug_sp4(fox_backend *be, int reset, const float *params, const fl
 int fox_cuda_debug_set_math(fox_backend *be, int tf32, int greedy_tf32);
 
 /*
- * The paths a product stage takes where more than one computes the same thing: from slot_rows
- * rows the heads' output layer goes by slots and their d hid head by head (net.c); from
+ * The paths a stage takes where more than one computes the same thing: from slot_rows rows
+ * the heads' output layer goes by slots and their d hid head by head (net.c); from
  * dw_loop_rows rows a batched weight gradient is one product an entry (matmul.c); with
- * epilogue_fours 0 the epilogue takes one output a thread even where four would do (gemm.cu).
- * The last two are process-wide. The settings before go to *was.
+ * epilogue_fours 0 the epilogue takes one output a thread even where four would do (gemm.cu);
+ * below iqn_beside_rows rows each net's IQN head runs beside its C51 heads, from it both
+ * nets' in one product after the forwards (net.c). The settings before go to *was.
  */
 typedef struct fox_cuda_paths {
-    int slot_rows, dw_loop_rows, epilogue_fours;
+    int slot_rows, dw_loop_rows, epilogue_fours, iqn_beside_rows;
 } fox_cuda_paths;
 int fox_cuda_debug_set_paths(fox_backend *be, const fox_cuda_paths *want, fox_cuda_paths *was);
+
+/*
+ * Steps of a kind in a row in one graph launch from now on (1: one a launch; the default is
+ * 4 below 4,096 rows, else 1); the graphs are captured again. FOX_EINVAL below 1.
+ */
+int fox_cuda_debug_set_unroll(fox_backend *be, int steps);
+
+/*
+ * The device's halt_grad_collapse decision on host gradients: the counters' halt and run
+ * cleared, then `steps` times the step's norm kernel on grads (n_params, host) with a zero
+ * loss and the check kernel's halts, as a train step runs them (no stability site, no check
+ * chunk; the flags cleared first). *halt gets the device's FOX_HALT_* after them. Overwrites
+ * the backend's gradients, loss parts and halt state.
+ */
+int fox_cuda_debug_collapse(fox_backend *be, const float *grads, int steps, int *halt);
 
 /* Device memory the backend holds: in all, and in its replay ring. */
 void fox_cuda_debug_memory(const fox_backend *be, size_t *total, size_t *replay);
