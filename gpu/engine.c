@@ -86,9 +86,10 @@ fox_engine_create(fox_engine **out, const fox_config *cfg, char *err, size_t err
         return rv;
     }
     e->fingerprint = fox_layout_fingerprint(fox_model_layout_hash(&e->lay), FOX_FORMAT_VERSION);
-    e->eval_s = calloc((size_t)FOX_EVAL_SPLITS_MAX * e->lay.S, sizeof(float));
-    e->eval_q = calloc((size_t)FOX_EVAL_SPLITS_MAX * e->lay.n_actions, sizeof(float));
-    if (!e->eval_s || !e->eval_q) {
+    /* A backend's q_values takes up to max(batch, envs) rows at a time. */
+    int call_rows = e->cfg.batch > e->cfg.n_envs ? e->cfg.batch : e->cfg.n_envs;
+    e->ahead = fox__lookahead_new(&e->lay, FOX_EVAL_SPLITS_MAX, call_rows, FOX_LOOKAHEAD_MAX);
+    if (!e->ahead) {
         fox_engine_destroy(e);
         return FOX_ENOMEM;
     }
@@ -105,8 +106,7 @@ fox_engine_destroy(fox_engine *e)
         e->ops->destroy(e->be);
     fox_features_fini(&e->feat);
     fox_series_fini(&e->series);
-    free(e->eval_s);
-    free(e->eval_q);
+    fox__lookahead_free(e->ahead);
     free(e);
 }
 

@@ -11,6 +11,7 @@
 #include "gpu/backend.h"
 #include "gpu/data.h"
 #include "gpu/engine.h"
+#include "gpu/lookahead.h"
 #include "gpu/model.h"
 
 struct fox_engine {
@@ -32,7 +33,7 @@ struct fox_engine {
     int64_t fold_step; /* full steps of the fold, as the backend last reported them */
     uint64_t fingerprint;
     fox_halt_info halt;     /* reason FOX_HALT_NONE while the fold runs */
-    float *eval_s, *eval_q; /* [FOX_EVAL_SPLITS_MAX × S], [FOX_EVAL_SPLITS_MAX × n_actions] */
+    fox_lookahead *ahead;   /* the greedy evaluation's predicted bars and their Q */
     char err[512];
 };
 

@@ -13,6 +13,7 @@
 
 #include "gpu/engine_impl.h"
 #include "gpu/env.h"
+#include "gpu/lookahead.h"
 
 /* mean/std × √P with the sample standard deviation; 0 for a flat series. */
 static double
@@ -40,20 +41,6 @@ baseline_action(const fox_model_layout *lay, fox_policy policy, fox_rng *rng, in
     a[1] = lay->branch_size[1] - 1;
     a[2] = FOX_ORDER_MARKET;
     a[3] = lay->branch_size[3] - 1;
-}
-
-/* The greedy sub-action of every branch from one state's expected Q. */
-static void
-greedy_action(const fox_model_layout *lay, const float *q_row, int32_t a[4])
-{
-    for (int d = 0; d < lay->n_branches; d++) {
-        const float *q = q_row + lay->branch_off[d];
-        int best = 0;
-        for (int k = 1; k < lay->branch_size[d]; k++)
-            if (q[k] > q[best])
-                best = k;
-        a[d] = best;
-    }
 }
 
 /* One segment's pass in progress: where it is, its position, its running sums. */
@@ -122,9 +109,10 @@ fox_engine_evaluate_splits(fox_engine *e, const fox_split *splits, int n_splits,
     }
     /*
      * The segments walk in lockstep, one decision bar each per round, so the
-     * greedy policy asks the backend for every live segment's Q in one call:
-     * at batch 1 the forward pass costs the same per call whatever its rows.
+     * greedy policy asks for every live segment's action at once: one forward
+     * pass serves all the segments whose predicted bars (lookahead.h) ran out.
      */
+    fox__lookahead_reset(e->ahead);
     for (;;) {
         int live[FOX_EVAL_SPLITS_MAX], n_live = 0;
         for (int k = 0; k < n_splits; k++)
@@ -132,14 +120,14 @@ fox_engine_evaluate_splits(fox_engine *e, const fox_split *splits, int n_splits,
                 live[n_live++] = k;
         if (n_live == 0)
             break;
+        int32_t greedy[FOX_EVAL_SPLITS_MAX][4];
         if (policy == FOX_POLICY_GREEDY) {
-            for (int i = 0; i < n_live; i++) {
-                const eval_walk *wk = &w[live[i]];
-                float port[3];
-                fox_env_portfolio(&wk->st, e->series.close[wk->t], port);
-                fox__state_build(&e->feat, lay->S, wk->t, port, e->eval_s + (size_t)i * lay->S);
-            }
-            int rv = e->ops->q_values(e->be, e->eval_s, n_live, e->eval_q);
+            fox_lookahead_seg segs[FOX_EVAL_SPLITS_MAX];
+            for (int i = 0; i < n_live; i++)
+                segs[i] = (fox_lookahead_seg){live[i], w[live[i]].t, w[live[i]].end,
+                                              &w[live[i]].st};
+            int rv = fox__lookahead_actions(e->ahead, e->be, e->ops, &e->feat, &p, &bars, segs,
+                                            n_live, greedy);
             if (rv != FOX_OK)
                 return fox__engine_fail(e, rv, "evaluate: q_values: %s", fox_strerror(rv));
         }
@@ -147,7 +135,7 @@ fox_engine_evaluate_splits(fox_engine *e, const fox_split *splits, int n_splits,
             eval_walk *wk = &w[live[i]];
             int32_t a[4] = {0};
             if (policy == FOX_POLICY_GREEDY)
-                greedy_action(lay, e->eval_q + (size_t)i * lay->n_actions, a);
+                memcpy(a, greedy[i], sizeof a);
             else
                 baseline_action(lay, policy, &wk->rng, a);
             walk_step(wk, &p, &bars, a);
