@@ -212,6 +212,7 @@ foxctl_cmd_run(foxctl_opts *o, int argc, char **argv)
                 "foxctl: foxctl_interrupted: the run goes on in foxd (foxctl stop ends it)\n");
     } else if (!o->json && folds && cJSON_GetArraySize(folds) > 0) {
         fox_table_folds(stdout, folds);
+        fox_table_times(stdout, folds, NULL);
     }
     cJSON_Delete(folds);
 out:

@@ -1,7 +1,8 @@
 /*
  * once.c — `foxd --once`: create the engine, load the data, walk the
  * configured folds, print one progress line per epoch to stderr and the
- * per-fold table to stdout. No sockets, no threads, no state directory.
+ * per-fold table to stdout, then where the wall time went. No sockets, no
+ * threads, no state directory.
  *
  * SIGINT/SIGTERM stop the walk at the next chunk; the folds finished so far
  * are still printed and the exit status says it was interrupted.
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "daemon/foxd.h"
 #include "proto/proto.h"
 #include "proto/table.h"
@@ -27,26 +29,43 @@ on_signal(int sig)
 
 typedef struct once_state {
     int epochs;
-    cJSON *folds; /* fold objects, for the table */
+    cJSON *folds;   /* fold objects, for the table */
+    int64_t writing_ms; /* spent printing reports, the run's "writing" */
 } once_state;
 
 static void
 once_epoch_end(void *arg, const fox_epoch_report *r)
 {
     once_state *s = arg;
+    int64_t t0 = fox_mono_ms();
     fprintf(stderr,
             "fold %d epoch %d/%d: loss %.4g  val Sharpe %.3f  test Sharpe %.3f  %.0f steps/s\n",
             r->fold, r->epoch + 1, s->epochs, r->mean_loss, r->val.sharpe, r->test.sharpe,
             r->steps_per_sec);
+    s->writing_ms += fox_mono_ms() - t0;
 }
 
 static void
 once_fold_end(void *arg, const fox_fold_report *r)
 {
     once_state *s = arg;
+    int64_t t0 = fox_mono_ms();
     cJSON *fold = fox_render_fold(r);
     cJSON_AddItemToArray(s->folds, fold);
     fox_table_flagged(stderr, fold);
+    s->writing_ms += fox_mono_ms() - t0;
+}
+
+/* The table's last lines: the folds' time and the run's, from start_ms on. */
+static void
+print_times(once_state *s, const fox_engine *e, int64_t start_ms)
+{
+    fox_engine_info info;
+    fox_engine_get_info(e, &info);
+    cJSON *run = fox_render_times(&info.times, (double)s->writing_ms / 1000.0);
+    fox_render_num(run, "wall_s", (double)(fox_mono_ms() - start_ms) / 1000.0);
+    fox_table_times(stdout, s->folds, run);
+    cJSON_Delete(run);
 }
 
 static void
@@ -69,6 +88,7 @@ fox_once_main(const fox_config *cfg, const fox_dconf *d)
     fox_walk_sink sink = {.epoch_end = once_epoch_end, .fold_end = once_fold_end, .arg = &st};
     fox_walk w;
     int rv, code = FOX_EXIT_OK;
+    int64_t start_ms = fox_mono_ms();
 
     if (fox_config_validate(cfg, err, sizeof err) != FOX_OK ||
         fox_walk_check(cfg->folds_mask, cfg->epochs, cfg->steps_per_epoch, cfg->n_folds, err,
@@ -129,7 +149,10 @@ fox_once_main(const fox_config *cfg, const fox_dconf *d)
         cJSON_AddItemToArray(st.folds, fox_render_fold(&part));
     }
     if (cJSON_GetArraySize(st.folds) > 0 || code == FOX_EXIT_OK) {
+        int64_t t0 = fox_mono_ms();
         fox_table_folds(stdout, st.folds);
+        st.writing_ms += fox_mono_ms() - t0;
+        print_times(&st, e, start_ms);
         fflush(stdout);
     }
 out:

@@ -81,6 +81,27 @@ fox_render_fold(const fox_fold_report *r)
     fox_render_num(o, "steps_per_sec", r->steps_per_sec);
     fox_render_num(o, "bars_per_year", r->bars_per_year);
     cJSON_AddItemToObject(o, "flagged", fox_render_slots(r->flagged));
+    fox_render_num(o, "wall_s", r->wall_secs);
+    fox_render_num(o, "train_s", r->train_secs);
+    fox_render_num(o, "eval_s", r->eval_secs);
+    cJSON_AddNumberToObject(o, "eval_bars", (double)r->eval_bars);
+    cJSON_AddNumberToObject(o, "eval_passes", (double)r->eval_passes);
+    return o;
+}
+
+cJSON *
+fox_render_times(const fox_engine_times *t, double writing)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    fox_render_num(o, "startup_s", t->startup);
+    fox_render_num(o, "fold_setup_s", t->fold_setup);
+    fox_render_num(o, "train_s", t->train);
+    fox_render_num(o, "eval_s", t->eval);
+    fox_render_num(o, "writing_s", t->checkpoint + writing);
+    cJSON_AddNumberToObject(o, "eval_bars", (double)t->eval_bars);
+    cJSON_AddNumberToObject(o, "eval_passes", (double)t->eval_passes);
     return o;
 }
 
@@ -176,6 +197,7 @@ fox_render_status(const fox_snapshot *s, int queued, const fox_counters *n, int6
     cJSON_AddNumberToObject(eng, "n_bars", s->info.n_bars);
     snprintf(fp, sizeof fp, "%016" PRIx64, s->info.fingerprint);
     cJSON_AddStringToObject(eng, "fingerprint", fp);
+    cJSON_AddItemToObject(eng, "times", fox_render_times(&s->info.times, 0.0));
     cJSON_AddNumberToObject(o, "queue", queued);
     cJSON_AddNumberToObject(o, "uptime_s", (double)(now - n->start_ms) / 1000.0);
     return o;

@@ -66,8 +66,8 @@ crc(const void *p, size_t n)
     return (uint32_t)c;
 }
 
-int
-fox_engine_checkpoint_save(fox_engine *e, const char *path)
+static int
+checkpoint_save(fox_engine *e, const char *path)
 {
     if (!e->be)
         return fox__engine_fail(e, FOX_ESTATE, "checkpoint_save before load_data");
@@ -141,8 +141,8 @@ slurp(fox_engine *e, const char *path, char **buf, size_t *len)
     return FOX_OK;
 }
 
-int
-fox_engine_checkpoint_load(fox_engine *e, const char *path)
+static int
+checkpoint_load(fox_engine *e, const char *path)
 {
     if (!e->be)
         return fox__engine_fail(e, FOX_ESTATE, "checkpoint_load before load_data");
@@ -212,5 +212,24 @@ fox_engine_checkpoint_load(fox_engine *e, const char *path)
         e->rep.epochs_done = cc.epochs_done;
 out:
     free(buf);
+    return rv;
+}
+
+/* Saves and loads, timed for the run's wall-time split. */
+int
+fox_engine_checkpoint_save(fox_engine *e, const char *path)
+{
+    double t0 = fox__seconds();
+    int rv = checkpoint_save(e, path);
+    e->times.checkpoint += fox__seconds() - t0;
+    return rv;
+}
+
+int
+fox_engine_checkpoint_load(fox_engine *e, const char *path)
+{
+    double t0 = fox__seconds();
+    int rv = checkpoint_load(e, path);
+    e->times.checkpoint += fox__seconds() - t0;
     return rv;
 }

@@ -20,15 +20,6 @@
 
 _Static_assert(FOX_HALT_MAX_SLOTS == FOX_SENT_HALT_END, "halt_info holds every halt slot");
 
-/* Monotonic seconds, for the epoch timings. */
-static double
-monotonic_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static const fox_backend_ops *
 pick_backend(int want, char *err, size_t errlen)
 {
@@ -61,6 +52,7 @@ fox_engine_create(fox_engine **out, const fox_config *cfg, char *err, size_t err
     fox_engine *e = calloc(1, sizeof *e);
     if (!e)
         return FOX_ENOMEM;
+    e->created_at = fox__seconds();
     e->cfg = *cfg;
     e->fold = -1;
     e->ops = pick_backend(cfg->backend, err, errlen);
@@ -141,6 +133,7 @@ fox_engine_load_data(fox_engine *e)
         return fox__engine_fail(e, rv, "%s", err);
     fox_isv_store_fingerprint((float *)fox__be(e)->isv, e->fingerprint);
     e->data_loaded = 1;
+    e->times.startup = fox__seconds() - e->created_at;
     fox_log(FOX_LOG_INFO, "engine: %s backend, %zu parameters, %d envs, batch %d, %d bars from %s",
             e->ops->name, e->lay.n_real, e->cfg.n_envs, e->cfg.batch, e->series.n,
             e->series.source);
@@ -203,6 +196,7 @@ fox_engine_begin_fold(fox_engine *e, int fold)
 {
     if (!e->data_loaded)
         return fox__engine_fail(e, FOX_ESTATE, "begin_fold before load_data");
+    double t0 = fox__seconds();
     int rv = fox_fold_split(e->series.n, e->feat.warmup, e->cfg.n_folds, fold, &e->seg);
     if (rv != FOX_OK)
         return fox__engine_fail(e, rv, "fold %d: no such fold of %d (or blocks too short)", fold,
@@ -218,10 +212,13 @@ fox_engine_begin_fold(fox_engine *e, int fold)
     e->rep.fold = fold;
     e->rep.best_epoch = -1;
     e->rep.bars_per_year = e->series.bars_per_year;
-    e->epoch_t0 = monotonic_seconds();
+    e->epoch_t0 = fox__seconds();
     e->epoch_step0 = 0;
     e->epoch_loss_sum = 0.0;
     e->epoch_loss_n = 0;
+    e->times.fold_setup += e->epoch_t0 - t0;
+    e->fold_times0 = e->times;
+    e->fold_t0 = t0;
     return FOX_OK;
 }
 
@@ -236,7 +233,9 @@ fox_engine_run_steps(fox_engine *e, int n, fox_step_stats *stats)
     int rv = check_not_halted(e, "run_steps");
     if (rv != FOX_OK)
         return rv;
+    double t0 = fox__seconds();
     rv = e->ops->run_steps(e->be, n, stats);
+    e->times.train += fox__seconds() - t0;
     if (rv == FOX_EHALT) {
         /* The backend stopped inside the chunk; stats->step is where (the fold's step count). */
         e->total_steps += stats->step - e->fold_step;
@@ -265,7 +264,9 @@ fox_engine_train_only(fox_engine *e, int n, fox_step_stats *stats)
     int rv = check_not_halted(e, "train_only");
     if (rv != FOX_OK)
         return rv;
+    double t0 = fox__seconds();
     rv = e->ops->train_only(e->be, n, stats ? stats : &local);
+    e->times.train += fox__seconds() - t0;
     if (rv == FOX_EHALT)
         return record_halt(e);
     if (rv != FOX_OK)
@@ -282,7 +283,7 @@ fox_engine_end_epoch(fox_engine *e, fox_epoch_report *rep)
     memset(rep, 0, sizeof *rep);
     fox_train_counters c;
     e->ops->state_io(e->be, 0, NULL, NULL, NULL, NULL, &c);
-    double dt = monotonic_seconds() - e->epoch_t0;
+    double dt = fox__seconds() - e->epoch_t0;
     rep->fold = e->fold;
     rep->epoch = e->rep.epochs_done;
     rep->last.step = c.step;
@@ -309,7 +310,7 @@ fox_engine_end_epoch(fox_engine *e, fox_epoch_report *rep)
         fr->steps_per_sec == 0.0
             ? rep->steps_per_sec
             : (fr->steps_per_sec * (fr->epochs_done - 1) + rep->steps_per_sec) / fr->epochs_done;
-    e->epoch_t0 = monotonic_seconds();
+    e->epoch_t0 = fox__seconds();
     e->epoch_step0 = c.step;
     e->epoch_loss_sum = 0.0;
     e->epoch_loss_n = 0;
@@ -323,6 +324,11 @@ fox_engine_fold_report(const fox_engine *e, fox_fold_report *out)
         return FOX_ESTATE;
     *out = e->rep;
     out->flagged = fox_sentinel_mask(fox_engine_flags(e));
+    out->wall_secs = fox__seconds() - e->fold_t0;
+    out->train_secs = e->times.train - e->fold_times0.train;
+    out->eval_secs = e->times.eval - e->fold_times0.eval;
+    out->eval_bars = e->times.eval_bars - e->fold_times0.eval_bars;
+    out->eval_passes = e->times.eval_passes - e->fold_times0.eval_passes;
     return FOX_OK;
 }
 
@@ -339,6 +345,7 @@ fox_engine_get_info(const fox_engine *e, fox_engine_info *out)
     out->epoch = e->rep.epochs_done;
     out->total_steps = e->total_steps;
     out->fingerprint = e->fingerprint;
+    out->times = e->times;
     if (e->be) {
         fox_train_counters c;
         e->ops->state_io(e->be, 0, NULL, NULL, NULL, NULL, &c);

@@ -76,7 +76,21 @@ typedef struct fox_fold_report {
     double steps_per_sec;
     double bars_per_year;
     uint64_t flagged; /* sentinel slots set when reported (bit i: slot i) */
+    /* Wall seconds from begin_fold to this report, and the parts of it spent in train steps
+     * (with collection) and in evaluation walks; the rest is fold set-up and bookkeeping. */
+    double wall_secs, train_secs, eval_secs;
+    int64_t eval_bars, eval_passes; /* greedy decision bars walked, the forward passes they took */
 } fox_fold_report;
+
+/* Wall seconds the engine has spent since its creation, by kind of work. */
+typedef struct fox_engine_times {
+    double startup;    /* create and load_data: data, features, the backend and its device */
+    double fold_setup; /* begin_fold: normalization, the ring emptied, environments reset */
+    double train;      /* run_steps and train_only (a CUDA fold's first chunk captures graphs) */
+    double eval;       /* evaluation walks: end_epoch's and every evaluate call */
+    double checkpoint; /* checkpoint files written and read */
+    int64_t eval_bars, eval_passes; /* greedy decision bars walked, the forward passes they took */
+} fox_engine_times;
 
 typedef struct fox_engine_info {
     const char *backend; /* "cpu" | "cuda" */
@@ -88,6 +102,7 @@ typedef struct fox_engine_info {
     int64_t step;         /* train steps in the fold */
     int64_t total_steps;  /* train steps since creation */
     uint64_t fingerprint; /* layout fingerprint (ISV slots 115–116) */
+    fox_engine_times times;
 } fox_engine_info;
 
 /*

@@ -7,6 +7,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "gpu/backend.h"
 #include "gpu/data.h"
@@ -34,8 +35,20 @@ struct fox_engine {
     uint64_t fingerprint;
     fox_halt_info halt;     /* reason FOX_HALT_NONE while the fold runs */
     fox_lookahead *ahead;   /* the greedy evaluation's predicted bars and their Q */
+    fox_engine_times times; /* since creation; times.startup runs from create to load_data's end */
+    fox_engine_times fold_times0; /* times at the fold's begin_fold, for the fold report */
+    double created_at, fold_t0;   /* monotonic seconds */
     char err[512];
 };
+
+/* Monotonic seconds, for the engine's timings. */
+static inline double
+fox__seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* The fields every backend starts with. */
 static inline fox_backend_base *

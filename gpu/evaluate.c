@@ -83,9 +83,9 @@ walk_report(const eval_walk *w, double P, fox_eval_result *out)
     out->bars = w->n;
 }
 
-int
-fox_engine_evaluate_splits(fox_engine *e, const fox_split *splits, int n_splits, fox_policy policy,
-                           fox_eval_result *out)
+static int
+evaluate_splits(fox_engine *e, const fox_split *splits, int n_splits, fox_policy policy,
+                fox_eval_result *out)
 {
     if (e->fold < 0)
         return fox__engine_fail(e, FOX_ESTATE, "evaluate before begin_fold");
@@ -144,6 +144,19 @@ fox_engine_evaluate_splits(fox_engine *e, const fox_split *splits, int n_splits,
     for (int k = 0; k < n_splits; k++)
         walk_report(&w[k], e->series.bars_per_year, &out[k]);
     return FOX_OK;
+}
+
+/* The walks, timed for the run's wall-time split. */
+int
+fox_engine_evaluate_splits(fox_engine *e, const fox_split *splits, int n_splits, fox_policy policy,
+                           fox_eval_result *out)
+{
+    double t0 = fox__seconds();
+    int rv = evaluate_splits(e, splits, n_splits, policy, out);
+    e->times.eval += fox__seconds() - t0;
+    int64_t rows;
+    fox__lookahead_counts(e->ahead, &e->times.eval_passes, &rows, &e->times.eval_bars);
+    return rv;
 }
 
 int

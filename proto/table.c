@@ -73,3 +73,42 @@ fox_table_flagged(FILE *out, const cJSON *fold)
     }
     fprintf(out, "%s\n", n ? "" : " none");
 }
+
+/* obj's number at key, 0 when it is missing, null or not finite. */
+static double
+num(const cJSON *obj, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return cJSON_IsNumber(v) && isfinite(v->valuedouble) ? v->valuedouble : 0.0;
+}
+
+void
+fox_table_times(FILE *out, const cJSON *folds, const cJSON *run)
+{
+    double wall = 0, train = 0, eval = 0, bars = 0, passes = 0;
+    int n = 0;
+    for (const cJSON *f = folds ? folds->child : NULL; f; f = f->next) {
+        if (!cJSON_GetObjectItemCaseSensitive(f, "wall_s"))
+            continue;
+        wall += num(f, "wall_s");
+        train += num(f, "train_s");
+        eval += num(f, "eval_s");
+        bars += num(f, "eval_bars");
+        passes += num(f, "eval_passes");
+        n++;
+    }
+    if (n > 0)
+        fprintf(out,
+                "time in %d fold%s: %.2f s: training %.2f s, evaluation %.2f s (%.0f bars in %.0f "
+                "forward passes), other %.2f s\n",
+                n, n == 1 ? "" : "s", wall, train, eval, bars, passes, wall - train - eval);
+    if (!run)
+        return;
+    double total = num(run, "wall_s"), parts[5] = {num(run, "startup_s"), num(run, "train_s"),
+                                                   num(run, "eval_s"), num(run, "writing_s"), 0};
+    parts[4] = total - parts[0] - parts[1] - parts[2] - parts[3];
+    fprintf(out,
+            "wall time %.2f s: start-up %.2f s, training %.2f s, evaluation %.2f s, writing %.2f "
+            "s, other %.2f s\n",
+            total, parts[0], parts[1], parts[2], parts[3], parts[4]);
+}

@@ -25,4 +25,13 @@ void fox_table_folds(FILE *out, const cJSON *folds);
  */
 void fox_table_flagged(FILE *out, const cJSON *fold);
 
+/*
+ * Where the wall time went. One line for the folds of folds (their "wall_s",
+ * "train_s", "eval_s", "eval_bars", "eval_passes", summed), then, when run is
+ * not NULL, one for the whole run from its object ({"wall_s", "startup_s",
+ * "fold_setup_s", "train_s", "eval_s", "writing_s"}: what `foxd --once`
+ * measures). Prints nothing for folds without the keys.
+ */
+void fox_table_times(FILE *out, const cJSON *folds, const cJSON *run);
+
 #endif
