@@ -73,6 +73,12 @@ typedef struct fox_backend_ops {
      */
     /* Arm a fault into slot's buffer at the fold's train step `step`; NULL if unsupported. */
     int (*arm_fault)(fox_backend *be, int slot, int kind, int64_t step);
+    /*
+     * Most bars a greedy evaluation walk predicts per q_values call (gpu/lookahead.h), 1 to
+     * FOX_LOOKAHEAD_MAX: 1 where every row costs its arithmetic and a broken guess wastes it
+     * (the CPU), more where a call costs its launches whatever its rows (CUDA).
+     */
+    int eval_lookahead;
 } fox_backend_ops;
 
 extern const fox_backend_ops fox_cpu_backend_ops;

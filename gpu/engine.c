@@ -80,7 +80,7 @@ fox_engine_create(fox_engine **out, const fox_config *cfg, char *err, size_t err
     e->fingerprint = fox_layout_fingerprint(fox_model_layout_hash(&e->lay), FOX_FORMAT_VERSION);
     /* A backend's q_values takes up to max(batch, envs) rows at a time. */
     int call_rows = e->cfg.batch > e->cfg.n_envs ? e->cfg.batch : e->cfg.n_envs;
-    e->ahead = fox__lookahead_new(&e->lay, FOX_EVAL_SPLITS_MAX, call_rows, FOX_LOOKAHEAD_MAX);
+    e->ahead = fox__lookahead_new(&e->lay, FOX_EVAL_SPLITS_MAX, call_rows, e->ops->eval_lookahead);
     if (!e->ahead) {
         fox_engine_destroy(e);
         return FOX_ENOMEM;

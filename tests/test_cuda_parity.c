@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpu/backend.h"
 #include "gpu/bounds.h"
@@ -27,6 +28,7 @@
 #include "gpu/cuda/debug.h"
 #include "gpu/engine.h"
 #include "gpu/engine_impl.h"
+#include "gpu/env.h"
 #include "gpu/isv.h"
 #include "common/log.h"
 #include "gpu/rng.h"
@@ -1186,6 +1188,103 @@ START_TEST(fold_sharpe_vs_cpu)
 }
 END_TEST
 
+/*
+ * The evaluation walk: the CUDA engine (predicted bars, gpu/lookahead.h)
+ * against the CPU engine (one pass a bar) on the same weights. Along the
+ * CPU's walk both backends' Q of every state are compared: a greedy argmax
+ * can flip where two sub-actions' Q lie within the two backends' rounding
+ * of each other, and after a flip the walks part. So: with no flip the
+ * figures must be identical to the bit (the environment runs on the host
+ * on both); flips must be rare (at most 1 in 500 bars) and each one a
+ * near-tie (margin below 1e-4 of the Q scale).
+ */
+START_TEST(eval_walk_vs_cpu)
+{
+    fox_config c;
+    fox_config_default(&c);
+    c.n_envs = 64;
+    c.batch = 64;
+    c.learning_starts = 1024;
+    c.backend = FOX_BACKEND_CPU;
+    fox_engine *ec = fox_test_engine(&c);
+    FOX_CK_ENGINE_OK(ec, fox_engine_run_steps(ec, 600, NULL));
+    char path[] = "/tmp/fox_eval_parity_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    FOX_CK_ENGINE_OK(ec, fox_engine_checkpoint_save(ec, path));
+    c.backend = FOX_BACKEND_CUDA;
+    fox_engine *eg = fox_test_engine_loaded(&c);
+    FOX_CK_ENGINE_OK(eg, fox_engine_checkpoint_load(eg, path));
+    unlink(path);
+    ck_assert_int_gt(eg->ops->eval_lookahead, 1);
+
+    /* The CPU's walk, state by state, through both backends' q_values. */
+    const fox_model_layout *lay = &ec->lay;
+    fox_env_params p = {c.fee, c.half_spread, c.limit_fee, 1.0f, c.size_levels, c.urgency_levels};
+    fox_env_bars bars = {ec->series.open, ec->series.high, ec->series.low, ec->series.close};
+    int flips = 0, decisions = 0;
+    double min_margin = INFINITY, q_scale = 0.0;
+    float s[1024], qc[64], qg[64];
+    ck_assert_int_le(lay->S, 1024);
+    ck_assert_int_le(lay->n_actions, 64);
+    for (int k = 0; k < 2; k++) {
+        int t = k ? ec->seg.test_begin : ec->seg.val_begin;
+        int end = k ? ec->seg.test_end : ec->seg.val_end;
+        fox_env_pos st = {0.0f, ec->series.close[t], 0};
+        for (; t + 1 < end; t++) {
+            float port[3];
+            fox_env_portfolio(&st, ec->series.close[t], port);
+            fox__state_build(&ec->feat, lay->S, t, port, s);
+            FOX_CK_OK(ec->ops->q_values(ec->be, s, 1, qc));
+            FOX_CK_OK(eg->ops->q_values(eg->be, s, 1, qg));
+            int32_t a[4];
+            for (int d = 0; d < lay->n_branches; d++) {
+                const float *x = qc + lay->branch_off[d], *y = qg + lay->branch_off[d];
+                int bc = 0, bg = 0;
+                for (int i = 1; i < lay->branch_size[d]; i++) {
+                    bc = x[i] > x[bc] ? i : bc;
+                    bg = y[i] > y[bg] ? i : bg;
+                }
+                for (int i = 0; i < lay->branch_size[d]; i++)
+                    q_scale = fmax(q_scale, fabs(x[i]));
+                if (bc != bg) {
+                    flips++;
+                    min_margin = fmin(min_margin, fabs((double)x[bc] - x[bg]));
+                }
+                a[d] = bc;
+            }
+            fox_env_step(&p, &bars, t, &st, a);
+            decisions++;
+        }
+    }
+    const fox_split both[2] = {FOX_SPLIT_VALIDATION, FOX_SPLIT_TEST};
+    fox_eval_result rc[2], rg[2];
+    FOX_CK_ENGINE_OK(ec, fox_engine_evaluate_splits(ec, both, 2, FOX_POLICY_GREEDY, rc));
+    FOX_CK_ENGINE_OK(eg, fox_engine_evaluate_splits(eg, both, 2, FOX_POLICY_GREEDY, rg));
+    fox_engine_info ig;
+    fox_engine_get_info(eg, &ig);
+    printf("eval walk: %d argmax flips in %d decisions (smallest flipped margin %.3g, |Q| up to "
+           "%.3g); Sharpe val cpu %.6f cuda %.6f, test cpu %.6f cuda %.6f; cuda %lld bars in "
+           "%lld passes, %.3f s\n",
+           flips, decisions, flips ? min_margin : 0.0, q_scale, rc[0].sharpe, rg[0].sharpe,
+           rc[1].sharpe, rg[1].sharpe, (long long)ig.times.eval_bars,
+           (long long)ig.times.eval_passes, ig.times.eval);
+    ck_assert_msg(flips * 500 <= decisions, "%d flips in %d decisions", flips, decisions);
+    if (flips == 0)
+        for (int k = 0; k < 2; k++)
+            ck_assert_msg(memcmp(&rc[k], &rg[k], sizeof rc[k]) == 0,
+                          "split %d: Sharpe %.17g on cuda, %.17g on cpu with no flip", k,
+                          rg[k].sharpe, rc[k].sharpe);
+    else
+        ck_assert_msg(min_margin < 1e-4 * fmax(q_scale, 1.0),
+                      "a flip with margin %g is no near-tie", min_margin);
+    ck_assert_int_lt(ig.times.eval_passes, ig.times.eval_bars);
+    fox_engine_destroy(ec);
+    fox_engine_destroy(eg);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -1212,6 +1311,7 @@ main(void)
     tcase_add_test(te, graph_determinism_and_isv);
     tcase_add_test(te, adaptive_training_no_flags);
     tcase_add_test(te, fold_sharpe_vs_cpu);
+    tcase_add_test(te, eval_walk_vs_cpu);
     suite_add_tcase(s, te);
     return fox_test_run_suite_nofork(s);
 }

@@ -2,8 +2,9 @@
  * test_lookahead.c — the greedy evaluation walk with predicted bars
  * (gpu/lookahead.h) against the walk of one forward pass per bar: the same
  * actions bar for bar under policies that hold and policies that change
- * every bar, through a scripted backend; and the same fold report figures,
- * bit for bit, from the CPU backend's network before and after training.
+ * every bar, through a scripted backend; and the same evaluation figures,
+ * bit for bit, from the CPU backend's network before and after training
+ * (the CUDA backend's walk is tests/test_cuda_parity.c's).
  */
 #include <check.h>
 #include <math.h>
@@ -184,8 +185,10 @@ START_TEST(engine_walks_identical)
                            "data.synth_bars=6000", "train.learning_starts=256", NULL};
     fox_test_set_pairs(&c, pairs);
     fox_engine *e = fox_test_engine(&c);
-    fox_lookahead *fast = e->ahead;
-    fox_lookahead *ref = fox__lookahead_new(&e->lay, FOX_EVAL_SPLITS_MAX, 32, 1);
+    /* The CPU backend walks one pass a bar (its eval_lookahead); CUDA predicts. */
+    ck_assert_int_eq(fox_cpu_backend_ops.eval_lookahead, 1);
+    fox_lookahead *ref = e->ahead;
+    fox_lookahead *fast = fox__lookahead_new(&e->lay, FOX_EVAL_SPLITS_MAX, 32, FOX_LOOKAHEAD_MAX);
     const fox_split both[2] = {FOX_SPLIT_VALIDATION, FOX_SPLIT_TEST};
     for (int round = 0; round < 3; round++) {
         fox_eval_result rf[2], rr[2];
@@ -208,8 +211,8 @@ START_TEST(engine_walks_identical)
         ck_assert_int_lt(pf, pr);
         FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 300, NULL));
     }
-    e->ahead = fast;
-    fox__lookahead_free(ref);
+    e->ahead = ref;
+    fox__lookahead_free(fast);
     fox_engine_destroy(e);
 }
 END_TEST

@@ -539,6 +539,7 @@ cpu_arm_fault(fox_backend *be_, int slot, int kind, int64_t step)
 const fox_backend_ops fox_cpu_backend_ops = {
     .name = "cpu",
     .arm_fault = cpu_arm_fault,
+    .eval_lookahead = 1,
     .available = cpu_available,
     .create = cpu_create,
     .destroy = cpu_destroy,

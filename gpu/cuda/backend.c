@@ -37,6 +37,7 @@
 #include "gpu/cuda/collect.h"
 #include "gpu/cuda/net.h"
 #include "gpu/cuda/sp4.h"
+#include "gpu/lookahead.h"
 
 /* Rows of the collection / q_values forward when the envs are fewer. */
 #define QV_ROWS 256
@@ -571,4 +572,5 @@ const fox_backend_ops fox_cuda_backend_ops = {
     .q_values = cuda_q_values,
     .state_io = cuda_state_io,
     .arm_fault = cuda_arm_fault,
+    .eval_lookahead = FOX_LOOKAHEAD_MAX,
 };
