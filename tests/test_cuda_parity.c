@@ -1220,14 +1220,14 @@ START_TEST(eval_walk_vs_cpu)
     ck_assert_int_gt(eg->ops->eval_lookahead, 1);
 
     /* The CPU's walk, state by state, through both backends' q_values. */
-    const fox_model_layout *lay = &ec->lay;
+    const fox_model_layout *ly = &ec->lay;
     fox_env_params p = {c.fee, c.half_spread, c.limit_fee, 1.0f, c.size_levels, c.urgency_levels};
     fox_env_bars bars = {ec->series.open, ec->series.high, ec->series.low, ec->series.close};
     int flips = 0, decisions = 0;
     double min_margin = INFINITY, q_scale = 0.0;
     float s[1024], qc[64], qg[64];
-    ck_assert_int_le(lay->S, 1024);
-    ck_assert_int_le(lay->n_actions, 64);
+    ck_assert_int_le(ly->S, 1024);
+    ck_assert_int_le(ly->n_actions, 64);
     for (int k = 0; k < 2; k++) {
         int t = k ? ec->seg.test_begin : ec->seg.val_begin;
         int end = k ? ec->seg.test_end : ec->seg.val_end;
@@ -1235,18 +1235,18 @@ START_TEST(eval_walk_vs_cpu)
         for (; t + 1 < end; t++) {
             float port[3];
             fox_env_portfolio(&st, ec->series.close[t], port);
-            fox__state_build(&ec->feat, lay->S, t, port, s);
+            fox__state_build(&ec->feat, ly->S, t, port, s);
             FOX_CK_OK(ec->ops->q_values(ec->be, s, 1, qc));
             FOX_CK_OK(eg->ops->q_values(eg->be, s, 1, qg));
             int32_t a[4];
-            for (int d = 0; d < lay->n_branches; d++) {
-                const float *x = qc + lay->branch_off[d], *y = qg + lay->branch_off[d];
+            for (int d = 0; d < ly->n_branches; d++) {
+                const float *x = qc + ly->branch_off[d], *y = qg + ly->branch_off[d];
                 int bc = 0, bg = 0;
-                for (int i = 1; i < lay->branch_size[d]; i++) {
+                for (int i = 1; i < ly->branch_size[d]; i++) {
                     bc = x[i] > x[bc] ? i : bc;
                     bg = y[i] > y[bg] ? i : bg;
                 }
-                for (int i = 0; i < lay->branch_size[d]; i++)
+                for (int i = 0; i < ly->branch_size[d]; i++)
                     q_scale = fmax(q_scale, fabs(x[i]));
                 if (bc != bg) {
                     flips++;
