@@ -94,6 +94,9 @@ foxctl_print_status(const cJSON *r)
            foxctl_jstr(eng, "backend", "?"), foxctl_jnum(eng, "n_params", 0),
            foxctl_jnum(eng, "n_envs", 0), foxctl_jnum(eng, "batch", 0),
            foxctl_jnum(eng, "n_bars", 0), foxctl_jstr(eng, "fingerprint", "?"));
+    if (foxctl_jnum(eng, "bars_per_year", 0) > 0)
+        printf("data     P = %.0f bars a year (%s)\n", foxctl_jnum(eng, "bars_per_year", 0),
+               foxctl_jstr(eng, "bars_per_year_from", "?"));
     printf("daemon   up %.0f s, %.0f queued, %.0f train steps in total\n",
            foxctl_jnum(r, "uptime_s", 0), foxctl_jnum(r, "queue", 0),
            foxctl_jnum(r, "total_steps", 0));

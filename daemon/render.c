@@ -174,6 +174,9 @@ fox_render_status(const fox_snapshot *s, int queued, const fox_counters *n, int6
     cJSON_AddNumberToObject(eng, "n_envs", s->info.n_envs);
     cJSON_AddNumberToObject(eng, "batch", s->info.batch);
     cJSON_AddNumberToObject(eng, "n_bars", s->info.n_bars);
+    fox_render_num(eng, "bars_per_year", s->info.bars_per_year);
+    if (s->info.bars_per_year_from)
+        cJSON_AddStringToObject(eng, "bars_per_year_from", s->info.bars_per_year_from);
     snprintf(fp, sizeof fp, "%016" PRIx64, s->info.fingerprint);
     cJSON_AddStringToObject(eng, "fingerprint", fp);
     cJSON_AddNumberToObject(o, "queue", queued);
