@@ -312,8 +312,8 @@ fox_engine_train_only(fox_engine *e, int n, fox_step_stats *stats)
  * 1/K of its jump, not all of it. Online, so the chosen epoch is always one
  * that has just ended (a checkpoint of it can be taken then).
  */
-static void
-select_epoch(fox_engine *e, const fox_epoch_report *rep)
+void
+fox__engine_select_epoch(fox_engine *e, const fox_epoch_report *rep)
 {
     fox_fold_report *fr = &e->rep;
     int j = rep->epoch, K = fr->select_window;
@@ -364,7 +364,7 @@ fox_engine_end_epoch(fox_engine *e, fox_epoch_report *rep)
         return rv;
     rep->val = res[0];
     rep->test = res[1];
-    select_epoch(e, rep);
+    fox__engine_select_epoch(e, rep);
     fox_fold_report *fr = &e->rep;
     fr->epochs_done++;
     fr->final_loss = rep->mean_loss;

@@ -47,6 +47,13 @@ struct fox_engine {
 int fox__engine_baselines(fox_engine *e);
 
 /*
+ * Fold the epoch just evaluated into the fold's selection (train.select)
+ * and its record of the last and mean test figures. end_epoch calls it;
+ * tests call it with made-up reports to check the rule.
+ */
+void fox__engine_select_epoch(fox_engine *e, const fox_epoch_report *rep);
+
+/*
  * Standard error of an annualized Sharpe sr from the raw sums of the first
  * four powers of n per-bar returns, P bars a year (evaluate.c says which form).
  */
