@@ -294,9 +294,15 @@ foxctl_show_event(foxctl_progress *p, const fox_event *ev)
         fprintf(stderr, "fold %.0f begins: %.0f epochs x %.0f steps\n", foxctl_jnum(d, "fold", -1),
                 foxctl_jnum(d, "epochs", 0), foxctl_jnum(d, "steps_per_epoch", 0));
     } else if (!strcmp(ev->type, "fold_end")) {
-        fprintf(stderr, "fold %.0f done: best val Sharpe %.3f at epoch %.0f, test Sharpe %.3f\n",
-                foxctl_jnum(d, "fold", -1), foxctl_jnum(d, "best_val_sharpe", NAN),
-                foxctl_jnum(d, "best_epoch", -1) + 1, foxctl_jnum(d, "test_sharpe", NAN));
+        fprintf(stderr,
+                "fold %.0f done: epoch %.0f chosen (val Sharpe %.3f), test Sharpe %.3f ± %.3f "
+                "(flat 0, buy & hold %.3f)\n",
+                foxctl_jnum(d, "fold", -1), foxctl_jnum(d, "best_epoch", -1) + 1,
+                foxctl_jnum(d, "best_val_sharpe", NAN), foxctl_jnum(d, "test_sharpe", NAN),
+                foxctl_jnum(d, "test_sharpe_se", NAN),
+                foxctl_jnum(cJSON_GetObjectItemCaseSensitive(
+                                cJSON_GetObjectItemCaseSensitive(d, "baselines"), "buy_hold"),
+                            "sharpe", NAN));
         fox_table_flagged(stderr, d);
     } else if (!strcmp(ev->type, "halt")) {
         fprintf(stderr, "HALT fold %.0f: %s\n", foxctl_jnum(d, "fold", -1),

@@ -124,10 +124,13 @@ fold_block(FILE *out, const cJSON *f)
     /* The window in use: epochs before a full window are scored on the ones that exist. */
     if (!isnan(best) && best < window)
         window = best;
-    if (cJSON_IsString(sel) && !strcmp(sel->valuestring, "smoothed") && !isnan(window))
+    if (cJSON_IsString(sel) && !strcmp(sel->valuestring, "smoothed") && window > 1)
         fprintf(out, "smoothed (mean val Sharpe %s of epochs %s-%s)",
                 text(a, num(f, "select_score"), 3), text(b, best + 1 - window, 0),
                 text(c, best, 0));
+    else if (cJSON_IsString(sel) && !strcmp(sel->valuestring, "smoothed"))
+        fprintf(out, "smoothed (val Sharpe %s of that epoch alone)",
+                text(a, num(f, "select_score"), 3));
     else
         fprintf(out, "%s (val Sharpe %s)", cJSON_IsString(sel) ? sel->valuestring : "best",
                 text(a, num(f, "best_val_sharpe"), 3));

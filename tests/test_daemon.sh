@@ -357,7 +357,7 @@ pid=
 # ---------------------------------------------------------------- run --spawn
 out=$(TMPDIR=$dir timeout -k 5 300 "$FOXCTL" run --spawn --folds 0,1 "${TINY[@]}" 2>"$dir/spawn.err") ||
     fail "run --spawn: $(cat "$dir/spawn.err")"
-[ "$(echo "$out" | grep -cE '^ +[01] ')" -eq 2 ] || fail "run --spawn table: $out"
+[ "$(echo "$out" | grep -cE '^fold [01]: epoch ')" -eq 2 ] || fail "run --spawn table: $out"
 ls "$dir" | grep -q "^foxctl-" && fail "run --spawn left its directory behind"
 ok "run --spawn: private foxd, table, stopped"
 
