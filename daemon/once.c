@@ -98,9 +98,10 @@ fox_once_main(const fox_config *cfg, const fox_dconf *d)
     fold_list(folds, sizeof folds, cfg->folds_mask);
     fprintf(stderr,
             "foxd: %s backend, %zu parameters, %d envs, batch %d, %d bars; folds %s x %d epochs "
-            "x %d steps\n",
+            "x %d steps\n"
+            "foxd: P = %.0f bars a year (%s)\n",
             info.backend, info.n_params, info.n_envs, info.batch, info.n_bars, folds, cfg->epochs,
-            cfg->steps_per_epoch);
+            cfg->steps_per_epoch, info.bars_per_year, info.bars_per_year_from);
 
     fox_walk_init(&w, cfg->folds_mask, cfg->epochs, cfg->steps_per_epoch);
     while (!w.done && !interrupted) {

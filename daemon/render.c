@@ -60,8 +60,18 @@ fox_render_eval(const fox_eval_result *r)
     fox_render_num(o, "total_return", r->total_return);
     fox_render_num(o, "bars_per_year", r->bars_per_year);
     cJSON_AddNumberToObject(o, "bars", r->bars);
+    fox_render_num(o, "sharpe_se", r->sharpe_se);
     return o;
 }
+
+/* The fold object's names of the baselines, indexed by fox_policy (the policy itself has none). */
+static const char *const baseline_names[FOX_POLICY_COUNT] = {
+    [FOX_POLICY_BUY_HOLD] = "buy_hold", [FOX_POLICY_FLAT] = "flat",
+    [FOX_POLICY_RANDOM] = "random",     [FOX_POLICY_TREND] = "trend",
+    [FOX_POLICY_ORACLE] = "oracle",
+};
+static const char *const select_names[] = {
+    [FOX_SELECT_SMOOTHED] = "smoothed", [FOX_SELECT_BEST] = "best", [FOX_SELECT_LAST] = "last"};
 
 cJSON *
 fox_render_fold(const fox_fold_report *r)
@@ -81,6 +91,28 @@ fox_render_fold(const fox_fold_report *r)
     fox_render_num(o, "steps_per_sec", r->steps_per_sec);
     fox_render_num(o, "bars_per_year", r->bars_per_year);
     cJSON_AddItemToObject(o, "flagged", fox_render_slots(r->flagged));
+    fox_render_num(o, "test_sharpe_se", r->test_at_best.sharpe_se);
+    cJSON_AddNumberToObject(o, "test_bars", r->test_at_best.bars);
+    cJSON_AddStringToObject(o, "select",
+                            r->select_rule >= 0 && r->select_rule <= FOX_SELECT_LAST
+                                ? select_names[r->select_rule]
+                                : "?");
+    cJSON_AddNumberToObject(o, "select_window", r->select_window);
+    fox_render_num(o, "select_score", r->select_score);
+    fox_render_num(o, "test_sharpe_last", r->test_at_last.sharpe);
+    fox_render_num(o, "test_sharpe_mean", r->test_sharpe_mean);
+    cJSON_AddNumberToObject(o, "trend_k", r->trend_k);
+    cJSON_AddNumberToObject(o, "trend_k_tried", r->trend_k_tried);
+    cJSON *b = cJSON_AddObjectToObject(o, "baselines");
+    for (int p = 0; b && p < FOX_POLICY_COUNT; p++) {
+        if (!baseline_names[p])
+            continue;
+        if (p == FOX_POLICY_ORACLE && !r->has_oracle)
+            cJSON_AddNullToObject(b, baseline_names[p]);
+        else
+            cJSON_AddItemToObject(b, baseline_names[p], fox_render_eval(&r->test_policy[p]));
+    }
+    fox_render_num(o, "oracle_fraction", r->oracle_fraction);
     return o;
 }
 
@@ -174,6 +206,9 @@ fox_render_status(const fox_snapshot *s, int queued, const fox_counters *n, int6
     cJSON_AddNumberToObject(eng, "n_envs", s->info.n_envs);
     cJSON_AddNumberToObject(eng, "batch", s->info.batch);
     cJSON_AddNumberToObject(eng, "n_bars", s->info.n_bars);
+    fox_render_num(eng, "bars_per_year", s->info.bars_per_year);
+    if (s->info.bars_per_year_from)
+        cJSON_AddStringToObject(eng, "bars_per_year_from", s->info.bars_per_year_from);
     snprintf(fp, sizeof fp, "%016" PRIx64, s->info.fingerprint);
     cJSON_AddStringToObject(eng, "fingerprint", fp);
     cJSON_AddNumberToObject(o, "queue", queued);

@@ -4,6 +4,7 @@
  * evaluate.c, checkpoint files in checkpoint.c; the math of a step lives in
  * the backends.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #define FOX_FORMAT_VERSION 1
 
 _Static_assert(FOX_HALT_MAX_SLOTS == FOX_SENT_HALT_END, "halt_info holds every halt slot");
+_Static_assert(FOX_SELECT_WINDOW_MAX == 64, "train.select_window's range in config.c");
 
 /* Monotonic seconds, for the epoch timings. */
 static double
@@ -126,12 +128,14 @@ fox_engine_load_data(fox_engine *e)
     if (strcmp(e->cfg.data, "synthetic") == 0)
         rv = fox_series_synthetic(&e->series, e->cfg.synth_bars, e->cfg.seed);
     else
-        rv = fox_series_load_csv(&e->series, e->cfg.data, 200 * (e->cfg.n_folds + 1), err,
-                                 sizeof err);
+        rv = fox_series_load_csv(&e->series, e->cfg.data, e->cfg.price_column,
+                                 200 * (e->cfg.n_folds + 1), err, sizeof err);
     if (rv != FOX_OK)
         return fox__engine_fail(e, rv, "data: %s", err[0] ? err : fox_strerror(rv));
-    if (e->cfg.bars_per_year > 0)
+    if (e->cfg.bars_per_year > 0) {
         e->series.bars_per_year = e->cfg.bars_per_year;
+        e->series.bars_per_year_from = "data.bars_per_year";
+    }
     if ((rv = fox_features_compute(&e->feat, &e->series, e->lay.S)) != FOX_OK)
         return fox__engine_fail(e, rv, "features: %s", fox_strerror(rv));
     /* The backend needs the series; it is created once the data exists. */
@@ -141,9 +145,11 @@ fox_engine_load_data(fox_engine *e)
         return fox__engine_fail(e, rv, "%s", err);
     fox_isv_store_fingerprint((float *)fox__be(e)->isv, e->fingerprint);
     e->data_loaded = 1;
-    fox_log(FOX_LOG_INFO, "engine: %s backend, %zu parameters, %d envs, batch %d, %d bars from %s",
+    fox_log(FOX_LOG_INFO,
+            "engine: %s backend, %zu parameters, %d envs, batch %d, %d bars from %s, "
+            "P = %.0f bars a year (%s)",
             e->ops->name, e->lay.n_real, e->cfg.n_envs, e->cfg.batch, e->series.n,
-            e->series.source);
+            e->series.source, e->series.bars_per_year, e->series.bars_per_year_from);
     return FOX_OK;
 }
 
@@ -218,6 +224,13 @@ fox_engine_begin_fold(fox_engine *e, int fold)
     e->rep.fold = fold;
     e->rep.best_epoch = -1;
     e->rep.bars_per_year = e->series.bars_per_year;
+    e->rep.select_rule = e->cfg.select_rule;
+    e->rep.select_window = e->cfg.select_rule == FOX_SELECT_SMOOTHED ? e->cfg.select_window : 1;
+    e->test_sharpe_sum = 0.0;
+    if ((rv = fox__engine_baselines(e)) != FOX_OK) {
+        e->fold = -1;
+        return rv;
+    }
     e->epoch_t0 = monotonic_seconds();
     e->epoch_step0 = 0;
     e->epoch_loss_sum = 0.0;
@@ -274,6 +287,45 @@ fox_engine_train_only(fox_engine *e, int n, fox_step_stats *stats)
     return FOX_OK;
 }
 
+/*
+ * Selection on validation only; the test figure of the chosen epoch is the
+ * unbiased one. The smoothed rule scores epoch j by the mean validation
+ * Sharpe of epochs j−K+1..j and keeps the best full window; until K epochs
+ * exist the latest (partial) window is chosen, so a fold shorter than K
+ * epochs ends at its last epoch. One noisy epoch then moves the score by
+ * 1/K of its jump, not all of it. Online, so the chosen epoch is always one
+ * that has just ended (a checkpoint of it can be taken then).
+ */
+void
+fox__engine_select_epoch(fox_engine *e, const fox_epoch_report *rep)
+{
+    fox_fold_report *fr = &e->rep;
+    int j = rep->epoch, K = fr->select_window;
+    double score = rep->val.sharpe;
+    int take;
+    if (fr->select_rule == FOX_SELECT_SMOOTHED) {
+        e->sel_val[j % K] = rep->val.sharpe;
+        int have = j + 1 < K ? j + 1 : K;
+        double sum = 0.0;
+        for (int i = 0; i < have; i++)
+            sum += e->sel_val[i];
+        score = sum / have;
+        take = j + 1 <= K || score > fr->select_score;
+    } else {
+        take = fr->select_rule == FOX_SELECT_LAST || fr->best_epoch < 0 ||
+               score > fr->select_score;
+    }
+    if (take) {
+        fr->best_epoch = j;
+        fr->best_val_sharpe = rep->val.sharpe;
+        fr->select_score = score;
+        fr->test_at_best = rep->test;
+    }
+    fr->test_at_last = rep->test;
+    e->test_sharpe_sum += rep->test.sharpe;
+    fr->test_sharpe_mean = e->test_sharpe_sum / (j + 1);
+}
+
 int
 fox_engine_end_epoch(fox_engine *e, fox_epoch_report *rep)
 {
@@ -296,13 +348,8 @@ fox_engine_end_epoch(fox_engine *e, fox_epoch_report *rep)
         return rv;
     rep->val = res[0];
     rep->test = res[1];
+    fox__engine_select_epoch(e, rep);
     fox_fold_report *fr = &e->rep;
-    /* Selection on validation only; the test figure of that epoch is the unbiased one. */
-    if (fr->best_epoch < 0 || rep->val.sharpe > fr->best_val_sharpe) {
-        fr->best_epoch = rep->epoch;
-        fr->best_val_sharpe = rep->val.sharpe;
-        fr->test_at_best = rep->test;
-    }
     fr->epochs_done++;
     fr->final_loss = rep->mean_loss;
     fr->steps_per_sec =
@@ -323,6 +370,11 @@ fox_engine_fold_report(const fox_engine *e, fox_fold_report *out)
         return FOX_ESTATE;
     *out = e->rep;
     out->flagged = fox_sentinel_mask(fox_engine_flags(e));
+    out->test_policy[FOX_POLICY_GREEDY] = out->test_at_best;
+    const fox_eval_result *oracle = &out->test_policy[FOX_POLICY_ORACLE];
+    out->oracle_fraction = out->has_oracle && out->epochs_done > 0 && oracle->sharpe > 0.0
+                               ? out->test_at_best.sharpe / oracle->sharpe
+                               : NAN;
     return FOX_OK;
 }
 
@@ -335,6 +387,8 @@ fox_engine_get_info(const fox_engine *e, fox_engine_info *out)
     out->n_envs = e->cfg.n_envs;
     out->batch = e->cfg.batch;
     out->n_bars = e->series.n;
+    out->bars_per_year = e->series.bars_per_year;
+    out->bars_per_year_from = e->series.bars_per_year_from;
     out->fold = e->fold;
     out->epoch = e->rep.epochs_done;
     out->total_steps = e->total_steps;

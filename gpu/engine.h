@@ -36,8 +36,23 @@ typedef enum {
     FOX_POLICY_GREEDY = 0,   /* argmax of the C51 expected Q per branch */
     FOX_POLICY_BUY_HOLD = 1, /* long 100 % from the first bar */
     FOX_POLICY_FLAT = 2,     /* never trades */
-    FOX_POLICY_RANDOM = 3    /* uniform random sub-actions (seeded) */
+    FOX_POLICY_RANDOM = 3,   /* uniform random sub-actions (seeded) */
+    FOX_POLICY_TREND = 4,    /* sign of the trailing k-bar return, k chosen on validation */
+    FOX_POLICY_ORACLE = 5,   /* knows the generator's expected next-bar return (synthetic only) */
+    FOX_POLICY_COUNT = 6
 } fox_policy;
+
+/* The trend rule's lookbacks, tried on validation when a fold begins (docs/results.md). */
+#define FOX_TREND_K_COUNT 3
+#define FOX_TREND_K_LIST {16, 64, 256}
+
+/* How an epoch is chosen on validation (train.select). */
+typedef enum {
+    FOX_SELECT_SMOOTHED = 0, /* the maximum of a train.select_window-epoch trailing mean */
+    FOX_SELECT_BEST = 1,     /* the maximum of one epoch's validation Sharpe */
+    FOX_SELECT_LAST = 2      /* the last epoch */
+} fox_select_rule;
+#define FOX_SELECT_WINDOW_MAX 64
 
 typedef struct fox_step_stats {
     int64_t step;      /* train steps done in this fold */
@@ -56,6 +71,7 @@ typedef struct fox_eval_result {
     double total_return;  /* cumulative net log return */
     double bars_per_year; /* P used for annualizing */
     int bars;
+    double sharpe_se; /* standard error of sharpe, Mertens' form for non-normal returns */
 } fox_eval_result;
 
 typedef struct fox_epoch_report {
@@ -69,13 +85,30 @@ typedef struct fox_epoch_report {
 typedef struct fox_fold_report {
     int fold;
     int epochs_done;
-    int best_epoch;               /* chosen on validation Sharpe */
-    double best_val_sharpe;       /* selection-biased: the maximum over epochs */
+    int best_epoch;               /* chosen on validation by select_rule */
+    double best_val_sharpe;       /* its validation Sharpe: selection-biased */
     fox_eval_result test_at_best; /* the unbiased figure */
     double final_loss;
     double steps_per_sec;
     double bars_per_year;
     uint64_t flagged; /* sentinel slots set when reported (bit i: slot i) */
+
+    /*
+     * Every policy on the same test split, indexed by fox_policy:
+     * [FOX_POLICY_GREEDY] is test_at_best, the others the baselines,
+     * evaluated once when the fold begins (they do not learn).
+     */
+    fox_eval_result test_policy[FOX_POLICY_COUNT];
+    int has_oracle;         /* the series knows its expected returns (a generator made it) */
+    double oracle_fraction; /* test_at_best.sharpe / the oracle's; NaN without an oracle or
+                               when the oracle's Sharpe is not positive */
+    int trend_k;            /* the trend rule's lookback in bars, chosen on validation */
+    int trend_k_tried;      /* how many lookbacks were tried for it */
+    int select_rule;        /* fox_select_rule that chose best_epoch */
+    int select_window;      /* epochs in its trailing mean (smoothed) */
+    double select_score;    /* the rule's validation score at best_epoch */
+    fox_eval_result test_at_last; /* the last epoch's test figures */
+    double test_sharpe_mean;      /* mean over epochs of the test net Sharpe */
 } fox_fold_report;
 
 typedef struct fox_engine_info {
@@ -83,6 +116,8 @@ typedef struct fox_engine_info {
     size_t n_params;     /* real (unpadded) parameter count */
     int n_envs, batch;
     int n_bars;           /* length of the loaded series */
+    double bars_per_year; /* P of the loaded series (inferred, or data.bars_per_year) */
+    const char *bars_per_year_from; /* how P was found; NULL before load_data */
     int fold;             /* current fold, -1 before begin_fold */
     int epoch;            /* epochs completed in the fold */
     int64_t step;         /* train steps in the fold */

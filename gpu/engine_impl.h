@@ -33,8 +33,31 @@ struct fox_engine {
     uint64_t fingerprint;
     fox_halt_info halt;     /* reason FOX_HALT_NONE while the fold runs */
     float *eval_s, *eval_q; /* [FOX_EVAL_SPLITS_MAX × S], [FOX_EVAL_SPLITS_MAX × n_actions] */
+    int trend_k;            /* the trend rule's lookback, chosen when the fold begins */
+    /* Epoch selection: the last select_window validation Sharpes (a ring) and the test sum. */
+    double sel_val[FOX_SELECT_WINDOW_MAX];
+    double test_sharpe_sum;
     char err[512];
 };
+
+/*
+ * Evaluate the baselines of the fold just begun on its test split into
+ * e->rep.test_policy (and choose the trend rule's lookback on validation).
+ */
+int fox__engine_baselines(fox_engine *e);
+
+/*
+ * Fold the epoch just evaluated into the fold's selection (train.select)
+ * and its record of the last and mean test figures. end_epoch calls it;
+ * tests call it with made-up reports to check the rule.
+ */
+void fox__engine_select_epoch(fox_engine *e, const fox_epoch_report *rep);
+
+/*
+ * Standard error of an annualized Sharpe sr from the raw sums of the first
+ * four powers of n per-bar returns, P bars a year (evaluate.c says which form).
+ */
+double fox__sharpe_se(double sr, double s1, double s2, double s3, double s4, int n, double P);
 
 /* The fields every backend starts with. */
 static inline fox_backend_base *
