@@ -132,6 +132,8 @@ static const key_def keys[] = {
     INT("engine.sentinel", sentinel, 0, 1, "1", "run the fused NaN/threshold check every step"),
     INT("engine.threads", threads, 0, 256, "0",
         "BLAS threads on the CPU backend; 0 = all cores (--once), cores - 1 (serving)"),
+    INT("engine.device", device, 0, 255, "0",
+        "CUDA device index (one foxd per GPU: foxd@.service); the CPU backend ignores it"),
 
     INT("debug.enable", debug_enable, 0, 1, "0", "allow debug features (fault injection)"),
     STR("debug.inject_fault.buffer", fault_buffer, "", "sentinel buffer name to corrupt"),

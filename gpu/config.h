@@ -78,6 +78,7 @@ typedef struct fox_config {
     int bounds_mode;  /* FOX_BOUNDS_* */
     int sentinel;     /* 1: run the fused NaN check every step */
     int threads;      /* BLAS threads on the CPU backend; 0 = library default */
+    int device;       /* CUDA device index the engine runs on; the CPU backend ignores it */
 
     /* debug: fault injection (refused unless debug.enable or given explicitly) */
     int debug_enable;
