@@ -49,6 +49,7 @@ typedef struct worker {
     const char *url;
     foxctl_conn conn;
     int up;
+    cJSON *found; /* the daemon's values of the keys the sweep sets, as first seen (owned) */
 } worker;
 
 static double
@@ -282,11 +283,13 @@ finish_job(worker *w, sweep_job *j, job_outcome out, cJSON *record, const char *
         break;
     case JOB_FAILED:
         j->state = SWEEP_FAILED;
-        fprintf(stderr, "\nsweep: job %s failed on %s: %s\n", j->id, w->url, msg);
+        fprintf(stderr, "%ssweep: job %s failed on %s: %s\n", isatty(2) ? "\n" : "", j->id,
+                w->url, msg);
         break;
     case JOB_LOST:
         j->state = ++j->attempts >= c->ro->attempts ? SWEEP_FAILED : SWEEP_PENDING;
-        fprintf(stderr, "\nsweep: job %s lost with %s (%s); %s\n", j->id, w->url, msg,
+        fprintf(stderr, "%ssweep: job %s lost with %s (%s); %s\n", isatty(2) ? "\n" : "", j->id,
+                w->url, msg,
                 j->state == SWEEP_FAILED ? "no tries left" : "queued again");
         if (j->state == SWEEP_FAILED) {
             cJSON_AddStringToObject(record, "error", msg);
@@ -300,6 +303,49 @@ finish_job(worker *w, sweep_job *j, job_outcome out, cJSON *record, const char *
     }
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
+}
+
+/*
+ * The daemon's values of the keys the sweep's jobs set (every job sets the
+ * same keys), so that the sweep can leave its config as it found it.
+ */
+static void
+remember_config(worker *w)
+{
+    fox_reply rep;
+    char msg[512];
+    cJSON *args = cJSON_CreateObject();
+    cJSON *keys = cJSON_AddArrayToObject(args, "keys");
+    for (const cJSON *v = w->ctx->p->jobs[0].values->child; v; v = v->next)
+        cJSON_AddItemToArray(keys, cJSON_CreateString(v->string));
+    if (ask(w, "config_get", args, w->ctx->o->timeout_ms, &rep, msg, sizeof msg) != JOB_OK)
+        return;
+    w->found = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(rep.result, "values"), 1);
+    fox_reply_fini(&rep);
+}
+
+/* Put back what remember_config saw; a later sweep or run then starts from it. */
+static void
+restore_config(worker *w)
+{
+    fox_reply rep;
+    char msg[512];
+    if (!w->found || !w->conn.open)
+        return;
+    cJSON *args = cJSON_CreateObject();
+    cJSON_AddItemToObject(args, "values", cJSON_Duplicate(w->found, 1));
+    /* After an interrupt the stopped run needs a chunk to end: try for a few seconds. */
+    job_outcome out = JOB_BUSY;
+    for (int i = 0; i < 20 && out == JOB_BUSY; i++) {
+        out = ask(w, "config_set", cJSON_Duplicate(args, 1), LONG_CALL_MS, &rep, msg, sizeof msg);
+        if (out == JOB_BUSY)
+            usleep(250000);
+    }
+    if (out == JOB_OK)
+        fox_reply_fini(&rep);
+    else
+        fprintf(stderr, "sweep: %s: could not restore its config (%s)\n", w->url, msg);
+    cJSON_Delete(args);
 }
 
 static void *
@@ -333,6 +379,8 @@ worker_main(void *arg)
         }
         fox_reply_fini(&rep);
         set_up(w, 1);
+        if (!w->found)
+            remember_config(w);
         sweep_job *j = take_job(c);
         if (!j)
             break;
@@ -351,6 +399,8 @@ worker_main(void *arg)
             break;
         }
     }
+    restore_config(w);
+    cJSON_Delete(w->found);
     if (w->conn.open)
         foxctl_close(&w->conn);
     return NULL;
