@@ -535,7 +535,13 @@ gather(const char *dir, int quiet_missing)
             char failed[1200];
             snprintf(failed, sizeof failed, "%s/jobs/%s.failed.json", dir, id);
             cJSON *frec = access(failed, F_OK) == 0 ? read_json(failed, err, sizeof err) : NULL;
-            const char *why = frec ? foxctl_jstr(frec, "error", "failed") : "not finished";
+            /* A Slurm task that failed left its log; say where it is. */
+            char log[1200], why_log[1300];
+            snprintf(log, sizeof log, "%s/logs/%s.log", dir, id);
+            snprintf(why_log, sizeof why_log, "not finished (log: %s)", log);
+            const char *why = frec                     ? foxctl_jstr(frec, "error", "failed")
+                              : access(log, F_OK) == 0 ? why_log
+                                                       : "not finished";
             n_failed += frec != NULL;
             if (!quiet_missing || frec)
                 printf("%-14s %4d %5" PRIu64 " %4.0f %11s  %s\n", id, c, seed,
