@@ -24,6 +24,7 @@
 #include "client/commands.h"
 #include "client/print.h"
 #include "client/run.h"
+#include "client/sweep.h"
 
 volatile sig_atomic_t foxctl_interrupted;
 
@@ -61,6 +62,8 @@ usage(FILE *out)
         "  shutdown [--no-checkpoint]\n"
         "  version\n"
         "  raw CMD [JSON-ARGS]             send any command, print the reply\n"
+        "  sweep [SPEC.json] [--endpoints URL,...] [--slurm] | sweep --gather DIR\n"
+        "                                  folds x seeds x configs (foxctl sweep --help)\n"
         "\n"
         "URL defaults to $FOXD_URL, else your runtime directory's foxd.sock, else\n"
         "ipc:///run/foxd/foxd.sock. Exit status: 0 ok, 1 foxd said no, 2 usage, 3 no daemon\n"
@@ -97,6 +100,7 @@ static const struct {
     {"inject-fault", foxctl_cmd_inject},
     {"shutdown", foxctl_cmd_shutdown},
     {"raw", foxctl_cmd_raw},
+    {"sweep", foxctl_cmd_sweep},
 };
 
 int

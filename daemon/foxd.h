@@ -17,8 +17,12 @@ enum {
     FOX_EXIT_INTERRUPT = 130
 };
 
-/* Train the configured folds, print progress to stderr and the fold table to stdout. */
-int fox_once_main(const fox_config *cfg, const fox_dconf *d);
+/*
+ * Train the configured folds, print progress to stderr and the fold table to
+ * stdout, or with json the fold objects ({"folds":[...]}, as the protocol
+ * renders them) for a program to read.
+ */
+int fox_once_main(const fox_config *cfg, const fox_dconf *d, int json);
 
 /* Serve until shutdown or SIGTERM/SIGINT. */
 int fox_serve_main(const fox_config *cfg, const fox_dconf *d);

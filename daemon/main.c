@@ -25,7 +25,7 @@ usage(FILE *out)
 {
     fprintf(out,
             "usage: foxd [--config FILE] [--listen URL]... [--pub URL] [--backend auto|cpu|cuda]\n"
-            "            [--once] [--set key=value]... [--verbose]\n"
+            "            [--once [--json]] [--set key=value]... [--verbose]\n"
             "\n"
             "  --config FILE   JSON config; nested objects are dotted keys (default: none)\n"
             "  --set K=V       set one config key after the file (e.g. train.epochs=3)\n"
@@ -33,6 +33,7 @@ usage(FILE *out)
             "  --pub URL       event endpoint (PUB)\n"
             "  --backend B     auto (CUDA when a device is present), cpu or cuda\n"
             "  --once          train the configured folds, print the fold table, exit\n"
+            "  --json          with --once: print the fold objects as JSON instead of the table\n"
             "  --verbose       log debug lines\n"
             "\n"
             "exit status: 0 ok, 1 runtime error, 2 usage or config error, 3 training halted\n"
@@ -50,24 +51,28 @@ main(int argc, char **argv)
         {"listen", required_argument, 0, 'l'},  {"pub", required_argument, 0, 'p'},
         {"backend", required_argument, 0, 'b'}, {"once", no_argument, 0, 'o'},
         {"verbose", no_argument, 0, 'v'},       {"help", no_argument, 0, 'h'},
-        {"version", no_argument, 0, 'V'},       {0, 0, 0, 0}};
+        {"version", no_argument, 0, 'V'},       {"json", no_argument, 0, 'j'},
+        {0, 0, 0, 0}};
     fox_config cfg;
     fox_dconf d;
     char err[1024];
     const char *config_path = NULL;
-    int once = 0, listen_given = 0, c;
+    int once = 0, json = 0, listen_given = 0, c;
 
     fox_config_default(&cfg);
     fox_dconf_default(&d);
 
     /* Pass 1: the config file and the mode, so that the file comes before every other option. */
-    while ((c = getopt_long(argc, argv, "c:s:l:p:b:ovhV", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:s:l:p:b:ovhVj", opts, NULL)) != -1) {
         switch (c) {
         case 'c':
             config_path = optarg;
             break;
         case 'o':
             once = 1;
+            break;
+        case 'j':
+            json = 1;
             break;
         case 'v':
             fox_log_level = FOX_LOG_DEBUG;
@@ -94,7 +99,7 @@ main(int argc, char **argv)
     }
     /* Pass 2: everything else, in command-line order (--listen replaces the file's list). */
     optind = 1;
-    while ((c = getopt_long(argc, argv, "c:s:l:p:b:ovhV", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:s:l:p:b:ovhVj", opts, NULL)) != -1) {
         int rv = 0;
         switch (c) {
         case 's':
@@ -128,8 +133,12 @@ main(int argc, char **argv)
         fprintf(stderr, "foxd: %s\n", err);
         return FOX_EXIT_USAGE;
     }
+    if (json && !once) {
+        fprintf(stderr, "foxd: --json goes with --once\n");
+        return FOX_EXIT_USAGE;
+    }
     if (once)
-        return fox_once_main(&cfg, &d);
+        return fox_once_main(&cfg, &d, json);
     /*
      * Serving: leave one core to the loop and nng's threads. With every core
      * in BLAS, OpenBLAS workers spin in sched_yield and each request's CPU

@@ -60,7 +60,7 @@ fold_list(char *buf, size_t len, int mask)
 }
 
 int
-fox_once_main(const fox_config *cfg, const fox_dconf *d)
+fox_once_main(const fox_config *cfg, const fox_dconf *d, int json)
 {
     char err[1024], folds[128];
     fox_engine *e = NULL;
@@ -129,7 +129,16 @@ fox_once_main(const fox_config *cfg, const fox_dconf *d)
                 w.fold, part.epochs_done, cfg->epochs);
         cJSON_AddItemToArray(st.folds, fox_render_fold(&part));
     }
-    if (cJSON_GetArraySize(st.folds) > 0 || code == FOX_EXIT_OK) {
+    if (json) {
+        cJSON *doc = cJSON_CreateObject();
+        cJSON_AddItemReferenceToObject(doc, "folds", st.folds);
+        char *text = cJSON_PrintUnformatted(doc);
+        if (text)
+            printf("%s\n", text);
+        cJSON_free(text);
+        cJSON_Delete(doc);
+        fflush(stdout);
+    } else if (cJSON_GetArraySize(st.folds) > 0 || code == FOX_EXIT_OK) {
         fox_table_folds(stdout, st.folds);
         fflush(stdout);
     }

@@ -448,6 +448,13 @@ apply_run(fox_trainer *t, fox_tcmd *c)
     int rv = fox_walk_check(mask, epochs, steps, t->cfg.n_folds, c->message, sizeof c->message);
     if (rv != FOX_OK)
         return c->status = rv;
+    /*
+     * Weights, replay and random streams carry over from run to run; a fresh
+     * run starts from the engine the config alone defines, so that its result
+     * is the one `foxd --once` gives for the same config and folds.
+     */
+    if (c->fresh && replace_engine(t, &t->cfg, c) != FOX_OK)
+        return c->status;
     fox_walk_init(&t->walk, mask, epochs, steps);
     t->walking = 1;
     t->run_cmd = c->cmd;

@@ -108,6 +108,7 @@ typedef struct fox_tresult {
 typedef struct fox_tcmd {
     int cmd;                                       /* FOX_CMD_* */
     int folds_mask, fold, epochs, steps_per_epoch; /* run, start_fold (0 = config's) */
+    int fresh;                                     /* run: start from a new engine */
     int clear;                                     /* nan_flags */
     int checkpoint;                                /* shutdown */
     char path[FOX_PATH_MAX]; /* checkpoint_save/load: absolute, resolved by the server */

@@ -142,6 +142,8 @@ static const key_def keys[] = {
         "BLAS threads on the CPU backend; 0 = all cores (--once), cores - 1 (serving)"),
     ENM("engine.cuda_math", cuda_math, cuda_math_names, "greedy_tf32",
         "CUDA products: fp32; greedy_tf32 (TF32 where Q only picks greedy actions); tf32"),
+    INT("engine.device", device, 0, 255, "0",
+        "CUDA device index (one foxd per GPU: foxd@.service); the CPU backend ignores it"),
 
     INT("debug.enable", debug_enable, 0, 1, "0", "allow debug features (fault injection)"),
     STR("debug.inject_fault.buffer", fault_buffer, "", "sentinel buffer name to corrupt"),

@@ -83,6 +83,7 @@ typedef struct fox_config {
     int sentinel;     /* 1: run the fused NaN check every step */
     int threads;      /* BLAS threads on the CPU backend; 0 = library default */
     int cuda_math;    /* FOX_CUDA_MATH_*: the CUDA backend's cuBLAS products */
+    int device;       /* CUDA device index the engine runs on; the CPU backend ignores it */
 
     /* debug: fault injection (refused unless debug.enable or given explicitly) */
     int debug_enable;

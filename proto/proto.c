@@ -182,6 +182,7 @@ static const arg_spec args_run[] = {
     {"folds", A_FOLDS, 0, 0, FOX_PROTO_MAX_FOLDS - 1, OFF(folds_mask)},
     {"epochs", A_INT, 0, 1, 1000000, OFF(epochs)},
     {"steps_per_epoch", A_INT, 0, 1, 1000000000, OFF(steps_per_epoch)},
+    {"fresh", A_BOOL, 0, 0, 0, OFF(fresh)},
     END};
 static const arg_spec args_start_fold[] = {
     {"fold", A_INT, 1, 0, FOX_PROTO_MAX_FOLDS - 1, OFF(fold)},

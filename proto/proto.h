@@ -105,6 +105,7 @@ typedef struct fox_request {
     int folds_mask;
     int fold; /* start_fold (required) */
     int epochs, steps_per_epoch;
+    int fresh; /* run: a new engine from the current config first (weights from the seed) */
 
     int n_slots; /* isv_read: 0 = every slot */
     fox_slot_ref slots[FOX_PROTO_MAX_SLOTS];
