@@ -136,6 +136,10 @@ cuda_destroy(fox_backend *be_)
     fox_cuda_backend *be = (fox_cuda_backend *)be_;
     if (!be)
         return;
+    /* A new engine may have been made current on this thread before the old one goes. */
+    int prev = 0;
+    cudaGetDevice(&prev);
+    cudaSetDevice(be->cfg->device);
     cudaDeviceSynchronize();
     fox__cuda_drop_graphs(be);
     fox__cuda_fwd_free(&be->col);
@@ -150,6 +154,7 @@ cuda_destroy(fox_backend *be_)
     cudaFreeHost(be->isv_mem);
     cudaFreeHost(be->flags_mem);
     free(be);
+    cudaSetDevice(prev);
 }
 
 int
@@ -180,7 +185,7 @@ create_device(fox_cuda_backend *be)
     const fox_series *s = be->env.series;
     const fox_features *ft = be->env.feat;
     size_t free0 = 0, free1 = 0, total = 0;
-    FOX_CUDA_TRY(cudaSetDevice(0));
+    FOX_CUDA_TRY(cudaSetDevice(c->device));
     /* Mapped pinned memory (ISV, flags); an already active context has it on (UVA). */
     cudaError_t e = cudaSetDeviceFlags(cudaDeviceMapHost);
     if (e != cudaSuccess && e != cudaErrorSetOnActiveProcess)
@@ -273,6 +278,24 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
                  "cuda backend: train.replay_capacity %d is below one step's "
                  "transitions (n_envs × n_step = %d)",
                  c->replay_capacity, c->n_envs * c->n_step);
+        return FOX_EINVAL;
+    }
+    /* engine.device names one GPU of this host: it must exist and run this build's kernels. */
+    int n_dev = 0;
+    struct cudaDeviceProp prop;
+    memset(&prop, 0, sizeof prop);
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || c->device >= n_dev) {
+        cudaGetLastError();
+        snprintf(err, errlen, "cuda backend: engine.device %d: this host has %d CUDA device(s)",
+                 c->device, n_dev);
+        return FOX_EINVAL;
+    }
+    if (cudaGetDeviceProperties(&prop, c->device) != cudaSuccess ||
+        prop.major * 10 + prop.minor < FOX_CUDA_ARCH) {
+        cudaGetLastError();
+        snprintf(err, errlen, "cuda backend: engine.device %d (%s) is sm_%d%d; this build's "
+                 "kernels need sm_%d (meson -Dgpu_arch)", c->device, prop.name, prop.major,
+                 prop.minor, FOX_CUDA_ARCH);
         return FOX_EINVAL;
     }
     fox_cuda_backend *be = calloc(1, sizeof *be);

@@ -79,6 +79,7 @@ int fox__cuda_be_fail(fox_cuda_backend *be, int rv, const char *op);
     do {                                                                                           \
         if ((be)->dead)                                                                            \
             return FOX_ECUDA;                                                                      \
+        cudaSetDevice((be)->cfg->device);                                                          \
     } while (0)
 
 /* cudaMalloc of bytes (at least 4) into *(void **)pp. */
