@@ -33,6 +33,9 @@ struct fox_engine {
     uint64_t fingerprint;
     fox_halt_info halt;     /* reason FOX_HALT_NONE while the fold runs */
     float *eval_s, *eval_q; /* [FOX_EVAL_SPLITS_MAX × S], [FOX_EVAL_SPLITS_MAX × n_actions] */
+    fox_step_stats last;    /* the epoch report's `last`: losses of the last chunk that trained */
+    fox_eval_bar_fn bar_hook; /* fox_engine_set_eval_hook: per-bar equity of evaluations */
+    void *bar_arg;
     char err[512];
 };
 

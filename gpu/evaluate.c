@@ -151,6 +151,8 @@ fox_engine_evaluate_splits(fox_engine *e, const fox_split *splits, int n_splits,
             else
                 baseline_action(lay, policy, &wk->rng, a);
             walk_step(wk, &p, &bars, a);
+            if (e->bar_hook)
+                e->bar_hook(e->bar_arg, splits[live[i]], policy, wk->t, wk->cum);
         }
     }
     for (int k = 0; k < n_splits; k++)
