@@ -240,7 +240,7 @@ fox_record_note(fox_record *r, const char *fmt, ...)
 void
 fox_record_chunk(fox_record *r, fox_engine *e, const fox_step_stats *st)
 {
-    const volatile float *isv = fox_engine_isv(e);
+    const volatile float *isv = r ? fox_engine_isv(e) : NULL;
     fox_engine_info info;
     char header[512], line[512];
     if (!isv)
@@ -291,6 +291,8 @@ void
 fox_record_epoch(fox_record *r, fox_engine *e, const fox_epoch_report *rep, int64_t op_id)
 {
     char name[64], line[512];
+    if (!r)
+        return;
     fox_tevent ev = {.type = FOX_TEVENT_EPOCH_END};
     ev.u.epoch_end.report = rep;
     char *s = fox_render_metrics_line(&ev, op_id, fox_wall_ms());
@@ -368,6 +370,8 @@ void
 fox_record_fold(fox_record *r, fox_engine *e, const fox_fold_report *rep, int64_t op_id)
 {
     char name[64];
+    if (!r)
+        return;
     fox_tevent ev = {.type = FOX_TEVENT_FOLD_END};
     ev.u.fold_end.report = rep;
     char *s = fox_render_metrics_line(&ev, op_id, fox_wall_ms());

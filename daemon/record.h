@@ -47,7 +47,7 @@ void fox_record_attach(fox_record *r, fox_engine *e);
 /* A line of the run's own progress (already printed elsewhere) into foxd.log. */
 void fox_record_note(fox_record *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* The walk's events; op_id is the run's (0 for --once). */
+/* The walk's events; op_id is the run's (0 for --once). r NULL: nothing. */
 void fox_record_chunk(fox_record *r, fox_engine *e, const fox_step_stats *st);
 void fox_record_epoch(fox_record *r, fox_engine *e, const fox_epoch_report *rep, int64_t op_id);
 void fox_record_fold(fox_record *r, fox_engine *e, const fox_fold_report *rep, int64_t op_id);

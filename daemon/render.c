@@ -325,6 +325,7 @@ fox_render_result(const fox_tcmd *c)
         cJSON_AddItemToObject(o, "folds", fox_render_mask(r->folds_mask));
         cJSON_AddNumberToObject(o, "epochs", r->epochs);
         cJSON_AddNumberToObject(o, "steps_per_epoch", r->steps_per_epoch);
+        cJSON_AddStringToObject(o, "run_dir", r->run_dir);
         break;
     case FOX_CMD_NAN_FLAGS:
         cJSON_AddItemToObject(o, "cleared", fox_render_slots(r->cleared));
@@ -394,6 +395,8 @@ op_done_json(const fox_tevent *ev)
         cJSON *folds = cJSON_AddArrayToObject(r, "folds");
         for (int i = 0; i < ev->u.op_done.n_folds; i++)
             cJSON_AddItemToArray(folds, fox_render_fold(&ev->u.op_done.folds[i]));
+        if (ev->u.op_done.run_dir)
+            cJSON_AddStringToObject(r, "run_dir", ev->u.op_done.run_dir);
     }
     return d;
 }

@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "common/fsutil.h"
 #include "common/log.h"
+#include "daemon/record.h"
 #include "daemon/render.h"
 #include "daemon/trainer.h"
 #include "daemon/walk.h"
@@ -75,6 +76,8 @@ struct fox_trainer {
     int64_t last_step_event_ms;
     char metrics_path[FOX_PATH_MAX + 32];
     fox_fold_report done_copy[FOX_MAX_FOLDS]; /* the folds an op_done event shows */
+    fox_record *record;                        /* the run directory of the walk */
+    char run_dir[FOX_PATH_MAX];                /* its path, for the op_done event */
 };
 
 /* ---------------------------------------------------------------- helpers */
@@ -233,6 +236,16 @@ end_walk(fox_trainer *t, int status, const char *msg)
     memcpy(t->done_copy, t->snap.done, (size_t)t->snap.n_done * sizeof t->done_copy[0]);
     pthread_mutex_unlock(&t->slock);
     ev.u.op_done.folds = t->done_copy;
+    /* A fold cut short keeps its finished epochs in the record's summary. */
+    fox_fold_report part;
+    int cut_short = status != FOX_OK && t->walk.fold >= 0 &&
+                    fox_engine_fold_report(t->engine, &part) == FOX_OK && part.epochs_done > 0;
+    set_phase(t, "record");
+    fox_record_close(t->record, t->engine, cut_short ? &part : NULL);
+    set_phase(t, NULL);
+    t->record = NULL;
+    fox_log(FOX_LOG_INFO, "op %lld: run directory %s", (long long)t->run_op, t->run_dir);
+    ev.u.op_done.run_dir = t->run_dir;
     op_done(t, &ev, t->run_op, t->run_cmd, status, msg);
 }
 
@@ -255,6 +268,7 @@ on_chunk(void *arg, const fox_step_stats *st)
 {
     fox_trainer *t = arg;
     t->last = *st;
+    fox_record_chunk(t->record, t->engine, st);
 }
 
 static void
@@ -275,6 +289,7 @@ on_epoch_end(void *arg, const fox_epoch_report *r)
     ev.u.epoch_end.report = r;
     ev.u.epoch_end.epochs = t->walk.epochs;
     metrics_line(t, &ev);
+    fox_record_epoch(t->record, t->engine, r, t->run_op);
     emit(t, &ev);
     fox_log(FOX_LOG_INFO,
             "fold %d epoch %d/%d: loss %.4g val Sharpe %.3f test Sharpe %.3f %.0f steps/s", r->fold,
@@ -294,6 +309,7 @@ on_fold_end(void *arg, const fox_fold_report *r)
     fox_tevent ev = {.type = FOX_TEVENT_FOLD_END};
     ev.u.fold_end.report = r;
     metrics_line(t, &ev);
+    fox_record_fold(t->record, t->engine, r, t->run_op);
     emit(t, &ev);
 }
 
@@ -448,6 +464,14 @@ apply_run(fox_trainer *t, fox_tcmd *c)
     int rv = fox_walk_check(mask, epochs, steps, t->cfg.n_folds, c->message, sizeof c->message);
     if (rv != FOX_OK)
         return c->status = rv;
+    char root[FOX_PATH_MAX + 8];
+    snprintf(root, sizeof root, "%s/runs", t->d.state_dir);
+    if ((rv = fox_record_open(&t->record, &t->d, root, &t->cfg, c->message, sizeof c->message)) !=
+        FOX_OK)
+        return c->status = rv;
+    fox_record_attach(t->record, t->engine);
+    snprintf(t->run_dir, sizeof t->run_dir, "%s", fox_record_dir(t->record));
+    snprintf(c->result.run_dir, sizeof c->result.run_dir, "%s", t->run_dir);
     fox_walk_init(&t->walk, mask, epochs, steps);
     t->walking = 1;
     t->run_cmd = c->cmd;
@@ -463,8 +487,8 @@ apply_run(fox_trainer *t, fox_tcmd *c)
     c->result.folds_mask = mask;
     c->result.epochs = epochs;
     c->result.steps_per_epoch = steps;
-    fox_log(FOX_LOG_INFO, "op %lld: %s accepted (folds 0x%x, %d epochs x %d steps)",
-            (long long)c->op_id, fox_cmd_name(c->cmd), mask, epochs, steps);
+    fox_log(FOX_LOG_INFO, "op %lld: %s accepted (folds 0x%x, %d epochs x %d steps), run directory %s",
+            (long long)c->op_id, fox_cmd_name(c->cmd), mask, epochs, steps, t->run_dir);
     set_state(t, FOX_TSTATE_TRAINING);
     return FOX_OK;
 }
