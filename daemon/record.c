@@ -3,6 +3,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -45,6 +46,7 @@ struct fox_record {
     fox_policy capturing; /* the policy whose test passes the hook keeps */
     double last_val, last_test; /* Sharpe of the fold's last epoch so far */
     int isv_steps;              /* run.isv_steps */
+    int backtest;               /* a backtest's record: no fold table */
     int isv_fold;               /* fold and step of isv.csv's last row */
     int64_t isv_step;
 };
@@ -261,17 +263,31 @@ fox_record_chunk(fox_record *r, fox_engine *e, const fox_step_stats *st)
 }
 
 /* The sidecar of a checkpoint: what `foxctl checkpoint list` shows of it. */
+/* [begin, end) as a JSON pair. */
 static void
-sidecar(fox_record *r, const char *name, int fold, int epoch, int64_t step, double val_sharpe,
+add_bars(cJSON *o, const char *key, int begin, int end)
+{
+    cJSON *a = cJSON_AddArrayToObject(o, key);
+    cJSON_AddItemToArray(a, cJSON_CreateNumber(begin));
+    cJSON_AddItemToArray(a, cJSON_CreateNumber(end));
+}
+
+static void
+sidecar(fox_record *r, fox_engine *e, const char *name, int fold, int epoch, double val_sharpe,
         double test_sharpe)
 {
     char json[FOX_PATH_MAX];
+    fox_engine_info info;
+    fox_engine_get_info(e, &info);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "fold", fold);
     cJSON_AddNumberToObject(o, "epoch", epoch);
-    cJSON_AddNumberToObject(o, "step", (double)step);
+    cJSON_AddNumberToObject(o, "step", (double)info.step);
     fox_render_num(o, "val_sharpe", val_sharpe);
     fox_render_num(o, "test_sharpe", test_sharpe);
+    /* The bars the figures were measured on: a backtest of them reproduces the figures. */
+    add_bars(o, "val_bars", info.val_begin, info.val_end);
+    add_bars(o, "test_bars", info.test_begin, info.test_end);
     cJSON_AddNumberToObject(o, "time_ms", (double)fox_wall_ms());
     snprintf(json, sizeof json, "%.*s.json", (int)(strlen(name) - 5), name);
     write_json(r, json, o);
@@ -313,7 +329,7 @@ fox_record_epoch(fox_record *r, fox_engine *e, const fox_epoch_report *rep, int6
     if (fox_engine_fold_report(e, &fr) == FOX_OK && fr.best_epoch == rep->epoch) {
         snprintf(name, sizeof name, "fold%d-chosen.ckpt", rep->fold);
         save_checkpoint(r, e, name);
-        sidecar(r, name, rep->fold, rep->epoch, l->step, rep->val.sharpe, rep->test.sharpe);
+        sidecar(r, e, name, rep->fold, rep->epoch, rep->val.sharpe, rep->test.sharpe);
         curve_copy(&r->chosen, &r->epoch_test);
     }
     r->epoch_test.n = 0;
@@ -321,45 +337,55 @@ fox_record_epoch(fox_record *r, fox_engine *e, const fox_epoch_report *rep, int6
     r->last_test = rep->test.sharpe;
 }
 
-/* The engine's baselines on the fold's splits, and buy-and-hold's test equity. */
-static void
-baselines(fox_record *r, fox_engine *e, int fold)
+/* The baseline policies the engine runs beside the agent. */
+static const struct {
+    fox_policy policy;
+    const char *name;
+} baseline_policies[] = {{FOX_POLICY_BUY_HOLD, "buy_and_hold"},
+                         {FOX_POLICY_FLAT, "flat"},
+                         {FOX_POLICY_RANDOM, "random"}};
+#define N_BASELINES ((int)(sizeof baseline_policies / sizeof baseline_policies[0]))
+
+/*
+ * The engine's baselines on the current segments, into <prefix>-baselines.csv
+ * (and res[N_BASELINES][2]: validation, test), capturing buy-and-hold's
+ * test equity. FOX_OK or the engine's status.
+ */
+static int
+baselines(fox_record *r, fox_engine *e, const char *prefix, fox_eval_result res[][2])
 {
-    static const struct {
-        fox_policy policy;
-        const char *name;
-    } base[] = {{FOX_POLICY_BUY_HOLD, "buy_and_hold"},
-                {FOX_POLICY_FLAT, "flat"},
-                {FOX_POLICY_RANDOM, "random"}};
     const fox_split both[2] = {FOX_SPLIT_VALIDATION, FOX_SPLIT_TEST};
     char name[64], line[256];
-    snprintf(name, sizeof name, "fold%d-baselines.csv", fold);
+    int rv = FOX_OK;
+    snprintf(name, sizeof name, "%s-baselines.csv", prefix);
     r->buy_hold.n = 0;
     r->capturing = FOX_POLICY_BUY_HOLD;
-    for (size_t i = 0; i < sizeof base / sizeof base[0]; i++) {
-        fox_eval_result res[2];
-        if (fox_engine_evaluate_splits(e, both, 2, base[i].policy, res) != FOX_OK) {
+    for (int i = 0; i < N_BASELINES && rv == FOX_OK; i++) {
+        rv = fox_engine_evaluate_splits(e, both, 2, baseline_policies[i].policy, res[i]);
+        if (rv != FOX_OK) {
             write_failed(r, fox_engine_errmsg(e));
             break;
         }
-        snprintf(line, sizeof line, "%s,%.9g,%.9g", base[i].name, res[0].sharpe, res[1].sharpe);
+        snprintf(line, sizeof line, "%s,%.9g,%.9g", baseline_policies[i].name, res[i][0].sharpe,
+                 res[i][1].sharpe);
         append(r, name, "policy,val_sharpe,test_sharpe", line);
     }
     r->capturing = FOX_POLICY_GREEDY;
+    return rv;
 }
 
 static void
-write_equity(fox_record *r, int fold)
+write_equity(fox_record *r, const char *prefix)
 {
     char path[FOX_PATH_MAX + 64];
-    path_of(r, path, sizeof path, "fold%d-equity.csv", fold);
+    path_of(r, path, sizeof path, "%s-equity.csv", prefix);
     FILE *f = fopen(path, "w");
     if (!f) {
         write_failed(r, strerror(errno));
         return;
     }
     /* Both passes step over the same test bars, so their rows line up. */
-    fprintf(f, "bar,chosen,buy_and_hold\n");
+    fprintf(f, "bar,policy,buy_and_hold\n");
     for (int i = 0; i < r->chosen.n && i < r->buy_hold.n; i++)
         fprintf(f, "%d,%.9g,%.9g\n", r->chosen.bar[i], r->chosen.cum[i], r->buy_hold.cum[i]);
     if (fclose(f) != 0)
@@ -379,14 +405,52 @@ fox_record_fold(fox_record *r, fox_engine *e, const fox_fold_report *rep, int64_
         append(r, "metrics.jsonl", NULL, s);
     free(s);
     cJSON_AddItemToArray(r->folds, fox_render_fold(rep));
-    fox_engine_info info;
-    fox_engine_get_info(e, &info);
     snprintf(name, sizeof name, "fold%d-last.ckpt", rep->fold);
     save_checkpoint(r, e, name);
-    sidecar(r, name, rep->fold, rep->epochs_done - 1, info.step, r->last_val, r->last_test);
-    baselines(r, e, rep->fold);
-    write_equity(r, rep->fold);
+    sidecar(r, e, name, rep->fold, rep->epochs_done - 1, r->last_val, r->last_test);
+    char prefix[32];
+    fox_eval_result res[N_BASELINES][2];
+    snprintf(prefix, sizeof prefix, "fold%d", rep->fold);
+    baselines(r, e, prefix, res);
+    write_equity(r, prefix);
     r->chosen.n = 0;
+}
+
+int
+fox_record_backtest(fox_record *r, fox_engine *e, cJSON **result)
+{
+    fox_eval_result policy, res[N_BASELINES][2];
+    fox_fold_report rep;
+    *result = NULL;
+    r->backtest = 1;
+    r->epoch_test.n = 0;
+    int rv = fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_GREEDY, &policy);
+    if (rv != FOX_OK)
+        return rv;
+    curve_copy(&r->chosen, &r->epoch_test);
+    if ((rv = baselines(r, e, "backtest", res)) != FOX_OK)
+        return rv;
+    write_equity(r, "backtest");
+    r->chosen.n = 0;
+    /* The fold table's row: the policy's figures; what a backtest does not measure is null. */
+    fox_engine_fold_report(e, &rep);
+    rep.test_at_best = policy;
+    rep.best_val_sharpe = NAN;
+    rep.final_loss = NAN;
+    rep.steps_per_sec = NAN;
+    fox_engine_info info;
+    fox_engine_get_info(e, &info);
+    cJSON *o = cJSON_CreateObject();
+    add_bars(o, "bars", info.test_begin, info.test_end);
+    cJSON_AddItemToObject(o, "fold", fox_render_fold(&rep));
+    cJSON_AddItemToObject(o, "policy", fox_render_eval(&policy));
+    cJSON *b = cJSON_AddObjectToObject(o, "baselines");
+    for (int i = 0; i < N_BASELINES; i++)
+        cJSON_AddItemToObject(b, baseline_policies[i].name, fox_render_eval(&res[i][1]));
+    cJSON_AddStringToObject(o, "run_dir", r->dir);
+    write_json(r, "backtest.json", o);
+    *result = o;
+    return FOX_OK;
 }
 
 int
@@ -412,7 +476,7 @@ fox_record_close(fox_record *r, fox_engine *e, const fox_fold_report *partial)
 {
     if (!r)
         return;
-    if (r->folds) {
+    if (r->folds && !r->backtest) {
         if (partial)
             cJSON_AddItemToArray(r->folds, fox_render_fold(partial));
         cJSON *doc = cJSON_CreateObject();

@@ -24,6 +24,8 @@
 
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
 #include "daemon/conf.h"
 #include "gpu/engine.h"
 
@@ -51,6 +53,16 @@ void fox_record_note(fox_record *r, const char *fmt, ...) __attribute__((format(
 void fox_record_chunk(fox_record *r, fox_engine *e, const fox_step_stats *st);
 void fox_record_epoch(fox_record *r, fox_engine *e, const fox_epoch_report *rep, int64_t op_id);
 void fox_record_fold(fox_record *r, fox_engine *e, const fox_fold_report *rep, int64_t op_id);
+
+/*
+ * A backtest, once fox_engine_load_policy has taken a checkpoint and a bar
+ * range: the greedy policy and the engine's baselines over those bars,
+ * into backtest.json, backtest-baselines.csv and backtest-equity.csv.
+ * *result gets {"bars", "fold" (the fold table's row), "policy",
+ * "baselines", "run_dir"} (the caller owns it). FOX_OK or the engine's
+ * status (fox_engine_errmsg says why).
+ */
+int fox_record_backtest(fox_record *r, fox_engine *e, cJSON **result);
 
 /*
  * Close the record: folds.json from the folds reported (and partial, a fold

@@ -381,6 +381,10 @@ fox_engine_get_info(const fox_engine *e, fox_engine_info *out)
     out->epoch = e->rep.epochs_done;
     out->total_steps = e->total_steps;
     out->fingerprint = e->fingerprint;
+    out->val_begin = e->seg.val_begin;
+    out->val_end = e->seg.val_end;
+    out->test_begin = e->seg.test_begin;
+    out->test_end = e->seg.test_end;
     if (e->be) {
         fox_train_counters c;
         e->ops->state_io(e->be, 0, NULL, NULL, NULL, NULL, &c);

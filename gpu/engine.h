@@ -97,6 +97,8 @@ typedef struct fox_engine_info {
     int64_t step;         /* train steps in the fold */
     int64_t total_steps;  /* train steps since creation */
     uint64_t fingerprint; /* layout fingerprint (ISV slots 115–116) */
+    int val_begin, val_end;   /* the current fold's validation bars [begin, end) */
+    int test_begin, test_end; /* and its test bars (a backtest: the bars it walks) */
 } fox_engine_info;
 
 /*

@@ -73,3 +73,42 @@ fox_table_flagged(FILE *out, const cJSON *fold)
     }
     fprintf(out, "%s\n", n ? "" : " none");
 }
+
+/* One row of the backtest comparison: name, then the eval object's figures. */
+static void
+backtest_row(FILE *out, const char *name, const cJSON *ev)
+{
+    static const struct column figures[] = {
+        {"Sharpe", "sharpe", 0, 8, "%*.3f"},
+        {"gross", "sharpe_gross", 0, 8, "%*.3f"},
+        {"max DD", "max_drawdown", 0, 8, "%*.4f"},
+        {"turnover", "turnover", 0, 9, "%*.4f"},
+        {"log return", "total_return", 0, 11, "%*.4f"},
+    };
+    if (!name) {
+        fprintf(out, "%-14s", "policy");
+        for (size_t i = 0; i < sizeof figures / sizeof figures[0]; i++)
+            fprintf(out, "  %*s", figures[i].width, figures[i].title);
+        fputc('\n', out);
+        return;
+    }
+    fprintf(out, "%-14s", name);
+    for (size_t i = 0; i < sizeof figures / sizeof figures[0]; i++) {
+        fputs("  ", out);
+        cell(out, ev, &figures[i]);
+    }
+    fputc('\n', out);
+}
+
+void
+fox_table_backtest(FILE *out, const cJSON *result)
+{
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(result, "baselines");
+    backtest_row(out, NULL, NULL);
+    backtest_row(out, "policy", cJSON_GetObjectItemCaseSensitive(result, "policy"));
+    for (const cJSON *it = b ? b->child : NULL; it; it = it->next)
+        backtest_row(out, it->string, it);
+    fputs("note: Sharpe net of costs and gross, annualized by sqrt(P); max DD as a fraction;\n"
+          "      log return is the cumulative net log return over the bars.\n",
+          out);
+}
