@@ -59,6 +59,8 @@ usage(FILE *out)
         "  plot RUN_DIR                    draw a run directory's pictures again\n"
         "  backtest --checkpoint FILE [--data CSV] [--bars FROM:TO] [--out DIR]\n"
         "                                  apply a saved policy to bars (private foxd)\n"
+        "  backtest --daemon --checkpoint FILE [--data CSV] [--bars FROM:TO]\n"
+        "                                  the same on the running foxd (its state dir)\n"
         "  config get [KEY]... | config set KEY=VALUE...\n"
         "  metrics                         counters and recent epochs\n"
         "  watch [--count N] [--until EVENT]  follow the event socket\n"

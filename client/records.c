@@ -1,7 +1,8 @@
 /*
  * records.c — foxctl's commands over run directories: plot (draw the
  * pictures again), backtest (apply a saved policy to new bars, through a
- * private `foxd --backtest`: foxctl links no engine) and checkpoint list.
+ * private `foxd --backtest`, since foxctl links no engine, or with --daemon
+ * through the running foxd's backtest command) and checkpoint list.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -16,6 +17,7 @@
 #include "client/print.h"
 #include "client/records.h"
 #include "common/fsutil.h"
+#include "proto/table.h"
 
 extern char **environ;
 
@@ -50,11 +52,60 @@ foxctl_cmd_plot(foxctl_opts *o, int argc, char **argv)
     return st == 0 ? FOXCTL_OK : st == 2 ? FOXCTL_USAGE : FOXCTL_EREPLY;
 }
 
+/* backtest --daemon: the running foxd does it; paths are the daemon's (the checkpoint inside its
+ * state directory). */
+static int
+backtest_on_daemon(foxctl_opts *o, int argc, char **argv)
+{
+    cJSON *args = cJSON_CreateObject();
+    for (int i = 1; i < argc; i++) {
+        int from, to;
+        char tail;
+        if (!strcmp(argv[i], "--daemon"))
+            continue;
+        if (i + 1 < argc && !strcmp(argv[i], "--checkpoint")) {
+            cJSON_AddStringToObject(args, "checkpoint", argv[++i]);
+        } else if (i + 1 < argc && !strcmp(argv[i], "--data")) {
+            cJSON_AddStringToObject(args, "data", argv[++i]);
+        } else if (i + 1 < argc && !strcmp(argv[i], "--bars") &&
+                   sscanf(argv[i + 1], "%d:%d%c", &from, &to, &tail) == 2) {
+            cJSON_AddNumberToObject(args, "bars_from", from);
+            cJSON_AddNumberToObject(args, "bars_to", to);
+            i++;
+        } else {
+            fprintf(stderr, "foxctl: backtest --daemon: '%s' is not --checkpoint FILE, --data CSV "
+                            "or --bars FROM:TO\n",
+                    argv[i]);
+            cJSON_Delete(args);
+            return FOXCTL_USAGE;
+        }
+    }
+    fox_reply rep;
+    int rv = foxctl_ask(o, "backtest", args, &rep);
+    if (rv != FOXCTL_OK)
+        return rv;
+    if (o->json) {
+        foxctl_print_reply(&rep);
+    } else {
+        cJSON *row = cJSON_CreateArray();
+        cJSON_AddItemToArray(
+            row, cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(rep.result, "fold"), 1));
+        fox_table_folds(stdout, row);
+        cJSON_Delete(row);
+        fox_table_backtest(stdout, rep.result);
+        fprintf(stderr, "run directory %s\n", foxctl_jstr(rep.result, "run_dir", "?"));
+    }
+    fox_reply_fini(&rep);
+    return FOXCTL_OK;
+}
+
 int
 foxctl_cmd_backtest(foxctl_opts *o, int argc, char **argv)
 {
-    (void)o;
     const char *ckpt = NULL;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--daemon"))
+            return backtest_on_daemon(o, argc, argv);
     char foxd[1024];
     char **fargv = calloc((size_t)argc + 4, sizeof *fargv);
     int n = 0;

@@ -1,7 +1,7 @@
 /*
  * records.h — foxctl's commands over run directories (internal to client/):
  * plot RUN_DIR, backtest --checkpoint FILE ..., checkpoint list DIR. They
- * read and run things on this machine; none of them needs a daemon.
+ * read and run things on this machine; only backtest --daemon asks foxd.
  */
 #ifndef FOX_CLIENT_RECORDS_H
 #define FOX_CLIENT_RECORDS_H
@@ -11,7 +11,7 @@
 /* plot RUN_DIR: draw the run directory's pictures again (scripts/foxplot). */
 int foxctl_cmd_plot(foxctl_opts *o, int argc, char **argv);
 
-/* backtest --checkpoint FILE [--data CSV] [--bars FROM:TO] [--out DIR] [FOXD OPTIONS]. */
+/* backtest --checkpoint FILE [--data CSV] [--bars FROM:TO] [--out DIR] [FOXD OPTIONS] | --daemon. */
 int foxctl_cmd_backtest(foxctl_opts *o, int argc, char **argv);
 
 /* checkpoint list DIR: the checkpoints of a run or state directory, with their sidecars. */

@@ -13,18 +13,20 @@ static FILE *copy_file;
 int
 fox_log_copy_to(const char *path)
 {
+    pthread_mutex_lock(&copy_lock);
+    if (path && copy_file) {
+        pthread_mutex_unlock(&copy_lock);
+        return 1;
+    }
     FILE *f = path ? fopen(path, "ae") : NULL;
-    if (path && !f)
-        return -1;
     if (f)
         setvbuf(f, NULL, _IOLBF, 0);
-    pthread_mutex_lock(&copy_lock);
     FILE *old = copy_file;
     copy_file = f;
     pthread_mutex_unlock(&copy_lock);
     if (old)
         fclose(old);
-    return 0;
+    return path && !f ? -1 : 0;
 }
 
 void

@@ -17,8 +17,9 @@ void fox_log_write(int level, const char *fmt, ...) __attribute__((format(printf
 
 /*
  * Also append every line from now on to path (a run directory's log),
- * without the priority prefix; NULL stops the copy. Returns 0, or -1 with
- * errno when path cannot be opened.
+ * without the priority prefix; NULL stops the copy. Returns 0, 1 when a
+ * copy is already going elsewhere (it goes on there, path is not opened),
+ * or -1 with errno when path cannot be opened.
  */
 int fox_log_copy_to(const char *path);
 /* Append one line of a program's own progress output to that copy only. */

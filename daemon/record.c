@@ -47,6 +47,7 @@ struct fox_record {
     double last_val, last_test; /* Sharpe of the fold's last epoch so far */
     int isv_steps;              /* run.isv_steps */
     int backtest;               /* a backtest's record: no fold table */
+    int owns_log;               /* foxd.log is this record's copy of the log */
     int isv_fold;               /* fold and step of isv.csv's last row */
     int64_t isv_step;
 };
@@ -204,8 +205,11 @@ fox_record_open(fox_record **out, const fox_dconf *d, const char *default_root,
     cJSON_Delete(conf);
     char log[FOX_PATH_MAX + 16];
     path_of(r, log, sizeof log, "foxd.log");
-    if (fox_log_copy_to(log) != 0)
+    /* A backtest beside a paused run leaves the log's copy to the run. */
+    int copy = fox_log_copy_to(log);
+    if (copy < 0)
         write_failed(r, "cannot open foxd.log");
+    r->owns_log = copy == 0;
     if (r->warned) {
         fox_errf(err, errlen, FOX_EIO, "run directory %s: cannot write there", r->dir);
         fox_record_close(r, NULL, NULL);
@@ -488,7 +492,8 @@ fox_record_close(fox_record *r, fox_engine *e, const fox_fold_report *partial)
         fox_engine_set_eval_hook(e, NULL, NULL);
         fox_record_plot(r->dir);
     }
-    fox_log_copy_to(NULL);
+    if (r->owns_log)
+        fox_log_copy_to(NULL);
     cJSON_Delete(r->folds);
     curve_free(&r->epoch_test);
     curve_free(&r->chosen);

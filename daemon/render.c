@@ -347,6 +347,11 @@ fox_render_result(const fox_tcmd *c)
         cJSON_AddStringToObject(o, "kind", c->fault_kind);
         cJSON_AddNumberToObject(o, "step", c->fault_step);
         break;
+    case FOX_CMD_BACKTEST:
+        /* The record's result as it is: bars, the fold row, policy, baselines, run_dir. */
+        for (const cJSON *it = c->backtest ? c->backtest->child : NULL; it; it = it->next)
+            cJSON_AddItemToObject(o, it->string, cJSON_Duplicate(it, 1));
+        break;
     case FOX_CMD_SHUTDOWN:
         if (r->checkpoint_saved) {
             cJSON_AddStringToObject(o, "checkpoint", c->path);

@@ -510,6 +510,42 @@ apply_inject(fox_trainer *t, fox_tcmd *c)
     return FOX_OK;
 }
 
+/*
+ * A backtest on an engine of its own (the training engine and its fold stay
+ * as they are): the daemon's configuration with the command's data, the
+ * checkpoint's policy over the bars, the record under <state>/runs.
+ */
+static int
+apply_backtest(fox_trainer *t, fox_tcmd *c)
+{
+    fox_config cfg = t->cfg;
+    fox_dconf d = t->d;
+    fox_engine *e = NULL;
+    fox_record *rec = NULL;
+    char root[FOX_PATH_MAX + 8];
+    int rv;
+    if (c->data[0] && (rv = fox_config_set(&cfg, "data.source", c->data, c->message,
+                                           sizeof c->message)) != FOX_OK)
+        return c->status = rv;
+    if ((rv = make_engine(t, &cfg, &e, c->message, sizeof c->message)) != FOX_OK)
+        return c->status = rv;
+    d.run_dir[0] = 0;
+    snprintf(d.run_name, sizeof d.run_name, "backtest");
+    snprintf(root, sizeof root, "%s/runs", t->d.state_dir);
+    if ((rv = fox_engine_load_policy(e, c->path, c->bars_from ? c->bars_from : -1, c->bars_to)) !=
+        FOX_OK)
+        refuse(c, rv, "%s", fox_engine_errmsg(e));
+    else if ((rv = fox_record_open(&rec, &d, root, &cfg, c->message, sizeof c->message)) != FOX_OK)
+        c->status = rv;
+    else if (fox_record_attach(rec, e), (rv = fox_record_backtest(rec, e, &c->backtest)) != FOX_OK)
+        refuse(c, rv, "%s", fox_engine_errmsg(e));
+    if (rec)
+        fox_log(FOX_LOG_INFO, "backtest of %s: run directory %s", c->path, fox_record_dir(rec));
+    fox_record_close(rec, rv == FOX_OK ? e : NULL, NULL);
+    fox_engine_destroy(e);
+    return rv;
+}
+
 /* Apply one command; LONG ones may keep working after completing c. */
 static void
 apply(fox_trainer *t, fox_tcmd *c)
@@ -602,6 +638,15 @@ apply(fox_trainer *t, fox_tcmd *c)
         break;
     case FOX_CMD_INJECT_FAULT:
         apply_inject(t, c);
+        break;
+    case FOX_CMD_BACKTEST:
+        if (t->state == FOX_TSTATE_TRAINING) {
+            refuse(c, FOX_ESTATE, "backtest is not allowed while training: pause first");
+            break;
+        }
+        set_phase(t, "backtest");
+        apply_backtest(t, c);
+        set_phase(t, NULL);
         break;
     case FOX_CMD_SHUTDOWN: {
         char msg[1024] = "";

@@ -116,6 +116,9 @@ typedef struct fox_tcmd {
     char fault_kind[8];
     int fault_step;
     cJSON *values; /* config_set: owned */
+    char data[FOX_PATH_MAX]; /* backtest: the bars ("" = the config's data) */
+    int bars_from, bars_to;  /* backtest: 0 = the first / last bar with features */
+    cJSON *backtest;         /* backtest: its result (owned) */
 
     /* filled by the trainer */
     int status;         /* FOX_OK or FOX_E* */

@@ -53,6 +53,29 @@ grep -q 'layout fingerprint [0-9a-f]*, this engine has [0-9a-f]*' "$dir/bt2.err"
     { cat "$dir/bt2.err"; fail "the refusal names no fingerprints"; }
 ok "backtest, and the refusal of another layout"
 
+# The daemon's backtest command: the same figures as the private foxd's, bit for bit.
+mkdir -p "$dir/state"
+cp "$run/fold0-chosen.ckpt" "$dir/state/chosen.ckpt"
+url="ipc://$dir/foxd.sock"
+# shellcheck disable=SC2086
+foxd_start --url "$url" -- --listen "$url" --pub "ipc://$dir/ev.sock" \
+    --set "daemon.state_dir=$dir/state" --set "daemon.runtime_dir=$dir" \
+    --set daemon.probe_ms=0 --set daemon.metrics_interval_ms=0 $small
+"$FOXCTL" --url "$url" --timeout 60000 backtest --daemon --checkpoint chosen.ckpt \
+    >"$dir/dbt.out" 2>"$dir/dbt.err" || { cat "$dir/dbt.err"; fail "backtest --daemon"; }
+diff <(grep -v '^backtest over' "$dir/bt.out") "$dir/dbt.out" >/dev/null ||
+    { diff <(grep -v '^backtest over' "$dir/bt.out") "$dir/dbt.out"; fail "daemon and private foxd differ"; }
+dbt=$(sed -n 's/^run directory //p' "$dir/dbt.err")
+case $dbt in "$dir/state/runs/"*-backtest) ;; *) fail "daemon backtest directory '$dbt'" ;; esac
+[ -s "$dbt/backtest.json" ] || fail "the daemon's backtest keeps no backtest.json"
+"$FOXCTL" --url "$url" raw backtest '{"checkpoint":"/etc/passwd"}' >"$dir/perm" 2>&1 &&
+    fail "a checkpoint outside the state directory was read"
+grep -q EPERM "$dir/perm" || fail "outside the state directory: $(cat "$dir/perm")"
+"$FOXCTL" --url "$url" shutdown --no-checkpoint >/dev/null 2>&1
+wait "$pid"
+pid=
+ok "the daemon's backtest command"
+
 if command -v gnuplot >/dev/null 2>&1; then
     rm -f "$run"/*.png "$run"/*.svg
     "$FOXCTL" plot "$run" 2>/dev/null || fail "plot"
