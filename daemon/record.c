@@ -307,6 +307,16 @@ save_checkpoint(fox_record *r, fox_engine *e, const char *name)
         write_failed(r, fox_engine_errmsg(e));
 }
 
+/* An epoch or fold report as metrics.jsonl's line. */
+static void
+metrics_line(fox_record *r, const fox_tevent *ev, int64_t op_id)
+{
+    char *s = fox_render_metrics_line(ev, op_id, fox_wall_ms());
+    if (s)
+        append(r, "metrics.jsonl", NULL, s);
+    free(s);
+}
+
 void
 fox_record_epoch(fox_record *r, fox_engine *e, const fox_epoch_report *rep, int64_t op_id)
 {
@@ -315,10 +325,7 @@ fox_record_epoch(fox_record *r, fox_engine *e, const fox_epoch_report *rep, int6
         return;
     fox_tevent ev = {.type = FOX_TEVENT_EPOCH_END};
     ev.u.epoch_end.report = rep;
-    char *s = fox_render_metrics_line(&ev, op_id, fox_wall_ms());
-    if (s)
-        append(r, "metrics.jsonl", NULL, s);
-    free(s);
+    metrics_line(r, &ev, op_id);
     const fox_step_stats *l = &rep->last;
     snprintf(line, sizeof line, "%d,%d,%lld,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g",
              rep->fold, rep->epoch, (long long)l->step, (double)l->loss, rep->mean_loss,
@@ -404,10 +411,7 @@ fox_record_fold(fox_record *r, fox_engine *e, const fox_fold_report *rep, int64_
         return;
     fox_tevent ev = {.type = FOX_TEVENT_FOLD_END};
     ev.u.fold_end.report = rep;
-    char *s = fox_render_metrics_line(&ev, op_id, fox_wall_ms());
-    if (s)
-        append(r, "metrics.jsonl", NULL, s);
-    free(s);
+    metrics_line(r, &ev, op_id);
     cJSON_AddItemToArray(r->folds, fox_render_fold(rep));
     snprintf(name, sizeof name, "fold%d-last.ckpt", rep->fold);
     save_checkpoint(r, e, name);
