@@ -23,6 +23,7 @@
 
 #include "client/commands.h"
 #include "client/print.h"
+#include "client/records.h"
 #include "client/run.h"
 #include "client/sweep.h"
 
@@ -55,6 +56,12 @@ usage(FILE *out)
         "  isv-list | sentinels            the slot tables\n"
         "  flags [--clear]                 sentinel flags that fired\n"
         "  checkpoint save|load [PATH]     inside foxd's state directory\n"
+        "  checkpoint list DIR             checkpoints of a run or state directory\n"
+        "  plot RUN_DIR                    draw a run directory's pictures again\n"
+        "  backtest --checkpoint FILE [--data CSV] [--bars FROM:TO] [--out DIR]\n"
+        "                                  apply a saved policy to bars (private foxd)\n"
+        "  backtest --daemon --checkpoint FILE [--data CSV] [--bars FROM:TO]\n"
+        "                                  the same on the running foxd (its state dir)\n"
         "  config get [KEY]... | config set KEY=VALUE...\n"
         "  metrics                         counters and recent epochs\n"
         "  watch [--count N] [--until EVENT]  follow the event socket\n"
@@ -101,6 +108,8 @@ static const struct {
     {"shutdown", foxctl_cmd_shutdown},
     {"raw", foxctl_cmd_raw},
     {"sweep", foxctl_cmd_sweep},
+    {"plot", foxctl_cmd_plot},
+    {"backtest", foxctl_cmd_backtest},
 };
 
 int

@@ -1,7 +1,9 @@
 /*
  * once.c — `foxd --once`: create the engine, load the data, walk the
  * configured folds, print one progress line per epoch to stderr and the
- * per-fold table to stdout. No sockets, no threads, no state directory.
+ * per-fold table to stdout, and keep the run's record in a run directory
+ * (record.h; ./runs/<UTC time> unless run.dir says otherwise). No sockets,
+ * no threads, no state directory.
  *
  * SIGINT/SIGTERM stop the walk at the next chunk; the folds finished so far
  * are still printed and the exit status says it was interrupted.
@@ -13,6 +15,7 @@
 #include "daemon/foxd.h"
 #include "proto/proto.h"
 #include "proto/table.h"
+#include "daemon/record.h"
 #include "daemon/render.h"
 #include "daemon/walk.h"
 
@@ -28,16 +31,29 @@ on_signal(int sig)
 typedef struct once_state {
     int epochs;
     cJSON *folds; /* fold objects, for the table */
+    fox_engine *engine;
+    fox_record *record;
 } once_state;
+
+static void
+once_chunk(void *arg, const fox_step_stats *st)
+{
+    once_state *s = arg;
+    fox_record_chunk(s->record, s->engine, st);
+}
 
 static void
 once_epoch_end(void *arg, const fox_epoch_report *r)
 {
     once_state *s = arg;
-    fprintf(stderr,
-            "fold %d epoch %d/%d: loss %.4g  val Sharpe %.3f  test Sharpe %.3f  %.0f steps/s\n",
-            r->fold, r->epoch + 1, s->epochs, r->mean_loss, r->val.sharpe, r->test.sharpe,
-            r->steps_per_sec);
+    char line[256];
+    snprintf(line, sizeof line,
+             "fold %d epoch %d/%d: loss %.4g  val Sharpe %.3f  test Sharpe %.3f  %.0f steps/s",
+             r->fold, r->epoch + 1, s->epochs, r->mean_loss, r->val.sharpe, r->test.sharpe,
+             r->steps_per_sec);
+    fprintf(stderr, "%s\n", line);
+    fox_record_note(s->record, "%s", line);
+    fox_record_epoch(s->record, s->engine, r, 0);
 }
 
 static void
@@ -47,6 +63,7 @@ once_fold_end(void *arg, const fox_fold_report *r)
     cJSON *fold = fox_render_fold(r);
     cJSON_AddItemToArray(s->folds, fold);
     fox_table_flagged(stderr, fold);
+    fox_record_fold(s->record, s->engine, r, 0);
 }
 
 static void
@@ -66,7 +83,8 @@ fox_once_main(const fox_config *cfg, const fox_dconf *d, int json)
     fox_engine *e = NULL;
     fox_engine_info info;
     once_state st = {.epochs = cfg->epochs, .folds = cJSON_CreateArray()};
-    fox_walk_sink sink = {.epoch_end = once_epoch_end, .fold_end = once_fold_end, .arg = &st};
+    fox_walk_sink sink = {
+        .chunk_done = once_chunk, .epoch_end = once_epoch_end, .fold_end = once_fold_end, .arg = &st};
     fox_walk w;
     int rv, code = FOX_EXIT_OK;
 
@@ -94,7 +112,18 @@ fox_once_main(const fox_config *cfg, const fox_dconf *d, int json)
         code = FOX_EXIT_ERROR;
         goto out;
     }
+    if ((rv = fox_record_open(&st.record, d, "runs", cfg, err, sizeof err)) != FOX_OK) {
+        fprintf(stderr, "foxd: %s\n", err);
+        code = FOX_EXIT_ERROR;
+        goto out;
+    }
+    st.engine = e;
+    fox_record_attach(st.record, e);
+    fprintf(stderr, "foxd: run directory %s\n", fox_record_dir(st.record));
     fox_engine_get_info(e, &info);
+    fox_record_note(st.record, "foxd: %s backend, %zu parameters, %d envs, batch %d, %d bars from %s",
+                    info.backend, info.n_params, info.n_envs, info.batch, info.n_bars,
+                    cfg->data);
     fold_list(folds, sizeof folds, cfg->folds_mask);
     fprintf(stderr,
             "foxd: %s backend, %zu parameters, %d envs, batch %d, %d bars; folds %s x %d epochs "
@@ -103,9 +132,11 @@ fox_once_main(const fox_config *cfg, const fox_dconf *d, int json)
             info.backend, info.n_params, info.n_envs, info.batch, info.n_bars, folds, cfg->epochs,
             cfg->steps_per_epoch, info.bars_per_year, info.bars_per_year_from);
 
+    /* Chunks no longer than the ISV record's spacing, so that isv.csv gets its rows. */
+    int chunk = d->chunk_steps < d->run_isv_steps ? d->chunk_steps : d->run_isv_steps;
     fox_walk_init(&w, cfg->folds_mask, cfg->epochs, cfg->steps_per_epoch);
     while (!w.done && !interrupted) {
-        if ((rv = fox_walk_advance(&w, e, d->chunk_steps, &sink)) == FOX_OK)
+        if ((rv = fox_walk_advance(&w, e, chunk, &sink)) == FOX_OK)
             continue;
         if (rv == FOX_EHALT) {
             fprintf(stderr, "foxd: fold %d halted: %s\n", w.fold, fox_engine_errmsg(e));
@@ -123,8 +154,9 @@ fox_once_main(const fox_config *cfg, const fox_dconf *d, int json)
     }
     /* A fold cut short still has its finished epochs to report. */
     fox_fold_report part;
-    if (code != FOX_EXIT_OK && w.fold >= 0 && fox_engine_fold_report(e, &part) == FOX_OK &&
-        part.epochs_done > 0) {
+    int cut_short = code != FOX_EXIT_OK && w.fold >= 0 &&
+                    fox_engine_fold_report(e, &part) == FOX_OK && part.epochs_done > 0;
+    if (cut_short) {
         fprintf(stderr, "foxd: fold %d stopped after %d of %d epochs (its row shows those)\n",
                 w.fold, part.epochs_done, cfg->epochs);
         cJSON_AddItemToArray(st.folds, fox_render_fold(&part));
@@ -142,6 +174,8 @@ fox_once_main(const fox_config *cfg, const fox_dconf *d, int json)
         fox_table_folds(stdout, st.folds);
         fflush(stdout);
     }
+    fprintf(stderr, "foxd: run directory %s\n", fox_record_dir(st.record));
+    fox_record_close(st.record, e, cut_short ? &part : NULL);
 out:
     fox_engine_destroy(e);
     cJSON_Delete(st.folds);

@@ -360,6 +360,7 @@ fox_render_result(const fox_tcmd *c)
         cJSON_AddItemToObject(o, "folds", fox_render_mask(r->folds_mask));
         cJSON_AddNumberToObject(o, "epochs", r->epochs);
         cJSON_AddNumberToObject(o, "steps_per_epoch", r->steps_per_epoch);
+        cJSON_AddStringToObject(o, "run_dir", r->run_dir);
         break;
     case FOX_CMD_NAN_FLAGS:
         cJSON_AddItemToObject(o, "cleared", fox_render_slots(r->cleared));
@@ -380,6 +381,11 @@ fox_render_result(const fox_tcmd *c)
         cJSON_AddStringToObject(o, "buffer", c->fault_buffer);
         cJSON_AddStringToObject(o, "kind", c->fault_kind);
         cJSON_AddNumberToObject(o, "step", c->fault_step);
+        break;
+    case FOX_CMD_BACKTEST:
+        /* The record's result as it is: bars, the fold row, policy, baselines, run_dir. */
+        for (const cJSON *it = c->backtest ? c->backtest->child : NULL; it; it = it->next)
+            cJSON_AddItemToObject(o, it->string, cJSON_Duplicate(it, 1));
         break;
     case FOX_CMD_SHUTDOWN:
         if (r->checkpoint_saved) {
@@ -429,6 +435,8 @@ op_done_json(const fox_tevent *ev)
         cJSON *folds = cJSON_AddArrayToObject(r, "folds");
         for (int i = 0; i < ev->u.op_done.n_folds; i++)
             cJSON_AddItemToArray(folds, fox_render_fold(&ev->u.op_done.folds[i]));
+        if (ev->u.op_done.run_dir)
+            cJSON_AddStringToObject(r, "run_dir", ev->u.op_done.run_dir);
     }
     return d;
 }

@@ -84,6 +84,9 @@ int fox_features_compute(fox_features *f, const fox_series *s, int state_dim);
 /* Fit mean/std on bars [begin, end) only and fill norm for every bar. */
 void fox_features_normalize(fox_features *f, int begin, int end);
 
+/* Fill norm for every bar from the mean/std in f (fitted, or restored with a saved policy). */
+void fox_features_apply_norm(fox_features *f);
+
 void fox_features_fini(fox_features *f);
 
 /*

@@ -235,7 +235,29 @@ fox_engine_begin_fold(fox_engine *e, int fold)
     e->epoch_step0 = 0;
     e->epoch_loss_sum = 0.0;
     e->epoch_loss_n = 0;
+    memset(&e->last, 0, sizeof e->last);
     return FOX_OK;
+}
+
+/*
+ * Keep what the epoch report shows of the last step: exploration and
+ * counters of the chunk just run, and the losses of the last chunk that
+ * trained (a chunk still filling the replay ring trains nothing and reports
+ * a loss of 0).
+ */
+static void
+keep_last_stats(fox_engine *e, const fox_step_stats *st)
+{
+    e->last.step = st->step;
+    e->last.env_steps = st->env_steps;
+    e->last.epsilon = st->epsilon;
+    if (st->loss != 0.0f) {
+        e->last.loss = st->loss;
+        e->last.loss_c51 = st->loss_c51;
+        e->last.loss_iqn = st->loss_iqn;
+        e->last.loss_aux = st->loss_aux;
+        e->last.grad_norm = st->grad_norm;
+    }
 }
 
 int
@@ -249,6 +271,8 @@ fox_engine_run_steps(fox_engine *e, int n, fox_step_stats *stats)
     int rv = check_not_halted(e, "run_steps");
     if (rv != FOX_OK)
         return rv;
+    /* A backend fills only what its chunk computed: a chunk that trained nothing leaves 0s. */
+    memset(stats, 0, sizeof *stats);
     rv = e->ops->run_steps(e->be, n, stats);
     if (rv == FOX_EHALT) {
         /* The backend stopped inside the chunk; stats->step is where (the fold's step count). */
@@ -265,6 +289,7 @@ fox_engine_run_steps(fox_engine *e, int n, fox_step_stats *stats)
         e->epoch_loss_sum += stats->loss;
         e->epoch_loss_n++;
     }
+    keep_last_stats(e, stats);
     e->rep.final_loss = stats->loss;
     return FOX_OK;
 }
@@ -337,6 +362,7 @@ fox_engine_end_epoch(fox_engine *e, fox_epoch_report *rep)
     double dt = monotonic_seconds() - e->epoch_t0;
     rep->fold = e->fold;
     rep->epoch = e->rep.epochs_done;
+    rep->last = e->last;
     rep->last.step = c.step;
     rep->last.env_steps = c.env_steps;
     rep->mean_loss = e->epoch_loss_n ? e->epoch_loss_sum / (double)e->epoch_loss_n : 0.0;
@@ -393,6 +419,10 @@ fox_engine_get_info(const fox_engine *e, fox_engine_info *out)
     out->epoch = e->rep.epochs_done;
     out->total_steps = e->total_steps;
     out->fingerprint = e->fingerprint;
+    out->val_begin = e->seg.val_begin;
+    out->val_end = e->seg.val_end;
+    out->test_begin = e->seg.test_begin;
+    out->test_end = e->seg.test_end;
     if (e->be) {
         fox_train_counters c;
         e->ops->state_io(e->be, 0, NULL, NULL, NULL, NULL, &c);
@@ -457,4 +487,11 @@ fox_engine_get_params(fox_engine *e, float *out, size_t n)
         return fox__engine_fail(e, FOX_EINVAL, "buffer of %zu floats, %zu needed", n,
                                 e->lay.n_params);
     return e->ops->state_io(e->be, 0, out, NULL, NULL, NULL, NULL);
+}
+
+void
+fox_engine_set_eval_hook(fox_engine *e, fox_eval_bar_fn fn, void *arg)
+{
+    e->bar_hook = fn;
+    e->bar_arg = arg;
 }

@@ -74,6 +74,15 @@ typedef struct fox_eval_result {
     double sharpe_se; /* standard error of sharpe, Mertens' form for non-normal returns */
 } fox_eval_result;
 
+/*
+ * Called by every evaluation pass after each bar it steps over: the split,
+ * the policy, the bar t + 1 at which the step's return is realized, and the
+ * pass's cumulative net log return up to it. For equity curves; the hook
+ * must not call back into the engine.
+ */
+typedef void (*fox_eval_bar_fn)(void *arg, fox_split split, fox_policy policy, int bar,
+                                double cum_net);
+
 typedef struct fox_epoch_report {
     int fold, epoch;
     fox_step_stats last; /* stats of the epoch's last train step */
@@ -123,6 +132,8 @@ typedef struct fox_engine_info {
     int64_t step;         /* train steps in the fold */
     int64_t total_steps;  /* train steps since creation */
     uint64_t fingerprint; /* layout fingerprint (ISV slots 115–116) */
+    int val_begin, val_end;   /* the current fold's validation bars [begin, end) */
+    int test_begin, test_end; /* and its test bars (a backtest: the bars it walks) */
 } fox_engine_info;
 
 /*
@@ -200,6 +211,9 @@ int fox_engine_evaluate(fox_engine *e, fox_split split, fox_policy policy, fox_e
 int fox_engine_evaluate_splits(fox_engine *e, const fox_split *splits, int n_splits,
                                fox_policy policy, fox_eval_result *out);
 
+/* Install (fn NULL: remove) the per-bar hook of every later evaluation pass. */
+void fox_engine_set_eval_hook(fox_engine *e, fox_eval_bar_fn fn, void *arg);
+
 /*
  * Close an epoch: evaluate the greedy policy on validation and test, update
  * the fold's best epoch (chosen on validation) and fill *rep.
@@ -243,5 +257,16 @@ size_t fox_engine_param_count(const fox_engine *e);
  */
 int fox_engine_checkpoint_save(fox_engine *e, const char *path);
 int fox_engine_checkpoint_load(fox_engine *e, const char *path);
+
+/*
+ * Backtest: take the policy of a checkpoint (its weights and the feature
+ * normalization of the fold it was trained on; format 2 or later) and make
+ * bars [begin, end) of the loaded series (begin < 0: the first bar with
+ * features; end ≤ 0: the last) the segment that evaluate() walks, as both
+ * validation and test. A checkpoint of another layout is refused naming
+ * both fingerprints, as by checkpoint_load. The fold report then holds the
+ * checkpoint's fold and epoch and nothing else.
+ */
+int fox_engine_load_policy(fox_engine *e, const char *path, int begin, int end);
 
 #endif

@@ -37,6 +37,9 @@ struct fox_engine {
     /* Epoch selection: the last select_window validation Sharpes (a ring) and the test sum. */
     double sel_val[FOX_SELECT_WINDOW_MAX];
     double test_sharpe_sum;
+    fox_step_stats last;    /* the epoch report's `last`: losses of the last chunk that trained */
+    fox_eval_bar_fn bar_hook; /* fox_engine_set_eval_hook: per-bar equity of evaluations */
+    void *bar_arg;
     char err[512];
 };
 

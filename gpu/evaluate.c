@@ -242,6 +242,8 @@ evaluate_k(fox_engine *e, const fox_split *splits, int n_splits, fox_policy poli
             else
                 rule_action(e, policy, trend_k, wk, a);
             walk_step(wk, &p, &bars, a);
+            if (e->bar_hook)
+                e->bar_hook(e->bar_arg, splits[live[i]], policy, wk->t, wk->cum);
         }
     }
     for (int k = 0; k < n_splits; k++)

@@ -200,6 +200,12 @@ static const arg_spec args_inject[] = {
     {"step", A_INT, 0, 0, 1000000000, OFF(fault_step)},
     END};
 static const arg_spec args_shutdown[] = {{"checkpoint", A_BOOL, 0, 0, 0, OFF(checkpoint)}, END};
+static const arg_spec args_backtest[] = {
+    {"checkpoint", A_STR, 1, 0, FOX_PROTO_PATH_MAX, OFF(path)},
+    {"data", A_STR, 0, 0, FOX_PROTO_PATH_MAX, OFF(data)},
+    {"bars_from", A_INT, 0, 0, 1 << 30, OFF(bars_from)},
+    {"bars_to", A_INT, 0, 0, 1 << 30, OFF(bars_to)},
+    END};
 
 static const arg_spec *const cmd_args[FOX_CMD_COUNT] = {
     [FOX_CMD_VERSION] = args_none,
@@ -221,6 +227,7 @@ static const arg_spec *const cmd_args[FOX_CMD_COUNT] = {
     [FOX_CMD_METRICS] = args_none,
     [FOX_CMD_INJECT_FAULT] = args_inject,
     [FOX_CMD_SHUTDOWN] = args_shutdown,
+    [FOX_CMD_BACKTEST] = args_backtest,
 };
 
 /* A string holding a name: non-empty, at most FOX_PROTO_NAME_MAX bytes. */

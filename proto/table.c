@@ -260,3 +260,24 @@ fox_table_flagged(FILE *out, const cJSON *fold)
     }
     fprintf(out, "%s\n", n ? "" : " none");
 }
+
+/* A backtest's result: the policy's evaluation and the baselines', as a fold's block shows them. */
+void
+fox_table_backtest(FILE *out, const cJSON *result)
+{
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(result, "baselines");
+    header(out, "");
+    for (int i = 0; i < N_ROWS; i++) {
+        const cJSON *obj = rows[i].baseline ? cJSON_GetObjectItemCaseSensitive(b, rows[i].baseline)
+                                            : cJSON_GetObjectItemCaseSensitive(result, "policy");
+        if (!cJSON_IsObject(obj))
+            continue;
+        double fig[N_FIGS];
+        for (int k = 0; k < N_FIGS; k++)
+            fig[k] = num(obj, baseline_keys[k]);
+        figures_line(out, rows[i].label, fig);
+    }
+    fputs("note: Sharpe net of costs and gross, annualized by sqrt(P); max DD as a percentage of\n"
+          "      equity; turnover is the mean |change of position| per bar.\n",
+          out);
+}

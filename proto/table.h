@@ -25,4 +25,11 @@ void fox_table_folds(FILE *out, const cJSON *folds);
  */
 void fox_table_flagged(FILE *out, const cJSON *fold);
 
+/*
+ * A backtest's comparison: the policy's test figures against each baseline
+ * of result's "baselines" object ({"buy_and_hold": {"sharpe", ...}, ...}),
+ * as the result of the backtest command carries them.
+ */
+void fox_table_backtest(FILE *out, const cJSON *result);
+
 #endif

@@ -436,6 +436,33 @@ START_TEST(test_inject_and_shutdown)
 }
 END_TEST
 
+START_TEST(test_backtest_args)
+{
+    fox_request req;
+    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"backtest\",\"args\":{"
+                                   "\"checkpoint\":\"runs/a/fold0-chosen.ckpt\",\"data\":"
+                                   "\"/data/new.csv\",\"bars_from\":100,\"bars_to\":900}}"),
+                       FOX_OK);
+    ck_assert_int_eq(req.cmd, FOX_CMD_BACKTEST);
+    ck_assert_int_eq(fox_cmd_kind_of(FOX_CMD_BACKTEST), FOX_KIND_QUICK);
+    ck_assert_str_eq(req.path, "runs/a/fold0-chosen.ckpt");
+    ck_assert_str_eq(req.data, "/data/new.csv");
+    ck_assert_int_eq(req.bars_from, 100);
+    ck_assert_int_eq(req.bars_to, 900);
+    fox_request_fini(&req);
+    static const char *const bad[] = {
+        "{}", "{\"data\":\"x.csv\"}", "{\"checkpoint\":\"\"}", "{\"checkpoint\":3}",
+        "{\"checkpoint\":\"a\",\"bars_from\":-1}", "{\"checkpoint\":\"a\",\"bars_to\":1.5}",
+        "{\"checkpoint\":\"a\",\"bars\":[1,2]}"};
+    char msg[256];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(msg, sizeof msg, "{\"v\":1,\"id\":1,\"cmd\":\"backtest\",\"args\":%s}", bad[i]);
+        int rv = status_of(msg);
+        ck_assert_msg(rv == FOX_EINVAL, "%s: got %s", bad[i], fox_err_name(rv));
+    }
+}
+END_TEST
+
 START_TEST(test_command_table)
 {
     /* Every command has a name that looks itself up, and a kind. */
@@ -691,6 +718,7 @@ proto_suite(void)
     tcase_add_test(tc, test_config);
     tcase_add_test(tc, test_inject_and_shutdown);
     tcase_add_test(tc, test_command_table);
+    tcase_add_test(tc, test_backtest_args);
     suite_add_tcase(s, tc);
     tc = tcase_create("replies");
     tcase_add_test(tc, test_codes);
