@@ -20,6 +20,7 @@
 #include "gpu/cpu/net.h"
 #include "gpu/cpu/optim.h"
 #include "gpu/cpu/replay.h"
+#include "gpu/per.h"
 #include "common/error.h"
 #include "gpu/model.h"
 #include "gpu/rng.h"
@@ -1338,6 +1339,55 @@ START_TEST(test_replay_update_skips_pushed_over)
 }
 END_TEST
 
+/*
+ * The update in batch order: of a slot drawn twice the last entry stays, a
+ * non-finite priority takes the max as it stands at its entry (raised by an
+ * earlier one), and every inner node is exactly the sum of its children
+ * (gpu/per.h), whatever the order of pushes and updates.
+ */
+START_TEST(test_replay_update_batch_order)
+{
+    fox_replay rb;
+    FOX_CK_OK(fox_replay_init(&rb, 10, 1, 0.5f));
+    fox_transition t;
+    memset(&t, 0, sizeof t);
+    for (int k = 0; k < 10; k++)
+        fox_replay_push(&rb, &t);
+    const int32_t idx[5] = {3, 4, 3, 6, 8};
+    const float prio[5] = {9.0f, 16.0f, 4.0f, NAN, 1.0f};
+    fox_replay_update(&rb, idx, prio, 5, rb.pushes);
+    float p16 = 16.0f + FOX_PER_PRIORITY_EPS;
+    ck_assert(rb.tree[rb.leaves + 3] == fox_per_leaf(4.0f + FOX_PER_PRIORITY_EPS, 0.5f));
+    ck_assert(rb.tree[rb.leaves + 6] == fox_per_leaf(p16, 0.5f));
+    ck_assert(rb.max_priority == p16);
+    for (int round = 0; round < 50; round++) {
+        int32_t j[3] = {round % 10, (round * 7) % 10, (round * 3 + 1) % 10};
+        float q[3] = {0.1f * round, 1.0f / (1 + round), 3.3f};
+        fox_replay_update(&rb, j, q, 3, rb.pushes);
+        fox_replay_push(&rb, &t);
+    }
+    for (int node = 1; node < rb.leaves; node++)
+        ck_assert(rb.tree[node] == rb.tree[2 * node] + rb.tree[2 * node + 1]);
+    for (int i = 10; i < rb.leaves; i++)
+        ck_assert(rb.tree[rb.leaves + i] == 0.0);
+    /* The draw from given uniforms: slot i holds mass [prefix_i, prefix_i + leaf_i). */
+    int32_t out[4];
+    float w[4];
+    const float u[4] = {0.0f, 0.5f, 0.25f, 0.999f};
+    fox_replay_sample_at(&rb, 4, 0.4f, u, out, w);
+    double slice = rb.tree[1] / 4.0, prefix = 0.0;
+    for (int b = 0; b < 4; b++) {
+        double m = ((double)b + u[b]) * slice;
+        prefix = 0.0;
+        for (int i = 0; i < out[b]; i++)
+            prefix += rb.tree[rb.leaves + i];
+        ck_assert(m >= prefix - 1e-12 && m < prefix + rb.tree[rb.leaves + out[b]] + 1e-12);
+        ck_assert(w[b] > 0.0f && w[b] <= 1.0f);
+    }
+    fox_replay_fini(&rb);
+}
+END_TEST
+
 static Suite *
 net_suite(void)
 {
@@ -1374,6 +1424,7 @@ net_suite(void)
 
     tc = tcase_create("replay");
     tcase_add_test(tc, test_replay_update_skips_pushed_over);
+    tcase_add_test(tc, test_replay_update_batch_order);
     suite_add_tcase(su, tc);
     return su;
 }
