@@ -1193,9 +1193,12 @@ END_TEST
 
 #define PER_CAP 1000 /* not a power of two: the tree's padding leaves stay 0 */
 
-/* A CUDA backend with prioritized replay over the fixture's data; its tree starts empty. */
+/*
+ * A CUDA backend with prioritized replay over the fixture's data, its tree empty, and a CPU
+ * ring rb of the same capacity and α after `pushes` pushes (on the CPU only).
+ */
 static fox_backend *
-per_backend(fox_config *c)
+per_pair(fox_config *c, fox_replay *rb, int pushes)
 {
     char err[512];
     *c = cfg;
@@ -1205,6 +1208,11 @@ per_backend(fox_config *c)
     fox_backend_env env = {c, &lay, &series, &feat, &fold};
     int rv = fox_cuda_backend_ops.create(&be, &env, err, sizeof err);
     ck_assert_msg(rv == FOX_OK, "create prioritized: %s", err);
+    FOX_CK_OK(fox_replay_init(rb, PER_CAP, 1, c->per_alpha));
+    fox_transition t;
+    memset(&t, 0, sizeof t);
+    for (int k = 0; k < pushes; k++)
+        fox_replay_push(rb, &t);
     return be;
 }
 
@@ -1238,13 +1246,10 @@ per_assert_same(fox_backend *be, const fox_replay *rb, const char *what)
 START_TEST(per_push_update_bitwise)
 {
     fox_config c;
-    fox_backend *be = per_backend(&c);
     fox_replay rb;
-    FOX_CK_OK(fox_replay_init(&rb, PER_CAP, 1, c.per_alpha));
+    fox_backend *be = per_pair(&c, &rb, 700);
     fox_transition t;
     memset(&t, 0, sizeof t);
-    for (int k = 0; k < 700; k++)
-        fox_replay_push(&rb, &t);
     FOX_CK_OK(fox_cuda_debug_per_push(be, 700));
     per_assert_same(be, &rb, "700 pushes");
 
@@ -1291,13 +1296,8 @@ END_TEST
 START_TEST(per_sample_same_uniforms)
 {
     fox_config c;
-    fox_backend *be = per_backend(&c);
     fox_replay rb;
-    FOX_CK_OK(fox_replay_init(&rb, PER_CAP, 1, c.per_alpha));
-    fox_transition t;
-    memset(&t, 0, sizeof t);
-    for (int k = 0; k < 900; k++)
-        fox_replay_push(&rb, &t);
+    fox_backend *be = per_pair(&c, &rb, 900);
     fox_rng rng;
     fox_rng_seed(&rng, 2202);
     int32_t idx[BATCH], didx[BATCH];

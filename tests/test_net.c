@@ -1297,6 +1297,17 @@ leaf(const fox_replay *rb, int i)
     return rb->tree[rb->leaves + i];
 }
 
+/* A prioritized ring of capacity and alpha after n pushes of an empty transition. */
+static void
+filled_ring(fox_replay *rb, int capacity, float alpha, int n)
+{
+    FOX_CK_OK(fox_replay_init(rb, capacity, 1, alpha));
+    fox_transition t;
+    memset(&t, 0, sizeof t);
+    for (int k = 0; k < n; k++)
+        fox_replay_push(rb, &t);
+}
+
 /*
  * Priorities drawn before a collection's pushes reach only the slots those
  * pushes left alone (a full step gathers its batch before it collects): a
@@ -1305,11 +1316,9 @@ leaf(const fox_replay *rb, int i)
 START_TEST(test_replay_update_skips_pushed_over)
 {
     fox_replay rb;
-    FOX_CK_OK(fox_replay_init(&rb, 8, 1, 1.0f));
+    filled_ring(&rb, 8, 1.0f, 6);
     fox_transition t;
     memset(&t, 0, sizeof t);
-    for (int k = 0; k < 6; k++)
-        fox_replay_push(&rb, &t);
     uint64_t drawn = rb.pushes;
     for (int k = 0; k < 4; k++) /* slots 6, 7, 0, 1 */
         fox_replay_push(&rb, &t);
@@ -1348,11 +1357,9 @@ END_TEST
 START_TEST(test_replay_update_batch_order)
 {
     fox_replay rb;
-    FOX_CK_OK(fox_replay_init(&rb, 10, 1, 0.5f));
+    filled_ring(&rb, 10, 0.5f, 10);
     fox_transition t;
     memset(&t, 0, sizeof t);
-    for (int k = 0; k < 10; k++)
-        fox_replay_push(&rb, &t);
     const int32_t idx[5] = {3, 4, 3, 6, 8};
     const float prio[5] = {9.0f, 16.0f, 4.0f, NAN, 1.0f};
     fox_replay_update(&rb, idx, prio, 5, rb.pushes);
