@@ -17,9 +17,8 @@
  * kernels may only ever write 1 into the mapped buffer; the host clears it.
  *
  * Not here: the math (net.c, *.cu), the engine's folds and evaluation, the
- * debug entry points (debug.c, a library only tests link). Prioritized
- * replay is not implemented on this backend yet: create refuses it. Single
- * thread: the trainer's.
+ * debug entry points (debug.c, a library only tests link), prioritized
+ * replay's sum tree (per.cu). Single thread: the trainer's.
  */
 #include <math.h>
 #include <stddef.h>
@@ -150,6 +149,7 @@ cuda_destroy(fox_backend *be_)
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         cudaFree(bufs[k]);
     fox__cuda_net_fini(&be->net);
+    fox__cuda_per_fini(&be->per);
     cudaFreeHost(be->hctl);
     cudaFreeHost(be->isv_mem);
     cudaFreeHost(be->flags_mem);
@@ -210,7 +210,19 @@ create_device(fox_cuda_backend *be)
     FOX_TRY(fox__cuda_alloc(&be->staged, N * n * sizeof *be->staged));
     FOX_TRY(fox__cuda_alloc(&be->counts, N * sizeof *be->counts));
     FOX_TRY(fox__cuda_alloc(&be->ring, cap * sizeof *be->ring));
-    be->bytes_replay = cap * sizeof *be->ring;
+    if (be->prioritized) {
+        be->per.alpha = c->per_alpha;
+        be->per.beta = c->per_beta;
+        be->per.seed = c->seed ^ 0x9e125a3bULL;
+        FOX_TRY(fox__cuda_per_init(&be->per, c->replay_capacity, be->B));
+        /* The loss weighs every sample by its importance weight. */
+        be->net.bt.w = be->per.w;
+        FOX_TRY(fox__cuda_per_clear(be->net.st[0], &be->per));
+    }
+    be->bytes_replay = cap * sizeof *be->ring +
+                       (be->prioritized ? 2 * (size_t)be->per.leaves * sizeof(double) +
+                                              cap * sizeof(int)
+                                        : 0);
     FOX_TRY(fox__cuda_alloc(&be->isv_dev, FOX_ISV_TOTAL_DIM * sizeof(float)));
 
     size_t nb = (size_t)s->n;
@@ -263,12 +275,6 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     const fox_config *c = env->cfg;
     const fox_model_layout *lay = env->lay;
     *out = NULL;
-    if (c->prioritized) {
-        snprintf(err, errlen,
-                 "cuda backend: prioritized replay is not implemented on the GPU yet "
-                 "(train.prioritized=0, or engine.backend=cpu)");
-        return FOX_EINVAL;
-    }
     if (lay->n_branches != 4 || lay->NR > 4) {
         snprintf(err, errlen, "cuda backend: needs 4 branches and at most 4 regimes");
         return FOX_EINVAL;
@@ -309,6 +315,7 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     be->B = c->batch;
     be->S = lay->S;
     be->np = lay->n_params;
+    be->prioritized = c->prioritized;
     int rv = create_device(be);
     if (rv != FOX_OK) {
         snprintf(err, errlen, "cuda backend: %s", rv == FOX_ECUDA ? last_err : fox_strerror(rv));
@@ -347,6 +354,7 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     cc->eps_end = c->eps_end;
     cc->eps_decay_steps = c->eps_decay_steps;
     cc->seed = c->seed ^ 0xc011ec7ULL;
+    cc->prioritized = be->prioritized;
     be->hp = (fox_cuda_loss_hp){powf(c->gamma, (float)c->n_step),
                                 c->iqn_lambda,
                                 c->aux_lambda,
@@ -420,6 +428,8 @@ begin_fold(fox_cuda_backend *be)
     be->hctl->ring_head = 0;
     be->hctl->ring_size = 0;
     FOX_TRY(fox__cuda_put_ctl(be));
+    if (be->prioritized)
+        FOX_TRY(fox__cuda_per_clear(s0, &be->per));
     be->ready = 0;
     FOX_TRY(fox__cuda_env_reset(s0, &be->cc, be->fold, be->envs, ++be->reset_gen));
     FOX_CUDA_TRY(cudaStreamSynchronize(s0));

@@ -171,13 +171,14 @@ typedef struct fox_cuda_collect_cfg {
     float gamma, eps_start, eps_end;
     int eps_decay_steps;
     uint64_t seed;
+    int prioritized; /* the gather takes the batch's slots drawn by per.cu */
 } fox_cuda_collect_cfg;
 
 /* The train step's batch on the device. */
 typedef struct fox_cuda_batch {
     float *s2;        /* [2B × S]: s then s′ (the online net runs on both at once) */
     int32_t *a;       /* [B × D] */
-    float *r, *done, *w, *aux;   /* [B]; w NULL in training (uniform replay) */
+    float *r, *done, *w, *aux;   /* [B]; w NULL in training with uniform replay */
     int32_t *regime;  /* [B] */
     float *tau;       /* [2 × B × NT]: online fractions then target fractions */
     int32_t *idx;     /* [B] ring slots */
