@@ -285,10 +285,9 @@ fox_engine_run_steps(fox_engine *e, int n, fox_step_stats *stats)
     if (rv != FOX_OK)
         return fox__engine_fail(e, rv, "%s",
                                 fox__be(e)->err[0] ? fox__be(e)->err : fox_strerror(rv));
-    if (stats->loss != 0.0f) {
-        e->epoch_loss_sum += stats->loss;
-        e->epoch_loss_n++;
-    }
+    /* Summed step by step, so the epoch's mean is the same whatever the chunks. */
+    e->epoch_loss_sum += stats->loss_sum;
+    e->epoch_loss_n += stats->trained;
     keep_last_stats(e, stats);
     e->rep.final_loss = stats->loss;
     return FOX_OK;

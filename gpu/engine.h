@@ -61,6 +61,8 @@ typedef struct fox_step_stats {
     float loss_c51, loss_iqn, loss_aux;
     float grad_norm; /* global norm before clipping */
     float epsilon;   /* exploration rate in use */
+    double loss_sum; /* total loss summed over the chunk's train steps, in step order */
+    int trained;     /* train steps in the chunk (0 while the replay ring fills) */
 } fox_step_stats;
 
 typedef struct fox_eval_result {

@@ -427,6 +427,9 @@ train_end(cpu_backend *be, fox_step_stats *st)
     st->loss_iqn = (float)loss.iqn;
     st->loss_aux = (float)(loss.aux_ret + loss.aux_regime);
     st->grad_norm = (float)norm;
+    /* Summed as the device sums it: each step's float loss, in double. */
+    st->loss_sum += (double)st->loss;
+    st->trained++;
     return FOX_OK;
 }
 

@@ -139,6 +139,7 @@ typedef struct fox_cuda_ctl {
     int64_t halt_step;  /* step at the halt: the rest of its chunk runs on, moving no weight */
     unsigned int done_blocks[3]; /* finished-block counters of the last-block reductions */
     float halt_loss; /* the halting step's loss, for its message (loss is the chunk's last) */
+    double loss_sum; /* the chunk's train steps' losses, summed in step order */
 } fox_cuda_ctl;
 
 typedef struct fox_cuda_fold {

@@ -191,6 +191,7 @@ chunk_begin(fox_cuda_backend *be)
     FOX_CUDA_TRY(cudaMemcpyAsync(be->isv_dev, be->isv_mem, FOX_ISV_TOTAL_DIM * sizeof(float),
                                  cudaMemcpyHostToDevice, s0));
     FOX_CUDA_TRY(cudaMemsetAsync(&be->ctl->trained, 0, sizeof be->ctl->trained, s0));
+    FOX_CUDA_TRY(cudaMemsetAsync(&be->ctl->loss_sum, 0, sizeof be->ctl->loss_sum, s0));
     return FOX_OK;
 }
 
@@ -223,6 +224,8 @@ stats_of(const fox_cuda_ctl *h, fox_step_stats *st)
         st->loss_iqn = h->loss_iqn;
         st->loss_aux = h->loss_aux;
         st->grad_norm = h->grad_norm;
+        st->loss_sum = h->loss_sum;
+        st->trained = h->trained;
     }
 }
 
