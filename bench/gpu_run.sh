@@ -233,6 +233,8 @@ final() {
         echo "$p exit $?" >> "$log"
         grep -E "^(device|parity|graphs|memory|fold|drill|stab|[0-9]+%)|exit|Failure|Error" \
             "$log" | grep -v "mean: grad" | head -40
+        # The verdict, which the excerpt above may cut: the summary line, failures, the exit.
+        grep -E "^[0-9]+%: |:[FE]:|exit [0-9]+$" "$log" | tail -12
     done
     local args="--reps 9 --chunk 100 --set train.learning_starts=4096 --batch 256 --batch 4096"
     fb_pair() {

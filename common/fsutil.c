@@ -2,6 +2,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -98,4 +100,27 @@ fox_append_line(const char *path, const char *line, char *err, size_t errlen)
     }
     close(fd);
     return rv;
+}
+
+void
+fox_find_program(const char *name, const char *env, char *buf, size_t len)
+{
+    char self[PATH_MAX];
+    const char *given = env ? getenv(env) : NULL;
+    if (given && given[0]) {
+        snprintf(buf, len, "%s", given);
+        return;
+    }
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = 0;
+        const char *dir = dirname(self);
+        const char *cands[] = {"%s/%s", "%s/../daemon/%s", "%s/../client/%s"};
+        for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++) {
+            snprintf(buf, len, cands[i], dir, name);
+            if (access(buf, X_OK) == 0)
+                return;
+        }
+    }
+    snprintf(buf, len, "%s", name);
 }

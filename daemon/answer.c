@@ -170,6 +170,7 @@ fox_answer_tcmd(const fox_dconf *d, const fox_request *req, fox_tcmd *c, char *m
     c->fold = req->fold;
     c->epochs = req->epochs;
     c->steps_per_epoch = req->steps_per_epoch;
+    c->fresh = req->fresh;
     c->clear = req->clear;
     c->checkpoint = req->checkpoint;
     c->fault_step = req->fault_step;
@@ -177,9 +178,14 @@ fox_answer_tcmd(const fox_dconf *d, const fox_request *req, fox_tcmd *c, char *m
         snprintf(c->fault_buffer, sizeof c->fault_buffer, "%s", req->fault_buffer);
     if (req->fault_kind)
         snprintf(c->fault_kind, sizeof c->fault_kind, "%s", req->fault_kind);
+    c->bars_from = req->bars_from;
+    c->bars_to = req->bars_to;
+    if (req->data && snprintf(c->data, sizeof c->data, "%s", req->data) >= (int)sizeof c->data)
+        return fox_errf(msg, len, FOX_EINVAL, "backtest: data path too long");
     if (req->values && !(c->values = cJSON_Duplicate(req->values, 1)))
         return fox_errf(msg, len, FOX_EINTERNAL, "out of memory");
     if (req->cmd == FOX_CMD_CHECKPOINT_SAVE || req->cmd == FOX_CMD_CHECKPOINT_LOAD ||
+        req->cmd == FOX_CMD_BACKTEST ||
         (req->cmd == FOX_CMD_SHUTDOWN && req->checkpoint && d->checkpoint_on_stop))
         return fox_answer_ckpt_path(d, req->path, c->path, sizeof c->path, msg, len);
     return FOX_OK;

@@ -70,6 +70,10 @@ static const dkey dkeys[] = {
     I("daemon.probe_ms", probe_ms, 0, 86400000),
     B("daemon.checkpoint_on_stop", checkpoint_on_stop),
     B("daemon.resume", resume),
+    S("run.dir", run_dir),
+    S("run.root", run_root),
+    S("run.name", run_name),
+    I("run.isv_steps", run_isv_steps, 1, 1 << 20),
 };
 #define N_DKEYS ((int)(sizeof dkeys / sizeof dkeys[0]))
 
@@ -82,10 +86,11 @@ dkey_find(const char *name)
     return NULL;
 }
 
+/* The daemon's own keys, and those of the run directory (record.h), live in fox_dconf. */
 static int
 is_daemon_key(const char *key)
 {
-    return strncmp(key, "daemon.", 7) == 0;
+    return strncmp(key, "daemon.", 7) == 0 || strncmp(key, "run.", 4) == 0;
 }
 
 void
@@ -121,6 +126,7 @@ fox_dconf_default(fox_dconf *d)
     d->probe_ms = 10000;
     d->checkpoint_on_stop = 1;
     d->resume = 1;
+    d->run_isv_steps = 16;
 }
 
 int

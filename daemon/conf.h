@@ -47,6 +47,10 @@ typedef struct fox_dconf {
     int probe_ms;                /* ipc self-probe period (endpoints.h); 0 = off */
     int checkpoint_on_stop;      /* SIGTERM/shutdown save a checkpoint */
     int resume;                  /* load state_dir/foxd.ckpt at start when it exists */
+    char run_dir[FOX_PATH_MAX];  /* run.dir: the run directory itself; "" = a fresh one per run */
+    char run_root[FOX_PATH_MAX]; /* run.root: where fresh ones go; "" = ./runs or <state>/runs */
+    char run_name[128];          /* run.name: appended to a fresh one's UTC time */
+    int run_isv_steps;           /* run.isv_steps: isv.csv keeps a row about this often */
 } fox_dconf;
 
 /* Defaults; runtime_dir and state_dir from the environment (systemd, XDG). */

@@ -25,7 +25,8 @@ usage(FILE *out)
 {
     fprintf(out,
             "usage: foxd [--config FILE] [--listen URL]... [--pub URL] [--backend auto|cpu|cuda]\n"
-            "            [--once] [--set key=value]... [--verbose]\n"
+            "            [--once [--json]] [--out DIR] [--set key=value]... [--verbose]\n"
+            "       foxd --backtest CHECKPOINT [--data CSV] [--bars FROM:TO] [--out DIR] ...\n"
             "\n"
             "  --config FILE   JSON config; nested objects are dotted keys (default: none)\n"
             "  --set K=V       set one config key after the file (e.g. train.epochs=3)\n"
@@ -33,14 +34,33 @@ usage(FILE *out)
             "  --pub URL       event endpoint (PUB)\n"
             "  --backend B     auto (CUDA when a device is present), cpu or cuda\n"
             "  --once          train the configured folds, print the fold table, exit\n"
+            "  --json          with --once: print the fold objects as JSON instead of the table\n"
+            "  --out DIR       the run directory (run.dir; default runs/<UTC time>[-run.name])\n"
+            "  --backtest F    apply checkpoint F greedily to the data, print it against the\n"
+            "                  baselines, exit; the config defaults to F's run's config.json\n"
+            "  --data CSV      the bars (data.source)\n"
+            "  --bars FROM:TO  a backtest's bar range [FROM, TO) (default: every bar with features)\n"
             "  --verbose       log debug lines\n"
             "\n"
             "exit status: 0 ok, 1 runtime error, 2 usage or config error, 3 training halted\n"
             "(--once), 130 interrupted\n");
 }
 
+/* Long options without a short form. */
+enum { OPT_OUT = 256, OPT_BACKTEST, OPT_DATA, OPT_BARS };
+
 /* The config key behind --backend: the engine table's name for it. */
 #define BACKEND_KEY "engine.backend"
+
+/* The config.json of the run directory that holds checkpoint, into buf; 0 when there is none. */
+static int
+run_config_of(const char *checkpoint, char *buf, size_t len)
+{
+    const char *slash = strrchr(checkpoint, '/');
+    int dir = slash ? (int)(slash - checkpoint) : 0;
+    snprintf(buf, len, "%.*s%sconfig.json", dir, checkpoint, slash ? "/" : "");
+    return access(buf, R_OK) == 0;
+}
 
 int
 main(int argc, char **argv)
@@ -50,24 +70,33 @@ main(int argc, char **argv)
         {"listen", required_argument, 0, 'l'},  {"pub", required_argument, 0, 'p'},
         {"backend", required_argument, 0, 'b'}, {"once", no_argument, 0, 'o'},
         {"verbose", no_argument, 0, 'v'},       {"help", no_argument, 0, 'h'},
-        {"version", no_argument, 0, 'V'},       {0, 0, 0, 0}};
+        {"version", no_argument, 0, 'V'},       {"json", no_argument, 0, 'j'},
+        {"out", required_argument, 0, OPT_OUT},
+        {"backtest", required_argument, 0, OPT_BACKTEST}, {"data", required_argument, 0, OPT_DATA},
+        {"bars", required_argument, 0, OPT_BARS},     {0, 0, 0, 0}};
     fox_config cfg;
     fox_dconf d;
     char err[1024];
-    const char *config_path = NULL;
-    int once = 0, listen_given = 0, c;
+    const char *config_path = NULL, *backtest = NULL;
+    int once = 0, json = 0, listen_given = 0, c, bars_from = -1, bars_to = 0;
 
     fox_config_default(&cfg);
     fox_dconf_default(&d);
 
     /* Pass 1: the config file and the mode, so that the file comes before every other option. */
-    while ((c = getopt_long(argc, argv, "c:s:l:p:b:ovhV", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:s:l:p:b:ovhVj", opts, NULL)) != -1) {
         switch (c) {
         case 'c':
             config_path = optarg;
             break;
         case 'o':
             once = 1;
+            break;
+        case 'j':
+            json = 1;
+            break;
+        case OPT_BACKTEST:
+            backtest = optarg;
             break;
         case 'v':
             fox_log_level = FOX_LOG_DEBUG;
@@ -88,13 +117,17 @@ main(int argc, char **argv)
         usage(stderr);
         return FOX_EXIT_USAGE;
     }
+    /* A backtest reads the configuration its checkpoint was trained with, when that is known. */
+    char beside[FOX_PATH_MAX + 16];
+    if (backtest && !config_path && run_config_of(backtest, beside, sizeof beside))
+        config_path = beside;
     if (config_path && fox_conf_load_file(&cfg, &d, config_path, err, sizeof err) != FOX_OK) {
         fprintf(stderr, "foxd: config %s\n", err);
         return FOX_EXIT_USAGE;
     }
     /* Pass 2: everything else, in command-line order (--listen replaces the file's list). */
     optind = 1;
-    while ((c = getopt_long(argc, argv, "c:s:l:p:b:ovhV", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:s:l:p:b:ovhVj", opts, NULL)) != -1) {
         int rv = 0;
         switch (c) {
         case 's':
@@ -117,19 +150,44 @@ main(int argc, char **argv)
         case 'b':
             rv = fox_conf_set_text(&cfg, &d, BACKEND_KEY, optarg, err, sizeof err);
             break;
+        case OPT_OUT:
+            rv = fox_conf_set_text(&cfg, &d, "run.dir", optarg, err, sizeof err);
+            break;
+        case OPT_DATA:
+            rv = fox_config_set(&cfg, "data.source", optarg, err, sizeof err);
+            break;
+        case OPT_BARS: {
+            char tail;
+            if (sscanf(optarg, "%d:%d%c", &bars_from, &bars_to, &tail) != 2 || bars_from < 0 ||
+                bars_to <= bars_from) {
+                snprintf(err, sizeof err, "--bars: want FROM:TO with 0 <= FROM < TO, got '%s'",
+                         optarg);
+                rv = 1;
+            }
+            break;
+        }
         }
         if (rv) {
             fprintf(stderr, "foxd: %s\n", err);
             return FOX_EXIT_USAGE;
         }
     }
-    /* --once opens no socket and reads no token: the daemon keys only need to parse. */
-    if (!once && fox_dconf_finish(&d, err, sizeof err) != 0) {
+    /* --once and --backtest open no socket and read no token: the daemon keys only need to parse. */
+    if (!once && !backtest && fox_dconf_finish(&d, err, sizeof err) != 0) {
         fprintf(stderr, "foxd: %s\n", err);
         return FOX_EXIT_USAGE;
     }
+    if (json && !once) {
+        fprintf(stderr, "foxd: --json goes with --once\n");
+        return FOX_EXIT_USAGE;
+    }
+    if (backtest) {
+        if (!d.run_name[0])
+            snprintf(d.run_name, sizeof d.run_name, "backtest");
+        return fox_backtest_main(&cfg, &d, backtest, bars_from, bars_to);
+    }
     if (once)
-        return fox_once_main(&cfg, &d);
+        return fox_once_main(&cfg, &d, json);
     /*
      * Serving: leave one core to the loop and nng's threads. With every core
      * in BLAS, OpenBLAS workers spin in sched_yield and each request's CPU

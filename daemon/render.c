@@ -60,8 +60,18 @@ fox_render_eval(const fox_eval_result *r)
     fox_render_num(o, "total_return", r->total_return);
     fox_render_num(o, "bars_per_year", r->bars_per_year);
     cJSON_AddNumberToObject(o, "bars", r->bars);
+    fox_render_num(o, "sharpe_se", r->sharpe_se);
     return o;
 }
+
+/* The fold object's names of the baselines, indexed by fox_policy (the policy itself has none). */
+static const char *const baseline_names[FOX_POLICY_COUNT] = {
+    [FOX_POLICY_BUY_HOLD] = "buy_hold", [FOX_POLICY_FLAT] = "flat",
+    [FOX_POLICY_RANDOM] = "random",     [FOX_POLICY_TREND] = "trend",
+    [FOX_POLICY_ORACLE] = "oracle",
+};
+static const char *const select_names[] = {
+    [FOX_SELECT_SMOOTHED] = "smoothed", [FOX_SELECT_BEST] = "best", [FOX_SELECT_LAST] = "last"};
 
 cJSON *
 fox_render_fold(const fox_fold_report *r)
@@ -81,6 +91,28 @@ fox_render_fold(const fox_fold_report *r)
     fox_render_num(o, "steps_per_sec", r->steps_per_sec);
     fox_render_num(o, "bars_per_year", r->bars_per_year);
     cJSON_AddItemToObject(o, "flagged", fox_render_slots(r->flagged));
+    fox_render_num(o, "test_sharpe_se", r->test_at_best.sharpe_se);
+    cJSON_AddNumberToObject(o, "test_bars", r->test_at_best.bars);
+    cJSON_AddStringToObject(o, "select",
+                            r->select_rule >= 0 && r->select_rule <= FOX_SELECT_LAST
+                                ? select_names[r->select_rule]
+                                : "?");
+    cJSON_AddNumberToObject(o, "select_window", r->select_window);
+    fox_render_num(o, "select_score", r->select_score);
+    fox_render_num(o, "test_sharpe_last", r->test_at_last.sharpe);
+    fox_render_num(o, "test_sharpe_mean", r->test_sharpe_mean);
+    cJSON_AddNumberToObject(o, "trend_k", r->trend_k);
+    cJSON_AddNumberToObject(o, "trend_k_tried", r->trend_k_tried);
+    cJSON *b = cJSON_AddObjectToObject(o, "baselines");
+    for (int p = 0; b && p < FOX_POLICY_COUNT; p++) {
+        if (!baseline_names[p])
+            continue;
+        if (p == FOX_POLICY_ORACLE && !r->has_oracle)
+            cJSON_AddNullToObject(b, baseline_names[p]);
+        else
+            cJSON_AddItemToObject(b, baseline_names[p], fox_render_eval(&r->test_policy[p]));
+    }
+    fox_render_num(o, "oracle_fraction", r->oracle_fraction);
     fox_render_num(o, "wall_s", r->wall_secs);
     fox_render_num(o, "train_s", r->train_secs);
     fox_render_num(o, "eval_s", r->eval_secs);
@@ -195,6 +227,9 @@ fox_render_status(const fox_snapshot *s, int queued, const fox_counters *n, int6
     cJSON_AddNumberToObject(eng, "n_envs", s->info.n_envs);
     cJSON_AddNumberToObject(eng, "batch", s->info.batch);
     cJSON_AddNumberToObject(eng, "n_bars", s->info.n_bars);
+    fox_render_num(eng, "bars_per_year", s->info.bars_per_year);
+    if (s->info.bars_per_year_from)
+        cJSON_AddStringToObject(eng, "bars_per_year_from", s->info.bars_per_year_from);
     snprintf(fp, sizeof fp, "%016" PRIx64, s->info.fingerprint);
     cJSON_AddStringToObject(eng, "fingerprint", fp);
     cJSON_AddItemToObject(eng, "times", fox_render_times(&s->info.times, 0.0));
@@ -347,6 +382,7 @@ fox_render_result(const fox_tcmd *c)
         cJSON_AddItemToObject(o, "folds", fox_render_mask(r->folds_mask));
         cJSON_AddNumberToObject(o, "epochs", r->epochs);
         cJSON_AddNumberToObject(o, "steps_per_epoch", r->steps_per_epoch);
+        cJSON_AddStringToObject(o, "run_dir", r->run_dir);
         break;
     case FOX_CMD_NAN_FLAGS:
         cJSON_AddItemToObject(o, "cleared", fox_render_slots(r->cleared));
@@ -367,6 +403,11 @@ fox_render_result(const fox_tcmd *c)
         cJSON_AddStringToObject(o, "buffer", c->fault_buffer);
         cJSON_AddStringToObject(o, "kind", c->fault_kind);
         cJSON_AddNumberToObject(o, "step", c->fault_step);
+        break;
+    case FOX_CMD_BACKTEST:
+        /* The record's result as it is: bars, the fold row, policy, baselines, run_dir. */
+        for (const cJSON *it = c->backtest ? c->backtest->child : NULL; it; it = it->next)
+            cJSON_AddItemToObject(o, it->string, cJSON_Duplicate(it, 1));
         break;
     case FOX_CMD_SHUTDOWN:
         if (r->checkpoint_saved) {
@@ -416,6 +457,8 @@ op_done_json(const fox_tevent *ev)
         cJSON *folds = cJSON_AddArrayToObject(r, "folds");
         for (int i = 0; i < ev->u.op_done.n_folds; i++)
             cJSON_AddItemToArray(folds, fox_render_fold(&ev->u.op_done.folds[i]));
+        if (ev->u.op_done.run_dir)
+            cJSON_AddStringToObject(r, "run_dir", ev->u.op_done.run_dir);
     }
     return d;
 }

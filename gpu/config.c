@@ -22,6 +22,7 @@ static const char *const target_names[] = {"mean", "indep", NULL};
 static const char *const bounds_names[] = {"fixed", "adaptive", NULL};
 static const char *const fault_names[] = {"none", "nan", "inf", "huge", NULL};
 static const char *const cuda_math_names[] = {"fp32", "greedy_tf32", "tf32", NULL};
+static const char *const select_names[] = {"smoothed", "best", "last", NULL};
 
 typedef struct key_def {
     const char *name;
@@ -112,6 +113,10 @@ static const key_def keys[] = {
     U64("train.seed", seed, "1", "seed of every random stream"),
     {"train.folds", FOX_CFG_INT, OFF(folds_mask), 1, 255, "0,1,2", NULL,
      "folds a run trains, as a list \"0,1,2\" (stored as a bit mask)"},
+    ENM("train.select", select_rule, select_names, "smoothed",
+        "epoch choice on validation: smoothed (best trailing mean), best or last"),
+    INT("train.select_window", select_window, 1, 64, "3",
+        "epochs in the smoothed rule's trailing mean of validation Sharpe"),
 
     INT("env.n_envs", n_envs, 0, 1 << 20, "0",
         "parallel environments; 0 = backend default (1024 CUDA, 64 CPU)"),
@@ -126,6 +131,8 @@ static const key_def keys[] = {
     INT("data.synth_bars", synth_bars, 1000, 1 << 26, "40000", "bars of the synthetic series"),
     INT("data.folds", n_folds, 1, 8, "3", "K: the series splits into K+1 blocks"),
     DBL("data.bars_per_year", bars_per_year, 0, 1e9, "0", "P for annualizing; 0 = inferred"),
+    STR("data.price_column", price_column, "",
+        "CSV column read as the price (e.g. one index of several); empty = close"),
 
     ENM("engine.backend", backend, backend_names, "auto", "auto, cpu or cuda"),
     ENM("engine.bounds_mode", bounds_mode, bounds_names, "fixed",
@@ -135,6 +142,8 @@ static const key_def keys[] = {
         "BLAS threads on the CPU backend; 0 = all cores (--once), cores - 1 (serving)"),
     ENM("engine.cuda_math", cuda_math, cuda_math_names, "greedy_tf32",
         "CUDA products: fp32; greedy_tf32 (TF32 where Q only picks greedy actions); tf32"),
+    INT("engine.device", device, 0, 255, "0",
+        "CUDA device index (one foxd per GPU: foxd@.service); the CPU backend ignores it"),
 
     INT("debug.enable", debug_enable, 0, 1, "0", "allow debug features (fault injection)"),
     STR("debug.inject_fault.buffer", fault_buffer, "", "sentinel buffer name to corrupt"),

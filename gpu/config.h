@@ -59,6 +59,8 @@ typedef struct fox_config {
     int eps_decay_steps;
     uint64_t seed;
     int folds_mask;   /* bit k set: fold k is trained by a run */
+    int select_rule;  /* fox_select_rule (engine.h): how the epoch is chosen on validation */
+    int select_window; /* epochs in the smoothed rule's trailing mean */
 
     /* env */
     int n_envs;       /* 0: the backend's default (1024 CUDA, 64 CPU) */
@@ -73,6 +75,7 @@ typedef struct fox_config {
     int synth_bars;
     int n_folds;      /* K: the series splits into K+1 blocks */
     double bars_per_year; /* 0: inferred (synthetic: 8760) */
+    char price_column[64]; /* the CSV column read as the price; "" = close */
 
     /* engine */
     int backend;      /* FOX_BACKEND_* */
@@ -80,6 +83,7 @@ typedef struct fox_config {
     int sentinel;     /* 1: run the fused NaN check every step */
     int threads;      /* BLAS threads on the CPU backend; 0 = library default */
     int cuda_math;    /* FOX_CUDA_MATH_*: the CUDA backend's cuBLAS products */
+    int device;       /* CUDA device index the engine runs on; the CPU backend ignores it */
 
     /* debug: fault injection (refused unless debug.enable or given explicitly) */
     int debug_enable;

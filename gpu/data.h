@@ -28,26 +28,44 @@
 #define FOX_MARKET_FEATURES 39
 #define FOX_FEATURE_WARMUP 65
 
-typedef struct fox_series {
+typedef struct fox_series fox_series;
+
+struct fox_series {
     int n;               /* bars */
     double *time;        /* seconds since the epoch; NULL when the file has none */
     float *open, *high, *low, *close, *volume; /* open/high/low NULL when close-only; volume may be NULL */
     int8_t *regime;      /* [n] regime label 0..3: true for synthetic, causal proxy for CSV */
-    double bars_per_year;/* inferred: synthetic 8760 (hourly, 24/7); CSV from the median bar spacing */
+    double bars_per_year;/* inferred: synthetic 8760 (hourly, 24/7); CSV from the timestamps */
     char source[256];    /* "synthetic(seed=…)" or the path */
-} fox_series;
+    const char *bars_per_year_from; /* how bars_per_year was found (a static string) */
+    /*
+     * The generator's truth, for the oracle baseline: expected_return(s, t)
+     * is the expected log return of bar t+1 given what the generator knew at
+     * the close of bar t (its regime, drift and state), drift[t] the drift it
+     * used on bar t. Each generator sets its own function; both are NULL for
+     * a CSV, which has no truth.
+     */
+    double (*expected_return)(const fox_series *s, int t);
+    float *drift;
+};
 
 /* Generate n bars (n ≥ 1000) of the regime-switching synthetic series. */
 int fox_series_synthetic(fox_series *s, int n, uint64_t seed);
 
 /*
  * Load a CSV with a header naming its columns: time (optional; unix seconds
- * or ISO-8601), open, high, low (optional, all three or none), close
- * (required), volume (optional). Refuses missing columns, non-numeric or
- * non-finite values, non-positive prices, high < low, non-increasing time and
- * fewer than min_rows rows, with "path:line: reason" in err.
+ * or ISO-8601 with an optional offset, "Z", "+05:30", read as UTC), open,
+ * high, low (optional, all three or none), close (required), volume
+ * (optional). price_column (NULL or "" for close) names the column read as
+ * the price instead, for a file of several series: the others are then
+ * carried, not read, and open/high/low/volume too unless it names the close
+ * column itself. Refuses missing columns, non-numeric or non-finite values,
+ * non-positive prices, high < low, non-increasing time and fewer than
+ * min_rows rows, with "path:line: reason" in err. bars_per_year is the bars
+ * present per year of timestamps (252 without a time column).
  */
-int fox_series_load_csv(fox_series *s, const char *path, int min_rows, char *err, size_t errlen);
+int fox_series_load_csv(fox_series *s, const char *path, const char *price_column, int min_rows,
+                        char *err, size_t errlen);
 
 void fox_series_fini(fox_series *s);
 
@@ -65,6 +83,9 @@ int fox_features_compute(fox_features *f, const fox_series *s, int state_dim);
 
 /* Fit mean/std on bars [begin, end) only and fill norm for every bar. */
 void fox_features_normalize(fox_features *f, int begin, int end);
+
+/* Fill norm for every bar from the mean/std in f (fitted, or restored with a saved policy). */
+void fox_features_apply_norm(fox_features *f);
 
 void fox_features_fini(fox_features *f);
 

@@ -7,8 +7,8 @@
 
 #include <stdarg.h>
 #include <stdio.h>
-#include <time.h>
 
+#include "common/clock.h"
 #include "gpu/backend.h"
 #include "gpu/data.h"
 #include "gpu/engine.h"
@@ -38,17 +38,34 @@ struct fox_engine {
     fox_engine_times times; /* since creation; times.startup runs from create to load_data's end */
     fox_engine_times fold_times0; /* times at the fold's begin_fold, for the fold report */
     double created_at, fold_t0;   /* monotonic seconds */
+    int trend_k;            /* the trend rule's lookback, chosen when the fold begins */
+    /* Epoch selection: the last select_window validation Sharpes (a ring) and the test sum. */
+    double sel_val[FOX_SELECT_WINDOW_MAX];
+    double test_sharpe_sum;
+    fox_step_stats last;    /* the epoch report's `last`: losses of the last chunk that trained */
+    fox_eval_bar_fn bar_hook; /* fox_engine_set_eval_hook: per-bar equity of evaluations */
+    void *bar_arg;
     char err[512];
 };
 
-/* Monotonic seconds, for the engine's timings. */
-static inline double
-fox__seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+/*
+ * Evaluate the baselines of the fold just begun on its test split into
+ * e->rep.test_policy (and choose the trend rule's lookback on validation).
+ */
+int fox__engine_baselines(fox_engine *e);
+
+/*
+ * Fold the epoch just evaluated into the fold's selection (train.select)
+ * and its record of the last and mean test figures. end_epoch calls it;
+ * tests call it with made-up reports to check the rule.
+ */
+void fox__engine_select_epoch(fox_engine *e, const fox_epoch_report *rep);
+
+/*
+ * Standard error of an annualized Sharpe sr from the raw sums of the first
+ * four powers of n per-bar returns, P bars a year (evaluate.c says which form).
+ */
+double fox__sharpe_se(double sr, double s1, double s2, double s3, double s4, int n, double P);
 
 /* The fields every backend starts with. */
 static inline fox_backend_base *

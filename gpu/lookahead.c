@@ -90,20 +90,6 @@ fox__lookahead_counts(const fox_lookahead *la, int64_t *passes, int64_t *rows, i
     *bars = la->bars;
 }
 
-/* The greedy sub-action of every branch from one state's expected Q. */
-static void
-greedy_action(const fox_model_layout *lay, const float *q_row, int32_t a[4])
-{
-    for (int d = 0; d < lay->n_branches; d++) {
-        const float *q = q_row + lay->branch_off[d];
-        int best = 0;
-        for (int k = 1; k < lay->branch_size[d]; k++)
-            if (q[k] > q[best])
-                best = k;
-        a[d] = best;
-    }
-}
-
 /* Row j of segment k's prediction, if it holds for the true features port of bar t. */
 static const float *
 predicted_q(const fox_lookahead *la, int k, int t, const float port[3])
@@ -205,7 +191,7 @@ fox__lookahead_actions(fox_lookahead *la, fox_backend *be, const fox_backend_ops
     }
     for (int i = 0; i < n; i++) {
         seg_ahead *g = &la->seg[segs[i].id];
-        greedy_action(lay, g->q, a[i]);
+        fox_model_greedy_action(lay, g->q, a[i]);
         memcpy(g->guess, a[i], sizeof a[i]);
     }
     la->bars += n;

@@ -12,7 +12,7 @@
  * pass, because its network input is the same; the first bar that differs
  * starts the next pass from its true state. The actions are those of one
  * forward pass per bar as long as a row's Q does not depend on the rows
- * computed beside it (tests/test_engine.c compares the two walks).
+ * computed beside it (tests/test_lookahead.c compares the two walks).
  */
 #ifndef FOX_LOOKAHEAD_H
 #define FOX_LOOKAHEAD_H

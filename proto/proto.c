@@ -182,6 +182,7 @@ static const arg_spec args_run[] = {
     {"folds", A_FOLDS, 0, 0, FOX_PROTO_MAX_FOLDS - 1, OFF(folds_mask)},
     {"epochs", A_INT, 0, 1, 1000000, OFF(epochs)},
     {"steps_per_epoch", A_INT, 0, 1, 1000000000, OFF(steps_per_epoch)},
+    {"fresh", A_BOOL, 0, 0, 0, OFF(fresh)},
     END};
 static const arg_spec args_start_fold[] = {
     {"fold", A_INT, 1, 0, FOX_PROTO_MAX_FOLDS - 1, OFF(fold)},
@@ -199,6 +200,12 @@ static const arg_spec args_inject[] = {
     {"step", A_INT, 0, 0, 1000000000, OFF(fault_step)},
     END};
 static const arg_spec args_shutdown[] = {{"checkpoint", A_BOOL, 0, 0, 0, OFF(checkpoint)}, END};
+static const arg_spec args_backtest[] = {
+    {"checkpoint", A_STR, 1, 0, FOX_PROTO_PATH_MAX, OFF(path)},
+    {"data", A_STR, 0, 0, FOX_PROTO_PATH_MAX, OFF(data)},
+    {"bars_from", A_INT, 0, 0, 1 << 30, OFF(bars_from)},
+    {"bars_to", A_INT, 0, 0, 1 << 30, OFF(bars_to)},
+    END};
 
 static const arg_spec *const cmd_args[FOX_CMD_COUNT] = {
     [FOX_CMD_VERSION] = args_none,
@@ -220,6 +227,7 @@ static const arg_spec *const cmd_args[FOX_CMD_COUNT] = {
     [FOX_CMD_METRICS] = args_none,
     [FOX_CMD_INJECT_FAULT] = args_inject,
     [FOX_CMD_SHUTDOWN] = args_shutdown,
+    [FOX_CMD_BACKTEST] = args_backtest,
 };
 
 /* A string holding a name: non-empty, at most FOX_PROTO_NAME_MAX bytes. */

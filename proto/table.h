@@ -26,6 +26,13 @@ void fox_table_folds(FILE *out, const cJSON *folds);
 void fox_table_flagged(FILE *out, const cJSON *fold);
 
 /*
+ * A backtest's comparison: the policy's test figures against each baseline
+ * of result's "baselines" object ({"buy_and_hold": {"sharpe", ...}, ...}),
+ * as the result of the backtest command carries them.
+ */
+void fox_table_backtest(FILE *out, const cJSON *result);
+
+/*
  * Where the wall time went. One line for the folds of folds (their "wall_s",
  * "train_s", "eval_s", "eval_bars", "eval_passes", summed), then, when run is
  * not NULL, one for the whole run from its object ({"wall_s", "startup_s",

@@ -25,11 +25,13 @@
 #include "gpu/bounds.h"
 #include "gpu/cpu/net.h"
 #include "gpu/cpu/optim.h"
+#include "gpu/cpu/replay.h"
 #include "gpu/cuda/debug.h"
 #include "gpu/engine.h"
 #include "gpu/engine_impl.h"
 #include "gpu/env.h"
 #include "gpu/isv.h"
+#include "gpu/per.h"
 #include "common/log.h"
 #include "gpu/rng.h"
 #include "gpu/sentinel.h"
@@ -1285,6 +1287,214 @@ START_TEST(eval_walk_vs_cpu)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------------------------ */
+/* Prioritized replay: the device's sum tree against gpu/cpu/replay.c                          */
+
+#define PER_CAP 1000 /* not a power of two: the tree's padding leaves stay 0 */
+
+/*
+ * A CUDA backend with prioritized replay over the fixture's data, its tree empty, and a CPU
+ * ring rb of the same capacity and α after `pushes` pushes (on the CPU only).
+ */
+static fox_backend *
+per_pair(fox_config *c, fox_replay *rb, int pushes)
+{
+    char err[512];
+    *c = cfg;
+    c->prioritized = 1;
+    c->replay_capacity = PER_CAP;
+    fox_backend *be = NULL;
+    fox_backend_env env = {c, &lay, &series, &feat, &fold};
+    int rv = fox_cuda_backend_ops.create(&be, &env, err, sizeof err);
+    ck_assert_msg(rv == FOX_OK, "create prioritized: %s", err);
+    FOX_CK_OK(fox_replay_init(rb, PER_CAP, 1, c->per_alpha));
+    fox_transition t;
+    memset(&t, 0, sizeof t);
+    for (int k = 0; k < pushes; k++)
+        fox_replay_push(rb, &t);
+    return be;
+}
+
+/* The device's tree and max priority equal the CPU ring's, bit for bit. */
+static void
+per_assert_same(fox_backend *be, const fox_replay *rb, const char *what)
+{
+    size_t n = 2 * (size_t)rb->leaves;
+    double *tree = malloc(n * sizeof *tree);
+    ck_assert_ptr_nonnull(tree);
+    float maxp;
+    uint64_t pushes;
+    FOX_CK_OK(fox_cuda_debug_per_io(be, 0, tree, &maxp, NULL, &pushes, NULL));
+    size_t diff = 0, first = n;
+    for (size_t k = 1; k < n; k++)
+        if (memcmp(&tree[k], &rb->tree[k], sizeof tree[k]) != 0 && diff++ == 0)
+            first = k;
+    ck_assert_msg(diff == 0, "%s: %zu tree nodes differ, first %zu: device %.17g cpu %.17g", what,
+                  diff, first, first < n ? tree[first] : 0.0, first < n ? rb->tree[first] : 0.0);
+    ck_assert_msg(memcmp(&maxp, &rb->max_priority, sizeof maxp) == 0,
+                  "%s: max priority device %.9g cpu %.9g", what, maxp, rb->max_priority);
+    ck_assert_uint_eq(pushes, rb->pushes);
+    free(tree);
+}
+
+/*
+ * Push and update: the same pushes (wrapping the ring) and the same batch
+ * of priorities (duplicates, NaN and Inf, slots pushed over since the draw,
+ * values that raise the max) leave the same tree and max priority.
+ */
+START_TEST(per_push_update_bitwise)
+{
+    fox_config c;
+    fox_replay rb;
+    fox_backend *be = per_pair(&c, &rb, 700);
+    fox_transition t;
+    memset(&t, 0, sizeof t);
+    FOX_CK_OK(fox_cuda_debug_per_push(be, 700));
+    per_assert_same(be, &rb, "700 pushes");
+
+    fox_rng rng;
+    fox_rng_seed(&rng, 2201);
+    int32_t idx[BATCH];
+    float prio[BATCH];
+    for (int round = 0; round < 3; round++) {
+        uint64_t drawn = rb.pushes;
+        /* Round 1 wraps: the pushes after the draw overwrite 700..999 and 0..99. */
+        int pushes = round == 1 ? 400 : 37;
+        for (int k = 0; k < pushes; k++)
+            fox_replay_push(&rb, &t);
+        FOX_CK_OK(fox_cuda_debug_per_push(be, pushes));
+        per_assert_same(be, &rb, "pushes after the draw");
+        for (int b = 0; b < BATCH; b++) {
+            idx[b] = b % 7 == 3 ? idx[b - 2] : (int32_t)fox_rng_below(&rng, (uint32_t)rb.size);
+            prio[b] = (float)(round + 1) * 4.0f * fox_rng_uniform(&rng);
+        }
+        prio[5] = NAN;
+        prio[77] = INFINITY;
+        prio[200] = 50.0f * (float)(round + 1); /* raises the max: the later NaN takes it */
+        prio[201] = NAN;
+        FOX_CK_OK(fox_cuda_debug_per_io(be, 1, NULL, NULL, NULL, NULL, &drawn));
+        fox_replay_update(&rb, idx, prio, BATCH, drawn);
+        FOX_CK_OK(fox_cuda_debug_per_update(be, idx, prio));
+        per_assert_same(be, &rb, "update");
+    }
+    printf("per: device sum tree = cpu bit for bit after 1,511 pushes and 3 updates of %d "
+           "(max priority %.4f, total mass %.4f)\n", BATCH, rb.max_priority, rb.tree[1]);
+    fox_replay_fini(&rb);
+    fox_cuda_backend_ops.destroy(be);
+}
+END_TEST
+
+/*
+ * The draw: the device's uniforms through the CPU's fox_replay_sample_at on
+ * the same tree give the device's indices exactly and its importance
+ * weights to the float (pow differs by ulps of double between glibc and
+ * CUDA). The CPU's own draws come from its sequential stream, so only the
+ * distribution is shared: over many steps each slot's share of the draws
+ * follows its leaf.
+ */
+START_TEST(per_sample_same_uniforms)
+{
+    fox_config c;
+    fox_replay rb;
+    fox_backend *be = per_pair(&c, &rb, 900);
+    fox_rng rng;
+    fox_rng_seed(&rng, 2202);
+    int32_t idx[BATCH], didx[BATCH];
+    float prio[BATCH], w[BATCH], dw[BATCH], u[BATCH];
+    for (int b = 0; b < BATCH; b++) {
+        idx[b] = (int32_t)fox_rng_below(&rng, 900);
+        /* Heavy-tailed priorities: a few slots carry much of the mass. */
+        prio[b] = 0.01f / (0.001f + fox_rng_uniform(&rng));
+    }
+    fox_replay_update(&rb, idx, prio, BATCH, rb.pushes);
+    int size = rb.size;
+    uint64_t pushes = rb.pushes;
+    FOX_CK_OK(fox_cuda_debug_per_io(be, 1, rb.tree, &rb.max_priority, &size, &pushes, &pushes));
+    double max_w_err = 0.0;
+    long hits_heavy = 0, draws = 0;
+    int heavy = 0;
+    for (int i = 1; i < rb.size; i++)
+        if (rb.tree[rb.leaves + i] > rb.tree[rb.leaves + heavy])
+            heavy = i;
+    for (int64_t step = 0; step < 200; step++) {
+        FOX_CK_OK(fox_cuda_debug_per_sample(be, step, didx, dw, u));
+        fox_replay_sample_at(&rb, BATCH, c.per_beta, u, idx, w);
+        for (int b = 0; b < BATCH; b++) {
+            ck_assert_msg(didx[b] == idx[b], "step %lld draw %d: device slot %d, cpu %d",
+                          (long long)step, b, didx[b], idx[b]);
+            double e = fabs((double)dw[b] - w[b]) / w[b];
+            max_w_err = e > max_w_err ? e : max_w_err;
+            hits_heavy += didx[b] == heavy;
+            draws++;
+        }
+        ck_assert_msg(max_w_err <= 2.4e-7, "step %lld: weight rel err %.3g", (long long)step,
+                      max_w_err);
+    }
+    double share = (double)hits_heavy / (double)draws;
+    double expect = rb.tree[rb.leaves + heavy] / rb.tree[1];
+    printf("per: 200 draws of %d, device slots = cpu's on the device's uniforms, weight rel err "
+           "%.2g; heaviest slot drawn %.4f of the time, its mass %.4f\n", BATCH, max_w_err,
+           share, expect);
+    ck_assert_msg(fabs(share - expect) < 5.0 * sqrt(expect / (double)draws) + 1e-3,
+                  "heaviest slot drawn %.4f, mass %.4f", share, expect);
+    fox_replay_fini(&rb);
+    fox_cuda_backend_ops.destroy(be);
+}
+END_TEST
+
+/*
+ * Training with prioritized replay on the device: the captured steps run
+ * (eager and graphs), the loss stays finite, every inner node of the tree
+ * is the sum of its children, the padding leaves stay 0 and the update
+ * moved leaves off the push priority.
+ */
+START_TEST(per_training_runs)
+{
+    fox_config c;
+    fox_config_default(&c);
+    c.backend = FOX_BACKEND_CUDA;
+    c.prioritized = 1;
+    c.n_envs = 64;
+    c.replay_capacity = 5000;
+    c.learning_starts = 1024;
+    fox_engine *e = fox_test_engine(&c);
+    fox_step_stats st;
+    for (int k = 0; k < 2; k++) {
+        int rv = fox_engine_run_steps(e, 60, &st);
+        ck_assert_msg(rv == FOX_OK, "run_steps: %s", fox_engine_errmsg(e));
+    }
+    FOX_CK_OK(fox_engine_train_only(e, 20, &st));
+    ck_assert_msg(isfinite(st.loss) && st.loss > 0.0f, "loss %g", st.loss);
+    int leaves = 1;
+    while (leaves < c.replay_capacity)
+        leaves <<= 1;
+    double *tree = malloc(2 * (size_t)leaves * sizeof *tree);
+    ck_assert_ptr_nonnull(tree);
+    float maxp;
+    int size;
+    uint64_t pushes;
+    FOX_CK_OK(fox_cuda_debug_per_io(e->be, 0, tree, &maxp, &size, &pushes, NULL));
+    for (int node = 1; node < leaves; node++)
+        ck_assert_msg(tree[node] == tree[2 * node] + tree[2 * node + 1], "node %d", node);
+    int moved = 0;
+    double at_max = fox_per_leaf(maxp, c.per_alpha);
+    for (int i = 0; i < leaves; i++) {
+        double v = tree[leaves + i];
+        if (i >= size)
+            ck_assert_msg(v == 0.0, "leaf %d past the ring's size %d holds %g", i, size, v);
+        else
+            ck_assert_msg(v > 0.0 && isfinite(v), "leaf %d: %g", i, v);
+        moved += i < size && v != at_max;
+    }
+    ck_assert_int_eq(size, pushes < (uint64_t)c.replay_capacity ? (int)pushes : c.replay_capacity);
+    ck_assert_msg(moved > 0, "no priority was updated");
+    printf("per: 120 steps + 20 train-only on the device, loss %.4f, ring %d, %d leaves off the "
+           "max priority %.4f\n", st.loss, size, moved, maxp);
+    free(tree);
+    fox_engine_destroy(e);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -1305,12 +1515,15 @@ main(void)
     tcase_add_test(tc, h_s2_site_vs_cpu);
     tcase_add_test(tc, sp4_producers_vs_cpu);
     tcase_add_test(tc, target_q_bound_in_loss);
+    tcase_add_test(tc, per_push_update_bitwise);
+    tcase_add_test(tc, per_sample_same_uniforms);
     suite_add_tcase(s, tc);
     TCase *te = tcase_create("engine");
     tcase_set_timeout(te, 600);
     tcase_add_test(te, graph_determinism_and_isv);
     tcase_add_test(te, adaptive_training_no_flags);
     tcase_add_test(te, fold_sharpe_vs_cpu);
+    tcase_add_test(te, per_training_runs);
     tcase_add_test(te, eval_walk_vs_cpu);
     suite_add_tcase(s, te);
     return fox_test_run_suite_nofork(s);

@@ -95,9 +95,18 @@ ok "metrics"
 
 # ------------------------------------------------------------- walk-forward
 out=$(ctl run --folds 0,1,2 --epochs 1 --steps 20 2>"$dir/run.err") || fail "run: $(cat "$dir/run.err")"
-[ "$(echo "$out" | grep -cE '^ +[0-2] ')" -eq 3 ] || fail "run table: $out"
+[ "$(echo "$out" | grep -cE '^fold [0-2]: epoch 1 of 1 chosen by smoothed')" -eq 3 ] ||
+    fail "run table: $out"
+for row in policy "trend k=" "buy & hold" flat random oracle; do
+    [ "$(echo "$out" | grep -c "^  $row")" -ge 3 ] || fail "run table: no '$row' row per fold: $out"
+done
+echo "$out" | grep -q "^mean of 3 folds" || fail "run table: no mean block: $out"
+echo "$out" | grep -qE "^verdict: policy beat flat: (yes|no) " || fail "run table verdict: $out"
 echo "$out" | grep -q "selection-biased" || fail "run table note"
-ok "run: whole walk-forward, 3-fold table"
+ok "run: whole walk-forward, a block per fold with its baselines, the mean and the verdict"
+[ "$(grep '"type":"fold"' "$dir/state/metrics.jsonl" | grep -c '"baselines":{"buy_hold":{')" -eq 3 ] ||
+    fail "fold baselines in JSONL"
+ok "each fold's baselines in metrics.jsonl"
 [ "$(grep -c "sentinel flags: none" "$dir/run.err")" -eq 3 ] ||
     fail "a sentinel-flags line per fold: $(cat "$dir/run.err")"
 [ "$(grep '"type":"fold"' "$dir/state/metrics.jsonl" | grep -c '"flagged":\[\]')" -eq 3 ] ||
@@ -348,7 +357,7 @@ pid=
 # ---------------------------------------------------------------- run --spawn
 out=$(TMPDIR=$dir timeout -k 5 300 "$FOXCTL" run --spawn --folds 0,1 "${TINY[@]}" 2>"$dir/spawn.err") ||
     fail "run --spawn: $(cat "$dir/spawn.err")"
-[ "$(echo "$out" | grep -cE '^ +[01] ')" -eq 2 ] || fail "run --spawn table: $out"
+[ "$(echo "$out" | grep -cE '^fold [01]: epoch ')" -eq 2 ] || fail "run --spawn table: $out"
 ls "$dir" | grep -q "^foxctl-" && fail "run --spawn left its directory behind"
 ok "run --spawn: private foxd, table, stopped"
 

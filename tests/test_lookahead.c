@@ -174,7 +174,70 @@ START_TEST(chaotic_policy_same_actions)
 }
 END_TEST
 
-/* The CPU backend's network, untrained and trained: the fold figures are identical. */
+/* Every bar an evaluation walk reports to the engine's per-bar hook, in order. */
+typedef struct bar_log {
+    int n, cap;
+    struct logged_bar {
+        int split, policy, bar;
+        double cum;
+    } *bar;
+} bar_log;
+
+static void
+log_bar(void *arg, fox_split split, fox_policy policy, int bar, double cum_net)
+{
+    bar_log *l = arg;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 4096;
+        l->bar = realloc(l->bar, (size_t)l->cap * sizeof *l->bar);
+        ck_assert_ptr_nonnull(l->bar);
+    }
+    l->bar[l->n++] = (struct logged_bar){(int)split, (int)policy, bar, cum_net};
+}
+
+/*
+ * Policy's walk of both splits with the engine's lookahead swapped for la,
+ * its figures into r and the bars its hook saw into l.
+ */
+static void
+walk_with(fox_engine *e, fox_lookahead *la, fox_policy policy, fox_eval_result r[2], bar_log *l)
+{
+    const fox_split both[2] = {FOX_SPLIT_VALIDATION, FOX_SPLIT_TEST};
+    fox_lookahead *own = e->ahead;
+    e->ahead = la;
+    l->n = 0;
+    fox_engine_set_eval_hook(e, log_bar, l);
+    FOX_CK_ENGINE_OK(e, fox_engine_evaluate_splits(e, both, 2, policy, r));
+    fox_engine_set_eval_hook(e, NULL, NULL);
+    e->ahead = own;
+    /* One hook call per decision bar of each split, whatever the passes. */
+    ck_assert_int_eq(l->n, r[0].bars + r[1].bars);
+}
+
+/* The two walks' figures and hook calls are the same to the bit. */
+static void
+assert_same_walks(fox_policy policy, const fox_eval_result rf[2], const fox_eval_result rr[2],
+                  const bar_log *lf, const bar_log *lr)
+{
+    for (int k = 0; k < 2; k++)
+        ck_assert_msg(memcmp(&rf[k], &rr[k], sizeof rf[k]) == 0,
+                      "policy %d, split %d: Sharpe %.17g with predicted bars, %.17g one a bar",
+                      (int)policy, k, rf[k].sharpe, rr[k].sharpe);
+    ck_assert_int_eq(lf->n, lr->n);
+    for (int i = 0; i < lf->n; i++) {
+        const struct logged_bar *a = &lf->bar[i], *b = &lr->bar[i];
+        ck_assert_msg(a->split == b->split && a->policy == (int)policy &&
+                          b->policy == (int)policy && a->bar == b->bar && a->cum == b->cum,
+                      "policy %d: hook call %d differs (bar %d vs %d)", (int)policy, i, a->bar,
+                      b->bar);
+    }
+}
+
+/*
+ * The CPU backend's network, untrained and trained: the fold figures and the
+ * per-bar hook's calls are identical; the baselines, which take no forward
+ * pass, walk the same and leave the lookahead untouched.
+ */
 START_TEST(engine_walks_identical)
 {
     fox_config c;
@@ -187,15 +250,13 @@ START_TEST(engine_walks_identical)
     fox_engine *e = fox_test_engine(&c);
     /* The CPU backend walks one pass a bar (its eval_lookahead); CUDA predicts. */
     ck_assert_int_eq(fox_cpu_backend_ops.eval_lookahead, 1);
-    fox_lookahead *ref = e->ahead;
+    fox_lookahead *ref = fox__lookahead_new(&e->lay, FOX_EVAL_SPLITS_MAX, 32, 1);
     fox_lookahead *fast = fox__lookahead_new(&e->lay, FOX_EVAL_SPLITS_MAX, 32, FOX_LOOKAHEAD_MAX);
-    const fox_split both[2] = {FOX_SPLIT_VALIDATION, FOX_SPLIT_TEST};
+    bar_log lf = {0}, lr = {0};
     for (int round = 0; round < 3; round++) {
         fox_eval_result rf[2], rr[2];
-        e->ahead = fast;
-        FOX_CK_ENGINE_OK(e, fox_engine_evaluate_splits(e, both, 2, FOX_POLICY_GREEDY, rf));
-        e->ahead = ref;
-        FOX_CK_ENGINE_OK(e, fox_engine_evaluate_splits(e, both, 2, FOX_POLICY_GREEDY, rr));
+        walk_with(e, fast, FOX_POLICY_GREEDY, rf, &lf);
+        walk_with(e, ref, FOX_POLICY_GREEDY, rr, &lr);
         int64_t pf, rowsf, barsf, pr, rowsr, barsr;
         fox__lookahead_counts(fast, &pf, &rowsf, &barsf);
         fox__lookahead_counts(ref, &pr, &rowsr, &barsr);
@@ -203,16 +264,27 @@ START_TEST(engine_walks_identical)
                "%lld passes, %lld rows, %lld bars so far (one a bar: %lld passes)\n",
                round * 300, rf[0].sharpe, rf[1].sharpe, rf[1].turnover, (long long)pf,
                (long long)rowsf, (long long)barsf, (long long)pr);
-        for (int k = 0; k < 2; k++)
-            ck_assert_msg(memcmp(&rf[k], &rr[k], sizeof rf[k]) == 0,
-                          "split %d: Sharpe %.17g with predicted bars, %.17g one a bar", k,
-                          rf[k].sharpe, rr[k].sharpe);
+        assert_same_walks(FOX_POLICY_GREEDY, rf, rr, &lf, &lr);
         ck_assert_int_eq(barsf, barsr);
         ck_assert_int_lt(pf, pr);
         FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 300, NULL));
     }
-    e->ahead = ref;
+    int64_t p0, rows0, bars0;
+    fox__lookahead_counts(fast, &p0, &rows0, &bars0);
+    for (int p = FOX_POLICY_BUY_HOLD; p < FOX_POLICY_COUNT; p++) {
+        fox_eval_result rf[2], rr[2];
+        walk_with(e, fast, (fox_policy)p, rf, &lf);
+        walk_with(e, ref, (fox_policy)p, rr, &lr);
+        assert_same_walks((fox_policy)p, rf, rr, &lf, &lr);
+    }
+    int64_t p1, rows1, bars1;
+    fox__lookahead_counts(fast, &p1, &rows1, &bars1);
+    ck_assert_int_eq(p1, p0);
+    ck_assert_int_eq(bars1, bars0);
+    free(lf.bar);
+    free(lr.bar);
     fox__lookahead_free(fast);
+    fox__lookahead_free(ref);
     fox_engine_destroy(e);
 }
 END_TEST

@@ -20,6 +20,7 @@
 #include "gpu/cpu/net.h"
 #include "gpu/cpu/optim.h"
 #include "gpu/cpu/replay.h"
+#include "gpu/per.h"
 #include "common/error.h"
 #include "gpu/model.h"
 #include "gpu/rng.h"
@@ -1296,6 +1297,17 @@ leaf(const fox_replay *rb, int i)
     return rb->tree[rb->leaves + i];
 }
 
+/* A prioritized ring of capacity and alpha after n pushes of an empty transition. */
+static void
+filled_ring(fox_replay *rb, int capacity, float alpha, int n)
+{
+    FOX_CK_OK(fox_replay_init(rb, capacity, 1, alpha));
+    fox_transition t;
+    memset(&t, 0, sizeof t);
+    for (int k = 0; k < n; k++)
+        fox_replay_push(rb, &t);
+}
+
 /*
  * Priorities drawn before a collection's pushes reach only the slots those
  * pushes left alone (a full step gathers its batch before it collects): a
@@ -1304,11 +1316,9 @@ leaf(const fox_replay *rb, int i)
 START_TEST(test_replay_update_skips_pushed_over)
 {
     fox_replay rb;
-    FOX_CK_OK(fox_replay_init(&rb, 8, 1, 1.0f));
+    filled_ring(&rb, 8, 1.0f, 6);
     fox_transition t;
     memset(&t, 0, sizeof t);
-    for (int k = 0; k < 6; k++)
-        fox_replay_push(&rb, &t);
     uint64_t drawn = rb.pushes;
     for (int k = 0; k < 4; k++) /* slots 6, 7, 0, 1 */
         fox_replay_push(&rb, &t);
@@ -1334,6 +1344,53 @@ START_TEST(test_replay_update_skips_pushed_over)
         ck_assert_double_eq_tol(leaf(&rb, idx[k]), 6.0, 1e-5);
     fox_replay_clear(&rb);
     ck_assert_uint_eq(rb.pushes, 0);
+    fox_replay_fini(&rb);
+}
+END_TEST
+
+/*
+ * The update in batch order: of a slot drawn twice the last entry stays, a
+ * non-finite priority takes the max as it stands at its entry (raised by an
+ * earlier one), and every inner node is exactly the sum of its children
+ * (gpu/per.h), whatever the order of pushes and updates.
+ */
+START_TEST(test_replay_update_batch_order)
+{
+    fox_replay rb;
+    filled_ring(&rb, 10, 0.5f, 10);
+    fox_transition t;
+    memset(&t, 0, sizeof t);
+    const int32_t idx[5] = {3, 4, 3, 6, 8};
+    const float prio[5] = {9.0f, 16.0f, 4.0f, NAN, 1.0f};
+    fox_replay_update(&rb, idx, prio, 5, rb.pushes);
+    float p16 = 16.0f + FOX_PER_PRIORITY_EPS;
+    ck_assert(rb.tree[rb.leaves + 3] == fox_per_leaf(4.0f + FOX_PER_PRIORITY_EPS, 0.5f));
+    ck_assert(rb.tree[rb.leaves + 6] == fox_per_leaf(p16, 0.5f));
+    ck_assert(rb.max_priority == p16);
+    for (int round = 0; round < 50; round++) {
+        int32_t j[3] = {round % 10, (round * 7) % 10, (round * 3 + 1) % 10};
+        float q[3] = {0.1f * round, 1.0f / (1 + round), 3.3f};
+        fox_replay_update(&rb, j, q, 3, rb.pushes);
+        fox_replay_push(&rb, &t);
+    }
+    for (int node = 1; node < rb.leaves; node++)
+        ck_assert(rb.tree[node] == rb.tree[2 * node] + rb.tree[2 * node + 1]);
+    for (int i = 10; i < rb.leaves; i++)
+        ck_assert(rb.tree[rb.leaves + i] == 0.0);
+    /* The draw from given uniforms: slot i holds mass [prefix_i, prefix_i + leaf_i). */
+    int32_t out[4];
+    float w[4];
+    const float u[4] = {0.0f, 0.5f, 0.25f, 0.999f};
+    fox_replay_sample_at(&rb, 4, 0.4f, u, out, w);
+    double slice = rb.tree[1] / 4.0, prefix = 0.0;
+    for (int b = 0; b < 4; b++) {
+        double m = ((double)b + u[b]) * slice;
+        prefix = 0.0;
+        for (int i = 0; i < out[b]; i++)
+            prefix += rb.tree[rb.leaves + i];
+        ck_assert(m >= prefix - 1e-12 && m < prefix + rb.tree[rb.leaves + out[b]] + 1e-12);
+        ck_assert(w[b] > 0.0f && w[b] <= 1.0f);
+    }
     fox_replay_fini(&rb);
 }
 END_TEST
@@ -1374,6 +1431,7 @@ net_suite(void)
 
     tc = tcase_create("replay");
     tcase_add_test(tc, test_replay_update_skips_pushed_over);
+    tcase_add_test(tc, test_replay_update_batch_order);
     suite_add_tcase(su, tc);
     return su;
 }

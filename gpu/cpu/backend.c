@@ -275,20 +275,6 @@ emit_oldest(cpu_backend *be, cpu_env *e, const float port_now[3], float done)
     memmove(e->wr, e->wr + 1, (size_t)e->wlen * sizeof e->wr[0]);
 }
 
-/* Greedy sub-action per branch from expected Q [n_actions]. */
-static void
-greedy(const fox_model_layout *lay, const float *q, int32_t a[4])
-{
-    for (int d = 0; d < lay->n_branches; d++) {
-        const float *qd = q + lay->branch_off[d];
-        int best = 0;
-        for (int k = 1; k < lay->branch_size[d]; k++)
-            if (qd[k] > qd[best])
-                best = k;
-        a[d] = best;
-    }
-}
-
 static int
 collect(cpu_backend *be, float eps)
 {
@@ -309,7 +295,7 @@ collect(cpu_backend *be, float eps)
     for (int i = 0; i < be->N; i++) {
         cpu_env *e = &be->envs[i];
         int32_t a[4];
-        greedy(lay, be->q + (size_t)i * NAct, a);
+        fox_model_greedy_action(lay, be->q + (size_t)i * NAct, a);
         for (int d = 0; d < lay->n_branches; d++)
             if (fox_rng_uniform(&be->rng_collect) < eps)
                 a[d] = (int32_t)fox_rng_below(&be->rng_collect, (uint32_t)lay->branch_size[d]);
@@ -427,6 +413,9 @@ train_end(cpu_backend *be, fox_step_stats *st)
     st->loss_iqn = (float)loss.iqn;
     st->loss_aux = (float)(loss.aux_ret + loss.aux_regime);
     st->grad_norm = (float)norm;
+    /* Summed as the device sums it: each step's float loss, in double. */
+    st->loss_sum += (double)st->loss;
+    st->trained++;
     return FOX_OK;
 }
 

@@ -352,6 +352,7 @@ finish_kernel(fox_cuda_ctl *ctl, float *isv, float *isv_map, int hold)
             ctl->adam_t++;
         ctl->train_steps++;
         ctl->trained++;
+        ctl->loss_sum += (double)ctl->loss;
     }
     for (int k = threadIdx.x; k < FOX_ISV_TOTAL_DIM; k += blockDim.x)
         isv_map[k] = isv[k];

@@ -17,9 +17,8 @@
  * kernels may only ever write 1 into the mapped buffer; the host clears it.
  *
  * Not here: the math (net.c, *.cu), the engine's folds and evaluation, the
- * debug entry points (debug.c, a library only tests link). Prioritized
- * replay is not implemented on this backend yet: create refuses it. Single
- * thread: the trainer's.
+ * debug entry points (debug.c, a library only tests link), prioritized
+ * replay's sum tree (per.cu). Single thread: the trainer's.
  */
 #include <math.h>
 #include <stddef.h>
@@ -137,6 +136,10 @@ cuda_destroy(fox_backend *be_)
     fox_cuda_backend *be = (fox_cuda_backend *)be_;
     if (!be)
         return;
+    /* A new engine may have been made current on this thread before the old one goes. */
+    int prev = 0;
+    cudaGetDevice(&prev);
+    cudaSetDevice(be->cfg->device);
     cudaDeviceSynchronize();
     fox__cuda_drop_graphs(be);
     fox__cuda_fwd_free(&be->col);
@@ -147,10 +150,12 @@ cuda_destroy(fox_backend *be_)
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         cudaFree(bufs[k]);
     fox__cuda_net_fini(&be->net);
+    fox__cuda_per_fini(&be->per);
     cudaFreeHost(be->hctl);
     cudaFreeHost(be->isv_mem);
     cudaFreeHost(be->flags_mem);
     free(be);
+    cudaSetDevice(prev);
 }
 
 int
@@ -181,7 +186,7 @@ create_device(fox_cuda_backend *be)
     const fox_series *s = be->env.series;
     const fox_features *ft = be->env.feat;
     size_t free0 = 0, free1 = 0, total = 0;
-    FOX_CUDA_TRY(cudaSetDevice(0));
+    FOX_CUDA_TRY(cudaSetDevice(c->device));
     /* Mapped pinned memory (ISV, flags); an already active context has it on (UVA). */
     cudaError_t e = cudaSetDeviceFlags(cudaDeviceMapHost);
     if (e != cudaSuccess && e != cudaErrorSetOnActiveProcess)
@@ -206,7 +211,19 @@ create_device(fox_cuda_backend *be)
     FOX_TRY(fox__cuda_alloc(&be->staged, N * n * sizeof *be->staged));
     FOX_TRY(fox__cuda_alloc(&be->counts, N * sizeof *be->counts));
     FOX_TRY(fox__cuda_alloc(&be->ring, cap * sizeof *be->ring));
-    be->bytes_replay = cap * sizeof *be->ring;
+    if (be->prioritized) {
+        be->per.alpha = c->per_alpha;
+        be->per.beta = c->per_beta;
+        be->per.seed = c->seed ^ 0x9e125a3bULL;
+        FOX_TRY(fox__cuda_per_init(&be->per, c->replay_capacity, be->B));
+        /* The loss weighs every sample by its importance weight. */
+        be->net.bt.w = be->per.w;
+        FOX_TRY(fox__cuda_per_clear(be->net.st[0], &be->per));
+    }
+    be->bytes_replay = cap * sizeof *be->ring +
+                       (be->prioritized ? 2 * (size_t)be->per.leaves * sizeof(double) +
+                                              cap * sizeof(int)
+                                        : 0);
     FOX_TRY(fox__cuda_alloc(&be->isv_dev, FOX_ISV_TOTAL_DIM * sizeof(float)));
 
     size_t nb = (size_t)s->n;
@@ -259,12 +276,6 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     const fox_config *c = env->cfg;
     const fox_model_layout *lay = env->lay;
     *out = NULL;
-    if (c->prioritized) {
-        snprintf(err, errlen,
-                 "cuda backend: prioritized replay is not implemented on the GPU yet "
-                 "(train.prioritized=0, or engine.backend=cpu)");
-        return FOX_EINVAL;
-    }
     if (lay->n_branches != 4 || lay->NR > 4) {
         snprintf(err, errlen, "cuda backend: needs 4 branches and at most 4 regimes");
         return FOX_EINVAL;
@@ -274,6 +285,24 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
                  "cuda backend: train.replay_capacity %d is below one step's "
                  "transitions (n_envs × n_step = %d)",
                  c->replay_capacity, c->n_envs * c->n_step);
+        return FOX_EINVAL;
+    }
+    /* engine.device names one GPU of this host: it must exist and run this build's kernels. */
+    int n_dev = 0;
+    struct cudaDeviceProp prop;
+    memset(&prop, 0, sizeof prop);
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || c->device >= n_dev) {
+        cudaGetLastError();
+        snprintf(err, errlen, "cuda backend: engine.device %d: this host has %d CUDA device(s)",
+                 c->device, n_dev);
+        return FOX_EINVAL;
+    }
+    if (cudaGetDeviceProperties(&prop, c->device) != cudaSuccess ||
+        prop.major * 10 + prop.minor < FOX_CUDA_ARCH) {
+        cudaGetLastError();
+        snprintf(err, errlen, "cuda backend: engine.device %d (%s) is sm_%d%d; this build's "
+                 "kernels need sm_%d (meson -Dgpu_arch)", c->device, prop.name, prop.major,
+                 prop.minor, FOX_CUDA_ARCH);
         return FOX_EINVAL;
     }
     fox_cuda_backend *be = calloc(1, sizeof *be);
@@ -287,6 +316,7 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     be->B = c->batch;
     be->S = lay->S;
     be->np = lay->n_params;
+    be->prioritized = c->prioritized;
     int rv = create_device(be);
     if (rv != FOX_OK) {
         snprintf(err, errlen, "cuda backend: %s", rv == FOX_ECUDA ? last_err : fox_strerror(rv));
@@ -325,6 +355,7 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     cc->eps_end = c->eps_end;
     cc->eps_decay_steps = c->eps_decay_steps;
     cc->seed = c->seed ^ 0xc011ec7ULL;
+    cc->prioritized = be->prioritized;
     be->hp = (fox_cuda_loss_hp){powf(c->gamma, (float)c->n_step),
                                 c->iqn_lambda,
                                 c->aux_lambda,
@@ -398,6 +429,8 @@ begin_fold(fox_cuda_backend *be)
     be->hctl->ring_head = 0;
     be->hctl->ring_size = 0;
     FOX_TRY(fox__cuda_put_ctl(be));
+    if (be->prioritized)
+        FOX_TRY(fox__cuda_per_clear(s0, &be->per));
     be->ready = 0;
     FOX_TRY(fox__cuda_env_reset(s0, &be->cc, be->fold, be->envs, ++be->reset_gen));
     FOX_CUDA_TRY(cudaStreamSynchronize(s0));

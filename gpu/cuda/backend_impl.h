@@ -15,6 +15,7 @@
 
 #include "gpu/backend.h"
 #include "gpu/cuda/cuda_impl.h"
+#include "gpu/cuda/per.h"
 
 /* The kinds of step, each captured into graphs of its own. */
 enum { G_COLLECT = 0, G_FULL = 1, G_TRAIN = 2, G_KINDS = 3 };
@@ -65,6 +66,8 @@ typedef struct fox_cuda_backend {
     uint64_t reset_gen;
     int dead; /* a CUDA error poisoned the context */
     size_t bytes_total, bytes_replay;
+    int prioritized;  /* train.prioritized: the batch is drawn by per and weighted */
+    fox_cuda_per per; /* its sum tree and counters (per.cu) */
 } fox_cuda_backend;
 
 /*
@@ -79,6 +82,7 @@ int fox__cuda_be_fail(fox_cuda_backend *be, int rv, const char *op);
     do {                                                                                           \
         if ((be)->dead)                                                                            \
             return FOX_ECUDA;                                                                      \
+        cudaSetDevice((be)->cfg->device);                                                          \
     } while (0)
 
 /* cudaMalloc of bytes (at least 4) into *(void **)pp. */

@@ -243,6 +243,7 @@ fox__cuda_collect_push(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_
  * Uniform sampling and the batch gather (gather_batch): thread per (b, k of
  * S) rebuilds both states; the k = 0 thread copies the scalars, the first
  * NT threads draw the IQN fractions. Draws are keyed by the train step.
+ * Prioritized, the slots were drawn before (per.cu) into bt.idx.
  */
 __global__ void
 gather_kernel(fox_cuda_collect_cfg c, const fox_cuda_trans *ring, const int8_t *regime, int NT,
@@ -257,7 +258,8 @@ gather_kernel(fox_cuda_collect_cfg c, const fox_cuda_trans *ring, const int8_t *
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
          k += (size_t)gridDim.x * blockDim.x) {
         int b = (int)(k / S), col = (int)(k % S);
-        int32_t idx = (int32_t)below_bits(fox_rng_at(seed, base + b), size);
+        int32_t idx =
+            c.prioritized ? bt.idx[b] : (int32_t)below_bits(fox_rng_at(seed, base + b), size);
         const fox_cuda_trans *t = &ring[idx];
         bt.s2[k] = state_at(c, t->bar, t->port, col);
         bt.s2[n + k] = state_at(c, t->bar_next, t->port_next, col);
@@ -268,7 +270,8 @@ gather_kernel(fox_cuda_collect_cfg c, const fox_cuda_trans *ring, const int8_t *
             bt.done[b] = t->done;
             bt.aux[b] = logf(c.bars.close[t->bar + 1] / c.bars.close[t->bar]);
             bt.regime[b] = regime[t->bar];
-            bt.idx[b] = idx;
+            if (!c.prioritized)
+                bt.idx[b] = idx;
         }
         for (int j = col; j < NT; j += S) {
             uint64_t o = base + (uint64_t)B + (uint64_t)b * NT + j;

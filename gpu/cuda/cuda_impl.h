@@ -139,6 +139,7 @@ typedef struct fox_cuda_ctl {
     int64_t halt_step;  /* step at the halt: the rest of its chunk runs on, moving no weight */
     unsigned int done_blocks[3]; /* finished-block counters of the last-block reductions */
     float halt_loss; /* the halting step's loss, for its message (loss is the chunk's last) */
+    double loss_sum; /* the chunk's train steps' losses, summed in step order */
 } fox_cuda_ctl;
 
 typedef struct fox_cuda_fold {
@@ -171,13 +172,14 @@ typedef struct fox_cuda_collect_cfg {
     float gamma, eps_start, eps_end;
     int eps_decay_steps;
     uint64_t seed;
+    int prioritized; /* the gather takes the batch's slots drawn by per.cu */
 } fox_cuda_collect_cfg;
 
 /* The train step's batch on the device. */
 typedef struct fox_cuda_batch {
     float *s2;        /* [2B × S]: s then s′ (the online net runs on both at once) */
     int32_t *a;       /* [B × D] */
-    float *r, *done, *w, *aux;   /* [B]; w NULL in training (uniform replay) */
+    float *r, *done, *w, *aux;   /* [B]; w NULL in training with uniform replay */
     int32_t *regime;  /* [B] */
     float *tau;       /* [2 × B × NT]: online fractions then target fractions */
     int32_t *idx;     /* [B] ring slots */

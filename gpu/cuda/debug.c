@@ -17,6 +17,7 @@
 
 #include "common/error.h"
 #include "gpu/isv.h"
+#include "gpu/per.h"
 #include "gpu/sentinel.h"
 #include "gpu/cuda/backend_impl.h"
 #include "gpu/cuda/cuda_impl.h"
@@ -24,6 +25,7 @@
 #include "gpu/cuda/check.h"
 #include "gpu/cuda/grn.h"
 #include "gpu/cuda/net.h"
+#include "gpu/cuda/per.h"
 #include "gpu/cuda/sp4.h"
 #include "gpu/cuda/debug.h"
 
@@ -104,7 +106,7 @@ debug_loss_grad(fox_cuda_backend *be, float *scratch, const float *params, const
     n->stab.sites = 0;
     int rv = fox__cuda_loss_grad(n, &h);
     n->stab.sites = 1;
-    bt->w = NULL;
+    bt->w = be->prioritized ? be->per.w : NULL;
     FOX_TRY(rv);
     FOX_CUDA_TRY(cudaStreamSynchronize(n->st[0]));
     FOX_CUDA_TRY(cudaMemcpy(grads, n->grads, bytes, cudaMemcpyDeviceToHost));
@@ -162,7 +164,7 @@ debug_target_q_bound(fox_cuda_backend *be, float *scratch, const float *params, 
     n->stab.adaptive = 1;
     int rv = fox__cuda_loss_grad(n, &h);
     n->stab.adaptive = adaptive;
-    n->bt.w = NULL;
+    n->bt.w = be->prioritized ? be->per.w : NULL;
     FOX_TRY(rv);
     FOX_CUDA_TRY(cudaDeviceSynchronize());
     FOX_CUDA_TRY(cudaMemcpy(isv, be->isv_dev, isv_bytes, cudaMemcpyDeviceToHost));
@@ -504,4 +506,137 @@ fox_cuda_debug_sp4(fox_backend *be_, int reset, const float *params, const float
         return FOX_EINVAL;
     return fox__cuda_be_fail(be, debug_sp4(be, reset, params, grads, m, v, h, nh, tq, ntq, isv),
                              "debug_sp4");
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Prioritized replay                                                                         */
+
+static int
+per_io(fox_cuda_backend *be, int load, double *tree, float *max_priority, int *size,
+       uint64_t *pushes, uint64_t *sampled_at)
+{
+    fox_cuda_per *per = &be->per;
+    size_t tb = 2 * (size_t)per->leaves * sizeof(double);
+    fox_cuda_per_ctl pc;
+    FOX_TRY(fox__cuda_sync_ctl(be));
+    FOX_CUDA_TRY(cudaMemcpy(&pc, per->ctl, sizeof pc, cudaMemcpyDeviceToHost));
+    if (!load) {
+        if (tree)
+            FOX_CUDA_TRY(cudaMemcpy(tree, per->tree, tb, cudaMemcpyDeviceToHost));
+        if (max_priority)
+            *max_priority = pc.max_priority;
+        if (size)
+            *size = be->hctl->ring_size;
+        if (pushes)
+            *pushes = pc.pushes;
+        if (sampled_at)
+            *sampled_at = pc.sampled_at;
+        return FOX_OK;
+    }
+    if (tree)
+        FOX_CUDA_TRY(cudaMemcpy(per->tree, tree, tb, cudaMemcpyHostToDevice));
+    if (max_priority)
+        pc.max_priority = *max_priority;
+    if (pushes)
+        pc.pushes = *pushes;
+    if (sampled_at)
+        pc.sampled_at = *sampled_at;
+    FOX_CUDA_TRY(cudaMemcpy(per->ctl, &pc, sizeof pc, cudaMemcpyHostToDevice));
+    if (size)
+        be->hctl->ring_size = *size;
+    be->hctl->ring_head = (int)(pc.pushes % (uint64_t)per->capacity);
+    return fox__cuda_put_ctl(be);
+}
+
+int
+fox_cuda_debug_per_io(fox_backend *be_, int load, double *tree, float *max_priority, int *size,
+                      uint64_t *pushes, uint64_t *sampled_at)
+{
+    fox_cuda_backend *be = (fox_cuda_backend *)be_;
+    FOX_CUDA_ALIVE(be);
+    if (!be->prioritized || (load && size && (*size < 1 || *size > be->per.capacity)))
+        return FOX_EINVAL;
+    return fox__cuda_be_fail(be, per_io(be, load, tree, max_priority, size, pushes, sampled_at),
+                             "debug_per_io");
+}
+
+static int
+per_sample(fox_cuda_backend *be, int64_t t, int32_t *idx, float *w, float *u)
+{
+    cudaStream_t s0 = be->net.st[0];
+    int B = be->B;
+    FOX_TRY(fox__cuda_sync_ctl(be));
+    be->hctl->train_steps = t;
+    FOX_TRY(fox__cuda_put_ctl(be));
+    FOX_TRY(fox__cuda_per_sample(s0, &be->per, be->ctl, be->net.bt.idx));
+    FOX_CUDA_TRY(cudaStreamSynchronize(s0));
+    FOX_CUDA_TRY(
+        cudaMemcpy(idx, be->net.bt.idx, (size_t)B * sizeof *idx, cudaMemcpyDeviceToHost));
+    FOX_CUDA_TRY(cudaMemcpy(w, be->per.w, (size_t)B * sizeof *w, cudaMemcpyDeviceToHost));
+    for (int b = 0; b < B; b++)
+        u[b] = fox_per_uniform(be->per.seed, t, b, B);
+    return FOX_OK;
+}
+
+int
+fox_cuda_debug_per_sample(fox_backend *be_, int64_t t, int32_t *idx, float *w, float *u)
+{
+    fox_cuda_backend *be = (fox_cuda_backend *)be_;
+    FOX_CUDA_ALIVE(be);
+    if (!be->prioritized || t < 0 || !idx || !w || !u)
+        return FOX_EINVAL;
+    return fox__cuda_be_fail(be, per_sample(be, t, idx, w, u), "debug_per_sample");
+}
+
+static int
+per_push(fox_cuda_backend *be, int count)
+{
+    cudaStream_t s0 = be->net.st[0];
+    int *counts = calloc((size_t)be->N, sizeof *counts);
+    if (!counts)
+        return FOX_ENOMEM;
+    counts[0] = count;
+    cudaError_t e = cudaMemcpy(be->counts, counts, (size_t)be->N * sizeof *counts,
+                               cudaMemcpyHostToDevice);
+    free(counts);
+    FOX_CUDA_TRY(e);
+    FOX_TRY(fox__cuda_per_push(s0, &be->per, be->counts, be->N));
+    FOX_CUDA_TRY(cudaStreamSynchronize(s0));
+    return FOX_OK;
+}
+
+int
+fox_cuda_debug_per_push(fox_backend *be_, int count)
+{
+    fox_cuda_backend *be = (fox_cuda_backend *)be_;
+    FOX_CUDA_ALIVE(be);
+    if (!be->prioritized || count < 1 || count > be->per.capacity)
+        return FOX_EINVAL;
+    return fox__cuda_be_fail(be, per_push(be, count), "debug_per_push");
+}
+
+static int
+per_update(fox_cuda_backend *be, const int32_t *idx, const float *prio)
+{
+    cudaStream_t s0 = be->net.st[0];
+    size_t B = (size_t)be->B;
+    FOX_CUDA_TRY(cudaMemcpy(be->net.bt.idx, idx, B * sizeof *idx, cudaMemcpyHostToDevice));
+    FOX_CUDA_TRY(cudaMemcpy(be->net.bt.prio, prio, B * sizeof *prio, cudaMemcpyHostToDevice));
+    FOX_CUDA_TRY(cudaDeviceSynchronize());
+    FOX_TRY(fox__cuda_per_update(s0, &be->per, be->net.bt.idx, be->net.bt.prio));
+    FOX_CUDA_TRY(cudaStreamSynchronize(s0));
+    return FOX_OK;
+}
+
+int
+fox_cuda_debug_per_update(fox_backend *be_, const int32_t *idx, const float *prio)
+{
+    fox_cuda_backend *be = (fox_cuda_backend *)be_;
+    FOX_CUDA_ALIVE(be);
+    if (!be->prioritized || !idx || !prio)
+        return FOX_EINVAL;
+    for (int b = 0; b < be->B; b++)
+        if (idx[b] < 0 || idx[b] >= be->per.capacity)
+            return FOX_EINVAL;
+    return fox__cuda_be_fail(be, per_update(be, idx, prio), "debug_per_update");
 }

@@ -119,6 +119,24 @@ int fox_cuda_debug_set_unroll(fox_backend *be, int steps);
  */
 int fox_cuda_debug_collapse(fox_backend *be, const float *grads, int steps, int *halt);
 
+/*
+ * Prioritized replay's device state, of a backend created with train.prioritized = 1 (else
+ * FOX_EINVAL): load 1 writes the sum tree [2 × leaves] (leaves the power of two ≥ the ring's
+ * capacity), the max priority, the ring's size and pushes since it was emptied (its head
+ * follows) and the pushes when the batch was drawn; load 0 reads them (any may be NULL).
+ */
+int fox_cuda_debug_per_io(fox_backend *be, int load, double *tree, float *max_priority,
+                          int *size, uint64_t *pushes, uint64_t *sampled_at);
+/*
+ * The device's prioritized draw of train step t from the loaded tree: the batch's slots idx
+ * [B] and importance weights w [B] (B the backend's batch), and the uniforms u [B] it drew.
+ */
+int fox_cuda_debug_per_sample(fox_backend *be, int64_t t, int32_t *idx, float *w, float *u);
+/* count (1 to the capacity) pushes at the ring's head into the tree (fox_replay_push's leaves). */
+int fox_cuda_debug_per_push(fox_backend *be, int count);
+/* The update of the tree with priorities prio [B] of slots idx [B] (fox_replay_update). */
+int fox_cuda_debug_per_update(fox_backend *be, const int32_t *idx, const float *prio);
+
 /* Device memory the backend holds: in all, and in its replay ring. */
 void fox_cuda_debug_memory(const fox_backend *be, size_t *total, size_t *replay);
 

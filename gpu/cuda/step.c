@@ -23,6 +23,7 @@
 #include "gpu/cuda/check.h"
 #include "gpu/cuda/collect.h"
 #include "gpu/cuda/net.h"
+#include "gpu/cuda/per.h"
 #include "gpu/cuda/sp4.h"
 
 /* The configured fault's injection at slot's point (stab.c's point), only at that slot. */
@@ -47,14 +48,19 @@ enqueue_collect(fox_cuda_backend *be, int s, int trains)
     FOX_TRY(fox__cuda_forward(n, s, &be->col, be->xcol, be->N, 0, 0, 0));
     FOX_TRY(fox__cuda_collect_act(st, &be->cc, be->fold, be->envs, be->wbar, be->wport, be->wa,
                                   be->wr, be->col.q, be->ctl, be->staged, be->counts));
-    return fox__cuda_collect_push(st, &be->cc, be->staged, be->counts, be->ring, be->ctl);
+    FOX_TRY(fox__cuda_collect_push(st, &be->cc, be->staged, be->counts, be->ring, be->ctl));
+    if (be->prioritized)
+        FOX_TRY(fox__cuda_per_push(st, &be->per, be->counts, be->N));
+    return FOX_OK;
 }
 
 /*
  * A train step, and in a full step (collect) the collection beside it: the
- * batch is gathered from the ring as it stood before this step's push (the
- * CPU backend's order), so the collection can run on its own stream from
- * the gather (and the pre-step's atoms it acts on) until the optimizer.
+ * batch is drawn (prioritized: by per.cu's tree) and gathered from the ring
+ * as it stood before this step's push (the CPU backend's order), so the
+ * collection, with the tree's leaves of its pushes, can run on its own
+ * stream from the gather (and the pre-step's atoms it acts on) until the
+ * optimizer; the priorities go into the tree after the step's points.
  * Ends with the target update and re-pack forked onto LATE and, on MAIN,
  * the points after the step's statistics, where the fused check follows
  * (with dependent launch: no cross-stream wait before it).
@@ -66,6 +72,8 @@ enqueue_train(fox_cuda_backend *be, int collect)
     cudaStream_t s0 = n->st[0];
     fox_cuda_batch *bt = &n->bt;
     size_t BS = (size_t)be->B * be->S;
+    if (be->prioritized)
+        FOX_TRY(fox__cuda_per_sample(s0, &be->per, be->ctl, bt->idx));
     FOX_TRY(fox__cuda_gather(s0, &be->cc, be->ring, be->d_regime, be->lay->NT, be->ctl, bt));
     FOX_TRY(point(be, FOX_CUDA_MAIN, FOX_SENT_STATES, bt->s2, NULL, 0));
     FOX_TRY(point(be, FOX_CUDA_MAIN, FOX_SENT_NEXT_STATES, bt->s2 + BS, NULL, 0));
@@ -90,7 +98,10 @@ enqueue_train(fox_cuda_backend *be, int collect)
                   NULL, 1));
     FOX_TRY(point(be, FOX_CUDA_MAIN, FOX_SENT_TOTAL_LOSS, ctl + offsetof(fox_cuda_ctl, loss) / 4,
                   NULL, 1));
-    return point(be, FOX_CUDA_MAIN, FOX_SENT_REPLAY_PRIORITIES, bt->prio, NULL, 1);
+    FOX_TRY(point(be, FOX_CUDA_MAIN, FOX_SENT_REPLAY_PRIORITIES, bt->prio, NULL, 1));
+    if (be->prioritized)
+        FOX_TRY(fox__cuda_per_update(n->st[FOX_CUDA_MAIN], &be->per, bt->idx, bt->prio));
+    return FOX_OK;
 }
 
 /*
@@ -180,6 +191,7 @@ chunk_begin(fox_cuda_backend *be)
     FOX_CUDA_TRY(cudaMemcpyAsync(be->isv_dev, be->isv_mem, FOX_ISV_TOTAL_DIM * sizeof(float),
                                  cudaMemcpyHostToDevice, s0));
     FOX_CUDA_TRY(cudaMemsetAsync(&be->ctl->trained, 0, sizeof be->ctl->trained, s0));
+    FOX_CUDA_TRY(cudaMemsetAsync(&be->ctl->loss_sum, 0, sizeof be->ctl->loss_sum, s0));
     return FOX_OK;
 }
 
@@ -212,6 +224,8 @@ stats_of(const fox_cuda_ctl *h, fox_step_stats *st)
         st->loss_iqn = h->loss_iqn;
         st->loss_aux = h->loss_aux;
         st->grad_norm = h->grad_norm;
+        st->loss_sum = h->loss_sum;
+        st->trained = h->trained;
     }
 }
 

@@ -25,6 +25,7 @@ fox_series_fini(fox_series *s)
     free(s->close);
     free(s->volume);
     free(s->regime);
+    free(s->drift);
     memset(s, 0, sizeof(*s));
 }
 
