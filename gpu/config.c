@@ -121,8 +121,9 @@ static const key_def keys[] = {
     FLT("env.limit_fee", limit_fee, 0, 1, "0.00005", "limit order fee per unit |Δposition|"),
     FLT("env.reward_scale", reward_scale, 0, 1e6, "100", "reward multiplier"),
 
-    STR("data.source", data, "synthetic", "\"synthetic\" or a CSV path"),
-    INT("data.synth_bars", synth_bars, 1000, 1 << 26, "40000", "bars of the synthetic series"),
+    STR("data.source", data, "synthetic",
+        "a generator (\"synthetic\", \"randomwalk\", \"garch\") or a CSV path"),
+    INT("data.synth_bars", synth_bars, 1000, 1 << 26, "40000", "bars of a generated series"),
     INT("data.folds", n_folds, 1, 8, "3", "K: the series splits into K+1 blocks"),
     DBL("data.bars_per_year", bars_per_year, 0, 1e9, "0", "P for annualizing; 0 = inferred"),
 

@@ -68,7 +68,7 @@ typedef struct fox_config {
     float reward_scale;
 
     /* data */
-    char data[FOX_PATH_MAX]; /* "synthetic" or a CSV path */
+    char data[FOX_PATH_MAX]; /* a generator ("synthetic", "randomwalk", "garch") or a CSV path */
     int synth_bars;
     int n_folds;      /* K: the series splits into K+1 blocks */
     double bars_per_year; /* 0: inferred (synthetic: 8760) */
