@@ -120,6 +120,12 @@ static const key_def keys[] = {
         "market order half-spread per unit |Δposition|"),
     FLT("env.limit_fee", limit_fee, 0, 1, "0.00005", "limit order fee per unit |Δposition|"),
     FLT("env.reward_scale", reward_scale, 0, 1e6, "100", "reward multiplier"),
+    FLT("env.train_cost_mult", train_cost_mult, 1, 100, "1",
+        "the training reward charges this x the costs; evaluation charges them once"),
+
+    FLT("policy.band", band, 0, 1000, "0",
+        "no-trade band: the greedy decision switches direction only if the Q gain exceeds "
+        "this x the change's cost (0 = plain argmax)"),
 
     STR("data.source", data, "synthetic",
         "a generator (\"synthetic\", \"randomwalk\", \"garch\") or a CSV path"),
