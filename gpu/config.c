@@ -120,7 +120,7 @@ static const key_def keys[] = {
         "market order half-spread per unit |Δposition|"),
     FLT("env.limit_fee", limit_fee, 0, 1, "0.00005", "limit order fee per unit |Δposition|"),
     FLT("env.reward_scale", reward_scale, 0, 1e6, "100", "reward multiplier"),
-    FLT("env.train_cost_mult", train_cost_mult, 1, 100, "1",
+    FLT("env.train_cost_mult", train_cost_mult, 1, 100, "4",
         "the training reward charges this x the costs; evaluation charges them once"),
 
     FLT("policy.band", band, 0, 1000, "0",
