@@ -301,6 +301,25 @@ sq_autocorr(const fox_series *s, int k)
     return num / den;
 }
 
+/* Mean, sample variance and lag-1 autocorrelation of the log returns of bars 1..n−1. */
+static void
+logret_moments(const fox_series *s, double *mean, double *var, double *ac1)
+{
+    int n = s->n;
+    double m = 0, m2 = 0, ac = 0;
+    for (int i = 1; i < n; i++)
+        m += logret(s, i);
+    m /= n - 1;
+    for (int i = 1; i < n; i++)
+        m2 += (logret(s, i) - m) * (logret(s, i) - m);
+    m2 /= n - 2;
+    for (int i = 2; i < n; i++)
+        ac += (logret(s, i) - m) * (logret(s, i - 1) - m);
+    *mean = m;
+    *var = m2;
+    *ac1 = ac / ((n - 2) * m2);
+}
+
 /* Same bars for the same seed, other bars for another; every source by its data.source name. */
 START_TEST(test_noedge_deterministic)
 {
@@ -357,16 +376,8 @@ START_TEST(test_randomwalk_stats)
         fox_series s;
         int n = 40000;
         FOX_CK_OK(fox_series_randomwalk(&s, n, seed));
-        double m = 0, m2 = 0, ac = 0;
-        for (int i = 1; i < n; i++)
-            m += logret(&s, i);
-        m /= n - 1;
-        for (int i = 1; i < n; i++)
-            m2 += (logret(&s, i) - m) * (logret(&s, i) - m);
-        m2 /= n - 2;
-        for (int i = 2; i < n; i++)
-            ac += (logret(&s, i) - m) * (logret(&s, i - 1) - m);
-        ac /= (n - 2) * m2;
+        double m, m2, ac;
+        logret_moments(&s, &m, &m2, &ac);
         double se = sqrt(m2 / (n - 1));
         ck_assert_msg(fabs(m) < 3.0 * se, "seed %d: mean %.3g, SE %.3g", (int)seed, m, se);
         ck_assert_msg(fabs(sqrt(m2) / FOX_NOEDGE_SIGMA - 1.0) < 0.02, "seed %d: σ %.5f",
@@ -397,14 +408,11 @@ START_TEST(test_garch_stats)
         fox_series s;
         int n = 40000;
         FOX_CK_OK(fox_series_garch(&s, n, seed));
-        double m = 0, m2 = 0, ac = 0, hi2 = 0, lo2 = 0;
+        double m, m2, ac, hi2 = 0, lo2 = 0;
         int n_hi = 0, n_lo = 0;
-        for (int i = 1; i < n; i++)
-            m += logret(&s, i);
-        m /= n - 1;
+        logret_moments(&s, &m, &m2, &ac);
         for (int i = 1; i < n; i++) {
             double d = logret(&s, i) - m;
-            m2 += d * d;
             if (s.regime[i] == FOX_REGIME_HIGHVOL) {
                 hi2 += d * d;
                 n_hi++;
@@ -413,10 +421,6 @@ START_TEST(test_garch_stats)
                 n_lo++;
             }
         }
-        m2 /= n - 2;
-        for (int i = 2; i < n; i++)
-            ac += (logret(&s, i) - m) * (logret(&s, i - 1) - m);
-        ac /= (n - 2) * m2;
         var_sum += m2;
         /* Under clustering the plain SE understates the mean's error; 3 SE still holds. */
         double se = sqrt(m2 / (n - 1));

@@ -20,6 +20,12 @@
 int fox__series_alloc(fox_series *s, int n, int with_time, int with_ohl, int with_volume);
 
 /*
+ * The arrays of a generated series (every column) for n ≥ 1000 bars:
+ * FOX_EINVAL for a NULL s or fewer bars, FOX_ENOMEM; s is zeroed on failure.
+ */
+int fox__series_alloc_generated(fox_series *s, int n);
+
+/*
  * The bar of a generated series around its close: the open gapped from the
  * previous close by σ/10 (bar 0 opens at its close), high and low beyond
  * both by a half-normal of σ/2, volume the level times a log-normal. The

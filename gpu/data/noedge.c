@@ -32,12 +32,7 @@ enum { GEN_RANDOMWALK, GEN_GARCH };
 static int
 noedge_series(fox_series *s, int n, uint64_t seed, int kind)
 {
-    if (!s)
-        return FOX_EINVAL;
-    memset(s, 0, sizeof(*s));
-    if (n < 1000)
-        return FOX_EINVAL;
-    int rc = fox__series_alloc(s, n, 1, 1, 1);
+    int rc = fox__series_alloc_generated(s, n);
     if (rc != FOX_OK)
         return rc;
 

@@ -55,6 +55,17 @@ fox__series_alloc(fox_series *s, int n, int with_time, int with_ohl, int with_vo
     return FOX_OK;
 }
 
+int
+fox__series_alloc_generated(fox_series *s, int n)
+{
+    if (!s)
+        return FOX_EINVAL;
+    memset(s, 0, sizeof(*s));
+    if (n < 1000)
+        return FOX_EINVAL;
+    return fox__series_alloc(s, n, 1, 1, 1);
+}
+
 void
 fox__series_fill_bar(fox_series *s, int i, double prev_close, double close, double sigma,
                      double volume_level, fox_rng *rng)

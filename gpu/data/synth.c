@@ -8,7 +8,6 @@
  */
 #include <math.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "common/error.h"
 #include "gpu/data.h"
@@ -75,12 +74,7 @@ syn_student_t4(fox_rng *r)
 int
 fox_series_synthetic(fox_series *s, int n, uint64_t seed)
 {
-    if (!s)
-        return FOX_EINVAL;
-    memset(s, 0, sizeof(*s));
-    if (n < 1000)
-        return FOX_EINVAL;
-    int rc = fox__series_alloc(s, n, 1, 1, 1);
+    int rc = fox__series_alloc_generated(s, n);
     if (rc != FOX_OK)
         return rc;
 
