@@ -201,6 +201,8 @@ evaluate_k(fox_engine *e, const fox_split *splits, int n_splits, fox_policy poli
     fox_env_params p = {c->fee, c->half_spread, c->limit_fee,
                         1.0f,   c->size_levels, c->urgency_levels};
     fox_env_bars bars = {e->series.open, e->series.high, e->series.low, e->series.close};
+    /* The band in the Q's units: Q learns rewards scaled by reward_scale. */
+    float band = c->band * (c->fee + c->half_spread) * c->reward_scale;
     eval_walk w[FOX_EVAL_SPLITS_MAX];
     for (int k = 0; k < n_splits; k++) {
         int test = splits[k] == FOX_SPLIT_TEST;
@@ -237,9 +239,11 @@ evaluate_k(fox_engine *e, const fox_split *splits, int n_splits, fox_policy poli
         for (int i = 0; i < n_live; i++) {
             eval_walk *wk = &w[live[i]];
             int32_t a[4] = {0};
-            if (policy == FOX_POLICY_GREEDY)
-                greedy_action(lay, e->eval_q + (size_t)i * lay->n_actions, a);
-            else
+            if (policy == FOX_POLICY_GREEDY) {
+                const float *q = e->eval_q + (size_t)i * lay->n_actions;
+                greedy_action(lay, q, a);
+                fox_env_band(&p, wk->st.pos, q + lay->branch_off[FOX_BR_DIRECTION], band, a);
+            } else
                 rule_action(e, policy, trend_k, wk, a);
             walk_step(wk, &p, &bars, a);
             if (e->bar_hook)
