@@ -17,6 +17,7 @@ seeds / sqrt(seeds).
 Standard library only. Exit status: 0 when every run finished, 1 otherwise.
 """
 import argparse
+import concurrent.futures
 import json
 import math
 import os
@@ -111,6 +112,8 @@ def main():
                     help="extra foxd config key, repeatable (e.g. policy.band=4)")
     ap.add_argument("--foxctl", default=os.path.join(HERE, "..", "build", "client", "foxctl"),
                     help="foxctl binary (default build/client/foxctl; foxd is found beside it)")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="runs at a time (default 1); a GPU serves several walks at once")
     ap.add_argument("--json", metavar="FILE", help="also write every run's fold objects here")
     args = ap.parse_args()
 
@@ -121,11 +124,15 @@ def main():
           + (f", set {' '.join(args.set)}" if args.set else ""), flush=True)
 
     record, failed = {}, 0
+    # Every (source, seed) walk is independent: run them --jobs at a time, report in order.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        runs = {(source, seed): pool.submit(run_one, args, source, seed)
+                for source in sources for seed in seeds}
     for source in sources:
         per_seed = []
         for seed in seeds:
             try:
-                folds, dt = run_one(args, source, seed)
+                folds, dt = runs[(source, seed)].result()
             except RuntimeError as e:
                 print(f"  {source} seed {seed}: FAILED: {e}", file=sys.stderr, flush=True)
                 failed += 1
