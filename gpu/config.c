@@ -126,9 +126,16 @@ static const key_def keys[] = {
         "market order half-spread per unit |Δposition|"),
     FLT("env.limit_fee", limit_fee, 0, 1, "0.00005", "limit order fee per unit |Δposition|"),
     FLT("env.reward_scale", reward_scale, 0, 1e6, "100", "reward multiplier"),
+    FLT("env.train_cost_mult", train_cost_mult, 1, 100, "4",
+        "the training reward charges this x the costs; evaluation charges them once"),
 
-    STR("data.source", data, "synthetic", "\"synthetic\" or a CSV path"),
-    INT("data.synth_bars", synth_bars, 1000, 1 << 26, "40000", "bars of the synthetic series"),
+    FLT("policy.band", band, 0, 1000, "0",
+        "no-trade band: the greedy decision switches direction only if the Q gain exceeds "
+        "this x the change's cost (0 = plain argmax)"),
+
+    STR("data.source", data, "synthetic",
+        "a generator (\"synthetic\", \"randomwalk\", \"garch\") or a CSV path"),
+    INT("data.synth_bars", synth_bars, 1000, 1 << 26, "40000", "bars of a generated series"),
     INT("data.folds", n_folds, 1, 8, "3", "K: the series splits into K+1 blocks"),
     DBL("data.bars_per_year", bars_per_year, 0, 1e9, "0", "P for annualizing; 0 = inferred"),
     STR("data.price_column", price_column, "",

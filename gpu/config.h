@@ -69,9 +69,13 @@ typedef struct fox_config {
     float half_spread;
     float limit_fee;  /* limit orders pay no spread, this fee */
     float reward_scale;
+    float train_cost_mult; /* the training reward charges this × the costs */
+
+    /* policy: the greedy decision */
+    float band;       /* no-trade band, in multiples of a change's cost; 0 = plain argmax */
 
     /* data */
-    char data[FOX_PATH_MAX]; /* "synthetic" or a CSV path */
+    char data[FOX_PATH_MAX]; /* a generator ("synthetic", "randomwalk", "garch") or a CSV path */
     int synth_bars;
     int n_folds;      /* K: the series splits into K+1 blocks */
     double bars_per_year; /* 0: inferred (synthetic: 8760) */

@@ -1,9 +1,10 @@
 /*
  * data.h — bar series, causal features and walk-forward folds.
  *
- * A series comes from the seeded synthetic generator (the embedded default:
- * regime-switching, fat-tailed, with true regime labels) or from a CSV file
- * (OHLCV or close-only), refused with file, line and reason when bad.
+ * A series comes from a seeded generator (the embedded default:
+ * regime-switching, fat-tailed, with true regime labels; or one of the two
+ * no-edge series, a random walk and GARCH(1,1)) or from a CSV file (OHLCV
+ * or close-only), refused with file, line and reason when bad.
  * Features are causal: the row of bar t uses bars ≤ t only. Folds are
  * anchored walk-forward: the series splits into K+1 blocks; fold k trains on
  * blocks 0..k and evaluates on block k+1 (first half validation, second half
@@ -12,7 +13,8 @@
  * Functions that fill a struct overwrite it without freeing what it held:
  * call the matching fini first when reusing one. On failure the struct is
  * left zeroed, so fini on it is always safe. The files behind this door
- * live in gpu/data/: series.c (allocation, fini), synth.c (the generator),
+ * live in gpu/data/: series.c (allocation, fini), synth.c (the default
+ * generator), noedge.c (the no-edge generators and the choice by name),
  * csv.c (the loader), features.c and folds.c.
  */
 #ifndef FOX_DATA_H
@@ -51,6 +53,36 @@ struct fox_series {
 
 /* Generate n bars (n ≥ 1000) of the regime-switching synthetic series. */
 int fox_series_synthetic(fox_series *s, int n, uint64_t seed);
+
+/*
+ * The no-edge generators: series whose expected return is zero at every bar
+ * given everything before it, so that no policy can earn anything net of
+ * costs in expectation and the right answer is to stay flat. Both are
+ * 30-minute bars, 24/7 (P = 17520), with a per-bar σ of FOX_NOEDGE_SIGMA on
+ * average (a daily σ of about 0.7 %). Their labels name the volatility state
+ * only (FOX_REGIME_QUIET, or FOX_REGIME_HIGHVOL where GARCH's conditional σ
+ * exceeds its unconditional σ): nothing in them is tradable, and their
+ * expected_return says so (0 at every bar, so the oracle stays flat).
+ *
+ * randomwalk: Gaussian log returns of constant σ, no drift.
+ * garch: GARCH(1,1), r_t = σ_t·z_t with z_t standard normal and
+ * σ²_t = ω + α·r²_{t−1} + β·σ²_{t−1}, ω = FOX_NOEDGE_SIGMA²·(1 − α − β), so
+ * that the unconditional variance ω/(1 − α − β) is FOX_NOEDGE_SIGMA².
+ */
+#define FOX_NOEDGE_SIGMA 0.001
+#define FOX_GARCH_ALPHA  0.06
+#define FOX_GARCH_BETA   0.92
+int fox_series_randomwalk(fox_series *s, int n, uint64_t seed);
+int fox_series_garch(fox_series *s, int n, uint64_t seed);
+
+/*
+ * The generator data.source names ("synthetic", "randomwalk", "garch"):
+ * n bars from seed. FOX_ENOENT when name is none of them (a CSV path).
+ */
+int fox_series_generate(fox_series *s, const char *name, int n, uint64_t seed);
+
+/* The regime labels of the generators (the synthetic series' four regimes). */
+enum { FOX_REGIME_TREND = 0, FOX_REGIME_MEANREV = 1, FOX_REGIME_HIGHVOL = 2, FOX_REGIME_QUIET = 3 };
 
 /*
  * Load a CSV with a header naming its columns: time (optional; unix seconds

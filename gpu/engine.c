@@ -117,9 +117,8 @@ fox_engine_load_data(fox_engine *e)
     int rv;
     if (e->data_loaded)
         return fox__engine_fail(e, FOX_ESTATE, "data already loaded");
-    if (strcmp(e->cfg.data, "synthetic") == 0)
-        rv = fox_series_synthetic(&e->series, e->cfg.synth_bars, e->cfg.seed);
-    else
+    rv = fox_series_generate(&e->series, e->cfg.data, e->cfg.synth_bars, e->cfg.seed);
+    if (rv == FOX_ENOENT) /* not a generator's name: a CSV path */
         rv = fox_series_load_csv(&e->series, e->cfg.data, e->cfg.price_column,
                                  200 * (e->cfg.n_folds + 1), err, sizeof err);
     if (rv != FOX_OK)

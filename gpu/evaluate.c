@@ -189,6 +189,8 @@ walk_splits(fox_engine *e, const fox_split *splits, int n_splits, fox_policy pol
     fox_env_params p = {c->fee, c->half_spread, c->limit_fee,
                         1.0f,   c->size_levels, c->urgency_levels};
     fox_env_bars bars = {e->series.open, e->series.high, e->series.low, e->series.close};
+    /* The band in the Q's units: Q learns rewards scaled by reward_scale. */
+    float band = c->band * (c->fee + c->half_spread) * c->reward_scale;
     eval_walk w[FOX_EVAL_SPLITS_MAX];
     for (int k = 0; k < n_splits; k++) {
         int test = splits[k] == FOX_SPLIT_TEST;
@@ -218,8 +220,8 @@ walk_splits(fox_engine *e, const fox_split *splits, int n_splits, fox_policy pol
             for (int i = 0; i < n_live; i++)
                 segs[i] = (fox_lookahead_seg){live[i], w[live[i]].t, w[live[i]].end,
                                               &w[live[i]].st};
-            int rv = fox__lookahead_actions(e->ahead, e->be, e->ops, &e->feat, &p, &bars, segs,
-                                            n_live, greedy);
+            int rv = fox__lookahead_actions(e->ahead, e->be, e->ops, &e->feat, &p, &bars, band,
+                                            segs, n_live, greedy);
             if (rv != FOX_OK)
                 return fox__engine_fail(e, rv, "evaluate: q_values: %s", fox_strerror(rv));
         }

@@ -50,13 +50,16 @@ typedef struct fox_lookahead_seg {
 /*
  * The greedy action of each of the n live segments at its bar t into a[i]:
  * from a prediction where it holds, else from a new forward pass (one for all
- * the segments that need one). Argmax ties go to the lowest sub-action.
- * Returns the backend's status.
+ * the segments that need one). Argmax ties go to the lowest sub-action; the
+ * direction then keeps to the no-trade band of band per unit of position
+ * (fox_env_band, Q's units; 0: none), which depends on the position alone
+ * besides Q, so a prediction that holds gives the same action. Returns the
+ * backend's status.
  */
 int fox__lookahead_actions(fox_lookahead *la, fox_backend *be, const fox_backend_ops *ops,
                            const fox_features *feat, const fox_env_params *p,
-                           const fox_env_bars *bars, const fox_lookahead_seg *segs, int n,
-                           int32_t (*a)[4]);
+                           const fox_env_bars *bars, float band, const fox_lookahead_seg *segs,
+                           int n, int32_t (*a)[4]);
 
 /* Forward passes and rows computed since creation, for the run's timing report. */
 void fox__lookahead_counts(const fox_lookahead *la, int64_t *passes, int64_t *rows,

@@ -1,7 +1,8 @@
 /*
  * test_data.c — unit tests of gpu/data.c: the synthetic generator's
- * statistics, the CSV loader's acceptance and each of its refusals, the
- * features' causality and values, normalization's fit range, and the fold
+ * statistics, the no-edge generators' (random walk, GARCH) statistics, the
+ * CSV loader's acceptance and each of its refusals, the features' causality
+ * and values, normalization's fit range, and the fold
  * boundaries.
  *
  * Not tested here: how the environment or the trainer use these (their own
@@ -273,6 +274,172 @@ START_TEST(test_synthetic_learnable)
     double bh = sum_bh / seeds, trend = sum_trend / seeds, ac = sum_ac / seeds;
     ck_assert_msg(trend > bh + 1.0, "trend rule Sharpe %.2f vs buy-and-hold %.2f", trend, bh);
     ck_assert_msg(ac > bh + 2.0, "autocorrelation rule Sharpe %.2f vs buy-and-hold %.2f", ac, bh);
+}
+END_TEST
+
+/* --------------------------------------------------------------- no edge */
+
+/*
+ * Lag-k autocorrelation of squared returns (bars 1..n−1): the signature of
+ * volatility clustering, near 0 for iid returns.
+ */
+static double
+sq_autocorr(const fox_series *s, int k)
+{
+    int n = s->n;
+    double m = 0;
+    for (int i = 1; i < n; i++)
+        m += logret(s, i) * logret(s, i);
+    m /= n - 1;
+    double num = 0, den = 0;
+    for (int i = 1; i < n; i++) {
+        double a = logret(s, i) * logret(s, i) - m;
+        den += a * a;
+        if (i + k < n)
+            num += a * (logret(s, i + k) * logret(s, i + k) - m);
+    }
+    return num / den;
+}
+
+/* Mean, sample variance and lag-1 autocorrelation of the log returns of bars 1..n−1. */
+static void
+logret_moments(const fox_series *s, double *mean, double *var, double *ac1)
+{
+    int n = s->n;
+    double m = 0, m2 = 0, ac = 0;
+    for (int i = 1; i < n; i++)
+        m += logret(s, i);
+    m /= n - 1;
+    for (int i = 1; i < n; i++)
+        m2 += (logret(s, i) - m) * (logret(s, i) - m);
+    m2 /= n - 2;
+    for (int i = 2; i < n; i++)
+        ac += (logret(s, i) - m) * (logret(s, i - 1) - m);
+    *mean = m;
+    *var = m2;
+    *ac1 = ac / ((n - 2) * m2);
+}
+
+/* Same bars for the same seed, other bars for another; every source by its data.source name. */
+START_TEST(test_noedge_deterministic)
+{
+    const char *names[] = {"randomwalk", "garch"};
+    for (int g = 0; g < 2; g++) {
+        fox_series a, b, c;
+        FOX_CK_OK(fox_series_generate(&a, names[g], 4000, 7));
+        FOX_CK_OK(fox_series_generate(&b, names[g], 4000, 7));
+        FOX_CK_OK(fox_series_generate(&c, names[g], 4000, 8));
+        size_t fz = 4000 * sizeof(float);
+        ck_assert(memcmp(a.close, b.close, fz) == 0);
+        ck_assert(memcmp(a.open, b.open, fz) == 0);
+        ck_assert(memcmp(a.high, b.high, fz) == 0);
+        ck_assert(memcmp(a.low, b.low, fz) == 0);
+        ck_assert(memcmp(a.volume, b.volume, fz) == 0);
+        ck_assert(memcmp(a.regime, b.regime, 4000) == 0);
+        int differ = 0;
+        for (int i = 1; i < 4000; i++)
+            differ += a.close[i] != c.close[i];
+        ck_assert_int_gt(differ, 3900);
+        char want[64];
+        snprintf(want, sizeof want, "%s(seed=7)", names[g]);
+        ck_assert_str_eq(a.source, want);
+        ck_assert_ptr_nonnull(a.expected_return);
+        for (int t = 0; t < 4000; t += 97)
+            ck_assert(a.expected_return(&a, t) == 0.0);
+        ck_assert_double_eq(a.bars_per_year, 17520.0);
+        ck_assert_double_eq(a.time[10] - a.time[9], 1800.0);
+        for (int i = 0; i < 4000; i++) {
+            ck_assert(a.low[i] <= fminf(a.open[i], a.close[i]));
+            ck_assert(a.high[i] >= fmaxf(a.open[i], a.close[i]));
+            ck_assert(a.regime[i] == FOX_REGIME_QUIET || a.regime[i] == FOX_REGIME_HIGHVOL);
+        }
+        fox_series_fini(&a);
+        fox_series_fini(&b);
+        fox_series_fini(&c);
+    }
+    fox_series s;
+    ck_assert_int_eq(fox_series_generate(&s, "bars.csv", 4000, 1), FOX_ENOENT);
+    ck_assert_int_eq(fox_series_generate(&s, "garch", 999, 1), FOX_EINVAL);
+    ck_assert(series_zeroed(&s));
+    FOX_CK_OK(fox_series_generate(&s, "synthetic", 4000, 1));
+    ck_assert_ptr_nonnull(s.expected_return);
+    fox_series_fini(&s);
+}
+END_TEST
+
+/*
+ * The random walk has no drift: over several seeds the mean log return is
+ * within 3 standard errors of 0, its σ is the advertised one, and neither
+ * returns nor squared returns are autocorrelated.
+ */
+START_TEST(test_randomwalk_stats)
+{
+    for (uint64_t seed = 1; seed <= 4; seed++) {
+        fox_series s;
+        int n = 40000;
+        FOX_CK_OK(fox_series_randomwalk(&s, n, seed));
+        double m, m2, ac;
+        logret_moments(&s, &m, &m2, &ac);
+        double se = sqrt(m2 / (n - 1));
+        ck_assert_msg(fabs(m) < 3.0 * se, "seed %d: mean %.3g, SE %.3g", (int)seed, m, se);
+        ck_assert_msg(fabs(sqrt(m2) / FOX_NOEDGE_SIGMA - 1.0) < 0.02, "seed %d: σ %.5f",
+                      (int)seed, sqrt(m2));
+        /* 1/√n ≈ 0.005: four SE of an iid lag-1 autocorrelation. */
+        ck_assert_msg(fabs(ac) < 0.02, "seed %d: lag-1 autocorr %.4f", (int)seed, ac);
+        ck_assert_msg(fabs(sq_autocorr(&s, 1)) < 0.02, "seed %d: squared autocorr %.4f",
+                      (int)seed, sq_autocorr(&s, 1));
+        fox_series_fini(&s);
+    }
+}
+END_TEST
+
+/*
+ * GARCH(1,1): squared returns are autocorrelated (volatility clusters, and
+ * the autocorrelation decays roughly as (α+β)^k), returns themselves are not
+ * (no edge), the mean is within 3 SE of 0, and the sample variance matches
+ * the unconditional ω/(1 − α − β) within 10 % on average over seeds. The
+ * labels follow the conditional σ: high-vol bars move more than quiet ones.
+ */
+START_TEST(test_garch_stats)
+{
+    double var_sum = 0;
+    int seeds = 4;
+    const double omega = FOX_NOEDGE_SIGMA * FOX_NOEDGE_SIGMA * (1 - FOX_GARCH_ALPHA - FOX_GARCH_BETA);
+    const double var_uncond = omega / (1 - FOX_GARCH_ALPHA - FOX_GARCH_BETA);
+    for (uint64_t seed = 1; seed <= (uint64_t)seeds; seed++) {
+        fox_series s;
+        int n = 40000;
+        FOX_CK_OK(fox_series_garch(&s, n, seed));
+        double m, m2, ac, hi2 = 0, lo2 = 0;
+        int n_hi = 0, n_lo = 0;
+        logret_moments(&s, &m, &m2, &ac);
+        for (int i = 1; i < n; i++) {
+            double d = logret(&s, i) - m;
+            if (s.regime[i] == FOX_REGIME_HIGHVOL) {
+                hi2 += d * d;
+                n_hi++;
+            } else {
+                lo2 += d * d;
+                n_lo++;
+            }
+        }
+        var_sum += m2;
+        /* Under clustering the plain SE understates the mean's error; 3 SE still holds. */
+        double se = sqrt(m2 / (n - 1));
+        ck_assert_msg(fabs(m) < 3.0 * se, "seed %d: mean %.3g, SE %.3g", (int)seed, m, se);
+        ck_assert_msg(fabs(ac) < 0.03, "seed %d: lag-1 autocorr %.4f", (int)seed, ac);
+        double ac1 = sq_autocorr(&s, 1), ac10 = sq_autocorr(&s, 10);
+        ck_assert_msg(ac1 > 0.05, "seed %d: squared lag-1 autocorr %.4f", (int)seed, ac1);
+        ck_assert_msg(ac10 > 0.02 && ac10 < ac1, "seed %d: squared lag-10 autocorr %.4f",
+                      (int)seed, ac10);
+        ck_assert_int_gt(n_hi, n / 10);
+        ck_assert_int_gt(n_lo, n / 10);
+        ck_assert_msg(hi2 / n_hi > 1.5 * lo2 / n_lo, "seed %d: high-vol/quiet variance %.2f",
+                      (int)seed, (hi2 / n_hi) / (lo2 / n_lo));
+        fox_series_fini(&s);
+    }
+    double ratio = var_sum / seeds / var_uncond;
+    ck_assert_msg(fabs(ratio - 1.0) < 0.10, "sample/unconditional variance %.3f", ratio);
 }
 END_TEST
 
@@ -909,6 +1076,11 @@ data_suite(void)
     tcase_add_test(tc, test_synthetic_regimes);
     tcase_add_test(tc, test_synthetic_stats);
     tcase_add_test(tc, test_synthetic_learnable);
+    suite_add_tcase(su, tc);
+    tc = tcase_create("noedge");
+    tcase_add_test(tc, test_noedge_deterministic);
+    tcase_add_test(tc, test_randomwalk_stats);
+    tcase_add_test(tc, test_garch_stats);
     suite_add_tcase(su, tc);
     tc = tcase_create("csv");
     tcase_add_test(tc, test_csv_good_ohlcv);

@@ -18,6 +18,7 @@
 
 #define BARS 3000
 #define S_DIM 8
+#define BAND 0.1f /* a no-trade band in the scripted Q's units: the walks keep to it alike */
 
 /* A scripted network: Q from the state's first market feature and its portfolio features. */
 typedef struct scripted {
@@ -118,7 +119,7 @@ scripted_walk(scripted_world *w, scripted *sc, int window_max, int32_t (*actions
             break;
         int32_t a[2][4];
         FOX_CK_OK(fox__lookahead_actions(la, (fox_backend *)sc, &scripted_ops, &w->feat, &w->p,
-                                         &w->bars, segs, n, a));
+                                         &w->bars, BAND, segs, n, a));
         for (int i = 0; i < n; i++) {
             int k = segs[i].id;
             memcpy(actions[k][t[k]], a[i], sizeof a[i]);
@@ -242,10 +243,14 @@ START_TEST(engine_walks_identical)
 {
     fox_config c;
     fox_config_default(&c);
-    const char *pairs[] = {"model.h1=32",      "model.h2=24",          "model.head_hidden=24",
-                           "model.aux_hidden=8", "model.n_cos=8",       "model.n_atoms=21",
-                           "engine.backend=cpu", "train.batch=32",      "env.n_envs=16",
-                           "data.synth_bars=6000", "train.learning_starts=256", NULL};
+    /* A no-trade band as well: the action depends on the position besides Q. */
+    const char *pairs[] = {"model.h1=32",          "model.h2=24",
+                           "model.head_hidden=24", "model.aux_hidden=8",
+                           "model.n_cos=8",        "model.n_atoms=21",
+                           "engine.backend=cpu",   "train.batch=32",
+                           "env.n_envs=16",        "data.synth_bars=6000",
+                           "train.learning_starts=256", "policy.band=2",
+                           NULL};
     fox_test_set_pairs(&c, pairs);
     fox_engine *e = fox_test_engine(&c);
     /* The CPU backend walks one pass a bar (its eval_lookahead); CUDA predicts. */

@@ -305,7 +305,7 @@ collect(cpu_backend *be, float eps)
         e->wbar[e->wlen] = e->bar;
         memcpy(e->wport[e->wlen], port, sizeof port);
         memcpy(e->wa[e->wlen], a, sizeof e->wa[0]);
-        e->wr[e->wlen] = fill.reward;
+        e->wr[e->wlen] = fox_env_train_reward(&be->envp, &fill, be->env.cfg->train_cost_mult);
         e->wlen++;
         e->bar++;
         e->steps++;

@@ -356,6 +356,7 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     cc->eps_decay_steps = c->eps_decay_steps;
     cc->seed = c->seed ^ 0xc011ec7ULL;
     cc->prioritized = be->prioritized;
+    cc->train_cost_mult = c->train_cost_mult;
     be->hp = (fox_cuda_loss_hp){powf(c->gamma, (float)c->n_step),
                                 c->iqn_lambda,
                                 c->aux_lambda,

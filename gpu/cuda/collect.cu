@@ -150,7 +150,7 @@ collect_act_kernel(fox_cuda_collect_cfg c, const fox_cuda_fold *fold, fox_cuda_e
         wport[(w0 + slot) * 3 + k] = port[k];
     wa[w0 + slot] = (uint32_t)a[0] | (uint32_t)a[1] << 8 | (uint32_t)a[2] << 16 |
                     (uint32_t)a[3] << 24;
-    wr[w0 + slot] = fill.reward;
+    wr[w0 + slot] = fox_env_train_reward(&c.envp, &fill, c.train_cost_mult);
     e.wlen++;
     e.bar++;
     e.steps++;

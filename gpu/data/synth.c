@@ -29,7 +29,7 @@
  * by the rolling volatilities. Mean dwell 150–300 bars keeps a regime long
  * enough to be recognised from a 32–64-bar window and exploited afterwards.
  */
-enum { REG_TREND = 0, REG_MEANREV = 1, REG_HIGHVOL = 2, REG_QUIET = 3, N_REGIMES = 4 };
+enum { N_REGIMES = 4 };
 
 static const struct regime_param {
     double dwell;  /* mean bars spent in the regime (geometric) */
@@ -38,10 +38,10 @@ static const struct regime_param {
     double drift;  /* |μ| per bar, × SYN_SIGMA; sign drawn at entry */
     double volume; /* volume level, × SYN_VOLUME */
 } syn_regime[N_REGIMES] = {
-    [REG_TREND] = {300.0, +0.25, 1.0, 0.20, 1.0},
-    [REG_MEANREV] = {300.0, -0.25, 1.0, 0.0, 1.0},
-    [REG_HIGHVOL] = {150.0, +0.05, 2.5, 0.0, 2.5},
-    [REG_QUIET] = {250.0, +0.10, 0.4, 0.0, 0.6},
+    [FOX_REGIME_TREND] = {300.0, +0.25, 1.0, 0.20, 1.0},
+    [FOX_REGIME_MEANREV] = {300.0, -0.25, 1.0, 0.0, 1.0},
+    [FOX_REGIME_HIGHVOL] = {150.0, +0.05, 2.5, 0.0, 2.5},
+    [FOX_REGIME_QUIET] = {250.0, +0.10, 0.4, 0.0, 0.6},
 };
 
 #define SYN_SIGMA       0.008 /* base σ per hourly bar */
@@ -91,12 +91,7 @@ syn_student_t4(fox_rng *r)
 int
 fox_series_synthetic(fox_series *s, int n, uint64_t seed)
 {
-    if (!s)
-        return FOX_EINVAL;
-    memset(s, 0, sizeof(*s));
-    if (n < 1000)
-        return FOX_EINVAL;
-    int rc = fox__series_alloc(s, n, 1, 1, 1);
+    int rc = fox__series_alloc_generated(s, n);
     if (rc != FOX_OK)
         return rc;
     s->drift = malloc((size_t)n * sizeof(float));
@@ -139,17 +134,8 @@ fox_series_synthetic(fox_series *s, int n, uint64_t seed)
         double r = i > 0 ? mu + dev : 0.0;
         logp += r;
         double close = exp(logp);
-        double open = i > 0 ? prev_close * exp(sigma / 10.0 * fox_rng_normal(&rng)) : close;
-        double hi = fmax(open, close) * exp(0.5 * sigma * fabs(fox_rng_normal(&rng)));
-        double lo = fmin(open, close) * exp(-0.5 * sigma * fabs(fox_rng_normal(&rng)));
-
         s->time[i] = SYN_T0 + SYN_BAR_SECONDS * (double)i;
-        s->open[i] = (float)open;
-        s->close[i] = (float)close;
-        /* Rounding to float is monotone, but clamp anyway so the invariant holds bit for bit. */
-        s->high[i] = fmaxf((float)hi, fmaxf(s->open[i], s->close[i]));
-        s->low[i] = fminf((float)lo, fminf(s->open[i], s->close[i]));
-        s->volume[i] = (float)(SYN_VOLUME * p->volume * exp(0.35 * fox_rng_normal(&rng)));
+        fox__series_fill_bar(s, i, prev_close, close, sigma, SYN_VOLUME * p->volume, &rng);
         s->regime[i] = (int8_t)reg;
         s->drift[i] = (float)(i > 0 ? mu : 0.0);
         prev_close = close;
