@@ -69,11 +69,14 @@ curve_push(curve *c, int bar, double cum)
     c->cum[c->n++] = cum;
 }
 
-/* A pass that starts over at the split's first bar replaces the one before. */
+/*
+ * A pass steps bar by bar: a bar that does not follow the last one kept
+ * starts a new pass (another epoch, another fold), which replaces the old.
+ */
 static void
 curve_capture(curve *c, int bar, double cum)
 {
-    if (c->n && bar <= c->bar[c->n - 1])
+    if (c->n && bar != c->bar[c->n - 1] + 1)
         c->n = 0;
     curve_push(c, bar, cum);
 }
@@ -403,7 +406,8 @@ write_equity(fox_record *r, const char *prefix)
     }
     /* Both passes step over the same test bars, so their rows line up. */
     fprintf(f, "bar,policy,buy_and_hold\n");
-    for (int i = 0; i < r->chosen.n && i < r->buy_hold.n; i++)
+    for (int i = 0; i < r->chosen.n && i < r->buy_hold.n && r->chosen.bar[i] == r->buy_hold.bar[i];
+         i++)
         fprintf(f, "%d,%.9g,%.9g\n", r->chosen.bar[i], r->chosen.cum[i], r->buy_hold.cum[i]);
     if (fclose(f) != 0)
         write_failed(r, strerror(errno));

@@ -431,6 +431,8 @@ START_TEST(once_leaves_a_complete_run_directory)
     fox_config c;
     fox_dconf d;
     small_config(&c);
+    /* Two folds: what the record keeps of one must not leak into the next. */
+    fox_test_set_pairs(&c, (const char *const[]){"train.folds=0,1", NULL});
     fox_dconf_default(&d);
     snprintf(d.run_dir, sizeof d.run_dir, "%s", run);
     d.run_isv_steps = 8;
@@ -447,7 +449,7 @@ START_TEST(once_leaves_a_complete_run_directory)
     cJSON_Delete(ca);
     cJSON_Delete(cb);
 
-    /* metrics.jsonl: two epochs and a fold, every figure of training filled. */
+    /* metrics.jsonl: two epochs and a line per fold, every figure of training filled. */
     snprintf(path, sizeof path, "%s/metrics.jsonl", run);
     char *text = slurp(path, NULL);
     ck_assert_ptr_nonnull(text);
@@ -473,10 +475,10 @@ START_TEST(once_leaves_a_complete_run_directory)
         cJSON_Delete(o);
     }
     free(text);
-    ck_assert_int_eq(epochs, 2);
-    ck_assert_int_eq(folds, 1);
+    ck_assert_int_eq(epochs, 4);
+    ck_assert_int_eq(folds, 2);
 
-    ck_assert_int_eq(csv_rows(run, "epochs.csv", "fold,epoch,step,loss,"), 2);
+    ck_assert_int_eq(csv_rows(run, "epochs.csv", "fold,epoch,step,loss,"), 4);
     ck_assert_int_ge(csv_rows(run, "isv.csv", "fold,step,total_steps,Q_ABS_REF"), 5);
     snprintf(path, sizeof path, "%s/foxd.log", run);
     text = slurp(path, NULL);
@@ -484,13 +486,32 @@ START_TEST(once_leaves_a_complete_run_directory)
     free(text);
 
     cJSON *summary = read_json(run, "folds.json");
-    const cJSON *fold = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(summary, "folds"), 0);
-    ck_assert_ptr_nonnull(fold);
-    /* The baselines CSV is the fold object's: all five on synthetic data, oracle included. */
-    ck_assert_int_eq(baselines_csv_matches(run, "fold0-baselines.csv", fold), 5);
-    /* The equity picture's data: a row per test return, the policy's and buy-and-hold's. */
-    ck_assert_int_eq(csv_rows(run, "fold0-equity.csv", "bar,policy,buy_and_hold"),
-                     (int)num(fold, "test_bars"));
+    const cJSON *folds_done = cJSON_GetObjectItemCaseSensitive(summary, "folds");
+    ck_assert_int_eq(cJSON_GetArraySize(folds_done), 2);
+    for (int k = 0; k < 2; k++) {
+        const cJSON *f = cJSON_GetArrayItem(folds_done, k);
+        char name[64];
+        /* The baselines CSV is the fold object's: all five on synthetic data, oracle included. */
+        snprintf(name, sizeof name, "fold%d-baselines.csv", k);
+        ck_assert_int_eq(baselines_csv_matches(run, name, f), 5);
+        /*
+         * The equity picture's data: a row per test return, ending where the
+         * fold's own buy-and-hold pass ended.
+         */
+        snprintf(name, sizeof name, "fold%d-equity.csv", k);
+        ck_assert_int_eq(csv_rows(run, name, "bar,policy,buy_and_hold"), (int)num(f, "test_bars"));
+        snprintf(path, sizeof path, "%s/%s", run, name);
+        text = slurp(path, NULL);
+        const char *last_row = strrchr(text, ',') + 1;
+        double want = num(cJSON_GetObjectItemCaseSensitive(
+                              cJSON_GetObjectItemCaseSensitive(f, "baselines"), "buy_hold"),
+                          "total_return");
+        ck_assert_msg(fabs(atof(last_row) - want) <= 1e-8 * fmax(1.0, fabs(want)),
+                      "fold %d: buy-and-hold's equity ends at %s, its pass at %.9g", k, last_row,
+                      want);
+        free(text);
+    }
+    const cJSON *fold = cJSON_GetArrayItem(folds_done, 0);
     cJSON *chosen = read_json(run, "fold0-chosen.json"), *last = read_json(run, "fold0-last.json");
     ck_assert(num(chosen, "epoch") == num(fold, "best_epoch"));
     ck_assert(num(chosen, "val_sharpe") == num(fold, "best_val_sharpe"));
