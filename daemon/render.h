@@ -41,6 +41,8 @@ cJSON *fox_render_mask(int mask);
 cJSON *fox_render_slots(uint64_t mask);
 cJSON *fox_render_eval(const fox_eval_result *r);
 cJSON *fox_render_fold(const fox_fold_report *r);
+/* A baseline's name in the fold object's "baselines" ("buy_hold", ...); NULL for the policy. */
+const char *fox_render_baseline_name(fox_policy p);
 cJSON *fox_render_epoch(const fox_epoch_report *r);
 
 /* ------------------------------------------------------------ read commands */

@@ -34,6 +34,7 @@ struct fox_engine {
     fox_halt_info halt;     /* reason FOX_HALT_NONE while the fold runs */
     float *eval_s, *eval_q; /* [FOX_EVAL_SPLITS_MAX × S], [FOX_EVAL_SPLITS_MAX × n_actions] */
     int trend_k;            /* the trend rule's lookback, chosen when the fold begins */
+    int policy_loaded;      /* load_policy set the segments: a backtest, not a fold */
     /* Epoch selection: the last select_window validation Sharpes (a ring) and the test sum. */
     double sel_val[FOX_SELECT_WINDOW_MAX];
     double test_sharpe_sum;
@@ -44,8 +45,9 @@ struct fox_engine {
 };
 
 /*
- * Evaluate the baselines of the fold just begun on its test split into
- * e->rep.test_policy (and choose the trend rule's lookback on validation).
+ * Evaluate the baselines on the current test split into e->rep.test_policy
+ * (and choose the trend rule's lookback on the validation split): a fold's
+ * when it begins, a backtest's bars after load_policy.
  */
 int fox__engine_baselines(fox_engine *e);
 
