@@ -31,6 +31,8 @@
 #   bench/gpu_run.sh probe_gemm on the GPU machine: bench/gemm_probe at each of $BATCHES
 #                              (256 4096): cuBLAS's pick against every cuBLASLt candidate
 #   bench/gpu_run.sh once      on the GPU machine: foxd --once on the default config, two epochs
+#   bench/gpu_run.sh learning [ARGS]  on the GPU machine: bench/learning.py ARGS with the carried
+#                              foxctl and foxd
 #   bench/gpu_run.sh sweep     on the GPU machine: run's sweeps and memcheck, without parity
 #   bench/gpu_run.sh memcheck  on the GPU machine: compute-sanitizer memcheck of a few steps
 #                              (batch $MC_BATCH, 256 unless set; $MC_ARGS to foxbench)
@@ -55,11 +57,11 @@ prepare() {
     local build=${BUILD:-build-gpu}
     [ -d "$build" ] || meson setup "$build" -Dcuda=enabled
     ninja -C "$build" bench/foxbench tests/test_cuda_parity tests/test_cuda_drills daemon/foxd \
-        bench/gemm_probe
+        client/foxctl bench/gemm_probe
     rm -rf .carry
     mkdir -p .carry/bin .carry/lib
     cp "$build/bench/foxbench" "$build/tests/test_cuda_parity" "$build/tests/test_cuda_drills" \
-        "$build/daemon/foxd" "$build/bench/gemm_probe" .carry/bin/
+        "$build/daemon/foxd" "$build/client/foxctl" "$build/bench/gemm_probe" .carry/bin/
     [ -n "${BASE:-}" ] && cp "$BASE/bench/foxbench" .carry/bin/foxbench_base
     [ -n "${BASE2:-}" ] && cp "$BASE2/bench/foxbench" .carry/bin/foxbench_base2
     # Everything the binaries link beyond the C runtime, libstdc++ and CUDA's own libraries;
@@ -447,6 +449,7 @@ sweep) sweep ;;
 memcheck) memcheck ;;
 once) once ;;
 probe_gemm) use_libs && for b in ${BATCHES:-256 4096}; do .carry/bin/gemm_probe "$b"; done ;;
-*) echo "usage: $0 prepare|run|quick|final|overhead|probe|variants|envab|probe_gemm|timeline|once|sweep|memcheck" >&2
+learning) shift; use_libs && python3 bench/learning.py --foxctl .carry/bin/foxctl "$@" ;;
+*) echo "usage: $0 prepare|run|quick|final|overhead|probe|variants|envab|probe_gemm|timeline|once|sweep|memcheck|learning" >&2
     exit 2 ;;
 esac

@@ -17,6 +17,7 @@
 #include "client/print.h"
 #include "client/records.h"
 #include "common/fsutil.h"
+#include "proto/proto.h"
 #include "proto/table.h"
 
 extern char **environ;
@@ -59,8 +60,7 @@ backtest_on_daemon(foxctl_opts *o, int argc, char **argv)
 {
     cJSON *args = cJSON_CreateObject();
     for (int i = 1; i < argc; i++) {
-        int from, to;
-        char tail;
+        int val_from, from, to;
         if (!strcmp(argv[i], "--daemon"))
             continue;
         if (i + 1 < argc && !strcmp(argv[i], "--checkpoint")) {
@@ -68,13 +68,15 @@ backtest_on_daemon(foxctl_opts *o, int argc, char **argv)
         } else if (i + 1 < argc && !strcmp(argv[i], "--data")) {
             cJSON_AddStringToObject(args, "data", argv[++i]);
         } else if (i + 1 < argc && !strcmp(argv[i], "--bars") &&
-                   sscanf(argv[i + 1], "%d:%d%c", &from, &to, &tail) == 2) {
+                   fox_proto_parse_bars(argv[i + 1], &val_from, &from, &to) == 0) {
             cJSON_AddNumberToObject(args, "bars_from", from);
             cJSON_AddNumberToObject(args, "bars_to", to);
+            if (val_from >= 0)
+                cJSON_AddNumberToObject(args, "val_from", val_from);
             i++;
         } else {
             fprintf(stderr, "foxctl: backtest --daemon: '%s' is not --checkpoint FILE, --data CSV "
-                            "or --bars FROM:TO\n",
+                            "or --bars [VAL:]FROM:TO\n",
                     argv[i]);
             cJSON_Delete(args);
             return FOXCTL_USAGE;
@@ -87,11 +89,6 @@ backtest_on_daemon(foxctl_opts *o, int argc, char **argv)
     if (o->json) {
         foxctl_print_reply(&rep);
     } else {
-        cJSON *row = cJSON_CreateArray();
-        cJSON_AddItemToArray(
-            row, cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(rep.result, "fold"), 1));
-        fox_table_folds(stdout, row);
-        cJSON_Delete(row);
         fox_table_backtest(stdout, rep.result);
         fprintf(stderr, "run directory %s\n", foxctl_jstr(rep.result, "run_dir", "?"));
     }
@@ -122,7 +119,7 @@ foxctl_cmd_backtest(foxctl_opts *o, int argc, char **argv)
             fargv[n++] = argv[i]; /* --data, --bars, --out and foxd's own options */
     }
     if (!ckpt) {
-        fprintf(stderr, "foxctl: backtest --checkpoint FILE [--data CSV] [--bars FROM:TO] "
+        fprintf(stderr, "foxctl: backtest --checkpoint FILE [--data CSV] [--bars [VAL:]FROM:TO] "
                         "[--out DIR] [FOXD OPTIONS]\n");
         free(fargv);
         return FOXCTL_USAGE;

@@ -11,7 +11,7 @@
 /* plot RUN_DIR: draw the run directory's pictures again (scripts/foxplot). */
 int foxctl_cmd_plot(foxctl_opts *o, int argc, char **argv);
 
-/* backtest --checkpoint FILE [--data CSV] [--bars FROM:TO] [--out DIR] [FOXD OPTIONS] | --daemon. */
+/* backtest --checkpoint FILE [--data CSV] [--bars [VAL:]FROM:TO] [--out DIR] [FOXD OPTIONS] | --daemon. */
 int foxctl_cmd_backtest(foxctl_opts *o, int argc, char **argv);
 
 /* checkpoint list DIR: the checkpoints of a run or state directory, with their sidecars. */

@@ -180,6 +180,7 @@ fox_answer_tcmd(const fox_dconf *d, const fox_request *req, fox_tcmd *c, char *m
         snprintf(c->fault_kind, sizeof c->fault_kind, "%s", req->fault_kind);
     c->bars_from = req->bars_from;
     c->bars_to = req->bars_to;
+    c->val_from = req->val_from;
     if (req->data && snprintf(c->data, sizeof c->data, "%s", req->data) >= (int)sizeof c->data)
         return fox_errf(msg, len, FOX_EINVAL, "backtest: data path too long");
     if (req->values && !(c->values = cJSON_Duplicate(req->values, 1)))

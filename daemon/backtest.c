@@ -13,8 +13,8 @@
 #include "proto/table.h"
 
 int
-fox_backtest_main(const fox_config *cfg, const fox_dconf *d, const char *checkpoint, int begin,
-                  int end)
+fox_backtest_main(const fox_config *cfg, const fox_dconf *d, const char *checkpoint,
+                  int val_begin, int begin, int end)
 {
     char err[1024] = "";
     fox_engine *e = NULL;
@@ -31,7 +31,7 @@ fox_backtest_main(const fox_config *cfg, const fox_dconf *d, const char *checkpo
         fprintf(stderr, "foxd: data: %s (%s)\n", fox_engine_errmsg(e), fox_err_name(rv));
         goto out;
     }
-    if ((rv = fox_engine_load_policy(e, checkpoint, begin, end)) != FOX_OK) {
+    if ((rv = fox_engine_load_policy(e, checkpoint, val_begin, begin, end)) != FOX_OK) {
         fprintf(stderr, "foxd: backtest: %s (%s)\n", fox_engine_errmsg(e), fox_err_name(rv));
         code = rv == FOX_EINVAL ? FOX_EXIT_USAGE : FOX_EXIT_ERROR;
         goto out;
@@ -51,10 +51,6 @@ fox_backtest_main(const fox_config *cfg, const fox_dconf *d, const char *checkpo
     fprintf(stdout, "backtest over bars %d to %d of %s\n",
             (int)cJSON_GetArrayItem(bars, 0)->valuedouble,
             (int)cJSON_GetArrayItem(bars, 1)->valuedouble, cfg->data);
-    cJSON *row = cJSON_CreateArray();
-    cJSON_AddItemToArray(row, cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(result, "fold"), 1));
-    fox_table_folds(stdout, row);
-    cJSON_Delete(row);
     fox_table_backtest(stdout, result);
     fflush(stdout);
     code = FOX_EXIT_OK;

@@ -15,6 +15,7 @@
 #include "daemon/foxd.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "proto/proto.h"
 
 #ifndef FOX_VERSION
 #define FOX_VERSION "0.0.0"
@@ -26,7 +27,7 @@ usage(FILE *out)
     fprintf(out,
             "usage: foxd [--config FILE] [--listen URL]... [--pub URL] [--backend auto|cpu|cuda]\n"
             "            [--once [--json]] [--out DIR] [--set key=value]... [--verbose]\n"
-            "       foxd --backtest CHECKPOINT [--data CSV] [--bars FROM:TO] [--out DIR] ...\n"
+            "       foxd --backtest CHECKPOINT [--data CSV] [--bars [VAL:]FROM:TO] [--out DIR] ...\n"
             "\n"
             "  --config FILE   JSON config; nested objects are dotted keys (default: none)\n"
             "  --set K=V       set one config key after the file (e.g. train.epochs=3)\n"
@@ -39,7 +40,9 @@ usage(FILE *out)
             "  --backtest F    apply checkpoint F greedily to the data, print it against the\n"
             "                  baselines, exit; the config defaults to F's run's config.json\n"
             "  --data CSV      the bars (data.source)\n"
-            "  --bars FROM:TO  a backtest's bar range [FROM, TO) (default: every bar with features)\n"
+            "  --bars [VAL:]FROM:TO  a backtest's bars [FROM, TO) (default: every bar with\n"
+            "                  features); the trend baseline's lookback is chosen on [VAL, FROM)\n"
+            "                  (default: as many bars before FROM as the range has)\n"
             "  --verbose       log debug lines\n"
             "\n"
             "exit status: 0 ok, 1 runtime error, 2 usage or config error, 3 training halted\n"
@@ -78,7 +81,7 @@ main(int argc, char **argv)
     fox_dconf d;
     char err[1024];
     const char *config_path = NULL, *backtest = NULL;
-    int once = 0, json = 0, listen_given = 0, c, bars_from = -1, bars_to = 0;
+    int once = 0, json = 0, listen_given = 0, c, val_from = -1, bars_from = -1, bars_to = 0;
 
     fox_config_default(&cfg);
     fox_dconf_default(&d);
@@ -156,16 +159,14 @@ main(int argc, char **argv)
         case OPT_DATA:
             rv = fox_config_set(&cfg, "data.source", optarg, err, sizeof err);
             break;
-        case OPT_BARS: {
-            char tail;
-            if (sscanf(optarg, "%d:%d%c", &bars_from, &bars_to, &tail) != 2 || bars_from < 0 ||
-                bars_to <= bars_from) {
-                snprintf(err, sizeof err, "--bars: want FROM:TO with 0 <= FROM < TO, got '%s'",
+        case OPT_BARS:
+            if (fox_proto_parse_bars(optarg, &val_from, &bars_from, &bars_to) != 0) {
+                snprintf(err, sizeof err,
+                         "--bars: want FROM:TO or VAL:FROM:TO with 0 <= VAL <= FROM < TO, got '%s'",
                          optarg);
                 rv = 1;
             }
             break;
-        }
         }
         if (rv) {
             fprintf(stderr, "foxd: %s\n", err);
@@ -184,7 +185,7 @@ main(int argc, char **argv)
     if (backtest) {
         if (!d.run_name[0])
             snprintf(d.run_name, sizeof d.run_name, "backtest");
-        return fox_backtest_main(&cfg, &d, backtest, bars_from, bars_to);
+        return fox_backtest_main(&cfg, &d, backtest, val_from, bars_from, bars_to);
     }
     if (once)
         return fox_once_main(&cfg, &d, json);

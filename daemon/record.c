@@ -40,10 +40,9 @@ struct fox_record {
     char dir[FOX_PATH_MAX];
     int warned;           /* a write failed: said once, then quiet */
     cJSON *folds;         /* fold objects reported so far */
-    curve epoch_test;     /* the greedy test pass of the epoch being closed */
+    curve epoch_test;     /* the latest greedy test pass: the epoch being closed */
     curve chosen;         /* that of the fold's chosen epoch */
-    curve buy_hold;       /* the buy-and-hold test pass of the fold */
-    fox_policy capturing; /* the policy whose test passes the hook keeps */
+    curve buy_hold;       /* the latest buy-and-hold test pass: the fold's baseline */
     double last_val, last_test; /* Sharpe of the fold's last epoch so far */
     int isv_steps;              /* run.isv_steps */
     int backtest;               /* a backtest's record: no fold table */
@@ -70,6 +69,18 @@ curve_push(curve *c, int bar, double cum)
     c->cum[c->n++] = cum;
 }
 
+/*
+ * A pass steps bar by bar: a bar that does not follow the last one kept
+ * starts a new pass (another epoch, another fold), which replaces the old.
+ */
+static void
+curve_capture(curve *c, int bar, double cum)
+{
+    if (c->n && bar != c->bar[c->n - 1] + 1)
+        c->n = 0;
+    curve_push(c, bar, cum);
+}
+
 static void
 curve_copy(curve *dst, const curve *src)
 {
@@ -86,13 +97,21 @@ curve_free(curve *c)
     memset(c, 0, sizeof *c);
 }
 
+/*
+ * The test passes the equity picture needs, as the engine makes them: the
+ * greedy one of every epoch, and the buy-and-hold one among the baselines a
+ * fold (or backtest) measures once. Nothing is evaluated for the record.
+ */
 static void
 on_eval_bar(void *arg, fox_split split, fox_policy policy, int bar, double cum_net)
 {
     fox_record *r = arg;
-    if (split != FOX_SPLIT_TEST || policy != r->capturing)
+    if (split != FOX_SPLIT_TEST)
         return;
-    curve_push(policy == FOX_POLICY_GREEDY ? &r->epoch_test : &r->buy_hold, bar, cum_net);
+    if (policy == FOX_POLICY_GREEDY)
+        curve_capture(&r->epoch_test, bar, cum_net);
+    else if (policy == FOX_POLICY_BUY_HOLD)
+        curve_capture(&r->buy_hold, bar, cum_net);
 }
 
 /* A write failed: say so once per run, with the reason; the run goes on. */
@@ -159,7 +178,6 @@ fox_record_open(fox_record **out, const fox_dconf *d, const char *default_root,
     fox_record *r = calloc(1, sizeof *r);
     if (!r)
         return fox_errf(err, errlen, FOX_ENOMEM, "run directory: out of memory");
-    r->capturing = FOX_POLICY_GREEDY;
     r->isv_steps = d->run_isv_steps > 0 ? d->run_isv_steps : 1;
     r->isv_fold = -1;
     if (d->run_dir[0]) {
@@ -343,46 +361,37 @@ fox_record_epoch(fox_record *r, fox_engine *e, const fox_epoch_report *rep, int6
         sidecar(r, e, name, rep->fold, rep->epoch, rep->val.sharpe, rep->test.sharpe);
         curve_copy(&r->chosen, &r->epoch_test);
     }
-    r->epoch_test.n = 0;
     r->last_val = rep->val.sharpe;
     r->last_test = rep->test.sharpe;
 }
 
-/* The baseline policies the engine runs beside the agent. */
-static const struct {
-    fox_policy policy;
-    const char *name;
-} baseline_policies[] = {{FOX_POLICY_BUY_HOLD, "buy_hold"},
-                         {FOX_POLICY_FLAT, "flat"},
-                         {FOX_POLICY_RANDOM, "random"}};
-#define N_BASELINES ((int)(sizeof baseline_policies / sizeof baseline_policies[0]))
-
 /*
- * The engine's baselines on the current segments, into <prefix>-baselines.csv
- * (and res[N_BASELINES][2]: validation, test), capturing buy-and-hold's
- * test equity. FOX_OK or the engine's status.
+ * The baselines of a fold report (a fold's or a backtest's), as measured by
+ * the engine on its test split, into <prefix>-baselines.csv: one row each,
+ * named as in the fold object, with the same numbers (printed to round-trip).
  */
-static int
-baselines(fox_record *r, fox_engine *e, const char *prefix, fox_eval_result res[][2])
+static void
+write_baselines(fox_record *r, const char *prefix, const fox_fold_report *rep)
 {
-    const fox_split both[2] = {FOX_SPLIT_VALIDATION, FOX_SPLIT_TEST};
-    char name[64], line[256];
-    int rv = FOX_OK;
-    snprintf(name, sizeof name, "%s-baselines.csv", prefix);
-    r->buy_hold.n = 0;
-    r->capturing = FOX_POLICY_BUY_HOLD;
-    for (int i = 0; i < N_BASELINES && rv == FOX_OK; i++) {
-        rv = fox_engine_evaluate_splits(e, both, 2, baseline_policies[i].policy, res[i]);
-        if (rv != FOX_OK) {
-            write_failed(r, fox_engine_errmsg(e));
-            break;
-        }
-        snprintf(line, sizeof line, "%s,%.9g,%.9g", baseline_policies[i].name, res[i][0].sharpe,
-                 res[i][1].sharpe);
-        append(r, name, "policy,val_sharpe,test_sharpe", line);
+    char path[FOX_PATH_MAX + 64], err[FOX_PATH_MAX + 128], text[2048];
+    int n = snprintf(text, sizeof text, "baseline,sharpe,sharpe_se,sharpe_gross,turnover,"
+                                        "max_drawdown,total_return,bars,lookback\n");
+    for (int p = 0; p < FOX_POLICY_COUNT; p++) {
+        const fox_eval_result *b = &rep->test_policy[p];
+        const char *name = fox_render_baseline_name((fox_policy)p);
+        if (!name || (p == FOX_POLICY_ORACLE && !rep->has_oracle))
+            continue;
+        n += snprintf(text + n, sizeof text - (size_t)n,
+                      "%s,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%d,", name, b->sharpe,
+                      b->sharpe_se, b->sharpe_gross, b->turnover, b->max_drawdown,
+                      b->total_return, b->bars);
+        if (p == FOX_POLICY_TREND)
+            n += snprintf(text + n, sizeof text - (size_t)n, "%d", rep->trend_k);
+        n += snprintf(text + n, sizeof text - (size_t)n, "\n");
     }
-    r->capturing = FOX_POLICY_GREEDY;
-    return rv;
+    path_of(r, path, sizeof path, "%s-baselines.csv", prefix);
+    if (fox_write_atomic(path, text, (size_t)n, 0640, 0, err, sizeof err) != FOX_OK)
+        write_failed(r, err);
 }
 
 static void
@@ -397,7 +406,8 @@ write_equity(fox_record *r, const char *prefix)
     }
     /* Both passes step over the same test bars, so their rows line up. */
     fprintf(f, "bar,policy,buy_and_hold\n");
-    for (int i = 0; i < r->chosen.n && i < r->buy_hold.n; i++)
+    for (int i = 0; i < r->chosen.n && i < r->buy_hold.n && r->chosen.bar[i] == r->buy_hold.bar[i];
+         i++)
         fprintf(f, "%d,%.9g,%.9g\n", r->chosen.bar[i], r->chosen.cum[i], r->buy_hold.cum[i]);
     if (fclose(f) != 0)
         write_failed(r, strerror(errno));
@@ -417,9 +427,8 @@ fox_record_fold(fox_record *r, fox_engine *e, const fox_fold_report *rep, int64_
     save_checkpoint(r, e, name);
     sidecar(r, e, name, rep->fold, rep->epochs_done - 1, r->last_val, r->last_test);
     char prefix[32];
-    fox_eval_result res[N_BASELINES][2];
     snprintf(prefix, sizeof prefix, "fold%d", rep->fold);
-    baselines(r, e, prefix, res);
+    write_baselines(r, prefix, rep);
     write_equity(r, prefix);
     r->chosen.n = 0;
 }
@@ -427,34 +436,23 @@ fox_record_fold(fox_record *r, fox_engine *e, const fox_fold_report *rep, int64_
 int
 fox_record_backtest(fox_record *r, fox_engine *e, cJSON **result)
 {
-    fox_eval_result policy, res[N_BASELINES][2];
     fox_fold_report rep;
+    fox_engine_info info;
     *result = NULL;
     r->backtest = 1;
-    r->epoch_test.n = 0;
-    int rv = fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_GREEDY, &policy);
+    int rv = fox_engine_backtest(e, &rep);
     if (rv != FOX_OK)
         return rv;
     curve_copy(&r->chosen, &r->epoch_test);
-    if ((rv = baselines(r, e, "backtest", res)) != FOX_OK)
-        return rv;
+    write_baselines(r, "backtest", &rep);
     write_equity(r, "backtest");
-    r->chosen.n = 0;
-    /* The fold table's row: the policy's figures; what a backtest does not measure is null. */
-    fox_engine_fold_report(e, &rep);
-    rep.test_at_best = policy;
-    rep.best_val_sharpe = NAN;
-    rep.final_loss = NAN;
-    rep.steps_per_sec = NAN;
-    fox_engine_info info;
     fox_engine_get_info(e, &info);
     cJSON *o = cJSON_CreateObject();
     add_bars(o, "bars", info.test_begin, info.test_end);
+    add_bars(o, "val_bars", info.val_begin, info.val_end);
+    /* The fold object, as a fold's table block shows it: the policy and every baseline. */
     cJSON_AddItemToObject(o, "fold", fox_render_fold(&rep));
-    cJSON_AddItemToObject(o, "policy", fox_render_eval(&policy));
-    cJSON *b = cJSON_AddObjectToObject(o, "baselines");
-    for (int i = 0; i < N_BASELINES; i++)
-        cJSON_AddItemToObject(b, baseline_policies[i].name, fox_render_eval(&res[i][1]));
+    cJSON_AddItemToObject(o, "policy", fox_render_eval(&rep.test_at_best));
     cJSON_AddStringToObject(o, "run_dir", r->dir);
     write_json(r, "backtest.json", o);
     *result = o;

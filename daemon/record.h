@@ -11,9 +11,11 @@
  * them), and per fold k: foldk-chosen.ckpt (the epoch chosen on
  * validation), foldk-last.ckpt (the last epoch), a sidecar .json for each
  * (fold, epoch, step, validation Sharpe, time), foldk-baselines.csv (the
- * engine's baseline policies on the fold's splits) and foldk-equity.csv
- * (the chosen policy's cumulative net log return per test bar against
- * buy-and-hold). Pictures are drawn at the end by scripts/foxplot.
+ * baselines of the fold report, as the engine measured them when the fold
+ * began) and foldk-equity.csv (the chosen policy's cumulative net log
+ * return per test bar against buy-and-hold). Pictures are drawn at the end
+ * by scripts/foxplot. The record evaluates nothing itself: the equity
+ * curves are the engine's own test passes, seen through the eval hook.
  *
  * What it does not do: decide when a run starts or ends (the callers do),
  * or stop a run when a file cannot be written: such failures are logged
@@ -56,11 +58,12 @@ void fox_record_fold(fox_record *r, fox_engine *e, const fox_fold_report *rep, i
 
 /*
  * A backtest, once fox_engine_load_policy has taken a checkpoint and a bar
- * range: the greedy policy and the engine's baselines over those bars,
- * into backtest.json, backtest-baselines.csv and backtest-equity.csv.
- * *result gets {"bars", "fold" (the fold table's row), "policy",
- * "baselines", "run_dir"} (the caller owns it). FOX_OK or the engine's
- * status (fox_engine_errmsg says why).
+ * range: fox_engine_backtest (the greedy policy and the fold's baselines
+ * over those bars) into backtest.json, backtest-baselines.csv and
+ * backtest-equity.csv. *result gets {"bars", "val_bars" (where the trend
+ * rule's lookback was chosen), "fold" (the fold object: the policy's
+ * figures and its "baselines"), "policy", "run_dir"} (the caller owns it).
+ * FOX_OK or the engine's status (fox_engine_errmsg says why).
  */
 int fox_record_backtest(fox_record *r, fox_engine *e, cJSON **result);
 

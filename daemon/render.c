@@ -70,6 +70,12 @@ static const char *const baseline_names[FOX_POLICY_COUNT] = {
     [FOX_POLICY_RANDOM] = "random",     [FOX_POLICY_TREND] = "trend",
     [FOX_POLICY_ORACLE] = "oracle",
 };
+const char *
+fox_render_baseline_name(fox_policy p)
+{
+    return (int)p >= 0 && p < FOX_POLICY_COUNT ? baseline_names[p] : NULL;
+}
+
 static const char *const select_names[] = {
     [FOX_SELECT_SMOOTHED] = "smoothed", [FOX_SELECT_BEST] = "best", [FOX_SELECT_LAST] = "last"};
 

@@ -47,6 +47,8 @@ cJSON *fox_render_fold(const fox_fold_report *r);
  * writing_s is the checkpoint files' time plus the caller's own writing.
  */
 cJSON *fox_render_times(const fox_engine_times *t, double writing);
+/* A baseline's name in the fold object's "baselines" ("buy_hold", ...); NULL for the policy. */
+const char *fox_render_baseline_name(fox_policy p);
 cJSON *fox_render_epoch(const fox_epoch_report *r);
 
 /* ------------------------------------------------------------ read commands */

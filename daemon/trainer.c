@@ -539,8 +539,8 @@ apply_backtest(fox_trainer *t, fox_tcmd *c)
     d.run_dir[0] = 0;
     snprintf(d.run_name, sizeof d.run_name, "backtest");
     snprintf(root, sizeof root, "%s/runs", t->d.state_dir);
-    if ((rv = fox_engine_load_policy(e, c->path, c->bars_from ? c->bars_from : -1, c->bars_to)) !=
-        FOX_OK)
+    if ((rv = fox_engine_load_policy(e, c->path, c->val_from ? c->val_from : -1,
+                                     c->bars_from ? c->bars_from : -1, c->bars_to)) != FOX_OK)
         refuse(c, rv, "%s", fox_engine_errmsg(e));
     else if ((rv = fox_record_open(&rec, &d, root, &cfg, c->message, sizeof c->message)) != FOX_OK)
         c->status = rv;

@@ -119,6 +119,7 @@ typedef struct fox_tcmd {
     cJSON *values; /* config_set: owned */
     char data[FOX_PATH_MAX]; /* backtest: the bars ("" = the config's data) */
     int bars_from, bars_to;  /* backtest: 0 = the first / last bar with features */
+    int val_from;            /* backtest: the first validation bar; 0 = the default */
     cJSON *backtest;         /* backtest: its result (owned) */
 
     /* filled by the trainer */

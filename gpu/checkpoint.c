@@ -267,7 +267,7 @@ out:
 }
 
 static int
-load_policy(fox_engine *e, const char *path, int begin, int end)
+load_policy(fox_engine *e, const char *path, int val_begin, int begin, int end)
 {
     if (!e->be)
         return fox__engine_fail(e, FOX_ESTATE, "load_policy before load_data");
@@ -280,6 +280,13 @@ load_policy(fox_engine *e, const char *path, int begin, int end)
                                 "backtest bars [%d, %d): the series has bars %d to %d with "
                                 "features (at least 2 needed)",
                                 begin, end, e->feat.warmup, e->series.n);
+    if (val_begin < 0)
+        val_begin = begin - (end - begin) > e->feat.warmup ? begin - (end - begin) : e->feat.warmup;
+    if (val_begin < e->feat.warmup || val_begin > begin)
+        return fox__engine_fail(e, FOX_EINVAL,
+                                "backtest validation bars [%d, %d): they must lie between bar %d "
+                                "(the first with features) and the backtest's first bar",
+                                val_begin, begin, e->feat.warmup);
     char *buf = NULL;
     ckpt_header h;
     int rv = read_verified(e, path, &buf, &h);
@@ -306,9 +313,14 @@ load_policy(fox_engine *e, const char *path, int begin, int end)
     free(buf);
     if (rv != FOX_OK)
         return fox__engine_fail(e, rv, "checkpoint %s: %s", path, fox_strerror(rv));
-    /* Both splits walk the chosen bars; the random baseline's seed follows the fold's. */
+    /*
+     * The test split walks the chosen bars, the validation split those
+     * before them; the random baseline's seed follows the fold's, so that on
+     * a fold's own test bars every figure is the fold's.
+     */
     e->fold = cc.fold >= 0 ? cc.fold : 0;
-    e->seg = (fox_fold){begin, begin, begin, end, begin, end};
+    e->policy_loaded = 1;
+    e->seg = (fox_fold){val_begin, val_begin, val_begin, begin, begin, end};
     memset(&e->halt, 0, sizeof e->halt);
     memset(&e->rep, 0, sizeof e->rep);
     e->rep.fold = e->fold;
@@ -357,8 +369,8 @@ fox_engine_checkpoint_load(fox_engine *e, const char *path)
 }
 
 int
-fox_engine_load_policy(fox_engine *e, const char *path, int begin, int end)
+fox_engine_load_policy(fox_engine *e, const char *path, int val_begin, int begin, int end)
 {
     ckpt_timer t = timer_start(e);
-    return timer_stop(e, &t, load_policy(e, path, begin, end));
+    return timer_stop(e, &t, load_policy(e, path, val_begin, begin, end));
 }

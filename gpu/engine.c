@@ -213,6 +213,7 @@ fox_engine_begin_fold(fox_engine *e, int fold)
     if ((rv = fox_engine_reset_for_fold(e)) != FOX_OK)
         return rv;
     e->fold = fold;
+    e->policy_loaded = 0;
     memset(&e->rep, 0, sizeof e->rep);
     e->rep.fold = fold;
     e->rep.best_epoch = -1;
@@ -407,6 +408,26 @@ fox_engine_fold_report(const fox_engine *e, fox_fold_report *out)
                                ? out->test_at_best.sharpe / oracle->sharpe
                                : NAN;
     return FOX_OK;
+}
+
+int
+fox_engine_backtest(fox_engine *e, fox_fold_report *out)
+{
+    if (!e->policy_loaded)
+        return fox__engine_fail(e, FOX_ESTATE, "backtest before load_policy");
+    fox_eval_result policy;
+    int rv = fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_GREEDY, &policy);
+    if (rv != FOX_OK || (rv = fox__engine_baselines(e)) != FOX_OK)
+        return rv;
+    fox_fold_report *fr = &e->rep;
+    fr->test_at_best = policy;
+    fr->best_val_sharpe = NAN;
+    fr->select_score = NAN;
+    fr->final_loss = NAN;
+    fr->steps_per_sec = NAN;
+    fr->test_sharpe_mean = NAN;
+    fr->test_at_last.sharpe = NAN;
+    return fox_engine_fold_report(e, out);
 }
 
 void

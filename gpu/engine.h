@@ -42,9 +42,16 @@ typedef enum {
     FOX_POLICY_COUNT = 6
 } fox_policy;
 
-/* The trend rule's lookbacks, tried on validation when a fold begins (docs/results.md). */
+/*
+ * The trend rule's lookbacks, tried on validation when a fold begins
+ * (docs/results.md). Where fewer than FOX_TREND_VAL_MIN_BARS validation bars
+ * exist to choose on (a backtest from the first bars of a file), the rule
+ * takes FOX_TREND_K_FIXED, the middle one, untried.
+ */
 #define FOX_TREND_K_COUNT 3
 #define FOX_TREND_K_LIST {16, 64, 256}
+#define FOX_TREND_K_FIXED 64
+#define FOX_TREND_VAL_MIN_BARS 50
 
 /* How an epoch is chosen on validation (train.select). */
 typedef enum {
@@ -114,7 +121,7 @@ typedef struct fox_fold_report {
     double oracle_fraction; /* test_at_best.sharpe / the oracle's; NaN without an oracle or
                                when the oracle's Sharpe is not positive */
     int trend_k;            /* the trend rule's lookback in bars, chosen on validation */
-    int trend_k_tried;      /* how many lookbacks were tried for it */
+    int trend_k_tried;      /* how many lookbacks were tried for it (0: FOX_TREND_K_FIXED) */
     int select_rule;        /* fox_select_rule that chose best_epoch */
     int select_window;      /* epochs in its trailing mean (smoothed) */
     double select_score;    /* the rule's validation score at best_epoch */
@@ -277,14 +284,27 @@ int fox_engine_checkpoint_save(fox_engine *e, const char *path);
 int fox_engine_checkpoint_load(fox_engine *e, const char *path);
 
 /*
- * Backtest: take the policy of a checkpoint (its weights and the feature
- * normalization of the fold it was trained on; format 2 or later) and make
- * bars [begin, end) of the loaded series (begin < 0: the first bar with
- * features; end ≤ 0: the last) the segment that evaluate() walks, as both
- * validation and test. A checkpoint of another layout is refused naming
- * both fingerprints, as by checkpoint_load. The fold report then holds the
- * checkpoint's fold and epoch and nothing else.
+ * Backtest, step 1: take the policy of a checkpoint (its weights and the
+ * feature normalization of the fold it was trained on; format 2 or later)
+ * and make bars [begin, end) of the loaded series (begin < 0: the first bar
+ * with features; end ≤ 0: the last) the test split that evaluate() walks.
+ * The bars [val_begin, begin) before them are its validation split, where
+ * the trend rule's lookback is chosen as a fold's is; val_begin < 0 takes as
+ * many bars before begin as the range has (a fold's validation and test
+ * halves are alike), as far back as the first bar with features. A
+ * checkpoint of another layout is refused naming both fingerprints, as by
+ * checkpoint_load.
  */
-int fox_engine_load_policy(fox_engine *e, const char *path, int begin, int end);
+int fox_engine_load_policy(fox_engine *e, const char *path, int val_begin, int begin, int end);
+
+/*
+ * Backtest, step 2: one greedy pass of the loaded policy over the test split
+ * and every baseline on it, by the same code that measures a fold's when it
+ * begins, as a fold report: the checkpoint's fold and epoch, the policy's
+ * figures in test_at_best, the baselines in test_policy; what a backtest
+ * does not measure (validation, selection, loss, speed) is NaN. FOX_ESTATE
+ * without load_policy.
+ */
+int fox_engine_backtest(fox_engine *e, fox_fold_report *out);
 
 #endif

@@ -39,6 +39,7 @@ struct fox_engine {
     fox_engine_times fold_times0; /* times at the fold's begin_fold, for the fold report */
     double created_at, fold_t0;   /* monotonic seconds */
     int trend_k;            /* the trend rule's lookback, chosen when the fold begins */
+    int policy_loaded;      /* load_policy set the segments: a backtest, not a fold */
     /* Epoch selection: the last select_window validation Sharpes (a ring) and the test sum. */
     double sel_val[FOX_SELECT_WINDOW_MAX];
     double test_sharpe_sum;
@@ -49,8 +50,9 @@ struct fox_engine {
 };
 
 /*
- * Evaluate the baselines of the fold just begun on its test split into
- * e->rep.test_policy (and choose the trend rule's lookback on validation).
+ * Evaluate the baselines on the current test split into e->rep.test_policy
+ * (and choose the trend rule's lookback on the validation split): a fold's
+ * when it begins, a backtest's bars after load_policy.
  */
 int fox__engine_baselines(fox_engine *e);
 

@@ -3,8 +3,8 @@
  * segment: the same environment step as training (env.h), greedy actions
  * from the backend's expected Q or a baseline's rule, and the trading
  * report (annualized Sharpe net and gross with its standard error, max
- * drawdown, turnover). Also the fold's baselines: every rule that does not
- * learn, on the test split, once per fold.
+ * drawdown, turnover). Also the baselines: every rule that does not learn,
+ * on the test split, once per fold (and once per backtest).
  *
  * Sequential on purpose: the portfolio features of bar t depend on the
  * position the policy took at t−1. Several segments (validation and test)
@@ -278,19 +278,26 @@ fox__engine_baselines(fox_engine *e)
     static const int k_list[FOX_TREND_K_COUNT] = FOX_TREND_K_LIST;
     const fox_split val = FOX_SPLIT_VALIDATION, test = FOX_SPLIT_TEST;
     int rv;
-    /* The trend rule's lookback: the best validation net Sharpe of the few tried. */
-    double best = -INFINITY;
-    for (int i = 0; i < FOX_TREND_K_COUNT; i++) {
-        fox_eval_result r;
-        if ((rv = evaluate_k(e, &val, 1, FOX_POLICY_TREND, k_list[i], &r)) != FOX_OK)
-            return rv;
-        if (r.sharpe > best) {
-            best = r.sharpe;
-            e->trend_k = k_list[i];
+    /*
+     * The trend rule's lookback: the best validation net Sharpe of the few
+     * tried, where there are validation bars enough to judge them on.
+     */
+    e->trend_k = FOX_TREND_K_FIXED;
+    fr->trend_k_tried = 0;
+    if (e->seg.val_end - e->seg.val_begin >= FOX_TREND_VAL_MIN_BARS) {
+        double best = -INFINITY;
+        for (int i = 0; i < FOX_TREND_K_COUNT; i++) {
+            fox_eval_result r;
+            if ((rv = evaluate_k(e, &val, 1, FOX_POLICY_TREND, k_list[i], &r)) != FOX_OK)
+                return rv;
+            if (r.sharpe > best) {
+                best = r.sharpe;
+                e->trend_k = k_list[i];
+            }
         }
+        fr->trend_k_tried = FOX_TREND_K_COUNT;
     }
     fr->trend_k = e->trend_k;
-    fr->trend_k_tried = FOX_TREND_K_COUNT;
     fr->has_oracle = e->series.expected_return != NULL;
     for (int p = FOX_POLICY_BUY_HOLD; p < FOX_POLICY_COUNT; p++) {
         if (p == FOX_POLICY_ORACLE && !fr->has_oracle)

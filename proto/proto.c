@@ -205,6 +205,7 @@ static const arg_spec args_backtest[] = {
     {"data", A_STR, 0, 0, FOX_PROTO_PATH_MAX, OFF(data)},
     {"bars_from", A_INT, 0, 0, 1 << 30, OFF(bars_from)},
     {"bars_to", A_INT, 0, 0, 1 << 30, OFF(bars_to)},
+    {"val_from", A_INT, 0, 0, 1 << 30, OFF(val_from)},
     END};
 
 static const arg_spec *const cmd_args[FOX_CMD_COUNT] = {
@@ -720,4 +721,25 @@ fox_proto_default_runtime_dir(char *buf, size_t len)
         n = snprintf(buf, len, "/tmp/foxd-%u", (unsigned)geteuid());
     }
     return (n < 0 || (size_t)n >= len) ? FOX_EINVAL : FOX_OK;
+}
+
+int
+fox_proto_parse_bars(const char *s, int *val_from, int *from, int *to)
+{
+    char tail;
+    int v, f, t;
+    if (sscanf(s, "%d:%d:%d%c", &v, &f, &t, &tail) == 3) {
+        if (v < 0 || v > f || f >= t)
+            return -1;
+        *val_from = v;
+    } else if (sscanf(s, "%d:%d%c", &f, &t, &tail) == 2) {
+        if (f < 0 || f >= t)
+            return -1;
+        *val_from = -1;
+    } else {
+        return -1;
+    }
+    *from = f;
+    *to = t;
+    return 0;
 }

@@ -126,6 +126,7 @@ typedef struct fox_request {
 
     const char *data;      /* backtest: the bars (a CSV path); NULL = the config's data */
     int bars_from, bars_to; /* backtest: the bar range; 0 = the first / last bar with features */
+    int val_from; /* backtest: its validation bars are [val_from, bars_from); 0 = the default */
 
     cJSON *doc; /* the parsed document (owned) */
 } fox_request;
@@ -210,5 +211,12 @@ void fox_event_fini(fox_event *ev);
  * $XDG_RUNTIME_DIR/foxd, else /tmp/foxd-<uid>. FOX_EINVAL when it does not fit.
  */
 int fox_proto_default_runtime_dir(char *buf, size_t len);
+
+/*
+ * A backtest's bar range as `--bars` gives it, FROM:TO or VAL:FROM:TO: the
+ * bars [FROM, TO) and, with VAL, the validation bars [VAL, FROM) before them
+ * (*val_from −1 without). 0 when it parses with 0 ≤ VAL ≤ FROM < TO, else −1.
+ */
+int fox_proto_parse_bars(const char *s, int *val_from, int *from, int *to);
 
 #endif

@@ -35,6 +35,14 @@ num(const cJSON *obj, const char *key)
     return cJSON_IsNumber(v) && isfinite(v->valuedouble) ? v->valuedouble : NAN;
 }
 
+/* Item i of array a, or NaN when it is missing or not a number. */
+static double
+item(const cJSON *a, int i)
+{
+    const cJSON *v = cJSON_GetArrayItem(a, i);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
 /* The figures of row r of fold object f into fig; 0 when the fold has no such row. */
 static int
 row_figures(const cJSON *f, const struct row *r, double fig[N_FIGS])
@@ -112,6 +120,22 @@ text(char buf[32], double v, int decimals)
     return buf;
 }
 
+/* The rows of a fold object under the columns' header: the policy, then every baseline it has. */
+static void
+rows_block(FILE *out, const cJSON *f)
+{
+    header(out, "");
+    for (int i = 0; i < N_ROWS; i++) {
+        double fig[N_FIGS];
+        char label[32];
+        if (!row_figures(f, &rows[i], fig) && rows[i].baseline &&
+            !strcmp(rows[i].baseline, "oracle"))
+            continue; /* real data has no oracle: no row rather than a row of n/a */
+        row_label(label, sizeof label, f, &rows[i]);
+        figures_line(out, label, fig);
+    }
+}
+
 static void
 fold_block(FILE *out, const cJSON *f)
 {
@@ -136,16 +160,7 @@ fold_block(FILE *out, const cJSON *f)
                 text(a, num(f, "best_val_sharpe"), 3));
     fprintf(out, "; test split %s bars, P = %s\n", text(a, num(f, "test_bars"), 0),
             text(b, num(f, "bars_per_year"), 0));
-    header(out, "");
-    for (int i = 0; i < N_ROWS; i++) {
-        double fig[N_FIGS];
-        char label[32];
-        if (!row_figures(f, &rows[i], fig) && rows[i].baseline &&
-            !strcmp(rows[i].baseline, "oracle"))
-            continue; /* real data has no oracle: no row rather than a row of n/a */
-        row_label(label, sizeof label, f, &rows[i]);
-        figures_line(out, label, fig);
-    }
+    rows_block(out, f);
     fprintf(out,
             "  policy/oracle %s; policy test Sharpe at the chosen epoch %s, last %s, mean over "
             "epochs %s\n",
@@ -261,24 +276,35 @@ fox_table_flagged(FILE *out, const cJSON *fold)
     fprintf(out, "%s\n", n ? "" : " none");
 }
 
-/* A backtest's result: the policy's evaluation and the baselines', as a fold's block shows them. */
+/* A backtest's result: its fold object's rows, as a fold's block shows them, and the verdict. */
 void
 fox_table_backtest(FILE *out, const cJSON *result)
 {
-    const cJSON *b = cJSON_GetObjectItemCaseSensitive(result, "baselines");
-    header(out, "");
-    for (int i = 0; i < N_ROWS; i++) {
-        const cJSON *obj = rows[i].baseline ? cJSON_GetObjectItemCaseSensitive(b, rows[i].baseline)
-                                            : cJSON_GetObjectItemCaseSensitive(result, "policy");
-        if (!cJSON_IsObject(obj))
-            continue;
-        double fig[N_FIGS];
-        for (int k = 0; k < N_FIGS; k++)
-            fig[k] = num(obj, baseline_keys[k]);
-        figures_line(out, rows[i].label, fig);
-    }
-    fputs("note: Sharpe net of costs and gross, annualized by sqrt(P); max DD as a percentage of\n"
-          "      equity; turnover is the mean |change of position| per bar.\n",
+    char a[32], b[32], c[32], d[32];
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(result, "fold");
+    const cJSON *val = cJSON_GetObjectItemCaseSensitive(result, "val_bars");
+    double pol[N_FIGS], flat[N_FIGS], buy_hold[N_FIGS];
+    fprintf(out, "backtest of the policy of fold %s, epoch %s: %s bars, P = %s\n",
+            text(a, num(f, "fold"), 0), text(b, num(f, "best_epoch") + 1, 0),
+            text(c, num(f, "test_bars"), 0), text(d, num(f, "bars_per_year"), 0));
+    if (num(f, "trend_k_tried") > 0)
+        fprintf(out, "  trend k: the best of %s lookbacks on the validation bars %s to %s\n",
+                text(a, num(f, "trend_k_tried"), 0),
+                text(b, item(val, 0), 0), text(c, item(val, 1), 0));
+    else
+        fprintf(out, "  trend k: fixed at %s, too few bars before the range to choose it on\n",
+                text(a, num(f, "trend_k"), 0));
+    rows_block(out, f);
+    fprintf(out, "  policy/oracle %s\n", text(a, num(f, "oracle_fraction"), 2));
+    row_figures(f, &rows[ROW_POLICY], pol);
+    row_figures(f, &rows[ROW_FLAT], flat);
+    row_figures(f, &rows[ROW_BUY_HOLD], buy_hold);
+    verdict(out, "flat", pol, flat);
+    verdict(out, "buy-and-hold", pol, buy_hold);
+    fputs("note: net Sharpe is mean/std of per-bar net returns x sqrt(P) over the backtest's\n"
+          "      bars; ± SE is its standard error (Mertens). Turnover is mean |change of\n"
+          "      position| per bar; max DD the worst fall of cumulative net return.\n"
+          "      docs/results.md explains every figure.\n",
           out);
 }
 

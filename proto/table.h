@@ -26,9 +26,10 @@ void fox_table_folds(FILE *out, const cJSON *folds);
 void fox_table_flagged(FILE *out, const cJSON *fold);
 
 /*
- * A backtest's comparison: the policy's test figures against each baseline
- * of result's "baselines" object ({"buy_and_hold": {"sharpe", ...}, ...}),
- * as the result of the backtest command carries them.
+ * A backtest's table: the rows and columns of a fold's block, from the
+ * result of the backtest command ({"bars", "val_bars", "fold": a fold
+ * object with its "baselines", ...}), then the verdict against flat and
+ * buy-and-hold.
  */
 void fox_table_backtest(FILE *out, const cJSON *result);
 

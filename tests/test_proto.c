@@ -441,7 +441,7 @@ START_TEST(test_backtest_args)
     fox_request req;
     ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"backtest\",\"args\":{"
                                    "\"checkpoint\":\"runs/a/fold0-chosen.ckpt\",\"data\":"
-                                   "\"/data/new.csv\",\"bars_from\":100,\"bars_to\":900}}"),
+                                   "\"/data/new.csv\",\"bars_from\":100,\"bars_to\":900,\"val_from\":40}}"),
                        FOX_OK);
     ck_assert_int_eq(req.cmd, FOX_CMD_BACKTEST);
     ck_assert_int_eq(fox_cmd_kind_of(FOX_CMD_BACKTEST), FOX_KIND_QUICK);
@@ -449,17 +449,35 @@ START_TEST(test_backtest_args)
     ck_assert_str_eq(req.data, "/data/new.csv");
     ck_assert_int_eq(req.bars_from, 100);
     ck_assert_int_eq(req.bars_to, 900);
+    ck_assert_int_eq(req.val_from, 40);
     fox_request_fini(&req);
     static const char *const bad[] = {
         "{}", "{\"data\":\"x.csv\"}", "{\"checkpoint\":\"\"}", "{\"checkpoint\":3}",
         "{\"checkpoint\":\"a\",\"bars_from\":-1}", "{\"checkpoint\":\"a\",\"bars_to\":1.5}",
-        "{\"checkpoint\":\"a\",\"bars\":[1,2]}"};
+        "{\"checkpoint\":\"a\",\"bars\":[1,2]}", "{\"checkpoint\":\"a\",\"val_from\":-3}"};
     char msg[256];
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(msg, sizeof msg, "{\"v\":1,\"id\":1,\"cmd\":\"backtest\",\"args\":%s}", bad[i]);
         int rv = status_of(msg);
         ck_assert_msg(rv == FOX_EINVAL, "%s: got %s", bad[i], fox_err_name(rv));
     }
+}
+END_TEST
+
+/* --bars of foxd --backtest and foxctl backtest: FROM:TO or VAL:FROM:TO, in order. */
+START_TEST(test_parse_bars)
+{
+    int v = 7, f = 0, t = 0;
+    ck_assert_int_eq(fox_proto_parse_bars("100:900", &v, &f, &t), 0);
+    ck_assert(v == -1 && f == 100 && t == 900);
+    ck_assert_int_eq(fox_proto_parse_bars("40:100:900", &v, &f, &t), 0);
+    ck_assert(v == 40 && f == 100 && t == 900);
+    ck_assert_int_eq(fox_proto_parse_bars("100:100:900", &v, &f, &t), 0);
+    ck_assert(v == 100);
+    static const char *const bad[] = {"100",       "900:100",     "100:100",  "-1:100",
+                                      "101:100:900", "1:2:3:4",   "1:2x",     "a:b"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(fox_proto_parse_bars(bad[i], &v, &f, &t) == -1, "'%s' parsed", bad[i]);
 }
 END_TEST
 
@@ -719,6 +737,7 @@ proto_suite(void)
     tcase_add_test(tc, test_inject_and_shutdown);
     tcase_add_test(tc, test_command_table);
     tcase_add_test(tc, test_backtest_args);
+    tcase_add_test(tc, test_parse_bars);
     suite_add_tcase(s, tc);
     tc = tcase_create("replies");
     tcase_add_test(tc, test_codes);

@@ -1,12 +1,15 @@
 /*
  * test_records.c — what a run leaves behind, on the CPU backend: the epoch
- * report's losses, the evaluation's per-bar hook, checkpoint format 2 (and
+ * report's losses, the evaluation's per-bar hook, a fold walking each policy
+ * over each split no more often than it must, checkpoint format 2 (and
  * format 1 still loading), the run directory of a short `foxd --once` walk
  * (each file present and parseable, the figures that must not be zero not
- * zero), a backtest of the chosen checkpoint reproducing the fold's test
- * figures bit for bit, a backtest on a CSV the run never saw, the refusal of
- * a checkpoint of another layout, and the pictures (valid PNG and SVG when
- * gnuplot is installed).
+ * zero, the baselines CSV holding the fold object's baselines), a backtest
+ * of the chosen checkpoint reproducing the fold's test figures and its
+ * baselines bit for bit, a backtest on a CSV the run never saw (a fixed
+ * trend lookback, no oracle) and on part of it (the lookback chosen on the
+ * bars before), the refusal of a checkpoint of another layout, and the
+ * pictures (valid PNG and SVG when gnuplot is installed).
  */
 #include <check.h>
 #include <inttypes.h>
@@ -169,6 +172,52 @@ START_TEST(eval_hook_sees_every_bar)
 }
 END_TEST
 
+/* Every evaluation pass's bars, per split and policy. */
+static void
+count_bars(void *arg, fox_split split, fox_policy policy, int bar, double cum)
+{
+    int (*bars)[FOX_POLICY_COUNT] = arg;
+    (void)bar;
+    (void)cum;
+    bars[split][policy]++;
+}
+
+/*
+ * A fold walks each baseline over the test bars once, when it begins (the
+ * trend rule also over validation, once per lookback tried), and the policy
+ * over both splits once per epoch: nothing twice.
+ */
+START_TEST(a_fold_evaluates_nothing_twice)
+{
+    fox_config c;
+    small_config(&c);
+    fox_engine *e = fox_test_engine_loaded(&c);
+    int bars[2][FOX_POLICY_COUNT] = {{0}};
+    fox_epoch_report ep;
+    fox_fold_report fr;
+    fox_engine_set_eval_hook(e, count_bars, bars);
+    FOX_CK_ENGINE_OK(e, fox_engine_begin_fold(e, 0));
+    for (int k = 0; k < 2; k++) {
+        FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 40, NULL));
+        FOX_CK_ENGINE_OK(e, fox_engine_end_epoch(e, &ep));
+    }
+    FOX_CK_ENGINE_OK(e, fox_engine_fold_report(e, &fr));
+    int nv = ep.val.bars, nt = ep.test.bars;
+    ck_assert_int_eq(bars[FOX_SPLIT_VALIDATION][FOX_POLICY_GREEDY], 2 * nv);
+    ck_assert_int_eq(bars[FOX_SPLIT_TEST][FOX_POLICY_GREEDY], 2 * nt);
+    ck_assert_int_eq(bars[FOX_SPLIT_VALIDATION][FOX_POLICY_TREND], FOX_TREND_K_COUNT * nv);
+    ck_assert_int_eq(fr.trend_k_tried, FOX_TREND_K_COUNT);
+    ck_assert(fr.has_oracle);
+    for (int p = FOX_POLICY_BUY_HOLD; p < FOX_POLICY_COUNT; p++) {
+        ck_assert_msg(bars[FOX_SPLIT_TEST][p] == nt, "policy %d: %d test bars walked, %d there",
+                      p, bars[FOX_SPLIT_TEST][p], nt);
+        if (p != FOX_POLICY_TREND)
+            ck_assert_int_eq(bars[FOX_SPLIT_VALIDATION][p], 0);
+    }
+    fox_engine_destroy(e);
+}
+END_TEST
+
 /* Rewrite a format-2 checkpoint as format 1 wrote it: no normalization, version 1. */
 static void
 downgrade_to_v1(const char *v2, const char *v1, size_t n_params)
@@ -212,7 +261,7 @@ START_TEST(checkpoint_format_1_still_loads)
     FOX_CK_ENGINE_OK(b, fox_engine_get_params(b, pb, n));
     ck_assert_msg(memcmp(pa, pb, n * sizeof *pa) == 0, "format 1 restored other parameters");
     /* A backtest needs the normalization that format 1 never kept: said, not guessed. */
-    ck_assert_int_eq(fox_engine_load_policy(b, v1, -1, 0), FOX_EFORMAT);
+    ck_assert_int_eq(fox_engine_load_policy(b, v1, -1, -1, 0), FOX_EFORMAT);
     ck_assert_msg(strstr(fox_engine_errmsg(b), "format 1"), "%s", fox_engine_errmsg(b));
     free(pa);
     free(pb);
@@ -238,14 +287,20 @@ START_TEST(load_policy_refuses_another_layout)
     fox_engine_info ia, ib;
     fox_engine_get_info(a, &ia);
     fox_engine_get_info(b, &ib);
-    ck_assert_int_eq(fox_engine_load_policy(b, path, -1, 0), FOX_EMISMATCH);
+    ck_assert_int_eq(fox_engine_load_policy(b, path, -1, -1, 0), FOX_EMISMATCH);
     snprintf(want, sizeof want, "%016" PRIx64, ia.fingerprint);
     ck_assert_msg(strstr(fox_engine_errmsg(b), want), "%s", fox_engine_errmsg(b));
     snprintf(want, sizeof want, "%016" PRIx64, ib.fingerprint);
     ck_assert_msg(strstr(fox_engine_errmsg(b), want), "%s", fox_engine_errmsg(b));
-    /* A range without features is refused with the range named. */
-    ck_assert_int_eq(fox_engine_load_policy(a, path, 0, 100), FOX_EINVAL);
+    /* A range without features is refused with the range named; so is a validation after it. */
+    ck_assert_int_eq(fox_engine_load_policy(a, path, -1, 0, 100), FOX_EINVAL);
     ck_assert_msg(strstr(fox_engine_errmsg(a), "[0, 100)"), "%s", fox_engine_errmsg(a));
+    ck_assert_int_eq(fox_engine_load_policy(a, path, 900, 800, 1000), FOX_EINVAL);
+    ck_assert_msg(strstr(fox_engine_errmsg(a), "validation bars [900, 800)"), "%s",
+                  fox_engine_errmsg(a));
+    /* A fold is not a backtest: its figures stay the fold's. */
+    fox_fold_report fr;
+    ck_assert_int_eq(fox_engine_backtest(a, &fr), FOX_ESTATE);
     fox_engine_destroy(a);
     fox_engine_destroy(b);
     unlink(path);
@@ -300,17 +355,84 @@ write_csv(const char *path, int n)
     fclose(f);
 }
 
+/*
+ * v as a JSON file keeps it: cJSON prints 15 significant digits where they
+ * read back within its tolerance, so folds.json may hold the neighbour of
+ * the CSV's exact figure.
+ */
+static double
+as_json(double v)
+{
+    cJSON *n = cJSON_CreateNumber(v);
+    char *text = cJSON_PrintUnformatted(n);
+    double back = strtod(text, NULL);
+    cJSON_free(text);
+    cJSON_Delete(n);
+    return back;
+}
+
+/*
+ * <dir>/<name>, a baselines CSV, holds every baseline of fold object f with
+ * the same numbers, bit for bit (the trend rule with its lookback), and
+ * nothing else (its figures exact, the object's as JSON keeps them). Returns its rows.
+ */
+static int
+baselines_csv_matches(const char *dir, const char *name, const cJSON *f)
+{
+    static const char *const keys[] = {"sharpe",       "sharpe_se",    "sharpe_gross", "turnover",
+                                       "max_drawdown", "total_return", "bars"};
+    const int n_keys = (int)(sizeof keys / sizeof keys[0]);
+    const cJSON *want = cJSON_GetObjectItemCaseSensitive(f, "baselines");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    char *text = slurp(path, NULL);
+    ck_assert_msg(text, "%s is missing", path);
+    const char *header = "baseline,sharpe,sharpe_se,sharpe_gross,turnover,max_drawdown,"
+                         "total_return,bars,lookback\n";
+    ck_assert_msg(!strncmp(text, header, strlen(header)), "%s: header '%.80s'", name, text);
+    int rows = 0, in_fold = 0;
+    const cJSON *b;
+    cJSON_ArrayForEach(b, want) in_fold += cJSON_IsObject(b);
+    for (char *save = NULL, *line = strtok_r(text + strlen(header), "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
+        char *field = strchr(line, ',');
+        ck_assert_msg(field, "%s: row '%s'", name, line);
+        *field++ = 0;
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(want, line);
+        ck_assert_msg(cJSON_IsObject(o), "%s: baseline %s is not in the fold object", name, line);
+        for (int k = 0; k < n_keys; k++) {
+            char *end;
+            double v = strtod(field, &end);
+            ck_assert_msg(end != field && *end == ',', "%s %s: %s unreadable", name, line, keys[k]);
+            ck_assert_msg(as_json(v) == num(o, keys[k]), "%s %s: %s %.17g, the fold object %.17g",
+                          name, line, keys[k], v, num(o, keys[k]));
+            field = end + 1;
+        }
+        if (!strcmp(line, "trend"))
+            ck_assert_msg(atof(field) == num(f, "trend_k"), "%s: trend lookback %s", name, field);
+        else
+            ck_assert_msg(*field == 0, "%s %s: a lookback '%s'", name, line, field);
+        rows++;
+    }
+    ck_assert_int_eq(rows, in_fold);
+    free(text);
+    return rows;
+}
+
 START_TEST(once_leaves_a_complete_run_directory)
 {
-    char root[] = "/tmp/foxrunXXXXXX", run[512], bt[512], bt2[512], csv[512], ckpt[600];
+    char root[] = "/tmp/foxrunXXXXXX", run[512], bt[512], bt2[512], bt3[512], csv[512], ckpt[600];
     ck_assert_ptr_nonnull(mkdtemp(root));
     snprintf(run, sizeof run, "%s/run", root);
     snprintf(bt, sizeof bt, "%s/bt", root);
     snprintf(bt2, sizeof bt2, "%s/bt-csv", root);
+    snprintf(bt3, sizeof bt3, "%s/bt-csv-part", root);
     snprintf(csv, sizeof csv, "%s/new.csv", root);
     fox_config c;
     fox_dconf d;
     small_config(&c);
+    /* Two folds: what the record keeps of one must not leak into the next. */
+    fox_test_set_pairs(&c, (const char *const[]){"train.folds=0,1", NULL});
     fox_dconf_default(&d);
     snprintf(d.run_dir, sizeof d.run_dir, "%s", run);
     d.run_isv_steps = 8;
@@ -327,7 +449,7 @@ START_TEST(once_leaves_a_complete_run_directory)
     cJSON_Delete(ca);
     cJSON_Delete(cb);
 
-    /* metrics.jsonl: two epochs and a fold, every figure of training filled. */
+    /* metrics.jsonl: two epochs and a line per fold, every figure of training filled. */
     snprintf(path, sizeof path, "%s/metrics.jsonl", run);
     char *text = slurp(path, NULL);
     ck_assert_ptr_nonnull(text);
@@ -353,21 +475,43 @@ START_TEST(once_leaves_a_complete_run_directory)
         cJSON_Delete(o);
     }
     free(text);
-    ck_assert_int_eq(epochs, 2);
-    ck_assert_int_eq(folds, 1);
+    ck_assert_int_eq(epochs, 4);
+    ck_assert_int_eq(folds, 2);
 
-    ck_assert_int_eq(csv_rows(run, "epochs.csv", "fold,epoch,step,loss,"), 2);
+    ck_assert_int_eq(csv_rows(run, "epochs.csv", "fold,epoch,step,loss,"), 4);
     ck_assert_int_ge(csv_rows(run, "isv.csv", "fold,step,total_steps,Q_ABS_REF"), 5);
-    ck_assert_int_eq(csv_rows(run, "fold0-baselines.csv", "policy,val_sharpe,test_sharpe"), 3);
-    ck_assert_int_gt(csv_rows(run, "fold0-equity.csv", "bar,policy,buy_and_hold"), 100);
     snprintf(path, sizeof path, "%s/foxd.log", run);
     text = slurp(path, NULL);
     ck_assert_msg(text && strstr(text, "fold 0 epoch 2/2"), "foxd.log lacks the progress");
     free(text);
 
     cJSON *summary = read_json(run, "folds.json");
-    const cJSON *fold = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(summary, "folds"), 0);
-    ck_assert_ptr_nonnull(fold);
+    const cJSON *folds_done = cJSON_GetObjectItemCaseSensitive(summary, "folds");
+    ck_assert_int_eq(cJSON_GetArraySize(folds_done), 2);
+    for (int k = 0; k < 2; k++) {
+        const cJSON *f = cJSON_GetArrayItem(folds_done, k);
+        char name[64];
+        /* The baselines CSV is the fold object's: all five on synthetic data, oracle included. */
+        snprintf(name, sizeof name, "fold%d-baselines.csv", k);
+        ck_assert_int_eq(baselines_csv_matches(run, name, f), 5);
+        /*
+         * The equity picture's data: a row per test return, ending where the
+         * fold's own buy-and-hold pass ended.
+         */
+        snprintf(name, sizeof name, "fold%d-equity.csv", k);
+        ck_assert_int_eq(csv_rows(run, name, "bar,policy,buy_and_hold"), (int)num(f, "test_bars"));
+        snprintf(path, sizeof path, "%s/%s", run, name);
+        text = slurp(path, NULL);
+        const char *last_row = strrchr(text, ',') + 1;
+        double want = num(cJSON_GetObjectItemCaseSensitive(
+                              cJSON_GetObjectItemCaseSensitive(f, "baselines"), "buy_hold"),
+                          "total_return");
+        ck_assert_msg(fabs(atof(last_row) - want) <= 1e-8 * fmax(1.0, fabs(want)),
+                      "fold %d: buy-and-hold's equity ends at %s, its pass at %.9g", k, last_row,
+                      want);
+        free(text);
+    }
+    const cJSON *fold = cJSON_GetArrayItem(folds_done, 0);
     cJSON *chosen = read_json(run, "fold0-chosen.json"), *last = read_json(run, "fold0-last.json");
     ck_assert(num(chosen, "epoch") == num(fold, "best_epoch"));
     ck_assert(num(chosen, "val_sharpe") == num(fold, "best_val_sharpe"));
@@ -375,13 +519,19 @@ START_TEST(once_leaves_a_complete_run_directory)
     snprintf(ckpt, sizeof ckpt, "%s/fold0-last.ckpt", run);
     ck_assert_int_eq(access(ckpt, R_OK), 0);
 
-    /* The chosen checkpoint on the fold's own test bars: the fold's figures, bit for bit. */
+    /*
+     * The chosen checkpoint on the fold's own test bars, the trend rule's
+     * lookback chosen on its validation bars: the fold's figures, bit for bit.
+     */
     const cJSON *tb = cJSON_GetObjectItemCaseSensitive(chosen, "test_bars");
+    const cJSON *vb = cJSON_GetObjectItemCaseSensitive(chosen, "val_bars");
     snprintf(ckpt, sizeof ckpt, "%s/fold0-chosen.ckpt", run);
     fox_dconf d2;
     fox_dconf_default(&d2);
     snprintf(d2.run_dir, sizeof d2.run_dir, "%s", bt);
-    ck_assert_int_eq(fox_backtest_main(&c, &d2, ckpt, (int)cJSON_GetArrayItem(tb, 0)->valuedouble,
+    ck_assert(cJSON_GetArrayItem(vb, 1)->valuedouble == cJSON_GetArrayItem(tb, 0)->valuedouble);
+    ck_assert_int_eq(fox_backtest_main(&c, &d2, ckpt, (int)cJSON_GetArrayItem(vb, 0)->valuedouble,
+                                       (int)cJSON_GetArrayItem(tb, 0)->valuedouble,
                                        (int)cJSON_GetArrayItem(tb, 1)->valuedouble),
                      FOX_EXIT_OK);
     cJSON *res = read_json(bt, "backtest.json");
@@ -392,15 +542,20 @@ START_TEST(once_leaves_a_complete_run_directory)
     ck_assert(num(pol, "max_drawdown") == num(fold, "test_max_drawdown"));
     ck_assert(num(pol, "turnover") == num(fold, "test_turnover"));
     ck_assert(num(pol, "sharpe") == num(chosen, "test_sharpe"));
-    /* Its baselines are the fold's, measured on the same bars. */
+    /* Its baselines are the fold's, by the same code on the same bars: every figure, every file. */
+    const cJSON *bfold = cJSON_GetObjectItemCaseSensitive(res, "fold");
+    ck_assert_msg(cJSON_Compare(cJSON_GetObjectItemCaseSensitive(bfold, "baselines"),
+                                cJSON_GetObjectItemCaseSensitive(fold, "baselines"), 1),
+                  "the backtest's baselines are not the fold's");
+    ck_assert(num(bfold, "trend_k") == num(fold, "trend_k"));
+    ck_assert(num(bfold, "trend_k_tried") == FOX_TREND_K_COUNT);
+    ck_assert(num(bfold, "oracle_fraction") == num(fold, "oracle_fraction"));
     char *bl = slurp(strcat(strcpy(path, run), "/fold0-baselines.csv"), NULL);
-    char want[128];
-    const cJSON *bh = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(res, "baselines"), "buy_hold");
-    snprintf(want, sizeof want, ",%.9g\n", num(bh, "sharpe"));
-    ck_assert_msg(strstr(bl, want), "buy-and-hold's test Sharpe %s not in the fold's baselines",
-                  want);
+    char *bbl = slurp(strcat(strcpy(path, bt), "/backtest-baselines.csv"), NULL);
+    ck_assert_msg(bl && bbl && !strcmp(bl, bbl), "backtest-baselines.csv:\n%s\nfold:\n%s", bbl,
+                  bl);
     free(bl);
+    free(bbl);
     cJSON_Delete(res);
 
     /* On a CSV the run never saw: every bar with features is walked. */
@@ -408,12 +563,29 @@ START_TEST(once_leaves_a_complete_run_directory)
     fox_config cc = c;
     ck_assert_int_eq(fox_config_set(&cc, "data.source", csv, err, sizeof err), FOX_OK);
     snprintf(d2.run_dir, sizeof d2.run_dir, "%s", bt2);
-    ck_assert_int_eq(fox_backtest_main(&cc, &d2, ckpt, -1, 0), FOX_EXIT_OK);
+    ck_assert_int_eq(fox_backtest_main(&cc, &d2, ckpt, -1, -1, 0), FOX_EXIT_OK);
     res = read_json(bt2, "backtest.json");
     const cJSON *bars = cJSON_GetObjectItemCaseSensitive(res, "bars");
     ck_assert(cJSON_GetArrayItem(bars, 1)->valuedouble == 3000);
     ck_assert(num(cJSON_GetObjectItemCaseSensitive(res, "policy"), "bars") > 2000);
     ck_assert_int_gt(csv_rows(bt2, "backtest-equity.csv", "bar,policy,buy_and_hold"), 2000);
+    /* No bars before the first with features: the trend rule's fixed lookback; a CSV, no oracle. */
+    bfold = cJSON_GetObjectItemCaseSensitive(res, "fold");
+    ck_assert(num(bfold, "trend_k_tried") == 0 && num(bfold, "trend_k") == FOX_TREND_K_FIXED);
+    ck_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(bfold, "baselines"), "oracle")));
+    ck_assert_int_eq(baselines_csv_matches(bt2, "backtest-baselines.csv", bfold), 4);
+    cJSON_Delete(res);
+    /* Its second half: the lookback chosen on the first half's last bars, as a fold's. */
+    snprintf(d2.run_dir, sizeof d2.run_dir, "%s", bt3);
+    ck_assert_int_eq(fox_backtest_main(&cc, &d2, ckpt, -1, 1500, 3000), FOX_EXIT_OK);
+    res = read_json(bt3, "backtest.json");
+    const cJSON *val = cJSON_GetObjectItemCaseSensitive(res, "val_bars");
+    ck_assert(cJSON_GetArrayItem(val, 0)->valuedouble > 0 &&
+              cJSON_GetArrayItem(val, 1)->valuedouble == 1500);
+    bfold = cJSON_GetObjectItemCaseSensitive(res, "fold");
+    ck_assert(num(bfold, "trend_k_tried") == FOX_TREND_K_COUNT);
+    ck_assert_int_eq(baselines_csv_matches(bt3, "backtest-baselines.csv", bfold), 4);
     cJSON_Delete(res);
 
     /* Pictures: valid PNG and SVG where gnuplot is installed. */
@@ -448,6 +620,7 @@ main(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, epoch_report_carries_the_losses);
     tcase_add_test(tc, eval_hook_sees_every_bar);
+    tcase_add_test(tc, a_fold_evaluates_nothing_twice);
     tcase_add_test(tc, checkpoint_format_1_still_loads);
     tcase_add_test(tc, load_policy_refuses_another_layout);
     tcase_add_test(tc, once_leaves_a_complete_run_directory);
