@@ -548,10 +548,15 @@ START_TEST(adam_step)
         mc[k] = (float)fox_rng_normal(&rng) * 1e-3f;
         vc[k] = fox_rng_uniform(&rng) * 1e-5f;
     }
-    /* The isfinite guard must zero these; the norm (~37) exceeds the clip (10). */
-    g[7] = NAN;
-    g[np / 2] = INFINITY;
-    g[np - 70] = -INFINITY;
+    /*
+     * The isfinite guard must skip these elements (m, v and weight unchanged,
+     * bit for bit, with momentum that would otherwise move them); the norm
+     * (~37) exceeds the clip (10).
+     */
+    const size_t bad_at[3] = {7, np / 2, np - 70};
+    g[bad_at[0]] = NAN;
+    g[bad_at[1]] = INFINITY;
+    g[bad_at[2]] = -INFINITY;
     memcpy(pc, params, np * sizeof *pc);
     memcpy(pg, params, np * sizeof *pg);
     memcpy(mg, mc, np * sizeof *mg);
@@ -559,12 +564,39 @@ START_TEST(adam_step)
     memcpy(gc, g, np * sizeof *gc);
     int64_t t = 3;
     size_t bad = 0;
-    fox_cpu_grad_sanitize(gc, np, &bad);
-    double norm_c = fox_cpu_grad_norm(gc, np), norm_g = 0.0;
+    double norm_c = fox_cpu_grad_norm_finite(gc, np, &bad), norm_g = 0.0;
     float scale = fox_cpu_clip_scale(norm_c, cfg.grad_clip);
-    fox_cpu_adam_step(pc, gc, mc, vc, np, cfg.lr, cfg.adam_b1, cfg.adam_b2, cfg.adam_eps, t, scale);
+    /* Fixed mode on a fresh ISV: Mech 9 at 100 × max(0, 1), m and v unbounded, no flags. */
+    fox_cpu_adam_clamp cl = {.w_bound = fox_bound_weight_fixed(0.0f),
+                             .m_bound = INFINITY,
+                             .v_bound = INFINITY,
+                             .w_slot = -1,
+                             .m_slot = -1,
+                             .v_slot = -1,
+                             .w_diag = INFINITY,
+                             .m_diag = INFINITY,
+                             .v_diag = INFINITY};
+    fox_cpu_adam_step_clamped(pc, gc, mc, vc, np, cfg.lr, cfg.adam_b1, cfg.adam_b2, cfg.adam_eps,
+                              t, scale, &cl, NULL);
+    float m_before[3], v_before[3];
+    for (int j = 0; j < 3; j++) {
+        m_before[j] = mg[bad_at[j]];
+        v_before[j] = vg[bad_at[j]];
+    }
     FOX_CK_OK(fox_cuda_debug_adam(gpu, pg, g, mg, vg, t, &norm_g));
     ck_assert_int_eq(bad, 3);
+    for (int j = 0; j < 3; j++) {
+        size_t k = bad_at[j];
+        ck_assert_msg(memcmp(&pg[k], &params[k], sizeof *pg) == 0 &&
+                          memcmp(&pc[k], &params[k], sizeof *pc) == 0,
+                      "adam: weight %zu with a non-finite gradient moved", k);
+        ck_assert_msg(memcmp(&mg[k], &m_before[j], sizeof *mg) == 0 &&
+                          memcmp(&mc[k], &m_before[j], sizeof *mc) == 0,
+                      "adam: m %zu with a non-finite gradient moved", k);
+        ck_assert_msg(memcmp(&vg[k], &v_before[j], sizeof *vg) == 0 &&
+                          memcmp(&vc[k], &v_before[j], sizeof *vc) == 0,
+                      "adam: v %zu with a non-finite gradient moved", k);
+    }
     /* Compare the updates, not the parameters (the update is ~1e-4 of a parameter). */
     double num = 0.0, den = 0.0;
     for (size_t k = 0; k < np; k++) {

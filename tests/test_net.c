@@ -1252,6 +1252,53 @@ START_TEST(test_adam_clamped_lanes_match_scalar)
 }
 END_TEST
 
+/*
+ * The isfinite guard skips an element whose gradient is NaN or ±Inf: its m,
+ * v and weight keep their bits (the seeds' Adam kernels return early), even
+ * with momentum that would otherwise move it; every other element moves.
+ * Bad gradients sit inside a four-lane group and in the scalar tail.
+ */
+START_TEST(test_adam_nonfinite_grad_skips_element)
+{
+    enum { N = 11 };
+    float p[N], g[N], m[N], v[N], p0[N], m0[N], v0[N];
+    for (int k = 0; k < N; k++) {
+        p[k] = 0.5f - 0.1f * (float)k;
+        g[k] = 0.01f * (float)(k + 1);
+        m[k] = 0.02f;
+        v[k] = 1e-3f;
+    }
+    const int bad[3] = {1, 6, 9};
+    g[bad[0]] = NAN;
+    g[bad[1]] = INFINITY;
+    g[bad[2]] = -INFINITY;
+    memcpy(p0, p, sizeof p);
+    memcpy(m0, m, sizeof m);
+    memcpy(v0, v, sizeof v);
+    fox_cpu_adam_clamp c = {.w_bound = 100.0f,
+                            .m_bound = INFINITY,
+                            .v_bound = INFINITY,
+                            .w_slot = -1,
+                            .m_slot = -1,
+                            .v_slot = -1,
+                            .w_diag = INFINITY,
+                            .m_diag = INFINITY,
+                            .v_diag = INFINITY};
+    fox_cpu_adam_step_clamped(p, g, m, v, N, 0.1f, 0.9f, 0.999f, 1e-8f, 5, 1.0f, &c, NULL);
+    for (int k = 0; k < N; k++) {
+        int skipped = k == bad[0] || k == bad[1] || k == bad[2];
+        if (skipped) {
+            ck_assert_msg(memcmp(&p[k], &p0[k], sizeof p[k]) == 0, "weight %d moved", k);
+            ck_assert_msg(memcmp(&m[k], &m0[k], sizeof m[k]) == 0, "m %d moved", k);
+            ck_assert_msg(memcmp(&v[k], &v0[k], sizeof v[k]) == 0, "v %d moved", k);
+        } else {
+            ck_assert_msg(p[k] != p0[k] && m[k] != m0[k] && v[k] != v0[k], "element %d still", k);
+        }
+    }
+    ck_assert_uint_eq(c.w_engaged + c.m_engaged + c.v_engaged, 0);
+}
+END_TEST
+
 START_TEST(test_sanitize_norm_clip)
 {
     float g[7] = {1.0f, NAN, INFINITY, -INFINITY, 2.0f, -NAN, -2.0f};
@@ -1368,6 +1415,7 @@ net_suite(void)
     tc = tcase_create("optim");
     tcase_add_test(tc, test_adam_step);
     tcase_add_test(tc, test_adam_clamped_lanes_match_scalar);
+    tcase_add_test(tc, test_adam_nonfinite_grad_skips_element);
     tcase_add_test(tc, test_sanitize_norm_clip);
     tcase_add_test(tc, test_target_sync);
     suite_add_tcase(su, tc);

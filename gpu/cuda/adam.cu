@@ -211,7 +211,10 @@ adam_one(float &p, float &mm, float &vv, float gk, int grp, float scale,
          const fox_cuda_adam_slots &sl, const fox_cuda_optim_cfg &oc, const fox_cuda_stab &st,
          adam_block *ab)
 {
-    gk = fabsf(gk) <= FLT_MAX ? gk * scale : 0.0f;
+    /* The isfinite guard: a non-finite gradient leaves m, v and the weight as they are. */
+    if (!(fabsf(gk) <= FLT_MAX))
+        return;
+    gk *= scale;
     float mk = oc.b1 * mm + (1.0f - oc.b1) * gk;
     float vk = oc.b2 * vv + (1.0f - oc.b2) * gk * gk;
     int gi = grp < FOX_GROUP_COUNT ? grp : FOX_GROUP_COUNT;
@@ -230,8 +233,8 @@ adam_one(float &p, float &mm, float &vv, float gk, int grp, float scale,
 
 /*
  * The clamped Adam step at t = adam_t + 1 (fox_cpu_adam_step_clamped),
- * every tensor at once: the isfinite guard (a non-finite gradient counts as
- * 0), g·clip_scale, m and v with their clamps (infinite bounds in fixed
+ * every tensor at once: the isfinite guard (an element whose gradient is
+ * not finite is skipped: m, v and the weight unchanged), g·clip_scale, m and v with their clamps (infinite bounds in fixed
  * mode: they engage on NaN/±Inf only; the group's ADAM_M/V_BOUND in
  * adaptive mode), the update, then Mech 9's weight clamp at 100 ×
  * max(Q_ABS_REF, 1) (fixed) or the group's WEIGHT_BOUND (adaptive, with
