@@ -316,6 +316,17 @@ START_TEST(halt_grad_collapse_on_vanished_gradient)
 }
 END_TEST
 
+/* A fault fires once per arming: the fold reset never arms it again (testutil.h). */
+START_TEST(fault_fires_once_per_arming)
+{
+    fox_config c;
+    tiny_config(&c);
+    c.debug_enable = 1;
+    fox_test_set_fault(&c, "h_s2", "nan", FAULT_STEP);
+    fox_test_fault_fires_once(&c, "h_s2", FOX_FAULT_NAN, DRILL_STEPS);
+}
+END_TEST
+
 START_TEST(sentinel_off_keeps_the_clamps)
 {
     /* NaN in h_s2 with the checks off: no flag, and Mech 10 still keeps it out of the heads. */
@@ -562,6 +573,7 @@ drills_suite(void)
     tcase_add_test(tc, clamps_hold_after_huge_faults);
     tcase_add_test(tc, halt_grad_collapse_on_nonfinite_loss);
     tcase_add_test(tc, halt_grad_collapse_on_vanished_gradient);
+    tcase_add_test(tc, fault_fires_once_per_arming);
     tcase_add_test(tc, sentinel_off_keeps_the_clamps);
     tcase_add_test(tc, injection_needs_an_explicit_fault);
     tcase_add_test(tc, producers_and_fold_reset);

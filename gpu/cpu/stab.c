@@ -524,6 +524,10 @@ fox_cpu_stab_reset_fold(fox_cpu_stab *st)
     fox_bounds_wiener_reset(st->ws);
     memset(st->pc, 0, sizeof st->pc);
     st->collapse_run = 0;
-    st->fault_done = 0;
+    /*
+     * A fault fires once per arming: a spent one stays spent across the
+     * boundary (re-arming it here made it fire again in every later fold at
+     * the same step). A fault not yet reached keeps its step in the new fold.
+     */
     st->fault_now = 0;
 }

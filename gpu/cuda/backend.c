@@ -431,7 +431,7 @@ reset_for_fold(fox_cuda_backend *be)
     /* The stability system's fold state (fox_cpu_stab_reset_fold). */
     be->hctl->halt = FOX_HALT_NONE;
     be->hctl->collapse_run = 0;
-    be->hctl->fault_done = 0;
+    /* fault_done is kept: a fault fires once per arming (fox_cpu_stab_reset_fold). */
     be->base.halt_reason = FOX_HALT_NONE;
     FOX_TRY(fox__cuda_put_ctl(be));
     memset(be->flags_mem, 0, FOX_SENTINEL_SLOTS * sizeof(int));
