@@ -285,6 +285,32 @@ fox_pearl_c_update(fox_pearl_c_state *s, float engaged, float total, float step_
     return 1;
 }
 
+/*
+ * Mech 6 in adaptive mode (SP4), the clip of one step from its unclipped
+ * global norm. GRAD_NORM_EMA observes the norm itself through Pearls A+D,
+ * so it follows the gradient distribution's level up as well as down (fed
+ * the norm winsorized at a clip equal to the bound, the bound could only
+ * fall); Pearl D is the defence against the lone outlier that the fixed
+ * mode's winsorizer stands for, as a spike in a stationary norm moves an
+ * anchored estimate by α ≈ 0. GRAD_CLIP_BOUND is the norm's p99 about that
+ * level: level + z₉₉ · σ, with σ² the Wiener state's sample_var (the EMA of
+ * ½(x_t − x_{t−1})², the noise power) and z₉₉ the standard normal's 99th
+ * percentile. The clip is max(GRAD_CLIP_BOUND, 1). A non-finite norm is not
+ * observed. Updates both slots and ws; returns the clip.
+ */
+#define FOX_P99_NORMAL_Z 2.3263479f
+
+FOX_HD float
+fox_bound_grad_clip_adaptive(float *isv, fox_wiener_state *ws, float norm)
+{
+    if (isfinite(norm) && norm > 0.0f)
+        fox_bounds_observe(isv, ws, FOX_ISV_GRAD_NORM_EMA, norm);
+    float noise = ws[FOX_ISV_GRAD_NORM_EMA].sample_var;
+    float bound = isv[FOX_ISV_GRAD_NORM_EMA] + FOX_P99_NORMAL_Z * sqrtf(noise > 0.0f ? noise : 0.0f);
+    isv[FOX_ISV_GRAD_CLIP_BOUND] = bound;
+    return fox_bound_adaptive(bound);
+}
+
 /* Pearl B weight-decay rate from the equilibrium of d‖w‖²/dt = 2 w·g − 2λ‖w‖². */
 FOX_HD float
 fox_wd_rate(float w_dot_g, float w_sumsq)

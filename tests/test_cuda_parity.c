@@ -24,6 +24,7 @@
 #include "gpu/bounds.h"
 #include "gpu/cpu/net.h"
 #include "gpu/cpu/optim.h"
+#include "gpu/cpu/stab.h"
 #include "gpu/cuda/debug.h"
 #include "gpu/engine.h"
 #include "gpu/engine_impl.h"
@@ -979,6 +980,76 @@ START_TEST(sp4_producers_vs_cpu)
 END_TEST
 
 /*
+ * Mech 6 on the device against fox_cpu_stab_grad_clip, in both bounds modes:
+ * 60 steps whose gradient norm ramps from 2 to 20 (20 % noise, a NaN
+ * element in one step that neither norm counts), from the fold-boundary
+ * state. GRAD_NORM_EMA, GRAD_NORM_SLOW_EMA, GRAD_CLIP_BOUND, GRAD_CLIP and
+ * the clip factor agree within 1e-4 relative at every step (the norm's double
+ * sums differ in order only, Pearl D by an ulp of fused multiply-adds); in
+ * adaptive mode the bound follows the norm up on both.
+ */
+START_TEST(grad_clip_vs_cpu)
+{
+    size_t np = lay.n_params;
+    float *g = malloc(np * sizeof *g), *z = malloc(np * sizeof *z);
+    ck_assert(g && z);
+    fox_rng rng;
+    fox_rng_seed(&rng, 170);
+    double zz = 0.0;
+    for (size_t k = 0; k < np; k++) {
+        z[k] = (float)fox_rng_normal(&rng);
+        zz += (double)z[k] * z[k];
+    }
+    const int slots[4] = {FOX_ISV_GRAD_NORM_EMA, FOX_ISV_GRAD_NORM_SLOW_EMA,
+                          FOX_ISV_GRAD_CLIP_BOUND, FOX_ISV_GRAD_CLIP};
+    for (int adaptive = 0; adaptive <= 1; adaptive++) {
+        float isv[FOX_ISV_TOTAL_DIM], ref[FOX_ISV_TOTAL_DIM];
+        fox_isv_init(isv);
+        memcpy(ref, isv, sizeof isv);
+        fox_config c = cfg;
+        c.bounds_mode = adaptive ? FOX_BOUNDS_ADAPTIVE : FOX_BOUNDS_FIXED;
+        int flags[FOX_SENTINEL_SLOTS] = {0};
+        fox_cpu_stab st = {.cfg = &c, .lay = &lay, .isv = ref, .flags = flags, .grads = g,
+                           .adaptive = adaptive};
+        fox_bounds_wiener_init(st.ws);
+        float first = 0.0f;
+        for (int t = 0; t < 60; t++) {
+            double level = 2.0 + 18.0 * t / 59.0;
+            double want = level * (1.0 + 0.2 * fox_rng_normal(&rng));
+            for (size_t k = 0; k < np; k++)
+                g[k] = (float)(want * z[k] / sqrt(zz));
+            if (t == 30)
+                g[np / 3] = NAN;
+            double norm;
+            float sc_cpu = fox_cpu_stab_grad_clip(&st, &norm), sc_gpu = 0.0f;
+            FOX_CK_OK(fox_cuda_debug_grad_clip(gpu, t == 0, adaptive, g, isv, &sc_gpu));
+            ck_assert_msg(fabsf(sc_gpu - sc_cpu) <= 1e-4f * fmaxf(sc_cpu, 1e-6f),
+                          "%s step %d: clip factor gpu %.9g cpu %.9g",
+                          adaptive ? "adaptive" : "fixed", t, (double)sc_gpu, (double)sc_cpu);
+            for (int j = 0; j < 4; j++) {
+                double a = isv[slots[j]], b = ref[slots[j]];
+                ck_assert_msg(fabs(a - b) <= 1e-4 * fmax(fabs(b), 1e-6),
+                              "%s step %d: %s gpu %.9g cpu %.9g", adaptive ? "adaptive" : "fixed",
+                              t, fox_isv_name(slots[j]), a, b);
+            }
+            if (t == 0)
+                first = isv[FOX_ISV_GRAD_CLIP_BOUND];
+        }
+        if (adaptive)
+            ck_assert_msg(isv[FOX_ISV_GRAD_CLIP_BOUND] > 2.0f * first,
+                          "adaptive bound %g did not follow the norm up from %g",
+                          (double)isv[FOX_ISV_GRAD_CLIP_BOUND], (double)first);
+        printf("stab grad clip %s: 60 steps, norm ramp 2 -> 20, device = CPU within 1e-4; "
+               "GRAD_CLIP_BOUND %.4g -> %.4g, GRAD_CLIP %.4g\n",
+               adaptive ? "adaptive" : "fixed", (double)first,
+               (double)isv[FOX_ISV_GRAD_CLIP_BOUND], (double)isv[FOX_ISV_GRAD_CLIP]);
+    }
+    free(g);
+    free(z);
+}
+END_TEST
+
+/*
  * TARGET_Q_BOUND as a training loss with adaptive bounds produces it (the
  * raw IQN targets from the loss kernel's first launch, then their p99):
  * against stab.c's observation (Pearl A, from the fold-boundary state) of
@@ -1237,6 +1308,7 @@ main(void)
     tcase_add_test(tc, check_kernel_strided);
     tcase_add_test(tc, h_s2_site_vs_cpu);
     tcase_add_test(tc, sp4_producers_vs_cpu);
+    tcase_add_test(tc, grad_clip_vs_cpu);
     tcase_add_test(tc, target_q_bound_in_loss);
     suite_add_tcase(s, tc);
     TCase *te = tcase_create("engine");

@@ -411,6 +411,65 @@ START_TEST(producers_and_fold_reset)
 END_TEST
 
 /*
+ * Adaptive Mech 6 follows the gradient norm up: the backend's own clip step
+ * (fox_cpu_stab_grad_clip) on gradients whose norm ramps from 2 to 20 ends
+ * with a bound near the new level and clips few of the last steps (fed the
+ * norm winsorized at its own clip, the bound fell to the floor of 1 and
+ * clipped every step). Then a real adaptive run whose norms are in the tens:
+ * on its last 200 train steps the clip engages on a minority of them, not
+ * on every one.
+ */
+START_TEST(adaptive_clip_follows_growing_norm)
+{
+    fox_config c;
+    tiny_config(&c);
+    c.bounds_mode = FOX_BOUNDS_ADAPTIVE;
+    c.grad_clip = 0.0f; /* no absolute ceiling: the bound alone decides */
+    fox_model_layout lay = {.n_params = 64};
+    float grads[64], isv[FOX_ISV_TOTAL_DIM];
+    int flags[FOX_SENTINEL_SLOTS] = {0};
+    fox_isv_init(isv);
+    fox_cpu_stab st = {.cfg = &c, .lay = &lay, .isv = isv, .flags = flags, .grads = grads,
+                       .adaptive = 1};
+    fox_bounds_wiener_init(st.ws);
+    fox_rng r;
+    fox_rng_seed(&r, 3);
+    int clipped = 0;
+    for (int t = 0; t < 3000; t++) {
+        double level = t < 500 ? 2.0 : t < 2500 ? 2.0 + 18.0 * (t - 500) / 2000.0 : 20.0;
+        double target = level * (1.0 + 0.2 * fox_rng_normal(&r));
+        for (int k = 0; k < 64; k++)
+            grads[k] = (float)(target / 8.0); /* ‖g‖ = 8 × each element */
+        double norm;
+        float scale = fox_cpu_stab_grad_clip(&st, &norm);
+        clipped += t >= 2500 && scale < 1.0f;
+    }
+    printf("adaptive clip, norm ramp 2 -> 20: bound %.3g, clipped %d of the last 500 steps\n",
+           (double)isv[FOX_ISV_GRAD_CLIP_BOUND], clipped);
+    ck_assert_msg(isv[FOX_ISV_GRAD_CLIP_BOUND] > 20.0f, "bound %g after the ramp to 20",
+                  (double)isv[FOX_ISV_GRAD_CLIP_BOUND]);
+    ck_assert_msg(clipped < 50, "clipped %d of the last 500 steps", clipped);
+
+    /* A heavy aux weight: gradient norms in the tens, far above the floor of 1. */
+    const char *heavy[] = {"train.aux_lambda=10", NULL};
+    fox_test_set_pairs(&c, heavy);
+    fox_engine *e = fox_test_engine(&c);
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 100, NULL));
+    const volatile float *ei = fox_engine_isv(e);
+    int engaged = 0;
+    for (int t = 0; t < 200; t++) {
+        fox_step_stats s;
+        FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 1, &s));
+        engaged += s.grad_norm > ei[FOX_ISV_GRAD_CLIP];
+    }
+    printf("adaptive run: the clip engaged on %d of 200 train steps (clip %.3g)\n", engaged,
+           (double)ei[FOX_ISV_GRAD_CLIP]);
+    ck_assert_msg(engaged < 100, "the clip engaged on %d of 200 steps", engaged);
+    fox_engine_destroy(e);
+}
+END_TEST
+
+/*
  * reset_for_fold in both bounds modes, after a run whose huge IQN target set slot 46 (the
  * clamp holds it; nothing halts): fold_reset.h's state, then the fold trains on.
  */
@@ -577,6 +636,7 @@ drills_suite(void)
     tcase_add_test(tc, sentinel_off_keeps_the_clamps);
     tcase_add_test(tc, injection_needs_an_explicit_fault);
     tcase_add_test(tc, producers_and_fold_reset);
+    tcase_add_test(tc, adaptive_clip_follows_growing_norm);
     tcase_add_test(tc, reset_for_fold_walks_the_state);
     suite_add_tcase(s, tc);
     TCase *gate = tcase_create("gate");

@@ -375,20 +375,21 @@ fox_cpu_stab_grad_clip(fox_cpu_stab *st, double *norm)
     volatile float *isv = st->isv;
     *norm = fox_cpu_grad_norm_finite(st->grads, st->lay->n_params, NULL);
     /*
-     * Winsorize at the last step's clip before feeding the EMAs, so that one
-     * outlier step cannot drag its own clip up (the seeds' ratchet pathology);
-     * the first step of a fold (GRAD_CLIP at its zero sentinel) feeds raw.
+     * Fixed mode winsorizes at the last step's clip before feeding the EMAs,
+     * so that one outlier step cannot drag its own clip up (the seeds' ratchet
+     * pathology); the first step of a fold (GRAD_CLIP at its zero sentinel)
+     * feeds raw. Adaptive mode's level sees the unclipped norm, or its bound,
+     * the clip itself, could only fall (fox_bound_grad_clip_adaptive).
      */
     float last = isv[FOX_ISV_GRAD_CLIP];
     float x = last > 0.0f && *norm > last ? last : (float)*norm;
-    signal(st, FOX_ISV_GRAD_NORM_EMA, x);
     isv[FOX_ISV_GRAD_NORM_SLOW_EMA] =
         fox_ema_first(isv[FOX_ISV_GRAD_NORM_SLOW_EMA], x, FOX_MECH6_SLOW_ALPHA);
     float clip;
     if (st->adaptive) {
-        observe(st, FOX_ISV_GRAD_CLIP_BOUND, x);
-        clip = fox_bound_adaptive(isv[FOX_ISV_GRAD_CLIP_BOUND]);
+        clip = fox_bound_grad_clip_adaptive((float *)isv, st->ws, (float)*norm);
     } else {
+        signal(st, FOX_ISV_GRAD_NORM_EMA, x);
         clip = fox_bound_grad_clip_fixed(isv[FOX_ISV_GRAD_NORM_EMA],
                                          isv[FOX_ISV_GRAD_NORM_SLOW_EMA], isv[FOX_ISV_Q_ABS_REF]);
     }

@@ -48,7 +48,7 @@ finite_sq(float v)
  * and Adam, in its order: the step's losses into ctl; with sites, Q_ABS_REF
  * and Q_DIR_ABS_REF from the loss parts (fox_cpu_stab_q_signals) and Mech 6
  * (fox_cpu_stab_grad_clip: winsorized EMAs, the clip from them, or in
- * adaptive mode from GRAD_CLIP_BOUND after its Pearls A+D observation;
+ * adaptive mode fox_bound_grad_clip_adaptive on the unclipped norm;
  * train.grad_clip as a ceiling); without sites (a parity pass) the plain
  * clip at train.grad_clip. The factor goes to ctl->clip_scale, the norm to
  * ctl->grad_norm. Every sum in a fixed order: the same bits on every run.
@@ -137,16 +137,14 @@ grad_norm_kernel(size_t n, const float *g, double *partial, fox_cuda_stab st, in
             isv[FOX_ISV_Q_DIR_ABS_REF], (float)(tot[5] / (double)B), FOX_SIGNAL_EMA_ALPHA);
         float lastc = isv[FOX_ISV_GRAD_CLIP];
         float x = lastc > 0.0f && norm > lastc ? lastc : (float)norm;
-        isv[FOX_ISV_GRAD_NORM_EMA] =
-            fox_ema_first(isv[FOX_ISV_GRAD_NORM_EMA], x, FOX_SIGNAL_EMA_ALPHA);
         isv[FOX_ISV_GRAD_NORM_SLOW_EMA] =
             fox_ema_first(isv[FOX_ISV_GRAD_NORM_SLOW_EMA], x, FOX_MECH6_SLOW_ALPHA);
         if (st.adaptive) {
-            /* SP4 Mech 6: GRAD_CLIP_BOUND observes the winsorized norm through Pearls A+D. */
-            if (x > 0.0f)
-                fox_bounds_observe(isv, st.sp4->ws, FOX_ISV_GRAD_CLIP_BOUND, x);
-            clip = fox_bound_adaptive(isv[FOX_ISV_GRAD_CLIP_BOUND]);
+            /* SP4 Mech 6: the level of the unclipped norm, its p99 the bound. */
+            clip = fox_bound_grad_clip_adaptive(isv, st.sp4->ws, (float)norm);
         } else {
+            isv[FOX_ISV_GRAD_NORM_EMA] =
+                fox_ema_first(isv[FOX_ISV_GRAD_NORM_EMA], x, FOX_SIGNAL_EMA_ALPHA);
             clip = fox_bound_grad_clip_fixed(isv[FOX_ISV_GRAD_NORM_EMA],
                                              isv[FOX_ISV_GRAD_NORM_SLOW_EMA],
                                              isv[FOX_ISV_Q_ABS_REF]);

@@ -302,6 +302,44 @@ fox_cuda_debug_collapse(fox_backend *be_, const float *grads, int steps, int *ha
     return fox__cuda_be_fail(be, debug_collapse(be, grads, steps, halt), "debug_collapse");
 }
 
+static int
+debug_grad_clip(fox_cuda_backend *be, int reset, int adaptive, const float *grads, float *isv,
+                float *clip_scale)
+{
+    fox_cuda_net *n = &be->net;
+    cudaStream_t s0 = n->st[0];
+    if (reset)
+        FOX_TRY(fox__cuda_sp4_reset(s0, be->sp4));
+    FOX_CUDA_TRY(cudaMemcpy(n->grads, grads, be->np * sizeof(float), cudaMemcpyHostToDevice));
+    FOX_CUDA_TRY(cudaMemset(n->loss_parts, 0, (size_t)be->B * FOX_CUDA_PARTS * sizeof(double)));
+    FOX_CUDA_TRY(
+        cudaMemcpy(be->isv_dev, isv, FOX_ISV_TOTAL_DIM * sizeof(float), cudaMemcpyHostToDevice));
+    FOX_CUDA_TRY(cudaDeviceSynchronize()); /* as debug_stage */
+    fox_cuda_stab st = n->stab;
+    st.sites = 1;
+    st.adaptive = adaptive;
+    FOX_TRY(fox__cuda_grad_norm(s0, be->np, n->grads, n->norm_part, &st, be->B, n->dm.D,
+                                n->loss_parts, &be->oc));
+    FOX_CUDA_TRY(cudaStreamSynchronize(s0));
+    FOX_CUDA_TRY(
+        cudaMemcpy(isv, be->isv_dev, FOX_ISV_TOTAL_DIM * sizeof(float), cudaMemcpyDeviceToHost));
+    FOX_TRY(fox__cuda_sync_ctl(be));
+    *clip_scale = be->hctl->clip_scale;
+    return FOX_OK;
+}
+
+int
+fox_cuda_debug_grad_clip(fox_backend *be_, int reset, int adaptive, const float *grads,
+                         float *isv, float *clip_scale)
+{
+    fox_cuda_backend *be = (fox_cuda_backend *)be_;
+    FOX_CUDA_ALIVE(be);
+    if (!grads || !isv || !clip_scale)
+        return FOX_EINVAL;
+    return fox__cuda_be_fail(be, debug_grad_clip(be, reset, adaptive, grads, isv, clip_scale),
+                             "debug_grad_clip");
+}
+
 void
 fox_cuda_debug_memory(const fox_backend *be_, size_t *total, size_t *replay)
 {

@@ -111,6 +111,18 @@ int fox_cuda_debug_set_paths(fox_backend *be, const fox_cuda_paths *want, fox_cu
 int fox_cuda_debug_set_unroll(fox_backend *be, int steps);
 
 /*
+ * Mech 6 of one train step on the device: the step's norm kernel, with its
+ * ISV producers on, on grads (n_params, host) with a zero loss, in adaptive
+ * (SP4) or fixed mode as `adaptive` says: GRAD_NORM_EMA, GRAD_NORM_SLOW_EMA,
+ * GRAD_CLIP_BOUND and GRAD_CLIP (and the zero-loss Q signals) updated in isv
+ * (host, FOX_ISV_TOTAL_DIM, staged to the device first); *clip_scale gets the
+ * step's factor. reset: the Wiener states start from zero first (fold
+ * boundary). Overwrites the backend's gradients, loss parts and device ISV.
+ */
+int fox_cuda_debug_grad_clip(fox_backend *be, int reset, int adaptive, const float *grads,
+                             float *isv, float *clip_scale);
+
+/*
  * The device's halt_grad_collapse decision on host gradients: the counters' halt and run
  * cleared, then `steps` times the step's norm kernel on grads (n_params, host) with a zero
  * loss and the check kernel's halts, as a train step runs them (no stability site, no check
