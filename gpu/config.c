@@ -112,6 +112,8 @@ static const key_def keys[] = {
     U64("train.seed", seed, "1", "seed of every random stream"),
     {"train.folds", FOX_CFG_INT, OFF(folds_mask), 1, 255, "0,1,2", NULL,
      "folds a run trains, as a list \"0,1,2\" (stored as a bit mask)"},
+    INT("train.stop_on_halt", stop_on_halt, 0, 1, "0",
+        "1: a halted fold ends the walk; 0: reset and go on to the next fold"),
 
     INT("env.n_envs", n_envs, 0, 1 << 20, "0",
         "parallel environments; 0 = backend default (1024 CUDA, 64 CPU)"),

@@ -59,6 +59,7 @@ typedef struct fox_config {
     int eps_decay_steps;
     uint64_t seed;
     int folds_mask;   /* bit k set: fold k is trained by a run */
+    int stop_on_halt; /* 1: a halted fold ends the walk; 0: reset and go on to the next fold */
 
     /* env */
     int n_envs;       /* 0: the backend's default (1024 CUDA, 64 CPU) */

@@ -323,6 +323,10 @@ fox_engine_fold_report(const fox_engine *e, fox_fold_report *out)
         return FOX_ESTATE;
     *out = e->rep;
     out->flagged = fox_sentinel_mask(fox_engine_flags(e));
+    out->halt_reason = e->halt.reason;
+    out->halt_step = e->halt.step;
+    for (int i = 0; i < e->halt.n_slots; i++)
+        out->halt_slots |= 1ull << e->halt.slots[i];
     return FOX_OK;
 }
 

@@ -76,6 +76,10 @@ typedef struct fox_fold_report {
     double steps_per_sec;
     double bars_per_year;
     uint64_t flagged; /* sentinel slots set when reported (bit i: slot i) */
+    /* A fold the stability system stopped: its FOX_HALT_* (0: none), step and halting slots. */
+    int halt_reason;
+    int64_t halt_step;
+    uint64_t halt_slots; /* bit i: slot i (0–35) */
 } fox_fold_report;
 
 typedef struct fox_engine_info {

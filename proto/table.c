@@ -35,6 +35,19 @@ cell(FILE *out, const cJSON *obj, const struct column *c)
         fprintf(out, "%*s", c->width, "n/a");
 }
 
+/* After a halted fold's row: "  halted: <kind> at step N"; its cells are the epochs it closed. */
+static void
+halted_mark(FILE *out, const cJSON *fold)
+{
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(fold, "halted");
+    if (!cJSON_IsObject(h))
+        return;
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(h, "kind");
+    const cJSON *step = cJSON_GetObjectItemCaseSensitive(h, "step");
+    fprintf(out, "  halted: %s at step %.0f", cJSON_IsString(kind) ? kind->valuestring : "?",
+            cJSON_IsNumber(step) ? step->valuedouble : -1.0);
+}
+
 void
 fox_table_folds(FILE *out, const cJSON *folds)
 {
@@ -42,11 +55,19 @@ fox_table_folds(FILE *out, const cJSON *folds)
         fprintf(out, "%s%*s", i ? "  " : "", columns[i].width, columns[i].title);
     fputc('\n', out);
     for (const cJSON *f = folds ? folds->child : NULL; f; f = f->next) {
+        /* A fold halted before its first epoch closed has no figures, only its number. */
+        const cJSON *ep = cJSON_GetObjectItemCaseSensitive(f, "epochs");
+        int none = cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(f, "halted")) &&
+                   cJSON_IsNumber(ep) && ep->valuedouble == 0;
         for (int i = 0; i < N_COLUMNS; i++) {
             if (i)
                 fputs("  ", out);
-            cell(out, f, &columns[i]);
+            if (none && i > 0)
+                fprintf(out, "%*s", columns[i].width, "n/a");
+            else
+                cell(out, f, &columns[i]);
         }
+        halted_mark(out, f);
         fputc('\n', out);
     }
     fputs("note: best val Sharpe is the maximum over epochs, so it is selection-biased; test\n"
