@@ -311,6 +311,26 @@ fox_bound_grad_clip_adaptive(float *isv, fox_wiener_state *ws, float norm)
     return fox_bound_adaptive(bound);
 }
 
+/*
+ * Pearl B's consumers in the Adam step (the seeds' dqn_adam_update_kernel
+ * order: the update, the L1 proximal step, then Mech 9's clamp): p is the
+ * weight after the Adam update, p0 the weight before it. Decoupled weight
+ * decay (AdamW) takes lr · wd · p0 off; the L1 proximal step then shrinks
+ * |p| by lr · l1, to 0 at most (soft thresholding). A rate that is not a
+ * positive finite number is off (0, the Pearl A sentinel, means off).
+ */
+FOX_HD float
+fox_adam_regularize(float p, float p0, float lr, float wd, float l1)
+{
+    if (isfinite(wd) && wd > 0.0f)
+        p -= lr * wd * p0;
+    if (isfinite(l1) && l1 > 0.0f) {
+        float s = fabsf(p) - lr * l1;
+        p = s > 0.0f ? copysignf(s, p) : 0.0f;
+    }
+    return p;
+}
+
 /* Pearl B weight-decay rate from the equilibrium of d‖w‖²/dt = 2 w·g − 2λ‖w‖². */
 FOX_HD float
 fox_wd_rate(float w_dot_g, float w_sumsq)

@@ -60,6 +60,8 @@ typedef struct fox_config {
     uint64_t seed;
     int folds_mask;   /* bit k set: fold k is trained by a run */
     int stop_on_halt; /* 1: a halted fold ends the walk; 0: reset and go on to the next fold */
+    int pearl_wd;     /* 1: decoupled weight decay at Pearl B's WD_RATE_<group> (adaptive) */
+    int pearl_l1;     /* 1: L1 proximal step at Pearl B's L1_LAMBDA on GRN1 W2 (adaptive) */
 
     /* env */
     int n_envs;       /* 0: the backend's default (1024 CUDA, 64 CPU) */

@@ -584,7 +584,7 @@ START_TEST(adam_step)
         m_before[j] = mg[bad_at[j]];
         v_before[j] = vg[bad_at[j]];
     }
-    FOX_CK_OK(fox_cuda_debug_adam(gpu, pg, g, mg, vg, t, &norm_g));
+    FOX_CK_OK(fox_cuda_debug_adam(gpu, pg, g, mg, vg, t, NULL, &norm_g));
     ck_assert_int_eq(bad, 3);
     for (int j = 0; j < 3; j++) {
         size_t k = bad_at[j];
@@ -615,6 +615,112 @@ START_TEST(adam_step)
     free(gc);
     free(pc);
     free(pg);
+    free(mc);
+    free(mg);
+    free(vc);
+    free(vg);
+}
+END_TEST
+
+/*
+ * Pearl B's consumers on the device (train.pearl_wd, train.pearl_l1 on an
+ * adaptive backend): one Adam step with a staged ISV whose WD rates differ
+ * per group and whose L1 rate is large enough to zero some GRN1 W2 weights,
+ * against fox_cpu_adam_step_clamped tensor by tensor with the same rates
+ * (the L1 step on GRN1 W2 only), bounds out of the way. The updates agree
+ * within 1e-4 relative and the L1 step zeroes the same weights on both.
+ */
+START_TEST(adam_weight_decay_and_l1)
+{
+    char err[512];
+    fox_config c = cfg;
+    c.bounds_mode = FOX_BOUNDS_ADAPTIVE;
+    c.pearl_wd = 1;
+    c.pearl_l1 = 1;
+    fox_backend_env env = {&c, &lay, &series, &feat, &fold};
+    fox_backend *ad = NULL;
+    int rv = fox_cuda_backend_ops.create(&ad, &env, err, sizeof err);
+    ck_assert_msg(rv == FOX_OK, "create: %s", err);
+    size_t np = lay.n_params;
+    float *g = malloc(np * sizeof *g), *pg = malloc(np * sizeof *pg), *pc = malloc(np * sizeof *pc);
+    float *mc = malloc(np * sizeof *mc), *mg = malloc(np * sizeof *mg);
+    float *vc = malloc(np * sizeof *vc), *vg = malloc(np * sizeof *vg);
+    ck_assert(g && pg && pc && mc && mg && vc && vg);
+    fox_rng rng;
+    fox_rng_seed(&rng, 160);
+    for (size_t k = 0; k < np; k++) {
+        g[k] = (float)fox_rng_normal(&rng) * 0.05f;
+        mc[k] = (float)fox_rng_normal(&rng) * 1e-3f;
+        vc[k] = fox_rng_uniform(&rng) * 1e-5f;
+    }
+    memcpy(pg, params, np * sizeof *pg);
+    memcpy(pc, params, np * sizeof *pc);
+    memcpy(mg, mc, np * sizeof *mg);
+    memcpy(vg, vc, np * sizeof *vg);
+    float isv[FOX_ISV_TOTAL_DIM];
+    fox_isv_init(isv);
+    for (int grp = 0; grp < FOX_GROUP_COUNT; grp++) {
+        isv[fox_isv_weight_bound_slot(grp)] = 1e30f;
+        isv[fox_isv_adam_m_bound_slot(grp)] = 1e30f;
+        isv[fox_isv_adam_v_bound_slot(grp)] = 1e30f;
+        isv[fox_isv_wd_rate_slot(grp)] = 20.0f * (float)(grp + 1);
+    }
+    /* lr · L1 of 5 % of a typical GRN1 W2 weight: some land on zero. */
+    size_t o1 = lay.t[FOX_P_GRN1_W2].offset, n1 = fox_tensor_size(&lay, FOX_P_GRN1_W2);
+    double mean1 = 0.0;
+    for (size_t k = 0; k < n1; k++)
+        mean1 += fabs((double)params[o1 + k]) / (double)n1;
+    isv[FOX_ISV_L1_LAMBDA] = (float)(0.05 * mean1 / cfg.lr);
+    int64_t t = 2;
+    double norm_c = fox_cpu_grad_norm_finite(g, np, NULL), norm_g = 0.0;
+    float scale = fox_cpu_clip_scale(norm_c, cfg.grad_clip);
+    for (int i = 0; i < FOX_P_COUNT; i++) {
+        size_t n = fox_tensor_size(&lay, i), o = lay.t[i].offset;
+        int grp = lay.t[i].group;
+        if (!n)
+            continue;
+        fox_cpu_adam_clamp cl = {.w_bound = 1e30f,
+                                 .m_bound = 1e30f,
+                                 .v_bound = 1e30f,
+                                 .w_slot = -1,
+                                 .m_slot = -1,
+                                 .v_slot = -1,
+                                 .w_diag = INFINITY,
+                                 .m_diag = INFINITY,
+                                 .v_diag = INFINITY,
+                                 .wd = isv[fox_isv_wd_rate_slot(grp)],
+                                 .l1 = i == FOX_P_GRN1_W2 ? isv[FOX_ISV_L1_LAMBDA] : 0.0f};
+        fox_cpu_adam_step_clamped(pc + o, g + o, mc + o, vc + o, n, cfg.lr, cfg.adam_b1,
+                                  cfg.adam_b2, cfg.adam_eps, t, scale, &cl, NULL);
+    }
+    FOX_CK_OK(fox_cuda_debug_adam(ad, pg, g, mg, vg, t, isv, &norm_g));
+    double num = 0.0, den = 0.0;
+    size_t zeros_c = 0, zeros_g = 0, zeros_both = 0;
+    for (int i = 0; i < FOX_P_COUNT; i++) {
+        size_t n = fox_tensor_size(&lay, i), o = lay.t[i].offset;
+        for (size_t k = o; k < o + n; k++) {
+            double uc = (double)pc[k] - params[k], ug = (double)pg[k] - params[k];
+            num += (ug - uc) * (ug - uc);
+            den += uc * uc;
+            if (i == FOX_P_GRN1_W2) {
+                zeros_c += pc[k] == 0.0f;
+                zeros_g += pg[k] == 0.0f;
+                zeros_both += pc[k] == 0.0f && pg[k] == 0.0f;
+            }
+        }
+    }
+    double eu = sqrt(num / den);
+    printf("parity adam wd+l1: update rel err %.3g; GRN1 W2 zeroed by L1: %zu (cpu) %zu (gpu) of "
+           "%zu\n",
+           eu, zeros_c, zeros_g, n1);
+    ck_assert_msg(eu < 1e-4, "adam wd+l1: update rel err %g", eu);
+    /* A weight within an ulp of the threshold may land either side: allow two of those. */
+    ck_assert_msg(zeros_c > 0 && zeros_both + 2 >= zeros_c && zeros_both + 2 >= zeros_g,
+                  "L1 zeros: cpu %zu gpu %zu both %zu", zeros_c, zeros_g, zeros_both);
+    fox_cuda_backend_ops.destroy(ad);
+    free(g);
+    free(pg);
+    free(pc);
     free(mc);
     free(mg);
     free(vc);
@@ -1303,6 +1409,7 @@ main(void)
     tcase_add_test(tc, tf32_accuracy);
     tcase_add_test(tc, greedy_next_tf32);
     tcase_add_test(tc, adam_step);
+    tcase_add_test(tc, adam_weight_decay_and_l1);
     tcase_add_test(tc, replay_memory);
     tcase_add_test(tc, check_kernel_vs_cpu);
     tcase_add_test(tc, check_kernel_strided);

@@ -470,6 +470,46 @@ START_TEST(adaptive_clip_follows_growing_norm)
 END_TEST
 
 /*
+ * Pearl B's consumers: train.pearl_wd / pearl_l1 are refused in fixed mode
+ * (no rate is produced there), off by default, and in adaptive mode they
+ * move the weights away from the same run without them (the maths itself:
+ * test_net's test_adam_weight_decay_and_l1).
+ */
+START_TEST(pearl_b_consumers_switch)
+{
+    fox_config c;
+    char err[256];
+    tiny_config(&c);
+    ck_assert_int_eq(c.pearl_wd, 0);
+    ck_assert_int_eq(c.pearl_l1, 0);
+    c.pearl_l1 = 1;
+    ck_assert_int_eq(fox_config_validate(&c, err, sizeof err), FOX_EINVAL);
+    ck_assert_msg(strstr(err, "engine.bounds_mode=adaptive"), "%s", err);
+    c.bounds_mode = FOX_BOUNDS_ADAPTIVE;
+    FOX_CK_OK_MSG(fox_config_validate(&c, err, sizeof err), err);
+    fox_config off = c;
+    off.pearl_l1 = 0;
+    c.pearl_wd = 1;
+    fox_engine *a = fox_test_engine(&off), *b = fox_test_engine(&c);
+    FOX_CK_ENGINE_OK(a, fox_engine_run_steps(a, 60, NULL));
+    FOX_CK_ENGINE_OK(b, fox_engine_run_steps(b, 60, NULL));
+    const volatile float *isv = fox_engine_isv(b);
+    ck_assert_msg(isv[FOX_ISV_WD_RATE_GRN1] > 0.0f && isv[FOX_ISV_L1_LAMBDA] >= 0.0f,
+                  "rates %g %g", (double)isv[FOX_ISV_WD_RATE_GRN1], (double)isv[FOX_ISV_L1_LAMBDA]);
+    size_t n = fox_engine_param_count(a);
+    float *pa = malloc(n * sizeof *pa), *pb = malloc(n * sizeof *pb);
+    ck_assert(pa && pb);
+    FOX_CK_ENGINE_OK(a, fox_engine_get_params(a, pa, n));
+    FOX_CK_ENGINE_OK(b, fox_engine_get_params(b, pb, n));
+    ck_assert_msg(memcmp(pa, pb, n * sizeof *pa) != 0, "the rates moved nothing");
+    free(pa);
+    free(pb);
+    fox_engine_destroy(a);
+    fox_engine_destroy(b);
+}
+END_TEST
+
+/*
  * reset_for_fold in both bounds modes, after a run whose huge IQN target set slot 46 (the
  * clamp holds it; nothing halts): fold_reset.h's state, then the fold trains on.
  */
@@ -637,6 +677,7 @@ drills_suite(void)
     tcase_add_test(tc, injection_needs_an_explicit_fault);
     tcase_add_test(tc, producers_and_fold_reset);
     tcase_add_test(tc, adaptive_clip_follows_growing_norm);
+    tcase_add_test(tc, pearl_b_consumers_switch);
     tcase_add_test(tc, reset_for_fold_walks_the_state);
     suite_add_tcase(s, tc);
     TCase *gate = tcase_create("gate");

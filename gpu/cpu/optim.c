@@ -98,7 +98,7 @@ limit_of(float bound)
 
 /* The constants of one clamped Adam call. */
 typedef struct adam_consts {
-    float lr, b1, b2, eps, bc1, bc2, scale, mlim, vlim, wlim;
+    float lr, b1, b2, eps, bc1, bc2, scale, mlim, vlim, wlim, wd, l1;
 } adam_consts;
 
 /* Element k of the clamped step: the scalar path, and the lanes' fallback. */
@@ -124,6 +124,7 @@ adam_elem(float *params, const float *grads, float *m, float *v, size_t k, const
     m[k] = mk;
     v[k] = vk;
     float p = params[k] - a->lr * (mk / a->bc1) / (sqrtf(vk / a->bc2) + a->eps);
+    p = fox_adam_regularize(p, params[k], a->lr, a->wd, a->l1);
     if (OUT_OF(p, a->wlim))
         p = engage(p, c->w_bound, c->w_diag, c->w_slot, &c->w_engaged, &c->w_max, flags);
     params[k] = p;
@@ -199,10 +200,14 @@ fox_cpu_adam_step_clamped(float *params, const float *grads, float *m, float *v,
                      grad_scale,
                      limit_of(c->m_bound),
                      limit_of(c->v_bound),
-                     limit_of(c->w_bound)};
+                     limit_of(c->w_bound),
+                     c->wd,
+                     c->l1};
     size_t k = 0;
 #ifdef __SSE2__
-    k = adam_lanes(params, grads, m, v, n, &a, c, flags);
+    /* The lanes have no regularizer: with one on, every element takes the scalar path. */
+    if (!(c->wd > 0.0f) && !(c->l1 > 0.0f))
+        k = adam_lanes(params, grads, m, v, n, &a, c, flags);
 #endif
     for (; k < n; k++)
         adam_elem(params, grads, m, v, k, &a, c, flags);

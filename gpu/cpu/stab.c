@@ -425,6 +425,7 @@ adam_bounds(const fox_cpu_stab *st, int g, fox_cpu_adam_clamp *c)
         c->m_bound = INFINITY;
         c->v_bound = INFINITY;
     }
+    c->wd = st->cfg->pearl_wd ? isv[fox_isv_wd_rate_slot(g)] : 0.0f;
     c->w_slot = fox_sentinel_group_slot(FOX_SENT_FAMILY_WEIGHT, g);
     c->m_slot = fox_sentinel_group_slot(FOX_SENT_FAMILY_ADAM_M, g);
     c->v_slot = fox_sentinel_group_slot(FOX_SENT_FAMILY_ADAM_V, g);
@@ -441,6 +442,10 @@ fox_cpu_stab_adam(fox_cpu_stab *st, int64_t t, float grad_scale)
         adam_bounds(st, g, &st->adam[g]);
         for (int k = 0; k < st->gspans[g]; k++) {
             size_t o = st->gspan[g][k].offset;
+            /* The L1 step acts where its rate is measured: the trunk's input layer, GRN1 W2. */
+            st->adam[g].l1 = c->pearl_l1 && o == st->lay->t[FOX_P_GRN1_W2].offset
+                                 ? st->isv[FOX_ISV_L1_LAMBDA]
+                                 : 0.0f;
             fox_cpu_adam_step_clamped(st->params + o, st->grads + o, st->adam_m + o, st->adam_v + o,
                                       st->gspan[g][k].len, c->lr, c->adam_b1, c->adam_b2,
                                       c->adam_eps, t, grad_scale, &st->adam[g],

@@ -200,6 +200,8 @@ engage(float x, float bound, int slot, const fox_cuda_stab &st, int fam, int grp
 struct adam_block {
     float bc[2];                    /* the bias corrections 1 − β₁ᵗ, 1 − β₂ᵗ */
     float b[3][FOX_GROUP_COUNT + 1]; /* each group's w, m, v bound; padding: unbounded */
+    float wd[FOX_GROUP_COUNT + 1];   /* each group's decoupled weight-decay rate (0: off) */
+    float l1;                        /* the L1 proximal rate of GRN1 W2 (0: off) */
     adam_eng eng;
 };
 
@@ -207,7 +209,7 @@ struct adam_block {
 static __device__ __forceinline__ void
 adam_one(float &p, float &mm, float &vv, float gk, int grp, float scale,
          const fox_cuda_adam_slots &sl, const fox_cuda_optim_cfg &oc, const fox_cuda_stab &st,
-         adam_block *ab)
+         adam_block *ab, size_t k)
 {
     /* The isfinite guard: a non-finite gradient leaves m, v and the weight as they are. */
     if (!(fabsf(gk) <= FLT_MAX))
@@ -224,6 +226,9 @@ adam_one(float &p, float &mm, float &vv, float gk, int grp, float scale,
     mm = mk;
     vv = vk;
     float q = p - oc.lr * (mk / ab->bc[0]) / (sqrtf(vk / ab->bc[1]) + oc.eps);
+    /* Pearl B's consumers: the L1 step only on GRN1 W2, where its rate is measured. */
+    int in_l1 = k - st.l1_off < (size_t)st.l1_rows * (size_t)st.l1_cols;
+    q = fox_adam_regularize(q, p, oc.lr, ab->wd[gi], in_l1 ? ab->l1 : 0.0f);
     if (!(fabsf(q) <= fminf(wb, FLT_MAX)))
         q = engage(q, wb, grp < FOX_GROUP_COUNT ? sl.w[grp] : -1, st, 0, grp, &ab->eng);
     p = q;
@@ -234,7 +239,9 @@ adam_one(float &p, float &mm, float &vv, float gk, int grp, float scale,
  * every tensor at once: the isfinite guard (an element whose gradient is
  * not finite is skipped: m, v and the weight unchanged), g·clip_scale, m and v with their clamps (infinite bounds in fixed
  * mode: they engage on NaN/±Inf only; the group's ADAM_M/V_BOUND in
- * adaptive mode), the update, then Mech 9's weight clamp at 100 ×
+ * adaptive mode), the update, Pearl B's decoupled weight decay and L1 step
+ * when train.pearl_wd / pearl_l1 ask (fox_adam_regularize), then Mech 9's
+ * weight clamp at 100 ×
  * max(Q_ABS_REF, 1) (fixed) or the group's WEIGHT_BOUND (adaptive, with
  * the engagements counted for Pearl C); an engaged value past
  * its slot's threshold sets the slot of its param group (pgroup) inside the
@@ -284,6 +291,7 @@ adam_kernel(size_t n, float *params, const float *g, float *m, float *v, const u
         double t = (double)(c->adam_t + 1);
         ab.bc[0] = (float)(1.0 - pow((double)oc.b1, t));
         ab.bc[1] = (float)(1.0 - pow((double)oc.b2, t));
+        ab.l1 = st.adaptive && oc.pearl_l1 ? st.isv[FOX_ISV_L1_LAMBDA] : 0.0f;
     } else if (threadIdx.x <= FOX_GROUP_COUNT + 1) {
         int grp = threadIdx.x - 1;
         float wfix = fox_bound_weight_fixed(st.isv[FOX_ISV_Q_ABS_REF]);
@@ -298,20 +306,23 @@ adam_kernel(size_t n, float *params, const float *g, float *m, float *v, const u
         ab.b[0][grp] = wb;
         ab.b[1][grp] = mb;
         ab.b[2][grp] = vb;
+        ab.wd[grp] = st.adaptive && oc.pearl_wd && grp < FOX_GROUP_COUNT
+                         ? st.isv[fox_isv_wd_rate_slot(grp)]
+                         : 0.0f;
     }
     __syncthreads();
     if (q < n4) {
-        adam_one(p4.x, m4.x, v4.x, g4.x, gr4.x, scale, sl, oc, st, &ab);
-        adam_one(p4.y, m4.y, v4.y, g4.y, gr4.y, scale, sl, oc, st, &ab);
-        adam_one(p4.z, m4.z, v4.z, g4.z, gr4.z, scale, sl, oc, st, &ab);
-        adam_one(p4.w, m4.w, v4.w, g4.w, gr4.w, scale, sl, oc, st, &ab);
+        adam_one(p4.x, m4.x, v4.x, g4.x, gr4.x, scale, sl, oc, st, &ab, 4 * q);
+        adam_one(p4.y, m4.y, v4.y, g4.y, gr4.y, scale, sl, oc, st, &ab, 4 * q + 1);
+        adam_one(p4.z, m4.z, v4.z, g4.z, gr4.z, scale, sl, oc, st, &ab, 4 * q + 2);
+        adam_one(p4.w, m4.w, v4.w, g4.w, gr4.w, scale, sl, oc, st, &ab, 4 * q + 3);
         ((float4 *)m)[q] = m4;
         ((float4 *)v)[q] = v4;
         ((float4 *)params)[q] = p4;
     }
     if (blockIdx.x == gridDim.x - 1)
         for (size_t k = 4 * n4 + threadIdx.x; k < n; k += blockDim.x)
-            adam_one(params[k], m[k], v[k], g[k], pgroup[k], scale, sl, oc, st, &ab);
+            adam_one(params[k], m[k], v[k], g[k], pgroup[k], scale, sl, oc, st, &ab, k);
     if (!st.adaptive)
         return;
     __syncthreads();

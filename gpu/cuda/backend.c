@@ -332,7 +332,8 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
                                 be->isv_dev + FOX_ISV_AUX_LABEL_SCALE_EMA};
     be->oc =
         (fox_cuda_optim_cfg){c->lr,     c->adam_b1,     c->adam_b2,    c->adam_eps,  c->grad_clip,
-                             c->polyak, c->target_sync, c->iqn_lambda, c->aux_lambda};
+                             c->polyak, c->target_sync, c->iqn_lambda, c->aux_lambda,
+                             c->pearl_wd, c->pearl_l1};
     /*
      * engine.cuda_math: the products' math (fox__cuda_set_math); debug.cuda_one_stream: every
      * stage on MAIN, to measure what the other streams buy (the greedy-action forwards then

@@ -187,7 +187,7 @@ fox_cuda_debug_target_q_bound(fox_backend *be_, const float *params, const float
 
 static int
 debug_adam(fox_cuda_backend *be, float *params, const float *grads, float *m, float *v, int64_t t,
-           double *norm)
+           const float *isv, double *norm)
 {
     fox_cuda_net *n = &be->net;
     size_t bytes = be->np * sizeof(float);
@@ -199,6 +199,9 @@ debug_adam(fox_cuda_backend *be, float *params, const float *grads, float *m, fl
     FOX_CUDA_TRY(cudaMemcpy(n->grads, grads, bytes, cudaMemcpyHostToDevice));
     FOX_CUDA_TRY(cudaMemcpy(n->adam_m, m, bytes, cudaMemcpyHostToDevice));
     FOX_CUDA_TRY(cudaMemcpy(n->adam_v, v, bytes, cudaMemcpyHostToDevice));
+    if (isv)
+        FOX_CUDA_TRY(cudaMemcpy(be->isv_dev, isv, FOX_ISV_TOTAL_DIM * sizeof(float),
+                                cudaMemcpyHostToDevice));
     FOX_CUDA_TRY(cudaDeviceSynchronize());
     /* A parity pass: the plain clip at train.grad_clip, no ISV producer (st.sites 0). */
     fox_cuda_stab st = n->stab;
@@ -223,11 +226,11 @@ debug_adam(fox_cuda_backend *be, float *params, const float *grads, float *m, fl
 
 int
 fox_cuda_debug_adam(fox_backend *be_, float *params, const float *grads, float *m, float *v,
-                    int64_t t, double *norm)
+                    int64_t t, const float *isv, double *norm)
 {
     fox_cuda_backend *be = (fox_cuda_backend *)be_;
     FOX_CUDA_ALIVE(be);
-    return fox__cuda_be_fail(be, debug_adam(be, params, grads, m, v, t, norm), "debug_adam");
+    return fox__cuda_be_fail(be, debug_adam(be, params, grads, m, v, t, isv, norm), "debug_adam");
 }
 
 int

@@ -43,11 +43,13 @@ int fox_cuda_debug_target_q_bound(fox_backend *be, const float *params, const fl
 /*
  * One optimizer step on the device from host arrays: isfinite guard, global
  * norm, clip (the backend's grad_clip), Adam at step t with the backend's
- * lr/β/ε. params, m and v (n_params) are updated in place; grads is not
- * modified; *norm (may be NULL) gets the norm before clipping.
+ * lr/β/ε, bounds mode and Pearl B consumers. params, m and v (n_params) are
+ * updated in place; grads is not modified; *norm (may be NULL) gets the
+ * norm before clipping. isv (host, FOX_ISV_TOTAL_DIM; NULL: the device's as
+ * it is) is staged to the device first: the bounds and rates Adam reads.
  */
 int fox_cuda_debug_adam(fox_backend *be, float *params, const float *grads, float *m, float *v,
-                        int64_t t, double *norm);
+                        int64_t t, const float *isv, double *norm);
 
 /*
  * The fused check kernel on one buffer: the first cols of each of rows rows of x [rows × ld]
