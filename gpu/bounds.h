@@ -56,9 +56,11 @@ enum { FOX_P99_BINS = 256 };
 #define FOX_BWD_GUARD_MULT      1e6f   /* SP1 Phase C: backward input guards, 1e6 × eff */
 
 /*
- * Rate of the fixed-rate ISV signal EMAs (Q_ABS_REF, Q_DIR_ABS_REF,
- * H_S2_RMS_EMA, AUX_LABEL_SCALE_EMA, GRAD_NORM_EMA): half-life ~69 steps, one
- * observation per train step. The SP4 bound slots use Pearls A+D instead.
+ * Rate of the pre-SP4 ISV signal EMAs (Q_ABS_REF, Q_DIR_ABS_REF,
+ * H_S2_RMS_EMA, AUX_LABEL_SCALE_EMA, GRAD_NORM_EMA) in fixed mode:
+ * half-life ~69 steps, one observation per train step. Adaptive mode runs
+ * them through Pearls A+D (fox_signal_observe), as SP4 replaces every
+ * hard-coded EMA rate; the SP4 bound slots always do.
  */
 #define FOX_SIGNAL_EMA_ALPHA 0.01f
 
@@ -261,6 +263,21 @@ FOX_HD void
 fox_bounds_observe(float *isv, fox_wiener_state *ws, int slot, float obs)
 {
     isv[slot] = fox_pearls_ad_update(isv[slot], &ws[slot], obs);
+}
+
+/*
+ * One observation of a pre-SP4 signal slot: fixed mode (SP3) its EMA at
+ * FOX_SIGNAL_EMA_ALPHA with the zero sentinel; adaptive mode (SP4) Pearls
+ * A+D with the slot's Wiener state ws[slot], the rate the seeds' SP4 puts
+ * on "7 existing pre-SP4 producers". A non-finite x is ignored either way.
+ */
+FOX_HD void
+fox_signal_observe(float *isv, fox_wiener_state *ws, int slot, float x, int adaptive)
+{
+    if (adaptive)
+        fox_bounds_observe(isv, ws, slot, x);
+    else
+        isv[slot] = fox_ema_first(isv[slot], x, FOX_SIGNAL_EMA_ALPHA);
 }
 
 /*

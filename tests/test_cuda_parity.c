@@ -909,8 +909,10 @@ START_TEST(h_s2_site_vs_cpu)
                 clamped += ref[k] != h[k];
                 ss += (double)ref[k] * ref[k];
             }
-            float rms = fox_ema_first(isv_ref[FOX_ISV_H_S2_RMS_EMA], (float)sqrt(ss / (double)n),
-                                      FOX_SIGNAL_EMA_ALPHA);
+            /* Adaptive: Pearls A+D from the fresh state (pass 1: the value 2 keeps, x_lag primed). */
+            fox_signal_observe(isv_ref, ws, FOX_ISV_H_S2_RMS_EMA, (float)sqrt(ss / (double)n),
+                               adaptive);
+            float rms = isv_ref[FOX_ISV_H_S2_RMS_EMA];
             memcpy(h, x, n * sizeof *h);
             FOX_CK_OK(
                 fox_cuda_debug_h_s2_site(gpu, h, n, tail ? H2 : 0, gam[0], adaptive, isv, flags));
@@ -1086,13 +1088,15 @@ START_TEST(sp4_producers_vs_cpu)
 END_TEST
 
 /*
- * Mech 6 on the device against fox_cpu_stab_grad_clip, in both bounds modes:
- * 60 steps whose gradient norm ramps from 2 to 20 (20 % noise, a NaN
- * element in one step that neither norm counts), from the fold-boundary
- * state. GRAD_NORM_EMA, GRAD_NORM_SLOW_EMA, GRAD_CLIP_BOUND, GRAD_CLIP and
- * the clip factor agree within 1e-4 relative at every step (the norm's double
- * sums differ in order only, Pearl D by an ulp of fused multiply-adds); in
- * adaptive mode the bound follows the norm up on both.
+ * The norm kernel's producers on the device against fox_cpu_stab_q_signals
+ * and fox_cpu_stab_grad_clip, in both bounds modes: 60 steps whose gradient
+ * norm ramps from 2 to 20 (20 % noise, a NaN element in one step that
+ * neither norm counts) and whose Q observations drift, from the
+ * fold-boundary state. Q_ABS_REF, Q_DIR_ABS_REF (Pearls A+D in adaptive
+ * mode), GRAD_NORM_EMA, GRAD_NORM_SLOW_EMA, GRAD_CLIP_BOUND, GRAD_CLIP and
+ * the clip factor agree within 1e-4 relative at every step (the norm's
+ * double sums differ in order only, Pearl D by an ulp of fused
+ * multiply-adds); in adaptive mode the bound follows the norm up on both.
  */
 START_TEST(grad_clip_vs_cpu)
 {
@@ -1106,8 +1110,9 @@ START_TEST(grad_clip_vs_cpu)
         z[k] = (float)fox_rng_normal(&rng);
         zz += (double)z[k] * z[k];
     }
-    const int slots[4] = {FOX_ISV_GRAD_NORM_EMA, FOX_ISV_GRAD_NORM_SLOW_EMA,
-                          FOX_ISV_GRAD_CLIP_BOUND, FOX_ISV_GRAD_CLIP};
+    const int slots[6] = {FOX_ISV_GRAD_NORM_EMA,   FOX_ISV_GRAD_NORM_SLOW_EMA,
+                          FOX_ISV_GRAD_CLIP_BOUND, FOX_ISV_GRAD_CLIP,
+                          FOX_ISV_Q_ABS_REF,       FOX_ISV_Q_DIR_ABS_REF};
     for (int adaptive = 0; adaptive <= 1; adaptive++) {
         float isv[FOX_ISV_TOTAL_DIM], ref[FOX_ISV_TOTAL_DIM];
         fox_isv_init(isv);
@@ -1126,13 +1131,17 @@ START_TEST(grad_clip_vs_cpu)
                 g[k] = (float)(want * z[k] / sqrt(zz));
             if (t == 30)
                 g[np / 3] = NAN;
+            /* The Q signals drift up with noise (Pearl D in adaptive mode, fixed α else). */
+            float q = (float)(1.0 + 0.02 * t + 0.1 * fox_rng_normal(&rng));
+            float qd = (float)(0.5 + 0.01 * t + 0.05 * fox_rng_normal(&rng));
             double norm;
+            fox_cpu_stab_q_signals(&st, q, qd);
             float sc_cpu = fox_cpu_stab_grad_clip(&st, &norm), sc_gpu = 0.0f;
-            FOX_CK_OK(fox_cuda_debug_grad_clip(gpu, t == 0, adaptive, g, isv, &sc_gpu));
+            FOX_CK_OK(fox_cuda_debug_grad_clip(gpu, t == 0, adaptive, g, q, qd, isv, &sc_gpu));
             ck_assert_msg(fabsf(sc_gpu - sc_cpu) <= 1e-4f * fmaxf(sc_cpu, 1e-6f),
                           "%s step %d: clip factor gpu %.9g cpu %.9g",
                           adaptive ? "adaptive" : "fixed", t, (double)sc_gpu, (double)sc_cpu);
-            for (int j = 0; j < 4; j++) {
+            for (int j = 0; j < 6; j++) {
                 double a = isv[slots[j]], b = ref[slots[j]];
                 ck_assert_msg(fabs(a - b) <= 1e-4 * fmax(fabs(b), 1e-6),
                               "%s step %d: %s gpu %.9g cpu %.9g", adaptive ? "adaptive" : "fixed",

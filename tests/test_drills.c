@@ -470,6 +470,55 @@ START_TEST(adaptive_clip_follows_growing_norm)
 END_TEST
 
 /*
+ * Pearl D on the pre-SP4 signals in adaptive mode (SP4 replaces their fixed
+ * α = 0.01), through the backend's own producer (AUX_LABEL_SCALE_EMA from a
+ * batch of labels): after a step to three times a level with 10 % noise the
+ * Wiener rate follows within 50 steps (the fixed EMA needs ~250), and on the
+ * stationary level the estimate anchors (its spread over 2,000 steps under a
+ * third of the noise; a copy of the signal would spread by all of it).
+ * Fixed mode keeps the fixed EMA.
+ */
+START_TEST(signals_take_pearl_d_in_adaptive_mode)
+{
+    double spread[2];
+    int settle[2];
+    for (int adaptive = 0; adaptive <= 1; adaptive++) {
+        fox_config c;
+        tiny_config(&c);
+        float isv[FOX_ISV_TOTAL_DIM];
+        int flags[FOX_SENTINEL_SLOTS] = {0};
+        fox_isv_init(isv);
+        fox_cpu_stab st = {.cfg = &c, .isv = isv, .flags = flags, .adaptive = adaptive};
+        fox_bounds_wiener_init(st.ws);
+        fox_rng r;
+        fox_rng_seed(&r, 6);
+        double s1 = 0.0, s2 = 0.0;
+        settle[adaptive] = -1;
+        for (int t = 0; t < 9000; t++) {
+            float level = t < 6000 ? 1.0f : 3.0f;
+            float label = level * (1.0f + 0.1f * (float)fox_rng_normal(&r));
+            fox_cpu_stab_aux_label(&st, &label, 1);
+            float e = isv[FOX_ISV_AUX_LABEL_SCALE_EMA];
+            if (t >= 4000 && t < 6000) {
+                s1 += e;
+                s2 += (double)e * e;
+            }
+            if (t >= 6000 && settle[adaptive] < 0 && fabsf(e - 3.0f) < 0.15f)
+                settle[adaptive] = t - 6000;
+        }
+        spread[adaptive] = sqrt(fmax(s2 / 2000.0 - (s1 / 2000.0) * (s1 / 2000.0), 0.0));
+    }
+    printf("signal EMA: spread on a stationary level fixed %.4f, Pearl D %.4f (noise 0.1); "
+           "within 5 %% of a step x3 after %d (fixed) and %d (Pearl D) steps\n",
+           spread[0], spread[1], settle[0], settle[1]);
+    ck_assert_msg(settle[0] > 100, "the fixed EMA reached the new level after %d", settle[0]);
+    ck_assert_msg(settle[1] >= 0 && settle[1] < 50, "Pearl D reached the new level after %d",
+                  settle[1]);
+    ck_assert_msg(spread[1] < 0.03, "Pearl D spread %g on a level with noise 0.1", spread[1]);
+}
+END_TEST
+
+/*
  * Pearl B's consumers: train.pearl_wd / pearl_l1 are refused in fixed mode
  * (no rate is produced there), off by default, and in adaptive mode they
  * move the weights away from the same run without them (the maths itself:
@@ -678,6 +727,7 @@ drills_suite(void)
     tcase_add_test(tc, producers_and_fold_reset);
     tcase_add_test(tc, adaptive_clip_follows_growing_norm);
     tcase_add_test(tc, pearl_b_consumers_switch);
+    tcase_add_test(tc, signals_take_pearl_d_in_adaptive_mode);
     tcase_add_test(tc, reset_for_fold_walks_the_state);
     suite_add_tcase(s, tc);
     TCase *gate = tcase_create("gate");

@@ -178,11 +178,11 @@ observe(fox_cpu_stab *st, int slot, float obs)
         fox_bounds_observe((float *)st->isv, st->ws, slot, obs);
 }
 
-/* A fixed-rate signal EMA with the Pearl A zero sentinel. */
+/* A pre-SP4 signal: its fixed-rate EMA, or Pearls A+D in adaptive mode (fox_signal_observe). */
 static void
 signal(fox_cpu_stab *st, int slot, double x)
 {
-    st->isv[slot] = fox_ema_first(st->isv[slot], (float)x, FOX_SIGNAL_EMA_ALPHA);
+    fox_signal_observe((float *)st->isv, st->ws, slot, (float)x, st->adaptive);
 }
 
 /* ---- stability points and fault injection -------------------------------------------- */

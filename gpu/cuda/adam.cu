@@ -131,10 +131,11 @@ grad_norm_kernel(size_t n, const float *g, double *partial, fox_cuda_stab st, in
     float clip = st.grad_clip;
     if (st.sites) {
         float *isv = st.isv;
-        isv[FOX_ISV_Q_ABS_REF] = fox_ema_first(
-            isv[FOX_ISV_Q_ABS_REF], (float)(tot[4] / (double)(B * D)), FOX_SIGNAL_EMA_ALPHA);
-        isv[FOX_ISV_Q_DIR_ABS_REF] = fox_ema_first(
-            isv[FOX_ISV_Q_DIR_ABS_REF], (float)(tot[5] / (double)B), FOX_SIGNAL_EMA_ALPHA);
+        fox_wiener_state *ws = st.adaptive ? st.sp4->ws : NULL;
+        fox_signal_observe(isv, ws, FOX_ISV_Q_ABS_REF, (float)(tot[4] / (double)(B * D)),
+                           st.adaptive);
+        fox_signal_observe(isv, ws, FOX_ISV_Q_DIR_ABS_REF, (float)(tot[5] / (double)B),
+                           st.adaptive);
         float lastc = isv[FOX_ISV_GRAD_CLIP];
         float x = lastc > 0.0f && norm > lastc ? lastc : (float)norm;
         isv[FOX_ISV_GRAD_NORM_SLOW_EMA] =
@@ -143,8 +144,7 @@ grad_norm_kernel(size_t n, const float *g, double *partial, fox_cuda_stab st, in
             /* SP4 Mech 6: the level of the unclipped norm, its p99 the bound. */
             clip = fox_bound_grad_clip_adaptive(isv, st.sp4->ws, (float)norm);
         } else {
-            isv[FOX_ISV_GRAD_NORM_EMA] =
-                fox_ema_first(isv[FOX_ISV_GRAD_NORM_EMA], x, FOX_SIGNAL_EMA_ALPHA);
+            fox_signal_observe(isv, ws, FOX_ISV_GRAD_NORM_EMA, x, 0);
             clip = fox_bound_grad_clip_fixed(isv[FOX_ISV_GRAD_NORM_EMA],
                                              isv[FOX_ISV_GRAD_NORM_SLOW_EMA],
                                              isv[FOX_ISV_Q_ABS_REF]);

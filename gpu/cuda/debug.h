@@ -113,16 +113,19 @@ int fox_cuda_debug_set_paths(fox_backend *be, const fox_cuda_paths *want, fox_cu
 int fox_cuda_debug_set_unroll(fox_backend *be, int steps);
 
 /*
- * Mech 6 of one train step on the device: the step's norm kernel, with its
- * ISV producers on, on grads (n_params, host) with a zero loss, in adaptive
- * (SP4) or fixed mode as `adaptive` says: GRAD_NORM_EMA, GRAD_NORM_SLOW_EMA,
- * GRAD_CLIP_BOUND and GRAD_CLIP (and the zero-loss Q signals) updated in isv
- * (host, FOX_ISV_TOTAL_DIM, staged to the device first); *clip_scale gets the
- * step's factor. reset: the Wiener states start from zero first (fold
- * boundary). Overwrites the backend's gradients, loss parts and device ISV.
+ * The step's norm kernel with its ISV producers on, in adaptive (SP4) or
+ * fixed mode as `adaptive` says, on grads (n_params, host) and a zero loss
+ * whose mean |E[Z]| observations are q_abs (all branches) and q_dir_abs
+ * (the direction branch): Q_ABS_REF and Q_DIR_ABS_REF
+ * (fox_cpu_stab_q_signals), then Mech 6 (fox_cpu_stab_grad_clip):
+ * GRAD_NORM_EMA, GRAD_NORM_SLOW_EMA, GRAD_CLIP_BOUND and GRAD_CLIP, updated
+ * in isv (host, FOX_ISV_TOTAL_DIM, staged to the device first);
+ * *clip_scale gets the step's factor. reset: the Wiener states start from
+ * zero first (fold boundary). Overwrites the backend's gradients, loss
+ * parts and device ISV.
  */
 int fox_cuda_debug_grad_clip(fox_backend *be, int reset, int adaptive, const float *grads,
-                             float *isv, float *clip_scale);
+                             float q_abs, float q_dir_abs, float *isv, float *clip_scale);
 
 /*
  * The device's halt_grad_collapse decision on host gradients: the counters' halt and run
