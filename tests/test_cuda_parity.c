@@ -568,15 +568,7 @@ START_TEST(adam_step)
     double norm_c = fox_cpu_grad_norm_finite(gc, np, &bad), norm_g = 0.0;
     float scale = fox_cpu_clip_scale(norm_c, cfg.grad_clip);
     /* Fixed mode on a fresh ISV: Mech 9 at 100 × max(0, 1), m and v unbounded, no flags. */
-    fox_cpu_adam_clamp cl = {.w_bound = fox_bound_weight_fixed(0.0f),
-                             .m_bound = INFINITY,
-                             .v_bound = INFINITY,
-                             .w_slot = -1,
-                             .m_slot = -1,
-                             .v_slot = -1,
-                             .w_diag = INFINITY,
-                             .m_diag = INFINITY,
-                             .v_diag = INFINITY};
+    fox_cpu_adam_clamp cl = fox_test_adam_clamp(fox_bound_weight_fixed(0.0f), INFINITY, INFINITY);
     fox_cpu_adam_step_clamped(pc, gc, mc, vc, np, cfg.lr, cfg.adam_b1, cfg.adam_b2, cfg.adam_eps,
                               t, scale, &cl, NULL);
     float m_before[3], v_before[3];
@@ -679,17 +671,9 @@ START_TEST(adam_weight_decay_and_l1)
         int grp = lay.t[i].group;
         if (!n)
             continue;
-        fox_cpu_adam_clamp cl = {.w_bound = 1e30f,
-                                 .m_bound = 1e30f,
-                                 .v_bound = 1e30f,
-                                 .w_slot = -1,
-                                 .m_slot = -1,
-                                 .v_slot = -1,
-                                 .w_diag = INFINITY,
-                                 .m_diag = INFINITY,
-                                 .v_diag = INFINITY,
-                                 .wd = isv[fox_isv_wd_rate_slot(grp)],
-                                 .l1 = i == FOX_P_GRN1_W2 ? isv[FOX_ISV_L1_LAMBDA] : 0.0f};
+        fox_cpu_adam_clamp cl = fox_test_adam_clamp(1e30f, 1e30f, 1e30f);
+        cl.wd = isv[fox_isv_wd_rate_slot(grp)];
+        cl.l1 = i == FOX_P_GRN1_W2 ? isv[FOX_ISV_L1_LAMBDA] : 0.0f;
         fox_cpu_adam_step_clamped(pc + o, g + o, mc + o, vc + o, n, cfg.lr, cfg.adam_b1,
                                   cfg.adam_b2, cfg.adam_eps, t, scale, &cl, NULL);
     }

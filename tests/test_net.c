@@ -1276,15 +1276,7 @@ START_TEST(test_adam_nonfinite_grad_skips_element)
     memcpy(p0, p, sizeof p);
     memcpy(m0, m, sizeof m);
     memcpy(v0, v, sizeof v);
-    fox_cpu_adam_clamp c = {.w_bound = 100.0f,
-                            .m_bound = INFINITY,
-                            .v_bound = INFINITY,
-                            .w_slot = -1,
-                            .m_slot = -1,
-                            .v_slot = -1,
-                            .w_diag = INFINITY,
-                            .m_diag = INFINITY,
-                            .v_diag = INFINITY};
+    fox_cpu_adam_clamp c = fox_test_adam_clamp(100.0f, INFINITY, INFINITY);
     fox_cpu_adam_step_clamped(p, g, m, v, N, 0.1f, 0.9f, 0.999f, 1e-8f, 5, 1.0f, &c, NULL);
     for (int k = 0; k < N; k++) {
         int skipped = k == bad[0] || k == bad[1] || k == bad[2];
@@ -1310,17 +1302,9 @@ START_TEST(test_adam_weight_decay_and_l1)
 {
     float p[4] = {1.0f, -0.5f, 0.02f, 3.0f}, g[4] = {1.0f, -1.0f, 1.0f, -1.0f};
     float m[4] = {0}, v[4] = {0};
-    fox_cpu_adam_clamp c = {.w_bound = 2.0f,
-                            .m_bound = INFINITY,
-                            .v_bound = INFINITY,
-                            .w_slot = -1,
-                            .m_slot = -1,
-                            .v_slot = -1,
-                            .w_diag = INFINITY,
-                            .m_diag = INFINITY,
-                            .v_diag = INFINITY,
-                            .wd = 2.0f,
-                            .l1 = 0.5f};
+    fox_cpu_adam_clamp c = fox_test_adam_clamp(2.0f, INFINITY, INFINITY);
+    c.wd = 2.0f;
+    c.l1 = 0.5f;
     fox_cpu_adam_step_clamped(p, g, m, v, 4, 0.01f, 0.9f, 0.999f, 1e-12f, 1, 1.0f, &c, NULL);
     /* [0]: 1 − 0.01 = 0.99, − 0.01·2·1 = 0.97, shrunk by 0.005 → 0.965 */
     ck_assert_double_eq_tol(p[0], 0.965, 1e-6);
