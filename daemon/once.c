@@ -6,7 +6,9 @@
  * run.dir says otherwise). No sockets, no threads, no state directory.
  *
  * SIGINT/SIGTERM stop the walk at the next chunk; the folds finished so far
- * are still printed and the exit status says it was interrupted.
+ * are still printed and the exit status says it was interrupted. A halted
+ * fold is reset and the walk goes on (train.stop_on_halt=1: it stops there);
+ * the table marks it, and the exit status is FOX_EXIT_HALT at the end.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -174,11 +176,16 @@ fox_once_main(const fox_config *cfg, const fox_dconf *d, int json)
     /* Chunks no longer than the ISV record's spacing, so that isv.csv gets its rows. */
     int chunk = d->chunk_steps < d->run_isv_steps ? d->chunk_steps : d->run_isv_steps;
     fox_walk_init(&w, cfg->folds_mask, cfg->epochs, cfg->steps_per_epoch);
+    w.stop_on_halt = cfg->stop_on_halt;
     while (!w.done && !interrupted) {
         if ((rv = fox_walk_advance(&w, e, chunk, &sink)) == FOX_OK)
             continue;
         if (rv == FOX_EHALT) {
-            fprintf(stderr, "foxd: fold %d halted: %s\n", w.fold, fox_engine_errmsg(e));
+            fox_halt_info hi;
+            fox_engine_halt_info(e, &hi);
+            fprintf(stderr, "foxd: fold %d halted: %s\n", hi.fold, fox_engine_errmsg(e));
+            if (w.fold < 0)
+                continue; /* the walk closed the fold and goes on to the next */
             code = FOX_EXIT_HALT;
         } else {
             fprintf(stderr, "foxd: fold %d: %s (%s)\n", w.fold, fox_engine_errmsg(e),
@@ -190,6 +197,11 @@ fox_once_main(const fox_config *cfg, const fox_dconf *d, int json)
     if (interrupted && code == FOX_EXIT_OK) {
         fprintf(stderr, "foxd: interrupted; the table lists the folds finished so far\n");
         code = FOX_EXIT_INTERRUPT;
+    }
+    if (w.halted > 0 && code == FOX_EXIT_OK) {
+        fprintf(stderr, "foxd: %d fold%s halted; the table marks %s\n", w.halted,
+                w.halted > 1 ? "s" : "", w.halted > 1 ? "them" : "it");
+        code = FOX_EXIT_HALT;
     }
     /* A fold cut short still has its finished epochs to report. */
     fox_fold_report part;

@@ -47,6 +47,15 @@ fox_render_slots(uint64_t mask)
     return a;
 }
 
+/* The kind of a halt as the events and fold objects name it. */
+static const char *
+halt_kind(int reason)
+{
+    return reason == FOX_HALT_NAN             ? "halt_nan"
+           : reason == FOX_HALT_GRAD_COLLAPSE ? "halt_grad_collapse"
+                                              : "error";
+}
+
 cJSON *
 fox_render_eval(const fox_eval_result *r)
 {
@@ -124,6 +133,13 @@ fox_render_fold(const fox_fold_report *r)
     fox_render_num(o, "eval_s", r->eval_secs);
     cJSON_AddNumberToObject(o, "eval_bars", (double)r->eval_bars);
     cJSON_AddNumberToObject(o, "eval_passes", (double)r->eval_passes);
+    if (r->halt_reason != FOX_HALT_NONE) {
+        /* The stability system stopped the fold; its figures are those of the epochs it closed. */
+        cJSON *h = cJSON_AddObjectToObject(o, "halted");
+        cJSON_AddStringToObject(h, "kind", halt_kind(r->halt_reason));
+        cJSON_AddNumberToObject(h, "step", (double)r->halt_step);
+        cJSON_AddItemToObject(h, "slots", fox_render_slots(r->halt_slots));
+    }
     return o;
 }
 
@@ -477,10 +493,7 @@ halt_json(const fox_tevent *ev)
     cJSON_AddNumberToObject(d, "fold", ev->u.halt.fold);
     cJSON_AddNumberToObject(d, "epoch", ev->u.halt.epoch);
     cJSON_AddStringToObject(d, "code", fox_err_name(ev->u.halt.status));
-    cJSON_AddStringToObject(d, "kind",
-                            hi->reason == FOX_HALT_NAN             ? "halt_nan"
-                            : hi->reason == FOX_HALT_GRAD_COLLAPSE ? "halt_grad_collapse"
-                                                                   : "error");
+    cJSON_AddStringToObject(d, "kind", halt_kind(hi->reason));
     cJSON_AddStringToObject(d, "reason", ev->u.halt.reason);
     if (hi->reason != FOX_HALT_NONE)
         cJSON_AddNumberToObject(d, "step", (double)hi->step);

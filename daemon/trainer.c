@@ -480,6 +480,7 @@ apply_run(fox_trainer *t, fox_tcmd *c)
     snprintf(t->run_dir, sizeof t->run_dir, "%s", fox_record_dir(t->record));
     snprintf(c->result.run_dir, sizeof c->result.run_dir, "%s", t->run_dir);
     fox_walk_init(&t->walk, mask, epochs, steps);
+    t->walk.stop_on_halt = t->cfg.stop_on_halt;
     t->walking = 1;
     t->run_cmd = c->cmd;
     t->run_op = c->op_id = op_begin(t, c->cmd);
@@ -685,28 +686,39 @@ apply(fox_trainer *t, fox_tcmd *c)
 
 /* ----------------------------------------------------------------- chunks */
 
-/* The fold stopped: a halt of the stability system (FOX_EHALT) or an engine failure. */
+/*
+ * The fold stopped: a halt of the stability system (FOX_EHALT) or an engine
+ * failure. Counted, logged and published as a halt event; reason gets its
+ * text. The walk may already have closed the fold and gone on (fox_walk_advance).
+ */
 static void
-halt(fox_trainer *t, int rv)
+announce_halt(fox_trainer *t, int rv, char *reason, size_t len)
 {
     const char *why = fox_engine_errmsg(t->engine);
-    char reason[512];
     fox_halt_info hi;
-    snprintf(reason, sizeof reason, "%s", why && why[0] ? why : fox_strerror(rv));
+    snprintf(reason, len, "%s", why && why[0] ? why : fox_strerror(rv));
     fox_engine_halt_info(t->engine, &hi);
+    int fold = rv == FOX_EHALT ? hi.fold : t->walk.fold;
     pthread_mutex_lock(&t->slock);
     snprintf(t->snap.halt_reason, sizeof t->snap.halt_reason, "%s", reason);
     t->snap.halts_total++;
     pthread_mutex_unlock(&t->slock);
-    fox_log(rv == FOX_EHALT ? FOX_LOG_WARNING : FOX_LOG_ERR, "fold %d halted: %s", t->walk.fold,
-            reason);
+    fox_log(rv == FOX_EHALT ? FOX_LOG_WARNING : FOX_LOG_ERR, "fold %d halted: %s", fold, reason);
     fox_tevent ev = {.type = FOX_TEVENT_HALT};
-    ev.u.halt.fold = t->walk.fold;
-    ev.u.halt.epoch = t->walk.epoch;
+    ev.u.halt.fold = fold;
+    ev.u.halt.epoch = t->walk.epoch; /* epochs the fold closed (kept when the walk closes it) */
     ev.u.halt.status = rv;
     ev.u.halt.reason = reason;
     ev.u.halt.info = &hi;
     emit(t, &ev);
+}
+
+/* The walk stops at a halted or failed fold. */
+static void
+halt(fox_trainer *t, int rv)
+{
+    char reason[512];
+    announce_halt(t, rv, reason, sizeof reason);
     set_state(t, FOX_TSTATE_HALTED);
     end_walk(t, rv, reason);
 }
@@ -719,7 +731,12 @@ run_chunk(fox_trainer *t)
     int64_t step0 = t->last.step, epochs0 = t->walk.epoch;
     int rv = fox_walk_advance(&t->walk, t->engine, t->chunk, &t->sink);
     int64_t dt = fox_mono_ms() - t0;
-    if (rv != FOX_OK) {
+    if (rv == FOX_EHALT && t->walk.fold < 0) {
+        /* The walk closed the halted fold and goes on to the next (train.stop_on_halt=0). */
+        char reason[512];
+        announce_halt(t, rv, reason, sizeof reason);
+        in_fold = 0;
+    } else if (rv != FOX_OK) {
         halt(t, rv);
         return;
     }
@@ -748,7 +765,15 @@ run_chunk(fox_trainer *t)
     }
     if (t->walk.done) {
         set_state(t, FOX_TSTATE_IDLE);
-        end_walk(t, FOX_OK, NULL);
+        if (t->walk.halted > 0) {
+            /* The run's op reports the halts: foxctl run exits with its halted status. */
+            char msg[96];
+            snprintf(msg, sizeof msg, "%d of the run's folds halted (their fold objects say how)",
+                     t->walk.halted);
+            end_walk(t, FOX_EHALT, msg);
+        } else {
+            end_walk(t, FOX_OK, NULL);
+        }
     }
 }
 

@@ -117,6 +117,12 @@ static const key_def keys[] = {
         "epoch choice on validation: smoothed (best trailing mean), best or last"),
     INT("train.select_window", select_window, 1, 64, "3",
         "epochs in the smoothed rule's trailing mean of validation Sharpe"),
+    INT("train.stop_on_halt", stop_on_halt, 0, 1, "0",
+        "1: a halted fold ends the walk; 0: reset and go on to the next fold"),
+    INT("train.pearl_wd", pearl_wd, 0, 1, "0",
+        "1: decoupled weight decay in Adam at Pearl B's per-group rate (adaptive bounds)"),
+    INT("train.pearl_l1", pearl_l1, 0, 1, "0",
+        "1: L1 proximal step at Pearl B's L1 rate on the trunk's input layer (adaptive bounds)"),
 
     INT("env.n_envs", n_envs, 0, 1 << 20, "0",
         "parallel environments; 0 = backend default (1024 CUDA, 64 CPU)"),
@@ -394,6 +400,11 @@ fox_config_validate(const fox_config *cfg, char *err, size_t errlen)
         return fox_errf(err, errlen, FOX_EINVAL, "train.folds names a fold beyond data.folds");
     if (cfg->cuda_one_stream && !cfg->debug_enable)
         return fox_errf(err, errlen, FOX_EINVAL, "debug.cuda_one_stream needs debug.enable=1");
+    /* Pearl B produces the rates in adaptive mode only: in fixed mode the switches would do nothing. */
+    if ((cfg->pearl_wd || cfg->pearl_l1) && cfg->bounds_mode != FOX_BOUNDS_ADAPTIVE)
+        return fox_errf(err, errlen, FOX_EINVAL,
+                        "train.pearl_wd and train.pearl_l1 need engine.bounds_mode=adaptive "
+                        "(Pearl B produces their rates only there)");
     if (cfg->fault_kind != FOX_FAULT_NONE && !cfg->fault_buffer[0])
         return fox_errf(err, errlen, FOX_EINVAL,
                         "debug.inject_fault.kind set without debug.inject_fault.buffer");

@@ -61,6 +61,9 @@ typedef struct fox_config {
     int folds_mask;   /* bit k set: fold k is trained by a run */
     int select_rule;  /* fox_select_rule (engine.h): how the epoch is chosen on validation */
     int select_window; /* epochs in the smoothed rule's trailing mean */
+    int stop_on_halt; /* 1: a halted fold ends the walk; 0: reset and go on to the next fold */
+    int pearl_wd;     /* 1: decoupled weight decay at Pearl B's WD_RATE_<group> (adaptive) */
+    int pearl_l1;     /* 1: L1 proximal step at Pearl B's L1_LAMBDA on GRN1 W2 (adaptive) */
 
     /* env */
     int n_envs;       /* 0: the backend's default (1024 CUDA, 64 CPU) */

@@ -407,6 +407,10 @@ fox_engine_fold_report(const fox_engine *e, fox_fold_report *out)
     out->oracle_fraction = out->has_oracle && out->epochs_done > 0 && oracle->sharpe > 0.0
                                ? out->test_at_best.sharpe / oracle->sharpe
                                : NAN;
+    out->halt_reason = e->halt.reason;
+    out->halt_step = e->halt.step;
+    for (int i = 0; i < e->halt.n_slots; i++)
+        out->halt_slots |= 1ull << e->halt.slots[i];
     return FOX_OK;
 }
 

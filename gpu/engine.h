@@ -132,6 +132,10 @@ typedef struct fox_fold_report {
      * (with collection) and in evaluation walks; the rest is fold set-up and bookkeeping. */
     double wall_secs, train_secs, eval_secs;
     int64_t eval_bars, eval_passes; /* greedy decision bars walked, the forward passes they took */
+    /* A fold the stability system stopped: its FOX_HALT_* (0: none), step and halting slots. */
+    int halt_reason;
+    int64_t halt_step;
+    uint64_t halt_slots; /* bit i: slot i (0–35) */
 } fox_fold_report;
 
 /* Wall seconds the engine has spent since its creation, by kind of work. */

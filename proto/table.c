@@ -136,6 +136,20 @@ rows_block(FILE *out, const cJSON *f)
     }
 }
 
+/* At the end of a halted fold's first line: "  halted: <kind> at step N"; its figures are
+ * those of the epochs it closed. */
+static void
+halted_mark(FILE *out, const cJSON *fold)
+{
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(fold, "halted");
+    if (!cJSON_IsObject(h))
+        return;
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(h, "kind");
+    const cJSON *step = cJSON_GetObjectItemCaseSensitive(h, "step");
+    fprintf(out, "  halted: %s at step %.0f", cJSON_IsString(kind) ? kind->valuestring : "?",
+            cJSON_IsNumber(step) ? step->valuedouble : -1.0);
+}
+
 static void
 fold_block(FILE *out, const cJSON *f)
 {
@@ -158,8 +172,10 @@ fold_block(FILE *out, const cJSON *f)
     else
         fprintf(out, "%s (val Sharpe %s)", cJSON_IsString(sel) ? sel->valuestring : "best",
                 text(a, num(f, "best_val_sharpe"), 3));
-    fprintf(out, "; test split %s bars, P = %s\n", text(a, num(f, "test_bars"), 0),
+    fprintf(out, "; test split %s bars, P = %s", text(a, num(f, "test_bars"), 0),
             text(b, num(f, "bars_per_year"), 0));
+    halted_mark(out, f);
+    fputc('\n', out);
     rows_block(out, f);
     fprintf(out,
             "  policy/oracle %s; policy test Sharpe at the chosen epoch %s, last %s, mean over "
@@ -216,6 +232,7 @@ verdict(FILE *out, const char *name, const double pol[N_FIGS], const double base
             gap > 0 ? "yes" : "no", gap, fabs(gap) < se ? "within" : "beyond", se);
     fputc('\n', out);
 }
+
 
 void
 fox_table_folds(FILE *out, const cJSON *folds)

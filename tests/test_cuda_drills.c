@@ -220,6 +220,17 @@ START_TEST(halt_reported_at_its_step)
 }
 END_TEST
 
+/* A fault fires once per arming on the device too: the fold reset never arms it again. */
+START_TEST(fault_fires_once_per_arming)
+{
+    fox_config c;
+    config(&c, "h_s2", "nan", 0);
+    fox_test_fault_fires_once(&c, "h_s2", FOX_FAULT_NAN, STEPS);
+    printf("drill fault once: fold 0 halted, fold 1 clean; re-armed: halted once, clean after "
+           "reset_for_fold\n");
+}
+END_TEST
+
 START_TEST(halt_grad_collapse_on_device)
 {
     collapse_on_nonfinite_loss();
@@ -286,6 +297,7 @@ main(void)
     tcase_add_test(tc, threshold_faults_and_adaptive_h_s2);
     tcase_add_test(tc, halt_reported_at_its_step);
     tcase_add_test(tc, halt_grad_collapse_on_device);
+    tcase_add_test(tc, fault_fires_once_per_arming);
     tcase_add_test(tc, reset_for_fold_walks_the_state);
     tcase_add_test(tc, fault_armed_and_flags_cleared_mid_fold);
     suite_add_tcase(s, tc);

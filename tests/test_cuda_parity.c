@@ -26,6 +26,7 @@
 #include "gpu/cpu/net.h"
 #include "gpu/cpu/optim.h"
 #include "gpu/cpu/replay.h"
+#include "gpu/cpu/stab.h"
 #include "gpu/cuda/debug.h"
 #include "gpu/engine.h"
 #include "gpu/engine_impl.h"
@@ -552,10 +553,15 @@ START_TEST(adam_step)
         mc[k] = (float)fox_rng_normal(&rng) * 1e-3f;
         vc[k] = fox_rng_uniform(&rng) * 1e-5f;
     }
-    /* The isfinite guard must zero these; the norm (~37) exceeds the clip (10). */
-    g[7] = NAN;
-    g[np / 2] = INFINITY;
-    g[np - 70] = -INFINITY;
+    /*
+     * The isfinite guard must skip these elements (m, v and weight unchanged,
+     * bit for bit, with momentum that would otherwise move them); the norm
+     * (~37) exceeds the clip (10).
+     */
+    const size_t bad_at[3] = {7, np / 2, np - 70};
+    g[bad_at[0]] = NAN;
+    g[bad_at[1]] = INFINITY;
+    g[bad_at[2]] = -INFINITY;
     memcpy(pc, params, np * sizeof *pc);
     memcpy(pg, params, np * sizeof *pg);
     memcpy(mg, mc, np * sizeof *mg);
@@ -563,12 +569,31 @@ START_TEST(adam_step)
     memcpy(gc, g, np * sizeof *gc);
     int64_t t = 3;
     size_t bad = 0;
-    fox_cpu_grad_sanitize(gc, np, &bad);
-    double norm_c = fox_cpu_grad_norm(gc, np), norm_g = 0.0;
+    double norm_c = fox_cpu_grad_norm_finite(gc, np, &bad), norm_g = 0.0;
     float scale = fox_cpu_clip_scale(norm_c, cfg.grad_clip);
-    fox_cpu_adam_step(pc, gc, mc, vc, np, cfg.lr, cfg.adam_b1, cfg.adam_b2, cfg.adam_eps, t, scale);
-    FOX_CK_OK(fox_cuda_debug_adam(gpu, pg, g, mg, vg, t, &norm_g));
+    /* Fixed mode on a fresh ISV: Mech 9 at 100 × max(0, 1), m and v unbounded, no flags. */
+    fox_cpu_adam_clamp cl = fox_test_adam_clamp(fox_bound_weight_fixed(0.0f), INFINITY, INFINITY);
+    fox_cpu_adam_step_clamped(pc, gc, mc, vc, np, cfg.lr, cfg.adam_b1, cfg.adam_b2, cfg.adam_eps,
+                              t, scale, &cl, NULL);
+    float m_before[3], v_before[3];
+    for (int j = 0; j < 3; j++) {
+        m_before[j] = mg[bad_at[j]];
+        v_before[j] = vg[bad_at[j]];
+    }
+    FOX_CK_OK(fox_cuda_debug_adam(gpu, pg, g, mg, vg, t, NULL, &norm_g));
     ck_assert_int_eq(bad, 3);
+    for (int j = 0; j < 3; j++) {
+        size_t k = bad_at[j];
+        ck_assert_msg(memcmp(&pg[k], &params[k], sizeof *pg) == 0 &&
+                          memcmp(&pc[k], &params[k], sizeof *pc) == 0,
+                      "adam: weight %zu with a non-finite gradient moved", k);
+        ck_assert_msg(memcmp(&mg[k], &m_before[j], sizeof *mg) == 0 &&
+                          memcmp(&mc[k], &m_before[j], sizeof *mc) == 0,
+                      "adam: m %zu with a non-finite gradient moved", k);
+        ck_assert_msg(memcmp(&vg[k], &v_before[j], sizeof *vg) == 0 &&
+                          memcmp(&vc[k], &v_before[j], sizeof *vc) == 0,
+                      "adam: v %zu with a non-finite gradient moved", k);
+    }
     /* Compare the updates, not the parameters (the update is ~1e-4 of a parameter). */
     double num = 0.0, den = 0.0;
     for (size_t k = 0; k < np; k++) {
@@ -586,6 +611,104 @@ START_TEST(adam_step)
     free(gc);
     free(pc);
     free(pg);
+    free(mc);
+    free(mg);
+    free(vc);
+    free(vg);
+}
+END_TEST
+
+/*
+ * Pearl B's consumers on the device (train.pearl_wd, train.pearl_l1 on an
+ * adaptive backend): one Adam step with a staged ISV whose WD rates differ
+ * per group and whose L1 rate is large enough to zero some GRN1 W2 weights,
+ * against fox_cpu_adam_step_clamped tensor by tensor with the same rates
+ * (the L1 step on GRN1 W2 only), bounds out of the way. The updates agree
+ * within 1e-4 relative and the L1 step zeroes the same weights on both.
+ */
+START_TEST(adam_weight_decay_and_l1)
+{
+    char err[512];
+    fox_config c = cfg;
+    c.bounds_mode = FOX_BOUNDS_ADAPTIVE;
+    c.pearl_wd = 1;
+    c.pearl_l1 = 1;
+    fox_backend_env env = {&c, &lay, &series, &feat, &fold};
+    fox_backend *ad = NULL;
+    int rv = fox_cuda_backend_ops.create(&ad, &env, err, sizeof err);
+    ck_assert_msg(rv == FOX_OK, "create: %s", err);
+    size_t np = lay.n_params;
+    float *g = malloc(np * sizeof *g), *pg = malloc(np * sizeof *pg), *pc = malloc(np * sizeof *pc);
+    float *mc = malloc(np * sizeof *mc), *mg = malloc(np * sizeof *mg);
+    float *vc = malloc(np * sizeof *vc), *vg = malloc(np * sizeof *vg);
+    ck_assert(g && pg && pc && mc && mg && vc && vg);
+    fox_rng rng;
+    fox_rng_seed(&rng, 160);
+    for (size_t k = 0; k < np; k++) {
+        g[k] = (float)fox_rng_normal(&rng) * 0.05f;
+        mc[k] = (float)fox_rng_normal(&rng) * 1e-3f;
+        vc[k] = fox_rng_uniform(&rng) * 1e-5f;
+    }
+    memcpy(pg, params, np * sizeof *pg);
+    memcpy(pc, params, np * sizeof *pc);
+    memcpy(mg, mc, np * sizeof *mg);
+    memcpy(vg, vc, np * sizeof *vg);
+    float isv[FOX_ISV_TOTAL_DIM];
+    fox_isv_init(isv);
+    for (int grp = 0; grp < FOX_GROUP_COUNT; grp++) {
+        isv[fox_isv_weight_bound_slot(grp)] = 1e30f;
+        isv[fox_isv_adam_m_bound_slot(grp)] = 1e30f;
+        isv[fox_isv_adam_v_bound_slot(grp)] = 1e30f;
+        isv[fox_isv_wd_rate_slot(grp)] = 20.0f * (float)(grp + 1);
+    }
+    /* lr · L1 of 5 % of a typical GRN1 W2 weight: some land on zero. */
+    size_t o1 = lay.t[FOX_P_GRN1_W2].offset, n1 = fox_tensor_size(&lay, FOX_P_GRN1_W2);
+    double mean1 = 0.0;
+    for (size_t k = 0; k < n1; k++)
+        mean1 += fabs((double)params[o1 + k]) / (double)n1;
+    isv[FOX_ISV_L1_LAMBDA] = (float)(0.05 * mean1 / cfg.lr);
+    int64_t t = 2;
+    double norm_c = fox_cpu_grad_norm_finite(g, np, NULL), norm_g = 0.0;
+    float scale = fox_cpu_clip_scale(norm_c, cfg.grad_clip);
+    for (int i = 0; i < FOX_P_COUNT; i++) {
+        size_t n = fox_tensor_size(&lay, i), o = lay.t[i].offset;
+        int grp = lay.t[i].group;
+        if (!n)
+            continue;
+        fox_cpu_adam_clamp cl = fox_test_adam_clamp(1e30f, 1e30f, 1e30f);
+        cl.wd = isv[fox_isv_wd_rate_slot(grp)];
+        cl.l1 = i == FOX_P_GRN1_W2 ? isv[FOX_ISV_L1_LAMBDA] : 0.0f;
+        fox_cpu_adam_step_clamped(pc + o, g + o, mc + o, vc + o, n, cfg.lr, cfg.adam_b1,
+                                  cfg.adam_b2, cfg.adam_eps, t, scale, &cl, NULL);
+    }
+    FOX_CK_OK(fox_cuda_debug_adam(ad, pg, g, mg, vg, t, isv, &norm_g));
+    double num = 0.0, den = 0.0;
+    size_t zeros_c = 0, zeros_g = 0, zeros_both = 0;
+    for (int i = 0; i < FOX_P_COUNT; i++) {
+        size_t n = fox_tensor_size(&lay, i), o = lay.t[i].offset;
+        for (size_t k = o; k < o + n; k++) {
+            double uc = (double)pc[k] - params[k], ug = (double)pg[k] - params[k];
+            num += (ug - uc) * (ug - uc);
+            den += uc * uc;
+            if (i == FOX_P_GRN1_W2) {
+                zeros_c += pc[k] == 0.0f;
+                zeros_g += pg[k] == 0.0f;
+                zeros_both += pc[k] == 0.0f && pg[k] == 0.0f;
+            }
+        }
+    }
+    double eu = sqrt(num / den);
+    printf("parity adam wd+l1: update rel err %.3g; GRN1 W2 zeroed by L1: %zu (cpu) %zu (gpu) of "
+           "%zu\n",
+           eu, zeros_c, zeros_g, n1);
+    ck_assert_msg(eu < 1e-4, "adam wd+l1: update rel err %g", eu);
+    /* A weight within an ulp of the threshold may land either side: allow two of those. */
+    ck_assert_msg(zeros_c > 0 && zeros_both + 2 >= zeros_c && zeros_both + 2 >= zeros_g,
+                  "L1 zeros: cpu %zu gpu %zu both %zu", zeros_c, zeros_g, zeros_both);
+    fox_cuda_backend_ops.destroy(ad);
+    free(g);
+    free(pg);
+    free(pc);
     free(mc);
     free(mg);
     free(vc);
@@ -774,8 +897,10 @@ START_TEST(h_s2_site_vs_cpu)
                 clamped += ref[k] != h[k];
                 ss += (double)ref[k] * ref[k];
             }
-            float rms = fox_ema_first(isv_ref[FOX_ISV_H_S2_RMS_EMA], (float)sqrt(ss / (double)n),
-                                      FOX_SIGNAL_EMA_ALPHA);
+            /* Adaptive: Pearls A+D from the fresh state (pass 1: the value 2 keeps, x_lag primed). */
+            fox_signal_observe(isv_ref, ws, FOX_ISV_H_S2_RMS_EMA, (float)sqrt(ss / (double)n),
+                               adaptive);
+            float rms = isv_ref[FOX_ISV_H_S2_RMS_EMA];
             memcpy(h, x, n * sizeof *h);
             FOX_CK_OK(
                 fox_cuda_debug_h_s2_site(gpu, h, n, tail ? H2 : 0, gam[0], adaptive, isv, flags));
@@ -947,6 +1072,83 @@ START_TEST(sp4_producers_vs_cpu)
     free(v);
     free(h);
     free(tq);
+}
+END_TEST
+
+/*
+ * The norm kernel's producers on the device against fox_cpu_stab_q_signals
+ * and fox_cpu_stab_grad_clip, in both bounds modes: 60 steps whose gradient
+ * norm ramps from 2 to 20 (20 % noise, a NaN element in one step that
+ * neither norm counts) and whose Q observations drift, from the
+ * fold-boundary state. Q_ABS_REF, Q_DIR_ABS_REF (Pearls A+D in adaptive
+ * mode), GRAD_NORM_EMA, GRAD_NORM_SLOW_EMA, GRAD_CLIP_BOUND, GRAD_CLIP and
+ * the clip factor agree within 1e-4 relative at every step (the norm's
+ * double sums differ in order only, Pearl D by an ulp of fused
+ * multiply-adds); in adaptive mode the bound follows the norm up on both.
+ */
+START_TEST(grad_clip_vs_cpu)
+{
+    size_t np = lay.n_params;
+    float *g = malloc(np * sizeof *g), *z = malloc(np * sizeof *z);
+    ck_assert(g && z);
+    fox_rng rng;
+    fox_rng_seed(&rng, 170);
+    double zz = 0.0;
+    for (size_t k = 0; k < np; k++) {
+        z[k] = (float)fox_rng_normal(&rng);
+        zz += (double)z[k] * z[k];
+    }
+    const int slots[6] = {FOX_ISV_GRAD_NORM_EMA,   FOX_ISV_GRAD_NORM_SLOW_EMA,
+                          FOX_ISV_GRAD_CLIP_BOUND, FOX_ISV_GRAD_CLIP,
+                          FOX_ISV_Q_ABS_REF,       FOX_ISV_Q_DIR_ABS_REF};
+    for (int adaptive = 0; adaptive <= 1; adaptive++) {
+        float isv[FOX_ISV_TOTAL_DIM], ref[FOX_ISV_TOTAL_DIM];
+        fox_isv_init(isv);
+        memcpy(ref, isv, sizeof isv);
+        fox_config c = cfg;
+        c.bounds_mode = adaptive ? FOX_BOUNDS_ADAPTIVE : FOX_BOUNDS_FIXED;
+        int flags[FOX_SENTINEL_SLOTS] = {0};
+        fox_cpu_stab st = {.cfg = &c, .lay = &lay, .isv = ref, .flags = flags, .grads = g,
+                           .adaptive = adaptive};
+        fox_bounds_wiener_init(st.ws);
+        float first = 0.0f;
+        for (int t = 0; t < 60; t++) {
+            double level = 2.0 + 18.0 * t / 59.0;
+            double want = level * (1.0 + 0.2 * fox_rng_normal(&rng));
+            for (size_t k = 0; k < np; k++)
+                g[k] = (float)(want * z[k] / sqrt(zz));
+            if (t == 30)
+                g[np / 3] = NAN;
+            /* The Q signals drift up with noise (Pearl D in adaptive mode, fixed α else). */
+            float q = (float)(1.0 + 0.02 * t + 0.1 * fox_rng_normal(&rng));
+            float qd = (float)(0.5 + 0.01 * t + 0.05 * fox_rng_normal(&rng));
+            double norm;
+            fox_cpu_stab_q_signals(&st, q, qd);
+            float sc_cpu = fox_cpu_stab_grad_clip(&st, &norm), sc_gpu = 0.0f;
+            FOX_CK_OK(fox_cuda_debug_grad_clip(gpu, t == 0, adaptive, g, q, qd, isv, &sc_gpu));
+            ck_assert_msg(fabsf(sc_gpu - sc_cpu) <= 1e-4f * fmaxf(sc_cpu, 1e-6f),
+                          "%s step %d: clip factor gpu %.9g cpu %.9g",
+                          adaptive ? "adaptive" : "fixed", t, (double)sc_gpu, (double)sc_cpu);
+            for (int j = 0; j < 6; j++) {
+                double a = isv[slots[j]], b = ref[slots[j]];
+                ck_assert_msg(fabs(a - b) <= 1e-4 * fmax(fabs(b), 1e-6),
+                              "%s step %d: %s gpu %.9g cpu %.9g", adaptive ? "adaptive" : "fixed",
+                              t, fox_isv_name(slots[j]), a, b);
+            }
+            if (t == 0)
+                first = isv[FOX_ISV_GRAD_CLIP_BOUND];
+        }
+        if (adaptive)
+            ck_assert_msg(isv[FOX_ISV_GRAD_CLIP_BOUND] > 2.0f * first,
+                          "adaptive bound %g did not follow the norm up from %g",
+                          (double)isv[FOX_ISV_GRAD_CLIP_BOUND], (double)first);
+        printf("stab grad clip %s: 60 steps, norm ramp 2 -> 20, device = CPU within 1e-4; "
+               "GRAD_CLIP_BOUND %.4g -> %.4g, GRAD_CLIP %.4g\n",
+               adaptive ? "adaptive" : "fixed", (double)first,
+               (double)isv[FOX_ISV_GRAD_CLIP_BOUND], (double)isv[FOX_ISV_GRAD_CLIP]);
+    }
+    free(g);
+    free(z);
 }
 END_TEST
 
@@ -1509,11 +1711,13 @@ main(void)
     tcase_add_test(tc, tf32_accuracy);
     tcase_add_test(tc, greedy_next_tf32);
     tcase_add_test(tc, adam_step);
+    tcase_add_test(tc, adam_weight_decay_and_l1);
     tcase_add_test(tc, replay_memory);
     tcase_add_test(tc, check_kernel_vs_cpu);
     tcase_add_test(tc, check_kernel_strided);
     tcase_add_test(tc, h_s2_site_vs_cpu);
     tcase_add_test(tc, sp4_producers_vs_cpu);
+    tcase_add_test(tc, grad_clip_vs_cpu);
     tcase_add_test(tc, target_q_bound_in_loss);
     tcase_add_test(tc, per_push_update_bitwise);
     tcase_add_test(tc, per_sample_same_uniforms);

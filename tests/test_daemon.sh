@@ -312,7 +312,8 @@ fi
 printf 'garbage' | dd of="$dir/state/foxd.ckpt" bs=1 seek=200 conv=notrunc 2>/dev/null
 
 # ------------------------------------------------------------------ fault drill
-start_foxd --set debug.enable=1
+# train.stop_on_halt=1: the halted fold stays open, for status, flags and reset-fold to see.
+start_foxd --set debug.enable=1 --set train.stop_on_halt=1
 grep -q "not resuming: checkpoint $dir/state/foxd.ckpt: payload CRC mismatch" "$dir/foxd.log" ||
     fail "corrupt stop checkpoint: $(grep -i resum "$dir/foxd.log")"
 ok "a corrupt stop checkpoint is reported (payload CRC) and foxd starts fresh"
@@ -340,6 +341,31 @@ pid=
 rc=$?
 [ $rc -eq 3 ] && grep -q "h_s2" "$dir/once.err" || fail "foxd --once drill: exit $rc, $(cat "$dir/once.err")"
 ok "foxd --once: the drill halts with exit 3 and names the slot"
+
+# A halt no longer ends the walk (train.stop_on_halt=0, the default): the halted fold is marked,
+# the next fold runs (the fault fires once per arming), and the exit status says a fold halted.
+"$FOXD" --once "${TINY[@]}" --set train.folds=0,1 --set train.steps_per_epoch=200 \
+    --set debug.enable=1 --set debug.inject_fault.buffer=h_s2 --set debug.inject_fault.step=5 \
+    --set debug.inject_fault.kind=nan >"$dir/goon.out" 2>"$dir/goon.err"
+rc=$?
+[ $rc -eq 3 ] || fail "foxd --once go-on drill: exit $rc, $(cat "$dir/goon.err")"
+grep -Eq '^fold 0: .*halted: halt_nan at step' "$dir/goon.out" ||
+    fail "fold 0 not marked halted: $(cat "$dir/goon.out")"
+grep -Eq '^fold 1: ' "$dir/goon.out" && ! grep -Eq '^fold 1: .*halted' "$dir/goon.out" ||
+    fail "fold 1 did not run clean after the halt: $(cat "$dir/goon.out")"
+grep -q "1 fold halted" "$dir/goon.err" || fail "no halt count: $(cat "$dir/goon.err")"
+ok "foxd --once: a halted fold is marked, the next fold runs, exit 3 at the end"
+start_foxd --set debug.enable=1
+ctl inject-fault h_s2 nan --step 5 >/dev/null || fail "inject-fault (go-on)"
+ctl --json run --folds 0,1 --steps 200 >"$dir/goon.json" 2>&1
+rc=$?
+[ $rc -eq 5 ] || fail "run with a halted fold should exit 5, got $rc: $(tail -5 "$dir/goon.json")"
+grep -q '"halted"' "$dir/goon.json" || fail "no halted fold object: $(tail -5 "$dir/goon.json")"
+ctl status | grep -q "^state *idle" || fail "state after a run that went on: $(ctl status)"
+ok "foxctl run: the walk goes on after a halted fold and exits 5 at the end"
+ctl shutdown --no-checkpoint >/dev/null || fail "shutdown after the go-on drill"
+wait "$pid"
+pid=
 
 # ------------------------------------------------------- SIGHUP reopens the log
 start_foxd --set "daemon.log_file=$dir/rot.log"

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu/bounds.h"
 #include "gpu/config.h"
 #include "gpu/cpu/net.h"
 #include "gpu/cpu/optim.h"
@@ -1253,6 +1254,78 @@ START_TEST(test_adam_clamped_lanes_match_scalar)
 }
 END_TEST
 
+/*
+ * The isfinite guard skips an element whose gradient is NaN or ±Inf: its m,
+ * v and weight keep their bits (the seeds' Adam kernels return early), even
+ * with momentum that would otherwise move it; every other element moves.
+ * Bad gradients sit inside a four-lane group and in the scalar tail.
+ */
+START_TEST(test_adam_nonfinite_grad_skips_element)
+{
+    enum { N = 11 };
+    float p[N], g[N], m[N], v[N], p0[N], m0[N], v0[N];
+    for (int k = 0; k < N; k++) {
+        p[k] = 0.5f - 0.1f * (float)k;
+        g[k] = 0.01f * (float)(k + 1);
+        m[k] = 0.02f;
+        v[k] = 1e-3f;
+    }
+    const int bad[3] = {1, 6, 9};
+    g[bad[0]] = NAN;
+    g[bad[1]] = INFINITY;
+    g[bad[2]] = -INFINITY;
+    memcpy(p0, p, sizeof p);
+    memcpy(m0, m, sizeof m);
+    memcpy(v0, v, sizeof v);
+    fox_cpu_adam_clamp c = fox_test_adam_clamp(100.0f, INFINITY, INFINITY);
+    fox_cpu_adam_step_clamped(p, g, m, v, N, 0.1f, 0.9f, 0.999f, 1e-8f, 5, 1.0f, &c, NULL);
+    for (int k = 0; k < N; k++) {
+        int skipped = k == bad[0] || k == bad[1] || k == bad[2];
+        if (skipped) {
+            ck_assert_msg(memcmp(&p[k], &p0[k], sizeof p[k]) == 0, "weight %d moved", k);
+            ck_assert_msg(memcmp(&m[k], &m0[k], sizeof m[k]) == 0, "m %d moved", k);
+            ck_assert_msg(memcmp(&v[k], &v0[k], sizeof v[k]) == 0, "v %d moved", k);
+        } else {
+            ck_assert_msg(p[k] != p0[k] && m[k] != m0[k] && v[k] != v0[k], "element %d still", k);
+        }
+    }
+    ck_assert_uint_eq(c.w_engaged + c.m_engaged + c.v_engaged, 0);
+}
+END_TEST
+
+/*
+ * Pearl B's consumers in the clamped step, by hand (t = 1, m = v = 0: the
+ * update is lr · sign(g)): decoupled weight decay takes lr · wd · p0 off the
+ * updated weight, the L1 step then shrinks |p| by lr · l1, to 0 at most, and
+ * Mech 9's clamp comes last. Rates of 0 change nothing (the default).
+ */
+START_TEST(test_adam_weight_decay_and_l1)
+{
+    float p[4] = {1.0f, -0.5f, 0.02f, 3.0f}, g[4] = {1.0f, -1.0f, 1.0f, -1.0f};
+    float m[4] = {0}, v[4] = {0};
+    fox_cpu_adam_clamp c = fox_test_adam_clamp(2.0f, INFINITY, INFINITY);
+    c.wd = 2.0f;
+    c.l1 = 0.5f;
+    fox_cpu_adam_step_clamped(p, g, m, v, 4, 0.01f, 0.9f, 0.999f, 1e-12f, 1, 1.0f, &c, NULL);
+    /* [0]: 1 − 0.01 = 0.99, − 0.01·2·1 = 0.97, shrunk by 0.005 → 0.965 */
+    ck_assert_double_eq_tol(p[0], 0.965, 1e-6);
+    /* [1]: −0.5 + 0.01 = −0.49, + 0.01·2·0.5 = −0.48, shrunk → −0.475 */
+    ck_assert_double_eq_tol(p[1], -0.475, 1e-6);
+    /* [2]: 0.02 − 0.01 = 0.01, − 0.01·2·0.02 = 0.0096, shrunk → 0.0046 */
+    ck_assert_double_eq_tol(p[2], 0.0046, 1e-6);
+    /* [3]: 3.01 − 0.06 = 2.95 − 0.005 = 2.945, then Mech 9 clamps it to 2 */
+    ck_assert(p[3] == 2.0f);
+    ck_assert_uint_eq(c.w_engaged, 1);
+    /* The proximal step stops at zero: a weight inside lr · l1 lands on exactly 0. */
+    float q[2] = {0.003f, -0.002f}, gq[2] = {0.0f, 0.0f}, mq[2] = {0}, vq[2] = {0};
+    c.wd = 0.0f;
+    fox_cpu_adam_step_clamped(q, gq, mq, vq, 2, 0.01f, 0.9f, 0.999f, 1e-12f, 1, 1.0f, &c, NULL);
+    ck_assert(q[0] == 0.0f && q[1] == 0.0f);
+    ck_assert(fox_adam_regularize(0.7f, 0.9f, 0.01f, 0.0f, 0.0f) == 0.7f);
+    ck_assert(fox_adam_regularize(0.7f, 0.9f, 0.01f, NAN, -1.0f) == 0.7f);
+}
+END_TEST
+
 START_TEST(test_sanitize_norm_clip)
 {
     float g[7] = {1.0f, NAN, INFINITY, -INFINITY, 2.0f, -NAN, -2.0f};
@@ -1425,6 +1498,8 @@ net_suite(void)
     tc = tcase_create("optim");
     tcase_add_test(tc, test_adam_step);
     tcase_add_test(tc, test_adam_clamped_lanes_match_scalar);
+    tcase_add_test(tc, test_adam_nonfinite_grad_skips_element);
+    tcase_add_test(tc, test_adam_weight_decay_and_l1);
     tcase_add_test(tc, test_sanitize_norm_clip);
     tcase_add_test(tc, test_target_sync);
     suite_add_tcase(su, tc);

@@ -48,7 +48,7 @@ finite_sq(float v)
  * and Adam, in its order: the step's losses into ctl; with sites, Q_ABS_REF
  * and Q_DIR_ABS_REF from the loss parts (fox_cpu_stab_q_signals) and Mech 6
  * (fox_cpu_stab_grad_clip: winsorized EMAs, the clip from them, or in
- * adaptive mode from GRAD_CLIP_BOUND after its Pearls A+D observation;
+ * adaptive mode fox_bound_grad_clip_adaptive on the unclipped norm;
  * train.grad_clip as a ceiling); without sites (a parity pass) the plain
  * clip at train.grad_clip. The factor goes to ctl->clip_scale, the norm to
  * ctl->grad_norm. Every sum in a fixed order: the same bits on every run.
@@ -131,22 +131,20 @@ grad_norm_kernel(size_t n, const float *g, double *partial, fox_cuda_stab st, in
     float clip = st.grad_clip;
     if (st.sites) {
         float *isv = st.isv;
-        isv[FOX_ISV_Q_ABS_REF] = fox_ema_first(
-            isv[FOX_ISV_Q_ABS_REF], (float)(tot[4] / (double)(B * D)), FOX_SIGNAL_EMA_ALPHA);
-        isv[FOX_ISV_Q_DIR_ABS_REF] = fox_ema_first(
-            isv[FOX_ISV_Q_DIR_ABS_REF], (float)(tot[5] / (double)B), FOX_SIGNAL_EMA_ALPHA);
+        fox_wiener_state *ws = st.adaptive ? st.sp4->ws : NULL;
+        fox_signal_observe(isv, ws, FOX_ISV_Q_ABS_REF, (float)(tot[4] / (double)(B * D)),
+                           st.adaptive);
+        fox_signal_observe(isv, ws, FOX_ISV_Q_DIR_ABS_REF, (float)(tot[5] / (double)B),
+                           st.adaptive);
         float lastc = isv[FOX_ISV_GRAD_CLIP];
         float x = lastc > 0.0f && norm > lastc ? lastc : (float)norm;
-        isv[FOX_ISV_GRAD_NORM_EMA] =
-            fox_ema_first(isv[FOX_ISV_GRAD_NORM_EMA], x, FOX_SIGNAL_EMA_ALPHA);
         isv[FOX_ISV_GRAD_NORM_SLOW_EMA] =
             fox_ema_first(isv[FOX_ISV_GRAD_NORM_SLOW_EMA], x, FOX_MECH6_SLOW_ALPHA);
         if (st.adaptive) {
-            /* SP4 Mech 6: GRAD_CLIP_BOUND observes the winsorized norm through Pearls A+D. */
-            if (x > 0.0f)
-                fox_bounds_observe(isv, st.sp4->ws, FOX_ISV_GRAD_CLIP_BOUND, x);
-            clip = fox_bound_adaptive(isv[FOX_ISV_GRAD_CLIP_BOUND]);
+            /* SP4 Mech 6: the level of the unclipped norm, its p99 the bound. */
+            clip = fox_bound_grad_clip_adaptive(isv, st.sp4->ws, (float)norm);
         } else {
+            fox_signal_observe(isv, ws, FOX_ISV_GRAD_NORM_EMA, x, 0);
             clip = fox_bound_grad_clip_fixed(isv[FOX_ISV_GRAD_NORM_EMA],
                                              isv[FOX_ISV_GRAD_NORM_SLOW_EMA],
                                              isv[FOX_ISV_Q_ABS_REF]);
@@ -202,6 +200,8 @@ engage(float x, float bound, int slot, const fox_cuda_stab &st, int fam, int grp
 struct adam_block {
     float bc[2];                    /* the bias corrections 1 − β₁ᵗ, 1 − β₂ᵗ */
     float b[3][FOX_GROUP_COUNT + 1]; /* each group's w, m, v bound; padding: unbounded */
+    float wd[FOX_GROUP_COUNT + 1];   /* each group's decoupled weight-decay rate (0: off) */
+    float l1;                        /* the L1 proximal rate of GRN1 W2 (0: off) */
     adam_eng eng;
 };
 
@@ -209,9 +209,12 @@ struct adam_block {
 static __device__ __forceinline__ void
 adam_one(float &p, float &mm, float &vv, float gk, int grp, float scale,
          const fox_cuda_adam_slots &sl, const fox_cuda_optim_cfg &oc, const fox_cuda_stab &st,
-         adam_block *ab)
+         adam_block *ab, size_t k)
 {
-    gk = fabsf(gk) <= FLT_MAX ? gk * scale : 0.0f;
+    /* The isfinite guard: a non-finite gradient leaves m, v and the weight as they are. */
+    if (!(fabsf(gk) <= FLT_MAX))
+        return;
+    gk *= scale;
     float mk = oc.b1 * mm + (1.0f - oc.b1) * gk;
     float vk = oc.b2 * vv + (1.0f - oc.b2) * gk * gk;
     int gi = grp < FOX_GROUP_COUNT ? grp : FOX_GROUP_COUNT;
@@ -223,6 +226,9 @@ adam_one(float &p, float &mm, float &vv, float gk, int grp, float scale,
     mm = mk;
     vv = vk;
     float q = p - oc.lr * (mk / ab->bc[0]) / (sqrtf(vk / ab->bc[1]) + oc.eps);
+    /* Pearl B's consumers: the L1 step only on GRN1 W2, where its rate is measured. */
+    int in_l1 = k - st.l1_off < (size_t)st.l1_rows * (size_t)st.l1_cols;
+    q = fox_adam_regularize(q, p, oc.lr, ab->wd[gi], in_l1 ? ab->l1 : 0.0f);
     if (!(fabsf(q) <= fminf(wb, FLT_MAX)))
         q = engage(q, wb, grp < FOX_GROUP_COUNT ? sl.w[grp] : -1, st, 0, grp, &ab->eng);
     p = q;
@@ -230,10 +236,12 @@ adam_one(float &p, float &mm, float &vv, float gk, int grp, float scale,
 
 /*
  * The clamped Adam step at t = adam_t + 1 (fox_cpu_adam_step_clamped),
- * every tensor at once: the isfinite guard (a non-finite gradient counts as
- * 0), g·clip_scale, m and v with their clamps (infinite bounds in fixed
+ * every tensor at once: the isfinite guard (an element whose gradient is
+ * not finite is skipped: m, v and the weight unchanged), g·clip_scale, m and v with their clamps (infinite bounds in fixed
  * mode: they engage on NaN/±Inf only; the group's ADAM_M/V_BOUND in
- * adaptive mode), the update, then Mech 9's weight clamp at 100 ×
+ * adaptive mode), the update, Pearl B's decoupled weight decay and L1 step
+ * when train.pearl_wd / pearl_l1 ask (fox_adam_regularize), then Mech 9's
+ * weight clamp at 100 ×
  * max(Q_ABS_REF, 1) (fixed) or the group's WEIGHT_BOUND (adaptive, with
  * the engagements counted for Pearl C); an engaged value past
  * its slot's threshold sets the slot of its param group (pgroup) inside the
@@ -283,6 +291,7 @@ adam_kernel(size_t n, float *params, const float *g, float *m, float *v, const u
         double t = (double)(c->adam_t + 1);
         ab.bc[0] = (float)(1.0 - pow((double)oc.b1, t));
         ab.bc[1] = (float)(1.0 - pow((double)oc.b2, t));
+        ab.l1 = st.adaptive && oc.pearl_l1 ? st.isv[FOX_ISV_L1_LAMBDA] : 0.0f;
     } else if (threadIdx.x <= FOX_GROUP_COUNT + 1) {
         int grp = threadIdx.x - 1;
         float wfix = fox_bound_weight_fixed(st.isv[FOX_ISV_Q_ABS_REF]);
@@ -297,20 +306,23 @@ adam_kernel(size_t n, float *params, const float *g, float *m, float *v, const u
         ab.b[0][grp] = wb;
         ab.b[1][grp] = mb;
         ab.b[2][grp] = vb;
+        ab.wd[grp] = st.adaptive && oc.pearl_wd && grp < FOX_GROUP_COUNT
+                         ? st.isv[fox_isv_wd_rate_slot(grp)]
+                         : 0.0f;
     }
     __syncthreads();
     if (q < n4) {
-        adam_one(p4.x, m4.x, v4.x, g4.x, gr4.x, scale, sl, oc, st, &ab);
-        adam_one(p4.y, m4.y, v4.y, g4.y, gr4.y, scale, sl, oc, st, &ab);
-        adam_one(p4.z, m4.z, v4.z, g4.z, gr4.z, scale, sl, oc, st, &ab);
-        adam_one(p4.w, m4.w, v4.w, g4.w, gr4.w, scale, sl, oc, st, &ab);
+        adam_one(p4.x, m4.x, v4.x, g4.x, gr4.x, scale, sl, oc, st, &ab, 4 * q);
+        adam_one(p4.y, m4.y, v4.y, g4.y, gr4.y, scale, sl, oc, st, &ab, 4 * q + 1);
+        adam_one(p4.z, m4.z, v4.z, g4.z, gr4.z, scale, sl, oc, st, &ab, 4 * q + 2);
+        adam_one(p4.w, m4.w, v4.w, g4.w, gr4.w, scale, sl, oc, st, &ab, 4 * q + 3);
         ((float4 *)m)[q] = m4;
         ((float4 *)v)[q] = v4;
         ((float4 *)params)[q] = p4;
     }
     if (blockIdx.x == gridDim.x - 1)
         for (size_t k = 4 * n4 + threadIdx.x; k < n; k += blockDim.x)
-            adam_one(params[k], m[k], v[k], g[k], pgroup[k], scale, sl, oc, st, &ab);
+            adam_one(params[k], m[k], v[k], g[k], pgroup[k], scale, sl, oc, st, &ab, k);
     if (!st.adaptive)
         return;
     __syncthreads();

@@ -365,7 +365,8 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
                                 be->isv_dev + FOX_ISV_AUX_LABEL_SCALE_EMA};
     be->oc =
         (fox_cuda_optim_cfg){c->lr,     c->adam_b1,     c->adam_b2,    c->adam_eps,  c->grad_clip,
-                             c->polyak, c->target_sync, c->iqn_lambda, c->aux_lambda};
+                             c->polyak, c->target_sync, c->iqn_lambda, c->aux_lambda,
+                             c->pearl_wd, c->pearl_l1};
     /*
      * engine.cuda_math: the products' math (fox__cuda_set_math); debug.cuda_one_stream: every
      * stage on MAIN, to measure what the other streams buy (the greedy-action forwards then
@@ -466,7 +467,7 @@ reset_for_fold(fox_cuda_backend *be)
     /* The stability system's fold state (fox_cpu_stab_reset_fold). */
     be->hctl->halt = FOX_HALT_NONE;
     be->hctl->collapse_run = 0;
-    be->hctl->fault_done = 0;
+    /* fault_done is kept: a fault fires once per arming (fox_cpu_stab_reset_fold). */
     be->base.halt_reason = FOX_HALT_NONE;
     FOX_TRY(fox__cuda_put_ctl(be));
     memset(be->flags_mem, 0, FOX_SENTINEL_SLOTS * sizeof(int));

@@ -366,8 +366,8 @@ pre_step_kernel(fox_cuda_stab st, int B, const float *aux, int NA, float v_min, 
         for (int w = 0; w < THREADS / WARP; w++)
             tot += part[w];
         float *isv = st.isv;
-        isv[FOX_ISV_AUX_LABEL_SCALE_EMA] = fox_ema_first(
-            isv[FOX_ISV_AUX_LABEL_SCALE_EMA], (float)(tot / B), FOX_SIGNAL_EMA_ALPHA);
+        fox_signal_observe(isv, st.adaptive ? st.sp4->ws : NULL, FOX_ISV_AUX_LABEL_SCALE_EMA,
+                           (float)(tot / B), st.adaptive);
         float bound;
         if (st.adaptive) {
             bound = INFINITY;

@@ -253,6 +253,7 @@ typedef struct fox_cuda_optim_cfg {
     float lr, b1, b2, eps, clip, polyak;
     int target_sync;
     float iqn_lambda, aux_lambda;
+    int pearl_wd, pearl_l1; /* train.pearl_wd / pearl_l1: Pearl B's consumers in Adam */
 } fox_cuda_optim_cfg;
 
 /* ---- the stability system's types (kernels in check.cu and sp4.cu) ---- */

@@ -189,7 +189,7 @@ fox_cuda_debug_target_q_bound(fox_backend *be_, const float *params, const float
 
 static int
 debug_adam(fox_cuda_backend *be, float *params, const float *grads, float *m, float *v, int64_t t,
-           double *norm)
+           const float *isv, double *norm)
 {
     fox_cuda_net *n = &be->net;
     size_t bytes = be->np * sizeof(float);
@@ -201,6 +201,9 @@ debug_adam(fox_cuda_backend *be, float *params, const float *grads, float *m, fl
     FOX_CUDA_TRY(cudaMemcpy(n->grads, grads, bytes, cudaMemcpyHostToDevice));
     FOX_CUDA_TRY(cudaMemcpy(n->adam_m, m, bytes, cudaMemcpyHostToDevice));
     FOX_CUDA_TRY(cudaMemcpy(n->adam_v, v, bytes, cudaMemcpyHostToDevice));
+    if (isv)
+        FOX_CUDA_TRY(cudaMemcpy(be->isv_dev, isv, FOX_ISV_TOTAL_DIM * sizeof(float),
+                                cudaMemcpyHostToDevice));
     FOX_CUDA_TRY(cudaDeviceSynchronize());
     /* A parity pass: the plain clip at train.grad_clip, no ISV producer (st.sites 0). */
     fox_cuda_stab st = n->stab;
@@ -225,11 +228,11 @@ debug_adam(fox_cuda_backend *be, float *params, const float *grads, float *m, fl
 
 int
 fox_cuda_debug_adam(fox_backend *be_, float *params, const float *grads, float *m, float *v,
-                    int64_t t, double *norm)
+                    int64_t t, const float *isv, double *norm)
 {
     fox_cuda_backend *be = (fox_cuda_backend *)be_;
     FOX_CUDA_ALIVE(be);
-    return fox__cuda_be_fail(be, debug_adam(be, params, grads, m, v, t, norm), "debug_adam");
+    return fox__cuda_be_fail(be, debug_adam(be, params, grads, m, v, t, isv, norm), "debug_adam");
 }
 
 int
@@ -302,6 +305,50 @@ fox_cuda_debug_collapse(fox_backend *be_, const float *grads, int steps, int *ha
     if (!grads || steps < 0 || !halt)
         return FOX_EINVAL;
     return fox__cuda_be_fail(be, debug_collapse(be, grads, steps, halt), "debug_collapse");
+}
+
+static int
+debug_grad_clip(fox_cuda_backend *be, int reset, int adaptive, const float *grads, float q_abs,
+                float q_dir_abs, float *isv, float *clip_scale)
+{
+    fox_cuda_net *n = &be->net;
+    cudaStream_t s0 = n->st[0];
+    if (reset)
+        FOX_TRY(fox__cuda_sp4_reset(s0, be->sp4));
+    FOX_CUDA_TRY(cudaMemcpy(n->grads, grads, be->np * sizeof(float), cudaMemcpyHostToDevice));
+    /* Sample 0 carries the batch's whole Σ|E[Z]| (parts 4 and 5), the kernel divides it back. */
+    double parts[FOX_CUDA_PARTS] = {0};
+    parts[4] = (double)q_abs * be->B * n->dm.D;
+    parts[5] = (double)q_dir_abs * be->B;
+    FOX_CUDA_TRY(cudaMemset(n->loss_parts, 0, (size_t)be->B * FOX_CUDA_PARTS * sizeof(double)));
+    FOX_CUDA_TRY(cudaMemcpy(n->loss_parts, parts, sizeof parts, cudaMemcpyHostToDevice));
+    FOX_CUDA_TRY(
+        cudaMemcpy(be->isv_dev, isv, FOX_ISV_TOTAL_DIM * sizeof(float), cudaMemcpyHostToDevice));
+    FOX_CUDA_TRY(cudaDeviceSynchronize()); /* as debug_stage */
+    fox_cuda_stab st = n->stab;
+    st.sites = 1;
+    st.adaptive = adaptive;
+    FOX_TRY(fox__cuda_grad_norm(s0, be->np, n->grads, n->norm_part, &st, be->B, n->dm.D,
+                                n->loss_parts, &be->oc));
+    FOX_CUDA_TRY(cudaStreamSynchronize(s0));
+    FOX_CUDA_TRY(
+        cudaMemcpy(isv, be->isv_dev, FOX_ISV_TOTAL_DIM * sizeof(float), cudaMemcpyDeviceToHost));
+    FOX_TRY(fox__cuda_sync_ctl(be));
+    *clip_scale = be->hctl->clip_scale;
+    return FOX_OK;
+}
+
+int
+fox_cuda_debug_grad_clip(fox_backend *be_, int reset, int adaptive, const float *grads,
+                         float q_abs, float q_dir_abs, float *isv, float *clip_scale)
+{
+    fox_cuda_backend *be = (fox_cuda_backend *)be_;
+    FOX_CUDA_ALIVE(be);
+    if (!grads || !isv || !clip_scale)
+        return FOX_EINVAL;
+    return fox__cuda_be_fail(
+        be, debug_grad_clip(be, reset, adaptive, grads, q_abs, q_dir_abs, isv, clip_scale),
+        "debug_grad_clip");
 }
 
 void

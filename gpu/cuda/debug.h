@@ -43,11 +43,13 @@ int fox_cuda_debug_target_q_bound(fox_backend *be, const float *params, const fl
 /*
  * One optimizer step on the device from host arrays: isfinite guard, global
  * norm, clip (the backend's grad_clip), Adam at step t with the backend's
- * lr/β/ε. params, m and v (n_params) are updated in place; grads is not
- * modified; *norm (may be NULL) gets the norm before clipping.
+ * lr/β/ε, bounds mode and Pearl B consumers. params, m and v (n_params) are
+ * updated in place; grads is not modified; *norm (may be NULL) gets the
+ * norm before clipping. isv (host, FOX_ISV_TOTAL_DIM; NULL: the device's as
+ * it is) is staged to the device first: the bounds and rates Adam reads.
  */
 int fox_cuda_debug_adam(fox_backend *be, float *params, const float *grads, float *m, float *v,
-                        int64_t t, double *norm);
+                        int64_t t, const float *isv, double *norm);
 
 /*
  * The fused check kernel on one buffer: the first cols of each of rows rows of x [rows × ld]
@@ -109,6 +111,21 @@ int fox_cuda_debug_set_paths(fox_backend *be, const fox_cuda_paths *want, fox_cu
  * 4 below 4,096 rows, else 1); the graphs are captured again. FOX_EINVAL below 1.
  */
 int fox_cuda_debug_set_unroll(fox_backend *be, int steps);
+
+/*
+ * The step's norm kernel with its ISV producers on, in adaptive (SP4) or
+ * fixed mode as `adaptive` says, on grads (n_params, host) and a zero loss
+ * whose mean |E[Z]| observations are q_abs (all branches) and q_dir_abs
+ * (the direction branch): Q_ABS_REF and Q_DIR_ABS_REF
+ * (fox_cpu_stab_q_signals), then Mech 6 (fox_cpu_stab_grad_clip):
+ * GRAD_NORM_EMA, GRAD_NORM_SLOW_EMA, GRAD_CLIP_BOUND and GRAD_CLIP, updated
+ * in isv (host, FOX_ISV_TOTAL_DIM, staged to the device first);
+ * *clip_scale gets the step's factor. reset: the Wiener states start from
+ * zero first (fold boundary). Overwrites the backend's gradients, loss
+ * parts and device ISV.
+ */
+int fox_cuda_debug_grad_clip(fox_backend *be, int reset, int adaptive, const float *grads,
+                             float q_abs, float q_dir_abs, float *isv, float *clip_scale);
 
 /*
  * The device's halt_grad_collapse decision on host gradients: the counters' halt and run

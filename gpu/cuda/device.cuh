@@ -332,8 +332,8 @@ struct h_s2_site {
             return;
         *done = 0;
         if (n)
-            st.isv[FOX_ISV_H_S2_RMS_EMA] = fox_ema_first(
-                st.isv[FOX_ISV_H_S2_RMS_EMA], (float)sqrt(tot / (double)n), FOX_SIGNAL_EMA_ALPHA);
+            fox_signal_observe(st.isv, st.adaptive ? st.sp4->ws : NULL, FOX_ISV_H_S2_RMS_EMA,
+                               (float)sqrt(tot / (double)n), st.adaptive);
     }
 };
 
