@@ -124,10 +124,21 @@ def main():
           + (f", set {' '.join(args.set)}" if args.set else ""), flush=True)
 
     record, failed = {}, 0
-    # Every (source, seed) walk is independent: run them --jobs at a time, report in order.
+    # Every (source, seed) walk is independent: run them --jobs at a time, say each as it
+    # ends (so a run cut short still shows its finished walks), then report in order.
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         runs = {(source, seed): pool.submit(run_one, args, source, seed)
                 for source in sources for seed in seeds}
+        names = {f: key for key, f in runs.items()}
+        for f in concurrent.futures.as_completed(names):
+            source, seed = names[f]
+            if f.exception() is None:
+                folds, dt = f.result()
+                print(f"  done {source} seed {seed}: test Sharpe "
+                      + " ".join(f"{x.get('test_sharpe', float('nan')):+.2f}" for x in folds)
+                      + f", turnover "
+                      + " ".join(f"{x.get('test_turnover', float('nan')):.4f}" for x in folds)
+                      + f" ({dt:.0f} s)", file=sys.stderr, flush=True)
     for source in sources:
         per_seed = []
         for seed in seeds:
