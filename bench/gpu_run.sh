@@ -31,6 +31,8 @@
 #   bench/gpu_run.sh probe_gemm on the GPU machine: bench/gemm_probe at each of $BATCHES
 #                              (256 4096): cuBLAS's pick against every cuBLASLt candidate
 #   bench/gpu_run.sh once      on the GPU machine: foxd --once on the default config, two epochs
+#   bench/gpu_run.sh learning [ARGS]  on the GPU machine: bench/learning.py ARGS with the carried
+#                              foxctl and foxd
 #   bench/gpu_run.sh sweep     on the GPU machine: run's sweeps and memcheck, without parity
 #   bench/gpu_run.sh memcheck  on the GPU machine: compute-sanitizer memcheck of a few steps
 #                              (batch $MC_BATCH, 256 unless set; $MC_ARGS to foxbench)
@@ -55,11 +57,11 @@ prepare() {
     local build=${BUILD:-build-gpu}
     [ -d "$build" ] || meson setup "$build" -Dcuda=enabled
     ninja -C "$build" bench/foxbench tests/test_cuda_parity tests/test_cuda_drills daemon/foxd \
-        bench/gemm_probe
+        client/foxctl bench/gemm_probe
     rm -rf .carry
     mkdir -p .carry/bin .carry/lib
     cp "$build/bench/foxbench" "$build/tests/test_cuda_parity" "$build/tests/test_cuda_drills" \
-        "$build/daemon/foxd" "$build/bench/gemm_probe" .carry/bin/
+        "$build/daemon/foxd" "$build/client/foxctl" "$build/bench/gemm_probe" .carry/bin/
     [ -n "${BASE:-}" ] && cp "$BASE/bench/foxbench" .carry/bin/foxbench_base
     [ -n "${BASE2:-}" ] && cp "$BASE2/bench/foxbench" .carry/bin/foxbench_base2
     # Everything the binaries link beyond the C runtime, libstdc++ and CUDA's own libraries;
@@ -127,10 +129,11 @@ sweep() {
         echo "## env sweep: batch 256"
         for n in 64 256 1024 4096 16384; do $fb --envs "$n" --batch 256 | tail -1; done
         echo "## TF32 tensor-op products"
-        FOX_CUDA_MATH=tf32 $fb --set train.learning_starts=16384 --batch 256 --batch 4096 \
-            --batch 16384 | tail -3
+        $fb --set engine.cuda_math=tf32 --set train.learning_starts=16384 --batch 256 \
+            --batch 4096 --batch 16384 | tail -3
         echo "## one stream (no concurrent weight gradients / target forward)"
-        FOX_CUDA_SIDE=0 $fb --set train.learning_starts=4096 --batch 256 --batch 4096 | tail -2
+        $fb --set debug.enable=1 --set debug.cuda_one_stream=1 --set train.learning_starts=4096 \
+            --batch 256 --batch 4096 | tail -2
         echo "## repeat of batch 256 and 4096 (spread)"
         $fb --set train.learning_starts=4096 --batch 256 --batch 4096 | tail -2
     } > "$out/bench.md" 2>&1
@@ -179,7 +182,7 @@ quick() {
             timeout 120 "$bin/$b" --backend cuda $args | tail -2
         done
         echo "## foxbench, one stream"
-        FOX_CUDA_SIDE=0 timeout 120 "$bin/foxbench" --backend cuda $args | tail -2
+        timeout 120 "$bin/foxbench" --backend cuda $args --set debug.enable=1 --set debug.cuda_one_stream=1 | tail -2
         echo "## foxbench, sentinel off (engine.sentinel=0: no fused check, no inline flags)"
         timeout 120 "$bin/foxbench" --backend cuda $args --set engine.sentinel=0 | tail -2
         echo "## foxbench repeat"
@@ -232,6 +235,8 @@ final() {
         echo "$p exit $?" >> "$log"
         grep -E "^(device|parity|graphs|memory|fold|drill|stab|[0-9]+%)|exit|Failure|Error" \
             "$log" | grep -v "mean: grad" | head -40
+        # The verdict, which the excerpt above may cut: the summary line, failures, the exit.
+        grep -E "^[0-9]+%: |:[FE]:|exit [0-9]+$" "$log" | tail -12
     done
     local args="--reps 9 --chunk 100 --set train.learning_starts=4096 --batch 256 --batch 4096"
     fb_pair() {
@@ -291,10 +296,12 @@ overhead() {
             done
         done
         if [ "${EXTRA:-0}" = 1 ]; then # the math mode and the side streams, default bounds
-            echo "## foxbench FOX_CUDA_MATH=tf32"
-            FOX_CUDA_MATH=tf32 timeout "${BENCH_S:-40}" "$bin/foxbench" --backend cuda $args | tail -2
-            echo "## foxbench FOX_CUDA_SIDE=0 (one stream)"
-            FOX_CUDA_SIDE=0 timeout "${BENCH_S:-40}" "$bin/foxbench" --backend cuda $args | tail -2
+            echo "## foxbench engine.cuda_math=tf32"
+            timeout "${BENCH_S:-40}" "$bin/foxbench" --backend cuda $args \
+                --set engine.cuda_math=tf32 | tail -2
+            echo "## foxbench debug.cuda_one_stream=1 (one stream)"
+            timeout "${BENCH_S:-40}" "$bin/foxbench" --backend cuda $args \
+                --set debug.enable=1 --set debug.cuda_one_stream=1 | tail -2
         fi
     } > "$out/bench_overhead.md" 2>&1
     cat "$out/bench_overhead.md"
@@ -442,6 +449,7 @@ sweep) sweep ;;
 memcheck) memcheck ;;
 once) once ;;
 probe_gemm) use_libs && for b in ${BATCHES:-256 4096}; do .carry/bin/gemm_probe "$b"; done ;;
-*) echo "usage: $0 prepare|run|quick|final|overhead|probe|variants|envab|probe_gemm|timeline|once|sweep|memcheck" >&2
+learning) shift; use_libs && python3 bench/learning.py --foxctl .carry/bin/foxctl "$@" ;;
+*) echo "usage: $0 prepare|run|quick|final|overhead|probe|variants|envab|probe_gemm|timeline|once|sweep|memcheck|learning" >&2
     exit 2 ;;
 esac

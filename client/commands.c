@@ -11,6 +11,7 @@
 
 #include "client/commands.h"
 #include "client/print.h"
+#include "client/records.h"
 #include "client/run.h"
 
 static int
@@ -140,8 +141,10 @@ foxctl_cmd_flags(foxctl_opts *o, int argc, char **argv)
 int
 foxctl_cmd_checkpoint(foxctl_opts *o, int argc, char **argv)
 {
+    if (argc >= 2 && !strcmp(argv[1], "list"))
+        return foxctl_cmd_checkpoint_list(o, argc, argv);
     if (argc < 2 || argc > 3 || (strcmp(argv[1], "save") && strcmp(argv[1], "load"))) {
-        fprintf(stderr, "foxctl: checkpoint save|load [PATH]\n");
+        fprintf(stderr, "foxctl: checkpoint save|load [PATH] | checkpoint list DIR\n");
         return FOXCTL_USAGE;
     }
     cJSON *args = cJSON_CreateObject();

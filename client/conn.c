@@ -23,6 +23,7 @@
 #include <nng/supplemental/tls/tls.h>
 
 #include "client/conn.h"
+#include "common/fsutil.h"
 
 extern char **environ;
 
@@ -312,30 +313,6 @@ foxctl_sub_next(nng_socket sub, int timeout_ms, fox_event *ev)
 
 /* ------------------------------------------------------------- run --spawn */
 
-/* foxd beside foxctl (installed or build tree), else $FOXD, else the PATH. */
-static void
-find_foxd(char *buf, size_t len)
-{
-    char self[PATH_MAX];
-    const char *env = getenv("FOXD");
-    if (env && env[0]) {
-        snprintf(buf, len, "%s", env);
-        return;
-    }
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n > 0) {
-        self[n] = 0;
-        char *dir = dirname(self);
-        const char *cands[] = {"%s/foxd", "%s/../daemon/foxd"};
-        for (size_t i = 0; i < 2; i++) {
-            snprintf(buf, len, cands[i], dir);
-            if (access(buf, X_OK) == 0)
-                return;
-        }
-    }
-    snprintf(buf, len, "foxd");
-}
-
 int
 foxctl_spawn(pid_t *pid, char *dir, size_t dirlen, char *url, char *pub_url, size_t urllen,
              char *const extra[], int n_extra, char *err, size_t errlen)
@@ -353,7 +330,7 @@ foxctl_spawn(pid_t *pid, char *dir, size_t dirlen, char *url, char *pub_url, siz
     snprintf(log, sizeof log, "%s/foxd.log", dir);
     snprintf(state, sizeof state, "daemon.state_dir=%s/state", dir);
     snprintf(rt, sizeof rt, "daemon.runtime_dir=%s", dir);
-    find_foxd(foxd, sizeof foxd);
+    fox_find_program("foxd", "FOXD", foxd, sizeof foxd);
 
     char **argv = calloc((size_t)n_extra + 16, sizeof *argv);
     if (!argv)

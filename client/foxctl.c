@@ -24,7 +24,9 @@
 #include "client/commands.h"
 #include "client/help.h"
 #include "client/print.h"
+#include "client/records.h"
 #include "client/run.h"
+#include "client/sweep.h"
 
 volatile sig_atomic_t foxctl_interrupted;
 
@@ -55,6 +57,12 @@ usage(FILE *out)
         "  isv-list | sentinels            the slot tables\n"
         "  flags [--clear]                 sentinel flags that fired\n"
         "  checkpoint save|load [PATH]     inside foxd's state directory\n"
+        "  checkpoint list DIR             checkpoints of a run or state directory\n"
+        "  plot RUN_DIR                    draw a run directory's pictures again\n"
+        "  backtest --checkpoint FILE [--data CSV] [--bars [VAL:]FROM:TO] [--out DIR]\n"
+        "                                  apply a saved policy to bars (private foxd)\n"
+        "  backtest --daemon --checkpoint FILE [--data CSV] [--bars [VAL:]FROM:TO]\n"
+        "                                  the same on the running foxd (its state dir)\n"
         "  config get [KEY]... | config set KEY=VALUE...\n"
         "  metrics                         counters and recent epochs\n"
         "  watch [--count N] [--until EVENT]  follow the event socket\n"
@@ -62,6 +70,8 @@ usage(FILE *out)
         "  shutdown [--no-checkpoint]\n"
         "  version\n"
         "  raw CMD [JSON-ARGS]             send any command, print the reply\n"
+        "  sweep [SPEC.json] [--endpoints URL,...] [--slurm] | sweep --gather DIR\n"
+        "                                  folds x seeds x configs (foxctl sweep --help)\n"
         "  help [COMMAND]                  what a command does, its arguments\n"
         "\n"
         "URL defaults to $FOXD_URL, else your runtime directory's foxd.sock, else\n"
@@ -99,6 +109,9 @@ static const struct {
     {"inject-fault", foxctl_cmd_inject},
     {"shutdown", foxctl_cmd_shutdown},
     {"raw", foxctl_cmd_raw},
+    {"sweep", foxctl_cmd_sweep},
+    {"plot", foxctl_cmd_plot},
+    {"backtest", foxctl_cmd_backtest},
 };
 
 int

@@ -37,9 +37,11 @@ static const struct {
     {"flags", "flags [--clear]",
      "Sentinel flags that fired since they were last cleared; --clear clears\n"
      "them (a mutating command: needs the token)."},
-    {"checkpoint", "checkpoint save|load [PATH]",
+    {"checkpoint", "checkpoint save|load [PATH]\ncheckpoint list DIR",
      "Save or load a checkpoint inside foxd's state directory (default\n"
-     "foxd.ckpt). save waits until the file is written."},
+     "foxd.ckpt). save waits until the file is written. list reads DIR here\n"
+     "(a run directory or foxd's state directory, no daemon needed): each\n"
+     "checkpoint's fold, epoch, step, validation Sharpe, size and time."},
     {"config", "config get [KEY]...\nconfig set KEY=VALUE...",
      "get lists engine keys and their values (all when none are given).\n"
      "set changes them while foxd is idle and keeps the change in the state\n"
@@ -55,6 +57,26 @@ static const struct {
      "Stop foxd, saving a checkpoint first unless --no-checkpoint."},
     {"version", "version", "foxd's version, protocol version and event socket."},
     {"raw", "raw CMD [JSON-ARGS]", "Send any protocol command and print the reply as JSON."},
+    {"sweep", "sweep [SPEC.json] [--folds 0,1,2] [--seeds 1,2,3] [--grid KEY=V1,V2]...\n"
+              "      [--set KEY=V]... [--epochs N] [--steps N] [--dir DIR]\n"
+              "      [--endpoints URL,...] [--attempts N] [--wait S] | --slurm\n"
+              "sweep --gather DIR",
+     "Run folds x seeds x configurations, one fold per job from a fresh\n"
+     "engine, over the endpoints (default: --url). Each result is kept in\n"
+     "DIR/jobs/ as it arrives; the summary gives per configuration the test\n"
+     "Sharpe, mean and SE over seeds, and the baselines. The same spec and\n"
+     "--dir again skip finished jobs. --slurm writes DIR/tasks.tsv for\n"
+     "scripts/foxhunt-sweep.sbatch instead of running; --gather summarizes."},
+    {"backtest", "backtest --checkpoint FILE [--data CSV] [--bars [VAL:]FROM:TO] [--out DIR]\n"
+                 "backtest --daemon --checkpoint FILE [--data CSV] [--bars [VAL:]FROM:TO]",
+     "Apply a saved policy greedily to bars and print it against the\n"
+     "baselines (trend, buy-and-hold, flat, random, oracle), with the\n"
+     "verdict. It runs a private foxd --backtest; with --daemon the running\n"
+     "foxd does it, and the checkpoint is inside foxd's state directory.\n"
+     "The record goes to a run directory (--out)."},
+    {"plot", "plot RUN_DIR",
+     "Draw a run directory's pictures again from its CSV files (foxplot,\n"
+     "which needs gnuplot), PNG and SVG beside them; no daemon needed."},
     {"help", "help [COMMAND]", "This text, for one command or all."},
 };
 

@@ -95,6 +95,9 @@ foxctl_print_status(const cJSON *r)
            foxctl_jstr(eng, "backend", "?"), foxctl_jnum(eng, "n_params", 0),
            foxctl_jnum(eng, "n_envs", 0), foxctl_jnum(eng, "batch", 0),
            foxctl_jnum(eng, "n_bars", 0), foxctl_jstr(eng, "fingerprint", "?"));
+    if (foxctl_jnum(eng, "bars_per_year", 0) > 0)
+        printf("data     P = %.0f bars a year (%s)\n", foxctl_jnum(eng, "bars_per_year", 0),
+               foxctl_jstr(eng, "bars_per_year_from", "?"));
     printf("daemon   up %.0f s, %.0f queued, %.0f train steps in total\n",
            foxctl_jnum(r, "uptime_s", 0), foxctl_jnum(r, "queue", 0),
            foxctl_jnum(r, "total_steps", 0));
@@ -341,9 +344,15 @@ foxctl_show_event(foxctl_progress *p, const fox_event *ev)
     } else if (!strcmp(ev->type, "fold_end")) {
         p->folds_done++;
         p->fold_start_ms = 0;
-        fprintf(stderr, "fold %.0f done: best val Sharpe %.3f at epoch %.0f, test Sharpe %.3f\n",
-                foxctl_jnum(d, "fold", -1), foxctl_jnum(d, "best_val_sharpe", NAN),
-                foxctl_jnum(d, "best_epoch", -1) + 1, foxctl_jnum(d, "test_sharpe", NAN));
+        fprintf(stderr,
+                "fold %.0f done: epoch %.0f chosen (val Sharpe %.3f), test Sharpe %.3f ± %.3f "
+                "(flat 0, buy & hold %.3f)\n",
+                foxctl_jnum(d, "fold", -1), foxctl_jnum(d, "best_epoch", -1) + 1,
+                foxctl_jnum(d, "best_val_sharpe", NAN), foxctl_jnum(d, "test_sharpe", NAN),
+                foxctl_jnum(d, "test_sharpe_se", NAN),
+                foxctl_jnum(cJSON_GetObjectItemCaseSensitive(
+                                cJSON_GetObjectItemCaseSensitive(d, "baselines"), "buy_hold"),
+                            "sharpe", NAN));
         fox_table_flagged(stderr, d);
     } else if (!strcmp(ev->type, "halt")) {
         fprintf(stderr, "HALT fold %.0f: %s\n", foxctl_jnum(d, "fold", -1),

@@ -1,6 +1,7 @@
 /*
  * run.c — run and start-fold, and the wait for their op. See run.h.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -216,10 +217,12 @@ foxctl_cmd_run(foxctl_opts *o, int argc, char **argv)
     if (rv != FOXCTL_OK)
         goto out;
     int64_t op = (int64_t)foxctl_jnum(rep.result, "op_id", 0);
+    char run_dir[1024];
+    snprintf(run_dir, sizeof run_dir, "%s", foxctl_jstr(rep.result, "run_dir", ""));
     if (o->json)
         foxctl_print_reply(&rep);
     else
-        fprintf(stderr, "op %lld accepted\n", (long long)op);
+        fprintf(stderr, "op %lld accepted; run directory %s\n", (long long)op, run_dir);
     fox_reply_fini(&rep);
     if (detach)
         goto out;
@@ -231,7 +234,10 @@ foxctl_cmd_run(foxctl_opts *o, int argc, char **argv)
                 "foxctl: foxctl_interrupted: the run goes on in foxd (foxctl stop ends it)\n");
     } else if (!o->json && folds && cJSON_GetArraySize(folds) > 0) {
         fox_table_folds(stdout, folds);
+        fox_table_times(stdout, folds, NULL);
     }
+    if (!o->json && rv != FOXCTL_INTERRUPTED && run_dir[0])
+        fprintf(stderr, "run directory %s\n", run_dir);
     cJSON_Delete(folds);
 out:
     if (have_sub)
@@ -291,8 +297,23 @@ cmd_run_spawn(foxctl_opts *o, int argc, char **argv)
             break;
         }
     }
-    rv = foxctl_spawn(&pid, dir, sizeof dir, o->url, o->pub, sizeof o->url, argv + i, argc - i, err,
-                      sizeof err);
+    /* The record goes under the working directory, not the private foxd's temporary one. */
+    char cwd[800], root[832];
+    if (!getcwd(cwd, sizeof cwd)) {
+        fprintf(stderr, "foxctl: the working directory: %s\n", strerror(errno));
+        return FOXCTL_USAGE;
+    }
+    snprintf(root, sizeof root, "run.root=%s/runs", cwd);
+    char **fargv = calloc((size_t)(argc - i) + 3, sizeof *fargv);
+    if (!fargv)
+        return FOXCTL_USAGE;
+    fargv[0] = "--set";
+    fargv[1] = root;
+    for (int k = i; k < argc; k++)
+        fargv[2 + k - i] = argv[k];
+    rv = foxctl_spawn(&pid, dir, sizeof dir, o->url, o->pub, sizeof o->url, fargv, argc - i + 2,
+                      err, sizeof err);
+    free(fargv);
     if (rv != FOXCTL_OK) {
         fprintf(stderr, "foxctl: %s\n", err);
         return rv;
@@ -302,7 +323,8 @@ cmd_run_spawn(foxctl_opts *o, int argc, char **argv)
     if (rv == FOXCTL_OK)
         rv = foxctl_cmd_run(o, run_argc, run_argv);
 
-    /* Stop it whatever happened: no checkpoint, the directory goes away. */
+    /* Stop it whatever happened: no checkpoint; the sockets' directory goes away, the
+     * run directory stays. */
     fox_reply rep;
     cJSON *args = cJSON_CreateObject();
     cJSON_AddFalseToObject(args, "checkpoint");

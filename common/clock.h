@@ -26,6 +26,15 @@ fox_mono_ms(void)
     return fox_clock_ms(CLOCK_MONOTONIC);
 }
 
+/* Seconds on the monotonic clock to the nanosecond: intervals shorter than a millisecond add up. */
+static inline double
+fox_mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 /* Milliseconds since the epoch. */
 static inline int64_t
 fox_wall_ms(void)

@@ -2,9 +2,10 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -145,4 +146,27 @@ fox_remove_stale_temps(const char *dir, int depth, int *removed)
     }
     closedir(d);
     return FOX_OK;
+}
+
+void
+fox_find_program(const char *name, const char *env, char *buf, size_t len)
+{
+    char self[PATH_MAX];
+    const char *given = env ? getenv(env) : NULL;
+    if (given && given[0]) {
+        snprintf(buf, len, "%s", given);
+        return;
+    }
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = 0;
+        const char *dir = dirname(self);
+        const char *cands[] = {"%s/%s", "%s/../daemon/%s", "%s/../client/%s"};
+        for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++) {
+            snprintf(buf, len, cands[i], dir, name);
+            if (access(buf, X_OK) == 0)
+                return;
+        }
+    }
+    snprintf(buf, len, "%s", name);
 }

@@ -38,4 +38,11 @@ int fox_append_line(const char *path, const char *line, char *err, size_t errlen
  */
 int fox_remove_stale_temps(const char *dir, int depth, int *removed);
 
+/*
+ * The program `name` to run: $env when that is set, else the one beside the
+ * running program (installed side by side, or in the build tree's daemon/
+ * and client/ folders), else name alone for a PATH search.
+ */
+void fox_find_program(const char *name, const char *env, char *buf, size_t len);
+
 #endif

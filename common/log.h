@@ -7,7 +7,8 @@
  *
  * fox_log() checks the level before evaluating its arguments. Thread-safe:
  * each line is written with a single fprintf on an unbuffered stream, or
- * one call of the sink (which must be thread-safe itself).
+ * one call of the sink (which must be thread-safe itself), and the copy
+ * (fox_log_copy_to) under a lock.
  */
 #ifndef FOX_LOG_H
 #define FOX_LOG_H
@@ -21,6 +22,17 @@ typedef void (*fox_log_sink_fn)(int level, const char *line);
 extern fox_log_sink_fn fox_log_sink;
 
 void fox_log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/*
+ * Also append every line from now on to path (a run directory's log),
+ * with its timestamp and level's name, whichever sink the line goes to;
+ * NULL stops the copy. Returns 0, 1 when a copy is already going elsewhere
+ * (it goes on there, path is not opened), or -1 with errno when path
+ * cannot be opened.
+ */
+int fox_log_copy_to(const char *path);
+/* Append one line of a program's own progress output to that copy only. */
+void fox_log_copy_line(const char *line);
 
 #define fox_log(level, ...)                                                                        \
     do {                                                                                           \

@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "daemon/answer.h"
 #include "daemon/render.h"
+#include "gpu/data.h"
 #include "gpu/isv.h"
 #include "gpu/sentinel.h"
 
@@ -194,7 +195,8 @@ resolve_data_source(const fox_dconf *d, cJSON *values, char *msg, size_t len)
 {
     char real[FOX_PATH_MAX];
     cJSON *v = cJSON_GetObjectItemCaseSensitive(values, DATA_KEY);
-    if (!cJSON_IsString(v) || strcmp(v->valuestring, "synthetic") == 0)
+    /* A generator's name reads no file. */
+    if (!cJSON_IsString(v) || fox_series_is_generator(v->valuestring))
         return FOX_OK;
     int rv = fox_answer_data_path(d, v->valuestring, real, sizeof real, msg, len);
     if (rv != FOX_OK)
@@ -237,6 +239,7 @@ fox_answer_tcmd(const fox_dconf *d, const fox_request *req, fox_tcmd *c, char *m
     c->fold = req->fold;
     c->epochs = req->epochs;
     c->steps_per_epoch = req->steps_per_epoch;
+    c->fresh = req->fresh;
     c->clear = req->clear;
     c->checkpoint = req->checkpoint;
     c->fault_step = req->fault_step;
@@ -244,6 +247,18 @@ fox_answer_tcmd(const fox_dconf *d, const fox_request *req, fox_tcmd *c, char *m
         snprintf(c->fault_buffer, sizeof c->fault_buffer, "%s", req->fault_buffer);
     if (req->fault_kind)
         snprintf(c->fault_kind, sizeof c->fault_kind, "%s", req->fault_kind);
+    c->bars_from = req->bars_from;
+    c->bars_to = req->bars_to;
+    c->val_from = req->val_from;
+    /* A backtest's bars come under the same rule as data.source: the data directory only. */
+    if (req->data && fox_series_is_generator(req->data)) {
+        if (snprintf(c->data, sizeof c->data, "%s", req->data) >= (int)sizeof c->data)
+            return fox_errf(msg, len, FOX_EINVAL, "backtest: data path too long");
+    } else if (req->data) {
+        int rv = fox_answer_data_path(d, req->data, c->data, sizeof c->data, msg, len);
+        if (rv != FOX_OK)
+            return rv;
+    }
     if (req->values && !(c->values = cJSON_Duplicate(req->values, 1)))
         return fox_errf(msg, len, FOX_EINTERNAL, "out of memory");
     if (c->values) {
@@ -252,6 +267,7 @@ fox_answer_tcmd(const fox_dconf *d, const fox_request *req, fox_tcmd *c, char *m
             return rv;
     }
     if (req->cmd == FOX_CMD_CHECKPOINT_SAVE || req->cmd == FOX_CMD_CHECKPOINT_LOAD ||
+        req->cmd == FOX_CMD_BACKTEST ||
         (req->cmd == FOX_CMD_SHUTDOWN && req->checkpoint && d->checkpoint_on_stop))
         return fox_answer_ckpt_path(d, req->path, c->path, sizeof c->path, msg, len);
     return FOX_OK;

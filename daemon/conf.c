@@ -76,6 +76,10 @@ static const dkey dkeys[] = {
     I("daemon.data_max_mb", data_max_mb, 1, 1 << 20),
     I("daemon.max_connections", max_connections, 1, 1 << 20),
     S("daemon.metrics_listen", metrics_listen),
+    S("run.dir", run_dir),
+    S("run.root", run_root),
+    S("run.name", run_name),
+    I("run.isv_steps", run_isv_steps, 1, 1 << 20),
 };
 #define N_DKEYS ((int)(sizeof dkeys / sizeof dkeys[0]))
 
@@ -88,10 +92,11 @@ dkey_find(const char *name)
     return NULL;
 }
 
+/* The daemon's own keys, and those of the run directory (record.h), live in fox_dconf. */
 static int
 is_daemon_key(const char *key)
 {
-    return strncmp(key, "daemon.", 7) == 0;
+    return strncmp(key, "daemon.", 7) == 0 || strncmp(key, "run.", 4) == 0;
 }
 
 void
@@ -130,6 +135,7 @@ fox_dconf_default(fox_dconf *d)
     d->resume = 1;
     d->data_max_mb = 1024;
     d->max_connections = 128;
+    d->run_isv_steps = 16;
 }
 
 int

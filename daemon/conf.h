@@ -52,6 +52,10 @@ typedef struct fox_dconf {
     int data_max_mb;             /* largest data.source file a client may name */
     int max_connections;         /* connections per listener; more are closed at once */
     char metrics_listen[FOX_URL_MAX]; /* http:// URL serving /metrics; "" = off */
+    char run_dir[FOX_PATH_MAX];  /* run.dir: the run directory itself; "" = a fresh one per run */
+    char run_root[FOX_PATH_MAX]; /* run.root: where fresh ones go; "" = ./runs or <state>/runs */
+    char run_name[128];          /* run.name: appended to a fresh one's UTC time */
+    int run_isv_steps;           /* run.isv_steps: isv.csv keeps a row about this often */
 } fox_dconf;
 
 /* Defaults; runtime_dir and state_dir from the environment (systemd, XDG). */

@@ -47,6 +47,15 @@ fox_render_slots(uint64_t mask)
     return a;
 }
 
+/* The kind of a halt as the events and fold objects name it. */
+static const char *
+halt_kind(int reason)
+{
+    return reason == FOX_HALT_NAN             ? "halt_nan"
+           : reason == FOX_HALT_GRAD_COLLAPSE ? "halt_grad_collapse"
+                                              : "error";
+}
+
 cJSON *
 fox_render_eval(const fox_eval_result *r)
 {
@@ -60,8 +69,24 @@ fox_render_eval(const fox_eval_result *r)
     fox_render_num(o, "total_return", r->total_return);
     fox_render_num(o, "bars_per_year", r->bars_per_year);
     cJSON_AddNumberToObject(o, "bars", r->bars);
+    fox_render_num(o, "sharpe_se", r->sharpe_se);
     return o;
 }
+
+/* The fold object's names of the baselines, indexed by fox_policy (the policy itself has none). */
+static const char *const baseline_names[FOX_POLICY_COUNT] = {
+    [FOX_POLICY_BUY_HOLD] = "buy_hold", [FOX_POLICY_FLAT] = "flat",
+    [FOX_POLICY_RANDOM] = "random",     [FOX_POLICY_TREND] = "trend",
+    [FOX_POLICY_ORACLE] = "oracle",
+};
+const char *
+fox_render_baseline_name(fox_policy p)
+{
+    return (int)p >= 0 && p < FOX_POLICY_COUNT ? baseline_names[p] : NULL;
+}
+
+static const char *const select_names[] = {
+    [FOX_SELECT_SMOOTHED] = "smoothed", [FOX_SELECT_BEST] = "best", [FOX_SELECT_LAST] = "last"};
 
 cJSON *
 fox_render_fold(const fox_fold_report *r)
@@ -81,6 +106,56 @@ fox_render_fold(const fox_fold_report *r)
     fox_render_num(o, "steps_per_sec", r->steps_per_sec);
     fox_render_num(o, "bars_per_year", r->bars_per_year);
     cJSON_AddItemToObject(o, "flagged", fox_render_slots(r->flagged));
+    fox_render_num(o, "test_sharpe_se", r->test_at_best.sharpe_se);
+    cJSON_AddNumberToObject(o, "test_bars", r->test_at_best.bars);
+    cJSON_AddStringToObject(o, "select",
+                            r->select_rule >= 0 && r->select_rule <= FOX_SELECT_LAST
+                                ? select_names[r->select_rule]
+                                : "?");
+    cJSON_AddNumberToObject(o, "select_window", r->select_window);
+    fox_render_num(o, "select_score", r->select_score);
+    fox_render_num(o, "test_sharpe_last", r->test_at_last.sharpe);
+    fox_render_num(o, "test_sharpe_mean", r->test_sharpe_mean);
+    cJSON_AddNumberToObject(o, "trend_k", r->trend_k);
+    cJSON_AddNumberToObject(o, "trend_k_tried", r->trend_k_tried);
+    cJSON *b = cJSON_AddObjectToObject(o, "baselines");
+    for (int p = 0; b && p < FOX_POLICY_COUNT; p++) {
+        if (!baseline_names[p])
+            continue;
+        if (p == FOX_POLICY_ORACLE && !r->has_oracle)
+            cJSON_AddNullToObject(b, baseline_names[p]);
+        else
+            cJSON_AddItemToObject(b, baseline_names[p], fox_render_eval(&r->test_policy[p]));
+    }
+    fox_render_num(o, "oracle_fraction", r->oracle_fraction);
+    fox_render_num(o, "wall_s", r->wall_secs);
+    fox_render_num(o, "train_s", r->train_secs);
+    fox_render_num(o, "eval_s", r->eval_secs);
+    cJSON_AddNumberToObject(o, "eval_bars", (double)r->eval_bars);
+    cJSON_AddNumberToObject(o, "eval_passes", (double)r->eval_passes);
+    if (r->halt_reason != FOX_HALT_NONE) {
+        /* The stability system stopped the fold; its figures are those of the epochs it closed. */
+        cJSON *h = cJSON_AddObjectToObject(o, "halted");
+        cJSON_AddStringToObject(h, "kind", halt_kind(r->halt_reason));
+        cJSON_AddNumberToObject(h, "step", (double)r->halt_step);
+        cJSON_AddItemToObject(h, "slots", fox_render_slots(r->halt_slots));
+    }
+    return o;
+}
+
+cJSON *
+fox_render_times(const fox_engine_times *t, double writing)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    fox_render_num(o, "startup_s", t->startup);
+    fox_render_num(o, "fold_setup_s", t->fold_setup);
+    fox_render_num(o, "train_s", t->train);
+    fox_render_num(o, "eval_s", t->eval);
+    fox_render_num(o, "writing_s", t->checkpoint + writing);
+    cJSON_AddNumberToObject(o, "eval_bars", (double)t->eval_bars);
+    cJSON_AddNumberToObject(o, "eval_passes", (double)t->eval_passes);
     return o;
 }
 
@@ -174,8 +249,12 @@ fox_render_status(const fox_snapshot *s, int queued, const fox_counters *n, int6
     cJSON_AddNumberToObject(eng, "n_envs", s->info.n_envs);
     cJSON_AddNumberToObject(eng, "batch", s->info.batch);
     cJSON_AddNumberToObject(eng, "n_bars", s->info.n_bars);
+    fox_render_num(eng, "bars_per_year", s->info.bars_per_year);
+    if (s->info.bars_per_year_from)
+        cJSON_AddStringToObject(eng, "bars_per_year_from", s->info.bars_per_year_from);
     snprintf(fp, sizeof fp, "%016" PRIx64, s->info.fingerprint);
     cJSON_AddStringToObject(eng, "fingerprint", fp);
+    cJSON_AddItemToObject(eng, "times", fox_render_times(&s->info.times, 0.0));
     cJSON_AddNumberToObject(o, "queue", queued);
     cJSON_AddNumberToObject(o, "uptime_s", (double)(now - n->start_ms) / 1000.0);
     return o;
@@ -325,6 +404,7 @@ fox_render_result(const fox_tcmd *c)
         cJSON_AddItemToObject(o, "folds", fox_render_mask(r->folds_mask));
         cJSON_AddNumberToObject(o, "epochs", r->epochs);
         cJSON_AddNumberToObject(o, "steps_per_epoch", r->steps_per_epoch);
+        cJSON_AddStringToObject(o, "run_dir", r->run_dir);
         break;
     case FOX_CMD_NAN_FLAGS:
         cJSON_AddItemToObject(o, "cleared", fox_render_slots(r->cleared));
@@ -345,6 +425,11 @@ fox_render_result(const fox_tcmd *c)
         cJSON_AddStringToObject(o, "buffer", c->fault_buffer);
         cJSON_AddStringToObject(o, "kind", c->fault_kind);
         cJSON_AddNumberToObject(o, "step", c->fault_step);
+        break;
+    case FOX_CMD_BACKTEST:
+        /* The record's result as it is: bars, the fold row, policy, baselines, run_dir. */
+        for (const cJSON *it = c->backtest ? c->backtest->child : NULL; it; it = it->next)
+            cJSON_AddItemToObject(o, it->string, cJSON_Duplicate(it, 1));
         break;
     case FOX_CMD_SHUTDOWN:
         if (r->checkpoint_saved) {
@@ -394,6 +479,8 @@ op_done_json(const fox_tevent *ev)
         cJSON *folds = cJSON_AddArrayToObject(r, "folds");
         for (int i = 0; i < ev->u.op_done.n_folds; i++)
             cJSON_AddItemToArray(folds, fox_render_fold(&ev->u.op_done.folds[i]));
+        if (ev->u.op_done.run_dir)
+            cJSON_AddStringToObject(r, "run_dir", ev->u.op_done.run_dir);
     }
     return d;
 }
@@ -406,10 +493,7 @@ halt_json(const fox_tevent *ev)
     cJSON_AddNumberToObject(d, "fold", ev->u.halt.fold);
     cJSON_AddNumberToObject(d, "epoch", ev->u.halt.epoch);
     cJSON_AddStringToObject(d, "code", fox_err_name(ev->u.halt.status));
-    cJSON_AddStringToObject(d, "kind",
-                            hi->reason == FOX_HALT_NAN             ? "halt_nan"
-                            : hi->reason == FOX_HALT_GRAD_COLLAPSE ? "halt_grad_collapse"
-                                                                   : "error");
+    cJSON_AddStringToObject(d, "kind", halt_kind(hi->reason));
     cJSON_AddStringToObject(d, "reason", ev->u.halt.reason);
     if (hi->reason != FOX_HALT_NONE)
         cJSON_AddNumberToObject(d, "step", (double)hi->step);

@@ -41,6 +41,14 @@ cJSON *fox_render_mask(int mask);
 cJSON *fox_render_slots(uint64_t mask);
 cJSON *fox_render_eval(const fox_eval_result *r);
 cJSON *fox_render_fold(const fox_fold_report *r);
+/*
+ * The engine's wall seconds by kind of work since its creation, {"startup_s",
+ * "fold_setup_s", "train_s", "eval_s", "writing_s", "eval_bars", "eval_passes"}:
+ * writing_s is the checkpoint files' time plus the caller's own writing.
+ */
+cJSON *fox_render_times(const fox_engine_times *t, double writing);
+/* A baseline's name in the fold object's "baselines" ("buy_hold", ...); NULL for the policy. */
+const char *fox_render_baseline_name(fox_policy p);
 cJSON *fox_render_epoch(const fox_epoch_report *r);
 
 /* ------------------------------------------------------------ read commands */

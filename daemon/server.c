@@ -449,6 +449,7 @@ handle_done(server *s, fox_tcmd *c)
         uv_timer_start(&s->t_linger, on_linger, 0, 10);
     }
     cJSON_Delete(c->values);
+    cJSON_Delete(c->backtest);
     free(c);
 }
 

@@ -20,6 +20,7 @@
 #include "common/fsutil.h"
 #include "common/log.h"
 #include "daemon/fdreserve.h"
+#include "daemon/record.h"
 #include "daemon/render.h"
 #include "daemon/trainer.h"
 #include "daemon/walk.h"
@@ -76,6 +77,8 @@ struct fox_trainer {
     int64_t last_step_event_ms;
     char metrics_path[FOX_PATH_MAX + 32];
     fox_fold_report done_copy[FOX_MAX_FOLDS]; /* the folds an op_done event shows */
+    fox_record *record;                        /* the run directory of the walk */
+    char run_dir[FOX_PATH_MAX];                /* its path, for the op_done event */
 };
 
 /* ---------------------------------------------------------------- helpers */
@@ -234,6 +237,16 @@ end_walk(fox_trainer *t, int status, const char *msg)
     memcpy(t->done_copy, t->snap.done, (size_t)t->snap.n_done * sizeof t->done_copy[0]);
     pthread_mutex_unlock(&t->slock);
     ev.u.op_done.folds = t->done_copy;
+    /* A fold cut short keeps its finished epochs in the record's summary. */
+    fox_fold_report part;
+    int cut_short = status != FOX_OK && t->walk.fold >= 0 &&
+                    fox_engine_fold_report(t->engine, &part) == FOX_OK && part.epochs_done > 0;
+    set_phase(t, "record");
+    fox_record_close(t->record, t->engine, cut_short ? &part : NULL);
+    set_phase(t, NULL);
+    t->record = NULL;
+    fox_log(FOX_LOG_INFO, "op %lld: run directory %s", (long long)t->run_op, t->run_dir);
+    ev.u.op_done.run_dir = t->run_dir;
     op_done(t, &ev, t->run_op, t->run_cmd, status, msg);
 }
 
@@ -256,6 +269,7 @@ on_chunk(void *arg, const fox_step_stats *st)
 {
     fox_trainer *t = arg;
     t->last = *st;
+    fox_record_chunk(t->record, t->engine, st);
 }
 
 static void
@@ -276,6 +290,7 @@ on_epoch_end(void *arg, const fox_epoch_report *r)
     ev.u.epoch_end.report = r;
     ev.u.epoch_end.epochs = t->walk.epochs;
     metrics_line(t, &ev);
+    fox_record_epoch(t->record, t->engine, r, t->run_op);
     emit(t, &ev);
     fox_log(FOX_LOG_INFO,
             "fold %d epoch %d/%d: loss %.4g val Sharpe %.3f test Sharpe %.3f %.0f steps/s", r->fold,
@@ -295,6 +310,7 @@ on_fold_end(void *arg, const fox_fold_report *r)
     fox_tevent ev = {.type = FOX_TEVENT_FOLD_END};
     ev.u.fold_end.report = r;
     metrics_line(t, &ev);
+    fox_record_fold(t->record, t->engine, r, t->run_op);
     emit(t, &ev);
 }
 
@@ -456,7 +472,23 @@ apply_run(fox_trainer *t, fox_tcmd *c)
     int rv = fox_walk_check(mask, epochs, steps, t->cfg.n_folds, c->message, sizeof c->message);
     if (rv != FOX_OK)
         return c->status = rv;
+    /*
+     * Weights, replay and random streams carry over from run to run; a fresh
+     * run starts from the engine the config alone defines, so that its result
+     * is the one `foxd --once` gives for the same config and folds.
+     */
+    if (c->fresh && replace_engine(t, &t->cfg, c) != FOX_OK)
+        return c->status;
+    char root[FOX_PATH_MAX + 8];
+    snprintf(root, sizeof root, "%s/runs", t->d.state_dir);
+    if ((rv = fox_record_open(&t->record, &t->d, root, &t->cfg, c->message, sizeof c->message)) !=
+        FOX_OK)
+        return c->status = rv;
+    fox_record_attach(t->record, t->engine);
+    snprintf(t->run_dir, sizeof t->run_dir, "%s", fox_record_dir(t->record));
+    snprintf(c->result.run_dir, sizeof c->result.run_dir, "%s", t->run_dir);
     fox_walk_init(&t->walk, mask, epochs, steps);
+    t->walk.stop_on_halt = t->cfg.stop_on_halt;
     t->walking = 1;
     t->run_cmd = c->cmd;
     t->run_op = c->op_id = op_begin(t, c->cmd);
@@ -471,8 +503,8 @@ apply_run(fox_trainer *t, fox_tcmd *c)
     c->result.folds_mask = mask;
     c->result.epochs = epochs;
     c->result.steps_per_epoch = steps;
-    fox_log(FOX_LOG_INFO, "op %lld: %s accepted (folds 0x%x, %d epochs x %d steps)",
-            (long long)c->op_id, fox_cmd_name(c->cmd), mask, epochs, steps);
+    fox_log(FOX_LOG_INFO, "op %lld: %s accepted (folds 0x%x, %d epochs x %d steps), run directory %s",
+            (long long)c->op_id, fox_cmd_name(c->cmd), mask, epochs, steps, t->run_dir);
     set_state(t, FOX_TSTATE_TRAINING);
     return FOX_OK;
 }
@@ -492,6 +524,42 @@ apply_inject(fox_trainer *t, fox_tcmd *c)
     if (rv != FOX_OK)
         return refuse(c, rv, "%s", fox_engine_errmsg(t->engine));
     return FOX_OK;
+}
+
+/*
+ * A backtest on an engine of its own (the training engine and its fold stay
+ * as they are): the daemon's configuration with the command's data, the
+ * checkpoint's policy over the bars, the record under <state>/runs.
+ */
+static int
+apply_backtest(fox_trainer *t, fox_tcmd *c)
+{
+    fox_config cfg = t->cfg;
+    fox_dconf d = t->d;
+    fox_engine *e = NULL;
+    fox_record *rec = NULL;
+    char root[FOX_PATH_MAX + 8];
+    int rv;
+    if (c->data[0] && (rv = fox_config_set(&cfg, "data.source", c->data, c->message,
+                                           sizeof c->message)) != FOX_OK)
+        return c->status = rv;
+    if ((rv = make_engine(t, &cfg, &e, c->message, sizeof c->message)) != FOX_OK)
+        return c->status = rv;
+    d.run_dir[0] = 0;
+    snprintf(d.run_name, sizeof d.run_name, "backtest");
+    snprintf(root, sizeof root, "%s/runs", t->d.state_dir);
+    if ((rv = fox_engine_load_policy(e, c->path, c->val_from ? c->val_from : -1,
+                                     c->bars_from ? c->bars_from : -1, c->bars_to)) != FOX_OK)
+        refuse(c, rv, "%s", fox_engine_errmsg(e));
+    else if ((rv = fox_record_open(&rec, &d, root, &cfg, c->message, sizeof c->message)) != FOX_OK)
+        c->status = rv;
+    else if (fox_record_attach(rec, e), (rv = fox_record_backtest(rec, e, &c->backtest)) != FOX_OK)
+        refuse(c, rv, "%s", fox_engine_errmsg(e));
+    if (rec)
+        fox_log(FOX_LOG_INFO, "backtest of %s: run directory %s", c->path, fox_record_dir(rec));
+    fox_record_close(rec, rv == FOX_OK ? e : NULL, NULL);
+    fox_engine_destroy(e);
+    return rv;
 }
 
 /* Apply one command; LONG ones may keep working after completing c. */
@@ -587,6 +655,15 @@ apply(fox_trainer *t, fox_tcmd *c)
     case FOX_CMD_INJECT_FAULT:
         apply_inject(t, c);
         break;
+    case FOX_CMD_BACKTEST:
+        if (t->state == FOX_TSTATE_TRAINING) {
+            refuse(c, FOX_ESTATE, "backtest is not allowed while training: pause first");
+            break;
+        }
+        set_phase(t, "backtest");
+        apply_backtest(t, c);
+        set_phase(t, NULL);
+        break;
     case FOX_CMD_SHUTDOWN: {
         char msg[1024] = "";
         set_state(t, FOX_TSTATE_STOPPING);
@@ -617,28 +694,39 @@ apply(fox_trainer *t, fox_tcmd *c)
 
 /* ----------------------------------------------------------------- chunks */
 
-/* The fold stopped: a halt of the stability system (FOX_EHALT) or an engine failure. */
+/*
+ * The fold stopped: a halt of the stability system (FOX_EHALT) or an engine
+ * failure. Counted, logged and published as a halt event; reason gets its
+ * text. The walk may already have closed the fold and gone on (fox_walk_advance).
+ */
 static void
-halt(fox_trainer *t, int rv)
+announce_halt(fox_trainer *t, int rv, char *reason, size_t len)
 {
     const char *why = fox_engine_errmsg(t->engine);
-    char reason[512];
     fox_halt_info hi;
-    snprintf(reason, sizeof reason, "%s", why && why[0] ? why : fox_strerror(rv));
+    snprintf(reason, len, "%s", why && why[0] ? why : fox_strerror(rv));
     fox_engine_halt_info(t->engine, &hi);
+    int fold = rv == FOX_EHALT ? hi.fold : t->walk.fold;
     pthread_mutex_lock(&t->slock);
     snprintf(t->snap.halt_reason, sizeof t->snap.halt_reason, "%s", reason);
     t->snap.halts_total++;
     pthread_mutex_unlock(&t->slock);
-    fox_log(rv == FOX_EHALT ? FOX_LOG_WARNING : FOX_LOG_ERR, "fold %d halted: %s", t->walk.fold,
-            reason);
+    fox_log(rv == FOX_EHALT ? FOX_LOG_WARNING : FOX_LOG_ERR, "fold %d halted: %s", fold, reason);
     fox_tevent ev = {.type = FOX_TEVENT_HALT};
-    ev.u.halt.fold = t->walk.fold;
-    ev.u.halt.epoch = t->walk.epoch;
+    ev.u.halt.fold = fold;
+    ev.u.halt.epoch = t->walk.epoch; /* epochs the fold closed (kept when the walk closes it) */
     ev.u.halt.status = rv;
     ev.u.halt.reason = reason;
     ev.u.halt.info = &hi;
     emit(t, &ev);
+}
+
+/* The walk stops at a halted or failed fold. */
+static void
+halt(fox_trainer *t, int rv)
+{
+    char reason[512];
+    announce_halt(t, rv, reason, sizeof reason);
     set_state(t, FOX_TSTATE_HALTED);
     end_walk(t, rv, reason);
 }
@@ -651,7 +739,12 @@ run_chunk(fox_trainer *t)
     int64_t step0 = t->last.step, epochs0 = t->walk.epoch;
     int rv = fox_walk_advance(&t->walk, t->engine, t->chunk, &t->sink);
     int64_t dt = fox_mono_ms() - t0;
-    if (rv != FOX_OK) {
+    if (rv == FOX_EHALT && t->walk.fold < 0) {
+        /* The walk closed the halted fold and goes on to the next (train.stop_on_halt=0). */
+        char reason[512];
+        announce_halt(t, rv, reason, sizeof reason);
+        in_fold = 0;
+    } else if (rv != FOX_OK) {
         halt(t, rv);
         return;
     }
@@ -680,7 +773,15 @@ run_chunk(fox_trainer *t)
     }
     if (t->walk.done) {
         set_state(t, FOX_TSTATE_IDLE);
-        end_walk(t, FOX_OK, NULL);
+        if (t->walk.halted > 0) {
+            /* The run's op reports the halts: foxctl run exits with its halted status. */
+            char msg[96];
+            snprintf(msg, sizeof msg, "%d of the run's folds halted (their fold objects say how)",
+                     t->walk.halted);
+            end_walk(t, FOX_EHALT, msg);
+        } else {
+            end_walk(t, FOX_OK, NULL);
+        }
     }
 }
 

@@ -102,12 +102,14 @@ typedef struct fox_tresult {
     int checkpoint_saved;                    /* shutdown: the stop checkpoint is at path */
     int checkpoint_failed;                   /* shutdown: it was asked for and not saved */
     char checkpoint_error[1024];             /* shutdown: why not */
+    char run_dir[FOX_PATH_MAX];              /* run, start_fold: the run directory */
 } fox_tresult;
 
 /* A mutating command on its way to the trainer and back. */
 typedef struct fox_tcmd {
     int cmd;                                       /* FOX_CMD_* */
     int folds_mask, fold, epochs, steps_per_epoch; /* run, start_fold (0 = config's) */
+    int fresh;                                     /* run: start from a new engine */
     int clear;                                     /* nan_flags */
     int checkpoint;                                /* shutdown */
     char path[FOX_PATH_MAX]; /* checkpoint_save/load: absolute, resolved by the server */
@@ -115,6 +117,10 @@ typedef struct fox_tcmd {
     char fault_kind[8];
     int fault_step;
     cJSON *values; /* config_set: owned */
+    char data[FOX_PATH_MAX]; /* backtest: the bars ("" = the config's data) */
+    int bars_from, bars_to;  /* backtest: 0 = the first / last bar with features */
+    int val_from;            /* backtest: the first validation bar; 0 = the default */
+    cJSON *backtest;         /* backtest: its result (owned) */
 
     /* filled by the trainer */
     int status;         /* FOX_OK or FOX_E* */
@@ -155,7 +161,8 @@ typedef struct fox_tevent {
             const char *message;
             const fox_fold_report *folds; /* a walk's folds done (run, start_fold) */
             int n_folds;
-            const char *path; /* checkpoint_save */
+            const char *path;    /* checkpoint_save */
+            const char *run_dir; /* run, start_fold: the run directory (NULL: none) */
         } op_done;
         struct {
             int fold, epochs, steps_per_epoch;

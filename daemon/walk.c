@@ -15,6 +15,19 @@ fox_walk_init(fox_walk *w, int folds_mask, int epochs, int steps_per_epoch)
     w->epoch = 0;
     w->step_in_epoch = 0;
     w->done = folds_mask == 0;
+    w->stop_on_halt = 0;
+    w->halted = 0;
+}
+
+/* Close the fold in progress with report fr: the walk moves on to the next one. */
+static void
+close_fold(fox_walk *w, const fox_fold_report *fr, const fox_walk_sink *sink)
+{
+    w->folds_mask &= ~(1 << w->fold);
+    w->fold = -1;
+    w->done = w->folds_mask == 0;
+    if (sink && sink->fold_end)
+        sink->fold_end(sink->arg, fr);
 }
 
 int
@@ -58,8 +71,14 @@ fox_walk_advance(fox_walk *w, fox_engine *e, int chunk, const fox_walk_sink *sin
     if (n > chunk)
         n = chunk;
     fox_step_stats st;
-    if ((rv = fox_engine_run_steps(e, n, &st)) != FOX_OK)
-        return rv;
+    fox_fold_report fr;
+    if ((rv = fox_engine_run_steps(e, n, &st)) != FOX_OK) {
+        if (rv != FOX_EHALT || w->stop_on_halt || fox_engine_fold_report(e, &fr) != FOX_OK)
+            return rv;
+        w->halted++;
+        close_fold(w, &fr, sink);
+        return FOX_EHALT;
+    }
     w->step_in_epoch += n;
     if (sink && sink->chunk_done)
         sink->chunk_done(sink->arg, &st);
@@ -76,13 +95,8 @@ fox_walk_advance(fox_walk *w, fox_engine *e, int chunk, const fox_walk_sink *sin
     if (w->epoch < w->epochs)
         return FOX_OK;
 
-    fox_fold_report fr;
     if ((rv = fox_engine_fold_report(e, &fr)) != FOX_OK)
         return rv;
-    w->folds_mask &= ~(1 << w->fold);
-    w->fold = -1;
-    w->done = w->folds_mask == 0;
-    if (sink && sink->fold_end)
-        sink->fold_end(sink->arg, &fr);
+    close_fold(w, &fr, sink);
     return FOX_OK;
 }

@@ -29,6 +29,8 @@ typedef struct fox_walk {
     int epoch; /* epochs completed in the fold */
     int step_in_epoch;
     int done; /* every selected fold closed */
+    int stop_on_halt; /* train.stop_on_halt: a halt ends the walk (0 after init: go on) */
+    int halted;       /* folds closed by a halt so far */
 } fox_walk;
 
 /* Plan a walk over folds_mask (validated against n_folds by fox_walk_check). */
@@ -43,6 +45,13 @@ int fox_walk_check(int folds_mask, int epochs, int steps_per_epoch, int n_folds,
  * up to chunk steps of the current epoch and close the epoch (and the fold)
  * they complete. Returns FOX_OK (w->done once the last fold closed) or the
  * engine's status (fox_engine_errmsg says why; FOX_EHALT for a halt).
+ *
+ * A halt closes its fold unless w->stop_on_halt: the sink's fold_end gets
+ * the report of the epochs it finished, marked halted, w->halted counts it
+ * and w->fold is -1, so that the next call begins the next fold (whose
+ * begin_fold resets the stability state). FOX_EHALT is still returned, for
+ * the caller to say so. With stop_on_halt the fold stays open and halted,
+ * as any other failure leaves it.
  */
 int fox_walk_advance(fox_walk *w, fox_engine *e, int chunk, const fox_walk_sink *sink);
 

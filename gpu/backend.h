@@ -68,13 +68,17 @@ typedef struct fox_backend_ops {
     /*
      * Stability system. run_steps and train_only return FOX_EHALT (err and
      * halt_reason set) when a step ends in halt_nan or halt_grad_collapse.
-     * Test and drill hooks (may be NULL): sentinel_where gives the host
-     * memory of slot's first watched run, check_now runs the fused check.
+     * The test and drill hooks are each backend's debug library's
+     * (gpu/cpu/debug.h, gpu/cuda/debug.h), not ops.
      */
-    int (*sentinel_where)(fox_backend *be, int slot, float **ptr, size_t *len);
-    int (*check_now)(fox_backend *be);
     /* Arm a fault into slot's buffer at the fold's train step `step`; NULL if unsupported. */
     int (*arm_fault)(fox_backend *be, int slot, int kind, int64_t step);
+    /*
+     * Most bars a greedy evaluation walk predicts per q_values call (gpu/lookahead.h), 1 to
+     * FOX_LOOKAHEAD_MAX: 1 where every row costs its arithmetic and a broken guess wastes it
+     * (the CPU), more where a call costs its launches whatever its rows (CUDA).
+     */
+    int eval_lookahead;
 } fox_backend_ops;
 
 extern const fox_backend_ops fox_cpu_backend_ops;

@@ -56,9 +56,11 @@ enum { FOX_P99_BINS = 256 };
 #define FOX_BWD_GUARD_MULT      1e6f   /* SP1 Phase C: backward input guards, 1e6 × eff */
 
 /*
- * Rate of the fixed-rate ISV signal EMAs (Q_ABS_REF, Q_DIR_ABS_REF,
- * H_S2_RMS_EMA, AUX_LABEL_SCALE_EMA, GRAD_NORM_EMA): half-life ~69 steps, one
- * observation per train step. The SP4 bound slots use Pearls A+D instead.
+ * Rate of the pre-SP4 ISV signal EMAs (Q_ABS_REF, Q_DIR_ABS_REF,
+ * H_S2_RMS_EMA, AUX_LABEL_SCALE_EMA, GRAD_NORM_EMA) in fixed mode:
+ * half-life ~69 steps, one observation per train step. Adaptive mode runs
+ * them through Pearls A+D (fox_signal_observe), as SP4 replaces every
+ * hard-coded EMA rate; the SP4 bound slots always do.
  */
 #define FOX_SIGNAL_EMA_ALPHA 0.01f
 
@@ -264,6 +266,21 @@ fox_bounds_observe(float *isv, fox_wiener_state *ws, int slot, float obs)
 }
 
 /*
+ * One observation of a pre-SP4 signal slot: fixed mode (SP3) its EMA at
+ * FOX_SIGNAL_EMA_ALPHA with the zero sentinel; adaptive mode (SP4) Pearls
+ * A+D with the slot's Wiener state ws[slot], the rate the seeds' SP4 puts
+ * on "7 existing pre-SP4 producers". A non-finite x is ignored either way.
+ */
+FOX_HD void
+fox_signal_observe(float *isv, fox_wiener_state *ws, int slot, float x, int adaptive)
+{
+    if (adaptive)
+        fox_bounds_observe(isv, ws, slot, x);
+    else
+        isv[slot] = fox_ema_first(isv[slot], x, FOX_SIGNAL_EMA_ALPHA);
+}
+
+/*
  * Pearl C: feed one step's engagement count of an in-kernel clamp (engaged of
  * total values clamped). The rate's EMA (meta-rate) is compared with the rate a
  * p99 bound implies (1 %); above twice that for long enough, the clamp is
@@ -283,6 +300,52 @@ fox_pearl_c_update(fox_pearl_c_state *s, float engaged, float total, float step_
     if (isfinite(step_max) && step_max > *bound)
         *bound = step_max;
     return 1;
+}
+
+/*
+ * Mech 6 in adaptive mode (SP4), the clip of one step from its unclipped
+ * global norm. GRAD_NORM_EMA observes the norm itself through Pearls A+D,
+ * so it follows the gradient distribution's level up as well as down (fed
+ * the norm winsorized at a clip equal to the bound, the bound could only
+ * fall); Pearl D is the defence against the lone outlier that the fixed
+ * mode's winsorizer stands for, as a spike in a stationary norm moves an
+ * anchored estimate by α ≈ 0. GRAD_CLIP_BOUND is the norm's p99 about that
+ * level: level + z₉₉ · σ, with σ² the Wiener state's sample_var (the EMA of
+ * ½(x_t − x_{t−1})², the noise power) and z₉₉ the standard normal's 99th
+ * percentile. The clip is max(GRAD_CLIP_BOUND, 1). A non-finite norm is not
+ * observed. Updates both slots and ws; returns the clip.
+ */
+#define FOX_P99_NORMAL_Z 2.3263479f
+
+FOX_HD float
+fox_bound_grad_clip_adaptive(float *isv, fox_wiener_state *ws, float norm)
+{
+    if (isfinite(norm) && norm > 0.0f)
+        fox_bounds_observe(isv, ws, FOX_ISV_GRAD_NORM_EMA, norm);
+    float noise = ws[FOX_ISV_GRAD_NORM_EMA].sample_var;
+    float bound = isv[FOX_ISV_GRAD_NORM_EMA] + FOX_P99_NORMAL_Z * sqrtf(noise > 0.0f ? noise : 0.0f);
+    isv[FOX_ISV_GRAD_CLIP_BOUND] = bound;
+    return fox_bound_adaptive(bound);
+}
+
+/*
+ * Pearl B's consumers in the Adam step (the seeds' dqn_adam_update_kernel
+ * order: the update, the L1 proximal step, then Mech 9's clamp): p is the
+ * weight after the Adam update, p0 the weight before it. Decoupled weight
+ * decay (AdamW) takes lr · wd · p0 off; the L1 proximal step then shrinks
+ * |p| by lr · l1, to 0 at most (soft thresholding). A rate that is not a
+ * positive finite number is off (0, the Pearl A sentinel, means off).
+ */
+FOX_HD float
+fox_adam_regularize(float p, float p0, float lr, float wd, float l1)
+{
+    if (isfinite(wd) && wd > 0.0f)
+        p -= lr * wd * p0;
+    if (isfinite(l1) && l1 > 0.0f) {
+        float s = fabsf(p) - lr * l1;
+        p = s > 0.0f ? copysignf(s, p) : 0.0f;
+    }
+    return p;
 }
 
 /* Pearl B weight-decay rate from the equilibrium of d‖w‖²/dt = 2 w·g − 2λ‖w‖². */

@@ -6,7 +6,9 @@
  *           fingerprint, n_params, ISV size, payload size, CRC32 of the
  *           payload, CRC32 of the header fields before it;
  *   payload: params, target params, Adam m, Adam v (n_params floats each),
- *           ISV, counters, fold and epochs done.
+ *           ISV, counters, fold and epochs done; from format 2 on, then the
+ *           feature normalization of the fold (n_feat, mean, std), which a
+ *           backtest on other data needs. Format 1 files still load.
  * Saving goes through fox_write_atomic (temp file, fsync, rename, fsync of
  * the directory), so a crash leaves the old file or the new one, never half
  * of one. Loading reads and verifies the whole file
@@ -26,7 +28,7 @@
 #include "gpu/isv.h"
 
 #define CKPT_MAGIC   "FOXCKPT"
-#define CKPT_VERSION 1u
+#define CKPT_VERSION 2u /* written; 1 is still read */
 
 typedef struct ckpt_header {
     char magic[8];
@@ -47,10 +49,25 @@ typedef struct ckpt_counters {
     int32_t fold, epochs_done;
 } ckpt_counters;
 
+/* Format 2's tail: the feature normalization the weights were trained with. */
+typedef struct ckpt_norm {
+    int32_t n_feat, reserved;
+} ckpt_norm;
+
+/* Where the counters start: after the four parameter arrays and the ISV. */
 static size_t
-payload_bytes(size_t np)
+counters_offset(size_t np)
 {
-    return 4 * np * sizeof(float) + FOX_ISV_TOTAL_DIM * sizeof(float) + sizeof(ckpt_counters);
+    return 4 * np * sizeof(float) + FOX_ISV_TOTAL_DIM * sizeof(float);
+}
+
+static size_t
+payload_bytes(size_t np, uint32_t version, int n_feat)
+{
+    size_t b = counters_offset(np) + sizeof(ckpt_counters);
+    if (version >= 2)
+        b += sizeof(ckpt_norm) + 2 * (size_t)n_feat * sizeof(float);
+    return b;
 }
 
 static uint32_t
@@ -68,12 +85,12 @@ crc(const void *p, size_t n)
     return (uint32_t)c;
 }
 
-int
-fox_engine_checkpoint_save(fox_engine *e, const char *path)
+static int
+checkpoint_save(fox_engine *e, const char *path)
 {
     if (!e->be)
         return fox__engine_fail(e, FOX_ESTATE, "checkpoint_save before load_data");
-    size_t np = e->lay.n_params, bytes = payload_bytes(np);
+    size_t np = e->lay.n_params, bytes = payload_bytes(np, CKPT_VERSION, e->feat.n_feat);
     /* Header and payload in one buffer: the file is written in one piece. */
     char *file = malloc(sizeof(ckpt_header) + bytes);
     if (!file)
@@ -92,7 +109,13 @@ fox_engine_checkpoint_save(fox_engine *e, const char *path)
                         {c.rng_state[0], c.rng_state[1]},
                         e->fold,
                         e->rep.epochs_done};
-    memcpy(payload + bytes - sizeof cc, &cc, sizeof cc);
+    memcpy(payload + counters_offset(np), &cc, sizeof cc);
+    ckpt_norm cn = {e->feat.n_feat, 0};
+    char *norm = payload + counters_offset(np) + sizeof cc;
+    memcpy(norm, &cn, sizeof cn);
+    memcpy(norm + sizeof cn, e->feat.mean, (size_t)cn.n_feat * sizeof(float));
+    memcpy(norm + sizeof cn + (size_t)cn.n_feat * sizeof(float), e->feat.std,
+           (size_t)cn.n_feat * sizeof(float));
 
     ckpt_header h;
     memset(&h, 0, sizeof h);
@@ -145,76 +168,213 @@ slurp(fox_engine *e, const char *path, char **buf, size_t *len)
     return FOX_OK;
 }
 
-int
-fox_engine_checkpoint_load(fox_engine *e, const char *path)
+/*
+ * Read path and verify all of it against this engine: magic, CRCs, a format
+ * this build reads, the layout fingerprint, the sizes. FOX_OK with *buf
+ * (malloc'd, the whole file) and *h; otherwise the engine's message says why.
+ */
+static int
+read_verified(fox_engine *e, const char *path, char **buf, ckpt_header *h)
+{
+    size_t len = 0;
+    int rv = slurp(e, path, buf, &len);
+    if (rv != FOX_OK)
+        return rv;
+    size_t np = e->lay.n_params;
+    rv = FOX_EFORMAT;
+    if (len < sizeof *h) {
+        fox__engine_fail(e, rv, "checkpoint %s: truncated header (%zu bytes)", path, len);
+        goto bad;
+    }
+    memcpy(h, *buf, sizeof *h);
+    if (memcmp(h->magic, CKPT_MAGIC, sizeof CKPT_MAGIC) != 0) {
+        fox__engine_fail(e, rv, "checkpoint %s: not a foxd checkpoint (bad magic)", path);
+        goto bad;
+    }
+    if (h->header_crc != crc(h, offsetof(ckpt_header, header_crc))) {
+        fox__engine_fail(e, rv, "checkpoint %s: header CRC mismatch (corrupt)", path);
+        goto bad;
+    }
+    if (h->version < 1 || h->version > CKPT_VERSION || h->header_bytes != sizeof *h) {
+        fox__engine_fail(e, rv, "checkpoint %s: format version %u, this build reads 1 to %u",
+                         path, h->version, CKPT_VERSION);
+        goto bad;
+    }
+    if (h->fingerprint != e->fingerprint) {
+        rv = FOX_EMISMATCH;
+        fox__engine_fail(e, rv,
+                         "checkpoint %s: layout fingerprint %016llx, this engine has %016llx", path,
+                         (unsigned long long)h->fingerprint, (unsigned long long)e->fingerprint);
+        goto bad;
+    }
+    if (h->n_params != np || h->isv_dim != FOX_ISV_TOTAL_DIM ||
+        h->payload_bytes != payload_bytes(np, h->version, e->feat.n_feat)) {
+        rv = FOX_EMISMATCH;
+        fox__engine_fail(e, rv, "checkpoint %s: sizes differ (%llu params, engine has %zu)", path,
+                         (unsigned long long)h->n_params, np);
+        goto bad;
+    }
+    if (len != sizeof *h + h->payload_bytes) {
+        fox__engine_fail(e, rv, "checkpoint %s: %zu bytes, header says %llu (truncated?)", path,
+                         len, (unsigned long long)(sizeof *h + h->payload_bytes));
+        goto bad;
+    }
+    if (crc(*buf + sizeof *h, h->payload_bytes) != h->payload_crc) {
+        fox__engine_fail(e, rv, "checkpoint %s: payload CRC mismatch (corrupt)", path);
+        goto bad;
+    }
+    return FOX_OK;
+bad:
+    free(*buf);
+    *buf = NULL;
+    return rv;
+}
+
+/* Put a verified payload's weights, Adam state, counters and ISV into the backend. */
+static int
+restore_state(fox_engine *e, const char *payload, const ckpt_counters *cc)
+{
+    size_t np = e->lay.n_params;
+    const float *f = (const float *)payload;
+    fox_train_counters c = {
+        cc->adam_t, cc->step, cc->train_steps, cc->env_steps, {cc->rng_state[0], cc->rng_state[1]}};
+    int rv = e->ops->state_io(e->be, 1, (float *)f, (float *)(f + np), (float *)(f + 2 * np),
+                              (float *)(f + 3 * np), &c);
+    volatile float *isv = fox__be(e)->isv;
+    for (int i = 0; i < FOX_ISV_TOTAL_DIM; i++)
+        isv[i] = f[4 * np + (size_t)i];
+    return rv;
+}
+
+static int
+checkpoint_load(fox_engine *e, const char *path)
 {
     if (!e->be)
         return fox__engine_fail(e, FOX_ESTATE, "checkpoint_load before load_data");
     char *buf = NULL;
-    size_t len = 0;
-    int rv = slurp(e, path, &buf, &len);
+    ckpt_header h;
+    int rv = read_verified(e, path, &buf, &h);
     if (rv != FOX_OK)
         return rv;
-    ckpt_header h;
-    size_t np = e->lay.n_params;
-    rv = FOX_EFORMAT;
-    if (len < sizeof h) {
-        fox__engine_fail(e, rv, "checkpoint %s: truncated header (%zu bytes)", path, len);
-        goto out;
-    }
-    memcpy(&h, buf, sizeof h);
-    if (memcmp(h.magic, CKPT_MAGIC, sizeof CKPT_MAGIC) != 0) {
-        fox__engine_fail(e, rv, "checkpoint %s: not a foxd checkpoint (bad magic)", path);
-        goto out;
-    }
-    if (h.header_crc != crc(&h, offsetof(ckpt_header, header_crc))) {
-        fox__engine_fail(e, rv, "checkpoint %s: header CRC mismatch (corrupt)", path);
-        goto out;
-    }
-    if (h.version != CKPT_VERSION || h.header_bytes != sizeof h) {
-        fox__engine_fail(e, rv, "checkpoint %s: format version %u, this build reads %u", path,
-                         h.version, CKPT_VERSION);
-        goto out;
-    }
-    if (h.fingerprint != e->fingerprint) {
-        rv = FOX_EMISMATCH;
-        fox__engine_fail(e, rv,
-                         "checkpoint %s: layout fingerprint %016llx, this engine has %016llx", path,
-                         (unsigned long long)h.fingerprint, (unsigned long long)e->fingerprint);
-        goto out;
-    }
-    if (h.n_params != np || h.isv_dim != FOX_ISV_TOTAL_DIM ||
-        h.payload_bytes != payload_bytes(np)) {
-        rv = FOX_EMISMATCH;
-        fox__engine_fail(e, rv, "checkpoint %s: sizes differ (%llu params, engine has %zu)", path,
-                         (unsigned long long)h.n_params, np);
-        goto out;
-    }
-    if (len != sizeof h + h.payload_bytes) {
-        fox__engine_fail(e, rv, "checkpoint %s: %zu bytes, header says %llu (truncated?)", path,
-                         len, (unsigned long long)(sizeof h + h.payload_bytes));
-        goto out;
-    }
-    char *payload = buf + sizeof h;
-    if (crc(payload, h.payload_bytes) != h.payload_crc) {
-        fox__engine_fail(e, rv, "checkpoint %s: payload CRC mismatch (corrupt)", path);
-        goto out;
-    }
     /* Verified: from here on the engine changes. */
+    const char *payload = buf + sizeof h;
     ckpt_counters cc;
-    memcpy(&cc, payload + h.payload_bytes - sizeof cc, sizeof cc);
+    memcpy(&cc, payload + counters_offset(e->lay.n_params), sizeof cc);
     if (cc.fold >= 0 && cc.fold != e->fold && (rv = fox_engine_begin_fold(e, cc.fold)) != FOX_OK)
         goto out;
-    float *f = (float *)payload;
-    fox_train_counters c = {
-        cc.adam_t, cc.step, cc.train_steps, cc.env_steps, {cc.rng_state[0], cc.rng_state[1]}};
-    rv = e->ops->state_io(e->be, 1, f, f + np, f + 2 * np, f + 3 * np, &c);
-    volatile float *isv = fox__be(e)->isv;
-    for (int i = 0; i < FOX_ISV_TOTAL_DIM; i++)
-        isv[i] = f[4 * np + (size_t)i];
+    rv = restore_state(e, payload, &cc);
     if (cc.fold >= 0)
         e->rep.epochs_done = cc.epochs_done;
 out:
     free(buf);
     return rv;
+}
+
+static int
+load_policy(fox_engine *e, const char *path, int val_begin, int begin, int end)
+{
+    if (!e->be)
+        return fox__engine_fail(e, FOX_ESTATE, "load_policy before load_data");
+    if (begin < 0)
+        begin = e->feat.warmup;
+    if (end <= 0)
+        end = e->series.n;
+    if (begin < e->feat.warmup || end > e->series.n || end - begin < 2)
+        return fox__engine_fail(e, FOX_EINVAL,
+                                "backtest bars [%d, %d): the series has bars %d to %d with "
+                                "features (at least 2 needed)",
+                                begin, end, e->feat.warmup, e->series.n);
+    if (val_begin < 0)
+        val_begin = begin - (end - begin) > e->feat.warmup ? begin - (end - begin) : e->feat.warmup;
+    if (val_begin < e->feat.warmup || val_begin > begin)
+        return fox__engine_fail(e, FOX_EINVAL,
+                                "backtest validation bars [%d, %d): they must lie between bar %d "
+                                "(the first with features) and the backtest's first bar",
+                                val_begin, begin, e->feat.warmup);
+    char *buf = NULL;
+    ckpt_header h;
+    int rv = read_verified(e, path, &buf, &h);
+    if (rv != FOX_OK)
+        return rv;
+    if (h.version < 2) {
+        free(buf);
+        return fox__engine_fail(e, FOX_EFORMAT,
+                                "checkpoint %s: format %u keeps no feature normalization; a "
+                                "backtest needs format 2 or later",
+                                path, h.version);
+    }
+    const char *payload = buf + sizeof h;
+    size_t off = counters_offset(e->lay.n_params);
+    ckpt_counters cc;
+    memcpy(&cc, payload + off, sizeof cc);
+    /* The features of the new bars are scaled as the training bars were. */
+    const char *norm = payload + off + sizeof cc + sizeof(ckpt_norm);
+    size_t nf = (size_t)e->feat.n_feat;
+    memcpy(e->feat.mean, norm, nf * sizeof(float));
+    memcpy(e->feat.std, norm + nf * sizeof(float), nf * sizeof(float));
+    fox_features_apply_norm(&e->feat);
+    rv = restore_state(e, payload, &cc);
+    free(buf);
+    if (rv != FOX_OK)
+        return fox__engine_fail(e, rv, "checkpoint %s: %s", path, fox_strerror(rv));
+    /*
+     * The test split walks the chosen bars, the validation split those
+     * before them; the random baseline's seed follows the fold's, so that on
+     * a fold's own test bars every figure is the fold's.
+     */
+    e->fold = cc.fold >= 0 ? cc.fold : 0;
+    e->policy_loaded = 1;
+    e->seg = (fox_fold){val_begin, val_begin, val_begin, begin, begin, end};
+    memset(&e->halt, 0, sizeof e->halt);
+    memset(&e->rep, 0, sizeof e->rep);
+    e->rep.fold = e->fold;
+    e->rep.epochs_done = cc.epochs_done;
+    e->rep.best_epoch = cc.epochs_done - 1;
+    e->rep.bars_per_year = e->series.bars_per_year;
+    return FOX_OK;
+}
+
+/*
+ * Saves and loads, timed for the run's wall-time split. A load that begins
+ * its fold counts that fold's set-up and baselines where begin_fold does.
+ */
+typedef struct ckpt_timer {
+    double t0;
+    fox_engine_times before;
+} ckpt_timer;
+
+static ckpt_timer
+timer_start(const fox_engine *e)
+{
+    return (ckpt_timer){fox_mono_s(), e->times};
+}
+
+/* Count the time since t->t0 as checkpoint time and pass rv on. */
+static int
+timer_stop(fox_engine *e, const ckpt_timer *t, int rv)
+{
+    double nested = (e->times.fold_setup - t->before.fold_setup) + (e->times.eval - t->before.eval);
+    e->times.checkpoint += fox_mono_s() - t->t0 - nested;
+    return rv;
+}
+
+int
+fox_engine_checkpoint_save(fox_engine *e, const char *path)
+{
+    ckpt_timer t = timer_start(e);
+    return timer_stop(e, &t, checkpoint_save(e, path));
+}
+
+int
+fox_engine_checkpoint_load(fox_engine *e, const char *path)
+{
+    ckpt_timer t = timer_start(e);
+    return timer_stop(e, &t, checkpoint_load(e, path));
+}
+
+int
+fox_engine_load_policy(fox_engine *e, const char *path, int val_begin, int begin, int end)
+{
+    ckpt_timer t = timer_start(e);
+    return timer_stop(e, &t, load_policy(e, path, val_begin, begin, end));
 }

@@ -21,6 +21,8 @@ static const char *const backend_names[] = {"auto", "cpu", "cuda", NULL};
 static const char *const target_names[] = {"mean", "indep", NULL};
 static const char *const bounds_names[] = {"fixed", "adaptive", NULL};
 static const char *const fault_names[] = {"none", "nan", "inf", "huge", NULL};
+static const char *const cuda_math_names[] = {"fp32", "greedy_tf32", "tf32", NULL};
+static const char *const select_names[] = {"smoothed", "best", "last", NULL};
 
 typedef struct key_def {
     const char *name;
@@ -111,6 +113,16 @@ static const key_def keys[] = {
     U64("train.seed", seed, "1", "seed of every random stream"),
     {"train.folds", FOX_CFG_INT, OFF(folds_mask), 1, 255, "0,1,2", NULL,
      "folds a run trains, as a list \"0,1,2\" (stored as a bit mask)"},
+    ENM("train.select", select_rule, select_names, "smoothed",
+        "epoch choice on validation: smoothed (best trailing mean), best or last"),
+    INT("train.select_window", select_window, 1, 64, "3",
+        "epochs in the smoothed rule's trailing mean of validation Sharpe"),
+    INT("train.stop_on_halt", stop_on_halt, 0, 1, "0",
+        "1: a halted fold ends the walk; 0: reset and go on to the next fold"),
+    INT("train.pearl_wd", pearl_wd, 0, 1, "0",
+        "1: decoupled weight decay in Adam at Pearl B's per-group rate (adaptive bounds)"),
+    INT("train.pearl_l1", pearl_l1, 0, 1, "0",
+        "1: L1 proximal step at Pearl B's L1 rate on the trunk's input layer (adaptive bounds)"),
 
     INT("env.n_envs", n_envs, 0, 1 << 20, "0",
         "parallel environments; 0 = backend default (1024 CUDA, 64 CPU)"),
@@ -120,11 +132,20 @@ static const key_def keys[] = {
         "market order half-spread per unit |Δposition|"),
     FLT("env.limit_fee", limit_fee, 0, 1, "0.00005", "limit order fee per unit |Δposition|"),
     FLT("env.reward_scale", reward_scale, 0, 1e6, "100", "reward multiplier"),
+    FLT("env.train_cost_mult", train_cost_mult, 1, 100, "4",
+        "the training reward charges this x the costs; evaluation charges them once"),
 
-    STR("data.source", data, "synthetic", "\"synthetic\" or a CSV path"),
-    INT("data.synth_bars", synth_bars, 1000, 1 << 26, "40000", "bars of the synthetic series"),
+    FLT("policy.band", band, 0, 1000, "0",
+        "no-trade band: the greedy decision switches direction only if the Q gain exceeds "
+        "this x the change's cost (0 = plain argmax)"),
+
+    STR("data.source", data, "synthetic",
+        "a generator (\"synthetic\", \"randomwalk\", \"garch\") or a CSV path"),
+    INT("data.synth_bars", synth_bars, 1000, 1 << 26, "40000", "bars of a generated series"),
     INT("data.folds", n_folds, 1, 8, "3", "K: the series splits into K+1 blocks"),
     DBL("data.bars_per_year", bars_per_year, 0, 1e9, "0", "P for annualizing; 0 = inferred"),
+    STR("data.price_column", price_column, "",
+        "CSV column read as the price (e.g. one index of several); empty = close"),
 
     ENM("engine.backend", backend, backend_names, "auto", "auto, cpu or cuda"),
     ENM("engine.bounds_mode", bounds_mode, bounds_names, "fixed",
@@ -132,11 +153,17 @@ static const key_def keys[] = {
     INT("engine.sentinel", sentinel, 0, 1, "1", "run the fused NaN/threshold check every step"),
     INT("engine.threads", threads, 0, 256, "0",
         "BLAS threads on the CPU backend; 0 = all cores (--once), cores - 1 (serving)"),
+    ENM("engine.cuda_math", cuda_math, cuda_math_names, "greedy_tf32",
+        "CUDA products: fp32; greedy_tf32 (TF32 where Q only picks greedy actions); tf32"),
+    INT("engine.device", device, 0, 255, "0",
+        "CUDA device index (one foxd per GPU: foxd@.service); the CPU backend ignores it"),
 
     INT("debug.enable", debug_enable, 0, 1, "0", "allow debug features (fault injection)"),
     STR("debug.inject_fault.buffer", fault_buffer, "", "sentinel buffer name to corrupt"),
     INT("debug.inject_fault.step", fault_step, 0, 1 << 30, "0", "train step of the fault"),
     ENM("debug.inject_fault.kind", fault_kind, fault_names, "none", "none, nan, inf or huge"),
+    INT("debug.cuda_one_stream", cuda_one_stream, 0, 1, "0",
+        "the CUDA step on one stream, to measure what the others buy (needs debug.enable)"),
 };
 
 #define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
@@ -371,6 +398,13 @@ fox_config_validate(const fox_config *cfg, char *err, size_t errlen)
         return fox_errf(err, errlen, FOX_EINVAL, "train.eps_end must not exceed train.eps_start");
     if (cfg->folds_mask >> cfg->n_folds)
         return fox_errf(err, errlen, FOX_EINVAL, "train.folds names a fold beyond data.folds");
+    if (cfg->cuda_one_stream && !cfg->debug_enable)
+        return fox_errf(err, errlen, FOX_EINVAL, "debug.cuda_one_stream needs debug.enable=1");
+    /* Pearl B produces the rates in adaptive mode only: in fixed mode the switches would do nothing. */
+    if ((cfg->pearl_wd || cfg->pearl_l1) && cfg->bounds_mode != FOX_BOUNDS_ADAPTIVE)
+        return fox_errf(err, errlen, FOX_EINVAL,
+                        "train.pearl_wd and train.pearl_l1 need engine.bounds_mode=adaptive "
+                        "(Pearl B produces their rates only there)");
     if (cfg->fault_kind != FOX_FAULT_NONE && !cfg->fault_buffer[0])
         return fox_errf(err, errlen, FOX_EINVAL,
                         "debug.inject_fault.kind set without debug.inject_fault.buffer");

@@ -21,6 +21,7 @@ enum { FOX_BACKEND_AUTO = 0, FOX_BACKEND_CPU = 1, FOX_BACKEND_CUDA = 2 };
 enum { FOX_TARGET_MEAN = 0, FOX_TARGET_INDEP = 1 };
 enum { FOX_BOUNDS_FIXED = 0, FOX_BOUNDS_ADAPTIVE = 1 };
 enum { FOX_FAULT_NONE = 0, FOX_FAULT_NAN = 1, FOX_FAULT_INF = 2, FOX_FAULT_HUGE = 3 };
+enum { FOX_CUDA_MATH_FP32 = 0, FOX_CUDA_MATH_GREEDY_TF32 = 1, FOX_CUDA_MATH_TF32 = 2 };
 
 typedef struct fox_config {
     /* model: widths of foxnet v1 (DESIGN.md "The model") */
@@ -58,6 +59,11 @@ typedef struct fox_config {
     int eps_decay_steps;
     uint64_t seed;
     int folds_mask;   /* bit k set: fold k is trained by a run */
+    int select_rule;  /* fox_select_rule (engine.h): how the epoch is chosen on validation */
+    int select_window; /* epochs in the smoothed rule's trailing mean */
+    int stop_on_halt; /* 1: a halted fold ends the walk; 0: reset and go on to the next fold */
+    int pearl_wd;     /* 1: decoupled weight decay at Pearl B's WD_RATE_<group> (adaptive) */
+    int pearl_l1;     /* 1: L1 proximal step at Pearl B's L1_LAMBDA on GRN1 W2 (adaptive) */
 
     /* env */
     int n_envs;       /* 0: the backend's default (1024 CUDA, 64 CPU) */
@@ -66,24 +72,32 @@ typedef struct fox_config {
     float half_spread;
     float limit_fee;  /* limit orders pay no spread, this fee */
     float reward_scale;
+    float train_cost_mult; /* the training reward charges this × the costs */
+
+    /* policy: the greedy decision */
+    float band;       /* no-trade band, in multiples of a change's cost; 0 = plain argmax */
 
     /* data */
-    char data[FOX_PATH_MAX]; /* "synthetic" or a CSV path */
+    char data[FOX_PATH_MAX]; /* a generator ("synthetic", "randomwalk", "garch") or a CSV path */
     int synth_bars;
     int n_folds;      /* K: the series splits into K+1 blocks */
     double bars_per_year; /* 0: inferred (synthetic: 8760) */
+    char price_column[64]; /* the CSV column read as the price; "" = close */
 
     /* engine */
     int backend;      /* FOX_BACKEND_* */
     int bounds_mode;  /* FOX_BOUNDS_* */
     int sentinel;     /* 1: run the fused NaN check every step */
     int threads;      /* BLAS threads on the CPU backend; 0 = library default */
+    int cuda_math;    /* FOX_CUDA_MATH_*: the CUDA backend's cuBLAS products */
+    int device;       /* CUDA device index the engine runs on; the CPU backend ignores it */
 
     /* debug: fault injection (refused unless debug.enable or given explicitly) */
     int debug_enable;
     char fault_buffer[64];
     int fault_step;
     int fault_kind;   /* FOX_FAULT_* */
+    int cuda_one_stream; /* the CUDA step on one stream (needs debug.enable) */
 } fox_config;
 
 /* Fill *cfg with every key's default. */

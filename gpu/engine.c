@@ -4,6 +4,7 @@
  * evaluate.c, checkpoint files in checkpoint.c; the math of a step lives in
  * the backends.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,15 +20,7 @@
 #define FOX_FORMAT_VERSION 1
 
 _Static_assert(FOX_HALT_MAX_SLOTS == FOX_SENT_HALT_END, "halt_info holds every halt slot");
-
-/* Monotonic seconds, for the epoch timings. */
-static double
-monotonic_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+_Static_assert(FOX_SELECT_WINDOW_MAX == 64, "train.select_window's range in config.c");
 
 static const fox_backend_ops *
 pick_backend(int want, char *err, size_t errlen)
@@ -61,6 +54,7 @@ fox_engine_create(fox_engine **out, const fox_config *cfg, char *err, size_t err
     fox_engine *e = calloc(1, sizeof *e);
     if (!e)
         return FOX_ENOMEM;
+    e->created_at = fox_mono_s();
     e->cfg = *cfg;
     e->fold = -1;
     e->ops = pick_backend(cfg->backend, err, errlen);
@@ -86,9 +80,10 @@ fox_engine_create(fox_engine **out, const fox_config *cfg, char *err, size_t err
         return rv;
     }
     e->fingerprint = fox_layout_fingerprint(fox_model_layout_hash(&e->lay), FOX_FORMAT_VERSION);
-    e->eval_s = calloc((size_t)FOX_EVAL_SPLITS_MAX * e->lay.S, sizeof(float));
-    e->eval_q = calloc((size_t)FOX_EVAL_SPLITS_MAX * e->lay.n_actions, sizeof(float));
-    if (!e->eval_s || !e->eval_q) {
+    /* A backend's q_values takes up to max(batch, envs) rows at a time. */
+    int call_rows = e->cfg.batch > e->cfg.n_envs ? e->cfg.batch : e->cfg.n_envs;
+    e->ahead = fox__lookahead_new(&e->lay, FOX_EVAL_SPLITS_MAX, call_rows, e->ops->eval_lookahead);
+    if (!e->ahead) {
         fox_engine_destroy(e);
         return FOX_ENOMEM;
     }
@@ -105,8 +100,7 @@ fox_engine_destroy(fox_engine *e)
         e->ops->destroy(e->be);
     fox_features_fini(&e->feat);
     fox_series_fini(&e->series);
-    free(e->eval_s);
-    free(e->eval_q);
+    fox__lookahead_free(e->ahead);
     free(e);
 }
 
@@ -123,15 +117,16 @@ fox_engine_load_data(fox_engine *e)
     int rv;
     if (e->data_loaded)
         return fox__engine_fail(e, FOX_ESTATE, "data already loaded");
-    if (strcmp(e->cfg.data, "synthetic") == 0)
-        rv = fox_series_synthetic(&e->series, e->cfg.synth_bars, e->cfg.seed);
-    else
-        rv = fox_series_load_csv(&e->series, e->cfg.data, 200 * (e->cfg.n_folds + 1), err,
-                                 sizeof err);
+    rv = fox_series_generate(&e->series, e->cfg.data, e->cfg.synth_bars, e->cfg.seed);
+    if (rv == FOX_ENOENT) /* not a generator's name: a CSV path */
+        rv = fox_series_load_csv(&e->series, e->cfg.data, e->cfg.price_column,
+                                 200 * (e->cfg.n_folds + 1), err, sizeof err);
     if (rv != FOX_OK)
         return fox__engine_fail(e, rv, "data: %s", err[0] ? err : fox_strerror(rv));
-    if (e->cfg.bars_per_year > 0)
+    if (e->cfg.bars_per_year > 0) {
         e->series.bars_per_year = e->cfg.bars_per_year;
+        e->series.bars_per_year_from = "data.bars_per_year";
+    }
     if ((rv = fox_features_compute(&e->feat, &e->series, e->lay.S)) != FOX_OK)
         return fox__engine_fail(e, rv, "features: %s", fox_strerror(rv));
     /* The backend needs the series; it is created once the data exists. */
@@ -141,9 +136,12 @@ fox_engine_load_data(fox_engine *e)
         return fox__engine_fail(e, rv, "%s", err);
     fox_isv_store_fingerprint((float *)fox__be(e)->isv, e->fingerprint);
     e->data_loaded = 1;
-    fox_log(FOX_LOG_INFO, "engine: %s backend, %zu parameters, %d envs, batch %d, %d bars from %s",
+    e->times.startup = fox_mono_s() - e->created_at;
+    fox_log(FOX_LOG_INFO,
+            "engine: %s backend, %zu parameters, %d envs, batch %d, %d bars from %s, "
+            "P = %.0f bars a year (%s)",
             e->ops->name, e->lay.n_real, e->cfg.n_envs, e->cfg.batch, e->series.n,
-            e->series.source);
+            e->series.source, e->series.bars_per_year, e->series.bars_per_year_from);
     return FOX_OK;
 }
 
@@ -199,26 +197,11 @@ fox_engine_halt_info(const fox_engine *e, fox_halt_info *out)
 }
 
 int
-fox__engine_sentinel_where(fox_engine *e, int slot, float **ptr, size_t *len)
-{
-    if (!e->be || !e->ops->sentinel_where)
-        return FOX_ESTATE;
-    return e->ops->sentinel_where(e->be, slot, ptr, len);
-}
-
-int
-fox__engine_check_now(fox_engine *e)
-{
-    if (!e->be || !e->ops->check_now)
-        return FOX_ESTATE;
-    return e->ops->check_now(e->be);
-}
-
-int
 fox_engine_begin_fold(fox_engine *e, int fold)
 {
     if (!e->data_loaded)
         return fox__engine_fail(e, FOX_ESTATE, "begin_fold before load_data");
+    double t0 = fox_mono_s();
     int rv = fox_fold_split(e->series.n, e->feat.warmup, e->cfg.n_folds, fold, &e->seg);
     if (rv != FOX_OK)
         return fox__engine_fail(e, rv, "fold %d: no such fold of %d (or blocks too short)", fold,
@@ -230,15 +213,49 @@ fox_engine_begin_fold(fox_engine *e, int fold)
     if ((rv = fox_engine_reset_for_fold(e)) != FOX_OK)
         return rv;
     e->fold = fold;
+    e->policy_loaded = 0;
     memset(&e->rep, 0, sizeof e->rep);
     e->rep.fold = fold;
     e->rep.best_epoch = -1;
     e->rep.bars_per_year = e->series.bars_per_year;
-    e->epoch_t0 = monotonic_seconds();
+    e->rep.select_rule = e->cfg.select_rule;
+    e->rep.select_window = e->cfg.select_rule == FOX_SELECT_SMOOTHED ? e->cfg.select_window : 1;
+    e->test_sharpe_sum = 0.0;
+    /* The fold's own times start here; its baselines' walks count as its evaluation. */
+    e->fold_times0 = e->times;
+    e->fold_t0 = t0;
+    if ((rv = fox__engine_baselines(e)) != FOX_OK) {
+        e->fold = -1;
+        return rv;
+    }
+    e->epoch_t0 = fox_mono_s();
     e->epoch_step0 = 0;
     e->epoch_loss_sum = 0.0;
     e->epoch_loss_n = 0;
+    memset(&e->last, 0, sizeof e->last);
+    e->times.fold_setup += e->epoch_t0 - t0 - (e->times.eval - e->fold_times0.eval);
     return FOX_OK;
+}
+
+/*
+ * Keep what the epoch report shows of the last step: exploration and
+ * counters of the chunk just run, and the losses of the last chunk that
+ * trained (a chunk still filling the replay ring trains nothing and reports
+ * a loss of 0).
+ */
+static void
+keep_last_stats(fox_engine *e, const fox_step_stats *st)
+{
+    e->last.step = st->step;
+    e->last.env_steps = st->env_steps;
+    e->last.epsilon = st->epsilon;
+    if (st->loss != 0.0f) {
+        e->last.loss = st->loss;
+        e->last.loss_c51 = st->loss_c51;
+        e->last.loss_iqn = st->loss_iqn;
+        e->last.loss_aux = st->loss_aux;
+        e->last.grad_norm = st->grad_norm;
+    }
 }
 
 int
@@ -252,7 +269,11 @@ fox_engine_run_steps(fox_engine *e, int n, fox_step_stats *stats)
     int rv = check_not_halted(e, "run_steps");
     if (rv != FOX_OK)
         return rv;
+    double t0 = fox_mono_s();
+    /* A backend fills only what its chunk computed: a chunk that trained nothing leaves 0s. */
+    memset(stats, 0, sizeof *stats);
     rv = e->ops->run_steps(e->be, n, stats);
+    e->times.train += fox_mono_s() - t0;
     if (rv == FOX_EHALT) {
         /* The backend stopped inside the chunk; stats->step is where (the fold's step count). */
         e->total_steps += stats->step - e->fold_step;
@@ -264,10 +285,10 @@ fox_engine_run_steps(fox_engine *e, int n, fox_step_stats *stats)
     if (rv != FOX_OK)
         return fox__engine_fail(e, rv, "%s",
                                 fox__be(e)->err[0] ? fox__be(e)->err : fox_strerror(rv));
-    if (stats->loss != 0.0f) {
-        e->epoch_loss_sum += stats->loss;
-        e->epoch_loss_n++;
-    }
+    /* Summed step by step, so the epoch's mean is the same whatever the chunks. */
+    e->epoch_loss_sum += stats->loss_sum;
+    e->epoch_loss_n += stats->trained;
+    keep_last_stats(e, stats);
     e->rep.final_loss = stats->loss;
     return FOX_OK;
 }
@@ -281,13 +302,54 @@ fox_engine_train_only(fox_engine *e, int n, fox_step_stats *stats)
     int rv = check_not_halted(e, "train_only");
     if (rv != FOX_OK)
         return rv;
+    double t0 = fox_mono_s();
     rv = e->ops->train_only(e->be, n, stats ? stats : &local);
+    e->times.train += fox_mono_s() - t0;
     if (rv == FOX_EHALT)
         return record_halt(e);
     if (rv != FOX_OK)
         return fox__engine_fail(e, rv, "train_only: %s",
                                 rv == FOX_ESTATE ? "replay not filled yet" : fox_strerror(rv));
     return FOX_OK;
+}
+
+/*
+ * Selection on validation only; the test figure of the chosen epoch is the
+ * unbiased one. The smoothed rule scores epoch j by the mean validation
+ * Sharpe of epochs j−K+1..j and keeps the best full window; until K epochs
+ * exist the latest (partial) window is chosen, so a fold shorter than K
+ * epochs ends at its last epoch. One noisy epoch then moves the score by
+ * 1/K of its jump, not all of it. Online, so the chosen epoch is always one
+ * that has just ended (a checkpoint of it can be taken then).
+ */
+void
+fox__engine_select_epoch(fox_engine *e, const fox_epoch_report *rep)
+{
+    fox_fold_report *fr = &e->rep;
+    int j = rep->epoch, K = fr->select_window;
+    double score = rep->val.sharpe;
+    int take;
+    if (fr->select_rule == FOX_SELECT_SMOOTHED) {
+        e->sel_val[j % K] = rep->val.sharpe;
+        int have = j + 1 < K ? j + 1 : K;
+        double sum = 0.0;
+        for (int i = 0; i < have; i++)
+            sum += e->sel_val[i];
+        score = sum / have;
+        take = j + 1 <= K || score > fr->select_score;
+    } else {
+        take = fr->select_rule == FOX_SELECT_LAST || fr->best_epoch < 0 ||
+               score > fr->select_score;
+    }
+    if (take) {
+        fr->best_epoch = j;
+        fr->best_val_sharpe = rep->val.sharpe;
+        fr->select_score = score;
+        fr->test_at_best = rep->test;
+    }
+    fr->test_at_last = rep->test;
+    e->test_sharpe_sum += rep->test.sharpe;
+    fr->test_sharpe_mean = e->test_sharpe_sum / (j + 1);
 }
 
 int
@@ -298,9 +360,10 @@ fox_engine_end_epoch(fox_engine *e, fox_epoch_report *rep)
     memset(rep, 0, sizeof *rep);
     fox_train_counters c;
     e->ops->state_io(e->be, 0, NULL, NULL, NULL, NULL, &c);
-    double dt = monotonic_seconds() - e->epoch_t0;
+    double dt = fox_mono_s() - e->epoch_t0;
     rep->fold = e->fold;
     rep->epoch = e->rep.epochs_done;
+    rep->last = e->last;
     rep->last.step = c.step;
     rep->last.env_steps = c.env_steps;
     rep->mean_loss = e->epoch_loss_n ? e->epoch_loss_sum / (double)e->epoch_loss_n : 0.0;
@@ -312,20 +375,15 @@ fox_engine_end_epoch(fox_engine *e, fox_epoch_report *rep)
         return rv;
     rep->val = res[0];
     rep->test = res[1];
+    fox__engine_select_epoch(e, rep);
     fox_fold_report *fr = &e->rep;
-    /* Selection on validation only; the test figure of that epoch is the unbiased one. */
-    if (fr->best_epoch < 0 || rep->val.sharpe > fr->best_val_sharpe) {
-        fr->best_epoch = rep->epoch;
-        fr->best_val_sharpe = rep->val.sharpe;
-        fr->test_at_best = rep->test;
-    }
     fr->epochs_done++;
     fr->final_loss = rep->mean_loss;
     fr->steps_per_sec =
         fr->steps_per_sec == 0.0
             ? rep->steps_per_sec
             : (fr->steps_per_sec * (fr->epochs_done - 1) + rep->steps_per_sec) / fr->epochs_done;
-    e->epoch_t0 = monotonic_seconds();
+    e->epoch_t0 = fox_mono_s();
     e->epoch_step0 = c.step;
     e->epoch_loss_sum = 0.0;
     e->epoch_loss_n = 0;
@@ -339,7 +397,41 @@ fox_engine_fold_report(const fox_engine *e, fox_fold_report *out)
         return FOX_ESTATE;
     *out = e->rep;
     out->flagged = fox_sentinel_mask(fox_engine_flags(e));
+    out->wall_secs = fox_mono_s() - e->fold_t0;
+    out->train_secs = e->times.train - e->fold_times0.train;
+    out->eval_secs = e->times.eval - e->fold_times0.eval;
+    out->eval_bars = e->times.eval_bars - e->fold_times0.eval_bars;
+    out->eval_passes = e->times.eval_passes - e->fold_times0.eval_passes;
+    out->test_policy[FOX_POLICY_GREEDY] = out->test_at_best;
+    const fox_eval_result *oracle = &out->test_policy[FOX_POLICY_ORACLE];
+    out->oracle_fraction = out->has_oracle && out->epochs_done > 0 && oracle->sharpe > 0.0
+                               ? out->test_at_best.sharpe / oracle->sharpe
+                               : NAN;
+    out->halt_reason = e->halt.reason;
+    out->halt_step = e->halt.step;
+    for (int i = 0; i < e->halt.n_slots; i++)
+        out->halt_slots |= 1ull << e->halt.slots[i];
     return FOX_OK;
+}
+
+int
+fox_engine_backtest(fox_engine *e, fox_fold_report *out)
+{
+    if (!e->policy_loaded)
+        return fox__engine_fail(e, FOX_ESTATE, "backtest before load_policy");
+    fox_eval_result policy;
+    int rv = fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_GREEDY, &policy);
+    if (rv != FOX_OK || (rv = fox__engine_baselines(e)) != FOX_OK)
+        return rv;
+    fox_fold_report *fr = &e->rep;
+    fr->test_at_best = policy;
+    fr->best_val_sharpe = NAN;
+    fr->select_score = NAN;
+    fr->final_loss = NAN;
+    fr->steps_per_sec = NAN;
+    fr->test_sharpe_mean = NAN;
+    fr->test_at_last.sharpe = NAN;
+    return fox_engine_fold_report(e, out);
 }
 
 void
@@ -351,10 +443,17 @@ fox_engine_get_info(const fox_engine *e, fox_engine_info *out)
     out->n_envs = e->cfg.n_envs;
     out->batch = e->cfg.batch;
     out->n_bars = e->series.n;
+    out->bars_per_year = e->series.bars_per_year;
+    out->bars_per_year_from = e->series.bars_per_year_from;
     out->fold = e->fold;
     out->epoch = e->rep.epochs_done;
     out->total_steps = e->total_steps;
     out->fingerprint = e->fingerprint;
+    out->times = e->times;
+    out->val_begin = e->seg.val_begin;
+    out->val_end = e->seg.val_end;
+    out->test_begin = e->seg.test_begin;
+    out->test_end = e->seg.test_end;
     if (e->be) {
         fox_train_counters c;
         e->ops->state_io(e->be, 0, NULL, NULL, NULL, NULL, &c);
@@ -419,4 +518,11 @@ fox_engine_get_params(fox_engine *e, float *out, size_t n)
         return fox__engine_fail(e, FOX_EINVAL, "buffer of %zu floats, %zu needed", n,
                                 e->lay.n_params);
     return e->ops->state_io(e->be, 0, out, NULL, NULL, NULL, NULL);
+}
+
+void
+fox_engine_set_eval_hook(fox_engine *e, fox_eval_bar_fn fn, void *arg)
+{
+    e->bar_hook = fn;
+    e->bar_arg = arg;
 }

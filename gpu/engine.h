@@ -36,8 +36,30 @@ typedef enum {
     FOX_POLICY_GREEDY = 0,   /* argmax of the C51 expected Q per branch */
     FOX_POLICY_BUY_HOLD = 1, /* long 100 % from the first bar */
     FOX_POLICY_FLAT = 2,     /* never trades */
-    FOX_POLICY_RANDOM = 3    /* uniform random sub-actions (seeded) */
+    FOX_POLICY_RANDOM = 3,   /* uniform random sub-actions (seeded) */
+    FOX_POLICY_TREND = 4,    /* sign of the trailing k-bar return, k chosen on validation */
+    FOX_POLICY_ORACLE = 5,   /* knows the generator's expected next-bar return (synthetic only) */
+    FOX_POLICY_COUNT = 6
 } fox_policy;
+
+/*
+ * The trend rule's lookbacks, tried on validation when a fold begins
+ * (docs/results.md). Where fewer than FOX_TREND_VAL_MIN_BARS validation bars
+ * exist to choose on (a backtest from the first bars of a file), the rule
+ * takes FOX_TREND_K_FIXED, the middle one, untried.
+ */
+#define FOX_TREND_K_COUNT 3
+#define FOX_TREND_K_LIST {16, 64, 256}
+#define FOX_TREND_K_FIXED 64
+#define FOX_TREND_VAL_MIN_BARS 50
+
+/* How an epoch is chosen on validation (train.select). */
+typedef enum {
+    FOX_SELECT_SMOOTHED = 0, /* the maximum of a train.select_window-epoch trailing mean */
+    FOX_SELECT_BEST = 1,     /* the maximum of one epoch's validation Sharpe */
+    FOX_SELECT_LAST = 2      /* the last epoch */
+} fox_select_rule;
+#define FOX_SELECT_WINDOW_MAX 64
 
 typedef struct fox_step_stats {
     int64_t step;      /* train steps done in this fold */
@@ -46,6 +68,8 @@ typedef struct fox_step_stats {
     float loss_c51, loss_iqn, loss_aux;
     float grad_norm; /* global norm before clipping */
     float epsilon;   /* exploration rate in use */
+    double loss_sum; /* total loss summed over the chunk's train steps, in step order */
+    int trained;     /* train steps in the chunk (0 while the replay ring fills) */
 } fox_step_stats;
 
 typedef struct fox_eval_result {
@@ -56,7 +80,17 @@ typedef struct fox_eval_result {
     double total_return;  /* cumulative net log return */
     double bars_per_year; /* P used for annualizing */
     int bars;
+    double sharpe_se; /* standard error of sharpe, Mertens' form for non-normal returns */
 } fox_eval_result;
+
+/*
+ * Called by every evaluation pass after each bar it steps over: the split,
+ * the policy, the bar t + 1 at which the step's return is realized, and the
+ * pass's cumulative net log return up to it. For equity curves; the hook
+ * must not call back into the engine.
+ */
+typedef void (*fox_eval_bar_fn)(void *arg, fox_split split, fox_policy policy, int bar,
+                                double cum_net);
 
 typedef struct fox_epoch_report {
     int fold, epoch;
@@ -69,25 +103,66 @@ typedef struct fox_epoch_report {
 typedef struct fox_fold_report {
     int fold;
     int epochs_done;
-    int best_epoch;               /* chosen on validation Sharpe */
-    double best_val_sharpe;       /* selection-biased: the maximum over epochs */
+    int best_epoch;               /* chosen on validation by select_rule */
+    double best_val_sharpe;       /* its validation Sharpe: selection-biased */
     fox_eval_result test_at_best; /* the unbiased figure */
     double final_loss;
     double steps_per_sec;
     double bars_per_year;
     uint64_t flagged; /* sentinel slots set when reported (bit i: slot i) */
+
+    /*
+     * Every policy on the same test split, indexed by fox_policy:
+     * [FOX_POLICY_GREEDY] is test_at_best, the others the baselines,
+     * evaluated once when the fold begins (they do not learn).
+     */
+    fox_eval_result test_policy[FOX_POLICY_COUNT];
+    int has_oracle;         /* the series knows its expected returns (a generator made it) */
+    double oracle_fraction; /* test_at_best.sharpe / the oracle's; NaN without an oracle or
+                               when the oracle's Sharpe is not positive */
+    int trend_k;            /* the trend rule's lookback in bars, chosen on validation */
+    int trend_k_tried;      /* how many lookbacks were tried for it (0: FOX_TREND_K_FIXED) */
+    int select_rule;        /* fox_select_rule that chose best_epoch */
+    int select_window;      /* epochs in its trailing mean (smoothed) */
+    double select_score;    /* the rule's validation score at best_epoch */
+    fox_eval_result test_at_last; /* the last epoch's test figures */
+    double test_sharpe_mean;      /* mean over epochs of the test net Sharpe */
+
+    /* Wall seconds from begin_fold to this report, and the parts of it spent in train steps
+     * (with collection) and in evaluation walks; the rest is fold set-up and bookkeeping. */
+    double wall_secs, train_secs, eval_secs;
+    int64_t eval_bars, eval_passes; /* greedy decision bars walked, the forward passes they took */
+    /* A fold the stability system stopped: its FOX_HALT_* (0: none), step and halting slots. */
+    int halt_reason;
+    int64_t halt_step;
+    uint64_t halt_slots; /* bit i: slot i (0–35) */
 } fox_fold_report;
+
+/* Wall seconds the engine has spent since its creation, by kind of work. */
+typedef struct fox_engine_times {
+    double startup;    /* create and load_data: data, features, the backend and its device */
+    double fold_setup; /* begin_fold but its baselines: normalization, ring and envs reset */
+    double train;      /* run_steps and train_only (a CUDA fold's first chunk captures graphs) */
+    double eval;       /* evaluation walks: the baselines', end_epoch's, every evaluate call */
+    double checkpoint; /* checkpoint files written and read */
+    int64_t eval_bars, eval_passes; /* greedy decision bars walked, the forward passes they took */
+} fox_engine_times;
 
 typedef struct fox_engine_info {
     const char *backend; /* "cpu" | "cuda" */
     size_t n_params;     /* real (unpadded) parameter count */
     int n_envs, batch;
     int n_bars;           /* length of the loaded series */
+    double bars_per_year; /* P of the loaded series (inferred, or data.bars_per_year) */
+    const char *bars_per_year_from; /* how P was found; NULL before load_data */
     int fold;             /* current fold, -1 before begin_fold */
     int epoch;            /* epochs completed in the fold */
     int64_t step;         /* train steps in the fold */
     int64_t total_steps;  /* train steps since creation */
     uint64_t fingerprint; /* layout fingerprint (ISV slots 115–116) */
+    int val_begin, val_end;   /* the current fold's validation bars [begin, end) */
+    int test_begin, test_end; /* and its test bars (a backtest: the bars it walks) */
+    fox_engine_times times;
 } fox_engine_info;
 
 /*
@@ -165,6 +240,9 @@ int fox_engine_evaluate(fox_engine *e, fox_split split, fox_policy policy, fox_e
 int fox_engine_evaluate_splits(fox_engine *e, const fox_split *splits, int n_splits,
                                fox_policy policy, fox_eval_result *out);
 
+/* Install (fn NULL: remove) the per-bar hook of every later evaluation pass. */
+void fox_engine_set_eval_hook(fox_engine *e, fox_eval_bar_fn fn, void *arg);
+
 /*
  * Close an epoch: evaluate the greedy policy on validation and test, update
  * the fold's best epoch (chosen on validation) and fill *rep.
@@ -208,5 +286,29 @@ size_t fox_engine_param_count(const fox_engine *e);
  */
 int fox_engine_checkpoint_save(fox_engine *e, const char *path);
 int fox_engine_checkpoint_load(fox_engine *e, const char *path);
+
+/*
+ * Backtest, step 1: take the policy of a checkpoint (its weights and the
+ * feature normalization of the fold it was trained on; format 2 or later)
+ * and make bars [begin, end) of the loaded series (begin < 0: the first bar
+ * with features; end ≤ 0: the last) the test split that evaluate() walks.
+ * The bars [val_begin, begin) before them are its validation split, where
+ * the trend rule's lookback is chosen as a fold's is; val_begin < 0 takes as
+ * many bars before begin as the range has (a fold's validation and test
+ * halves are alike), as far back as the first bar with features. A
+ * checkpoint of another layout is refused naming both fingerprints, as by
+ * checkpoint_load.
+ */
+int fox_engine_load_policy(fox_engine *e, const char *path, int val_begin, int begin, int end);
+
+/*
+ * Backtest, step 2: one greedy pass of the loaded policy over the test split
+ * and every baseline on it, by the same code that measures a fold's when it
+ * begins, as a fold report: the checkpoint's fold and epoch, the policy's
+ * figures in test_at_best, the baselines in test_policy; what a backtest
+ * does not measure (validation, selection, loss, speed) is NaN. FOX_ESTATE
+ * without load_policy.
+ */
+int fox_engine_backtest(fox_engine *e, fox_fold_report *out);
 
 #endif

@@ -8,9 +8,11 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "common/clock.h"
 #include "gpu/backend.h"
 #include "gpu/data.h"
 #include "gpu/engine.h"
+#include "gpu/lookahead.h"
 #include "gpu/model.h"
 
 struct fox_engine {
@@ -32,9 +34,40 @@ struct fox_engine {
     int64_t fold_step; /* full steps of the fold, as the backend last reported them */
     uint64_t fingerprint;
     fox_halt_info halt;     /* reason FOX_HALT_NONE while the fold runs */
-    float *eval_s, *eval_q; /* [FOX_EVAL_SPLITS_MAX × S], [FOX_EVAL_SPLITS_MAX × n_actions] */
+    fox_lookahead *ahead;   /* the greedy evaluation's predicted bars and their Q */
+    fox_engine_times times; /* since creation; times.startup runs from create to load_data's end */
+    fox_engine_times fold_times0; /* times at the fold's begin_fold, for the fold report */
+    double created_at, fold_t0;   /* monotonic seconds */
+    int trend_k;            /* the trend rule's lookback, chosen when the fold begins */
+    int policy_loaded;      /* load_policy set the segments: a backtest, not a fold */
+    /* Epoch selection: the last select_window validation Sharpes (a ring) and the test sum. */
+    double sel_val[FOX_SELECT_WINDOW_MAX];
+    double test_sharpe_sum;
+    fox_step_stats last;    /* the epoch report's `last`: losses of the last chunk that trained */
+    fox_eval_bar_fn bar_hook; /* fox_engine_set_eval_hook: per-bar equity of evaluations */
+    void *bar_arg;
     char err[512];
 };
+
+/*
+ * Evaluate the baselines on the current test split into e->rep.test_policy
+ * (and choose the trend rule's lookback on the validation split): a fold's
+ * when it begins, a backtest's bars after load_policy.
+ */
+int fox__engine_baselines(fox_engine *e);
+
+/*
+ * Fold the epoch just evaluated into the fold's selection (train.select)
+ * and its record of the last and mean test figures. end_epoch calls it;
+ * tests call it with made-up reports to check the rule.
+ */
+void fox__engine_select_epoch(fox_engine *e, const fox_epoch_report *rep);
+
+/*
+ * Standard error of an annualized Sharpe sr from the raw sums of the first
+ * four powers of n per-bar returns, P bars a year (evaluate.c says which form).
+ */
+double fox__sharpe_se(double sr, double s1, double s2, double s3, double s4, int n, double P);
 
 /* The fields every backend starts with. */
 static inline fox_backend_base *
@@ -60,13 +93,5 @@ fox__engine_fail(fox_engine *e, int code, const char *fmt, ...)
     va_end(ap);
     return code;
 }
-
-/*
- * Test and drill hooks of the stability system (the backend's sentinel_where
- * and check_now): where slot's first watched run lies in host memory, and one
- * fused check now. FOX_ENOENT / FOX_ESTATE when the backend lacks them.
- */
-int fox__engine_sentinel_where(fox_engine *e, int slot, float **ptr, size_t *len);
-int fox__engine_check_now(fox_engine *e);
 
 #endif

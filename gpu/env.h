@@ -93,6 +93,51 @@ fox_env_step(const fox_env_params *p, const fox_env_bars *b, int t, fox_env_pos 
     return f;
 }
 
+/*
+ * The reward a learner is trained on: the step's reward with the costs
+ * charged cost_mult times instead of once (env.train_cost_mult), so that
+ * trading looks dearer to the learner than it is and only an edge that
+ * clears the dearer cost is worth a change of position. The reported
+ * figures (ret_net) always charge the costs once. cost_mult 1 gives the
+ * step's reward bit for bit.
+ */
+FOX_HD float
+fox_env_train_reward(const fox_env_params *p, const fox_env_fill *f, float cost_mult)
+{
+    return f->reward - (cost_mult - 1.0f) * (f->ret_gross - f->ret_net) * p->reward_scale;
+}
+
+/* The direction of a position: FOX_DIR_SHORT, FOX_DIR_FLAT or FOX_DIR_LONG. */
+FOX_HD int
+fox_env_direction(float pos)
+{
+    return pos > 0.0f ? FOX_DIR_LONG : pos < 0.0f ? FOX_DIR_SHORT : FOX_DIR_FLAT;
+}
+
+/*
+ * The no-trade band of a greedy decision: the greedy action a keeps the
+ * direction the position pos already has unless the direction branch's Q
+ * of the new direction, q_dir[a's], exceeds the current direction's by more
+ * than per_unit × |Δposition| of the change a asks for. per_unit is in the
+ * Q's units (reward units): policy.band × the market cost × reward_scale.
+ *
+ * Why: the greedy argmax already nets the cost out of Q, but Q is an
+ * estimate, and where nothing can be earned its noise alone flips the
+ * argmax, paying the cost at every flip. A switch must now beat the noise
+ * by a margin proportional to what it costs (a discrete form of the no-trade
+ * region that proportional costs imply). Size and urgency stay greedy.
+ */
+FOX_HD void
+fox_env_band(const fox_env_params *p, float pos, const float *q_dir, float per_unit, int32_t a[4])
+{
+    int cur = fox_env_direction(pos);
+    if (per_unit <= 0.0f || a[FOX_BR_DIRECTION] == cur)
+        return;
+    float change = fabsf(fox_env_target(p, pos, a) - pos);
+    if (q_dir[a[FOX_BR_DIRECTION]] - q_dir[cur] <= per_unit * change)
+        a[FOX_BR_DIRECTION] = cur;
+}
+
 /* The three portfolio features of a state at the close of bar t. */
 FOX_HD void
 fox_env_portfolio(const fox_env_pos *st, float close_t, float out[3])

@@ -1,18 +1,23 @@
 /*
  * evaluate.c — one sequential pass of a policy over a validation or test
  * segment: the same environment step as training (env.h), greedy actions
- * from the backend's expected Q, and the trading report (annualized Sharpe
- * net and gross, max drawdown, turnover).
+ * from the backend's expected Q or a baseline's rule, and the trading
+ * report (annualized Sharpe net and gross with its standard error, max
+ * drawdown, turnover). Also the baselines: every rule that does not learn,
+ * on the test split, once per fold (and once per backtest).
  *
  * Sequential on purpose: the portfolio features of bar t depend on the
  * position the policy took at t−1. Several segments (validation and test)
- * walk side by side, so each forward pass serves all of them.
+ * walk side by side, so each forward pass serves all of them, and the greedy
+ * policy's passes predict bars ahead (lookahead.h). The rules that do not
+ * learn need no pass: their actions follow from the bars and the position.
  */
 #include <math.h>
 #include <string.h>
 
 #include "gpu/engine_impl.h"
 #include "gpu/env.h"
+#include "gpu/lookahead.h"
 
 /* mean/std × √P with the sample standard deviation; 0 for a flat series. */
 static double
@@ -27,33 +32,29 @@ sharpe(double sum, double sum2, int n, double P)
     return mean / sqrt(var) * sqrt(P);
 }
 
-/* Fixed actions of the baselines, drawn actions of the random policy. */
-static void
-baseline_action(const fox_model_layout *lay, fox_policy policy, fox_rng *rng, int32_t a[4])
+/*
+ * Standard error of the annualized Sharpe sr of n returns whose raw sums of
+ * powers are s1..s4 (Mertens; Opdyke shows it holds for stationary ergodic
+ * returns): with the per-bar SR q = sr/√P, skewness γ₃ and raw kurtosis γ₄,
+ * Var(q̂) = (1 − γ₃q + (γ₄−1)/4·q²)/n and SE = √P·√Var. The bracket is
+ * (1 − γ₃q/2)² + (γ₄−1−γ₃²)/4·q² ≥ 0. A series without variance (flat) has
+ * an exact Sharpe of 0 and SE 0.
+ */
+double
+fox__sharpe_se(double sr, double s1, double s2, double s3, double s4, int n, double P)
 {
-    if (policy == FOX_POLICY_RANDOM) {
-        for (int d = 0; d < lay->n_branches; d++)
-            a[d] = (int32_t)fox_rng_below(rng, (uint32_t)lay->branch_size[d]);
-        return;
-    }
-    a[0] = policy == FOX_POLICY_BUY_HOLD ? FOX_DIR_LONG : FOX_DIR_FLAT;
-    a[1] = lay->branch_size[1] - 1;
-    a[2] = FOX_ORDER_MARKET;
-    a[3] = lay->branch_size[3] - 1;
-}
-
-/* The greedy sub-action of every branch from one state's expected Q. */
-static void
-greedy_action(const fox_model_layout *lay, const float *q_row, int32_t a[4])
-{
-    for (int d = 0; d < lay->n_branches; d++) {
-        const float *q = q_row + lay->branch_off[d];
-        int best = 0;
-        for (int k = 1; k < lay->branch_size[d]; k++)
-            if (q[k] > q[best])
-                best = k;
-        a[d] = best;
-    }
+    if (n < 2 || P <= 0.0)
+        return 0.0;
+    double m = s1 / n;
+    double m2 = s2 / n - m * m;
+    if (m2 <= 1e-24)
+        return 0.0;
+    double m3 = s3 / n - 3.0 * m * s2 / n + 2.0 * m * m * m;
+    double m4 = s4 / n - 4.0 * m * s3 / n + 6.0 * m * m * s2 / n - 3.0 * m * m * m * m;
+    double g3 = m3 / (m2 * sqrt(m2)), g4 = m4 / (m2 * m2);
+    double q = sr / sqrt(P);
+    double v = (1.0 - g3 * q + (g4 - 1.0) / 4.0 * q * q) / n;
+    return v > 0.0 ? sqrt(v * P) : 0.0;
 }
 
 /* One segment's pass in progress: where it is, its position, its running sums. */
@@ -61,16 +62,87 @@ typedef struct eval_walk {
     int t, end; /* the next decision bar; the segment ends at end */
     fox_env_pos st;
     fox_rng rng;
-    double sum, sum2, gsum, gsum2, cum, peak, mdd, turn;
+    double sum, sum2, sum3, sum4, gsum, gsum2, cum, peak, mdd, turn;
     int n;
 } eval_walk;
+
+/* The action that moves the whole way to position dir (−1, 0, +1) at full size, at market. */
+static void
+full_move(const fox_model_layout *lay, int dir, int32_t a[4])
+{
+    a[FOX_BR_DIRECTION] = dir + 1;
+    a[FOX_BR_SIZE] = lay->branch_size[FOX_BR_SIZE] - 1;
+    a[FOX_BR_ORDER] = FOX_ORDER_MARKET;
+    a[FOX_BR_URGENCY] = lay->branch_size[FOX_BR_URGENCY] - 1;
+}
+
+/* The sign of the trailing k-bar log return at bar t (from bar 0 while t < k). */
+static int
+trend_direction(const fox_series *s, int t, int k)
+{
+    float past = s->close[t >= k ? t - k : 0];
+    return s->close[t] > past ? 1 : s->close[t] < past ? -1 : 0;
+}
+
+/*
+ * The oracle: of the positions −1, 0 and +1, the one with the largest
+ * expected next-bar net return given the generator's expected return E:
+ * p·E − (fee + half_spread)·|p − held|; a tie keeps the position held, so
+ * that where E = 0 (no edge) it never trades.
+ */
+static int
+oracle_direction(const fox_config *c, double E, float held)
+{
+    double cost = (double)c->fee + c->half_spread;
+    int best = held > 0.0f ? 1 : held < 0.0f ? -1 : 0;
+    double best_v = best * E - cost * fabs(best - held);
+    for (int p = -1; p <= 1; p++) {
+        double v = p * E - cost * fabs(p - held);
+        if (v > best_v) {
+            best_v = v;
+            best = p;
+        }
+    }
+    return best;
+}
+
+/* The action of a policy that does not learn, at the walk's bar; trend_k for the trend rule. */
+static void
+rule_action(const fox_engine *e, fox_policy policy, int trend_k, eval_walk *w, int32_t a[4])
+{
+    const fox_model_layout *lay = &e->lay;
+    switch (policy) {
+    case FOX_POLICY_RANDOM:
+        for (int d = 0; d < lay->n_branches; d++)
+            a[d] = (int32_t)fox_rng_below(&w->rng, (uint32_t)lay->branch_size[d]);
+        return;
+    case FOX_POLICY_BUY_HOLD:
+        full_move(lay, 1, a);
+        return;
+    case FOX_POLICY_TREND:
+        full_move(lay, trend_direction(&e->series, w->t, trend_k), a);
+        return;
+    case FOX_POLICY_ORACLE:
+        full_move(lay,
+                  oracle_direction(&e->cfg, e->series.expected_return(&e->series, w->t),
+                                   w->st.pos),
+                  a);
+        return;
+    default:
+        full_move(lay, 0, a);
+        return;
+    }
+}
 
 static void
 walk_step(eval_walk *w, const fox_env_params *p, const fox_env_bars *bars, const int32_t a[4])
 {
     fox_env_fill f = fox_env_step(p, bars, w->t, &w->st, a);
     w->sum += f.ret_net;
-    w->sum2 += (double)f.ret_net * f.ret_net;
+    double r2 = (double)f.ret_net * f.ret_net;
+    w->sum2 += r2;
+    w->sum3 += r2 * f.ret_net;
+    w->sum4 += r2 * r2;
     w->gsum += f.ret_gross;
     w->gsum2 += (double)f.ret_gross * f.ret_gross;
     w->turn += f.dpos;
@@ -94,22 +166,31 @@ walk_report(const eval_walk *w, double P, fox_eval_result *out)
     out->total_return = w->cum;
     out->bars_per_year = P;
     out->bars = w->n;
+    out->sharpe_se = fox__sharpe_se(out->sharpe, w->sum, w->sum2, w->sum3, w->sum4, w->n, P);
 }
 
-int
-fox_engine_evaluate_splits(fox_engine *e, const fox_split *splits, int n_splits, fox_policy policy,
-                           fox_eval_result *out)
+/* The walks of evaluate_k, untimed. */
+static int
+walk_splits(fox_engine *e, const fox_split *splits, int n_splits, fox_policy policy, int trend_k,
+            fox_eval_result *out)
 {
     if (e->fold < 0)
         return fox__engine_fail(e, FOX_ESTATE, "evaluate before begin_fold");
     if (n_splits < 1 || n_splits > FOX_EVAL_SPLITS_MAX)
         return fox__engine_fail(e, FOX_EINVAL, "evaluate: %d splits (1 to %d)", n_splits,
                                 FOX_EVAL_SPLITS_MAX);
+    if ((int)policy < 0 || policy >= FOX_POLICY_COUNT)
+        return fox__engine_fail(e, FOX_EINVAL, "evaluate: no policy %d", (int)policy);
+    if (policy == FOX_POLICY_ORACLE && !e->series.expected_return)
+        return fox__engine_fail(e, FOX_ENOENT,
+                                "evaluate: the oracle needs a generator's truth; %s has none",
+                                e->series.source);
     const fox_config *c = &e->cfg;
-    const fox_model_layout *lay = &e->lay;
     fox_env_params p = {c->fee, c->half_spread, c->limit_fee,
                         1.0f,   c->size_levels, c->urgency_levels};
     fox_env_bars bars = {e->series.open, e->series.high, e->series.low, e->series.close};
+    /* The band in the Q's units: Q learns rewards scaled by reward_scale. */
+    float band = c->band * (c->fee + c->half_spread) * c->reward_scale;
     eval_walk w[FOX_EVAL_SPLITS_MAX];
     for (int k = 0; k < n_splits; k++) {
         int test = splits[k] == FOX_SPLIT_TEST;
@@ -122,9 +203,10 @@ fox_engine_evaluate_splits(fox_engine *e, const fox_split *splits, int n_splits,
     }
     /*
      * The segments walk in lockstep, one decision bar each per round, so the
-     * greedy policy asks the backend for every live segment's Q in one call:
-     * at batch 1 the forward pass costs the same per call whatever its rows.
+     * greedy policy asks for every live segment's action at once: one forward
+     * pass serves all the segments whose predicted bars (lookahead.h) ran out.
      */
+    fox__lookahead_reset(e->ahead);
     for (;;) {
         int live[FOX_EVAL_SPLITS_MAX], n_live = 0;
         for (int k = 0; k < n_splits; k++)
@@ -132,14 +214,14 @@ fox_engine_evaluate_splits(fox_engine *e, const fox_split *splits, int n_splits,
                 live[n_live++] = k;
         if (n_live == 0)
             break;
+        int32_t greedy[FOX_EVAL_SPLITS_MAX][4];
         if (policy == FOX_POLICY_GREEDY) {
-            for (int i = 0; i < n_live; i++) {
-                const eval_walk *wk = &w[live[i]];
-                float port[3];
-                fox_env_portfolio(&wk->st, e->series.close[wk->t], port);
-                fox__state_build(&e->feat, lay->S, wk->t, port, e->eval_s + (size_t)i * lay->S);
-            }
-            int rv = e->ops->q_values(e->be, e->eval_s, n_live, e->eval_q);
+            fox_lookahead_seg segs[FOX_EVAL_SPLITS_MAX];
+            for (int i = 0; i < n_live; i++)
+                segs[i] = (fox_lookahead_seg){live[i], w[live[i]].t, w[live[i]].end,
+                                              &w[live[i]].st};
+            int rv = fox__lookahead_actions(e->ahead, e->be, e->ops, &e->feat, &p, &bars, band,
+                                            segs, n_live, greedy);
             if (rv != FOX_OK)
                 return fox__engine_fail(e, rv, "evaluate: q_values: %s", fox_strerror(rv));
         }
@@ -147,10 +229,12 @@ fox_engine_evaluate_splits(fox_engine *e, const fox_split *splits, int n_splits,
             eval_walk *wk = &w[live[i]];
             int32_t a[4] = {0};
             if (policy == FOX_POLICY_GREEDY)
-                greedy_action(lay, e->eval_q + (size_t)i * lay->n_actions, a);
+                memcpy(a, greedy[i], sizeof a);
             else
-                baseline_action(lay, policy, &wk->rng, a);
+                rule_action(e, policy, trend_k, wk, a);
             walk_step(wk, &p, &bars, a);
+            if (e->bar_hook)
+                e->bar_hook(e->bar_arg, splits[live[i]], policy, wk->t, wk->cum);
         }
     }
     for (int k = 0; k < n_splits; k++)
@@ -158,8 +242,69 @@ fox_engine_evaluate_splits(fox_engine *e, const fox_split *splits, int n_splits,
     return FOX_OK;
 }
 
+/*
+ * evaluate_splits with the trend rule's lookback given, timed for the run's
+ * wall-time split: the fold's baselines count as evaluation as well.
+ */
+static int
+evaluate_k(fox_engine *e, const fox_split *splits, int n_splits, fox_policy policy, int trend_k,
+           fox_eval_result *out)
+{
+    double t0 = fox_mono_s();
+    int rv = walk_splits(e, splits, n_splits, policy, trend_k, out);
+    e->times.eval += fox_mono_s() - t0;
+    int64_t rows;
+    fox__lookahead_counts(e->ahead, &e->times.eval_passes, &rows, &e->times.eval_bars);
+    return rv;
+}
+
+int
+fox_engine_evaluate_splits(fox_engine *e, const fox_split *splits, int n_splits, fox_policy policy,
+                           fox_eval_result *out)
+{
+    return evaluate_k(e, splits, n_splits, policy, e->trend_k, out);
+}
+
 int
 fox_engine_evaluate(fox_engine *e, fox_split split, fox_policy policy, fox_eval_result *out)
 {
     return fox_engine_evaluate_splits(e, &split, 1, policy, out);
+}
+
+int
+fox__engine_baselines(fox_engine *e)
+{
+    fox_fold_report *fr = &e->rep;
+    static const int k_list[FOX_TREND_K_COUNT] = FOX_TREND_K_LIST;
+    const fox_split val = FOX_SPLIT_VALIDATION, test = FOX_SPLIT_TEST;
+    int rv;
+    /*
+     * The trend rule's lookback: the best validation net Sharpe of the few
+     * tried, where there are validation bars enough to judge them on.
+     */
+    e->trend_k = FOX_TREND_K_FIXED;
+    fr->trend_k_tried = 0;
+    if (e->seg.val_end - e->seg.val_begin >= FOX_TREND_VAL_MIN_BARS) {
+        double best = -INFINITY;
+        for (int i = 0; i < FOX_TREND_K_COUNT; i++) {
+            fox_eval_result r;
+            if ((rv = evaluate_k(e, &val, 1, FOX_POLICY_TREND, k_list[i], &r)) != FOX_OK)
+                return rv;
+            if (r.sharpe > best) {
+                best = r.sharpe;
+                e->trend_k = k_list[i];
+            }
+        }
+        fr->trend_k_tried = FOX_TREND_K_COUNT;
+    }
+    fr->trend_k = e->trend_k;
+    fr->has_oracle = e->series.expected_return != NULL;
+    for (int p = FOX_POLICY_BUY_HOLD; p < FOX_POLICY_COUNT; p++) {
+        if (p == FOX_POLICY_ORACLE && !fr->has_oracle)
+            continue;
+        if ((rv = evaluate_k(e, &test, 1, (fox_policy)p, e->trend_k, &fr->test_policy[p])) !=
+            FOX_OK)
+            return rv;
+    }
+    return FOX_OK;
 }

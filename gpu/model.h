@@ -97,6 +97,24 @@ fox_tensor_size(const fox_model_layout *lay, int i)
 }
 
 /*
+ * The greedy action of one state: the best sub-action of every branch from
+ * its expected Q q_row [n_actions], ties to the lowest sub-action. Data
+ * collection and the evaluation walk must break ties alike, so both use it.
+ */
+static inline void
+fox_model_greedy_action(const fox_model_layout *lay, const float *q_row, int32_t a[4])
+{
+    for (int d = 0; d < lay->n_branches; d++) {
+        const float *q = q_row + lay->branch_off[d];
+        int best = 0;
+        for (int k = 1; k < lay->branch_size[d]; k++)
+            if (q[k] > q[best])
+                best = k;
+        a[d] = best;
+    }
+}
+
+/*
  * Initialise params (n_params floats, padding zeroed) deterministically from
  * seed: weights uniform ±sqrt(6/(in+out)) (Glorot), biases 0, LayerNorm γ 1
  * and β 0, the last layers of the C51 heads scaled down so that initial

@@ -211,6 +211,7 @@ static const arg_spec args_run[] = {
     {"folds", A_FOLDS, 0, 0, FOX_PROTO_MAX_FOLDS - 1, OFF(folds_mask)},
     {"epochs", A_INT, 0, 1, 1000000, OFF(epochs)},
     {"steps_per_epoch", A_INT, 0, 1, 1000000000, OFF(steps_per_epoch)},
+    {"fresh", A_BOOL, 0, 0, 0, OFF(fresh)},
     END};
 static const arg_spec args_start_fold[] = {
     {"fold", A_INT, 1, 0, FOX_PROTO_MAX_FOLDS - 1, OFF(fold)},
@@ -228,6 +229,13 @@ static const arg_spec args_inject[] = {
     {"step", A_INT, 0, 0, 1000000000, OFF(fault_step)},
     END};
 static const arg_spec args_shutdown[] = {{"checkpoint", A_BOOL, 0, 0, 0, OFF(checkpoint)}, END};
+static const arg_spec args_backtest[] = {
+    {"checkpoint", A_STR, 1, 0, FOX_PROTO_PATH_MAX, OFF(path)},
+    {"data", A_STR, 0, 0, FOX_PROTO_PATH_MAX, OFF(data)},
+    {"bars_from", A_INT, 0, 0, 1 << 30, OFF(bars_from)},
+    {"bars_to", A_INT, 0, 0, 1 << 30, OFF(bars_to)},
+    {"val_from", A_INT, 0, 0, 1 << 30, OFF(val_from)},
+    END};
 
 static const arg_spec *const cmd_args[FOX_CMD_COUNT] = {
     [FOX_CMD_VERSION] = args_none,
@@ -249,6 +257,7 @@ static const arg_spec *const cmd_args[FOX_CMD_COUNT] = {
     [FOX_CMD_METRICS] = args_none,
     [FOX_CMD_INJECT_FAULT] = args_inject,
     [FOX_CMD_SHUTDOWN] = args_shutdown,
+    [FOX_CMD_BACKTEST] = args_backtest,
 };
 
 /* A string holding a name: non-empty, at most FOX_PROTO_NAME_MAX bytes. */
@@ -766,4 +775,25 @@ fox_proto_default_runtime_dir(char *buf, size_t len)
         n = snprintf(buf, len, "/tmp/foxd-%u", (unsigned)geteuid());
     }
     return (n < 0 || (size_t)n >= len) ? FOX_EINVAL : FOX_OK;
+}
+
+int
+fox_proto_parse_bars(const char *s, int *val_from, int *from, int *to)
+{
+    char tail;
+    int v, f, t;
+    if (sscanf(s, "%d:%d:%d%c", &v, &f, &t, &tail) == 3) {
+        if (v < 0 || v > f || f >= t)
+            return -1;
+        *val_from = v;
+    } else if (sscanf(s, "%d:%d%c", &f, &t, &tail) == 2) {
+        if (f < 0 || f >= t)
+            return -1;
+        *val_from = -1;
+    } else {
+        return -1;
+    }
+    *from = f;
+    *to = t;
+    return 0;
 }

@@ -67,7 +67,8 @@
     X(CHECKPOINT_LOAD, "checkpoint_load", QUICK)                                                   \
     X(METRICS, "metrics", READ)                                                                    \
     X(INJECT_FAULT, "inject_fault", QUICK)                                                         \
-    X(SHUTDOWN, "shutdown", QUICK)
+    X(SHUTDOWN, "shutdown", QUICK)                                                                 \
+    X(BACKTEST, "backtest", QUICK)
 
 typedef enum {
 #define X(e, s, k) FOX_CMD_##e,
@@ -105,6 +106,7 @@ typedef struct fox_request {
     int folds_mask;
     int fold; /* start_fold (required) */
     int epochs, steps_per_epoch;
+    int fresh; /* run: a new engine from the current config first (weights from the seed) */
 
     int n_slots; /* isv_read: 0 = every slot */
     fox_slot_ref slots[FOX_PROTO_MAX_SLOTS];
@@ -121,6 +123,10 @@ typedef struct fox_request {
     int fault_step;           /* inject_fault: steps from now, 0 = the next step */
 
     int checkpoint; /* shutdown: save a checkpoint first (default 1) */
+
+    const char *data;      /* backtest: the bars (a CSV path); NULL = the config's data */
+    int bars_from, bars_to; /* backtest: the bar range; 0 = the first / last bar with features */
+    int val_from; /* backtest: its validation bars are [val_from, bars_from); 0 = the default */
 
     cJSON *doc; /* the parsed document (owned) */
 } fox_request;
@@ -205,5 +211,12 @@ void fox_event_fini(fox_event *ev);
  * $XDG_RUNTIME_DIR/foxd, else /tmp/foxd-<uid>. FOX_EINVAL when it does not fit.
  */
 int fox_proto_default_runtime_dir(char *buf, size_t len);
+
+/*
+ * A backtest's bar range as `--bars` gives it, FROM:TO or VAL:FROM:TO: the
+ * bars [FROM, TO) and, with VAL, the validation bars [VAL, FROM) before them
+ * (*val_from −1 without). 0 when it parses with 0 ≤ VAL ≤ FROM < TO, else −1.
+ */
+int fox_proto_parse_bars(const char *s, int *val_from, int *from, int *to);
 
 #endif

@@ -1,58 +1,277 @@
 /* table.c — the per-fold result table and the flagged-slots line. See table.h. */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "proto/table.h"
 
 /*
- * The columns of the fold table: the heading, the fold object's key, what is
- * added to the number (the JSON counts epochs from 0, people from 1), the
- * width and the format. Two spaces separate columns.
+ * The rows of a fold's block: the trained policy, then the baselines in the
+ * order a reader compares against them. The policy's figures are the fold
+ * object's own test_* keys; a baseline's are its object in "baselines".
  */
-static const struct column {
-    const char *title, *key;
-    double add;
-    int width;
-    const char *fmt;
-} columns[] = {
-    {"fold", "fold", 0, 4, "%*.0f"},
-    {"best val Sharpe", "best_val_sharpe", 0, 15, "%*.3f"},
-    {"epoch", "best_epoch", 1, 5, "%*.0f"},
-    {"test Sharpe@best", "test_sharpe", 0, 17, "%*.3f"},
-    {"final loss", "final_loss", 0, 10, "%*.4g"},
-    {"steps/s", "steps_per_sec", 0, 9, "%*.1f"},
-    {"P", "bars_per_year", 0, 7, "%*.0f"},
+static const struct row {
+    const char *label, *baseline;
+} rows[] = {
+    {"policy", NULL},          {"trend", "trend"},   {"buy & hold", "buy_hold"},
+    {"flat", "flat"},          {"random", "random"}, {"oracle", "oracle"},
 };
-#define N_COLUMNS (int)(sizeof columns / sizeof columns[0])
+#define N_ROWS (int)(sizeof rows / sizeof rows[0])
+enum { ROW_POLICY = 0, ROW_BUY_HOLD = 2, ROW_FLAT = 3 }; /* the rows the verdict compares */
 
-/* One cell: the column's number of obj, or "n/a" when it is missing, null or not finite. */
-static void
-cell(FILE *out, const cJSON *obj, const struct column *c)
+/* The figures of a row, in the order of the columns: net Sharpe, its SE, gross, turnover, DD. */
+enum { FIG_SHARPE, FIG_SE, FIG_GROSS, FIG_TURNOVER, FIG_DRAWDOWN, N_FIGS };
+static const char *const policy_keys[N_FIGS] = {"test_sharpe", "test_sharpe_se",
+                                                "test_sharpe_gross", "test_turnover",
+                                                "test_max_drawdown"};
+static const char *const baseline_keys[N_FIGS] = {"sharpe", "sharpe_se", "sharpe_gross",
+                                                  "turnover", "max_drawdown"};
+
+/* A number of obj, or NaN when it is missing, null or not finite. */
+static double
+num(const cJSON *obj, const char *key)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, c->key);
-    if (cJSON_IsNumber(v) && isfinite(v->valuedouble))
-        fprintf(out, c->fmt, c->width, v->valuedouble + c->add);
-    else
-        fprintf(out, "%*s", c->width, "n/a");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return cJSON_IsNumber(v) && isfinite(v->valuedouble) ? v->valuedouble : NAN;
 }
+
+/* Item i of array a, or NaN when it is missing or not a number. */
+static double
+item(const cJSON *a, int i)
+{
+    const cJSON *v = cJSON_GetArrayItem(a, i);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+/* The figures of row r of fold object f into fig; 0 when the fold has no such row. */
+static int
+row_figures(const cJSON *f, const struct row *r, double fig[N_FIGS])
+{
+    const cJSON *obj = f;
+    const char *const *keys = policy_keys;
+    if (r->baseline) {
+        obj = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(f, "baselines"),
+                                               r->baseline);
+        keys = baseline_keys;
+        if (!cJSON_IsObject(obj)) {
+            for (int i = 0; i < N_FIGS; i++)
+                fig[i] = NAN;
+            return 0;
+        }
+    }
+    for (int i = 0; i < N_FIGS; i++)
+        fig[i] = num(obj, keys[i]);
+    return 1;
+}
+
+/* One number right-aligned in width, "n/a" for NaN; pct prints a fraction as a percentage. */
+static void
+cell(FILE *out, double v, int width, int decimals, int pct)
+{
+    if (isnan(v))
+        fprintf(out, "%*s", width, "n/a");
+    else if (pct)
+        fprintf(out, "%*.*f%%", width - 1, decimals, 100.0 * v);
+    else
+        fprintf(out, "%*.*f", width, decimals, v);
+}
+
+static void
+header(FILE *out, const char *first)
+{
+    fprintf(out, "  %-14s %10s %8s %8s %9s %8s\n", first, "net Sharpe", "± SE", "gross",
+            "turnover", "max DD");
+}
+
+static void
+figures_line(FILE *out, const char *label, const double fig[N_FIGS])
+{
+    fprintf(out, "  %-14s ", label);
+    cell(out, fig[FIG_SHARPE], 10, 3, 0);
+    fputs(isnan(fig[FIG_SE]) ? "    " : "  ± ", out);
+    cell(out, fig[FIG_SE], 6, 3, 0);
+    fputc(' ', out);
+    cell(out, fig[FIG_GROSS], 8, 3, 0);
+    fputc(' ', out);
+    cell(out, fig[FIG_TURNOVER], 9, 4, 0);
+    fputc(' ', out);
+    cell(out, fig[FIG_DRAWDOWN], 8, 1, 1);
+    fputc('\n', out);
+}
+
+/* The row's label: the trend rule names its lookback. */
+static void
+row_label(char *buf, size_t len, const cJSON *f, const struct row *r)
+{
+    double k = num(f, "trend_k");
+    if (r->baseline && !strcmp(r->baseline, "trend") && !isnan(k))
+        snprintf(buf, len, "trend k=%.0f", k);
+    else
+        snprintf(buf, len, "%s", r->label);
+}
+
+/* v with the given decimals into buf, or "n/a" (for text inside a sentence). */
+static const char *
+text(char buf[32], double v, int decimals)
+{
+    if (isnan(v))
+        return "n/a";
+    snprintf(buf, 32, "%.*f", decimals, v);
+    return buf;
+}
+
+/* The rows of a fold object under the columns' header: the policy, then every baseline it has. */
+static void
+rows_block(FILE *out, const cJSON *f)
+{
+    header(out, "");
+    for (int i = 0; i < N_ROWS; i++) {
+        double fig[N_FIGS];
+        char label[32];
+        if (!row_figures(f, &rows[i], fig) && rows[i].baseline &&
+            !strcmp(rows[i].baseline, "oracle"))
+            continue; /* real data has no oracle: no row rather than a row of n/a */
+        row_label(label, sizeof label, f, &rows[i]);
+        figures_line(out, label, fig);
+    }
+}
+
+/* At the end of a halted fold's first line: "  halted: <kind> at step N"; its figures are
+ * those of the epochs it closed. */
+static void
+halted_mark(FILE *out, const cJSON *fold)
+{
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(fold, "halted");
+    if (!cJSON_IsObject(h))
+        return;
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(h, "kind");
+    const cJSON *step = cJSON_GetObjectItemCaseSensitive(h, "step");
+    fprintf(out, "  halted: %s at step %.0f", cJSON_IsString(kind) ? kind->valuestring : "?",
+            cJSON_IsNumber(step) ? step->valuedouble : -1.0);
+}
+
+static void
+fold_block(FILE *out, const cJSON *f)
+{
+    char a[32], b[32], c[32], d[32];
+    const cJSON *sel = cJSON_GetObjectItemCaseSensitive(f, "select");
+    double window = num(f, "select_window");
+    double best = num(f, "best_epoch") + 1; /* people count epochs from 1 */
+    fprintf(out, "fold %s: epoch %s of %s chosen by ", text(a, num(f, "fold"), 0),
+            text(b, best, 0), text(c, num(f, "epochs"), 0));
+    /* The window in use: epochs before a full window are scored on the ones that exist. */
+    if (!isnan(best) && best < window)
+        window = best;
+    if (cJSON_IsString(sel) && !strcmp(sel->valuestring, "smoothed") && window > 1)
+        fprintf(out, "smoothed (mean val Sharpe %s of epochs %s-%s)",
+                text(a, num(f, "select_score"), 3), text(b, best + 1 - window, 0),
+                text(c, best, 0));
+    else if (cJSON_IsString(sel) && !strcmp(sel->valuestring, "smoothed"))
+        fprintf(out, "smoothed (val Sharpe %s of that epoch alone)",
+                text(a, num(f, "select_score"), 3));
+    else
+        fprintf(out, "%s (val Sharpe %s)", cJSON_IsString(sel) ? sel->valuestring : "best",
+                text(a, num(f, "best_val_sharpe"), 3));
+    fprintf(out, "; test split %s bars, P = %s", text(a, num(f, "test_bars"), 0),
+            text(b, num(f, "bars_per_year"), 0));
+    halted_mark(out, f);
+    fputc('\n', out);
+    rows_block(out, f);
+    fprintf(out,
+            "  policy/oracle %s; policy test Sharpe at the chosen epoch %s, last %s, mean over "
+            "epochs %s\n",
+            text(a, num(f, "oracle_fraction"), 2), text(b, num(f, "test_sharpe"), 3),
+            text(c, num(f, "test_sharpe_last"), 3), text(d, num(f, "test_sharpe_mean"), 3));
+    fprintf(out, "  final loss %s, %s steps/s\n", text(a, num(f, "final_loss"), 4),
+            text(b, num(f, "steps_per_sec"), 1));
+}
+
+/* Mean of each figure of a row over the folds that have it; the SE of the mean for FIG_SE. */
+typedef struct row_mean {
+    double sum[N_FIGS];
+    int n[N_FIGS];
+} row_mean;
+
+static void
+mean_add(row_mean *m, const double fig[N_FIGS])
+{
+    for (int i = 0; i < N_FIGS; i++)
+        if (!isnan(fig[i])) {
+            /* Folds' test splits do not overlap: the SE of a mean adds variances. */
+            m->sum[i] += i == FIG_SE ? fig[i] * fig[i] : fig[i];
+            m->n[i]++;
+        }
+}
+
+static void
+mean_get(const row_mean *m, double fig[N_FIGS])
+{
+    for (int i = 0; i < N_FIGS; i++)
+        fig[i] = !m->n[i]             ? NAN
+                 : i == FIG_SE ? sqrt(m->sum[i]) / m->n[i]
+                               : m->sum[i] / m->n[i];
+}
+
+/*
+ * A verdict line: did the policy's mean net Sharpe beat the baseline's, by
+ * how much, and is the gap within one standard error of the difference
+ * (the two SEs added in quadrature, as if independent)?
+ */
+static void
+verdict(FILE *out, const char *name, const double pol[N_FIGS], const double base[N_FIGS])
+{
+    fputs("verdict: policy ", out);
+    if (isnan(pol[FIG_SHARPE]) || isnan(base[FIG_SHARPE])) {
+        fprintf(out, "beat %s: n/a\n", name);
+        return;
+    }
+    double gap = pol[FIG_SHARPE] - base[FIG_SHARPE];
+    double se = sqrt((isnan(pol[FIG_SE]) ? 0 : pol[FIG_SE] * pol[FIG_SE]) +
+                     (isnan(base[FIG_SE]) ? 0 : base[FIG_SE] * base[FIG_SE]));
+    fprintf(out, "beat %s: %s (net Sharpe %+.3f, %s one SE of the difference, %.3f)", name,
+            gap > 0 ? "yes" : "no", gap, fabs(gap) < se ? "within" : "beyond", se);
+    fputc('\n', out);
+}
+
 
 void
 fox_table_folds(FILE *out, const cJSON *folds)
 {
-    for (int i = 0; i < N_COLUMNS; i++)
-        fprintf(out, "%s%*s", i ? "  " : "", columns[i].width, columns[i].title);
-    fputc('\n', out);
+    row_mean means[N_ROWS];
+    memset(means, 0, sizeof means);
+    int n_folds = 0;
     for (const cJSON *f = folds ? folds->child : NULL; f; f = f->next) {
-        for (int i = 0; i < N_COLUMNS; i++) {
-            if (i)
-                fputs("  ", out);
-            cell(out, f, &columns[i]);
-        }
+        fold_block(out, f);
         fputc('\n', out);
+        for (int i = 0; i < N_ROWS; i++) {
+            double fig[N_FIGS];
+            if (row_figures(f, &rows[i], fig))
+                mean_add(&means[i], fig);
+        }
+        n_folds++;
     }
-    fputs("note: best val Sharpe is the maximum over epochs, so it is selection-biased; test\n"
-          "      Sharpe is measured at the epoch chosen on validation and is not. Sharpe is\n"
-          "      mean/std of per-bar net returns x sqrt(P), P = bars per year; epochs count from "
-          "1.\n",
+    if (n_folds == 0) {
+        fputs("no fold finished\n", out);
+        return;
+    }
+    char first[32];
+    snprintf(first, sizeof first, "mean of %d fold%s", n_folds, n_folds == 1 ? "" : "s");
+    fprintf(out, "%s\n", first);
+    header(out, "");
+    double fig[N_ROWS][N_FIGS];
+    for (int i = 0; i < N_ROWS; i++) {
+        mean_get(&means[i], fig[i]);
+        if (rows[i].baseline && !strcmp(rows[i].baseline, "oracle") && !means[i].n[FIG_SHARPE])
+            continue;
+        figures_line(out, rows[i].label, fig[i]);
+    }
+    verdict(out, "flat", fig[ROW_POLICY], fig[ROW_FLAT]);
+    verdict(out, "buy-and-hold", fig[ROW_POLICY], fig[ROW_BUY_HOLD]);
+    fputs("note: net Sharpe is mean/std of per-bar net returns x sqrt(P) on the test split, at\n"
+          "      the epoch chosen on validation; ± SE is its standard error (Mertens); the\n"
+          "      best val Sharpe behind a choice is selection-biased, the test figures are not.\n"
+          "      Turnover is mean |change of position| per bar; max DD the worst fall of\n"
+          "      cumulative net return. docs/results.md explains every figure.\n",
           out);
 }
 
@@ -73,3 +292,75 @@ fox_table_flagged(FILE *out, const cJSON *fold)
     }
     fprintf(out, "%s\n", n ? "" : " none");
 }
+
+/* A backtest's result: its fold object's rows, as a fold's block shows them, and the verdict. */
+void
+fox_table_backtest(FILE *out, const cJSON *result)
+{
+    char a[32], b[32], c[32], d[32];
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(result, "fold");
+    const cJSON *val = cJSON_GetObjectItemCaseSensitive(result, "val_bars");
+    double pol[N_FIGS], flat[N_FIGS], buy_hold[N_FIGS];
+    fprintf(out, "backtest of the policy of fold %s, epoch %s: %s bars, P = %s\n",
+            text(a, num(f, "fold"), 0), text(b, num(f, "best_epoch") + 1, 0),
+            text(c, num(f, "test_bars"), 0), text(d, num(f, "bars_per_year"), 0));
+    if (num(f, "trend_k_tried") > 0)
+        fprintf(out, "  trend k: the best of %s lookbacks on the validation bars %s to %s\n",
+                text(a, num(f, "trend_k_tried"), 0),
+                text(b, item(val, 0), 0), text(c, item(val, 1), 0));
+    else
+        fprintf(out, "  trend k: fixed at %s, too few bars before the range to choose it on\n",
+                text(a, num(f, "trend_k"), 0));
+    rows_block(out, f);
+    fprintf(out, "  policy/oracle %s\n", text(a, num(f, "oracle_fraction"), 2));
+    row_figures(f, &rows[ROW_POLICY], pol);
+    row_figures(f, &rows[ROW_FLAT], flat);
+    row_figures(f, &rows[ROW_BUY_HOLD], buy_hold);
+    verdict(out, "flat", pol, flat);
+    verdict(out, "buy-and-hold", pol, buy_hold);
+    fputs("note: net Sharpe is mean/std of per-bar net returns x sqrt(P) over the backtest's\n"
+          "      bars; ± SE is its standard error (Mertens). Turnover is mean |change of\n"
+          "      position| per bar; max DD the worst fall of cumulative net return.\n"
+          "      docs/results.md explains every figure.\n",
+          out);
+}
+
+/* A time or count of obj to add up: 0 where num has none. */
+static double
+amount(const cJSON *obj, const char *key)
+{
+    double v = num(obj, key);
+    return isnan(v) ? 0.0 : v;
+}
+
+void
+fox_table_times(FILE *out, const cJSON *folds, const cJSON *run)
+{
+    double wall = 0, train = 0, eval = 0, bars = 0, passes = 0;
+    int n = 0;
+    for (const cJSON *f = folds ? folds->child : NULL; f; f = f->next) {
+        if (!cJSON_GetObjectItemCaseSensitive(f, "wall_s"))
+            continue;
+        wall += amount(f, "wall_s");
+        train += amount(f, "train_s");
+        eval += amount(f, "eval_s");
+        bars += amount(f, "eval_bars");
+        passes += amount(f, "eval_passes");
+        n++;
+    }
+    if (n > 0)
+        fprintf(out,
+                "time in %d fold%s: %.2f s: training %.2f s, evaluation %.2f s (%.0f bars in %.0f "
+                "forward passes), other %.2f s\n",
+                n, n == 1 ? "" : "s", wall, train, eval, bars, passes, wall - train - eval);
+    if (!run)
+        return;
+    double total = amount(run, "wall_s"), parts[5] = {amount(run, "startup_s"), amount(run, "train_s"),
+                                                   amount(run, "eval_s"), amount(run, "writing_s"), 0};
+    parts[4] = total - parts[0] - parts[1] - parts[2] - parts[3];
+    fprintf(out,
+            "wall time %.2f s: start-up %.2f s, training %.2f s, evaluation %.2f s, writing %.2f "
+            "s, other %.2f s\n",
+            total, parts[0], parts[1], parts[2], parts[3], parts[4]);
+}
+

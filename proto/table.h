@@ -25,4 +25,21 @@ void fox_table_folds(FILE *out, const cJSON *folds);
  */
 void fox_table_flagged(FILE *out, const cJSON *fold);
 
+/*
+ * A backtest's table: the rows and columns of a fold's block, from the
+ * result of the backtest command ({"bars", "val_bars", "fold": a fold
+ * object with its "baselines", ...}), then the verdict against flat and
+ * buy-and-hold.
+ */
+void fox_table_backtest(FILE *out, const cJSON *result);
+
+/*
+ * Where the wall time went. One line for the folds of folds (their "wall_s",
+ * "train_s", "eval_s", "eval_bars", "eval_passes", summed), then, when run is
+ * not NULL, one for the whole run from its object ({"wall_s", "startup_s",
+ * "fold_setup_s", "train_s", "eval_s", "writing_s"}: what `foxd --once`
+ * measures). Prints nothing for folds without the keys.
+ */
+void fox_table_times(FILE *out, const cJSON *folds, const cJSON *run);
+
 #endif

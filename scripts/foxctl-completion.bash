@@ -10,10 +10,13 @@ _foxctl() {
         cword=$COMP_CWORD
     }
     local commands="status run start-fold pause resume stop reset-fold isv isv-list sentinels
-        flags checkpoint config metrics watch inject-fault shutdown version raw help"
+        flags checkpoint config metrics watch inject-fault shutdown version raw sweep backtest
+        plot help"
     local globals="--url --token --json --timeout --pub --cert --key --ca --server-name --help --version"
     case $prev in
     --cert | --key | --ca) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --checkpoint | --data) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --out | --dir | --gather) COMPREPLY=($(compgen -d -- "$cur")); return ;;
     --url | --token | --timeout | --pub | --server-name) return ;;
     esac
     # The command is the first word that is neither an option nor an option's value.
@@ -36,10 +39,20 @@ _foxctl() {
     flags) COMPREPLY=($(compgen -W "--clear" -- "$cur")) ;;
     watch) COMPREPLY=($(compgen -W "--count --until" -- "$cur")) ;;
     shutdown) COMPREPLY=($(compgen -W "--no-checkpoint" -- "$cur")) ;;
-    checkpoint) [ -z "$sub" ] && COMPREPLY=($(compgen -W "save load" -- "$cur")) ;;
+    checkpoint)
+        if [ -z "$sub" ]; then
+            COMPREPLY=($(compgen -W "save load list" -- "$cur"))
+        elif [ "$sub" = list ]; then
+            COMPREPLY=($(compgen -d -- "$cur"))
+        fi
+        ;;
+    sweep) COMPREPLY=($(compgen -W "--folds --seeds --grid --set --epochs --steps --dir --endpoints
+        --attempts --wait --slurm --gather" -- "$cur")) ;;
+    backtest) COMPREPLY=($(compgen -W "--checkpoint --data --bars --out --daemon" -- "$cur")) ;;
+    plot) COMPREPLY=($(compgen -d -- "$cur")) ;;
     config)
         if [ -z "$sub" ]; then
-            COMPREPLY=($(compgen -W "get set save" -- "$cur"))
+            COMPREPLY=($(compgen -W "get set" -- "$cur"))
         elif [ "$sub" = get ] || [ "$sub" = set ]; then
             # Keys from foxd itself, when one answers quickly.
             local keys

@@ -16,7 +16,8 @@
  * poisoned weights, where the CPU stops at once (params); and its TD errors
  * and replay priorities are one buffer (bt.prio), which both slots watch.
  * Then the threshold slots' huge values, h_s2 with adaptive bounds, and
- * halt_grad_collapse on both of its causes.
+ * halt_grad_collapse on both of its causes (a vanished gradient through the
+ * debug library, gpu/cuda/debug.h: no run of the real step can make one).
  *
  * Exits 77 (meson: skipped) with the reason when no CUDA device is present,
  * as on CI. Runs without fork: a CUDA context does not survive fork().
@@ -27,8 +28,10 @@
 #include <string.h>
 
 #include "gpu/backend.h"
+#include "gpu/cuda/debug.h"
 #include "tests/drill_reach.h"
 #include "gpu/engine.h"
+#include "gpu/engine_impl.h"
 #include "tests/fold_reset.h"
 #include "common/log.h"
 #include "gpu/sentinel.h"
@@ -155,17 +158,19 @@ START_TEST(threshold_faults_and_adaptive_h_s2)
 END_TEST
 
 /*
- * halt_grad_collapse as the device decides it: a non-finite loss with the checks off (no
- * flag set), and a gradient that vanished for FOX_HALT_COLLAPSE_STEPS train steps, which
- * the benchmark knob FOX_CUDA_NODW=1 (no weight gradient at all) produces.
+ * halt_grad_collapse as the device decides it: a non-finite loss with the checks off (no flag
+ * set), end to end; and a gradient that vanished for FOX_HALT_COLLAPSE_STEPS train steps, on
+ * the decision itself (the step's norm and halt kernels on a gradient given from the host),
+ * as test_drills does for the CPU: not one step short of them, nor on a norm just above
+ * FOX_HALT_COLLAPSE_NORM.
  */
 static void
-collapse(const char *nodw, const char *fault, const char *want)
+collapse_on_nonfinite_loss(void)
 {
+    const char *want = "halt_grad_collapse: non-finite loss";
     fox_config c;
-    config(&c, fault, fault ? "nan" : NULL, 0);
+    config(&c, "total_loss", "nan", 0);
     c.sentinel = 0;
-    setenv("FOX_CUDA_NODW", nodw, 1);
     fox_engine *e = fox_test_engine(&c);
     int rv = fox_engine_run_steps(e, 2 * FOX_HALT_COLLAPSE_STEPS, NULL);
     ck_assert_msg(rv == FOX_EHALT, "%s: no halt (%s)", want, fox_strerror(rv));
@@ -179,8 +184,31 @@ collapse(const char *nodw, const char *fault, const char *want)
     snprintf(msg, sizeof msg, "%s", fox_engine_errmsg(e));
     fox_engine_destroy(e);
     int64_t at = fox_test_halt_step(&c, 2 * FOX_HALT_COLLAPSE_STEPS);
-    unsetenv("FOX_CUDA_NODW");
     printf("drill collapse at step %lld: %s\n", (long long)at, msg);
+}
+
+static void
+collapse_on_vanished_gradient(void)
+{
+    fox_config c;
+    config(&c, NULL, NULL, 0);
+    fox_engine *e = fox_test_engine(&c);
+    size_t np = e->lay.n_params;
+    float *g = calloc(np, sizeof *g);
+    ck_assert_ptr_nonnull(g);
+    int halt = -1;
+    FOX_CK_OK(fox_cuda_debug_collapse(e->be, g, FOX_HALT_COLLAPSE_STEPS - 1, &halt));
+    ck_assert_int_eq(halt, FOX_HALT_NONE);
+    FOX_CK_OK(fox_cuda_debug_collapse(e->be, g, FOX_HALT_COLLAPSE_STEPS, &halt));
+    ck_assert_int_eq(halt, FOX_HALT_GRAD_COLLAPSE);
+    g[np / 2] = 2.0f * (float)FOX_HALT_COLLAPSE_NORM;
+    FOX_CK_OK(fox_cuda_debug_collapse(e->be, g, 2 * FOX_HALT_COLLAPSE_STEPS, &halt));
+    ck_assert_int_eq(halt, FOX_HALT_NONE);
+    printf("drill collapse: %d train steps of a zero gradient halt, %d do not, nor a norm of "
+           "%g\n", FOX_HALT_COLLAPSE_STEPS, FOX_HALT_COLLAPSE_STEPS - 1,
+           2.0 * FOX_HALT_COLLAPSE_NORM);
+    free(g);
+    fox_engine_destroy(e);
 }
 
 /* A halt_nan is reported at its step, not at the end of the chunk that the device ran on. */
@@ -192,10 +220,21 @@ START_TEST(halt_reported_at_its_step)
 }
 END_TEST
 
+/* A fault fires once per arming on the device too: the fold reset never arms it again. */
+START_TEST(fault_fires_once_per_arming)
+{
+    fox_config c;
+    config(&c, "h_s2", "nan", 0);
+    fox_test_fault_fires_once(&c, "h_s2", FOX_FAULT_NAN, STEPS);
+    printf("drill fault once: fold 0 halted, fold 1 clean; re-armed: halted once, clean after "
+           "reset_for_fold\n");
+}
+END_TEST
+
 START_TEST(halt_grad_collapse_on_device)
 {
-    collapse("0", "total_loss", "halt_grad_collapse: non-finite loss");
-    collapse("1", NULL, "halt_grad_collapse: grad norm <=");
+    collapse_on_nonfinite_loss();
+    collapse_on_vanished_gradient();
 }
 END_TEST
 
@@ -258,6 +297,7 @@ main(void)
     tcase_add_test(tc, threshold_faults_and_adaptive_h_s2);
     tcase_add_test(tc, halt_reported_at_its_step);
     tcase_add_test(tc, halt_grad_collapse_on_device);
+    tcase_add_test(tc, fault_fires_once_per_arming);
     tcase_add_test(tc, reset_for_fold_walks_the_state);
     tcase_add_test(tc, fault_armed_and_flags_cleared_mid_fold);
     suite_add_tcase(s, tc);

@@ -19,14 +19,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpu/backend.h"
 #include "gpu/bounds.h"
 #include "gpu/cpu/net.h"
 #include "gpu/cpu/optim.h"
-#include "gpu/cuda/cuda_backend.h"
+#include "gpu/cpu/replay.h"
+#include "gpu/cpu/stab.h"
+#include "gpu/cuda/debug.h"
 #include "gpu/engine.h"
+#include "gpu/engine_impl.h"
+#include "gpu/env.h"
 #include "gpu/isv.h"
+#include "gpu/per.h"
 #include "common/log.h"
 #include "gpu/rng.h"
 #include "gpu/sentinel.h"
@@ -443,12 +449,15 @@ START_TEST(loss_and_gradients)
     /*
      * The large-batch paths at this batch: the heads' output layer by slots and d hid by head
      * (from FOX_CUDA_SLOT_ROWS rows), each weight gradient of a batched pair or of the heads one
-     * product an entry, the heads' dW2 over their real output rows (from 1,024).
+     * product an entry, the heads' dW2 over their real output rows (from 1,024), both nets'
+     * IQN heads in one product after the forwards (from FOX_CUDA_IQN_BESIDE_ROWS).
      */
-    fox_cuda_paths defaults, was, large = {1, 1, 1}, scalar = {BATCH + 1, BATCH + 1, 0};
+    fox_cuda_paths defaults, was, large = {1, 1, 1, 0};
     FOX_CK_OK(fox_cuda_debug_set_paths(gpu, &large, &defaults));
-    run_all(hb, 0, FOX_TARGET_MEAN, "fp32 mean by slots", 0, 1e-4);
+    run_all(hb, 0, FOX_TARGET_MEAN, "fp32 mean, large-batch paths", 0, 1e-4);
     /* Every epilogue one output a thread (the path of widths that are not multiples of 4). */
+    fox_cuda_paths scalar = defaults;
+    scalar.epilogue_fours = 0;
     FOX_CK_OK(fox_cuda_debug_set_paths(gpu, &scalar, &was));
     run_all(hb, 0, FOX_TARGET_MEAN, "fp32 mean, epilogues by one", 0, 1e-4);
     /* Back to the defaults, which the later tests (one backend, CK_FORK=no on the GPU) assume. */
@@ -544,10 +553,15 @@ START_TEST(adam_step)
         mc[k] = (float)fox_rng_normal(&rng) * 1e-3f;
         vc[k] = fox_rng_uniform(&rng) * 1e-5f;
     }
-    /* The isfinite guard must zero these; the norm (~37) exceeds the clip (10). */
-    g[7] = NAN;
-    g[np / 2] = INFINITY;
-    g[np - 70] = -INFINITY;
+    /*
+     * The isfinite guard must skip these elements (m, v and weight unchanged,
+     * bit for bit, with momentum that would otherwise move them); the norm
+     * (~37) exceeds the clip (10).
+     */
+    const size_t bad_at[3] = {7, np / 2, np - 70};
+    g[bad_at[0]] = NAN;
+    g[bad_at[1]] = INFINITY;
+    g[bad_at[2]] = -INFINITY;
     memcpy(pc, params, np * sizeof *pc);
     memcpy(pg, params, np * sizeof *pg);
     memcpy(mg, mc, np * sizeof *mg);
@@ -555,12 +569,31 @@ START_TEST(adam_step)
     memcpy(gc, g, np * sizeof *gc);
     int64_t t = 3;
     size_t bad = 0;
-    fox_cpu_grad_sanitize(gc, np, &bad);
-    double norm_c = fox_cpu_grad_norm(gc, np), norm_g = 0.0;
+    double norm_c = fox_cpu_grad_norm_finite(gc, np, &bad), norm_g = 0.0;
     float scale = fox_cpu_clip_scale(norm_c, cfg.grad_clip);
-    fox_cpu_adam_step(pc, gc, mc, vc, np, cfg.lr, cfg.adam_b1, cfg.adam_b2, cfg.adam_eps, t, scale);
-    FOX_CK_OK(fox_cuda_debug_adam(gpu, pg, g, mg, vg, t, &norm_g));
+    /* Fixed mode on a fresh ISV: Mech 9 at 100 × max(0, 1), m and v unbounded, no flags. */
+    fox_cpu_adam_clamp cl = fox_test_adam_clamp(fox_bound_weight_fixed(0.0f), INFINITY, INFINITY);
+    fox_cpu_adam_step_clamped(pc, gc, mc, vc, np, cfg.lr, cfg.adam_b1, cfg.adam_b2, cfg.adam_eps,
+                              t, scale, &cl, NULL);
+    float m_before[3], v_before[3];
+    for (int j = 0; j < 3; j++) {
+        m_before[j] = mg[bad_at[j]];
+        v_before[j] = vg[bad_at[j]];
+    }
+    FOX_CK_OK(fox_cuda_debug_adam(gpu, pg, g, mg, vg, t, NULL, &norm_g));
     ck_assert_int_eq(bad, 3);
+    for (int j = 0; j < 3; j++) {
+        size_t k = bad_at[j];
+        ck_assert_msg(memcmp(&pg[k], &params[k], sizeof *pg) == 0 &&
+                          memcmp(&pc[k], &params[k], sizeof *pc) == 0,
+                      "adam: weight %zu with a non-finite gradient moved", k);
+        ck_assert_msg(memcmp(&mg[k], &m_before[j], sizeof *mg) == 0 &&
+                          memcmp(&mc[k], &m_before[j], sizeof *mc) == 0,
+                      "adam: m %zu with a non-finite gradient moved", k);
+        ck_assert_msg(memcmp(&vg[k], &v_before[j], sizeof *vg) == 0 &&
+                          memcmp(&vc[k], &v_before[j], sizeof *vc) == 0,
+                      "adam: v %zu with a non-finite gradient moved", k);
+    }
     /* Compare the updates, not the parameters (the update is ~1e-4 of a parameter). */
     double num = 0.0, den = 0.0;
     for (size_t k = 0; k < np; k++) {
@@ -578,6 +611,104 @@ START_TEST(adam_step)
     free(gc);
     free(pc);
     free(pg);
+    free(mc);
+    free(mg);
+    free(vc);
+    free(vg);
+}
+END_TEST
+
+/*
+ * Pearl B's consumers on the device (train.pearl_wd, train.pearl_l1 on an
+ * adaptive backend): one Adam step with a staged ISV whose WD rates differ
+ * per group and whose L1 rate is large enough to zero some GRN1 W2 weights,
+ * against fox_cpu_adam_step_clamped tensor by tensor with the same rates
+ * (the L1 step on GRN1 W2 only), bounds out of the way. The updates agree
+ * within 1e-4 relative and the L1 step zeroes the same weights on both.
+ */
+START_TEST(adam_weight_decay_and_l1)
+{
+    char err[512];
+    fox_config c = cfg;
+    c.bounds_mode = FOX_BOUNDS_ADAPTIVE;
+    c.pearl_wd = 1;
+    c.pearl_l1 = 1;
+    fox_backend_env env = {&c, &lay, &series, &feat, &fold};
+    fox_backend *ad = NULL;
+    int rv = fox_cuda_backend_ops.create(&ad, &env, err, sizeof err);
+    ck_assert_msg(rv == FOX_OK, "create: %s", err);
+    size_t np = lay.n_params;
+    float *g = malloc(np * sizeof *g), *pg = malloc(np * sizeof *pg), *pc = malloc(np * sizeof *pc);
+    float *mc = malloc(np * sizeof *mc), *mg = malloc(np * sizeof *mg);
+    float *vc = malloc(np * sizeof *vc), *vg = malloc(np * sizeof *vg);
+    ck_assert(g && pg && pc && mc && mg && vc && vg);
+    fox_rng rng;
+    fox_rng_seed(&rng, 160);
+    for (size_t k = 0; k < np; k++) {
+        g[k] = (float)fox_rng_normal(&rng) * 0.05f;
+        mc[k] = (float)fox_rng_normal(&rng) * 1e-3f;
+        vc[k] = fox_rng_uniform(&rng) * 1e-5f;
+    }
+    memcpy(pg, params, np * sizeof *pg);
+    memcpy(pc, params, np * sizeof *pc);
+    memcpy(mg, mc, np * sizeof *mg);
+    memcpy(vg, vc, np * sizeof *vg);
+    float isv[FOX_ISV_TOTAL_DIM];
+    fox_isv_init(isv);
+    for (int grp = 0; grp < FOX_GROUP_COUNT; grp++) {
+        isv[fox_isv_weight_bound_slot(grp)] = 1e30f;
+        isv[fox_isv_adam_m_bound_slot(grp)] = 1e30f;
+        isv[fox_isv_adam_v_bound_slot(grp)] = 1e30f;
+        isv[fox_isv_wd_rate_slot(grp)] = 20.0f * (float)(grp + 1);
+    }
+    /* lr · L1 of 5 % of a typical GRN1 W2 weight: some land on zero. */
+    size_t o1 = lay.t[FOX_P_GRN1_W2].offset, n1 = fox_tensor_size(&lay, FOX_P_GRN1_W2);
+    double mean1 = 0.0;
+    for (size_t k = 0; k < n1; k++)
+        mean1 += fabs((double)params[o1 + k]) / (double)n1;
+    isv[FOX_ISV_L1_LAMBDA] = (float)(0.05 * mean1 / cfg.lr);
+    int64_t t = 2;
+    double norm_c = fox_cpu_grad_norm_finite(g, np, NULL), norm_g = 0.0;
+    float scale = fox_cpu_clip_scale(norm_c, cfg.grad_clip);
+    for (int i = 0; i < FOX_P_COUNT; i++) {
+        size_t n = fox_tensor_size(&lay, i), o = lay.t[i].offset;
+        int grp = lay.t[i].group;
+        if (!n)
+            continue;
+        fox_cpu_adam_clamp cl = fox_test_adam_clamp(1e30f, 1e30f, 1e30f);
+        cl.wd = isv[fox_isv_wd_rate_slot(grp)];
+        cl.l1 = i == FOX_P_GRN1_W2 ? isv[FOX_ISV_L1_LAMBDA] : 0.0f;
+        fox_cpu_adam_step_clamped(pc + o, g + o, mc + o, vc + o, n, cfg.lr, cfg.adam_b1,
+                                  cfg.adam_b2, cfg.adam_eps, t, scale, &cl, NULL);
+    }
+    FOX_CK_OK(fox_cuda_debug_adam(ad, pg, g, mg, vg, t, isv, &norm_g));
+    double num = 0.0, den = 0.0;
+    size_t zeros_c = 0, zeros_g = 0, zeros_both = 0;
+    for (int i = 0; i < FOX_P_COUNT; i++) {
+        size_t n = fox_tensor_size(&lay, i), o = lay.t[i].offset;
+        for (size_t k = o; k < o + n; k++) {
+            double uc = (double)pc[k] - params[k], ug = (double)pg[k] - params[k];
+            num += (ug - uc) * (ug - uc);
+            den += uc * uc;
+            if (i == FOX_P_GRN1_W2) {
+                zeros_c += pc[k] == 0.0f;
+                zeros_g += pg[k] == 0.0f;
+                zeros_both += pc[k] == 0.0f && pg[k] == 0.0f;
+            }
+        }
+    }
+    double eu = sqrt(num / den);
+    printf("parity adam wd+l1: update rel err %.3g; GRN1 W2 zeroed by L1: %zu (cpu) %zu (gpu) of "
+           "%zu\n",
+           eu, zeros_c, zeros_g, n1);
+    ck_assert_msg(eu < 1e-4, "adam wd+l1: update rel err %g", eu);
+    /* A weight within an ulp of the threshold may land either side: allow two of those. */
+    ck_assert_msg(zeros_c > 0 && zeros_both + 2 >= zeros_c && zeros_both + 2 >= zeros_g,
+                  "L1 zeros: cpu %zu gpu %zu both %zu", zeros_c, zeros_g, zeros_both);
+    fox_cuda_backend_ops.destroy(ad);
+    free(g);
+    free(pg);
+    free(pc);
     free(mc);
     free(mg);
     free(vc);
@@ -766,8 +897,10 @@ START_TEST(h_s2_site_vs_cpu)
                 clamped += ref[k] != h[k];
                 ss += (double)ref[k] * ref[k];
             }
-            float rms = fox_ema_first(isv_ref[FOX_ISV_H_S2_RMS_EMA], (float)sqrt(ss / (double)n),
-                                      FOX_SIGNAL_EMA_ALPHA);
+            /* Adaptive: Pearls A+D from the fresh state (pass 1: the value 2 keeps, x_lag primed). */
+            fox_signal_observe(isv_ref, ws, FOX_ISV_H_S2_RMS_EMA, (float)sqrt(ss / (double)n),
+                               adaptive);
+            float rms = isv_ref[FOX_ISV_H_S2_RMS_EMA];
             memcpy(h, x, n * sizeof *h);
             FOX_CK_OK(
                 fox_cuda_debug_h_s2_site(gpu, h, n, tail ? H2 : 0, gam[0], adaptive, isv, flags));
@@ -943,6 +1076,83 @@ START_TEST(sp4_producers_vs_cpu)
 END_TEST
 
 /*
+ * The norm kernel's producers on the device against fox_cpu_stab_q_signals
+ * and fox_cpu_stab_grad_clip, in both bounds modes: 60 steps whose gradient
+ * norm ramps from 2 to 20 (20 % noise, a NaN element in one step that
+ * neither norm counts) and whose Q observations drift, from the
+ * fold-boundary state. Q_ABS_REF, Q_DIR_ABS_REF (Pearls A+D in adaptive
+ * mode), GRAD_NORM_EMA, GRAD_NORM_SLOW_EMA, GRAD_CLIP_BOUND, GRAD_CLIP and
+ * the clip factor agree within 1e-4 relative at every step (the norm's
+ * double sums differ in order only, Pearl D by an ulp of fused
+ * multiply-adds); in adaptive mode the bound follows the norm up on both.
+ */
+START_TEST(grad_clip_vs_cpu)
+{
+    size_t np = lay.n_params;
+    float *g = malloc(np * sizeof *g), *z = malloc(np * sizeof *z);
+    ck_assert(g && z);
+    fox_rng rng;
+    fox_rng_seed(&rng, 170);
+    double zz = 0.0;
+    for (size_t k = 0; k < np; k++) {
+        z[k] = (float)fox_rng_normal(&rng);
+        zz += (double)z[k] * z[k];
+    }
+    const int slots[6] = {FOX_ISV_GRAD_NORM_EMA,   FOX_ISV_GRAD_NORM_SLOW_EMA,
+                          FOX_ISV_GRAD_CLIP_BOUND, FOX_ISV_GRAD_CLIP,
+                          FOX_ISV_Q_ABS_REF,       FOX_ISV_Q_DIR_ABS_REF};
+    for (int adaptive = 0; adaptive <= 1; adaptive++) {
+        float isv[FOX_ISV_TOTAL_DIM], ref[FOX_ISV_TOTAL_DIM];
+        fox_isv_init(isv);
+        memcpy(ref, isv, sizeof isv);
+        fox_config c = cfg;
+        c.bounds_mode = adaptive ? FOX_BOUNDS_ADAPTIVE : FOX_BOUNDS_FIXED;
+        int flags[FOX_SENTINEL_SLOTS] = {0};
+        fox_cpu_stab st = {.cfg = &c, .lay = &lay, .isv = ref, .flags = flags, .grads = g,
+                           .adaptive = adaptive};
+        fox_bounds_wiener_init(st.ws);
+        float first = 0.0f;
+        for (int t = 0; t < 60; t++) {
+            double level = 2.0 + 18.0 * t / 59.0;
+            double want = level * (1.0 + 0.2 * fox_rng_normal(&rng));
+            for (size_t k = 0; k < np; k++)
+                g[k] = (float)(want * z[k] / sqrt(zz));
+            if (t == 30)
+                g[np / 3] = NAN;
+            /* The Q signals drift up with noise (Pearl D in adaptive mode, fixed α else). */
+            float q = (float)(1.0 + 0.02 * t + 0.1 * fox_rng_normal(&rng));
+            float qd = (float)(0.5 + 0.01 * t + 0.05 * fox_rng_normal(&rng));
+            double norm;
+            fox_cpu_stab_q_signals(&st, q, qd);
+            float sc_cpu = fox_cpu_stab_grad_clip(&st, &norm), sc_gpu = 0.0f;
+            FOX_CK_OK(fox_cuda_debug_grad_clip(gpu, t == 0, adaptive, g, q, qd, isv, &sc_gpu));
+            ck_assert_msg(fabsf(sc_gpu - sc_cpu) <= 1e-4f * fmaxf(sc_cpu, 1e-6f),
+                          "%s step %d: clip factor gpu %.9g cpu %.9g",
+                          adaptive ? "adaptive" : "fixed", t, (double)sc_gpu, (double)sc_cpu);
+            for (int j = 0; j < 6; j++) {
+                double a = isv[slots[j]], b = ref[slots[j]];
+                ck_assert_msg(fabs(a - b) <= 1e-4 * fmax(fabs(b), 1e-6),
+                              "%s step %d: %s gpu %.9g cpu %.9g", adaptive ? "adaptive" : "fixed",
+                              t, fox_isv_name(slots[j]), a, b);
+            }
+            if (t == 0)
+                first = isv[FOX_ISV_GRAD_CLIP_BOUND];
+        }
+        if (adaptive)
+            ck_assert_msg(isv[FOX_ISV_GRAD_CLIP_BOUND] > 2.0f * first,
+                          "adaptive bound %g did not follow the norm up from %g",
+                          (double)isv[FOX_ISV_GRAD_CLIP_BOUND], (double)first);
+        printf("stab grad clip %s: 60 steps, norm ramp 2 -> 20, device = CPU within 1e-4; "
+               "GRAD_CLIP_BOUND %.4g -> %.4g, GRAD_CLIP %.4g\n",
+               adaptive ? "adaptive" : "fixed", (double)first,
+               (double)isv[FOX_ISV_GRAD_CLIP_BOUND], (double)isv[FOX_ISV_GRAD_CLIP]);
+    }
+    free(g);
+    free(z);
+}
+END_TEST
+
+/*
  * TARGET_Q_BOUND as a training loss with adaptive bounds produces it (the
  * raw IQN targets from the loss kernel's first launch, then their p99):
  * against stab.c's observation (Pearl A, from the fold-boundary state) of
@@ -1025,10 +1235,9 @@ START_TEST(graph_determinism_and_isv)
          * The second run one step a graph launch, the first (the default below 4,096 rows)
          * four: the same bits either way, chunks of 30 and 20 taking both graphs.
          */
-        if (k == 1)
-            setenv("FOX_CUDA_UNROLL", "1", 1);
         fox_engine *e = fox_test_engine(&c);
-        unsetenv("FOX_CUDA_UNROLL");
+        if (k == 1)
+            FOX_CK_OK(fox_cuda_debug_set_unroll(e->be, 1));
         fox_step_stats st;
         /* Warm-up collects, then eager and captured full steps, in two chunks. */
         int rv = fox_engine_run_steps(e, 30, &st);
@@ -1183,6 +1392,311 @@ START_TEST(fold_sharpe_vs_cpu)
 }
 END_TEST
 
+/*
+ * The evaluation walk: the CUDA engine (predicted bars, gpu/lookahead.h)
+ * against the CPU engine (one pass a bar) on the same weights. Along the
+ * CPU's walk both backends' Q of every state are compared: a greedy argmax
+ * can flip where two sub-actions' Q lie within the two backends' rounding
+ * of each other, and after a flip the walks part. So: with no flip the
+ * figures must be identical to the bit (the environment runs on the host
+ * on both); flips must be rare (at most 1 in 500 bars) and each one a
+ * near-tie (margin below 1e-4 of the Q scale).
+ */
+START_TEST(eval_walk_vs_cpu)
+{
+    fox_config c;
+    fox_config_default(&c);
+    c.n_envs = 64;
+    c.batch = 64;
+    c.learning_starts = 1024;
+    c.backend = FOX_BACKEND_CPU;
+    fox_engine *ec = fox_test_engine(&c);
+    FOX_CK_ENGINE_OK(ec, fox_engine_run_steps(ec, 600, NULL));
+    char path[] = "/tmp/fox_eval_parity_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    FOX_CK_ENGINE_OK(ec, fox_engine_checkpoint_save(ec, path));
+    c.backend = FOX_BACKEND_CUDA;
+    fox_engine *eg = fox_test_engine_loaded(&c);
+    FOX_CK_ENGINE_OK(eg, fox_engine_checkpoint_load(eg, path));
+    unlink(path);
+    ck_assert_int_gt(eg->ops->eval_lookahead, 1);
+
+    /* The CPU's walk, state by state, through both backends' q_values. */
+    const fox_model_layout *ly = &ec->lay;
+    fox_env_params p = {c.fee, c.half_spread, c.limit_fee, 1.0f, c.size_levels, c.urgency_levels};
+    fox_env_bars bars = {ec->series.open, ec->series.high, ec->series.low, ec->series.close};
+    int flips = 0, decisions = 0;
+    double min_margin = INFINITY, q_scale = 0.0;
+    float s[1024], qc[64], qg[64];
+    ck_assert_int_le(ly->S, 1024);
+    ck_assert_int_le(ly->n_actions, 64);
+    for (int k = 0; k < 2; k++) {
+        int t = k ? ec->seg.test_begin : ec->seg.val_begin;
+        int end = k ? ec->seg.test_end : ec->seg.val_end;
+        fox_env_pos st = {0.0f, ec->series.close[t], 0};
+        for (; t + 1 < end; t++) {
+            float port[3];
+            fox_env_portfolio(&st, ec->series.close[t], port);
+            fox__state_build(&ec->feat, ly->S, t, port, s);
+            FOX_CK_OK(ec->ops->q_values(ec->be, s, 1, qc));
+            FOX_CK_OK(eg->ops->q_values(eg->be, s, 1, qg));
+            int32_t a[4];
+            for (int d = 0; d < ly->n_branches; d++) {
+                const float *x = qc + ly->branch_off[d], *y = qg + ly->branch_off[d];
+                int bc = 0, bg = 0;
+                for (int i = 1; i < ly->branch_size[d]; i++) {
+                    bc = x[i] > x[bc] ? i : bc;
+                    bg = y[i] > y[bg] ? i : bg;
+                }
+                for (int i = 0; i < ly->branch_size[d]; i++)
+                    q_scale = fmax(q_scale, fabs(x[i]));
+                if (bc != bg) {
+                    flips++;
+                    min_margin = fmin(min_margin, fabs((double)x[bc] - x[bg]));
+                }
+                a[d] = bc;
+            }
+            fox_env_step(&p, &bars, t, &st, a);
+            decisions++;
+        }
+    }
+    const fox_split both[2] = {FOX_SPLIT_VALIDATION, FOX_SPLIT_TEST};
+    fox_eval_result rc[2], rg[2];
+    FOX_CK_ENGINE_OK(ec, fox_engine_evaluate_splits(ec, both, 2, FOX_POLICY_GREEDY, rc));
+    FOX_CK_ENGINE_OK(eg, fox_engine_evaluate_splits(eg, both, 2, FOX_POLICY_GREEDY, rg));
+    fox_engine_info ig;
+    fox_engine_get_info(eg, &ig);
+    printf("eval walk: %d argmax flips in %d decisions (smallest flipped margin %.3g, |Q| up to "
+           "%.3g); Sharpe val cpu %.6f cuda %.6f, test cpu %.6f cuda %.6f; cuda %lld bars in "
+           "%lld passes, %.3f s\n",
+           flips, decisions, flips ? min_margin : 0.0, q_scale, rc[0].sharpe, rg[0].sharpe,
+           rc[1].sharpe, rg[1].sharpe, (long long)ig.times.eval_bars,
+           (long long)ig.times.eval_passes, ig.times.eval);
+    ck_assert_msg(flips * 500 <= decisions, "%d flips in %d decisions", flips, decisions);
+    if (flips == 0)
+        for (int k = 0; k < 2; k++)
+            ck_assert_msg(memcmp(&rc[k], &rg[k], sizeof rc[k]) == 0,
+                          "split %d: Sharpe %.17g on cuda, %.17g on cpu with no flip", k,
+                          rg[k].sharpe, rc[k].sharpe);
+    else
+        ck_assert_msg(min_margin < 1e-4 * fmax(q_scale, 1.0),
+                      "a flip with margin %g is no near-tie", min_margin);
+    ck_assert_int_lt(ig.times.eval_passes, ig.times.eval_bars);
+    fox_engine_destroy(ec);
+    fox_engine_destroy(eg);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* Prioritized replay: the device's sum tree against gpu/cpu/replay.c                          */
+
+#define PER_CAP 1000 /* not a power of two: the tree's padding leaves stay 0 */
+
+/*
+ * A CUDA backend with prioritized replay over the fixture's data, its tree empty, and a CPU
+ * ring rb of the same capacity and α after `pushes` pushes (on the CPU only).
+ */
+static fox_backend *
+per_pair(fox_config *c, fox_replay *rb, int pushes)
+{
+    char err[512];
+    *c = cfg;
+    c->prioritized = 1;
+    c->replay_capacity = PER_CAP;
+    fox_backend *be = NULL;
+    fox_backend_env env = {c, &lay, &series, &feat, &fold};
+    int rv = fox_cuda_backend_ops.create(&be, &env, err, sizeof err);
+    ck_assert_msg(rv == FOX_OK, "create prioritized: %s", err);
+    FOX_CK_OK(fox_replay_init(rb, PER_CAP, 1, c->per_alpha));
+    fox_transition t;
+    memset(&t, 0, sizeof t);
+    for (int k = 0; k < pushes; k++)
+        fox_replay_push(rb, &t);
+    return be;
+}
+
+/* The device's tree and max priority equal the CPU ring's, bit for bit. */
+static void
+per_assert_same(fox_backend *be, const fox_replay *rb, const char *what)
+{
+    size_t n = 2 * (size_t)rb->leaves;
+    double *tree = malloc(n * sizeof *tree);
+    ck_assert_ptr_nonnull(tree);
+    float maxp;
+    uint64_t pushes;
+    FOX_CK_OK(fox_cuda_debug_per_io(be, 0, tree, &maxp, NULL, &pushes, NULL));
+    size_t diff = 0, first = n;
+    for (size_t k = 1; k < n; k++)
+        if (memcmp(&tree[k], &rb->tree[k], sizeof tree[k]) != 0 && diff++ == 0)
+            first = k;
+    ck_assert_msg(diff == 0, "%s: %zu tree nodes differ, first %zu: device %.17g cpu %.17g", what,
+                  diff, first, first < n ? tree[first] : 0.0, first < n ? rb->tree[first] : 0.0);
+    ck_assert_msg(memcmp(&maxp, &rb->max_priority, sizeof maxp) == 0,
+                  "%s: max priority device %.9g cpu %.9g", what, maxp, rb->max_priority);
+    ck_assert_uint_eq(pushes, rb->pushes);
+    free(tree);
+}
+
+/*
+ * Push and update: the same pushes (wrapping the ring) and the same batch
+ * of priorities (duplicates, NaN and Inf, slots pushed over since the draw,
+ * values that raise the max) leave the same tree and max priority.
+ */
+START_TEST(per_push_update_bitwise)
+{
+    fox_config c;
+    fox_replay rb;
+    fox_backend *be = per_pair(&c, &rb, 700);
+    fox_transition t;
+    memset(&t, 0, sizeof t);
+    FOX_CK_OK(fox_cuda_debug_per_push(be, 700));
+    per_assert_same(be, &rb, "700 pushes");
+
+    fox_rng rng;
+    fox_rng_seed(&rng, 2201);
+    int32_t idx[BATCH];
+    float prio[BATCH];
+    for (int round = 0; round < 3; round++) {
+        uint64_t drawn = rb.pushes;
+        /* Round 1 wraps: the pushes after the draw overwrite 700..999 and 0..99. */
+        int pushes = round == 1 ? 400 : 37;
+        for (int k = 0; k < pushes; k++)
+            fox_replay_push(&rb, &t);
+        FOX_CK_OK(fox_cuda_debug_per_push(be, pushes));
+        per_assert_same(be, &rb, "pushes after the draw");
+        for (int b = 0; b < BATCH; b++) {
+            idx[b] = b % 7 == 3 ? idx[b - 2] : (int32_t)fox_rng_below(&rng, (uint32_t)rb.size);
+            prio[b] = (float)(round + 1) * 4.0f * fox_rng_uniform(&rng);
+        }
+        prio[5] = NAN;
+        prio[77] = INFINITY;
+        prio[200] = 50.0f * (float)(round + 1); /* raises the max: the later NaN takes it */
+        prio[201] = NAN;
+        FOX_CK_OK(fox_cuda_debug_per_io(be, 1, NULL, NULL, NULL, NULL, &drawn));
+        fox_replay_update(&rb, idx, prio, BATCH, drawn);
+        FOX_CK_OK(fox_cuda_debug_per_update(be, idx, prio));
+        per_assert_same(be, &rb, "update");
+    }
+    printf("per: device sum tree = cpu bit for bit after 1,511 pushes and 3 updates of %d "
+           "(max priority %.4f, total mass %.4f)\n", BATCH, rb.max_priority, rb.tree[1]);
+    fox_replay_fini(&rb);
+    fox_cuda_backend_ops.destroy(be);
+}
+END_TEST
+
+/*
+ * The draw: the device's uniforms through the CPU's fox_replay_sample_at on
+ * the same tree give the device's indices exactly and its importance
+ * weights to the float (pow differs by ulps of double between glibc and
+ * CUDA). The CPU's own draws come from its sequential stream, so only the
+ * distribution is shared: over many steps each slot's share of the draws
+ * follows its leaf.
+ */
+START_TEST(per_sample_same_uniforms)
+{
+    fox_config c;
+    fox_replay rb;
+    fox_backend *be = per_pair(&c, &rb, 900);
+    fox_rng rng;
+    fox_rng_seed(&rng, 2202);
+    int32_t idx[BATCH], didx[BATCH];
+    float prio[BATCH], w[BATCH], dw[BATCH], u[BATCH];
+    for (int b = 0; b < BATCH; b++) {
+        idx[b] = (int32_t)fox_rng_below(&rng, 900);
+        /* Heavy-tailed priorities: a few slots carry much of the mass. */
+        prio[b] = 0.01f / (0.001f + fox_rng_uniform(&rng));
+    }
+    fox_replay_update(&rb, idx, prio, BATCH, rb.pushes);
+    int size = rb.size;
+    uint64_t pushes = rb.pushes;
+    FOX_CK_OK(fox_cuda_debug_per_io(be, 1, rb.tree, &rb.max_priority, &size, &pushes, &pushes));
+    double max_w_err = 0.0;
+    long hits_heavy = 0, draws = 0;
+    int heavy = 0;
+    for (int i = 1; i < rb.size; i++)
+        if (rb.tree[rb.leaves + i] > rb.tree[rb.leaves + heavy])
+            heavy = i;
+    for (int64_t step = 0; step < 200; step++) {
+        FOX_CK_OK(fox_cuda_debug_per_sample(be, step, didx, dw, u));
+        fox_replay_sample_at(&rb, BATCH, c.per_beta, u, idx, w);
+        for (int b = 0; b < BATCH; b++) {
+            ck_assert_msg(didx[b] == idx[b], "step %lld draw %d: device slot %d, cpu %d",
+                          (long long)step, b, didx[b], idx[b]);
+            double e = fabs((double)dw[b] - w[b]) / w[b];
+            max_w_err = e > max_w_err ? e : max_w_err;
+            hits_heavy += didx[b] == heavy;
+            draws++;
+        }
+        ck_assert_msg(max_w_err <= 2.4e-7, "step %lld: weight rel err %.3g", (long long)step,
+                      max_w_err);
+    }
+    double share = (double)hits_heavy / (double)draws;
+    double expect = rb.tree[rb.leaves + heavy] / rb.tree[1];
+    printf("per: 200 draws of %d, device slots = cpu's on the device's uniforms, weight rel err "
+           "%.2g; heaviest slot drawn %.4f of the time, its mass %.4f\n", BATCH, max_w_err,
+           share, expect);
+    ck_assert_msg(fabs(share - expect) < 5.0 * sqrt(expect / (double)draws) + 1e-3,
+                  "heaviest slot drawn %.4f, mass %.4f", share, expect);
+    fox_replay_fini(&rb);
+    fox_cuda_backend_ops.destroy(be);
+}
+END_TEST
+
+/*
+ * Training with prioritized replay on the device: the captured steps run
+ * (eager and graphs), the loss stays finite, every inner node of the tree
+ * is the sum of its children, the padding leaves stay 0 and the update
+ * moved leaves off the push priority.
+ */
+START_TEST(per_training_runs)
+{
+    fox_config c;
+    fox_config_default(&c);
+    c.backend = FOX_BACKEND_CUDA;
+    c.prioritized = 1;
+    c.n_envs = 64;
+    c.replay_capacity = 5000;
+    c.learning_starts = 1024;
+    fox_engine *e = fox_test_engine(&c);
+    fox_step_stats st;
+    for (int k = 0; k < 2; k++) {
+        int rv = fox_engine_run_steps(e, 60, &st);
+        ck_assert_msg(rv == FOX_OK, "run_steps: %s", fox_engine_errmsg(e));
+    }
+    FOX_CK_OK(fox_engine_train_only(e, 20, &st));
+    ck_assert_msg(isfinite(st.loss) && st.loss > 0.0f, "loss %g", st.loss);
+    int leaves = 1;
+    while (leaves < c.replay_capacity)
+        leaves <<= 1;
+    double *tree = malloc(2 * (size_t)leaves * sizeof *tree);
+    ck_assert_ptr_nonnull(tree);
+    float maxp;
+    int size;
+    uint64_t pushes;
+    FOX_CK_OK(fox_cuda_debug_per_io(e->be, 0, tree, &maxp, &size, &pushes, NULL));
+    for (int node = 1; node < leaves; node++)
+        ck_assert_msg(tree[node] == tree[2 * node] + tree[2 * node + 1], "node %d", node);
+    int moved = 0;
+    double at_max = fox_per_leaf(maxp, c.per_alpha);
+    for (int i = 0; i < leaves; i++) {
+        double v = tree[leaves + i];
+        if (i >= size)
+            ck_assert_msg(v == 0.0, "leaf %d past the ring's size %d holds %g", i, size, v);
+        else
+            ck_assert_msg(v > 0.0 && isfinite(v), "leaf %d: %g", i, v);
+        moved += i < size && v != at_max;
+    }
+    ck_assert_int_eq(size, pushes < (uint64_t)c.replay_capacity ? (int)pushes : c.replay_capacity);
+    ck_assert_msg(moved > 0, "no priority was updated");
+    printf("per: 120 steps + 20 train-only on the device, loss %.4f, ring %d, %d leaves off the "
+           "max priority %.4f\n", st.loss, size, moved, maxp);
+    free(tree);
+    fox_engine_destroy(e);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -1197,18 +1711,24 @@ main(void)
     tcase_add_test(tc, tf32_accuracy);
     tcase_add_test(tc, greedy_next_tf32);
     tcase_add_test(tc, adam_step);
+    tcase_add_test(tc, adam_weight_decay_and_l1);
     tcase_add_test(tc, replay_memory);
     tcase_add_test(tc, check_kernel_vs_cpu);
     tcase_add_test(tc, check_kernel_strided);
     tcase_add_test(tc, h_s2_site_vs_cpu);
     tcase_add_test(tc, sp4_producers_vs_cpu);
+    tcase_add_test(tc, grad_clip_vs_cpu);
     tcase_add_test(tc, target_q_bound_in_loss);
+    tcase_add_test(tc, per_push_update_bitwise);
+    tcase_add_test(tc, per_sample_same_uniforms);
     suite_add_tcase(s, tc);
     TCase *te = tcase_create("engine");
     tcase_set_timeout(te, 600);
     tcase_add_test(te, graph_determinism_and_isv);
     tcase_add_test(te, adaptive_training_no_flags);
     tcase_add_test(te, fold_sharpe_vs_cpu);
+    tcase_add_test(te, per_training_runs);
+    tcase_add_test(te, eval_walk_vs_cpu);
     suite_add_tcase(s, te);
     return fox_test_run_suite_nofork(s);
 }

@@ -274,6 +274,21 @@ START_TEST(test_walk)
     j = fox_render_fold(&fr);
     ck_assert_int_eq(cJSON_GetObjectItem(j, "fold")->valueint, 2);
     ck_assert_ptr_nonnull(cJSON_GetObjectItem(j, "bars_per_year"));
+    /* The figures a reader judges the fold by: the policy's with its SE, and every baseline's. */
+    ck_assert(cJSON_IsNumber(cJSON_GetObjectItem(j, "test_sharpe_se")));
+    ck_assert(cJSON_IsNumber(cJSON_GetObjectItem(j, "test_sharpe_last")));
+    ck_assert(cJSON_IsNumber(cJSON_GetObjectItem(j, "test_sharpe_mean")));
+    ck_assert_str_eq(cJSON_GetObjectItem(j, "select")->valuestring, "smoothed");
+    const cJSON *b = cJSON_GetObjectItem(j, "baselines");
+    const char *names[] = {"buy_hold", "flat", "random", "trend", "oracle"};
+    for (int i = 0; i < 5; i++)
+        ck_assert_msg(cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetObjectItem(b, names[i]),
+                                                         "sharpe_se")),
+                      "baselines.%s", names[i]);
+    ck_assert_double_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(b, "flat"), "sharpe")->valuedouble,
+                        0.0);
+    ck_assert(cJSON_IsNumber(cJSON_GetObjectItem(j, "oracle_fraction")) ||
+              cJSON_IsNull(cJSON_GetObjectItem(j, "oracle_fraction")));
     cJSON_Delete(j);
     fox_engine_destroy(e);
 

@@ -95,9 +95,18 @@ ok "metrics"
 
 # ------------------------------------------------------------- walk-forward
 out=$(ctl run --folds 0,1,2 --epochs 1 --steps 20 2>"$dir/run.err") || fail "run: $(cat "$dir/run.err")"
-[ "$(echo "$out" | grep -cE '^ +[0-2] ')" -eq 3 ] || fail "run table: $out"
+[ "$(echo "$out" | grep -cE '^fold [0-2]: epoch 1 of 1 chosen by smoothed')" -eq 3 ] ||
+    fail "run table: $out"
+for row in policy "trend k=" "buy & hold" flat random oracle; do
+    [ "$(echo "$out" | grep -c "^  $row")" -ge 3 ] || fail "run table: no '$row' row per fold: $out"
+done
+echo "$out" | grep -q "^mean of 3 folds" || fail "run table: no mean block: $out"
+echo "$out" | grep -qE "^verdict: policy beat flat: (yes|no) " || fail "run table verdict: $out"
 echo "$out" | grep -q "selection-biased" || fail "run table note"
-ok "run: whole walk-forward, 3-fold table"
+ok "run: whole walk-forward, a block per fold with its baselines, the mean and the verdict"
+[ "$(grep '"type":"fold"' "$dir/state/metrics.jsonl" | grep -c '"baselines":{"buy_hold":{')" -eq 3 ] ||
+    fail "fold baselines in JSONL"
+ok "each fold's baselines in metrics.jsonl"
 [ "$(grep -c "sentinel flags: none" "$dir/run.err")" -eq 3 ] ||
     fail "a sentinel-flags line per fold: $(cat "$dir/run.err")"
 [ "$(grep '"type":"fold"' "$dir/state/metrics.jsonl" | grep -c '"flagged":\[\]')" -eq 3 ] ||
@@ -310,7 +319,8 @@ rc=$?
     "$dir/corrupt.log" || fail "corrupt stop checkpoint (exit $rc): $(grep -i resum "$dir/corrupt.log")"
 ok "a corrupt stop checkpoint stops the start and says why (payload CRC)"
 mv "$dir/state/foxd.ckpt" "$dir/state/corrupt.ckpt"
-start_foxd --set debug.enable=1
+# train.stop_on_halt=1: the halted fold stays open, for status, flags and reset-fold to see.
+start_foxd --set debug.enable=1 --set train.stop_on_halt=1
 ctl inject-fault h_s2 nan --step 5 >/dev/null || fail "inject-fault"
 ok "inject_fault armed (debug.enable)"
 ctl start-fold 0 --steps 200 >"$dir/drill.out" 2>&1
@@ -336,6 +346,31 @@ rc=$?
 [ $rc -eq 3 ] && grep -q "h_s2" "$dir/once.err" || fail "foxd --once drill: exit $rc, $(cat "$dir/once.err")"
 ok "foxd --once: the drill halts with exit 3 and names the slot"
 
+# A halt no longer ends the walk (train.stop_on_halt=0, the default): the halted fold is marked,
+# the next fold runs (the fault fires once per arming), and the exit status says a fold halted.
+"$FOXD" --once "${TINY[@]}" --set train.folds=0,1 --set train.steps_per_epoch=200 \
+    --set debug.enable=1 --set debug.inject_fault.buffer=h_s2 --set debug.inject_fault.step=5 \
+    --set debug.inject_fault.kind=nan >"$dir/goon.out" 2>"$dir/goon.err"
+rc=$?
+[ $rc -eq 3 ] || fail "foxd --once go-on drill: exit $rc, $(cat "$dir/goon.err")"
+grep -Eq '^fold 0: .*halted: halt_nan at step' "$dir/goon.out" ||
+    fail "fold 0 not marked halted: $(cat "$dir/goon.out")"
+grep -Eq '^fold 1: ' "$dir/goon.out" && ! grep -Eq '^fold 1: .*halted' "$dir/goon.out" ||
+    fail "fold 1 did not run clean after the halt: $(cat "$dir/goon.out")"
+grep -q "1 fold halted" "$dir/goon.err" || fail "no halt count: $(cat "$dir/goon.err")"
+ok "foxd --once: a halted fold is marked, the next fold runs, exit 3 at the end"
+start_foxd --set debug.enable=1
+ctl inject-fault h_s2 nan --step 5 >/dev/null || fail "inject-fault (go-on)"
+ctl --json run --folds 0,1 --steps 200 >"$dir/goon.json" 2>&1
+rc=$?
+[ $rc -eq 5 ] || fail "run with a halted fold should exit 5, got $rc: $(tail -5 "$dir/goon.json")"
+grep -q '"halted"' "$dir/goon.json" || fail "no halted fold object: $(tail -5 "$dir/goon.json")"
+ctl status | grep -q "^state *idle" || fail "state after a run that went on: $(ctl status)"
+ok "foxctl run: the walk goes on after a halted fold and exits 5 at the end"
+ctl shutdown --no-checkpoint >/dev/null || fail "shutdown after the go-on drill"
+wait "$pid"
+pid=
+
 # ------------------------------------------------------- SIGHUP reopens the log
 start_foxd --set "daemon.log_file=$dir/rot.log"
 grep -q "ready" "$dir/rot.log" || fail "daemon.log_file not written"
@@ -352,7 +387,7 @@ pid=
 # ---------------------------------------------------------------- run --spawn
 out=$(TMPDIR=$dir timeout -k 5 300 "$FOXCTL" run --spawn --folds 0,1 "${TINY[@]}" 2>"$dir/spawn.err") ||
     fail "run --spawn: $(cat "$dir/spawn.err")"
-[ "$(echo "$out" | grep -cE '^ +[01] ')" -eq 2 ] || fail "run --spawn table: $out"
+[ "$(echo "$out" | grep -cE '^fold [01]: epoch ')" -eq 2 ] || fail "run --spawn table: $out"
 ls "$dir" | grep -q "^foxctl-" && fail "run --spawn left its directory behind"
 ok "run --spawn: private foxd, table, stopped"
 

@@ -1,7 +1,8 @@
 /*
  * test_data.c — unit tests of gpu/data.c: the synthetic generator's
- * statistics, the CSV loader's acceptance and each of its refusals, the
- * features' causality and values, normalization's fit range, and the fold
+ * statistics, the no-edge generators' (random walk, GARCH) statistics, the
+ * CSV loader's acceptance and each of its refusals, the features' causality
+ * and values, normalization's fit range, and the fold
  * boundaries.
  *
  * Not tested here: how the environment or the trainer use these (their own
@@ -276,6 +277,172 @@ START_TEST(test_synthetic_learnable)
 }
 END_TEST
 
+/* --------------------------------------------------------------- no edge */
+
+/*
+ * Lag-k autocorrelation of squared returns (bars 1..n−1): the signature of
+ * volatility clustering, near 0 for iid returns.
+ */
+static double
+sq_autocorr(const fox_series *s, int k)
+{
+    int n = s->n;
+    double m = 0;
+    for (int i = 1; i < n; i++)
+        m += logret(s, i) * logret(s, i);
+    m /= n - 1;
+    double num = 0, den = 0;
+    for (int i = 1; i < n; i++) {
+        double a = logret(s, i) * logret(s, i) - m;
+        den += a * a;
+        if (i + k < n)
+            num += a * (logret(s, i + k) * logret(s, i + k) - m);
+    }
+    return num / den;
+}
+
+/* Mean, sample variance and lag-1 autocorrelation of the log returns of bars 1..n−1. */
+static void
+logret_moments(const fox_series *s, double *mean, double *var, double *ac1)
+{
+    int n = s->n;
+    double m = 0, m2 = 0, ac = 0;
+    for (int i = 1; i < n; i++)
+        m += logret(s, i);
+    m /= n - 1;
+    for (int i = 1; i < n; i++)
+        m2 += (logret(s, i) - m) * (logret(s, i) - m);
+    m2 /= n - 2;
+    for (int i = 2; i < n; i++)
+        ac += (logret(s, i) - m) * (logret(s, i - 1) - m);
+    *mean = m;
+    *var = m2;
+    *ac1 = ac / ((n - 2) * m2);
+}
+
+/* Same bars for the same seed, other bars for another; every source by its data.source name. */
+START_TEST(test_noedge_deterministic)
+{
+    const char *names[] = {"randomwalk", "garch"};
+    for (int g = 0; g < 2; g++) {
+        fox_series a, b, c;
+        FOX_CK_OK(fox_series_generate(&a, names[g], 4000, 7));
+        FOX_CK_OK(fox_series_generate(&b, names[g], 4000, 7));
+        FOX_CK_OK(fox_series_generate(&c, names[g], 4000, 8));
+        size_t fz = 4000 * sizeof(float);
+        ck_assert(memcmp(a.close, b.close, fz) == 0);
+        ck_assert(memcmp(a.open, b.open, fz) == 0);
+        ck_assert(memcmp(a.high, b.high, fz) == 0);
+        ck_assert(memcmp(a.low, b.low, fz) == 0);
+        ck_assert(memcmp(a.volume, b.volume, fz) == 0);
+        ck_assert(memcmp(a.regime, b.regime, 4000) == 0);
+        int differ = 0;
+        for (int i = 1; i < 4000; i++)
+            differ += a.close[i] != c.close[i];
+        ck_assert_int_gt(differ, 3900);
+        char want[64];
+        snprintf(want, sizeof want, "%s(seed=7)", names[g]);
+        ck_assert_str_eq(a.source, want);
+        ck_assert_ptr_nonnull(a.expected_return);
+        for (int t = 0; t < 4000; t += 97)
+            ck_assert(a.expected_return(&a, t) == 0.0);
+        ck_assert_double_eq(a.bars_per_year, 17520.0);
+        ck_assert_double_eq(a.time[10] - a.time[9], 1800.0);
+        for (int i = 0; i < 4000; i++) {
+            ck_assert(a.low[i] <= fminf(a.open[i], a.close[i]));
+            ck_assert(a.high[i] >= fmaxf(a.open[i], a.close[i]));
+            ck_assert(a.regime[i] == FOX_REGIME_QUIET || a.regime[i] == FOX_REGIME_HIGHVOL);
+        }
+        fox_series_fini(&a);
+        fox_series_fini(&b);
+        fox_series_fini(&c);
+    }
+    fox_series s;
+    ck_assert_int_eq(fox_series_generate(&s, "bars.csv", 4000, 1), FOX_ENOENT);
+    ck_assert_int_eq(fox_series_generate(&s, "garch", 999, 1), FOX_EINVAL);
+    ck_assert(series_zeroed(&s));
+    FOX_CK_OK(fox_series_generate(&s, "synthetic", 4000, 1));
+    ck_assert_ptr_nonnull(s.expected_return);
+    fox_series_fini(&s);
+}
+END_TEST
+
+/*
+ * The random walk has no drift: over several seeds the mean log return is
+ * within 3 standard errors of 0, its σ is the advertised one, and neither
+ * returns nor squared returns are autocorrelated.
+ */
+START_TEST(test_randomwalk_stats)
+{
+    for (uint64_t seed = 1; seed <= 4; seed++) {
+        fox_series s;
+        int n = 40000;
+        FOX_CK_OK(fox_series_randomwalk(&s, n, seed));
+        double m, m2, ac;
+        logret_moments(&s, &m, &m2, &ac);
+        double se = sqrt(m2 / (n - 1));
+        ck_assert_msg(fabs(m) < 3.0 * se, "seed %d: mean %.3g, SE %.3g", (int)seed, m, se);
+        ck_assert_msg(fabs(sqrt(m2) / FOX_NOEDGE_SIGMA - 1.0) < 0.02, "seed %d: σ %.5f",
+                      (int)seed, sqrt(m2));
+        /* 1/√n ≈ 0.005: four SE of an iid lag-1 autocorrelation. */
+        ck_assert_msg(fabs(ac) < 0.02, "seed %d: lag-1 autocorr %.4f", (int)seed, ac);
+        ck_assert_msg(fabs(sq_autocorr(&s, 1)) < 0.02, "seed %d: squared autocorr %.4f",
+                      (int)seed, sq_autocorr(&s, 1));
+        fox_series_fini(&s);
+    }
+}
+END_TEST
+
+/*
+ * GARCH(1,1): squared returns are autocorrelated (volatility clusters, and
+ * the autocorrelation decays roughly as (α+β)^k), returns themselves are not
+ * (no edge), the mean is within 3 SE of 0, and the sample variance matches
+ * the unconditional ω/(1 − α − β) within 10 % on average over seeds. The
+ * labels follow the conditional σ: high-vol bars move more than quiet ones.
+ */
+START_TEST(test_garch_stats)
+{
+    double var_sum = 0;
+    int seeds = 4;
+    const double omega = FOX_NOEDGE_SIGMA * FOX_NOEDGE_SIGMA * (1 - FOX_GARCH_ALPHA - FOX_GARCH_BETA);
+    const double var_uncond = omega / (1 - FOX_GARCH_ALPHA - FOX_GARCH_BETA);
+    for (uint64_t seed = 1; seed <= (uint64_t)seeds; seed++) {
+        fox_series s;
+        int n = 40000;
+        FOX_CK_OK(fox_series_garch(&s, n, seed));
+        double m, m2, ac, hi2 = 0, lo2 = 0;
+        int n_hi = 0, n_lo = 0;
+        logret_moments(&s, &m, &m2, &ac);
+        for (int i = 1; i < n; i++) {
+            double d = logret(&s, i) - m;
+            if (s.regime[i] == FOX_REGIME_HIGHVOL) {
+                hi2 += d * d;
+                n_hi++;
+            } else {
+                lo2 += d * d;
+                n_lo++;
+            }
+        }
+        var_sum += m2;
+        /* Under clustering the plain SE understates the mean's error; 3 SE still holds. */
+        double se = sqrt(m2 / (n - 1));
+        ck_assert_msg(fabs(m) < 3.0 * se, "seed %d: mean %.3g, SE %.3g", (int)seed, m, se);
+        ck_assert_msg(fabs(ac) < 0.03, "seed %d: lag-1 autocorr %.4f", (int)seed, ac);
+        double ac1 = sq_autocorr(&s, 1), ac10 = sq_autocorr(&s, 10);
+        ck_assert_msg(ac1 > 0.05, "seed %d: squared lag-1 autocorr %.4f", (int)seed, ac1);
+        ck_assert_msg(ac10 > 0.02 && ac10 < ac1, "seed %d: squared lag-10 autocorr %.4f",
+                      (int)seed, ac10);
+        ck_assert_int_gt(n_hi, n / 10);
+        ck_assert_int_gt(n_lo, n / 10);
+        ck_assert_msg(hi2 / n_hi > 1.5 * lo2 / n_lo, "seed %d: high-vol/quiet variance %.2f",
+                      (int)seed, (hi2 / n_hi) / (lo2 / n_lo));
+        fox_series_fini(&s);
+    }
+    double ratio = var_sum / seeds / var_uncond;
+    ck_assert_msg(fabs(ratio - 1.0) < 0.10, "sample/unconditional variance %.3f", ratio);
+}
+END_TEST
+
 /* ------------------------------------------------------------------- CSV */
 
 START_TEST(test_csv_good_ohlcv)
@@ -295,7 +462,7 @@ START_TEST(test_csv_good_ohlcv)
     free(buf);
     fox_series s;
     char err[512] = "";
-    FOX_CK_OK(fox_series_load_csv(&s, path, 100, err, sizeof(err)));
+    FOX_CK_OK(fox_series_load_csv(&s, path, NULL, 100, err, sizeof(err)));
     ck_assert_str_eq(err, "");
     ck_assert_int_eq(s.n, rows);
     ck_assert_str_eq(s.source, path);
@@ -307,7 +474,8 @@ START_TEST(test_csv_good_ohlcv)
     ck_assert_float_eq_tol(s.close[3], (float)(100.0 + 10.0 * sin(0.3) + 0.5), 1e-3f);
     ck_assert_float_eq_tol(s.high[3], (float)(100.0 + 10.0 * sin(0.3) + 1.0), 1e-3f);
     ck_assert_float_eq(s.volume[7], 1007.0f);
-    ck_assert_double_eq_tol(s.bars_per_year, 8760.0, 1e-9);
+    /* Bars present per year of timestamps: one an hour, a year of 365.2425 days. */
+    ck_assert_double_eq_tol(s.bars_per_year, 365.2425 * 24.0, 1e-6);
     for (int i = 0; i < rows; i++)
         ck_assert(s.regime[i] >= 0 && s.regime[i] <= 3);
     fox_series_fini(&s);
@@ -332,7 +500,7 @@ START_TEST(test_csv_good_close_only)
     free(buf);
     fox_series s;
     char err[512] = "";
-    FOX_CK_OK(fox_series_load_csv(&s, path, rows, err, sizeof(err)));
+    FOX_CK_OK(fox_series_load_csv(&s, path, NULL, rows, err, sizeof(err)));
     ck_assert_int_eq(s.n, rows);
     ck_assert_ptr_null(s.open);
     ck_assert_ptr_null(s.high);
@@ -341,12 +509,13 @@ START_TEST(test_csv_good_close_only)
     ck_assert_ptr_nonnull(s.time);
     ck_assert_double_eq(s.time[0], 1577836800.0); /* 2020-01-01T00:00:00Z */
     ck_assert_float_eq(s.close[rows - 1], 50.0f + (rows - 1) * 0.25f);
-    ck_assert_double_eq(s.bars_per_year, 252.0);
+    /* 399 intervals from 2020-01-01 to 2021-03-08: 366 + 31 + 28 + 7 = 432 days. */
+    ck_assert_double_eq_tol(s.bars_per_year, 399.0 / (432.0 / 365.2425), 1e-6);
     fox_series_fini(&s);
 
     /* No time column at all: 252 bars a year, no time array. */
     write_file(path, "close_no_time.csv", "close\n10\n11\n10.5\n12\n");
-    FOX_CK_OK(fox_series_load_csv(&s, path, 4, err, sizeof(err)));
+    FOX_CK_OK(fox_series_load_csv(&s, path, NULL, 4, err, sizeof(err)));
     ck_assert_int_eq(s.n, 4);
     ck_assert_ptr_null(s.time);
     ck_assert_double_eq(s.bars_per_year, 252.0);
@@ -376,12 +545,146 @@ START_TEST(test_csv_iso_dates)
     free(buf);
     fox_series s;
     char err[512] = "";
-    FOX_CK_OK(fox_series_load_csv(&s, path, 100, err, sizeof(err)));
+    FOX_CK_OK(fox_series_load_csv(&s, path, NULL, 100, err, sizeof(err)));
     ck_assert_int_eq(s.n, rows);
     ck_assert_double_eq(s.time[0], 1704205800.0); /* 2024-01-02T14:30:00Z */
     ck_assert_double_eq(s.time[1] - s.time[0], 300.0);
-    ck_assert_double_eq_tol(s.bars_per_year, 252.0 * 78.0, 1e-6);
+    /* 701 intervals over 2024-01-02 14:30 .. 2024-01-12 20:55, 10 days 6 h 25 min. */
+    double span = 10 * 86400.0 + 6 * 3600.0 + 25 * 60.0;
+    ck_assert_double_eq_tol(s.bars_per_year, 701.0 / (span / (365.2425 * 86400.0)), 1e-6);
     fox_series_fini(&s);
+}
+END_TEST
+
+/* ISO-8601 with offsets and fractions, converted to UTC, as exports write them. */
+START_TEST(test_csv_iso_offsets)
+{
+    char path[PATH_LEN];
+    write_file(path, "offsets.csv",
+               "time,close\n"
+               "2020-01-02T09:30:00+00:00,10\n"  /* 1577957400 */
+               "2020-01-02T10:30:00Z,11\n"       /* 1577961000 */
+               "2020-01-02T16:30:00+05:30,12\n"  /* 11:00 UTC: 1577962800 */
+               "2020-01-02T06:30:00-0500,13\n"   /* 11:30 UTC: 1577964600 */
+               "2020-01-02T13:00:00+01,14\n"     /* 12:00 UTC: 1577966400 */
+               "2020-01-02 12:30:00.250Z,15\n"); /* 1577968200.25 */
+    fox_series s;
+    char err[512] = "";
+    FOX_CK_OK(fox_series_load_csv(&s, path, NULL, 6, err, sizeof(err)));
+    ck_assert_double_eq(s.time[0], 1577957400.0);
+    ck_assert_double_eq(s.time[1], 1577961000.0);
+    ck_assert_double_eq(s.time[2], 1577962800.0);
+    ck_assert_double_eq(s.time[3], 1577964600.0);
+    ck_assert_double_eq(s.time[4], 1577966400.0);
+    ck_assert_double_eq(s.time[5], 1577968200.25);
+    fox_series_fini(&s);
+
+    /* An offset that moves a later local time before an earlier one is refused as such. */
+    write_file(path, "offsets_back.csv",
+               "time,close\n2020-01-02T10:00:00Z,10\n2020-01-02T12:00:00+05:00,11\n");
+    ck_assert_int_eq(fox_series_load_csv(&s, path, NULL, 1, err, sizeof(err)), FOX_EFORMAT);
+    ck_assert_msg(strstr(err, ":3: non-increasing time"), "%s", err);
+    const char *bad[] = {"2020-01-02T10:00:00+5", "2020-01-02T10:00:00+24:00",
+                         "2020-01-02T10:00:00+05:60", "2020-01-02T10:00:00.Z",
+                         "2020-01-02T10:00:00 +01:00"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char content[128];
+        snprintf(content, sizeof content, "time,close\n%s,10\n", bad[i]);
+        write_file(path, "offsets_bad.csv", content);
+        ck_assert_int_eq(fox_series_load_csv(&s, path, NULL, 1, err, sizeof(err)), FOX_EFORMAT);
+        ck_assert_msg(strstr(err, ":2: bad time"), "%s: %s", bad[i], err);
+        ck_assert(series_zeroed(&s));
+    }
+}
+END_TEST
+
+/* data.price_column: one index of several, none named close. */
+START_TEST(test_csv_price_column)
+{
+    char path[PATH_LEN], *buf = malloc(1 << 20);
+    size_t k = (size_t)sprintf(buf, "Date,SPX,NDX,DAX,Nikkei\n");
+    for (int i = 0; i < 300; i++)
+        k += (size_t)sprintf(buf + k, "%d,%.2f,%.2f,%.2f,%.2f\n", 1600000000 + 86400 * i,
+                             3000.0 + i, 11000.0 + 2 * i, 13000.0 - i, 23000.0 + 0.5 * i);
+    write_file(path, "indices.csv", buf);
+    free(buf);
+    fox_series s;
+    char err[512] = "";
+    /* Without the key the file has no price to read, and the message says how to pick one. */
+    ck_assert_int_eq(fox_series_load_csv(&s, path, NULL, 100, err, sizeof(err)), FOX_EFORMAT);
+    ck_assert_msg(strstr(err, ":1: missing close column") && strstr(err, "data.price_column"),
+                  "%s", err);
+    FOX_CK_OK(fox_series_load_csv(&s, path, "dax", 100, err, sizeof(err)));
+    ck_assert_int_eq(s.n, 300);
+    ck_assert_float_eq(s.close[0], 13000.0f);
+    ck_assert_float_eq(s.close[299], 13000.0f - 299.0f);
+    ck_assert_ptr_null(s.open);
+    ck_assert_ptr_null(s.volume);
+    ck_assert_double_eq(s.time[1] - s.time[0], 86400.0);
+    fox_series_fini(&s);
+
+    /* An unknown name is refused with the header's names; so is the time column. */
+    ck_assert_int_eq(fox_series_load_csv(&s, path, "FTSE", 100, err, sizeof(err)), FOX_EFORMAT);
+    ck_assert_msg(strstr(err, ":1: data.price_column 'FTSE' names no column") &&
+                      strstr(err, "'Nikkei'"),
+                  "%s", err);
+    ck_assert(series_zeroed(&s));
+    ck_assert_int_eq(fox_series_load_csv(&s, path, "date", 100, err, sizeof(err)), FOX_EFORMAT);
+    ck_assert_msg(strstr(err, "names the time column"), "%s", err);
+
+    /* Naming the close column itself keeps the OHLCV set; another column drops it. */
+    write_file(path, "ohlc_plus.csv",
+               "time,open,high,low,close,volume,other\n1,10,12,9,11,5,70\n2,11,13,10,12,6,71\n");
+    FOX_CK_OK(fox_series_load_csv(&s, path, "Close", 2, err, sizeof(err)));
+    ck_assert_ptr_nonnull(s.open);
+    ck_assert_float_eq(s.close[1], 12.0f);
+    fox_series_fini(&s);
+    FOX_CK_OK(fox_series_load_csv(&s, path, "other", 2, err, sizeof(err)));
+    ck_assert_ptr_null(s.open);
+    ck_assert_ptr_null(s.volume);
+    ck_assert_float_eq(s.close[1], 71.0f);
+    fox_series_fini(&s);
+}
+END_TEST
+
+/*
+ * P from the timestamps over a year of 30-minute bars: an exchange session
+ * (13 bars on weekdays), a 24-hour market on weekdays, and one that never
+ * closes. 2023 has 260 weekdays.
+ */
+static double
+year_of_bars(const char *name, int weekdays_only, int first_bar, int bars_a_day)
+{
+    char path[PATH_LEN], *buf = malloc(8 << 20);
+    size_t k = (size_t)sprintf(buf, "time,close\n");
+    double t0 = 1672531200.0; /* 2023-01-01T00:00:00Z, a Sunday */
+    for (int day = 0; day < 365; day++) {
+        int wd = day % 7; /* 0 = Sunday */
+        if (weekdays_only && (wd == 0 || wd == 6))
+            continue;
+        for (int b = 0; b < bars_a_day; b++)
+            k += (size_t)sprintf(buf + k, "%.0f,%.2f\n",
+                                 t0 + day * 86400.0 + (first_bar + b) * 1800.0, 100.0 + 0.001 * b);
+    }
+    write_file(path, name, buf);
+    free(buf);
+    fox_series s;
+    char err[512] = "";
+    FOX_CK_OK(fox_series_load_csv(&s, path, NULL, 100, err, sizeof(err)));
+    double P = s.bars_per_year;
+    fox_series_fini(&s);
+    return P;
+}
+
+START_TEST(test_csv_bars_per_year)
+{
+    double session = year_of_bars("session.csv", 1, 29, 13); /* 14:30–21:00 UTC */
+    double fx = year_of_bars("fx.csv", 1, 0, 48);
+    double crypto = year_of_bars("crypto.csv", 0, 0, 48);
+    /* The year's first and last weekends lie outside the span: about 1 % too many over a year. */
+    ck_assert_msg(fabs(session / (13.0 * 260.0) - 1.0) < 0.015, "session P %.1f", session);
+    ck_assert_msg(fabs(fx / (48.0 * 260.0) - 1.0) < 0.015, "24-hour weekday P %.1f", fx);
+    ck_assert_msg(fabs(crypto / (48.0 * 365.2425) - 1.0) < 0.01, "24/7 P %.1f", crypto);
 }
 END_TEST
 
@@ -400,7 +703,7 @@ START_TEST(test_csv_regime_proxy)
     free(buf);
     fox_series s;
     char err[512] = "";
-    FOX_CK_OK(fox_series_load_csv(&s, path, 400, err, sizeof(err)));
+    FOX_CK_OK(fox_series_load_csv(&s, path, NULL, 400, err, sizeof(err)));
     ck_assert_int_eq(s.regime[150], 0); /* calm, rising */
     ck_assert_int_eq(s.regime[199], 0);
     ck_assert_int_eq(s.regime[300], 3); /* volatile, falling */
@@ -480,7 +783,7 @@ START_TEST(test_csv_bad)
     fox_series s;
     memset(&s, 0xAB, sizeof(s)); /* the loader must not trust what it is given */
     char err[512] = "";
-    int rc = fox_series_load_csv(&s, path, b->min_rows, err, sizeof(err));
+    int rc = fox_series_load_csv(&s, path, NULL, b->min_rows, err, sizeof(err));
     ck_assert_msg(rc == b->rc, "%s: got %s, want %s (%s)", b->name, fox_err_name(rc),
                   fox_err_name(b->rc), err);
     ck_assert_msg(series_zeroed(&s), "%s: series not left zeroed", b->name);
@@ -505,9 +808,9 @@ START_TEST(test_csv_small_err_buffer)
     char path[PATH_LEN], err[8];
     write_file(path, "trunc.csv", "time,close\n1,abc\n");
     fox_series s;
-    ck_assert_int_eq(fox_series_load_csv(&s, path, 1, err, sizeof(err)), FOX_EFORMAT);
+    ck_assert_int_eq(fox_series_load_csv(&s, path, NULL, 1, err, sizeof(err)), FOX_EFORMAT);
     ck_assert_int_eq(strlen(err), 7);
-    ck_assert_int_eq(fox_series_load_csv(&s, path, 1, NULL, 0), FOX_EFORMAT);
+    ck_assert_int_eq(fox_series_load_csv(&s, path, NULL, 1, NULL, 0), FOX_EFORMAT);
 }
 END_TEST
 
@@ -774,10 +1077,18 @@ data_suite(void)
     tcase_add_test(tc, test_synthetic_stats);
     tcase_add_test(tc, test_synthetic_learnable);
     suite_add_tcase(su, tc);
+    tc = tcase_create("noedge");
+    tcase_add_test(tc, test_noedge_deterministic);
+    tcase_add_test(tc, test_randomwalk_stats);
+    tcase_add_test(tc, test_garch_stats);
+    suite_add_tcase(su, tc);
     tc = tcase_create("csv");
     tcase_add_test(tc, test_csv_good_ohlcv);
     tcase_add_test(tc, test_csv_good_close_only);
     tcase_add_test(tc, test_csv_iso_dates);
+    tcase_add_test(tc, test_csv_iso_offsets);
+    tcase_add_test(tc, test_csv_price_column);
+    tcase_add_test(tc, test_csv_bars_per_year);
     tcase_add_test(tc, test_csv_regime_proxy);
     tcase_add_loop_test(tc, test_csv_bad, 0, (int)(sizeof(bad_files) / sizeof(bad_files[0])));
     tcase_add_test(tc, test_csv_small_err_buffer);

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "gpu/bounds.h"
+#include "gpu/cpu/debug.h"
 #include "gpu/cpu/stab.h"
 #include "tests/drill_reach.h"
 #include "gpu/engine_impl.h"
@@ -143,7 +144,7 @@ START_TEST(threshold_slots_fire_at_threshold)
         float t, *p;
         size_t n;
         ck_assert_int_eq(fox_sentinel_threshold(slot, isv, &t), FOX_OK);
-        FOX_CK_ENGINE_OK(e, fox__engine_sentinel_where(e, slot, &p, &n));
+        FOX_CK_ENGINE_OK(e, fox_cpu_debug_sentinel_where(e->be, slot, &p, &n));
         ck_assert_uint_gt(n, 1);
         float keep = p[0];
         for (int above = 0; above <= 1; above++) {
@@ -151,7 +152,7 @@ START_TEST(threshold_slots_fire_at_threshold)
             /* max|x| ≥ t, or (atoms ascending) max − min ≥ t with the minimum moved. */
             p[0] = si->measure == FOX_SENT_MEASURE_SPAN ? p[n - 1] - t * m : t * m;
             FOX_CK_ENGINE_OK(e, fox_engine_clear_flags(e));
-            FOX_CK_ENGINE_OK(e, fox__engine_check_now(e));
+            FOX_CK_ENGINE_OK(e, fox_cpu_debug_check_now(e->be));
             ck_assert_msg(fired_mask(e) == (above ? S(slot) : 0),
                           "slot %d %s at %s its threshold %g: flags %llx", slot, si->name,
                           above ? "just above" : "just below", (double)t,
@@ -252,7 +253,7 @@ START_TEST(clamps_hold_after_huge_faults)
             }
             float *p;
             size_t n;
-            FOX_CK_ENGINE_OK(e, fox__engine_sentinel_where(e, cases[k].watch, &p, &n));
+            FOX_CK_ENGINE_OK(e, fox_cpu_debug_sentinel_where(e->be, cases[k].watch, &p, &n));
             float got = max_abs(p, cases[k].whole ? n : 1);
             /* The bound read now may have moved by one EMA step since the clamp used it. */
             ck_assert_msg(got <= bound * 1.05f, "%s %s: max %g past the bound %g",
@@ -289,8 +290,8 @@ END_TEST
 
 /*
  * The other half of halt_grad_collapse, on the decision itself: no CPU run can be made to
- * train with a vanished gradient and a finite loss (test_cuda_drills does it on the device
- * with its no-weight-gradient knob). Only train steps count; one norm above the floor
+ * train with a vanished gradient and a finite loss (test_cuda_drills checks the device's
+ * decision the same way, through the CUDA debug library). Only train steps count; one norm above the floor
  * starts the count again; the 50th step in a row at or below it halts.
  */
 START_TEST(halt_grad_collapse_on_vanished_gradient)
@@ -312,6 +313,17 @@ START_TEST(halt_grad_collapse_on_vanished_gradient)
     ck_assert_int_eq(fox_cpu_stab_halt(&st, 1, 1.0f, 0.0, &reason, msg, sizeof msg), FOX_EHALT);
     ck_assert_int_eq(reason, FOX_HALT_GRAD_COLLAPSE);
     ck_assert_msg(strstr(msg, "halt_grad_collapse: grad norm <="), "msg '%s'", msg);
+}
+END_TEST
+
+/* A fault fires once per arming: the fold reset never arms it again (testutil.h). */
+START_TEST(fault_fires_once_per_arming)
+{
+    fox_config c;
+    tiny_config(&c);
+    c.debug_enable = 1;
+    fox_test_set_fault(&c, "h_s2", "nan", FAULT_STEP);
+    fox_test_fault_fires_once(&c, "h_s2", FOX_FAULT_NAN, DRILL_STEPS);
 }
 END_TEST
 
@@ -399,6 +411,147 @@ START_TEST(producers_and_fold_reset)
 END_TEST
 
 /*
+ * Adaptive Mech 6 follows the gradient norm up: the backend's own clip step
+ * (fox_cpu_stab_grad_clip) on gradients whose norm ramps from 2 to 20 ends
+ * with a bound near the new level and clips few of the last steps (fed the
+ * norm winsorized at its own clip, the bound fell to the floor of 1 and
+ * clipped every step). Then a real adaptive run whose norms are in the tens:
+ * on its last 200 train steps the clip engages on a minority of them, not
+ * on every one.
+ */
+START_TEST(adaptive_clip_follows_growing_norm)
+{
+    fox_config c;
+    tiny_config(&c);
+    c.bounds_mode = FOX_BOUNDS_ADAPTIVE;
+    c.grad_clip = 0.0f; /* no absolute ceiling: the bound alone decides */
+    fox_model_layout lay = {.n_params = 64};
+    float grads[64], isv[FOX_ISV_TOTAL_DIM];
+    int flags[FOX_SENTINEL_SLOTS] = {0};
+    fox_isv_init(isv);
+    fox_cpu_stab st = {.cfg = &c, .lay = &lay, .isv = isv, .flags = flags, .grads = grads,
+                       .adaptive = 1};
+    fox_bounds_wiener_init(st.ws);
+    fox_rng r;
+    fox_rng_seed(&r, 3);
+    int clipped = 0;
+    for (int t = 0; t < 3000; t++) {
+        double level = t < 500 ? 2.0 : t < 2500 ? 2.0 + 18.0 * (t - 500) / 2000.0 : 20.0;
+        double target = level * (1.0 + 0.2 * fox_rng_normal(&r));
+        for (int k = 0; k < 64; k++)
+            grads[k] = (float)(target / 8.0); /* ‖g‖ = 8 × each element */
+        double norm;
+        float scale = fox_cpu_stab_grad_clip(&st, &norm);
+        clipped += t >= 2500 && scale < 1.0f;
+    }
+    printf("adaptive clip, norm ramp 2 -> 20: bound %.3g, clipped %d of the last 500 steps\n",
+           (double)isv[FOX_ISV_GRAD_CLIP_BOUND], clipped);
+    ck_assert_msg(isv[FOX_ISV_GRAD_CLIP_BOUND] > 20.0f, "bound %g after the ramp to 20",
+                  (double)isv[FOX_ISV_GRAD_CLIP_BOUND]);
+    ck_assert_msg(clipped < 50, "clipped %d of the last 500 steps", clipped);
+
+    /* A heavy aux weight: gradient norms in the tens, far above the floor of 1. */
+    const char *heavy[] = {"train.aux_lambda=10", NULL};
+    fox_test_set_pairs(&c, heavy);
+    fox_engine *e = fox_test_engine(&c);
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 100, NULL));
+    const volatile float *ei = fox_engine_isv(e);
+    int engaged = 0;
+    for (int t = 0; t < 200; t++) {
+        fox_step_stats s;
+        FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 1, &s));
+        engaged += s.grad_norm > ei[FOX_ISV_GRAD_CLIP];
+    }
+    printf("adaptive run: the clip engaged on %d of 200 train steps (clip %.3g)\n", engaged,
+           (double)ei[FOX_ISV_GRAD_CLIP]);
+    ck_assert_msg(engaged < 100, "the clip engaged on %d of 200 steps", engaged);
+    fox_engine_destroy(e);
+}
+END_TEST
+
+/*
+ * Pearl D on the pre-SP4 signals in adaptive mode (SP4 replaces their fixed
+ * α = 0.01), through the backend's own producer (AUX_LABEL_SCALE_EMA from a
+ * batch of labels): after a step to three times a level with 10 % noise the
+ * Wiener rate follows within 50 steps (the fixed EMA needs ~250), and on the
+ * stationary level the estimate anchors (its spread over 2,000 steps under a
+ * third of the noise; a copy of the signal would spread by all of it).
+ * Fixed mode keeps the fixed EMA.
+ */
+START_TEST(signals_take_pearl_d_in_adaptive_mode)
+{
+    double spread[2];
+    int settle[2];
+    for (int adaptive = 0; adaptive <= 1; adaptive++) {
+        fox_config c;
+        tiny_config(&c);
+        float isv[FOX_ISV_TOTAL_DIM];
+        int flags[FOX_SENTINEL_SLOTS] = {0};
+        fox_isv_init(isv);
+        fox_cpu_stab st = {.cfg = &c, .isv = isv, .flags = flags, .adaptive = adaptive};
+        fox_bounds_wiener_init(st.ws);
+        fox_rng r;
+        fox_rng_seed(&r, 6);
+        double s1 = 0.0, s2 = 0.0;
+        settle[adaptive] = -1;
+        for (int t = 0; t < 9000; t++) {
+            float level = t < 6000 ? 1.0f : 3.0f;
+            float label = level * (1.0f + 0.1f * (float)fox_rng_normal(&r));
+            fox_cpu_stab_aux_label(&st, &label, 1);
+            float e = isv[FOX_ISV_AUX_LABEL_SCALE_EMA];
+            if (t >= 4000 && t < 6000) {
+                s1 += e;
+                s2 += (double)e * e;
+            }
+            if (t >= 6000 && settle[adaptive] < 0 && fabsf(e - 3.0f) < 0.15f)
+                settle[adaptive] = t - 6000;
+        }
+        spread[adaptive] = sqrt(fmax(s2 / 2000.0 - (s1 / 2000.0) * (s1 / 2000.0), 0.0));
+    }
+    printf("signal EMA: spread on a stationary level fixed %.4f, Pearl D %.4f (noise 0.1); "
+           "within 5 %% of a step x3 after %d (fixed) and %d (Pearl D) steps\n",
+           spread[0], spread[1], settle[0], settle[1]);
+    ck_assert_msg(settle[0] > 100, "the fixed EMA reached the new level after %d", settle[0]);
+    ck_assert_msg(settle[1] >= 0 && settle[1] < 50, "Pearl D reached the new level after %d",
+                  settle[1]);
+    ck_assert_msg(spread[1] < 0.03, "Pearl D spread %g on a level with noise 0.1", spread[1]);
+}
+END_TEST
+
+/*
+ * Pearl B's consumers: train.pearl_wd / pearl_l1 are refused in fixed mode
+ * (no rate is produced there), off by default, and in adaptive mode they
+ * move the weights away from the same run without them (the maths itself:
+ * test_net's test_adam_weight_decay_and_l1).
+ */
+START_TEST(pearl_b_consumers_switch)
+{
+    fox_config c;
+    char err[256];
+    tiny_config(&c);
+    ck_assert_int_eq(c.pearl_wd, 0);
+    ck_assert_int_eq(c.pearl_l1, 0);
+    c.pearl_l1 = 1;
+    ck_assert_int_eq(fox_config_validate(&c, err, sizeof err), FOX_EINVAL);
+    ck_assert_msg(strstr(err, "engine.bounds_mode=adaptive"), "%s", err);
+    c.bounds_mode = FOX_BOUNDS_ADAPTIVE;
+    FOX_CK_OK_MSG(fox_config_validate(&c, err, sizeof err), err);
+    fox_config off = c;
+    off.pearl_l1 = 0;
+    c.pearl_wd = 1;
+    fox_engine *a = fox_test_engine(&off), *b = fox_test_engine(&c);
+    FOX_CK_ENGINE_OK(a, fox_engine_run_steps(a, 60, NULL));
+    FOX_CK_ENGINE_OK(b, fox_engine_run_steps(b, 60, NULL));
+    const volatile float *isv = fox_engine_isv(b);
+    ck_assert_msg(isv[FOX_ISV_WD_RATE_GRN1] > 0.0f && isv[FOX_ISV_L1_LAMBDA] >= 0.0f,
+                  "rates %g %g", (double)isv[FOX_ISV_WD_RATE_GRN1], (double)isv[FOX_ISV_L1_LAMBDA]);
+    ck_assert_msg(fox_test_params_differ(a, b), "the rates moved nothing");
+    fox_engine_destroy(a);
+    fox_engine_destroy(b);
+}
+END_TEST
+
+/*
  * reset_for_fold in both bounds modes, after a run whose huge IQN target set slot 46 (the
  * clamp holds it; nothing halts): fold_reset.h's state, then the fold trains on.
  */
@@ -435,20 +588,24 @@ END_TEST
  *     epochs trade the same bars, so the true noise of the difference is
  *     smaller: the bound is loose, never too tight.
  *
- * The literal "last >= first" is printed, not asserted. Measured over
- * seeds 1–4 in both modes: F1 and F2 reach their plateau inside epoch 0's
- * ε decay (the carried-over weights start them near it); from there the
- * validation Sharpe sampled every 250 steps wanders (seed 2 F2: 2.4–7.8 in
- * both modes) with no trend while the Sharpe on the last 7,500 training
- * bars stays level near 9–14, so first vs last epoch is a coin toss (7 to
- * 9 of 16 fold runs). A lower or decaying learning rate, an EMA or
- * target-net evaluation, shorter epochs, a lower ε restart, a longer
- * validation half: none made it hold in all 16 runs. Even the OpenBLAS
- * kernel moves it: seed 1 under OPENBLAS_CORETYPE=Haswell gives F2 fixed
- * 5.43 → 5.66, under the machine's own kernel 7.45 → 5.11. One drop in 16
- * (seed 3 fixed F1 6.47 → 3.08) passed the bound, about as often as a
- * two-standard-error bound allows (~5 % a draw); seed 1, the one asserted
- * here, stays inside it under both kernels.
+ * The literal "last >= first" (the seeds' Gate 2 criteria 4 and 5, which
+ * their own smokes never saw evaluated: F1 halted, F2 cascaded) is printed,
+ * not asserted. Measured over seeds 1–4 in both modes (train.seed): F1 and
+ * F2 reach their plateau inside epoch 0's ε decay (the carried-over
+ * weights start them near it); from there the validation Sharpe wanders
+ * with no trend while the Sharpe on the last 7,500 training bars stays
+ * level, so first vs last epoch is a coin toss: it held in 7 of the 15
+ * fold runs that reached their end (F1, F2 first -> last, fixed then
+ * adaptive: seed 1 8.27 -> 7.18, 3.78 -> 8.69, 7.33 -> 8.44, 7.13 -> 7.98;
+ * seed 2 5.86 -> 5.55, 6.44 -> 4.80, 4.19 -> 3.84, 4.16 -> 5.31; seed 3
+ * 6.47 -> 3.08 (the fixed run stops there), 3.23 -> 2.43, 5.07 -> 4.64;
+ * seed 4 4.79 -> 4.83, 3.25 -> 7.09, 4.80 -> 4.86, 6.20 -> 5.06). A lower
+ * or decaying learning rate, an EMA or target-net evaluation, shorter
+ * epochs, a lower ε restart, a longer validation half: none made it hold
+ * in every run. Even the OpenBLAS kernel moves it. One drop (seed 3 fixed
+ * F1 6.47 -> 3.08) passes the bound, about as often as a two-standard-error
+ * bound allows (~5 % a draw); seed 1, the one asserted here, stays inside
+ * it in both modes.
  */
 #define GATE_EPOCHS 3
 #define GATE_STEPS  3000
@@ -561,9 +718,13 @@ drills_suite(void)
     tcase_add_test(tc, clamps_hold_after_huge_faults);
     tcase_add_test(tc, halt_grad_collapse_on_nonfinite_loss);
     tcase_add_test(tc, halt_grad_collapse_on_vanished_gradient);
+    tcase_add_test(tc, fault_fires_once_per_arming);
     tcase_add_test(tc, sentinel_off_keeps_the_clamps);
     tcase_add_test(tc, injection_needs_an_explicit_fault);
     tcase_add_test(tc, producers_and_fold_reset);
+    tcase_add_test(tc, adaptive_clip_follows_growing_norm);
+    tcase_add_test(tc, pearl_b_consumers_switch);
+    tcase_add_test(tc, signals_take_pearl_d_in_adaptive_mode);
     tcase_add_test(tc, reset_for_fold_walks_the_state);
     suite_add_tcase(s, tc);
     TCase *gate = tcase_create("gate");

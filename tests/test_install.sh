@@ -2,7 +2,9 @@
 # test_install.sh BUILD_DIR FOXCTL — `meson install` into a scratch
 # directory puts the unit, the example config, the docs the unit names, the
 # man pages and foxctl's bash completion in place; foxctl --version and
-# foxctl help work without a daemon; the completion completes.
+# foxctl help work without a daemon; the completion completes; every
+# command of foxctl's usage and every option of foxd's is in the help, the
+# completion and the man pages.
 set -u
 BUILD=$(realpath "$1") FOXCTL=$(realpath "$2")
 FOXD=/bin/false
@@ -33,11 +35,36 @@ comp=$(find "$dir/root" -path '*bash-completion/completions/foxctl')
 got=$(bash -c '. "$1"; COMP_WORDS=(foxctl sta); COMP_CWORD=1; _foxctl; echo "${COMPREPLY[*]}"' _ "$comp")
 [ "$got" = "status start-fold" ] || fail "completion of 'foxctl sta': '$got'"
 got=$(bash -c '. "$1"; COMP_WORDS=(foxctl --json checkpoint ""); COMP_CWORD=3; _foxctl; echo "${COMPREPLY[*]}"' _ "$comp")
-[ "$got" = "save load" ] || fail "completion of 'foxctl --json checkpoint': '$got'"
+[ "$got" = "save load list" ] || fail "completion of 'foxctl --json checkpoint': '$got'"
 ok "bash completion completes commands and sub-commands"
 
 v=$("$FOXCTL" --version) && [[ $v == "foxctl "[0-9]* ]] || fail "foxctl --version: $v"
-out=$("$FOXCTL" help checkpoint) && [[ $out == *"checkpoint save|load"* ]] || fail "foxctl help checkpoint: $out"
+out=$("$FOXCTL" help checkpoint) && [[ $out == *"checkpoint save|load"* && $out == *"checkpoint list DIR"* ]] ||
+    fail "foxctl help checkpoint: $out"
 "$FOXCTL" help | grep -q "^  watch" || fail "foxctl help lists no commands"
 "$FOXCTL" help nonsense 2>/dev/null; [ $? -eq 2 ] || fail "foxctl help of an unknown command"
 ok "foxctl --version ($v) and foxctl help [command] work without a daemon"
+
+# The commands of foxctl's usage: the first word of each "  name ..." line
+# under "commands:", and of each alternative after " | ".
+cmds=$("$FOXCTL" --help | sed -n '/^commands:/,/^$/p' | grep '^  [a-z]' | sed 's/ | /\n  /g' |
+    awk '{print $1}' | sort -u)
+[ "$(wc -l <<<"$cmds")" -ge 20 ] || fail "foxctl --help lists too few commands: $cmds"
+man1=$(find "$dir/root" -path '*/man/man1/foxctl.1')
+helped=$("$FOXCTL" help)
+for c in $cmds; do
+    grep -q "^  $c " <<<"$helped" || fail "foxctl help does not list '$c'"
+    got=$(bash -c '. "$1"; COMP_WORDS=(foxctl "$2"); COMP_CWORD=1; _foxctl; echo " ${COMPREPLY[*]} "' _ "$comp" "$c")
+    [[ $got == *" $c "* ]] || fail "the completion does not complete '$c': '$got'"
+    # scdoc sets a name in bold: \fBname\fR, or \fBname sub|sub\fR.
+    [ -z "$man1" ] || grep -qE -- "\\\\fB$c(\\\\fR| )" "$man1" || fail "foxctl(1) does not name '$c'"
+done
+ok "foxctl help, the completion and foxctl(1) name every command of the usage ($(wc -w <<<"$cmds"))"
+man8=$(find "$dir/root" -path '*/man/man8/foxd.8')
+if [ -n "$man8" ]; then
+    opts=$("$BUILD/daemon/foxd" --help | grep -o -- '--[a-z]*' | sort -u)
+    for o in $opts; do
+        grep -qF -- "\fB$o\fR" "$man8" || fail "foxd(8) does not name $o"
+    done
+    ok "foxd(8) names every option of foxd --help ($(wc -w <<<"$opts"))"
+fi

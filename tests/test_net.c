@@ -16,10 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu/bounds.h"
 #include "gpu/config.h"
 #include "gpu/cpu/net.h"
 #include "gpu/cpu/optim.h"
 #include "gpu/cpu/replay.h"
+#include "gpu/per.h"
 #include "common/error.h"
 #include "gpu/model.h"
 #include "gpu/rng.h"
@@ -1252,6 +1254,78 @@ START_TEST(test_adam_clamped_lanes_match_scalar)
 }
 END_TEST
 
+/*
+ * The isfinite guard skips an element whose gradient is NaN or ±Inf: its m,
+ * v and weight keep their bits (the seeds' Adam kernels return early), even
+ * with momentum that would otherwise move it; every other element moves.
+ * Bad gradients sit inside a four-lane group and in the scalar tail.
+ */
+START_TEST(test_adam_nonfinite_grad_skips_element)
+{
+    enum { N = 11 };
+    float p[N], g[N], m[N], v[N], p0[N], m0[N], v0[N];
+    for (int k = 0; k < N; k++) {
+        p[k] = 0.5f - 0.1f * (float)k;
+        g[k] = 0.01f * (float)(k + 1);
+        m[k] = 0.02f;
+        v[k] = 1e-3f;
+    }
+    const int bad[3] = {1, 6, 9};
+    g[bad[0]] = NAN;
+    g[bad[1]] = INFINITY;
+    g[bad[2]] = -INFINITY;
+    memcpy(p0, p, sizeof p);
+    memcpy(m0, m, sizeof m);
+    memcpy(v0, v, sizeof v);
+    fox_cpu_adam_clamp c = fox_test_adam_clamp(100.0f, INFINITY, INFINITY);
+    fox_cpu_adam_step_clamped(p, g, m, v, N, 0.1f, 0.9f, 0.999f, 1e-8f, 5, 1.0f, &c, NULL);
+    for (int k = 0; k < N; k++) {
+        int skipped = k == bad[0] || k == bad[1] || k == bad[2];
+        if (skipped) {
+            ck_assert_msg(memcmp(&p[k], &p0[k], sizeof p[k]) == 0, "weight %d moved", k);
+            ck_assert_msg(memcmp(&m[k], &m0[k], sizeof m[k]) == 0, "m %d moved", k);
+            ck_assert_msg(memcmp(&v[k], &v0[k], sizeof v[k]) == 0, "v %d moved", k);
+        } else {
+            ck_assert_msg(p[k] != p0[k] && m[k] != m0[k] && v[k] != v0[k], "element %d still", k);
+        }
+    }
+    ck_assert_uint_eq(c.w_engaged + c.m_engaged + c.v_engaged, 0);
+}
+END_TEST
+
+/*
+ * Pearl B's consumers in the clamped step, by hand (t = 1, m = v = 0: the
+ * update is lr · sign(g)): decoupled weight decay takes lr · wd · p0 off the
+ * updated weight, the L1 step then shrinks |p| by lr · l1, to 0 at most, and
+ * Mech 9's clamp comes last. Rates of 0 change nothing (the default).
+ */
+START_TEST(test_adam_weight_decay_and_l1)
+{
+    float p[4] = {1.0f, -0.5f, 0.02f, 3.0f}, g[4] = {1.0f, -1.0f, 1.0f, -1.0f};
+    float m[4] = {0}, v[4] = {0};
+    fox_cpu_adam_clamp c = fox_test_adam_clamp(2.0f, INFINITY, INFINITY);
+    c.wd = 2.0f;
+    c.l1 = 0.5f;
+    fox_cpu_adam_step_clamped(p, g, m, v, 4, 0.01f, 0.9f, 0.999f, 1e-12f, 1, 1.0f, &c, NULL);
+    /* [0]: 1 − 0.01 = 0.99, − 0.01·2·1 = 0.97, shrunk by 0.005 → 0.965 */
+    ck_assert_double_eq_tol(p[0], 0.965, 1e-6);
+    /* [1]: −0.5 + 0.01 = −0.49, + 0.01·2·0.5 = −0.48, shrunk → −0.475 */
+    ck_assert_double_eq_tol(p[1], -0.475, 1e-6);
+    /* [2]: 0.02 − 0.01 = 0.01, − 0.01·2·0.02 = 0.0096, shrunk → 0.0046 */
+    ck_assert_double_eq_tol(p[2], 0.0046, 1e-6);
+    /* [3]: 3.01 − 0.06 = 2.95 − 0.005 = 2.945, then Mech 9 clamps it to 2 */
+    ck_assert(p[3] == 2.0f);
+    ck_assert_uint_eq(c.w_engaged, 1);
+    /* The proximal step stops at zero: a weight inside lr · l1 lands on exactly 0. */
+    float q[2] = {0.003f, -0.002f}, gq[2] = {0.0f, 0.0f}, mq[2] = {0}, vq[2] = {0};
+    c.wd = 0.0f;
+    fox_cpu_adam_step_clamped(q, gq, mq, vq, 2, 0.01f, 0.9f, 0.999f, 1e-12f, 1, 1.0f, &c, NULL);
+    ck_assert(q[0] == 0.0f && q[1] == 0.0f);
+    ck_assert(fox_adam_regularize(0.7f, 0.9f, 0.01f, 0.0f, 0.0f) == 0.7f);
+    ck_assert(fox_adam_regularize(0.7f, 0.9f, 0.01f, NAN, -1.0f) == 0.7f);
+}
+END_TEST
+
 START_TEST(test_sanitize_norm_clip)
 {
     float g[7] = {1.0f, NAN, INFINITY, -INFINITY, 2.0f, -NAN, -2.0f};
@@ -1296,6 +1370,17 @@ leaf(const fox_replay *rb, int i)
     return rb->tree[rb->leaves + i];
 }
 
+/* A prioritized ring of capacity and alpha after n pushes of an empty transition. */
+static void
+filled_ring(fox_replay *rb, int capacity, float alpha, int n)
+{
+    FOX_CK_OK(fox_replay_init(rb, capacity, 1, alpha));
+    fox_transition t;
+    memset(&t, 0, sizeof t);
+    for (int k = 0; k < n; k++)
+        fox_replay_push(rb, &t);
+}
+
 /*
  * Priorities drawn before a collection's pushes reach only the slots those
  * pushes left alone (a full step gathers its batch before it collects): a
@@ -1304,11 +1389,9 @@ leaf(const fox_replay *rb, int i)
 START_TEST(test_replay_update_skips_pushed_over)
 {
     fox_replay rb;
-    FOX_CK_OK(fox_replay_init(&rb, 8, 1, 1.0f));
+    filled_ring(&rb, 8, 1.0f, 6);
     fox_transition t;
     memset(&t, 0, sizeof t);
-    for (int k = 0; k < 6; k++)
-        fox_replay_push(&rb, &t);
     uint64_t drawn = rb.pushes;
     for (int k = 0; k < 4; k++) /* slots 6, 7, 0, 1 */
         fox_replay_push(&rb, &t);
@@ -1334,6 +1417,53 @@ START_TEST(test_replay_update_skips_pushed_over)
         ck_assert_double_eq_tol(leaf(&rb, idx[k]), 6.0, 1e-5);
     fox_replay_clear(&rb);
     ck_assert_uint_eq(rb.pushes, 0);
+    fox_replay_fini(&rb);
+}
+END_TEST
+
+/*
+ * The update in batch order: of a slot drawn twice the last entry stays, a
+ * non-finite priority takes the max as it stands at its entry (raised by an
+ * earlier one), and every inner node is exactly the sum of its children
+ * (gpu/per.h), whatever the order of pushes and updates.
+ */
+START_TEST(test_replay_update_batch_order)
+{
+    fox_replay rb;
+    filled_ring(&rb, 10, 0.5f, 10);
+    fox_transition t;
+    memset(&t, 0, sizeof t);
+    const int32_t idx[5] = {3, 4, 3, 6, 8};
+    const float prio[5] = {9.0f, 16.0f, 4.0f, NAN, 1.0f};
+    fox_replay_update(&rb, idx, prio, 5, rb.pushes);
+    float p16 = 16.0f + FOX_PER_PRIORITY_EPS;
+    ck_assert(rb.tree[rb.leaves + 3] == fox_per_leaf(4.0f + FOX_PER_PRIORITY_EPS, 0.5f));
+    ck_assert(rb.tree[rb.leaves + 6] == fox_per_leaf(p16, 0.5f));
+    ck_assert(rb.max_priority == p16);
+    for (int round = 0; round < 50; round++) {
+        int32_t j[3] = {round % 10, (round * 7) % 10, (round * 3 + 1) % 10};
+        float q[3] = {0.1f * round, 1.0f / (1 + round), 3.3f};
+        fox_replay_update(&rb, j, q, 3, rb.pushes);
+        fox_replay_push(&rb, &t);
+    }
+    for (int node = 1; node < rb.leaves; node++)
+        ck_assert(rb.tree[node] == rb.tree[2 * node] + rb.tree[2 * node + 1]);
+    for (int i = 10; i < rb.leaves; i++)
+        ck_assert(rb.tree[rb.leaves + i] == 0.0);
+    /* The draw from given uniforms: slot i holds mass [prefix_i, prefix_i + leaf_i). */
+    int32_t out[4];
+    float w[4];
+    const float u[4] = {0.0f, 0.5f, 0.25f, 0.999f};
+    fox_replay_sample_at(&rb, 4, 0.4f, u, out, w);
+    double slice = rb.tree[1] / 4.0, prefix = 0.0;
+    for (int b = 0; b < 4; b++) {
+        double m = ((double)b + u[b]) * slice;
+        prefix = 0.0;
+        for (int i = 0; i < out[b]; i++)
+            prefix += rb.tree[rb.leaves + i];
+        ck_assert(m >= prefix - 1e-12 && m < prefix + rb.tree[rb.leaves + out[b]] + 1e-12);
+        ck_assert(w[b] > 0.0f && w[b] <= 1.0f);
+    }
     fox_replay_fini(&rb);
 }
 END_TEST
@@ -1368,12 +1498,15 @@ net_suite(void)
     tc = tcase_create("optim");
     tcase_add_test(tc, test_adam_step);
     tcase_add_test(tc, test_adam_clamped_lanes_match_scalar);
+    tcase_add_test(tc, test_adam_nonfinite_grad_skips_element);
+    tcase_add_test(tc, test_adam_weight_decay_and_l1);
     tcase_add_test(tc, test_sanitize_norm_clip);
     tcase_add_test(tc, test_target_sync);
     suite_add_tcase(su, tc);
 
     tc = tcase_create("replay");
     tcase_add_test(tc, test_replay_update_skips_pushed_over);
+    tcase_add_test(tc, test_replay_update_batch_order);
     suite_add_tcase(su, tc);
     return su;
 }

@@ -162,6 +162,14 @@ ok "a FIFO as data is refused"
 out=$(ctl config set data.source=big.csv 2>&1); [[ $out == *"larger than 1 MiB"* ]] ||
     fail "a file beyond daemon.data_max_mb: $out"
 ok "a data file beyond daemon.data_max_mb is refused"
+for gen in randomwalk garch synthetic; do
+    ctl config set "data.source=$gen" >/dev/null || fail "the generator name $gen refused as data.source"
+done
+ok "generator names (randomwalk, garch, synthetic) are no paths and stay allowed"
+out=$(ctl backtest --daemon --checkpoint foxd.ckpt --data /etc/passwd 2>&1) &&
+    fail "backtest --data /etc/passwd accepted"
+[[ $out == *"inside the data directory"* ]] || fail "backtest data outside the data directory: $out"
+ok "a backtest's data outside the data directory is refused"
 out=$(ctl --timeout 5000 checkpoint load pipe.ckpt 2>&1)
 [ $? -eq 1 ] && [[ $out == *"not a regular file"* ]] || fail "a FIFO as checkpoint: $out"
 ctl status >/dev/null || fail "no status after a FIFO checkpoint"

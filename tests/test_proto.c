@@ -438,6 +438,51 @@ START_TEST(test_inject_and_shutdown)
 }
 END_TEST
 
+START_TEST(test_backtest_args)
+{
+    fox_request req;
+    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"backtest\",\"args\":{"
+                                   "\"checkpoint\":\"runs/a/fold0-chosen.ckpt\",\"data\":"
+                                   "\"/data/new.csv\",\"bars_from\":100,\"bars_to\":900,\"val_from\":40}}"),
+                       FOX_OK);
+    ck_assert_int_eq(req.cmd, FOX_CMD_BACKTEST);
+    ck_assert_int_eq(fox_cmd_kind_of(FOX_CMD_BACKTEST), FOX_KIND_QUICK);
+    ck_assert_str_eq(req.path, "runs/a/fold0-chosen.ckpt");
+    ck_assert_str_eq(req.data, "/data/new.csv");
+    ck_assert_int_eq(req.bars_from, 100);
+    ck_assert_int_eq(req.bars_to, 900);
+    ck_assert_int_eq(req.val_from, 40);
+    fox_request_fini(&req);
+    static const char *const bad[] = {
+        "{}", "{\"data\":\"x.csv\"}", "{\"checkpoint\":\"\"}", "{\"checkpoint\":3}",
+        "{\"checkpoint\":\"a\",\"bars_from\":-1}", "{\"checkpoint\":\"a\",\"bars_to\":1.5}",
+        "{\"checkpoint\":\"a\",\"bars\":[1,2]}", "{\"checkpoint\":\"a\",\"val_from\":-3}"};
+    char msg[256];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(msg, sizeof msg, "{\"v\":1,\"id\":1,\"cmd\":\"backtest\",\"args\":%s}", bad[i]);
+        int rv = status_of(msg);
+        ck_assert_msg(rv == FOX_EINVAL, "%s: got %s", bad[i], fox_err_name(rv));
+    }
+}
+END_TEST
+
+/* --bars of foxd --backtest and foxctl backtest: FROM:TO or VAL:FROM:TO, in order. */
+START_TEST(test_parse_bars)
+{
+    int v = 7, f = 0, t = 0;
+    ck_assert_int_eq(fox_proto_parse_bars("100:900", &v, &f, &t), 0);
+    ck_assert(v == -1 && f == 100 && t == 900);
+    ck_assert_int_eq(fox_proto_parse_bars("40:100:900", &v, &f, &t), 0);
+    ck_assert(v == 40 && f == 100 && t == 900);
+    ck_assert_int_eq(fox_proto_parse_bars("100:100:900", &v, &f, &t), 0);
+    ck_assert(v == 100);
+    static const char *const bad[] = {"100",       "900:100",     "100:100",  "-1:100",
+                                      "101:100:900", "1:2:3:4",   "1:2x",     "a:b"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(fox_proto_parse_bars(bad[i], &v, &f, &t) == -1, "'%s' parsed", bad[i]);
+}
+END_TEST
+
 START_TEST(test_command_table)
 {
     /* Every command has a name that looks itself up, and a kind. */
@@ -553,24 +598,110 @@ START_TEST(test_event_round_trip)
 }
 END_TEST
 
-START_TEST(test_fold_table)
+/* A fold object as render.c writes it, with the policy's and the baselines' figures given. */
+static const char fold_json[] =
+    "{\"fold\":%d,\"epochs\":5,\"best_epoch\":3,\"best_val_sharpe\":1.5,\"test_sharpe\":%g,"
+    "\"test_sharpe_gross\":1.1,\"test_max_drawdown\":0.125,\"test_turnover\":0.0123,"
+    "\"final_loss\":0.01,\"steps_per_sec\":400,\"bars_per_year\":8760,\"flagged\":[],"
+    "\"test_sharpe_se\":%g,\"test_bars\":2000,\"select\":\"smoothed\",\"select_window\":3,"
+    "\"select_score\":1.25,\"test_sharpe_last\":0.25,\"test_sharpe_mean\":0.5,\"trend_k\":64,"
+    "\"trend_k_tried\":3,\"baselines\":{"
+    "\"buy_hold\":{\"sharpe\":%g,\"sharpe_gross\":0.4,\"max_drawdown\":0.3,\"turnover\":0.0005,"
+    "\"sharpe_se\":%g},"
+    "\"flat\":{\"sharpe\":0,\"sharpe_gross\":0,\"max_drawdown\":0,\"turnover\":0,\"sharpe_se\":0},"
+    "\"random\":{\"sharpe\":-3,\"sharpe_gross\":-2,\"max_drawdown\":0.6,\"turnover\":0.37,"
+    "\"sharpe_se\":1},"
+    "\"trend\":{\"sharpe\":2,\"sharpe_gross\":2.1,\"max_drawdown\":0.5,\"turnover\":0.07,"
+    "\"sharpe_se\":1},"
+    "\"oracle\":%s},\"oracle_fraction\":%s}";
+
+static char *
+print_table(const char *json)
 {
-    cJSON *folds = cJSON_Parse("[{\"fold\":0,\"best_val_sharpe\":1.234,\"best_epoch\":2,"
-                               "\"test_sharpe\":0.5,\"final_loss\":0.01,\"steps_per_sec\":400,"
-                               "\"bars_per_year\":8760},{\"fold\":1,\"best_val_sharpe\":null}]");
+    cJSON *folds = cJSON_Parse(json);
+    ck_assert_ptr_nonnull(folds);
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     fox_table_folds(f, folds);
     fclose(f);
-    ck_assert_ptr_nonnull(strstr(buf, "best val Sharpe"));
-    /* best_epoch 2 (from 0) is the third epoch, as the progress lines count. */
-    ck_assert_ptr_nonnull(strstr(buf, "1.234      3  "));
-    ck_assert_ptr_nonnull(strstr(buf, "8760"));
-    ck_assert_ptr_nonnull(strstr(buf, "n/a"));
-    ck_assert_ptr_nonnull(strstr(buf, "selection-biased"));
-    free(buf);
     cJSON_Delete(folds);
+    return buf;
+}
+
+START_TEST(test_fold_table)
+{
+    char json[8192], one[3000];
+    size_t k = (size_t)snprintf(json, sizeof json, "[");
+    snprintf(one, sizeof one, fold_json, 0, 1.0, 0.6, 0.5, 0.8,
+             "{\"sharpe\":8,\"sharpe_gross\":9,\"max_drawdown\":0.2,\"turnover\":0.6,"
+             "\"sharpe_se\":1.2}",
+             "0.125");
+    k += (size_t)snprintf(json + k, sizeof json - k, "%s,", one);
+    snprintf(one, sizeof one, fold_json, 1, 0.5, 0.8, -0.5, 0.6, "null", "null");
+    k += (size_t)snprintf(json + k, sizeof json - k, "%s]", one);
+    char *buf = print_table(json);
+    /* A block per fold: the choice, then a row per policy with its five figures. */
+    ck_assert_msg(strstr(buf, "fold 0: epoch 4 of 5 chosen by smoothed (mean val Sharpe 1.250 of "
+                              "epochs 2-4); test split 2000 bars, P = 8760\n"),
+                  "%s", buf);
+    ck_assert_msg(strstr(buf, "net Sharpe    ± SE    gross  turnover   max DD\n"), "%s", buf);
+    ck_assert_msg(strstr(buf, "  policy              1.000  ±  0.600    1.100    0.0123    12.5%\n"),
+                  "%s", buf);
+    ck_assert_msg(strstr(buf, "  trend k=64          2.000  ±  1.000    2.100    0.0700    50.0%\n"),
+                  "%s", buf);
+    ck_assert_msg(strstr(buf, "  buy & hold          0.500  ±  0.800    0.400    0.0005    30.0%\n"),
+                  "%s", buf);
+    ck_assert_msg(strstr(buf, "  flat                0.000  ±  0.000    0.000    0.0000     0.0%\n"),
+                  "%s", buf);
+    ck_assert_msg(strstr(buf, "  oracle              8.000  ±  1.200    9.000    0.6000    20.0%\n"),
+                  "%s", buf);
+    ck_assert_msg(strstr(buf, "  policy/oracle 0.12; policy test Sharpe at the chosen epoch 1.000, "
+                              "last 0.250, mean over epochs 0.500\n"),
+                  "%s", buf);
+    /* Fold 1 has no oracle (real data): no oracle row, the fraction n/a. */
+    const char *f1 = strstr(buf, "fold 1: ");
+    ck_assert_ptr_nonnull(f1);
+    const char *mean = strstr(buf, "mean of 2 folds\n");
+    ck_assert_ptr_nonnull(mean);
+    ck_assert_msg(!memmem(f1, (size_t)(mean - f1), "  oracle ", 9), "%s", f1);
+    ck_assert_ptr_nonnull(strstr(f1, "  policy/oracle n/a;"));
+    /* The mean block: means of the figures, the SE of a mean √(Σ SE²)/n, the oracle of one fold. */
+    ck_assert_msg(strstr(mean, "  policy              0.750  ±  0.500    1.100    0.0123    12.5%\n"),
+                  "%s", mean);
+    ck_assert_msg(strstr(mean, "  buy & hold          0.000  ±  0.500    0.400    0.0005    30.0%\n"),
+                  "%s", mean);
+    ck_assert_msg(strstr(mean, "  oracle              8.000  ±  1.200"), "%s", mean);
+    /* The verdict on the mean net Sharpe, with the SE of the difference (0.5 and 0.5: 0.707). */
+    ck_assert_msg(strstr(mean, "verdict: policy beat flat: yes (net Sharpe +0.750, beyond one SE "
+                               "of the difference, 0.500)\n"),
+                  "%s", mean);
+    ck_assert_msg(strstr(mean, "verdict: policy beat buy-and-hold: yes (net Sharpe +0.750, beyond "
+                               "one SE of the difference, 0.707)\n"),
+                  "%s", mean);
+    ck_assert_ptr_nonnull(strstr(buf, "selection-biased"));
+    /* Readable in 100-120 columns. */
+    for (const char *line = buf; *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t n = nl ? (size_t)(nl - line) : strlen(line);
+        ck_assert_msg(n <= 110, "a line of %zu characters: %.*s", n, (int)n, line);
+        line += n + (nl != NULL);
+    }
+    free(buf);
+
+    /* A fold object from an older foxd, or a partial one: every missing figure prints n/a. */
+    buf = print_table("[{\"fold\":1,\"best_val_sharpe\":null}]");
+    ck_assert_msg(strstr(buf, "fold 1: epoch n/a of n/a chosen by best (val Sharpe n/a); test "
+                              "split n/a bars, P = n/a\n"),
+                  "%s", buf);
+    ck_assert_msg(strstr(buf, "  policy                n/a       n/a      n/a       n/a      n/a\n"),
+                  "%s", buf);
+    ck_assert_msg(!strstr(buf, "nan"), "%s", buf);
+    ck_assert_ptr_nonnull(strstr(buf, "verdict: policy beat flat: n/a\n"));
+    free(buf);
+    buf = print_table("[]");
+    ck_assert_str_eq(buf, "no fold finished\n");
+    free(buf);
 }
 END_TEST
 
@@ -668,6 +799,8 @@ proto_suite(void)
     tcase_add_test(tc, test_config);
     tcase_add_test(tc, test_inject_and_shutdown);
     tcase_add_test(tc, test_command_table);
+    tcase_add_test(tc, test_backtest_args);
+    tcase_add_test(tc, test_parse_bars);
     suite_add_tcase(s, tc);
     tc = tcase_create("replies");
     tcase_add_test(tc, test_codes);

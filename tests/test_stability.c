@@ -384,6 +384,55 @@ START_TEST(pearl_d_from_neutral_value)
 }
 END_TEST
 
+/*
+ * SP4 Mech 6: a gradient norm that grows tenfold, then falls back. The
+ * adaptive bound follows it up and down (fed the norm winsorized at the
+ * clip, it could never rise above max(first observation, 1)), and on the
+ * stationary stretch the clip engages on about the 1 % of steps a p99
+ * implies.
+ */
+START_TEST(adaptive_grad_clip_follows_norm)
+{
+    fox_rng r;
+    fox_rng_seed(&r, 21);
+    float isv[FOX_ISV_TOTAL_DIM] = {0};
+    fox_wiener_state ws[FOX_ISV_TOTAL_DIM];
+    fox_bounds_wiener_init(ws);
+    float first = 0.0f, peak = 0.0f;
+    int engaged = 0, counted = 0;
+    for (int t = 0; t < 9000; t++) {
+        /* 2 for 3,000 steps, a ramp to 20 over 3,000, then 2 again; 20 % noise. */
+        float level = t < 3000   ? 2.0f
+                      : t < 6000 ? 2.0f + 18.0f * (float)(t - 3000) / 3000.0f
+                                 : 2.0f;
+        float norm = level * (1.0f + 0.2f * (float)fox_rng_normal(&r));
+        norm = norm > 0.05f ? norm : 0.05f;
+        float clip = fox_bound_grad_clip_adaptive(isv, ws, norm);
+        if (t == 0)
+            first = clip;
+        if (t >= 1000 && t < 3000) {
+            engaged += norm > clip;
+            counted++;
+        }
+        if (t == 5999)
+            peak = isv[FOX_ISV_GRAD_CLIP_BOUND];
+    }
+    float end = isv[FOX_ISV_GRAD_CLIP_BOUND];
+    double rate = (double)engaged / counted;
+    printf("adaptive clip: first %.3g, at the ramp's top %.3g (level 20), 3,000 steps after the "
+           "fall %.3g (level 2); stationary engagement %.4f\n",
+           (double)first, (double)peak, (double)end, rate);
+    ck_assert_msg(peak > 20.0f, "the bound did not follow the norm up: %g", (double)peak);
+    ck_assert_msg(end < 5.0f, "the bound did not follow the norm down: %g", (double)end);
+    ck_assert_msg(rate > 0.001 && rate < 0.03, "the clip engages on %.4f of stationary steps",
+                  rate);
+    /* A non-finite norm is not observed. */
+    float level = isv[FOX_ISV_GRAD_NORM_EMA], before = isv[FOX_ISV_GRAD_CLIP_BOUND];
+    ck_assert(fox_bound_grad_clip_adaptive(isv, ws, NAN) == fox_bound_adaptive(before));
+    ck_assert(isv[FOX_ISV_GRAD_NORM_EMA] == level && isv[FOX_ISV_GRAD_CLIP_BOUND] == before);
+}
+END_TEST
+
 /* ---- Pearls B and C ------------------------------------------------------------------------- */
 
 START_TEST(pearl_c_engagement)
@@ -718,6 +767,7 @@ stability_suite(void)
     tcase_add_test(pearls, pearl_d_tracks_step_change);
     tcase_add_test(pearls, pearl_d_from_neutral_value);
     tcase_add_test(pearls, pearl_c_engagement);
+    tcase_add_test(pearls, adaptive_grad_clip_follows_norm);
     tcase_add_test(pearls, pearl_b_group_stats);
     tcase_add_test(pearls, pearl_b_l1_entropy_deficit);
     suite_add_tcase(s, pearls);

@@ -8,10 +8,14 @@
 #define FOX_TESTUTIL_H
 
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "gpu/cpu/optim.h"
 #include "gpu/engine.h"
+#include "gpu/sentinel.h"
 #include "common/error.h"
 #ifdef FOX_HAVE_CUDA
 #include "gpu/backend.h"
@@ -109,6 +113,60 @@ fox_test_halt_step(const fox_config *c, int steps)
                   "halt step: %lld in one chunk, %lld in single steps, which stopped at step %d",
                   (long long)chunk.step, (long long)one.step, k);
     return k;
+}
+
+/* Do the parameters of engines a and b differ anywhere (same layout)? */
+static inline int
+fox_test_params_differ(fox_engine *a, fox_engine *b)
+{
+    size_t n = fox_engine_param_count(a);
+    float *pa = malloc(n * sizeof *pa), *pb = malloc(n * sizeof *pb);
+    ck_assert(pa && pb);
+    FOX_CK_ENGINE_OK(a, fox_engine_get_params(a, pa, n));
+    FOX_CK_ENGINE_OK(b, fox_engine_get_params(b, pb, n));
+    int differ = memcmp(pa, pb, n * sizeof *pa) != 0;
+    free(pa);
+    free(pb);
+    return differ;
+}
+
+/* The clamps of fox_cpu_adam_step_clamped at bounds w, m, v, with no sentinel slot to flag. */
+static inline fox_cpu_adam_clamp
+fox_test_adam_clamp(float w, float m, float v)
+{
+    return (fox_cpu_adam_clamp){.w_bound = w,
+                                .m_bound = m,
+                                .v_bound = v,
+                                .w_slot = -1,
+                                .m_slot = -1,
+                                .v_slot = -1,
+                                .w_diag = INFINITY,
+                                .m_diag = INFINITY,
+                                .v_diag = INFINITY};
+}
+
+/*
+ * A fault fires once per arming, whichever way it was armed, and no fold
+ * reset arms it again. c arms a halting fault (debug.inject_fault.*) that
+ * fires within `steps` full steps: fold 0 halts, fold 1 runs the same steps
+ * clean; armed again on the live engine (fox_engine_inject_fault of
+ * buffer/kind) it halts once more, and after reset_for_fold the fold runs
+ * clean again.
+ */
+static inline void
+fox_test_fault_fires_once(const fox_config *c, const char *buffer, int kind, int steps)
+{
+    fox_engine *e = fox_test_engine(c);
+    ck_assert_int_eq(fox_engine_run_steps(e, steps, NULL), FOX_EHALT);
+    FOX_CK_ENGINE_OK(e, fox_engine_begin_fold(e, 1));
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, steps, NULL));
+    ck_assert_uint_eq(fox_sentinel_mask(fox_engine_flags(e)), 0);
+    FOX_CK_ENGINE_OK(e, fox_engine_inject_fault(e, buffer, kind, 2));
+    ck_assert_int_eq(fox_engine_run_steps(e, steps, NULL), FOX_EHALT);
+    FOX_CK_ENGINE_OK(e, fox_engine_reset_for_fold(e));
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, steps, NULL));
+    ck_assert_uint_eq(fox_sentinel_mask(fox_engine_flags(e)), 0);
+    fox_engine_destroy(e);
 }
 
 static inline int

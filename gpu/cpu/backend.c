@@ -23,49 +23,11 @@
 #include "gpu/cpu/optim.h"
 #include "gpu/cpu/replay.h"
 #include "gpu/cpu/stab.h"
+#include "gpu/cpu/backend_impl.h"
 
 #ifdef FOX_HAVE_OPENBLAS_THREADS
 void openblas_set_num_threads(int);
 #endif
-
-/* One environment: where it is, what it holds, its open n-step window. */
-typedef struct cpu_env {
-    int bar;           /* decision bar t */
-    int steps;         /* steps in this episode */
-    fox_env_pos st;
-    int wlen;          /* entries in the n-step window */
-    int wbar[64];
-    float wport[64][3];
-    int32_t wa[64][4];
-    float wr[64];
-} cpu_env;
-
-typedef struct cpu_backend {
-    fox_backend_base base;
-    fox_backend_env env;
-    const fox_model_layout *lay;
-    int S, N, B, D, n_step;
-    size_t np;
-    float *params, *target, *grads, *adam_m, *adam_v;
-    fox_cpu_net *net;
-    fox_replay replay;
-    cpu_env *envs;
-    fox_env_params envp;
-    fox_env_bars bars;
-    fox_rng rng_collect, rng_sample;
-    fox_train_counters ctr;
-    /* scratch */
-    float *states, *q;      /* [N × S], [N × n_actions] */
-    float *bs, *bs_next, *br, *bdone, *bw, *baux, *btau, *btau_next, *bprio;
-    int32_t *ba, *bregime, *bidx;
-    uint64_t bpushes;  /* the ring's pushes when the batch was drawn */
-    float baux_scale;  /* the batch's aux label scale */
-    float isv_mem[FOX_ISV_TOTAL_DIM];
-    int flags_mem[FOX_SENTINEL_SLOTS];
-    fox_cpu_stab stab;
-    float last_loss; /* of the last train step, for the halts */
-    double last_norm;
-} cpu_backend;
 
 static int
 cpu_available(char *why, size_t len)
@@ -313,20 +275,6 @@ emit_oldest(cpu_backend *be, cpu_env *e, const float port_now[3], float done)
     memmove(e->wr, e->wr + 1, (size_t)e->wlen * sizeof e->wr[0]);
 }
 
-/* Greedy sub-action per branch from expected Q [n_actions]. */
-static void
-greedy(const fox_model_layout *lay, const float *q, int32_t a[4])
-{
-    for (int d = 0; d < lay->n_branches; d++) {
-        const float *qd = q + lay->branch_off[d];
-        int best = 0;
-        for (int k = 1; k < lay->branch_size[d]; k++)
-            if (qd[k] > qd[best])
-                best = k;
-        a[d] = best;
-    }
-}
-
 static int
 collect(cpu_backend *be, float eps)
 {
@@ -347,7 +295,7 @@ collect(cpu_backend *be, float eps)
     for (int i = 0; i < be->N; i++) {
         cpu_env *e = &be->envs[i];
         int32_t a[4];
-        greedy(lay, be->q + (size_t)i * NAct, a);
+        fox_model_greedy_action(lay, be->q + (size_t)i * NAct, a);
         for (int d = 0; d < lay->n_branches; d++)
             if (fox_rng_uniform(&be->rng_collect) < eps)
                 a[d] = (int32_t)fox_rng_below(&be->rng_collect, (uint32_t)lay->branch_size[d]);
@@ -357,7 +305,7 @@ collect(cpu_backend *be, float eps)
         e->wbar[e->wlen] = e->bar;
         memcpy(e->wport[e->wlen], port, sizeof port);
         memcpy(e->wa[e->wlen], a, sizeof e->wa[0]);
-        e->wr[e->wlen] = fill.reward;
+        e->wr[e->wlen] = fox_env_train_reward(&be->envp, &fill, be->env.cfg->train_cost_mult);
         e->wlen++;
         e->bar++;
         e->steps++;
@@ -465,6 +413,9 @@ train_end(cpu_backend *be, fox_step_stats *st)
     st->loss_iqn = (float)loss.iqn;
     st->loss_aux = (float)(loss.aux_ret + loss.aux_regime);
     st->grad_norm = (float)norm;
+    /* Summed as the device sums it: each step's float loss, in double. */
+    st->loss_sum += (double)st->loss;
+    st->trained++;
     return FOX_OK;
 }
 
@@ -528,24 +479,6 @@ cpu_train_only(fox_backend *be_, int n, fox_step_stats *st)
 }
 
 static int
-cpu_sentinel_where(fox_backend *be_, int slot, float **ptr, size_t *len)
-{
-    cpu_backend *be = (cpu_backend *)be_;
-    if (fox_cpu_stab_where(&be->stab, slot, ptr, len) == FOX_OK)
-        return FOX_OK;
-    /* The inline slots are not table entries: their buffers are the net's. */
-    fox_cpu_net_sentinel_buffer(be->net, slot, be->B, ptr, len);
-    return *ptr ? FOX_OK : FOX_ENOENT;
-}
-
-static int
-cpu_check_now(fox_backend *be_)
-{
-    fox_cpu_stab_check(&((cpu_backend *)be_)->stab);
-    return FOX_OK;
-}
-
-static int
 cpu_q_values(fox_backend *be_, const float *s, int B, float *q)
 {
     cpu_backend *be = (cpu_backend *)be_;
@@ -595,6 +528,7 @@ cpu_arm_fault(fox_backend *be_, int slot, int kind, int64_t step)
 const fox_backend_ops fox_cpu_backend_ops = {
     .name = "cpu",
     .arm_fault = cpu_arm_fault,
+    .eval_lookahead = 1,
     .available = cpu_available,
     .create = cpu_create,
     .destroy = cpu_destroy,
@@ -604,6 +538,4 @@ const fox_backend_ops fox_cpu_backend_ops = {
     .train_only = cpu_train_only,
     .q_values = cpu_q_values,
     .state_io = cpu_state_io,
-    .sentinel_where = cpu_sentinel_where,
-    .check_now = cpu_check_now,
 };

@@ -30,24 +30,29 @@
 #include <stdint.h>
 
 #include "gpu/model.h"
+#include "gpu/train_types.h"
 
 /* float: the training backend */
 #define FOX_REAL float
 #define FOX_NET(name) fox_cpu_net_##name
 #define FOX_NET_T fox_cpu_net
+#define FOX_TRAIN(name) fox_train_##name
 #include "gpu/cpu/net_decl.h"
 #undef FOX_REAL
 #undef FOX_NET
 #undef FOX_NET_T
+#undef FOX_TRAIN
 
 /* double: the finite-difference gradient checks */
 #define FOX_REAL double
 #define FOX_NET(name) fox_cpud_net_##name
 #define FOX_NET_T fox_cpud_net
+#define FOX_TRAIN(name) fox_train_##name##_d
 #include "gpu/cpu/net_decl.h"
 #undef FOX_REAL
 #undef FOX_NET
 #undef FOX_NET_T
+#undef FOX_TRAIN
 
 #endif
 

@@ -2,20 +2,10 @@
  * net_decl.h — the declarations of net.h for one real type. Included by
  * net.h twice (FOX_REAL float and double); no include guard on purpose.
  */
-/* One training batch; every array in host memory, rows batch-major. */
-typedef struct FOX_NET(batch) {
-    int B;
-    const FOX_REAL *s;          /* [B × S] states */
-    const FOX_REAL *s_next;     /* [B × S] states n steps later */
-    const int32_t *a;           /* [B × D] sub-action taken per branch */
-    const FOX_REAL *r;          /* [B] n-step discounted reward */
-    const FOX_REAL *done;       /* [B] 1 when the window ended the episode (no bootstrap) */
-    const FOX_REAL *w;          /* [B] importance weights (NULL = all 1) */
-    const FOX_REAL *aux_ret;    /* [B] next-bar log return label (unscaled) */
-    const int32_t *aux_regime;  /* [B] regime class label */
-    const FOX_REAL *tau;        /* [B × NT] IQN fractions for the online quantiles */
-    const FOX_REAL *tau_next;   /* [B × NT] IQN fractions for the target quantiles */
-} FOX_NET(batch);
+/* The step's batch and hyperparameters in this real type (gpu/train_types.h). */
+typedef FOX_TRAIN(batch) FOX_NET(batch);
+typedef FOX_TRAIN(hparams) FOX_NET(hparams);
+typedef fox_train_loss FOX_NET(loss);
 
 /*
  * A stability point of loss_grad: the net has just written buf [n], the
@@ -27,20 +17,6 @@ typedef struct FOX_NET(batch) {
  * (the finite-difference checks) it computes exactly what it computed before.
  */
 typedef void (*FOX_NET(hook_fn))(void *ctx, int slot, FOX_REAL *buf, size_t n);
-
-typedef struct FOX_NET(hparams) {
-    FOX_REAL gamma_n;           /* γ^n */
-    FOX_REAL iqn_lambda, aux_lambda;
-    FOX_REAL aux_label_scale;   /* label divided by this (AUX_LABEL_SCALE_EMA) */
-    int target_mode;            /* FOX_TARGET_MEAN | FOX_TARGET_INDEP */
-    int bdq_trunk_scale;        /* 1: d h_s2 from value+branch heads × 1/(D+1) */
-} FOX_NET(hparams);
-
-typedef struct FOX_NET(loss) {
-    double total, c51, iqn, aux_ret, aux_regime;
-    double q_abs;     /* mean |E[Z]| of the taken actions over batch and branches */
-    double q_dir_abs; /* the same over the direction branch (d = 0) alone */
-} FOX_NET(loss);
 
 typedef struct FOX_NET_T FOX_NET_T;
 

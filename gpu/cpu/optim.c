@@ -98,7 +98,7 @@ limit_of(float bound)
 
 /* The constants of one clamped Adam call. */
 typedef struct adam_consts {
-    float lr, b1, b2, eps, bc1, bc2, scale, mlim, vlim, wlim;
+    float lr, b1, b2, eps, bc1, bc2, scale, mlim, vlim, wlim, wd, l1;
 } adam_consts;
 
 /* Element k of the clamped step: the scalar path, and the lanes' fallback. */
@@ -106,8 +106,14 @@ static inline void
 adam_elem(float *params, const float *grads, float *m, float *v, size_t k, const adam_consts *a,
           fox_cpu_adam_clamp *c, volatile int *flags)
 {
-    /* The isfinite guard: a poisoned gradient moves nothing. */
-    float g = fabsf(grads[k]) <= FLT_MAX ? grads[k] * a->scale : 0.0f;
+    /*
+     * The isfinite guard (the seeds' Adam kernels): a non-finite gradient
+     * skips the element's update entirely, so m, v and the weight keep their
+     * values; counting it as 0 would still move the weight by its momentum.
+     */
+    if (!(fabsf(grads[k]) <= FLT_MAX))
+        return;
+    float g = grads[k] * a->scale;
     float mk = a->b1 * m[k] + (1.0f - a->b1) * g;
     float vk = a->b2 * v[k] + (1.0f - a->b2) * g * g;
     /* m and v are clamped before the update reads them, the weight after it. */
@@ -118,6 +124,7 @@ adam_elem(float *params, const float *grads, float *m, float *v, size_t k, const
     m[k] = mk;
     v[k] = vk;
     float p = params[k] - a->lr * (mk / a->bc1) / (sqrtf(vk / a->bc2) + a->eps);
+    p = fox_adam_regularize(p, params[k], a->lr, a->wd, a->l1);
     if (OUT_OF(p, a->wlim))
         p = engage(p, c->w_bound, c->w_diag, c->w_slot, &c->w_engaged, &c->w_max, flags);
     params[k] = p;
@@ -144,8 +151,13 @@ adam_lanes(float *params, const float *grads, float *m, float *v, size_t n, cons
     size_t k = 0;
     for (; k + 4 <= n; k += 4) {
         __m128 gr = _mm_loadu_ps(grads + k);
-        __m128 fin = _mm_cmple_ps(_mm_and_ps(gr, absm), fmax);
-        __m128 g = _mm_and_ps(_mm_mul_ps(gr, scale), fin);
+        /* A non-finite gradient in the group: adam_elem skips it, the others go the same way. */
+        if (__builtin_expect(_mm_movemask_ps(_mm_cmple_ps(_mm_and_ps(gr, absm), fmax)) != 0xf, 0)) {
+            for (size_t j = k; j < k + 4; j++)
+                adam_elem(params, grads, m, v, j, a, c, flags);
+            continue;
+        }
+        __m128 g = _mm_mul_ps(gr, scale);
         __m128 mk = _mm_add_ps(_mm_mul_ps(b1, _mm_loadu_ps(m + k)), _mm_mul_ps(b1c, g));
         __m128 vk =
             _mm_add_ps(_mm_mul_ps(b2, _mm_loadu_ps(v + k)), _mm_mul_ps(_mm_mul_ps(b2c, g), g));
@@ -188,10 +200,14 @@ fox_cpu_adam_step_clamped(float *params, const float *grads, float *m, float *v,
                      grad_scale,
                      limit_of(c->m_bound),
                      limit_of(c->v_bound),
-                     limit_of(c->w_bound)};
+                     limit_of(c->w_bound),
+                     c->wd,
+                     c->l1};
     size_t k = 0;
 #ifdef __SSE2__
-    k = adam_lanes(params, grads, m, v, n, &a, c, flags);
+    /* The lanes have no regularizer: with one on, every element takes the scalar path. */
+    if (!(c->wd > 0.0f) && !(c->l1 > 0.0f))
+        k = adam_lanes(params, grads, m, v, n, &a, c, flags);
 #endif
     for (; k < n; k++)
         adam_elem(params, grads, m, v, k, &a, c, flags);

@@ -69,12 +69,17 @@ typedef struct fox_cpu_adam_clamp {
     /* accumulated over calls, for Pearl C */
     size_t w_engaged, m_engaged, v_engaged, total;
     float w_max, m_max, v_max; /* largest finite pre-clamp magnitude of an engaged value */
+    /* Pearl B's consumers, before the weight clamp (fox_adam_regularize); 0: off */
+    float wd; /* decoupled weight-decay rate */
+    float l1; /* L1 proximal rate */
 } fox_cpu_adam_clamp;
 
 /*
- * fox_cpu_adam_step with the isfinite guard (a non-finite gradient counts as
- * 0 and is left in grads for the sentinel), then m and v clamped at their
- * bounds, the update, and the weight clamped at its bound, each clamp
+ * fox_cpu_adam_step with the isfinite guard (an element whose gradient is
+ * not finite is skipped: its m, v and weight keep their values, and the
+ * gradient stays in grads for the sentinel), then m and v clamped at their
+ * bounds, the update, c's weight decay and L1 step (fox_adam_regularize),
+ * and the weight clamped at its bound, each clamp
  * reporting to c and, past its diag, to flags (may be NULL).
  */
 void fox_cpu_adam_step_clamped(float *params, const float *grads, float *m, float *v, size_t n,

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "gpu/per.h"
 #include "gpu/cpu/replay.h"
 
 int
@@ -48,13 +49,14 @@ fox_replay_clear(fox_replay *rb)
         memset(rb->tree, 0, 2 * (size_t)rb->leaves * sizeof *rb->tree);
 }
 
+/* Set leaf i; every node above it becomes the sum of its children again (gpu/per.h). */
 static void
 tree_set(fox_replay *rb, int i, double value)
 {
     int node = rb->leaves + i;
-    double diff = value - rb->tree[node];
-    for (; node >= 1; node >>= 1)
-        rb->tree[node] += diff;
+    rb->tree[node] = value;
+    for (node >>= 1; node >= 1; node >>= 1)
+        rb->tree[node] = rb->tree[2 * node] + rb->tree[2 * node + 1];
 }
 
 void
@@ -63,28 +65,11 @@ fox_replay_push(fox_replay *rb, const fox_transition *t)
     int i = rb->head;
     rb->items[i] = *t;
     if (rb->prioritized)
-        tree_set(rb, i, pow(rb->max_priority, rb->alpha));
+        tree_set(rb, i, fox_per_leaf(rb->max_priority, rb->alpha));
     rb->head = (rb->head + 1) % rb->capacity;
     rb->pushes++;
     if (rb->size < rb->capacity)
         rb->size++;
-}
-
-/* Leaf whose prefix sum covers mass u. */
-static int
-tree_find(const fox_replay *rb, double u)
-{
-    int node = 1;
-    while (node < rb->leaves) {
-        int left = 2 * node;
-        if (u < rb->tree[left]) {
-            node = left;
-        } else {
-            u -= rb->tree[left];
-            node = left + 1;
-        }
-    }
-    return node - rb->leaves;
 }
 
 void
@@ -98,32 +83,25 @@ fox_replay_sample(fox_replay *rb, fox_rng *rng, int B, float beta, int32_t *idx,
         }
         return;
     }
-    /* Stratified: one draw per equal slice of the total mass. */
-    double total = rb->tree[1], slice = total / B, wmax = 0.0;
+    /* The uniforms go into w, which fox_replay_sample_at reads whole before it writes. */
+    for (int b = 0; b < B; b++)
+        w[b] = fox_rng_uniform(rng);
+    fox_replay_sample_at(rb, B, beta, w, idx, w);
+}
+
+void
+fox_replay_sample_at(const fox_replay *rb, int B, float beta, const float *u, int32_t *idx,
+                     float *w)
+{
+    double wmax = 0.0;
     for (int b = 0; b < B; b++) {
-        int i = tree_find(rb, (b + fox_rng_uniform(rng)) * slice);
-        if (i >= rb->size)
-            i = rb->size - 1;
-        idx[b] = i;
-        double p = rb->tree[rb->leaves + i] / total;
-        double wi = pow(rb->size * (p > 0 ? p : 1e-12), -beta);
-        w[b] = (float)wi;
+        idx[b] = fox_per_draw(rb->tree, rb->leaves, rb->size, b, B, u[b]);
+        double wi = fox_per_weight(rb->tree, rb->leaves, rb->size, idx[b], beta);
         if (wi > wmax)
             wmax = wi;
     }
     for (int b = 0; b < B; b++)
-        w[b] = (float)(w[b] / wmax);
-}
-
-/* Whether slot i was written by a push after the ring had taken `since` pushes. */
-static int
-pushed_over(const fox_replay *rb, int i, uint64_t since)
-{
-    uint64_t n = rb->pushes - since;
-    if (n >= (uint64_t)rb->capacity)
-        return 1;
-    int first = (int)(since % (uint64_t)rb->capacity);
-    return (uint64_t)((i - first + rb->capacity) % rb->capacity) < n;
+        w[b] = (float)(fox_per_weight(rb->tree, rb->leaves, rb->size, idx[b], beta) / wmax);
 }
 
 void
@@ -133,11 +111,11 @@ fox_replay_update(fox_replay *rb, const int32_t *idx, const float *priority, int
     if (!rb->prioritized)
         return;
     for (int b = 0; b < B; b++) {
-        if (pushed_over(rb, idx[b], sampled_at))
+        if (fox_per_pushed_over(rb->pushes, sampled_at, rb->capacity, idx[b]))
             continue;
-        float p = isfinite(priority[b]) ? priority[b] + 1e-6f : rb->max_priority;
+        float p = isfinite(priority[b]) ? priority[b] + FOX_PER_PRIORITY_EPS : rb->max_priority;
         if (p > rb->max_priority)
             rb->max_priority = p;
-        tree_set(rb, idx[b], pow(p, rb->alpha));
+        tree_set(rb, idx[b], fox_per_leaf(p, rb->alpha));
     }
 }

@@ -46,9 +46,20 @@ void fox_replay_push(fox_replay *rb, const fox_transition *t);
 void fox_replay_sample(fox_replay *rb, fox_rng *rng, int B, float beta, int32_t *idx, float *w);
 
 /*
+ * The prioritized draw of fox_replay_sample from given uniforms u [B] in
+ * [0, 1) (gpu/per.h: draw b lies in the b-th of B equal slices of the
+ * mass); u may be w itself. The device draws with its own uniforms through
+ * the same functions, so the same tree and u give the same idx and w.
+ */
+void fox_replay_sample_at(const fox_replay *rb, int B, float beta, const float *u, int32_t *idx,
+                          float *w);
+
+/*
  * New priorities (Σ_d |δ_d|) for indices sampled when the ring had taken
  * `sampled_at` pushes; a slot pushed over since then holds a new transition
- * and keeps its priority. Ignored when uniform.
+ * and keeps its priority. In batch order: a non-finite priority takes the
+ * ring's max priority as it stands at that entry, and of an index drawn
+ * twice the last entry's priority stays. Ignored when uniform.
  */
 void fox_replay_update(fox_replay *rb, const int32_t *idx, const float *priority, int B,
                        uint64_t sampled_at);

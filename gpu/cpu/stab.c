@@ -178,11 +178,11 @@ observe(fox_cpu_stab *st, int slot, float obs)
         fox_bounds_observe((float *)st->isv, st->ws, slot, obs);
 }
 
-/* A fixed-rate signal EMA with the Pearl A zero sentinel. */
+/* A pre-SP4 signal: its fixed-rate EMA, or Pearls A+D in adaptive mode (fox_signal_observe). */
 static void
 signal(fox_cpu_stab *st, int slot, double x)
 {
-    st->isv[slot] = fox_ema_first(st->isv[slot], (float)x, FOX_SIGNAL_EMA_ALPHA);
+    fox_signal_observe((float *)st->isv, st->ws, slot, (float)x, st->adaptive);
 }
 
 /* ---- stability points and fault injection -------------------------------------------- */
@@ -375,20 +375,21 @@ fox_cpu_stab_grad_clip(fox_cpu_stab *st, double *norm)
     volatile float *isv = st->isv;
     *norm = fox_cpu_grad_norm_finite(st->grads, st->lay->n_params, NULL);
     /*
-     * Winsorize at the last step's clip before feeding the EMAs, so that one
-     * outlier step cannot drag its own clip up (the seeds' ratchet pathology);
-     * the first step of a fold (GRAD_CLIP at its zero sentinel) feeds raw.
+     * Fixed mode winsorizes at the last step's clip before feeding the EMAs,
+     * so that one outlier step cannot drag its own clip up (the seeds' ratchet
+     * pathology); the first step of a fold (GRAD_CLIP at its zero sentinel)
+     * feeds raw. Adaptive mode's level sees the unclipped norm, or its bound,
+     * the clip itself, could only fall (fox_bound_grad_clip_adaptive).
      */
     float last = isv[FOX_ISV_GRAD_CLIP];
     float x = last > 0.0f && *norm > last ? last : (float)*norm;
-    signal(st, FOX_ISV_GRAD_NORM_EMA, x);
     isv[FOX_ISV_GRAD_NORM_SLOW_EMA] =
         fox_ema_first(isv[FOX_ISV_GRAD_NORM_SLOW_EMA], x, FOX_MECH6_SLOW_ALPHA);
     float clip;
     if (st->adaptive) {
-        observe(st, FOX_ISV_GRAD_CLIP_BOUND, x);
-        clip = fox_bound_adaptive(isv[FOX_ISV_GRAD_CLIP_BOUND]);
+        clip = fox_bound_grad_clip_adaptive((float *)isv, st->ws, (float)*norm);
     } else {
+        signal(st, FOX_ISV_GRAD_NORM_EMA, x);
         clip = fox_bound_grad_clip_fixed(isv[FOX_ISV_GRAD_NORM_EMA],
                                          isv[FOX_ISV_GRAD_NORM_SLOW_EMA], isv[FOX_ISV_Q_ABS_REF]);
     }
@@ -424,6 +425,7 @@ adam_bounds(const fox_cpu_stab *st, int g, fox_cpu_adam_clamp *c)
         c->m_bound = INFINITY;
         c->v_bound = INFINITY;
     }
+    c->wd = st->cfg->pearl_wd ? isv[fox_isv_wd_rate_slot(g)] : 0.0f;
     c->w_slot = fox_sentinel_group_slot(FOX_SENT_FAMILY_WEIGHT, g);
     c->m_slot = fox_sentinel_group_slot(FOX_SENT_FAMILY_ADAM_M, g);
     c->v_slot = fox_sentinel_group_slot(FOX_SENT_FAMILY_ADAM_V, g);
@@ -440,6 +442,10 @@ fox_cpu_stab_adam(fox_cpu_stab *st, int64_t t, float grad_scale)
         adam_bounds(st, g, &st->adam[g]);
         for (int k = 0; k < st->gspans[g]; k++) {
             size_t o = st->gspan[g][k].offset;
+            /* The L1 step acts where its rate is measured: the trunk's input layer, GRN1 W2. */
+            st->adam[g].l1 = c->pearl_l1 && o == st->lay->t[FOX_P_GRN1_W2].offset
+                                 ? st->isv[FOX_ISV_L1_LAMBDA]
+                                 : 0.0f;
             fox_cpu_adam_step_clamped(st->params + o, st->grads + o, st->adam_m + o, st->adam_v + o,
                                       st->gspan[g][k].len, c->lr, c->adam_b1, c->adam_b2,
                                       c->adam_eps, t, grad_scale, &st->adam[g],
@@ -524,6 +530,10 @@ fox_cpu_stab_reset_fold(fox_cpu_stab *st)
     fox_bounds_wiener_reset(st->ws);
     memset(st->pc, 0, sizeof st->pc);
     st->collapse_run = 0;
-    st->fault_done = 0;
+    /*
+     * A fault fires once per arming: a spent one stays spent across the
+     * boundary (re-arming it here made it fire again in every later fold at
+     * the same step). A fault not yet reached keeps its step in the new fold.
+     */
     st->fault_now = 0;
 }

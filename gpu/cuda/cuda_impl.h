@@ -1,13 +1,16 @@
 /*
- * cuda_impl.h — internals of the CUDA backend, shared by its host code (C,
- * gcc) and its kernels (.cu, nvcc): the error macros, the structs that
- * cross the host/device boundary, the network's device buffers and every
- * kernel launcher.
+ * cuda_impl.h — the structures the CUDA backend shares between its host
+ * code (C, gcc) and its kernels (.cu, nvcc): the error macros, the shapes,
+ * the state that crosses the host/device boundary, the stability system's
+ * tables and the network's device buffers (fox_cuda_net).
  *
- * Nothing outside gpu/cuda/ includes it; the parity test uses
- * cuda_backend.h. Every launcher computes its grid, launches on the stream
- * it is given and checks cudaGetLastError; none synchronizes, so that all of
- * them can be captured into a CUDA graph.
+ * Each kernel family declares its launchers in a header of its own beside
+ * its .cu file (grn.h, dueling.h, iqn.h, loss.h, heads.h, adam.h,
+ * collect.h, check.h, sp4.h, gemm.h), the cuBLAS products in matmul.h and
+ * the network's orchestration in net.h. Every launcher computes its grid,
+ * launches on the stream it is given and checks cudaGetLastError; none
+ * synchronizes, so that all of them can be captured into a CUDA graph.
+ * Nothing outside gpu/cuda/ includes these headers; the tests use debug.h.
  */
 #ifndef FOX_CUDA_IMPL_H
 #define FOX_CUDA_IMPL_H
@@ -43,12 +46,16 @@ const char *fox__cuda_last_error(void);
             return fox__cuda_fail(__FILE__, __LINE__, #call, cudaGetErrorString(e_), (int)e_);     \
     } while (0)
 
+/* The architecture the kernels are built for (meson -Dgpu_arch), as 90 for sm_90. */
+#ifndef FOX_CUDA_ARCH
+#define FOX_CUDA_ARCH 90
+#endif
+
 /*
- * Launch every kernel with programmatic dependent launch (device.cuh's
- * launch()): on when built for sm_90 or later; set before the first launch.
+ * Every kernel is launched with programmatic dependent launch (device.cuh's
+ * launch()) where the kernels can wait for their predecessor: from sm_90.
  */
-extern int fox__cuda_pdl;
-extern int fox__cuda_prio; /* streams by priority, graphs with node priorities (net.c) */
+#define FOX_CUDA_PDL (FOX_CUDA_ARCH >= 90)
 
 #define FOX_CUBLAS_TRY(call)                                                                       \
     do {                                                                                           \
@@ -120,7 +127,7 @@ typedef struct fox_cuda_ctl {
     int ring_head, ring_size;
     float eps, loss, loss_c51, loss_iqn, loss_aux, grad_norm;
     int trained;      /* train steps since the host last cleared it */
-    /* stability (stab_kernels.cu) */
+    /* stability (check.cu, sp4.cu) */
     int halt;         /* FOX_HALT_* of the first halting step; sticky until the fold resets */
     int collapse_run; /* train steps in a row with grad norm ≤ FOX_HALT_COLLAPSE_NORM */
     float clip_scale; /* Mech 6: this step's factor on the gradient */
@@ -132,6 +139,7 @@ typedef struct fox_cuda_ctl {
     int64_t halt_step;  /* step at the halt: the rest of its chunk runs on, moving no weight */
     unsigned int done_blocks[3]; /* finished-block counters of the last-block reductions */
     float halt_loss; /* the halting step's loss, for its message (loss is the chunk's last) */
+    double loss_sum; /* the chunk's train steps' losses, summed in step order */
 } fox_cuda_ctl;
 
 typedef struct fox_cuda_fold {
@@ -164,13 +172,15 @@ typedef struct fox_cuda_collect_cfg {
     float gamma, eps_start, eps_end;
     int eps_decay_steps;
     uint64_t seed;
+    int prioritized; /* the gather takes the batch's slots drawn by per.cu */
+    float train_cost_mult; /* env.train_cost_mult: the costs the training reward charges */
 } fox_cuda_collect_cfg;
 
 /* The train step's batch on the device. */
 typedef struct fox_cuda_batch {
     float *s2;        /* [2B × S]: s then s′ (the online net runs on both at once) */
     int32_t *a;       /* [B × D] */
-    float *r, *done, *w, *aux;   /* [B]; w NULL in training (uniform replay) */
+    float *r, *done, *w, *aux;   /* [B]; w NULL in training with uniform replay */
     int32_t *regime;  /* [B] */
     float *tau;       /* [2 × B × NT]: online fractions then target fractions */
     int32_t *idx;     /* [B] ring slots */
@@ -243,9 +253,10 @@ typedef struct fox_cuda_optim_cfg {
     float lr, b1, b2, eps, clip, polyak;
     int target_sync;
     float iqn_lambda, aux_lambda;
+    int pearl_wd, pearl_l1; /* train.pearl_wd / pearl_l1: Pearl B's consumers in Adam */
 } fox_cuda_optim_cfg;
 
-/* ---- the stability system's types (kernels in stab_kernels.cu) ---- */
+/* ---- the stability system's types (kernels in check.cu and sp4.cu) ---- */
 
 /* One run of floats the fused check watches: rows × cols at row stride ld. */
 typedef struct fox_cuda_check {
@@ -342,24 +353,27 @@ typedef struct fox_cuda_stab {
 
 /*
  * The rows from which a forward's output layer goes by slots (fox_cuda_fwd.slots), and the
- * backward's d hid head by head at each head's own output count (net.c). H200,
- * 2026-11-29: the batch-4096 train step 1,369 → 1,335 µs by slots, the batch-256 one 303 →
- * 307 (51-output products use the machine worse than 204-output ones); rows between were not
- * measured.
+ * backward's d hid head by head at each head's own output count (net.c). By slots the large
+ * batches skip the padding of every head to the widest head's outputs; at small batches the
+ * narrower products use the device worse than the padded one saves, so there the padded
+ * product stays (docs/performance.md).
  */
 #define FOX_CUDA_SLOT_ROWS 4096
 
 /*
  * The batch below which each net's IQN head runs on its own stream beside the C51 heads
- * (net.c's loss_grad); from it both nets' in one product after the forwards. H200,
- * 2026-11-29, train step beside against after: batch 256 284 against 292 µs (adaptive bounds
- * 310 against 325), 1024 517–518 against 521–523, 2048 791–792 either way, 4096 1,344
- * against 1,324 (the machine is full there; two half-size products lose).
+ * (net.c's loss_grad); from it both nets' in one product after the forwards. Beside them the
+ * heads shorten the critical path while the device has room; from this batch the device is
+ * full and two half-size products lose to one (docs/performance.md).
  */
 #define FOX_CUDA_IQN_BESIDE_ROWS 4096
 
 #define FOX_CUDA_EVENTS 64
 #define FOX_CUDA_NORM_BLOCKS 256
+
+/* Per-sample loss parts: c51, iqn, aux_ret, aux_regime, Σ_d |E_p[z]|, |E_p[z]| of branch 0. */
+#define FOX_CUDA_PARTS 6
+
 
 /*
  * The streams of a step, each with a cuBLAS handle of its own. MAIN carries
@@ -367,8 +381,8 @@ typedef struct fox_cuda_stab {
  * SIDE, SIDE2 and SIDE3 in turn the target net's forward, below
  * iqn_beside_rows rows each net's IQN head (with adaptive mode's
  * TARGET_Q_BOUND after the target net's), and the weight gradients (on one
- * stream, their chain outlasted the backward on MAIN by ~60 µs at batch
- * 256: docs/performance.md, session 6), SIDE after Adam adaptive mode's
+ * stream their chain outlasted the backward on MAIN, so three take them in
+ * turn), SIDE after Adam adaptive mode's
  * Pearl B first pass (until the step's end), COLLECT a full step's collection
  * (from the batch gather until the optimizer, whose update its forward must
  * not see half done; its products in TF32) and adaptive mode's deferred
@@ -406,9 +420,14 @@ typedef struct fox_cuda_net {
     cudaEvent_t ev[FOX_CUDA_EVENTS];
     int ev_next;
     int forked[FOX_CUDA_STREAMS]; /* forked from MAIN and not joined back since */
-    int n_sides;        /* side streams in use, 1..3 (SIDE, SIDE2, SIDE3) */
+    /*
+     * Where more than one path computes the same thing, which one: the defaults below, changed
+     * only by the debug library so that the parity test covers every path at its batch.
+     */
     int slot_rows;      /* from this many rows the heads' output layer and d hid go by slots */
     int iqn_beside_rows; /* below this batch each net's IQN head runs beside its C51 heads */
+    int dw_loop_rows;   /* from this many rows a batched weight gradient is a call an entry */
+    int epilogue_fours; /* 0: every epilogue one output a thread, even where four would do */
     int side_next;      /* the one side() forks next */
     float *params;      /* [2 × np]: online, then target (one offset np apart) */
     float *grads, *adam_m, *adam_v;   /* [np] */
@@ -444,315 +463,6 @@ typedef struct fox_cuda_net {
     float *fault_at;    /* its element when its point follows Adam (params, adam_m/v slices) */
     int want_d_states;  /* compute d_states (its slot is watched) */
 } fox_cuda_net;
-
-/* ------------------------------------------------------------------------------------------ */
-/* cuBLAS products, row-major (matmul.c)                                                      */
-
-extern int fox__cuda_skip_dw; /* benchmark knob FOX_CUDA_NODW=1 (matmul.c) */
-extern int fox__cuda_dw_loop_rows; /* from this many rows a batched dW is a call an entry */
-int fox__cuda_lin_dw(cublasHandle_t h, int rows, int in, int out, const float *dY, int ldy,
-                     const float *X, int ldx, float *dW, float beta);
-/*
- * batch weight gradients dW_b [out × in] = dY_bᵀ·X_b; outs (not NULL): entry b's own output
- * count, its first outs[b] rows only, where the products go one call an entry (many rows).
- */
-int fox__cuda_lin_dw_batched(cublasHandle_t h, int rows, int in, int out, const int *outs,
-                             const float *dY, int ldy, long long sdy, const float *X, int ldx,
-                             long long sx, float *dW, long long sdw, int batch);
-/*
- * count products C_i [rows × n] = A_i [rows × k]·B_iᵀ (B_i [n × k]), row-major, one pointer-batched
- * call; ptrs: the device array of the A, then B, then C pointers (count each).
- */
-int fox__cuda_gemm_slots(cublasHandle_t h, int rows, int n, int k, float *const *ptrs, int count,
-                         int lda, int ldb, int ldc);
-int fox__cuda_colsum(cublasHandle_t h, int rows, int cols, const float *dY, int ldy,
-                     const float *ones, float *db, float beta);
-int fox__cuda_colsum_batched(cublasHandle_t h, int rows, int cols, const float *dY, int ldy,
-                             long long sdy, const float *ones, float *db, long long sdb, int batch);
-
-/* ------------------------------------------------------------------------------------------ */
-/* The fused product (gemm.cu)                                                                */
-
-enum { FOX_ACT_NONE = 0, FOX_ACT_ELU = 1, FOX_ACT_RELU = 2 };
-
-/* 0: every epilogue one output a thread (the parity test's check of that path; gemm.cu). */
-extern int fox__cuda_epilogue_fours;
-
-/*
- * One product stage (gemm.cu): for z < nz, Y_z [M × N] = epi(α·A_z·op(B_z)
- * + β·Y_z), every matrix row-major with its row stride (ld*) and z stride
- * (s*). bt 1: B is [N × K] and op(B) = Bᵀ (a forward, y = x·Wᵀ); bt 0: B is
- * [K × N] (an input gradient, dx = dy·W). The epilogue, in order:
- * + bias[z ? 1 : 0][c], act[z ? 1 : 0], the backward mask of dact at dy
- * (ELU' = y + 1, ReLU' = 0 where y ≤ 0), + add[r, c]; and with mout,
- * mout = Y ⊙ mul[z ? 1 : 0][(r / mul_div)·ldmul + c] (IQN's h ⊙ φ); and
- * with fill, fill[r·ldc + c] = fill_bias[c] for the z = 0 entry: the next
- * stage's bias laid in its output, which that product then takes with
- * β = 1 instead of an epilogue launch of its own. NULL pointers and zero β
- * are off.
- */
-typedef struct fox_cuda_gemm {
-    int M, N, K, nz, bt;
-    const float *A, *B;
-    int lda, ldb;
-    long long sa, sb;
-    float alpha, beta;
-    float *C;
-    int ldc;
-    long long sc;
-    const float *bias[2];
-    int act[2];
-    const float *dy;
-    int lddy, dact;
-    long long sdy;
-    const float *add;
-    int ldadd;
-    const float *mul[2];
-    int ldmul, mul_div;
-    float *mout;
-    float *fill;
-    const float *fill_bias;
-} fox_cuda_gemm;
-
-int fox__cuda_gemm(cublasHandle_t h, cudaStream_t s, const fox_cuda_gemm *g);
-/* The epilogue stage of g alone, over Y as it is (products made some other way). */
-int fox__cuda_epilogue(cudaStream_t s, const fox_cuda_gemm *g);
-
-/* ------------------------------------------------------------------------------------------ */
-/* Network orchestration (net.c)                                                              */
-
-int fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_rows);
-void fox__cuda_net_fini(fox_cuda_net *n);
-/*
- * Activation buffers of a forward pass over up to R rows, once the net's own buffers (its packed
- * heads) exist; free is safe on a zeroed struct.
- */
-int fox__cuda_fwd_alloc(fox_cuda_fwd *f, const fox_cuda_net *n, int R);
-void fox__cuda_fwd_free(fox_cuda_fwd *f);
-int fox__cuda_set_math(fox_cuda_net *n, int tf32);
-/* Re-pack the heads of both nets after their parameters changed. */
-int fox__cuda_pack(fox_cuda_net *n, int s);
-/*
- * Forward on X [R × S] on stream s of the online net (target 0) or the
- * target net (target 1); the aux heads too if aux. site: the training pass,
- * with the stability points of the online net's rows [0, B) and the Mech 10
- * site.
- */
-int fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R, int target,
-                      int aux, int site);
-/*
- * Losses and every gradient of the batch in n->bt (grads, loss_parts, prio), every stream it
- * forks joined but COLLECT in adaptive mode: beside the backward, the last Adam step's Pearl B
- * (its second pass, gated), which fox__cuda_optim joins before Adam.
- */
-int fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp);
-/*
- * Guard, norm, clip, Adam, the L1 rate's deficit, Pearl B's first pass (adaptive), the step's
- * statistics and the ISV publication.
- */
-int fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl,
-                    float *isv_dev, float *isv_map);
-/* After fox__cuda_optim, on stream s: the target update that is due, the heads re-packed. */
-int fox__cuda_repack(fox_cuda_net *n, int s, const fox_cuda_optim_cfg *oc, const fox_cuda_ctl *ctl);
-/* Record on stream `from`, wait on stream `to`. */
-int fox__cuda_dep(fox_cuda_net *n, int from, int to);
-/* *s = stream `to` (FOX_CUDA_*), forked from MAIN at this point; MAIN itself without use_side. */
-int fox__cuda_fork(fox_cuda_net *n, int to, int *s);
-/* Join every stream forked and not joined back since into MAIN (a graph's capture must). */
-int fox__cuda_join_all(fox_cuda_net *n);
-
-/* ------------------------------------------------------------------------------------------ */
-/* Network kernels (net_kernels.cu)                                                           */
-
-/*
- * GRN tail: σ gate, GLU, skip, LayerNorm (see grn_tail_kernel); zgv holds
- * the biased pre-activations; with glu (and ln_in) not NULL, g and r + g
- * are kept there too; with site not NULL, the fault armed at slot 12 on
- * y[0], then with fixed bounds Mech 10 on y (h_s2) in the same launch, as
- * fox__cuda_h_s2_site, with adaptive bounds pass 1 of y's p99 (the site
- * follows: fox__cuda_h_s2_site, ranged).
- */
-int fox__cuda_grn_tail(cudaStream_t s, int rows, int out, float *zgv, const float *r,
-                       const float *bg, const float *bv, const float *g, const float *beta,
-                       float *xhat, float *rstd, float *y, float *glu, float *ln_in,
-                       const fox_cuda_stab *site);
-/*
- * LayerNorm and GLU backward; sg, lin at zgv [2 × R_fwd × out] (first rows used); du and dzgv
- * rows 2·out apart (fox_cuda_grn_grad's dud and dzgv).
- */
-int fox__cuda_ln_glu_bwd(cudaStream_t s, int rows, int out, const float *dy, const float *xhat,
-                         const float *rstd, const float *g, const float *zgv,
-                         long long fwd_stride, float *du, float *dyx, float *dzgv);
-/*
- * b2 is the net's packed output biases [7 × OS]. chosen NULL: logp [rows × NAct × NA] and q
- * [rows × NAct] of every action; else logp [rows × D × NA] of the chosen [rows × D] only.
- */
-int fox__cuda_dueling(cudaStream_t s, int rows, const fox_cuda_dims *dm, const float *out,
-                      const float *b2, const float *z, const int32_t *chosen, float *logp,
-                      float *q);
-int fox__cuda_iqn_cos(cudaStream_t s, int rows, int NC, const float *tau, float *cosf);
-/*
- * Pack both nets' heads from params [2 × np] into pk [2 × PK], and the
- * online net's segments sg into sg->dst. With oc and ctl (not NULL), first
- * apply the step's hard target sync when it is due, in the same launch
- * (oc->polyak must be 0: a soft update goes through fox__cuda_target first).
- */
-int fox__cuda_head_pack(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_heads *hd,
-                        const fox_cuda_segments *sg, float *params, size_t np, float *pk,
-                        const fox_cuda_optim_cfg *oc, const fox_cuda_ctl *ctl);
-/* The packed heads' gradient dpk [PK] into grads. */
-int fox__cuda_head_unpack(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_heads *hd,
-                          const float *dpk, float *grads);
-
-/* Everything the loss kernel reads and writes. */
-typedef struct fox_cuda_loss_args {
-    int B;
-    const float *z;
-    const float *on_logp, *on_out;        /* online net on s: [B × D × NA] at a, [B × OW] */
-    const float *nx_q;                    /* online net on s′ [B × NAct] (expected Q) */
-    const float *tg_logp;                 /* [B × NAct × NA] */
-    const float *iq_q;                    /* [2 × B·NT × NAct] */
-    const float *bq_on, *bq_tg;
-    const float *b2_on;                   /* the online net's packed output biases [7 × OS] */
-    const float *tau;                     /* [B × NT] online fractions */
-    const int32_t *a, *regime;
-    const float *r, *done, *w, *aux_ret;
-    float *dout, *d_q, *prio;
-    double *parts;                        /* [B × FOX_CUDA_PARTS] */
-    int32_t *a_star;
-    float *proj;                          /* [B × D × NA] projected targets (slot 8) */
-    float *tq;                            /* [B × D × NT] IQN targets after Mech 1 (slot 46) */
-    fox_cuda_stab st;
-    int tq_only;                          /* SP4: write the raw IQN targets to tq and stop */
-} fox_cuda_loss_args;
-
-/* Per-sample loss parts: c51, iqn, aux_ret, aux_regime, Σ_d |E_p[z]|, |E_p[z]| of branch 0. */
-#define FOX_CUDA_PARTS 6
-
-int fox__cuda_loss(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_loss_hp *hp,
-                   const fox_cuda_loss_args *a);
-/*
- * SP4 Mech 1 (site_target_q) before fox__cuda_loss in adaptive mode with sites: the raw IQN
- * targets into a->tq (the loss kernel's tq_only launch: needs a* from nx_q and the target
- * net's IQN), then TARGET_Q_BOUND from their p99.
- */
-int fox__cuda_loss_targets(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_loss_hp *hp,
-                           const fox_cuda_loss_args *a);
-
-/* ------------------------------------------------------------------------------------------ */
-/* Stability system (stab_kernels.cu): twins of gpu/cpu/stab.c                                */
-
-
-/*
- * The fused check (SP2): one block per chunk of the table, each against its slots' rules
- * with the threshold computed from the device ISV; then the last block
- * decides the halts (halt_nan on any slot 0–35; with `trained`, halt_grad_
- * collapse on a non-finite loss or a vanished norm) into ctl->halt. With the
- * sentinel off only the halts run.
- */
-int fox__cuda_check(cudaStream_t s, const fox_cuda_stab *st, const fox_cuda_chunk *chunks,
-                    int n_chunks, int trained);
-/*
- * The armed fault into p[0] (and p2[0] when not NULL) when ctl's train
- * step is the fault's (after_count: the step was already counted).
- */
-int fox__cuda_inject(cudaStream_t s, const fox_cuda_stab *st, float *p, float *p2,
-                     int after_count);
-/*
- * Mech 10 on h [n] in place (the online net's h_s2 over the batch): slot 12
- * and slot 49 on the pre-clamp values, clamp_finite at 100 × max(H_S2_RMS_EMA,
- * 1) (fixed bounds) or at max(H_S2_BOUND, 1) (adaptive: the p99 of the
- * pre-clamp values first, whose pass 1 GRN2's tail already ran if ranged),
- * then H_S2_RMS_EMA from the clamped values (last block).
- */
-int fox__cuda_h_s2_site(cudaStream_t s, const fox_cuda_stab *st, float *h, size_t n, int ranged);
-/*
- * d h_s2 [B × H2] from its three parts, with the inline checks between them:
- * dh holds the C51 heads' part (slot 33); + dh_aux (34); + the IQN part,
- * Σ_i d_x·φ, written to dh_iqn (27) (35); the Phase C guard; and
- * dφ = d_x·h·[φ > 0] into d_phi [B·NT × H2].
- */
-int fox__cuda_dh_s2_join(cudaStream_t s, const fox_cuda_stab *st, int B, int NT, int H2,
-                         float *dh, const float *dh_aux, float *dh_iqn, const float *d_x,
-                         const float *phi, const float *h, float *d_phi);
-/*
- * Before the forward: AUX_LABEL_SCALE_EMA from the labels aux [B], and
- * Mech 2 on the configured support [v_min, v_max] (slot 47 on its span;
- * adaptive: ATOM_POS_BOUND observes atoms_p99, fox_cuda_net's), the bounded
- * support into ctl->support and z [NA].
- */
-int fox__cuda_pre_step(cudaStream_t s, const fox_cuda_stab *st, int B, const float *aux, int NA,
-                       float v_min, float v_max, float atoms_p99, float *z);
-/*
- * SP4: p99 of |x [n]| by the three passes (max, shared-memory histogram,
- * percentile locate), observed into ISV slot `slot` through Pearls A+D when
- * positive (stab.c's observe); `use` picks the scratch.
- */
-int fox__cuda_p99_observe(cudaStream_t s, const fox_cuda_stab *st, const float *x, size_t n,
-                          int slot, int use);
-/*
- * SP4, the L1 rate's gradient-only half (fox_entropy_deficit of GRN1 W2's
- * gradient g) into sp4->l1_deficit: one block, launched beside the norm and
- * Adam (which leave g as it is), before fox__cuda_post_adam reads it (in
- * the next step, or at the end of the run of steps).
- */
-int fox__cuda_l1_deficit(cudaStream_t s, const fox_cuda_stab *st, const float *g);
-/*
- * SP4 after Adam (fox_cpu_stab_post_adam): Pearl B per group (p99 |w|, |m|,
- * v, weight-decay rate) into slots 136–167 through Pearls A+D, Pearl C on
- * the step's Adam engagements, the trunk L1 rate into slot 168. `gated`:
- * only when sp4->pending says an Adam step ran since the last (which it
- * clears); else always.
- */
-int fox__cuda_post_adam(cudaStream_t s, const fox_cuda_stab *st, int gated, size_t n,
-                        const float *w, const float *g, const float *m, const float *v);
-/*
- * Its two halves, for a step that runs them apart: pass 1 (the ranges of |w|, |m|, v and
- * the sums of w·g, ‖w‖², the L1 rate's: every read of g) right after Adam; pass 2 (the
- * histograms and the tail: w, m, v only) any time before the next Adam.
- */
-int fox__cuda_post_adam_pass1(cudaStream_t s, const fox_cuda_stab *st, int gated, size_t n,
-                              const float *w, const float *g, const float *m, const float *v);
-int fox__cuda_post_adam_pass2(cudaStream_t s, const fox_cuda_stab *st, int gated, size_t n,
-                              const float *w, const float *m, const float *v);
-/* Host image of a fresh fox_cuda_sp4 (zero state, clean scratch) into *dst (device), on s. */
-int fox__cuda_sp4_reset(cudaStream_t s, fox_cuda_sp4 *dst);
-
-/* ------------------------------------------------------------------------------------------ */
-/* Training and collection kernels (train_kernels.cu)                                         */
-
-/*
- * Σ g² of the finite gradients and the sums of the loss parts, then (last
- * block) the step's losses into ctl, the Q signals and Mech 6 into
- * ctl->clip_scale. partial [(1 + FOX_CUDA_PARTS) × FOX_CUDA_NORM_BLOCKS],
- * the gradients' block partials first.
- */
-int fox__cuda_grad_norm(cudaStream_t s, size_t n, const float *g, double *partial,
-                        const fox_cuda_stab *st, int B, int D, const double *parts,
-                        const fox_cuda_optim_cfg *oc);
-int fox__cuda_adam(cudaStream_t s, size_t n, float *params, const float *g, float *m, float *v,
-                   const uint8_t *pgroup, const fox_cuda_adam_slots *sl,
-                   const fox_cuda_optim_cfg *oc, const fox_cuda_stab *st);
-/* Also publishes the device ISV to the mapped copy (isv_map), as the step's last ISV write. */
-int fox__cuda_finish(cudaStream_t s, fox_cuda_ctl *ctl, float *isv_dev, float *isv_map, int hold);
-int fox__cuda_target(cudaStream_t s, size_t n, const float *params, float *target,
-                     const fox_cuda_optim_cfg *oc, const fox_cuda_ctl *ctl);
-int fox__cuda_publish(cudaStream_t s, const float *isv_dev, float *isv_host, int n);
-
-int fox__cuda_env_reset(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_cuda_fold *fold,
-                        fox_cuda_env *envs, uint64_t gen);
-int fox__cuda_collect_state(cudaStream_t s, const fox_cuda_collect_cfg *c,
-                            const fox_cuda_env *envs, float *X);
-int fox__cuda_collect_act(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_cuda_fold *fold,
-                          fox_cuda_env *envs, int32_t *wbar, float *wport, uint32_t *wa,
-                          float *wr, const float *q, fox_cuda_ctl *ctl, fox_cuda_trans *staged,
-                          int *counts);
-int fox__cuda_collect_push(cudaStream_t s, const fox_cuda_collect_cfg *c,
-                           const fox_cuda_trans *staged, const int *counts, fox_cuda_trans *ring,
-                           fox_cuda_ctl *ctl);
-int fox__cuda_gather(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_cuda_trans *ring,
-                     const int8_t *regime, int NT, const fox_cuda_ctl *ctl,
-                     const fox_cuda_batch *bt);
 
 #ifdef __cplusplus
 }

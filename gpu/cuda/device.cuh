@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include <type_traits>
 #include <utility>
 
 #include "gpu/bounds.h"
@@ -18,7 +19,7 @@
 #define FULL_MASK 0xffffffffu
 
 /*
- * Programmatic dependent launch (sm_90): with fox__cuda_pdl set, launch()
+ * Programmatic dependent launch (sm_90): in a build for sm_90 or later, launch()
  * lets a kernel start while the kernel before it on its stream finishes
  * (in a captured graph, a programmatic edge), so its launch and block
  * set-up overlap that kernel's tail. Every kernel's first act is
@@ -66,7 +67,7 @@ launch(void (*kernel)(P...), dim3 grid, unsigned int block, size_t smem, cudaStr
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cfg.attrs = &pdl;
-    cfg.numAttrs = fox__cuda_pdl ? 1 : 0;
+    cfg.numAttrs = FOX_CUDA_PDL ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
 }
 
@@ -331,9 +332,54 @@ struct h_s2_site {
             return;
         *done = 0;
         if (n)
-            st.isv[FOX_ISV_H_S2_RMS_EMA] = fox_ema_first(
-                st.isv[FOX_ISV_H_S2_RMS_EMA], (float)sqrt(tot / (double)n), FOX_SIGNAL_EMA_ALPHA);
+            fox_signal_observe(st.isv, st.adaptive ? st.sp4->ws : NULL, FOX_ISV_H_S2_RMS_EMA,
+                               (float)sqrt(tot / (double)n), st.adaptive);
     }
 };
+
+/* Branch of flat action act (D ≤ 4 branches, offsets ascending). */
+static __device__ __forceinline__ int
+branch_of(const fox_cuda_dims &dm, int act)
+{
+    int d = 0;
+    while (d + 1 < dm.D && act >= dm.boff[d + 1])
+        d++;
+    return d;
+}
+
+/*
+ * The columns c = lane, lane + 32, … < out of a warp's row, f(j, c) for each
+ * with j the lane's column number. K > 0: unrolled over K numbers (out ≤
+ * 32·K), so that a kernel can keep its row in registers indexed by j and
+ * issue all its loads at once; K = 0: a plain loop for any width (j = 0).
+ */
+template <int K, typename F>
+static __device__ __forceinline__ void
+row_each(int lane, int out, F f)
+{
+    if constexpr (K > 0) {
+#pragma unroll
+        for (int j = 0; j < K; j++)
+            if (lane + j * WARP < out)
+                f(j, lane + j * WARP);
+    } else {
+        for (int c = lane; c < out; c += WARP)
+            f(0, c);
+    }
+}
+
+/* go(k) with k a std::integral_constant: the register slots for rows out wide (0: none). */
+template <typename L>
+static cudaError_t
+by_row_slots(int out, L go)
+{
+    if (out <= 4 * WARP)
+        return go(std::integral_constant<int, 4>());
+    if (out <= 8 * WARP)
+        return go(std::integral_constant<int, 8>());
+    if (out <= 16 * WARP)
+        return go(std::integral_constant<int, 16>());
+    return go(std::integral_constant<int, 0>());
+}
 
 #endif

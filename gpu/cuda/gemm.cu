@@ -6,12 +6,10 @@
  * in one strided-batched call), then one epilogue launch for the whole
  * stage.
  *
- * A hand-tiled FP32 kernel that fused the epilogue into the product was
- * tried here first (2026-11-29, H200) and lost: 8–26 µs per product at
- * batch 256 against cuBLAS's 3–6 µs (too little work per k-tile to hide
- * the loads, no split-K), 421 µs per train step against 374 µs, and 3,226
- * against 1,828 at batch 4096. cuBLAS stays until a kernel beats it
- * (docs/performance.md, "What did not work").
+ * A hand-tiled FP32 kernel that fused the epilogue into the product lost
+ * to cuBLAS at every batch measured: at these widths a k-tile holds too
+ * little work to hide its loads, and it had no split-K. cuBLAS stays until
+ * a kernel beats it (docs/performance.md lists the approaches rejected).
  *
  * Not here: the weight gradients and bias column sums (matmul.c).
  */
@@ -19,6 +17,7 @@
 #include <stdint.h>
 
 #include "gpu/cuda/device.cuh"
+#include "gpu/cuda/gemm.h"
 
 
 static __device__ __forceinline__ float
@@ -39,9 +38,6 @@ act_back(float d, float y, int act)
         return act == FOX_ACT_ELU ? d * (y + 1.0f) : act == FOX_ACT_RELU ? 0.0f : d;
     return d;
 }
-
-int fox__cuda_pdl;  /* cuda_impl.h */
-int fox__cuda_prio; /* cuda_impl.h */
 
 /* V consecutive floats, loaded and stored as one access where V is 4 (16-byte aligned). */
 template <int V> struct floats {
@@ -79,9 +75,9 @@ store(float *p, const floats<V> &v)
  * the next stage's bias laid out in fill. A thread takes V consecutive
  * outputs of a row at a time: with V = 4 (every width, stride and pointer
  * a multiple of 4 floats) each operand is one 16-byte access. One output a
- * thread left the kernel waiting on its loads: ncu on the H200 at batch
- * 4096 (2026-11-29), a 2M-output epilogue 14.9 µs at 12 % of DRAM
- * bandwidth, a third of its stall samples on the first use of C.
+ * thread left the kernel waiting on its loads: at large batches it used a
+ * small fraction of the memory bandwidth, stalled mostly on its first use
+ * of C.
  */
 template <int V, bool Fast>
 __global__ void
@@ -94,10 +90,10 @@ epilogue_kernel(fox_cuda_gemm g, fox_divider cells, fox_divider mdiv)
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < per;
          e += (size_t)gridDim.x * blockDim.x) {
         /*
-         * ncu, batch 4096: two divisions here were 38 % of the four-output kernel's work. Not
-         * through fox_div_rem: its remainder from the divider's d, not from Q (known to the
-         * compiler through g.N), left the loop's invariants unhoisted: 11 % more PTX, the
-         * epilogues 2 % slower in ncu (a41a3c7, H200 2026-11-29).
+         * Two plain divisions here were over a third of the four-output kernel's work, hence
+         * the divider. Not through fox_div_rem: its remainder from the divider's d, not from Q
+         * (known to the compiler through g.N), leaves the loop's invariants unhoisted, which
+         * made the kernel larger and slower.
          */
         int r, c, mr;
         if constexpr (Fast) {
@@ -141,13 +137,11 @@ epilogue_kernel(fox_cuda_gemm g, fox_divider cells, fox_divider mdiv)
     }
 }
 
-int fox__cuda_epilogue_fours = 1; /* cuda_impl.h */
-
 /* Can every operand of g's epilogue go 4 floats at a time? */
 static bool
 by_fours(const fox_cuda_gemm *g)
 {
-    if (!fox__cuda_epilogue_fours)
+    if (g->by_ones)
         return false;
     const void *ptrs[] = {g->C,      g->bias[0], g->bias[1], g->dy,   g->add,
                           g->mul[0], g->mul[1],  g->mout,    g->fill, g->fill_bias};

@@ -21,54 +21,26 @@
  * covers each transpose through the gradients of every tensor.
  */
 #include "gpu/cuda/cuda_impl.h"
+#include "gpu/cuda/matmul.h"
 
 static const float one = 1.0f;
-
-/*
- * From this many rows a batched weight gradient is one cublasSgemm per
- * entry. At batch 4096 cuBLAS's strided-batched heuristic runs the heads'
- * seven products and the GRNs' gate/value pairs on a two-warp 32×32-tile
- * kernel that walks every row in each block (154, 146 and 131 µs a call,
- * ~430 µs a step on the side stream); per entry, the non-batched heuristic
- * picks larger tiles and splits the rows: the batch-4096 train step 1,825
- * → 1,600 µs. At batch 256 one call per entry cost 32 µs more a step (the
- * launches), so below this the batched call stays (H200, 2026-11-29).
- * A variable so that the parity test can run this path at its batch.
- */
-int fox__cuda_dw_loop_rows = 1024;
-
-/*
- * Benchmark knob FOX_CUDA_NODW=1 (never a default: the step then trains
- * nothing): skip every weight-gradient product and bias column sum, to
- * measure how much of the step the side stream's work costs (with no
- * gradient the fold halts on halt_grad_collapse after 50 train steps).
- */
-int fox__cuda_skip_dw;
-
-#define SKIP_DW()                                                                                  \
-    do {                                                                                           \
-        if (fox__cuda_skip_dw)                                                                     \
-            return 0;                                                                              \
-    } while (0)
 
 int
 fox__cuda_lin_dw(cublasHandle_t h, int rows, int in, int out, const float *dY, int ldy,
                  const float *X, int ldx, float *dW, float beta)
 {
-    SKIP_DW();
     FOX_CUBLAS_TRY(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, rows, &one, X, ldx, dY, ldy,
                                &beta, dW, in));
     return 0;
 }
 
 int
-fox__cuda_lin_dw_batched(cublasHandle_t h, int rows, int in, int out, const int *outs,
-                         const float *dY, int ldy, long long sdy, const float *X, int ldx,
-                         long long sx, float *dW, long long sdw, int batch)
+fox__cuda_lin_dw_batched(cublasHandle_t h, int loop_rows, int rows, int in, int out,
+                         const int *outs, const float *dY, int ldy, long long sdy, const float *X,
+                         int ldx, long long sx, float *dW, long long sdw, int batch)
 {
-    SKIP_DW();
     const float zero = 0.0f;
-    if (rows >= fox__cuda_dw_loop_rows) {
+    if (rows >= loop_rows) {
         for (int b = 0; b < batch; b++)
             FOX_CUBLAS_TRY(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, in, outs ? outs[b] : out, rows,
                                        &one, X + b * sx, ldx, dY + b * sdy, ldy, &zero,
@@ -95,7 +67,6 @@ int
 fox__cuda_colsum(cublasHandle_t h, int rows, int cols, const float *dY, int ldy,
                  const float *ones, float *db, float beta)
 {
-    SKIP_DW();
     FOX_CUBLAS_TRY(cublasSgemv(h, CUBLAS_OP_N, cols, rows, &one, dY, ldy, ones, 1, &beta, db, 1));
     return 0;
 }
@@ -104,7 +75,6 @@ int
 fox__cuda_colsum_batched(cublasHandle_t h, int rows, int cols, const float *dY, int ldy,
                          long long sdy, const float *ones, float *db, long long sdb, int batch)
 {
-    SKIP_DW();
     const float zero = 0.0f;
     FOX_CUBLAS_TRY(cublasSgemvStridedBatched(h, CUBLAS_OP_N, cols, rows, &one, dY, ldy, sdy, ones,
                                              1, 0, &zero, db, 1, sdb, batch));

@@ -36,7 +36,7 @@
  * The stability points of the CPU's net (its hook) are here too: the
  * configured fault's injection after each sentinel buffer's producer
  * (point), Mech 10 on h_s2 between trunk and heads, the inline checks and
- * Phase C guard of d h_s2 (stab_kernels.cu); all off in a parity pass
+ * Phase C guard of d h_s2 (check.cu); all off in a parity pass
  * (stab.sites 0), like the CPU net without its hook.
  *
  * Not here: collection, replay and graphs (backend.c), the kernels
@@ -48,6 +48,17 @@
 #include "common/log.h"
 #include "gpu/sentinel.h"
 #include "gpu/cuda/cuda_impl.h"
+#include "gpu/cuda/adam.h"
+#include "gpu/cuda/check.h"
+#include "gpu/cuda/dueling.h"
+#include "gpu/cuda/gemm.h"
+#include "gpu/cuda/grn.h"
+#include "gpu/cuda/heads.h"
+#include "gpu/cuda/iqn.h"
+#include "gpu/cuda/loss.h"
+#include "gpu/cuda/matmul.h"
+#include "gpu/cuda/net.h"
+#include "gpu/cuda/sp4.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Setup                                                                                      */
@@ -240,10 +251,11 @@ fox__cuda_set_math(fox_cuda_net *n, int tf32)
      * forwards whose Q values only pick greedy actions: the collection's on
      * COLLECT (the ε-greedy behaviour policy) and the online net's on s′ on
      * NEXT (double DQN's a*). TF32's ~1e-3 relative error there decides
-     * only near-ties (the parity test counts the actions it changes); the
-     * collection's 1024-row products in TF32 take ~20 µs off a full step
-     * at batch 256 (docs/performance.md). NEXT also runs d_states, whose
-     * only reader is the sentinel's NaN/Inf rule (grn_bwd).
+     * only near-ties (the parity test counts the actions it changes), and
+     * the collection's products over every environment in TF32 shorten a
+     * full step noticeably at small batches (docs/performance.md). NEXT
+     * also runs d_states, whose only reader is the sentinel's NaN/Inf rule
+     * (grn_bwd).
      */
     for (int k = 0; k < FOX_CUDA_STREAMS; k++) {
         int t = tf32 || ((k == FOX_CUDA_COLLECT || k == FOX_CUDA_NEXT) && n->greedy_tf32);
@@ -313,25 +325,24 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
     n->np = lay->n_params;
     n->B = B;
     n->use_side = 1;
-    n->n_sides = 3;
     n->slot_rows = FOX_CUDA_SLOT_ROWS;
     n->iqn_beside_rows = FOX_CUDA_IQN_BESIDE_ROWS;
+    n->dw_loop_rows = FOX_CUDA_DW_LOOP_ROWS;
+    n->epilogue_fours = 1;
     dims_of(&n->dm, &n->heads, lay);
     const fox_cuda_dims *dm = &n->dm;
     /*
      * When blocks wait for a multiprocessor, first MAIN's and LATE's: the
      * online forward, the loss, the chain of input gradients, and on LATE
      * d h_s2's IQN and aux parts; the collection and adaptive mode's
-     * deferred Pearl B (off the train step's path) last. H200,
-     * 2026-11-29, against every stream at one priority: batch 4096 full /
-     * train step 1,343 / 1,317 µs against 1,373 / 1,332, batch 256 315 / 282
-     * against 321 / 285.
+     * deferred Pearl B (off the train step's path) last. Every stream at one
+     * priority measured slower at both batch 256 and 4096
+     * (docs/performance.md).
      */
     int least = 0, greatest = 0;
     FOX_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     for (int k = 0; k < FOX_CUDA_STREAMS; k++) {
-        int prio = !fox__cuda_prio                            ? least
-                   : k == FOX_CUDA_MAIN || k == FOX_CUDA_LATE ? greatest
+        int prio = k == FOX_CUDA_MAIN || k == FOX_CUDA_LATE ? greatest
                    : k == FOX_CUDA_COLLECT                    ? least
                                                               : (least + greatest) / 2;
         FOX_CUDA_TRY(cudaStreamCreateWithPriority(&n->st[k], cudaStreamNonBlocking, prio));
@@ -508,14 +519,23 @@ fox__cuda_join_all(fox_cuda_net *n)
 }
 
 static const int side_streams[3] = {FOX_CUDA_SIDE, FOX_CUDA_SIDE2, FOX_CUDA_SIDE3};
+#define N_SIDES ((int)(sizeof side_streams / sizeof side_streams[0]))
 
 /* The next side stream in turn, forked at this point: for a forward or weight gradients. */
 static int
 side(fox_cuda_net *n, int *ws)
 {
     int to = side_streams[n->side_next];
-    n->side_next = (n->side_next + 1) % n->n_sides;
+    n->side_next = (n->side_next + 1) % N_SIDES;
     return fox__cuda_fork(n, to, ws);
+}
+
+/* A product stage on stream s with its epilogue (gemm.cu), by the net's epilogue path. */
+static int
+product(fox_cuda_net *n, int s, fox_cuda_gemm *m)
+{
+    m->by_ones = !n->epilogue_fours;
+    return fox__cuda_gemm(n->cb[s], n->st[s], m);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -596,14 +616,14 @@ grn_fwd(fox_cuda_net *n, int s, const float *P, int first, int in, int out, cons
         m.sb = (long long)(toff(n, first + FOX_GRN_WR) - toff(n, first + FOX_GRN_W2));
         m.sc = (long long)R * out;
     }
-    FOX_TRY(fox__cuda_gemm(n->cb[s], st, &m));
+    FOX_TRY(product(n, s, &m));
     if (pts)
         FOX_TRY(point(n, s, FOX_SENT_H_S2_ETA2, g->eta2, NULL, 0));
     const float *r = skip ? g->eta2 + (size_t)R * out : a;
     /* η1 = W1·η2 + b1, b1 laid in η1 by the last epilogue. */
     m = gemm_of(R, out, out, 1, g->eta2, out, T(FOX_GRN_W1), out, g->eta1, out);
     m.beta = 1.0f;
-    FOX_TRY(fox__cuda_gemm(n->cb[s], st, &m));
+    FOX_TRY(product(n, s, &m));
     if (pts)
         FOX_TRY(point(n, s, FOX_SENT_H_S2_ETA1, g->eta1, NULL, 0));
     /*
@@ -614,7 +634,7 @@ grn_fwd(fox_cuda_net *n, int s, const float *P, int first, int in, int out, cons
     m.nz = 2;
     m.sb = (long long)(toff(n, first + FOX_GRN_WV) - toff(n, first + FOX_GRN_WG));
     m.sc = (long long)R * out;
-    FOX_TRY(fox__cuda_gemm(n->cb[s], st, &m));
+    FOX_TRY(product(n, s, &m));
     FOX_TRY(fox__cuda_grn_tail(st, R, out, g->zgv, r, T(FOX_GRN_BG), T(FOX_GRN_BV), T(FOX_GRN_LN_G),
                                T(FOX_GRN_LN_B), g->xhat, g->rstd, g->y, pts ? n->glu : NULL,
                                pts ? n->ln_in : NULL, site ? &n->stab : NULL));
@@ -668,7 +688,7 @@ forward_heads(fox_cuda_net *n, int s, fox_cuda_fwd *f, int target, int aux, int 
         gemm_of(R, nh * dm->HS, dm->H2, 1, f->g2.y, dm->H2, pk + dm->pk_w1, dm->H2, f->hid, dm->HW);
     m.bias[0] = pk + dm->pk_b1;
     m.act[0] = FOX_ACT_RELU;
-    FOX_TRY(fox__cuda_gemm(n->cb[s], st, &m));
+    FOX_TRY(product(n, s, &m));
     /*
      * The output layer: from slot_rows rows the C51 heads' outputs by slots of NA
      * (pointer-batched, so that no head is computed at the widest head's OS outputs), then the
@@ -686,7 +706,7 @@ forward_heads(fox_cuda_net *n, int s, fox_cuda_fwd *f, int target, int aux, int 
         m.sa = dm->HS;
         m.sb = (long long)dm->OS * dm->HS;
         m.sc = dm->OS;
-        FOX_TRY(fox__cuda_gemm(n->cb[s], st, &m));
+        FOX_TRY(product(n, s, &m));
     }
     if (pts) {
         FOX_TRY(point(n, s, FOX_SENT_V_LOGITS, f->out, NULL, 0));
@@ -736,7 +756,7 @@ iqn_fwd(fox_cuda_net *n, int s, int z0, int nz)
     m.mout = n->iq.x + z0 * rq * dm->H2;
     m.ldmul = dm->H2;
     m.mul_div = dm->NT;
-    FOX_TRY(fox__cuda_gemm(n->cb[s], n->st[s], &m));
+    FOX_TRY(product(n, s, &m));
     float *q = n->iq.q + z0 * rq * dm->NAct;
     m = gemm_of((int)rq, dm->NAct, dm->H2, 1, n->iq.x + z0 * rq * dm->H2, dm->H2,
                 P + toff(n, FOX_P_IQN_WQ), dm->H2, q, dm->NAct);
@@ -744,7 +764,7 @@ iqn_fwd(fox_cuda_net *n, int s, int z0, int nz)
     m.sa = (long long)(rq * dm->H2);
     m.sb = (long long)n->np;
     m.sc = (long long)(rq * dm->NAct);
-    FOX_TRY(fox__cuda_gemm(n->cb[s], n->st[s], &m));
+    FOX_TRY(product(n, s, &m));
     for (int z = z0; z < z0 + nz; z++)
         FOX_TRY(point(n, s, z ? FOX_SENT_IQN_Q_TARGET : FOX_SENT_IQN_Q_ONLINE,
                       n->iq.q + z * rq * dm->NAct, NULL, 0));
@@ -785,14 +805,14 @@ grn_bwd(fox_cuda_net *n, int first, int in, int out, const float *a, const fox_c
     FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, dy, out, ones, DT(FOX_GRN_LN_B), 0.0f));
     if (in != out)
         FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, in, out, du, 2 * out, a, in, DT(FOX_GRN_WR), 0.0f));
-    FOX_TRY(fox__cuda_lin_dw_batched(n->cb[ws], B, out, out, NULL, gg->dzgv, 2 * out, out, c->eta1,
-                                     out, 0, DT(FOX_GRN_WG), gv, 2));
+    FOX_TRY(fox__cuda_lin_dw_batched(n->cb[ws], n->dw_loop_rows, B, out, out, NULL, gg->dzgv,
+                                     2 * out, out, c->eta1, out, 0, DT(FOX_GRN_WG), gv, 2));
     FOX_TRY(fox__cuda_colsum_batched(n->cb[ws], B, out, gg->dzgv, 2 * out, out, ones,
                                      DT(FOX_GRN_BG), gvb, 2));
     /* dη1 = dzg·Wg + dlin·Wv = [dzg dlin]·[Wg; Wv]: one product (pairs_init). */
     fox_cuda_gemm m = gemm_of(B, out, 2 * out, 0, gg->dzgv, 2 * out, n->wgv[k], out, gg->deta1,
                               out);
-    FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
+    FOX_TRY(product(n, 0, &m));
     FOX_TRY(side(n, &ws));
     FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, out, out, gg->deta1, out, c->eta2, out, DT(FOX_GRN_W1),
                              0.0f));
@@ -802,7 +822,7 @@ grn_bwd(fox_cuda_net *n, int first, int in, int out, const float *a, const fox_c
     m.dy = c->eta2;
     m.lddy = out;
     m.dact = FOX_ACT_ELU;
-    FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
+    FOX_TRY(product(n, 0, &m));
     FOX_TRY(side(n, &ws));
     FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, in, out, deta2, 2 * out, a, in, DT(FOX_GRN_W2), 0.0f));
     FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, deta2, 2 * out, ones, DT(FOX_GRN_B2), 0.0f));
@@ -826,7 +846,7 @@ grn_bwd(fox_cuda_net *n, int first, int in, int out, const float *a, const fox_c
             m.add = du;
             m.ldadd = 2 * out;
         }
-        FOX_TRY(fox__cuda_gemm(n->cb[ds], n->st[ds], &m));
+        FOX_TRY(product(n, ds, &m));
     }
 #undef T
 #undef DT
@@ -965,15 +985,16 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
     FOX_TRY(fox__cuda_fork(n, FOX_CUDA_LATE, &ls));
     fox_cuda_gemm m = gemm_of(rq, dm->H2, dm->NAct, 0, bw->d_q, dm->NAct, P + toff(n, FOX_P_IQN_WQ),
                               dm->H2, bw->d_x, dm->H2);
-    FOX_TRY(fox__cuda_gemm(n->cb[ls], n->st[ls], &m));
+    FOX_TRY(product(n, ls, &m));
     FOX_TRY(point(n, ls, FOX_SENT_IQN_TRUNK_GRAD, bw->d_x, NULL, 0));
 
     /* The packed heads: input gradients on MAIN, weight gradients on the side streams. */
     const float *pk = n->pk;
     FOX_TRY(side(n, &ws));
-    FOX_TRY(fox__cuda_lin_dw_batched(n->cb[ws], B, dm->HS, dm->OS, n->heads.out, bw->dout, dm->OW,
-                                     dm->OS, on->hid, dm->HW, dm->HS, bw->dpk + dm->pk_w2,
-                                     (long long)dm->OS * dm->HS, FOX_CUDA_HEADS));
+    FOX_TRY(fox__cuda_lin_dw_batched(n->cb[ws], n->dw_loop_rows, B, dm->HS, dm->OS, n->heads.out,
+                                     bw->dout, dm->OW, dm->OS, on->hid, dm->HW, dm->HS,
+                                     bw->dpk + dm->pk_w2, (long long)dm->OS * dm->HS,
+                                     FOX_CUDA_HEADS));
     FOX_TRY(fox__cuda_colsum(n->cb[ws], B, dm->OW, bw->dout, dm->OW, n->ones, bw->dpk + dm->pk_b2,
                              0.0f));
     /* d hid = (d out · W2) ⊙ ReLU'(hid), the seven heads in one launch. */
@@ -996,11 +1017,12 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
             fox_cuda_gemm p = gemm_of(B, dm->HS, n->heads.out[h], 0, bw->dout + (size_t)h * dm->OS,
                                       dm->OW, pk + dm->pk_w2 + (size_t)h * dm->OS * dm->HS, dm->HS,
                                       bw->dhid + (size_t)h * dm->HS, dm->HW);
-            FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &p));
+            FOX_TRY(product(n, 0, &p));
         }
+        m.by_ones = !n->epilogue_fours;
         FOX_TRY(fox__cuda_epilogue(s0, &m));
     } else {
-        FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
+        FOX_TRY(product(n, 0, &m));
     }
     FOX_TRY(side(n, &ws));
     FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, dm->H2, dm->HW, bw->dhid, dm->HW, on->g2.y, dm->H2,
@@ -1014,11 +1036,11 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
     FOX_TRY(fox__cuda_dep(n, FOX_CUDA_MAIN, ls));
     m = gemm_of(B, dm->H2, dm->HW - c51w, 0, bw->dhid + c51w, dm->HW,
                 pk + dm->pk_w1 + (size_t)c51w * dm->H2, dm->H2, bw->dh_aux, dm->H2);
-    FOX_TRY(fox__cuda_gemm(n->cb[ls], n->st[ls], &m));
+    FOX_TRY(product(n, ls, &m));
     FOX_TRY(point(n, ls, FOX_SENT_AUX_D_H_S2, bw->dh_aux, NULL, 0));
     m = gemm_of(B, dm->H2, c51w, 0, bw->dhid, dm->HW, pk + dm->pk_w1, dm->H2, bw->dh_s2, dm->H2);
     m.alpha = scale;
-    FOX_TRY(fox__cuda_gemm(n->cb[0], s0, &m));
+    FOX_TRY(product(n, 0, &m));
     FOX_TRY(point(n, 0, FOX_SENT_D_H_S2_POST_MAIN, bw->dh_s2, NULL, 0));
 
     /* The IQN head's weight gradients, then d h_s2's three parts joined (inline checks 33–35). */
@@ -1097,8 +1119,8 @@ fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl
     /*
      * With pass 1 beside it, the fused check (next on MAIN) launches only at the finish
      * kernel's end, so that pass 1's blocks, ready at Adam's end, are dispatched before the
-     * check's thousands at batch 4096 rather than after them (H200, 2026-11-30: the traced
-     * step's end 13 µs earlier; untraced, 1–2 µs a step).
+     * check's thousands at large batches rather than after them, which ends the step
+     * earlier.
      */
     return fox__cuda_finish(s0, ctl, isv_dev, isv_map, sp4);
 }

@@ -135,12 +135,17 @@ read_digits(const char **p, int n, int *out)
     return 0;
 }
 
-/* "YYYY-MM-DD[ T]HH:MM[:SS][Z]" or "YYYY-MM-DD", read as UTC. */
+/*
+ * "YYYY-MM-DD", or "YYYY-MM-DD[ T]HH:MM[:SS[.fff]]" with an optional zone:
+ * "Z", "±HH:MM", "±HHMM" or "±HH". The result is UTC: a local time minus
+ * its offset; a time without a zone is read as UTC.
+ */
 static int
 parse_iso8601(const char *f, double *out)
 {
     const char *p = f;
-    int y, mo, d, h = 0, mi = 0, sec = 0;
+    int y, mo, d, h = 0, mi = 0, sec = 0, oh = 0, om = 0, sign = 0;
+    double frac = 0.0;
     if (read_digits(&p, 4, &y) || *p++ != '-' || read_digits(&p, 2, &mo) || *p++ != '-' ||
         read_digits(&p, 2, &d))
         return -1;
@@ -152,13 +157,32 @@ parse_iso8601(const char *f, double *out)
             p++;
             if (read_digits(&p, 2, &sec))
                 return -1;
+            if (*p == '.') {
+                double scale = 0.1;
+                if (!isdigit((unsigned char)*++p))
+                    return -1;
+                for (; isdigit((unsigned char)*p); p++, scale /= 10.0)
+                    frac += (*p - '0') * scale;
+            }
         }
-        if (*p == 'Z')
+        if (*p == 'Z') {
             p++;
+        } else if (*p == '+' || *p == '-') {
+            sign = *p++ == '+' ? 1 : -1;
+            if (read_digits(&p, 2, &oh))
+                return -1;
+            if (*p == ':')
+                p++;
+            if (isdigit((unsigned char)*p) && read_digits(&p, 2, &om))
+                return -1;
+            if (oh > 23 || om > 59)
+                return -1;
+        }
     }
     if (*p != '\0' || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60)
         return -1;
-    *out = (double)days_from_civil(y, mo, d) * 86400.0 + h * 3600.0 + mi * 60.0 + sec;
+    *out = (double)days_from_civil(y, mo, d) * 86400.0 + h * 3600.0 + mi * 60.0 + sec + frac -
+           sign * (oh * 3600.0 + om * 60.0);
     return 0;
 }
 
@@ -172,48 +196,21 @@ parse_time(const char *f, double *out)
     return 0;
 }
 
-static int
-cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /*
- * Bars per year from the median spacing. Daily or coarser (≥ 20 h): 252
- * trading days. Intraday on weekdays only with overnight gaps (≥ 8 h): a
- * 6.5-hour exchange session, 252 days. Anything else trades around the
- * clock: seconds per year over the spacing. Deliberately simple: half-days,
- * holidays and other session lengths are not modelled, and the config's
- * bars_per_year overrides this when set.
+ * Bars per year from the timestamps themselves: the bars present per year
+ * of data, (n − 1) intervals over the span in years of 365.2425 days. A
+ * market's hours, weekends and holidays are in the count as they are in the
+ * file, so a 24-hour market and an exchange-hours one both come out right
+ * without a calendar. Without a time column (or a span) the daily 252;
+ * data.bars_per_year overrides either.
  */
 static double
 infer_bars_per_year(const double *t, int n)
 {
-    if (!t || n < 2)
+    const double year = 365.2425 * 86400.0;
+    if (!t || n < 2 || !(t[n - 1] > t[0]))
         return 252.0;
-    double *dt = malloc((size_t)(n - 1) * sizeof(double));
-    if (!dt)
-        return 252.0;
-    int weekdays_only = 1, overnight = 0;
-    for (int i = 0; i + 1 < n; i++) {
-        dt[i] = t[i + 1] - t[i];
-        if (dt[i] >= 8.0 * 3600.0)
-            overnight = 1;
-    }
-    for (int i = 0; i < n; i++) {
-        int wd = weekday_utc(t[i]);
-        if (wd == 0 || wd == 6)
-            weekdays_only = 0;
-    }
-    qsort(dt, (size_t)(n - 1), sizeof(double), cmp_double);
-    double med = dt[(n - 1) / 2];
-    free(dt);
-    if (med >= 20.0 * 3600.0)
-        return 252.0;
-    if (weekdays_only && overnight)
-        return 252.0 * (6.5 * 3600.0 / med);
-    return 365.0 * 24.0 * 3600.0 / med;
+    return (double)(n - 1) / ((t[n - 1] - t[0]) / year);
 }
 
 /* 1-bar log return of bar t (0 for the first bar, which has no predecessor). */
@@ -427,8 +424,45 @@ is_blank(const char *l)
 
 #define CSV_MAX_COLS 256
 
+/*
+ * data.price_column: the header's column named price (case-insensitive)
+ * becomes the close. Unless it is the close column itself, the open, high,
+ * low and volume columns are left unread, since in a file of several series
+ * they need not belong to the one picked.
+ */
+static int
+pick_price_column(const csv_ctx *c, int lineno, const char *price, char **fields, int ncols,
+                  int where[N_COLS], char names[N_COLS][48])
+{
+    int at = -1;
+    for (int i = 0; i < ncols && at < 0; i++)
+        if (strcasecmp(fields[i], price) == 0)
+            at = i;
+    if (at < 0) {
+        char list[512];
+        size_t len = 0;
+        list[0] = '\0';
+        for (int i = 0; i < ncols && len < sizeof list; i++)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s'%s'", i ? ", " : "",
+                                    fields[i]);
+        return csv_fail(c, lineno, "data.price_column '%s' names no column of the header (%s)",
+                        price, list);
+    }
+    if (at == where[COL_TIME])
+        return csv_fail(c, lineno, "data.price_column '%s' names the time column", price);
+    if (at == where[COL_CLOSE])
+        return FOX_OK;
+    for (int k = 0; k < N_COLS; k++)
+        if (k != COL_TIME)
+            where[k] = -1;
+    where[COL_CLOSE] = at;
+    snprintf(names[COL_CLOSE], sizeof names[COL_CLOSE], "%s", fields[at]);
+    return FOX_OK;
+}
+
 int
-fox_series_load_csv(fox_series *s, const char *path, int min_rows, char *err, size_t errlen)
+fox_series_load_csv(fox_series *s, const char *path, const char *price_column, int min_rows,
+                    char *err, size_t errlen)
 {
     if (!s)
         return FOX_EINVAL;
@@ -505,8 +539,15 @@ fox_series_load_csv(fox_series *s, const char *path, int min_rows, char *err, si
         where[k] = i;
         snprintf(names[k], sizeof(names[k]), "%s", fields[i]);
     }
+    if (price_column && price_column[0]) {
+        rc = pick_price_column(&c, lineno, price_column, fields, ncols, where, names);
+        if (rc != FOX_OK)
+            goto out;
+    }
     if (where[COL_CLOSE] < 0) {
-        rc = csv_fail(&c, lineno, "missing close column (header needs 'close')");
+        rc = csv_fail(&c, lineno,
+                      "missing close column (header needs 'close', or set data.price_column "
+                      "to the column to read)");
         goto out;
     }
     int n_ohl = (where[COL_OPEN] >= 0) + (where[COL_HIGH] >= 0) + (where[COL_LOW] >= 0);
@@ -550,7 +591,7 @@ fox_series_load_csv(fox_series *s, const char *path, int min_rows, char *err, si
                 if (parse_time(f, &v[k]) != 0) {
                     rc = csv_fail(&c, lineno,
                                   "bad time '%s' in column '%s' (want unix seconds or "
-                                  "YYYY-MM-DD[ HH:MM[:SS]])",
+                                  "YYYY-MM-DD[THH:MM[:SS]][Z|+HH:MM])",
                                   f, names[k]);
                     goto fail;
                 }
@@ -610,6 +651,8 @@ fox_series_load_csv(fox_series *s, const char *path, int min_rows, char *err, si
     }
     s->n = n;
     s->bars_per_year = infer_bars_per_year(s->time, n);
+    s->bars_per_year_from = s->time && s->time[n - 1] > s->time[0] ? "inferred from the timestamps"
+                                                                 : "no times: daily bars";
     snprintf(s->source, sizeof(s->source), "%s", path);
     rc = regime_proxy(s);
     if (rc != FOX_OK)

@@ -1,7 +1,7 @@
 /*
  * data_impl.h — what the files of the data module share and nobody else
- * sees: the series allocator that the generator and the CSV loader both
- * fill, and the trailing-window sums and weekday that the CSV loader's
+ * sees: the series allocator that the generators and the CSV loader all
+ * fill, the bar shape of the generators, and the trailing-window sums and weekday that the CSV loader's
  * regime proxy and the features both compute. Nothing outside gpu/data/
  * includes it.
  */
@@ -11,12 +11,29 @@
 #include <math.h>
 
 #include "gpu/data.h"
+#include "gpu/rng.h"
 
 /*
  * Allocate the arrays of s for n bars: close and regime always, time, the
  * open/high/low triple and volume as asked. FOX_ENOMEM leaves s zeroed.
  */
 int fox__series_alloc(fox_series *s, int n, int with_time, int with_ohl, int with_volume);
+
+/*
+ * The arrays of a generated series (every column) for n ≥ 1000 bars:
+ * FOX_EINVAL for a NULL s or fewer bars, FOX_ENOMEM; s is zeroed on failure.
+ */
+int fox__series_alloc_generated(fox_series *s, int n);
+
+/*
+ * The bar of a generated series around its close: the open gapped from the
+ * previous close by σ/10 (bar 0 opens at its close), high and low beyond
+ * both by a half-normal of σ/2, volume the level times a log-normal. The
+ * generators share it so that their bars have one shape; the draws come
+ * from rng in a fixed order, so a seed gives the same bars bit for bit.
+ */
+void fox__series_fill_bar(fox_series *s, int i, double prev_close, double close, double sigma,
+                          double volume_level, fox_rng *rng);
 
 /* 0 = Sunday … 6 = Saturday, UTC; 1970-01-01 was a Thursday. */
 static inline int

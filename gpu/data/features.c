@@ -223,6 +223,15 @@ fox_features_normalize(fox_features *f, int begin, int end)
         f->mean[j] = (float)mean;
         f->std[j] = (float)sd;
     }
+    fox_features_apply_norm(f);
+}
+
+void
+fox_features_apply_norm(fox_features *f)
+{
+    if (!f || !f->raw || !f->norm || f->n_feat < 1)
+        return;
+    int nf = f->n_feat;
     for (int t = 0; t < f->n_bars; t++) {
         for (int j = 0; j < nf; j++) {
             size_t i = (size_t)t * nf + j;

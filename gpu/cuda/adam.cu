@@ -1,43 +1,21 @@
 /*
- * train_kernels.cu — the device side of a full step around the network:
- * environments and n-step collection, the replay ring and its sampling,
- * the batch gather, the optimizer (isfinite guard, global norm, clip, Adam),
- * the target update and the ISV bookkeeping.
- *
- * Twins: gpu/cpu/backend.c (collect, emit_oldest, env_reset, gather_batch,
- * isv_ema), gpu/cpu/optim.c (sanitize, norm, clip scale, Adam, target
- * sync) and gpu/env.h, which both backends run as is. Random numbers come
- * from rng.h's counter form keyed by (stream seed, step counter, index), so
- * nothing is drawn on the host and a captured graph replays new draws; the
- * streams therefore differ from the CPU backend's sequential ones (same
- * distributions, different values). Every counter a kernel needs is read
- * from fox_cuda_ctl in device memory.
+ * adam.cu — the optimizer on the device: the isfinite guard and global
+ * gradient norm with Mech 6's clip, Adam with its clamps (Mech 9) and SP4's
+ * engagement counts, the target update, the step's finish and the ISV's
+ * publication to the mapped copy the host reads. Twins: gpu/cpu/optim.c
+ * (sanitize, norm, clip scale, Adam, target sync). Every counter a kernel
+ * needs is read from fox_cuda_ctl in device memory.
  */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
-
-#include <cub/block/block_scan.cuh>
-
-#include <float.h>
 
 #include "gpu/bounds.h"
 #include "gpu/engine.h"
 #include "gpu/isv.h"
 #include "gpu/sentinel.h"
-#include "gpu/cuda/cuda_impl.h"
+#include "gpu/cuda/adam.h"
 #include "gpu/cuda/device.cuh"
-
-
-/* Key offsets of the counter-based streams, so that no two uses share a draw. */
-#define SLOT_RESET 15   /* per env and step: 2 per branch for ε-greedy, 15 for a reset */
-#define SLOTS_PER_ENV 16
-
-/* fox_rng_below of a draw already made. */
-static __device__ __forceinline__ uint32_t
-below_bits(uint64_t bits, uint32_t n)
-{
-    return (uint32_t)(((bits >> 32) * (uint64_t)n) >> 32);
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Optimizer (twins of optim.c)                                                               */
@@ -65,12 +43,12 @@ finite_sq(float v)
  * guard itself is Adam's (a non-finite gradient moves nothing and stays in
  * grads for the sentinel, as fox_cpu_grad_norm_finite). Each block also
  * sums its share of the samples' loss parts (parts [B × FOX_CUDA_PARTS]):
- * one block adding all B of them held the step's critical path ~9 µs at
- * batch 4096. The last block then runs what the CPU runs between the loss
+ * one block adding all B of them lengthened the step's critical path at
+ * large batches. The last block then runs what the CPU runs between the loss
  * and Adam, in its order: the step's losses into ctl; with sites, Q_ABS_REF
  * and Q_DIR_ABS_REF from the loss parts (fox_cpu_stab_q_signals) and Mech 6
  * (fox_cpu_stab_grad_clip: winsorized EMAs, the clip from them, or in
- * adaptive mode from GRAD_CLIP_BOUND after its Pearls A+D observation;
+ * adaptive mode fox_bound_grad_clip_adaptive on the unclipped norm;
  * train.grad_clip as a ceiling); without sites (a parity pass) the plain
  * clip at train.grad_clip. The factor goes to ctl->clip_scale, the norm to
  * ctl->grad_norm. Every sum in a fixed order: the same bits on every run.
@@ -153,22 +131,20 @@ grad_norm_kernel(size_t n, const float *g, double *partial, fox_cuda_stab st, in
     float clip = st.grad_clip;
     if (st.sites) {
         float *isv = st.isv;
-        isv[FOX_ISV_Q_ABS_REF] = fox_ema_first(
-            isv[FOX_ISV_Q_ABS_REF], (float)(tot[4] / (double)(B * D)), FOX_SIGNAL_EMA_ALPHA);
-        isv[FOX_ISV_Q_DIR_ABS_REF] = fox_ema_first(
-            isv[FOX_ISV_Q_DIR_ABS_REF], (float)(tot[5] / (double)B), FOX_SIGNAL_EMA_ALPHA);
+        fox_wiener_state *ws = st.adaptive ? st.sp4->ws : NULL;
+        fox_signal_observe(isv, ws, FOX_ISV_Q_ABS_REF, (float)(tot[4] / (double)(B * D)),
+                           st.adaptive);
+        fox_signal_observe(isv, ws, FOX_ISV_Q_DIR_ABS_REF, (float)(tot[5] / (double)B),
+                           st.adaptive);
         float lastc = isv[FOX_ISV_GRAD_CLIP];
         float x = lastc > 0.0f && norm > lastc ? lastc : (float)norm;
-        isv[FOX_ISV_GRAD_NORM_EMA] =
-            fox_ema_first(isv[FOX_ISV_GRAD_NORM_EMA], x, FOX_SIGNAL_EMA_ALPHA);
         isv[FOX_ISV_GRAD_NORM_SLOW_EMA] =
             fox_ema_first(isv[FOX_ISV_GRAD_NORM_SLOW_EMA], x, FOX_MECH6_SLOW_ALPHA);
         if (st.adaptive) {
-            /* SP4 Mech 6: GRAD_CLIP_BOUND observes the winsorized norm through Pearls A+D. */
-            if (x > 0.0f)
-                fox_bounds_observe(isv, st.sp4->ws, FOX_ISV_GRAD_CLIP_BOUND, x);
-            clip = fox_bound_adaptive(isv[FOX_ISV_GRAD_CLIP_BOUND]);
+            /* SP4 Mech 6: the level of the unclipped norm, its p99 the bound. */
+            clip = fox_bound_grad_clip_adaptive(isv, st.sp4->ws, (float)norm);
         } else {
+            fox_signal_observe(isv, ws, FOX_ISV_GRAD_NORM_EMA, x, 0);
             clip = fox_bound_grad_clip_fixed(isv[FOX_ISV_GRAD_NORM_EMA],
                                              isv[FOX_ISV_GRAD_NORM_SLOW_EMA],
                                              isv[FOX_ISV_Q_ABS_REF]);
@@ -224,6 +200,8 @@ engage(float x, float bound, int slot, const fox_cuda_stab &st, int fam, int grp
 struct adam_block {
     float bc[2];                    /* the bias corrections 1 − β₁ᵗ, 1 − β₂ᵗ */
     float b[3][FOX_GROUP_COUNT + 1]; /* each group's w, m, v bound; padding: unbounded */
+    float wd[FOX_GROUP_COUNT + 1];   /* each group's decoupled weight-decay rate (0: off) */
+    float l1;                        /* the L1 proximal rate of GRN1 W2 (0: off) */
     adam_eng eng;
 };
 
@@ -231,9 +209,12 @@ struct adam_block {
 static __device__ __forceinline__ void
 adam_one(float &p, float &mm, float &vv, float gk, int grp, float scale,
          const fox_cuda_adam_slots &sl, const fox_cuda_optim_cfg &oc, const fox_cuda_stab &st,
-         adam_block *ab)
+         adam_block *ab, size_t k)
 {
-    gk = fabsf(gk) <= FLT_MAX ? gk * scale : 0.0f;
+    /* The isfinite guard: a non-finite gradient leaves m, v and the weight as they are. */
+    if (!(fabsf(gk) <= FLT_MAX))
+        return;
+    gk *= scale;
     float mk = oc.b1 * mm + (1.0f - oc.b1) * gk;
     float vk = oc.b2 * vv + (1.0f - oc.b2) * gk * gk;
     int gi = grp < FOX_GROUP_COUNT ? grp : FOX_GROUP_COUNT;
@@ -245,6 +226,9 @@ adam_one(float &p, float &mm, float &vv, float gk, int grp, float scale,
     mm = mk;
     vv = vk;
     float q = p - oc.lr * (mk / ab->bc[0]) / (sqrtf(vk / ab->bc[1]) + oc.eps);
+    /* Pearl B's consumers: the L1 step only on GRN1 W2, where its rate is measured. */
+    int in_l1 = k - st.l1_off < (size_t)st.l1_rows * (size_t)st.l1_cols;
+    q = fox_adam_regularize(q, p, oc.lr, ab->wd[gi], in_l1 ? ab->l1 : 0.0f);
     if (!(fabsf(q) <= fminf(wb, FLT_MAX)))
         q = engage(q, wb, grp < FOX_GROUP_COUNT ? sl.w[grp] : -1, st, 0, grp, &ab->eng);
     p = q;
@@ -252,10 +236,12 @@ adam_one(float &p, float &mm, float &vv, float gk, int grp, float scale,
 
 /*
  * The clamped Adam step at t = adam_t + 1 (fox_cpu_adam_step_clamped),
- * every tensor at once: the isfinite guard (a non-finite gradient counts as
- * 0), g·clip_scale, m and v with their clamps (infinite bounds in fixed
+ * every tensor at once: the isfinite guard (an element whose gradient is
+ * not finite is skipped: m, v and the weight unchanged), g·clip_scale, m and v with their clamps (infinite bounds in fixed
  * mode: they engage on NaN/±Inf only; the group's ADAM_M/V_BOUND in
- * adaptive mode), the update, then Mech 9's weight clamp at 100 ×
+ * adaptive mode), the update, Pearl B's decoupled weight decay and L1 step
+ * when train.pearl_wd / pearl_l1 ask (fox_adam_regularize), then Mech 9's
+ * weight clamp at 100 ×
  * max(Q_ABS_REF, 1) (fixed) or the group's WEIGHT_BOUND (adaptive, with
  * the engagements counted for Pearl C); an engaged value past
  * its slot's threshold sets the slot of its param group (pgroup) inside the
@@ -305,6 +291,7 @@ adam_kernel(size_t n, float *params, const float *g, float *m, float *v, const u
         double t = (double)(c->adam_t + 1);
         ab.bc[0] = (float)(1.0 - pow((double)oc.b1, t));
         ab.bc[1] = (float)(1.0 - pow((double)oc.b2, t));
+        ab.l1 = st.adaptive && oc.pearl_l1 ? st.isv[FOX_ISV_L1_LAMBDA] : 0.0f;
     } else if (threadIdx.x <= FOX_GROUP_COUNT + 1) {
         int grp = threadIdx.x - 1;
         float wfix = fox_bound_weight_fixed(st.isv[FOX_ISV_Q_ABS_REF]);
@@ -319,20 +306,23 @@ adam_kernel(size_t n, float *params, const float *g, float *m, float *v, const u
         ab.b[0][grp] = wb;
         ab.b[1][grp] = mb;
         ab.b[2][grp] = vb;
+        ab.wd[grp] = st.adaptive && oc.pearl_wd && grp < FOX_GROUP_COUNT
+                         ? st.isv[fox_isv_wd_rate_slot(grp)]
+                         : 0.0f;
     }
     __syncthreads();
     if (q < n4) {
-        adam_one(p4.x, m4.x, v4.x, g4.x, gr4.x, scale, sl, oc, st, &ab);
-        adam_one(p4.y, m4.y, v4.y, g4.y, gr4.y, scale, sl, oc, st, &ab);
-        adam_one(p4.z, m4.z, v4.z, g4.z, gr4.z, scale, sl, oc, st, &ab);
-        adam_one(p4.w, m4.w, v4.w, g4.w, gr4.w, scale, sl, oc, st, &ab);
+        adam_one(p4.x, m4.x, v4.x, g4.x, gr4.x, scale, sl, oc, st, &ab, 4 * q);
+        adam_one(p4.y, m4.y, v4.y, g4.y, gr4.y, scale, sl, oc, st, &ab, 4 * q + 1);
+        adam_one(p4.z, m4.z, v4.z, g4.z, gr4.z, scale, sl, oc, st, &ab, 4 * q + 2);
+        adam_one(p4.w, m4.w, v4.w, g4.w, gr4.w, scale, sl, oc, st, &ab, 4 * q + 3);
         ((float4 *)m)[q] = m4;
         ((float4 *)v)[q] = v4;
         ((float4 *)params)[q] = p4;
     }
     if (blockIdx.x == gridDim.x - 1)
         for (size_t k = 4 * n4 + threadIdx.x; k < n; k += blockDim.x)
-            adam_one(params[k], m[k], v[k], g[k], pgroup[k], scale, sl, oc, st, &ab);
+            adam_one(params[k], m[k], v[k], g[k], pgroup[k], scale, sl, oc, st, &ab, k);
     if (!st.adaptive)
         return;
     __syncthreads();
@@ -374,6 +364,7 @@ finish_kernel(fox_cuda_ctl *ctl, float *isv, float *isv_map, int hold)
             ctl->adam_t++;
         ctl->train_steps++;
         ctl->trained++;
+        ctl->loss_sum += (double)ctl->loss;
     }
     for (int k = threadIdx.x; k < FOX_ISV_TOTAL_DIM; k += blockDim.x)
         isv_map[k] = isv[k];
@@ -433,262 +424,5 @@ int
 fox__cuda_publish(cudaStream_t s, const float *isv_dev, float *isv_host, int n)
 {
     FOX_CUDA_TRY(launch(publish_kernel, 1, 256, 0, s, isv_dev, isv_host, n));
-    return 0;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Environments and collection (twins of backend.c's env_reset, collect, emit_oldest)         */
-
-static __device__ void
-env_reset(fox_cuda_env *e, const fox_cuda_collect_cfg &c, fox_cuda_fold f, uint64_t bits)
-{
-    /* Leave room for at least n steps before the segment's last bar. */
-    int span = f.train_end - 1 - f.train_begin - c.n_step;
-    e->bar = f.train_begin + (int)below_bits(bits, (uint32_t)(span > 1 ? span : 1));
-    e->steps = 0;
-    e->st.pos = 0.0f;
-    e->st.entry = c.bars.close[e->bar];
-    e->st.held = 0;
-    e->wstart = 0;
-    e->wlen = 0;
-}
-
-__global__ void
-env_reset_kernel(fox_cuda_collect_cfg c, const fox_cuda_fold *fold, fox_cuda_env *envs,
-                 uint64_t gen)
-{
-    pdl_enter();
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= c.N)
-        return;
-    uint64_t key = ((gen + 1) * (uint64_t)c.N + (uint64_t)i) * SLOTS_PER_ENV + SLOT_RESET;
-    env_reset(&envs[i], c, *fold, fox_rng_at(c.seed ^ 0xbe61f01dULL, key));
-}
-
-int
-fox__cuda_env_reset(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_cuda_fold *fold,
-                    fox_cuda_env *envs, uint64_t gen)
-{
-    FOX_CUDA_TRY(launch(env_reset_kernel, (c->N + 255) / 256, 256, 0, s, *c, fold, envs, gen));
-    return 0;
-}
-
-/* fox__state_build on the device: features of bar t, zeros, portfolio in the last 3. */
-static __device__ __forceinline__ float
-state_at(const fox_cuda_collect_cfg &c, int t, const float port[3], int k)
-{
-    if (k >= c.S - 3)
-        return port[k - (c.S - 3)];
-    return k < c.n_feat ? c.norm[(size_t)t * c.n_feat + k] : 0.0f;
-}
-
-__global__ void
-collect_state_kernel(fox_cuda_collect_cfg c, const fox_cuda_env *envs, float *X)
-{
-    pdl_enter();
-    size_t n = (size_t)c.N * c.S;
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x) {
-        int i = (int)(k / c.S), col = (int)(k % c.S);
-        fox_cuda_env e = envs[i];
-        float port[3];
-        fox_env_portfolio(&e.st, c.bars.close[e.bar], port);
-        X[k] = state_at(c, e.bar, port, col);
-    }
-}
-
-int
-fox__cuda_collect_state(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_cuda_env *envs,
-                        float *X)
-{
-    FOX_CUDA_TRY(
-        launch(collect_state_kernel, grid_for((size_t)c->N * c->S, 256), 256, 0, s, *c, envs, X));
-    return 0;
-}
-
-/*
- * Thread per environment: greedy action from q, ε-greedy per branch, one
- * env.h step, the n-step window, and the transitions it emits this step
- * (staged [N × n_step], count in counts[i]; collect_push orders them into
- * the ring). ε follows the CPU: eps_start until the ring is ready, then
- * the linear decay over train steps; both read from ctl.
- */
-__global__ void
-collect_act_kernel(fox_cuda_collect_cfg c, const fox_cuda_fold *fold, fox_cuda_env *envs,
-                   int32_t *wbar, float *wport, uint32_t *wa, float *wr, const float *q,
-                   fox_cuda_ctl *ctl, fox_cuda_trans *staged, int *counts)
-{
-    pdl_enter();
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    int ready = ctl->ring_size >= c.learning_starts && ctl->ring_size >= c.batch;
-    double frac = (double)ctl->train_steps / (double)c.eps_decay_steps;
-    if (frac > 1.0)
-        frac = 1.0;
-    float eps = ready ? (float)(c.eps_start + (c.eps_end - c.eps_start) * frac) : c.eps_start;
-    if (i == 0)
-        ctl->eps = eps;
-    if (i >= c.N)
-        return;
-    fox_cuda_fold f = *fold;
-    fox_cuda_env e = envs[i];
-    uint64_t key = ((uint64_t)ctl->step * (uint64_t)c.N + (uint64_t)i) * SLOTS_PER_ENV;
-    int32_t a[4] = {0, 0, 0, 0};
-    const float *qi = q + (size_t)i * c.NAct;
-    for (int d = 0; d < c.D; d++) {
-        const float *qd = qi + c.boff[d];
-        int best = 0;
-        for (int k = 1; k < c.bsize[d]; k++)
-            if (qd[k] > qd[best])
-                best = k;
-        a[d] = best;
-        if (fox_rng_unit(fox_rng_at(c.seed, key + 2 * d)) < eps)
-            a[d] = (int32_t)below_bits(fox_rng_at(c.seed, key + 2 * d + 1), (uint32_t)c.bsize[d]);
-    }
-    float port[3];
-    fox_env_portfolio(&e.st, c.bars.close[e.bar], port);
-    fox_env_fill fill = fox_env_step(&c.envp, &c.bars, e.bar, &e.st, a);
-    int n = c.n_step;
-    size_t w0 = (size_t)i * n;
-    int slot = (e.wstart + e.wlen) % n;
-    wbar[w0 + slot] = e.bar;
-    for (int k = 0; k < 3; k++)
-        wport[(w0 + slot) * 3 + k] = port[k];
-    wa[w0 + slot] = (uint32_t)a[0] | (uint32_t)a[1] << 8 | (uint32_t)a[2] << 16 |
-                    (uint32_t)a[3] << 24;
-    wr[w0 + slot] = fill.reward;
-    e.wlen++;
-    e.bar++;
-    e.steps++;
-    float port_now[3];
-    fox_env_portfolio(&e.st, c.bars.close[e.bar], port_now);
-    int ended = e.bar + 1 >= f.train_end || e.steps >= c.episode_len;
-    int emit = ended ? e.wlen : e.wlen == n ? 1 : 0;
-    for (int k = 0; k < emit; k++) {
-        /* The oldest entry bootstraps from the current state (emit_oldest). */
-        fox_cuda_trans t;
-        float g = 1.0f, R = 0.0f;
-        for (int j = 0; j < e.wlen; j++) {
-            R += g * wr[w0 + (e.wstart + j) % n];
-            g *= c.gamma;
-        }
-        size_t o = w0 + e.wstart;
-        t.bar = wbar[o];
-        t.bar_next = e.bar;
-        for (int j = 0; j < 3; j++) {
-            t.port[j] = wport[o * 3 + j];
-            t.port_next[j] = port_now[j];
-        }
-        uint32_t packed = wa[o];
-        for (int j = 0; j < 4; j++)
-            t.a[j] = (uint8_t)(packed >> (8 * j));
-        t.r = R;
-        t.done = ended ? 1.0f : 0.0f;
-        staged[w0 + k] = t;
-        e.wstart = (e.wstart + 1) % n;
-        e.wlen--;
-    }
-    counts[i] = emit;
-    if (ended)
-        env_reset(&e, c, f, fox_rng_at(c.seed, key + SLOT_RESET));
-    envs[i] = e;
-}
-
-int
-fox__cuda_collect_act(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_cuda_fold *fold,
-                      fox_cuda_env *envs, int32_t *wbar, float *wport, uint32_t *wa, float *wr,
-                      const float *q, fox_cuda_ctl *ctl, fox_cuda_trans *staged, int *counts)
-{
-    FOX_CUDA_TRY(launch(collect_act_kernel, (c->N + 127) / 128, 128, 0, s, *c, fold, envs, wbar,
-                        wport, wa, wr, q, ctl, staged, counts));
-    return 0;
-}
-
-#define PUSH_THREADS 1024
-
-/*
- * One block: an exclusive scan of the emission counts, tile by tile, puts
- * every staged transition into the ring in environment order (the CPU's
- * push order), then advances the ring and the step counters.
- */
-__global__ void
-collect_push_kernel(int N, int n_step, int capacity, const fox_cuda_trans *staged,
-                    const int *counts, fox_cuda_trans *ring, fox_cuda_ctl *ctl)
-{
-    pdl_enter();
-    typedef cub::BlockScan<int, PUSH_THREADS> scan_t;
-    __shared__ typename scan_t::TempStorage tmp;
-    int head = ctl->ring_head, total = 0;
-    for (int base = 0; base < N; base += PUSH_THREADS) {
-        int i = base + threadIdx.x;
-        int cnt = i < N ? counts[i] : 0, off, agg;
-        scan_t(tmp).ExclusiveSum(cnt, off, agg);
-        for (int k = 0; k < cnt; k++)
-            ring[(head + total + off + k) % capacity] = staged[(size_t)i * n_step + k];
-        total += agg;
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-        ctl->ring_head = (head + total) % capacity;
-        ctl->ring_size = ctl->ring_size + total < capacity ? ctl->ring_size + total : capacity;
-        ctl->step++;
-        ctl->env_steps += N;
-    }
-}
-
-int
-fox__cuda_collect_push(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_cuda_trans *staged,
-                       const int *counts, fox_cuda_trans *ring, fox_cuda_ctl *ctl)
-{
-    FOX_CUDA_TRY(launch(collect_push_kernel, 1, PUSH_THREADS, 0, s, c->N, c->n_step, c->capacity,
-                        staged, counts, ring, ctl));
-    return 0;
-}
-
-/*
- * Uniform sampling and the batch gather (gather_batch): thread per (b, k of
- * S) rebuilds both states; the k = 0 thread copies the scalars, the first
- * NT threads draw the IQN fractions. Draws are keyed by the train step.
- */
-__global__ void
-gather_kernel(fox_cuda_collect_cfg c, const fox_cuda_trans *ring, const int8_t *regime, int NT,
-              const fox_cuda_ctl *ctl, fox_cuda_batch bt)
-{
-    pdl_enter();
-    int B = c.batch, S = c.S;
-    uint64_t seed = c.seed ^ 0x5a3b1eULL;
-    uint64_t base = (uint64_t)ctl->train_steps * ((uint64_t)B * (1 + 2 * (uint64_t)NT));
-    uint32_t size = (uint32_t)ctl->ring_size;
-    size_t n = (size_t)B * S;
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x) {
-        int b = (int)(k / S), col = (int)(k % S);
-        int32_t idx = (int32_t)below_bits(fox_rng_at(seed, base + b), size);
-        const fox_cuda_trans *t = &ring[idx];
-        bt.s2[k] = state_at(c, t->bar, t->port, col);
-        bt.s2[n + k] = state_at(c, t->bar_next, t->port_next, col);
-        if (col == 0) {
-            for (int d = 0; d < 4; d++)
-                bt.a[b * 4 + d] = t->a[d];
-            bt.r[b] = t->r;
-            bt.done[b] = t->done;
-            bt.aux[b] = logf(c.bars.close[t->bar + 1] / c.bars.close[t->bar]);
-            bt.regime[b] = regime[t->bar];
-            bt.idx[b] = idx;
-        }
-        for (int j = col; j < NT; j += S) {
-            uint64_t o = base + (uint64_t)B + (uint64_t)b * NT + j;
-            bt.tau[(size_t)b * NT + j] = fox_rng_unit(fox_rng_at(seed, o));
-            bt.tau[(size_t)B * NT + (size_t)b * NT + j] =
-                fox_rng_unit(fox_rng_at(seed, o + (uint64_t)B * NT));
-        }
-    }
-}
-
-int
-fox__cuda_gather(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_cuda_trans *ring,
-                 const int8_t *regime, int NT, const fox_cuda_ctl *ctl, const fox_cuda_batch *bt)
-{
-    FOX_CUDA_TRY(launch(gather_kernel, grid_for((size_t)c->batch * c->S, 256), 256, 0, s, *c, ring,
-                        regime, NT, ctl, *bt));
     return 0;
 }

@@ -1,0 +1,20 @@
+/*
+ * records.h — foxctl's commands over run directories (internal to client/):
+ * plot RUN_DIR, backtest --checkpoint FILE ..., checkpoint list DIR. They
+ * read and run things on this machine; only backtest --daemon asks foxd.
+ */
+#ifndef FOX_CLIENT_RECORDS_H
+#define FOX_CLIENT_RECORDS_H
+
+#include "client/commands.h"
+
+/* plot RUN_DIR: draw the run directory's pictures again (scripts/foxplot). */
+int foxctl_cmd_plot(foxctl_opts *o, int argc, char **argv);
+
+/* backtest --checkpoint FILE [--data CSV] [--bars [VAL:]FROM:TO] [--out DIR] [FOXD OPTIONS] | --daemon. */
+int foxctl_cmd_backtest(foxctl_opts *o, int argc, char **argv);
+
+/* checkpoint list DIR: the checkpoints of a run or state directory, with their sidecars. */
+int foxctl_cmd_checkpoint_list(foxctl_opts *o, int argc, char **argv);
+
+#endif

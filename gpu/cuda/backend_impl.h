@@ -1,0 +1,107 @@
+/*
+ * backend_impl.h — the CUDA backend's own state, shared by its host files:
+ * backend.c (lifecycle and the ops table), step.c (the step, its capture
+ * into graphs and its replay), table.c (the fused check's table and the
+ * fault arming) and the test-support library's debug.c.
+ *
+ * Nothing outside gpu/cuda/ includes it. Every function here runs on the
+ * thread that owns the backend (the trainer's) and returns a FOX_* status.
+ */
+#ifndef FOX_CUDA_BACKEND_IMPL_H
+#define FOX_CUDA_BACKEND_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpu/backend.h"
+#include "gpu/cuda/cuda_impl.h"
+#include "gpu/cuda/per.h"
+
+/* The kinds of step, each captured into graphs of its own. */
+enum { G_COLLECT = 0, G_FULL = 1, G_TRAIN = 2, G_KINDS = 3 };
+
+typedef struct fox_cuda_backend {
+    fox_backend_base base;
+    fox_backend_env env;
+    const fox_config *cfg;
+    const fox_model_layout *lay;
+    int N, B, S;
+    size_t np;
+    fox_cuda_net net;
+    fox_cuda_fwd col; /* forward of the collection and of q_values */
+    float *xcol;      /* [col.cap × S] */
+    fox_cuda_collect_cfg cc;
+    fox_cuda_loss_hp hp;
+    fox_cuda_optim_cfg oc;
+    /* device state */
+    fox_cuda_ctl *ctl;  /* device */
+    fox_cuda_ctl *hctl; /* pinned host mirror, valid after sync_ctl */
+    fox_cuda_fold *fold;
+    fox_cuda_env *envs;
+    int32_t *wbar;
+    float *wport, *wr;
+    uint32_t *wa;
+    fox_cuda_trans *staged, *ring;
+    int *counts;
+    float *d_open, *d_high, *d_low, *d_close, *d_norm;
+    int8_t *d_regime;
+    float *isv_dev; /* the device's working copy */
+    float *isv_map; /* device address of the mapped ISV */
+    /* stability */
+    fox_cuda_check checks[FOX_CUDA_MAX_CHECKS]; /* the fused-check table, host copy */
+    int n_checks;
+    fox_cuda_chunk *d_chunks; /* the check kernel's blocks over it, set once at construction */
+    int n_chunks;
+    fox_cuda_rule *d_rules; /* [FOX_SENTINEL_SLOTS] */
+    double *site_part;
+    fox_cuda_sp4 *sp4; /* SP4 state and scratch (adaptive mode) */
+    int *flags_map;    /* device address of the mapped flags */
+    /* host */
+    float *isv_mem;                    /* mapped pinned, FOX_ISV_TOTAL_DIM */
+    int *flags_mem;                    /* mapped pinned, FOX_SENTINEL_SLOTS */
+    cudaGraphExec_t graph[G_KINDS][2]; /* one step of the kind, unroll steps in a row */
+    int unroll;
+    int warm[G_KINDS]; /* the kind ran once eagerly (modules loaded) */
+    int ready;         /* the ring holds learning_starts and a batch */
+    uint64_t reset_gen;
+    int dead; /* a CUDA error poisoned the context */
+    size_t bytes_total, bytes_replay;
+    int prioritized;  /* train.prioritized: the batch is drawn by per and weighted */
+    fox_cuda_per per; /* its sum tree and counters (per.cu) */
+} fox_cuda_backend;
+
+/*
+ * rv as the backend's status of op: FOX_OK and FOX_EHALT pass through (a
+ * halt's message is already in err); any other code's text goes into err,
+ * and FOX_ECUDA marks the backend dead (a sticky error poisons the context).
+ */
+int fox__cuda_be_fail(fox_cuda_backend *be, int rv, const char *op);
+
+/* Every entry point of a dead backend refuses at once. */
+#define FOX_CUDA_ALIVE(be)                                                                         \
+    do {                                                                                           \
+        if ((be)->dead)                                                                            \
+            return FOX_ECUDA;                                                                      \
+        cudaSetDevice((be)->cfg->device);                                                          \
+    } while (0)
+
+/* cudaMalloc of bytes (at least 4) into *(void **)pp. */
+int fox__cuda_alloc(void *pp, size_t bytes);
+/* The captured graphs destroyed: the next step of each kind captures again. */
+void fox__cuda_drop_graphs(fox_cuda_backend *be);
+/* The host mirror of the device counters: read (sync) or written back (put), on MAIN. */
+int fox__cuda_sync_ctl(fox_cuda_backend *be);
+int fox__cuda_put_ctl(fox_cuda_backend *be);
+
+/* table.c: the rules, the fused check's table, the flags and the configured fault. */
+int fox__cuda_stab_init(fox_cuda_backend *be, char *err, size_t errlen);
+/* Arm a fault of kind into slot's buffer at the fold's train step `step`. */
+int fox__cuda_arm(fox_cuda_backend *be, int slot, int kind, int64_t step);
+/* The chunks of table tab [n] into device memory *out (allocated), their number into *n_out. */
+int fox__cuda_upload_chunks(const fox_cuda_check *tab, int n, fox_cuda_chunk **out, int *n_out);
+
+/* step.c: n steps (collecting until the ring is ready, then full) and n train-only steps. */
+int fox__cuda_run_steps(fox_cuda_backend *be, int n, fox_step_stats *st);
+int fox__cuda_train_only(fox_cuda_backend *be, int n, fox_step_stats *st);
+
+#endif

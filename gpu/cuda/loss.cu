@@ -1,0 +1,334 @@
+/*
+ * loss.cu — the fused loss kernel: the double-DQN argmax, the C51
+ * projection and cross-entropy, the dueling backward, the IQN quantile
+ * Huber loss with SP4's Mech 1 on its targets, and the aux losses, one
+ * block per sample; twins of gpu/cpu/net.c's greedy_next, c51_targets,
+ * c51_loss, dueling_bwd, iqn_loss and aux_loss, with the loss
+ * normalizations 1/(B·D), 1/NT and 1/B and argmax ties to the lowest index.
+ *
+ * Not here: the products of the backward (gemm.cu, matmul.c) and their
+ * orchestration (net.c).
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include "gpu/bounds.h"
+#include "gpu/isv.h"
+#include "gpu/sentinel.h"
+#include "gpu/cuda/device.cuh"
+#include "gpu/cuda/loss.h"
+#include "gpu/cuda/sp4.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* The loss kernel (twin of greedy_next, c51_targets, c51_loss, dueling_bwd, iqn_loss, aux_loss) */
+
+static __device__ __forceinline__ float
+huber(float x)
+{
+    float ax = fabsf(x);
+    return ax <= 1.0f ? 0.5f * x * x : ax - 0.5f;
+}
+
+static __device__ __forceinline__ float
+huber_grad(float x)
+{
+    return x > 1.0f ? 1.0f : x < -1.0f ? -1.0f : x;
+}
+
+#define LOSS_THREADS 128
+
+/*
+ * One block per sample b, 4 warps (D ≤ 4: warp d owns branch d's
+ * cross-entropy). Shared memory: p [D × NA] target probabilities, m
+ * [D × NA] projected targets, dl [D × NA] logit gradients at the chosen
+ * actions, and per atom j of the shifted support its bin (lo, weight).
+ */
+__global__ void
+loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
+{
+    pdl_enter();
+    extern __shared__ float sm[];
+    const int D = dm.D, NA = dm.NA, NAct = dm.NAct, NT = dm.NT, B = A.B;
+    float *p = sm, *m = sm + D * NA, *dl = sm + 2 * D * NA, *bj = sm + 3 * D * NA;
+    float *s_tq = bj + NA; /* [D × NT] the IQN targets after Mech 1 */
+    __shared__ int s_astar[FOX_MAX_BRANCHES], s_a[FOX_MAX_BRANCHES];
+    __shared__ double s_c51[FOX_MAX_BRANCHES], s_iqn[LOSS_THREADS / WARP], s_aux[2];
+    __shared__ float s_prio[FOX_MAX_BRANCHES], s_ep[FOX_MAX_BRANCHES], s_daux[1 + 4];
+    const int b = blockIdx.x, t = threadIdx.x, lane = t % WARP, warp = t / WARP;
+    const float w = A.w ? A.w[b] : 1.0f;
+    /*
+     * Aux: next-bar MSE (weighted) and regime CE (unweighted), each over B,
+     * by the last warp's first lane now, while the others wait on their loads,
+     * not by one thread at the end with the whole block waiting on it.
+     */
+    if (t == LOSS_THREADS - WARP && !A.tq_only) {
+        float lam = hp.aux_lambda, scale = *hp.aux_scale;
+        scale = scale > 1e-8f ? scale : 1e-8f;
+        const float *orow = A.on_out + (size_t)b * dm.OW;
+        const float *b2r = A.b2_on + (size_t)FOX_CUDA_HEAD_RET * dm.OS;
+        const float *b2g = A.b2_on + (size_t)FOX_CUDA_HEAD_REG * dm.OS;
+        float err = orow[FOX_CUDA_HEAD_RET * dm.OS] + b2r[0] - A.aux_ret[b] / scale;
+        s_aux[0] = (double)(w * err * err / (float)B);
+        s_daux[0] = lam * 2.0f * w * err / (float)B;
+        float lg[4], mx = -INFINITY, sum = 0.0f;
+        for (int k = 0; k < dm.NR; k++) {
+            lg[k] = orow[FOX_CUDA_HEAD_REG * dm.OS + k] + b2g[k];
+            mx = lg[k] > mx ? lg[k] : mx;
+        }
+        for (int k = 0; k < dm.NR; k++)
+            sum += expf(lg[k] - mx);
+        float lse = mx + logf(sum);
+        int label = A.regime[b];
+        s_aux[1] = -(double)((lg[label] - lse) / (float)B);
+        for (int k = 0; k < dm.NR; k++)
+            s_daux[1 + k] = lam * (expf(lg[k] - lse) - (k == label ? 1.0f : 0.0f)) / (float)B;
+    }
+    /* The support as Mech 2 left it this step (pre_step_kernel); the layout's in a debug pass. */
+    const float v_min = A.st.sites ? A.st.ctl->support[0] : dm.v_min;
+    const float v_max = A.st.sites ? A.st.ctl->support[1] : dm.v_max;
+    const float dz = (v_max - v_min) / (float)(NA - 1);
+
+    /* Double DQN: a*_d = argmax_a E_online[Z_d(s′, a)], ties to the lowest a. */
+    if (t < D) {
+        const float *qn = A.nx_q + (size_t)b * NAct + dm.boff[t];
+        int best = 0;
+        float bq = qn[0];
+        for (int a = 1; a < dm.bsize[t]; a++)
+            if (qn[a] > bq) {
+                best = a;
+                bq = qn[a];
+            }
+        s_astar[t] = best;
+        A.a_star[b * D + t] = best;
+        s_a[t] = A.a[b * D + t];
+    }
+    const float g = hp.gamma_n * (1.0f - A.done[b]), rb = A.r[b];
+    /*
+     * SP4's first launch (tq_only): the raw IQN targets into A.tq and out, so
+     * that TARGET_Q_BOUND can observe their p99 over the whole batch before
+     * the second launch clips them.
+     */
+    if (A.tq_only) {
+        __syncthreads();
+        const float *qt0 = A.iq_q + (size_t)B * NT * NAct;
+        for (int k = t; k < D * NT; k += blockDim.x) {
+            int d = k / NT, j = k % NT, col_t = dm.boff[d] + s_astar[d];
+            A.tq[(size_t)b * D * NT + k] =
+                rb + g * (qt0[((size_t)b * NT + j) * NAct + col_t] + A.bq_tg[col_t]);
+        }
+        return;
+    }
+    /* The shifted support's bins, shared by every branch (c51_project). */
+    for (int j = t; j < NA; j += blockDim.x) {
+        float tz = rb + g * (v_min + (float)j * dz);
+        /* A poisoned reward counts as 0, so the split indices stay in range (c51_project). */
+        tz = isfinite(tz) ? tz : 0.0f;
+        tz = tz < v_min ? v_min : tz > v_max ? v_max : tz;
+        float bb = (tz - v_min) / dz;
+        bb = bb < 0.0f ? 0.0f : bb > (float)(NA - 1) ? (float)(NA - 1) : bb;
+        bj[j] = bb;
+    }
+    __syncthreads();
+    for (int k = t; k < D * NA; k += blockDim.x) {
+        int d = k / NA, j = k % NA;
+        const float *lp = A.tg_logp + ((size_t)b * NAct + dm.boff[d] + s_astar[d]) * NA;
+        p[k] = expf(lp[j]);
+    }
+    __syncthreads();
+    /*
+     * Projection as a gather: atom i collects, in j order, what each j sends
+     * it. Only a j with bj in (i − 1, i + 1) sends to i, and bj does not
+     * decrease with j (γⁿ(1 − done) ≥ 0, then clamps), so those j are one
+     * run: found by bisection, then walked, instead of all NA for every i.
+     */
+    for (int k = t; k < D * NA; k += blockDim.x) {
+        int d = k / NA, i = k % NA;
+        const float *pd = p + d * NA;
+        float acc = 0.0f;
+        int j0 = 0, j1 = NA; /* the first j with bj[j] > i − 1 */
+        while (j0 < j1) {
+            int mid = (j0 + j1) / 2;
+            if (bj[mid] > (float)(i - 1))
+                j1 = mid;
+            else
+                j0 = mid + 1;
+        }
+        for (int j = j0; j < NA && bj[j] < (float)(i + 1); j++) {
+            float bb = bj[j];
+            int l = (int)floorf(bb), u = (int)ceilf(bb);
+            if (l == u) {
+                if (l == i)
+                    acc += pd[j];
+            } else {
+                if (l == i)
+                    acc += pd[j] * ((float)u - bb);
+                if (u == i)
+                    acc += pd[j] * (bb - (float)l);
+            }
+        }
+        m[k] = acc;
+    }
+    __syncthreads();
+    if (hp.target_mode == FOX_TARGET_MEAN) {
+        for (int i = t; i < NA; i += blockDim.x) {
+            float mean = 0.0f;
+            for (int d = 0; d < D; d++)
+                mean += m[d * NA + i];
+            mean /= (float)D;
+            for (int d = 0; d < D; d++)
+                m[d * NA + i] = mean;
+        }
+        __syncthreads();
+    }
+    for (int k = t; k < D * NA; k += blockDim.x)
+        A.proj[(size_t)b * D * NA + k] = m[k];
+    /*
+     * IQN targets θ′[d, j] = r + γⁿ(1 − done)·q_target(τ′_j)[a*_d] (iqn_targets),
+     * then the Mech 1 site (site_target_q) in a training step: slot 46 on the
+     * pre-clip values, clamp_finite at 10 × max(Q_ABS_REF, 1) (fixed) or
+     * max(TARGET_Q_BOUND, 1) (adaptive: observed by fox__cuda_loss_targets first).
+     */
+    const float *qt = A.iq_q + (size_t)B * NT * NAct;
+    int bad46 = 0;
+    for (int k = t; k < D * NT; k += blockDim.x) {
+        int d = k / NT, j = k % NT, col_t = dm.boff[d] + s_astar[d];
+        float x = rb + g * (qt[((size_t)b * NT + j) * NAct + col_t] + A.bq_tg[col_t]);
+        if (A.st.sites) {
+            float bound = A.st.adaptive ? fox_bound_adaptive(A.st.isv[FOX_ISV_TARGET_Q_BOUND])
+                                        : fox_bound_target_q_fixed(A.st.isv[FOX_ISV_Q_ABS_REF]);
+            bad46 |= !(fabsf(x) < threshold_of(A.st, FOX_SENT_TARGET_Q_POST_CLIP));
+            x = fox_clamp_finite(x, bound);
+        }
+        s_tq[k] = x;
+        A.tq[(size_t)b * D * NT + k] = x;
+    }
+    if (__syncthreads_or(bad46) && t == 0 && A.st.sentinel)
+        A.st.flags[FOX_SENT_TARGET_Q_POST_CLIP] = 1;
+    /* C51 cross-entropy of branch `warp` at its chosen action. */
+    if (warp < D) {
+        int d = warp;
+        const float *lp = A.on_logp + ((size_t)b * D + d) * NA;
+        const float *md = m + d * NA;
+        float coef = w / (float)(B * D);
+        float ce = 0.0f, msum = 0.0f, em = 0.0f, ep = 0.0f;
+        for (int j = lane; j < NA; j += WARP) {
+            ce -= md[j] * lp[j];
+            msum += md[j];
+            em += md[j] * A.z[j];
+            ep += expf(lp[j]) * A.z[j];
+        }
+        ce = warp_sum(ce);
+        msum = warp_sum(msum);
+        em = warp_sum(em);
+        ep = warp_sum(ep);
+        for (int j = lane; j < NA; j += WARP)
+            dl[d * NA + j] = coef * (expf(lp[j]) * msum - md[j]);
+        if (lane == 0) {
+            s_c51[d] = (double)(coef * ce);
+            s_prio[d] = fabsf(em - ep);
+            s_ep[d] = fabsf(ep);
+        }
+    }
+    __syncthreads();
+    /* IQN quantile Huber: thread per (i, flat action); only each branch's chosen action is live. */
+    double iqn_part = 0.0;
+    for (int k = t; k < NT * NAct; k += blockDim.x) {
+        int i = k / NAct, c = k % NAct, d = branch_of(dm, c);
+        int col = dm.boff[d] + s_a[d];
+        float val = 0.0f;
+        if (c == col) {
+            float coef = w / (float)(B * D) / (float)NT;
+            float theta = A.iq_q[((size_t)b * NT + i) * NAct + col] + A.bq_on[col];
+            float tau = A.tau[b * NT + i], rho = 0.0f, drho = 0.0f;
+            for (int j = 0; j < NT; j++) {
+                float delta = s_tq[d * NT + j] - theta;
+                float wq = fabsf(tau - (delta < 0.0f ? 1.0f : 0.0f));
+                rho += wq * huber(delta);
+                drho += wq * huber_grad(delta);
+            }
+            iqn_part += (double)(coef * rho);
+            val = -(hp.iqn_lambda * coef * drho);
+        }
+        A.d_q[((size_t)b * NT + i) * NAct + c] = val;
+    }
+    iqn_part = warp_sum(iqn_part);
+    if (lane == 0)
+        s_iqn[warp] = iqn_part;
+    __syncthreads();
+    if (t == 0) {
+        double c51 = 0.0, iqn = 0.0, q_abs = 0.0;
+        float prio = 0.0f;
+        for (int d = 0; d < D; d++) {
+            c51 += s_c51[d];
+            prio += s_prio[d];
+            q_abs += s_ep[d];
+        }
+        for (int k = 0; k < LOSS_THREADS / WARP; k++)
+            iqn += s_iqn[k];
+        double *pp = A.parts + (size_t)b * FOX_CUDA_PARTS;
+        pp[0] = c51;
+        pp[1] = iqn;
+        pp[2] = s_aux[0];
+        pp[3] = s_aux[1];
+        pp[4] = q_abs;
+        pp[5] = s_ep[0];
+        A.prio[b] = prio;
+    }
+    /*
+     * The packed output gradient, head by head (padding 0): dueling backward
+     * dV = Σ_d dl_d and dA = [a = a_d]·dl − dl/n, then the aux gradients.
+     * Column k = a·NA + j of a head: (a, j) step with k, not a division each.
+     */
+    float *dout = A.dout + (size_t)b * dm.OW;
+    const int step_a = LOSS_THREADS / NA, step_j = LOSS_THREADS % NA;
+    for (int h = 0; h < FOX_CUDA_HEADS; h++) {
+        int a = t / NA, j = t % NA;
+        for (int k = t; k < dm.OS; k += LOSS_THREADS) {
+            float v = 0.0f;
+            if (h == 0) {
+                if (k < NA)
+                    for (int d = 0; d < D; d++)
+                        v += dl[d * NA + k];
+            } else if (h <= D) {
+                int d = h - 1;
+                if (a < dm.bsize[d]) {
+                    float x = dl[d * NA + j];
+                    v = (a == s_a[d] ? x : 0.0f) - x / (float)dm.bsize[d];
+                }
+            } else if (h == FOX_CUDA_HEAD_RET) {
+                v = k == 0 ? s_daux[0] : 0.0f;
+            } else if (h == FOX_CUDA_HEAD_REG && k < dm.NR) {
+                v = s_daux[1 + k];
+            }
+            dout[(size_t)h * dm.OS + k] = v;
+            a += step_a;
+            j += step_j;
+            if (j >= NA) {
+                j -= NA;
+                a++;
+            }
+        }
+    }
+}
+
+int
+fox__cuda_loss(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_loss_hp *hp,
+               const fox_cuda_loss_args *a)
+{
+    if (dm->D > 4 || dm->NR > 4)
+        return FOX_EINVAL;
+    size_t smem = (size_t)(3 * dm->D * dm->NA + dm->NA + dm->D * dm->NT) * sizeof(float);
+    FOX_CUDA_TRY(launch(loss_kernel, a->B, LOSS_THREADS, smem, s, *dm, *hp, *a));
+    return 0;
+}
+
+int
+fox__cuda_loss_targets(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_loss_hp *hp,
+                       const fox_cuda_loss_args *a)
+{
+    fox_cuda_loss_args t = *a;
+    t.tq_only = 1;
+    FOX_TRY(fox__cuda_loss(s, dm, hp, &t));
+    return fox__cuda_p99_observe(s, &a->st, a->tq, (size_t)a->B * dm->D * dm->NT,
+                                 FOX_ISV_TARGET_Q_BOUND, FOX_CUDA_P99_TQ);
+}

@@ -1,0 +1,52 @@
+/*
+ * matmul.h — the weight-gradient products, bias column sums and the heads'
+ * pointer-batched output layer through cuBLAS on row-major data (matmul.c).
+ * Every call runs on its handle's stream and neither synchronizes nor
+ * allocates, so that a graph can capture it.
+ */
+#ifndef FOX_CUDA_MATMUL_H
+#define FOX_CUDA_MATMUL_H
+
+#include "gpu/cuda/cuda_impl.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * From this many rows a batched weight gradient is one cublasSgemm per entry (the net's
+ * dw_loop_rows). At large batches cuBLAS's strided-batched heuristic runs the heads' seven
+ * products and the GRNs' gate/value pairs on a small-tile kernel that walks every row in each
+ * block, where the non-batched heuristic picks larger tiles and splits the rows; at small
+ * batches the extra launches of one call an entry cost more than they save, so there the
+ * batched call stays (docs/performance.md).
+ */
+#define FOX_CUDA_DW_LOOP_ROWS 1024
+
+int fox__cuda_lin_dw(cublasHandle_t h, int rows, int in, int out, const float *dY, int ldy,
+                     const float *X, int ldx, float *dW, float beta);
+/*
+ * batch weight gradients dW_b [out × in] = dY_bᵀ·X_b, one call an entry from loop_rows rows;
+ * outs (not NULL): entry b's own output count, its first outs[b] rows only, where the products
+ * go one call an entry.
+ */
+int fox__cuda_lin_dw_batched(cublasHandle_t h, int loop_rows, int rows, int in, int out,
+                             const int *outs, const float *dY, int ldy, long long sdy,
+                             const float *X, int ldx, long long sx, float *dW, long long sdw,
+                             int batch);
+/*
+ * count products C_i [rows × n] = A_i [rows × k]·B_iᵀ (B_i [n × k]), row-major, one pointer-batched
+ * call; ptrs: the device array of the A, then B, then C pointers (count each).
+ */
+int fox__cuda_gemm_slots(cublasHandle_t h, int rows, int n, int k, float *const *ptrs, int count,
+                         int lda, int ldb, int ldc);
+int fox__cuda_colsum(cublasHandle_t h, int rows, int cols, const float *dY, int ldy,
+                     const float *ones, float *db, float beta);
+int fox__cuda_colsum_batched(cublasHandle_t h, int rows, int cols, const float *dY, int ldy,
+                             long long sdy, const float *ones, float *db, long long sdb, int batch);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

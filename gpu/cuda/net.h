@@ -1,0 +1,59 @@
+/*
+ * net.h — the network on the device (net.c): its buffers, streams and
+ * cuBLAS handles, and the orchestration of a forward, the losses and
+ * gradients, and the optimizer over the kernel families' launchers.
+ */
+#ifndef FOX_CUDA_NET_H
+#define FOX_CUDA_NET_H
+
+#include "gpu/cuda/cuda_impl.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+int fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_rows);
+void fox__cuda_net_fini(fox_cuda_net *n);
+/*
+ * Activation buffers of a forward pass over up to R rows, once the net's own buffers (its packed
+ * heads) exist; free is safe on a zeroed struct.
+ */
+int fox__cuda_fwd_alloc(fox_cuda_fwd *f, const fox_cuda_net *n, int R);
+void fox__cuda_fwd_free(fox_cuda_fwd *f);
+int fox__cuda_set_math(fox_cuda_net *n, int tf32);
+/* Re-pack the heads of both nets after their parameters changed. */
+int fox__cuda_pack(fox_cuda_net *n, int s);
+/*
+ * Forward on X [R × S] on stream s of the online net (target 0) or the
+ * target net (target 1); the aux heads too if aux. site: the training pass,
+ * with the stability points of the online net's rows [0, B) and the Mech 10
+ * site.
+ */
+int fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R, int target,
+                      int aux, int site);
+/*
+ * Losses and every gradient of the batch in n->bt (grads, loss_parts, prio), every stream it
+ * forks joined but COLLECT in adaptive mode: beside the backward, the last Adam step's Pearl B
+ * (its second pass, gated), which fox__cuda_optim joins before Adam.
+ */
+int fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp);
+/*
+ * Guard, norm, clip, Adam, the L1 rate's deficit, Pearl B's first pass (adaptive), the step's
+ * statistics and the ISV publication.
+ */
+int fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl,
+                    float *isv_dev, float *isv_map);
+/* After fox__cuda_optim, on stream s: the target update that is due, the heads re-packed. */
+int fox__cuda_repack(fox_cuda_net *n, int s, const fox_cuda_optim_cfg *oc, const fox_cuda_ctl *ctl);
+/* Record on stream `from`, wait on stream `to`. */
+int fox__cuda_dep(fox_cuda_net *n, int from, int to);
+/* *s = stream `to` (FOX_CUDA_*), forked from MAIN at this point; MAIN itself without use_side. */
+int fox__cuda_fork(fox_cuda_net *n, int to, int *s);
+/* Join every stream forked and not joined back since into MAIN (a graph's capture must). */
+int fox__cuda_join_all(fox_cuda_net *n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,292 @@
+/*
+ * step.c — the CUDA backend's step: one collection from every environment,
+ * one train step and the target update, enqueued on the device's streams
+ * and captured into CUDA graphs, one per kind of step (collect only, full,
+ * train only), replayed until the fold ends or the graphs are dropped (a
+ * fault armed, the math changed).
+ *
+ * Not here: the math each stage launches (net.c, *.cu), the device state
+ * (backend.c), the fused check's table (table.c). Single thread: the
+ * trainer's.
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "gpu/isv.h"
+#include "gpu/sentinel.h"
+#include "gpu/cuda/backend_impl.h"
+#include "gpu/cuda/cuda_impl.h"
+#include "gpu/cuda/adam.h"
+#include "gpu/cuda/check.h"
+#include "gpu/cuda/collect.h"
+#include "gpu/cuda/net.h"
+#include "gpu/cuda/per.h"
+#include "gpu/cuda/sp4.h"
+
+/* The configured fault's injection at slot's point (stab.c's point), only at that slot. */
+static int
+point(fox_cuda_backend *be, int s, int slot, float *p, float *p2, int after_count)
+{
+    if (be->net.fault_slot != slot)
+        return FOX_OK;
+    return fox__cuda_inject(be->net.st[s], &be->net.stab, p, p2, after_count);
+}
+
+/* One collection from every environment on stream s; trains: the step trains too. */
+static int
+enqueue_collect(fox_cuda_backend *be, int s, int trains)
+{
+    fox_cuda_net *n = &be->net;
+    cudaStream_t st = n->st[s];
+    FOX_TRY(fox__cuda_collect_state(st, &be->cc, be->envs, be->xcol));
+    /* A fault is armed only in a step that trains (fox_cpu_stab_begin_step). */
+    if (trains)
+        FOX_TRY(point(be, s, FOX_SENT_ENV_OBS, be->xcol, NULL, 0));
+    FOX_TRY(fox__cuda_forward(n, s, &be->col, be->xcol, be->N, 0, 0, 0));
+    FOX_TRY(fox__cuda_collect_act(st, &be->cc, be->fold, be->envs, be->wbar, be->wport, be->wa,
+                                  be->wr, be->col.q, be->ctl, be->staged, be->counts));
+    FOX_TRY(fox__cuda_collect_push(st, &be->cc, be->staged, be->counts, be->ring, be->ctl));
+    if (be->prioritized)
+        FOX_TRY(fox__cuda_per_push(st, &be->per, be->counts, be->N));
+    return FOX_OK;
+}
+
+/*
+ * A train step, and in a full step (collect) the collection beside it: the
+ * batch is drawn (prioritized: by per.cu's tree) and gathered from the ring
+ * as it stood before this step's push (the CPU backend's order), so the
+ * collection, with the tree's leaves of its pushes, can run on its own
+ * stream from the gather (and the pre-step's atoms it acts on) until the
+ * optimizer; the priorities go into the tree after the step's points.
+ * Ends with the target update and re-pack forked onto LATE and, on MAIN,
+ * the points after the step's statistics, where the fused check follows
+ * (with dependent launch: no cross-stream wait before it).
+ */
+static int
+enqueue_train(fox_cuda_backend *be, int collect)
+{
+    fox_cuda_net *n = &be->net;
+    cudaStream_t s0 = n->st[0];
+    fox_cuda_batch *bt = &n->bt;
+    size_t BS = (size_t)be->B * be->S;
+    if (be->prioritized)
+        FOX_TRY(fox__cuda_per_sample(s0, &be->per, be->ctl, bt->idx));
+    FOX_TRY(fox__cuda_gather(s0, &be->cc, be->ring, be->d_regime, be->lay->NT, be->ctl, bt));
+    FOX_TRY(point(be, FOX_CUDA_MAIN, FOX_SENT_STATES, bt->s2, NULL, 0));
+    FOX_TRY(point(be, FOX_CUDA_MAIN, FOX_SENT_NEXT_STATES, bt->s2 + BS, NULL, 0));
+    FOX_TRY(point(be, FOX_CUDA_MAIN, FOX_SENT_REWARDS, bt->r, NULL, 0));
+    FOX_TRY(fox__cuda_pre_step(s0, &n->stab, be->B, bt->aux, be->lay->NA, be->lay->v_min,
+                               be->lay->v_max, n->atoms_p99, n->z));
+    int cs = FOX_CUDA_MAIN;
+    if (collect) {
+        FOX_TRY(fox__cuda_fork(n, FOX_CUDA_COLLECT, &cs));
+        FOX_TRY(enqueue_collect(be, cs, 1));
+    }
+    FOX_TRY(fox__cuda_loss_grad(n, &be->hp));
+    FOX_TRY(fox__cuda_dep(n, cs, FOX_CUDA_MAIN));
+    FOX_TRY(fox__cuda_optim(n, &be->oc, be->ctl, be->isv_dev, be->isv_map));
+    /* The re-pack beside the fused check, which reads nothing it writes. */
+    int ps;
+    FOX_TRY(fox__cuda_fork(n, FOX_CUDA_LATE, &ps));
+    FOX_TRY(fox__cuda_repack(n, ps, &be->oc, be->ctl));
+    /* After the step was counted: the losses and the priorities. */
+    float *ctl = (float *)be->ctl;
+    FOX_TRY(point(be, FOX_CUDA_MAIN, FOX_SENT_AUX_LOSS, ctl + offsetof(fox_cuda_ctl, loss_aux) / 4,
+                  NULL, 1));
+    FOX_TRY(point(be, FOX_CUDA_MAIN, FOX_SENT_TOTAL_LOSS, ctl + offsetof(fox_cuda_ctl, loss) / 4,
+                  NULL, 1));
+    FOX_TRY(point(be, FOX_CUDA_MAIN, FOX_SENT_REPLAY_PRIORITIES, bt->prio, NULL, 1));
+    if (be->prioritized)
+        FOX_TRY(fox__cuda_per_update(n->st[FOX_CUDA_MAIN], &be->per, bt->idx, bt->prio));
+    return FOX_OK;
+}
+
+/*
+ * A step ends with the fused check and the halts on MAIN, then the ISV
+ * published (the optimizer's finish kernel already did in a training
+ * step), and every stream forked during it joined back into MAIN. In a
+ * training step the check runs beside the heads' re-pack, which writes
+ * nothing it reads (the packed copies and the target net).
+ */
+static int
+enqueue(fox_cuda_backend *be, int kind)
+{
+    fox_cuda_net *n = &be->net;
+    if (kind == G_COLLECT) {
+        /* On the collection's stream (its cuBLAS handle's math) as in a full step. */
+        int cs;
+        FOX_TRY(fox__cuda_fork(n, FOX_CUDA_COLLECT, &cs));
+        FOX_TRY(enqueue_collect(be, cs, 0));
+        FOX_TRY(fox__cuda_dep(n, cs, FOX_CUDA_MAIN));
+    } else
+        FOX_TRY(enqueue_train(be, kind == G_FULL));
+    FOX_TRY(fox__cuda_check(n->st[FOX_CUDA_MAIN], &n->stab, be->d_chunks, be->n_chunks,
+                            kind != G_COLLECT));
+    if (kind == G_COLLECT)
+        FOX_TRY(
+            fox__cuda_publish(n->st[FOX_CUDA_MAIN], be->isv_dev, be->isv_map, FOX_ISV_TOTAL_DIM));
+    return fox__cuda_join_all(n);
+}
+
+/* The graph of `count` steps of a kind in a row (1, or be->unroll), into *out. */
+static int
+capture(fox_cuda_backend *be, int kind, int count, cudaGraphExec_t *out)
+{
+    cudaStream_t s0 = be->net.st[0];
+    cudaGraph_t g = NULL;
+    FOX_CUDA_TRY(cudaStreamBeginCapture(s0, cudaStreamCaptureModeThreadLocal));
+    int rv = FOX_OK;
+    for (int i = 0; i < count && rv == FOX_OK; i++)
+        rv = enqueue(be, kind);
+    cudaError_t e = cudaStreamEndCapture(s0, &g);
+    if (rv != FOX_OK) {
+        if (g)
+            cudaGraphDestroy(g);
+        return rv;
+    }
+    FOX_CUDA_TRY(e);
+    e = cudaGraphInstantiate(out, g, cudaGraphInstantiateFlagUseNodePriority);
+    cudaGraphDestroy(g);
+    FOX_CUDA_TRY(e);
+    return FOX_OK;
+}
+
+/*
+ * count steps of a kind. The first of each kind runs eagerly (it loads
+ * every kernel's module outside any capture); the next capture the graphs
+ * every later one replays: unroll steps to a launch while that many are
+ * left (a step inside a graph starts without the delay a graph's launch
+ * puts before its second node), then one step to a launch.
+ */
+static int
+steps(fox_cuda_backend *be, int kind, int count)
+{
+    if (count > 0 && !be->warm[kind]) {
+        be->warm[kind] = 1;
+        FOX_TRY(enqueue(be, kind));
+        count--;
+    }
+    cudaStream_t s0 = be->net.st[0];
+    for (; count >= be->unroll && be->unroll > 1; count -= be->unroll) {
+        if (!be->graph[kind][1])
+            FOX_TRY(capture(be, kind, be->unroll, &be->graph[kind][1]));
+        FOX_CUDA_TRY(cudaGraphLaunch(be->graph[kind][1], s0));
+    }
+    for (; count > 0; count--) {
+        if (!be->graph[kind][0])
+            FOX_TRY(capture(be, kind, 1, &be->graph[kind][0]));
+        FOX_CUDA_TRY(cudaGraphLaunch(be->graph[kind][0], s0));
+    }
+    return FOX_OK;
+}
+
+/* Take the host's ISV writes, clear the chunk's train count. */
+static int
+chunk_begin(fox_cuda_backend *be)
+{
+    cudaStream_t s0 = be->net.st[0];
+    FOX_CUDA_TRY(cudaMemcpyAsync(be->isv_dev, be->isv_mem, FOX_ISV_TOTAL_DIM * sizeof(float),
+                                 cudaMemcpyHostToDevice, s0));
+    FOX_CUDA_TRY(cudaMemsetAsync(&be->ctl->trained, 0, sizeof be->ctl->trained, s0));
+    FOX_CUDA_TRY(cudaMemsetAsync(&be->ctl->loss_sum, 0, sizeof be->ctl->loss_sum, s0));
+    return FOX_OK;
+}
+
+/*
+ * The end of a run of steps: in adaptive mode the last Adam step's Pearl B
+ * (its second pass, which a step defers to the next one, fox__cuda_loss_grad) and
+ * the ISV published, so that the host reads, and the next chunk_begin takes
+ * back, the ISV of the CPU's step order; then the device's ctl.
+ */
+static int
+chunk_end(fox_cuda_backend *be)
+{
+    fox_cuda_net *n = &be->net;
+    if (n->stab.adaptive) {
+        cudaStream_t s0 = n->st[0];
+        /* Its pass 1 ran after that Adam, in the step (fox__cuda_optim). */
+        FOX_TRY(
+            fox__cuda_post_adam_pass2(s0, &n->stab, 1, be->np, n->params, n->adam_m, n->adam_v));
+        FOX_TRY(fox__cuda_publish(s0, be->isv_dev, be->isv_map, FOX_ISV_TOTAL_DIM));
+    }
+    return fox__cuda_sync_ctl(be);
+}
+
+static void
+stats_of(const fox_cuda_ctl *h, fox_step_stats *st)
+{
+    if (h->trained > 0) {
+        st->loss = h->loss;
+        st->loss_c51 = h->loss_c51;
+        st->loss_iqn = h->loss_iqn;
+        st->loss_aux = h->loss_aux;
+        st->grad_norm = h->grad_norm;
+        st->loss_sum = h->loss_sum;
+        st->trained = h->trained;
+    }
+}
+
+/*
+ * The halts the device decided (check_kernel's last block), after a chunk's
+ * sync: FOX_EHALT with halt_reason and the message the CPU gives. The
+ * device notices a halt at the step it happens and from then on moves no
+ * parameter (Adam skips); the host learns of it at the end of the chunk.
+ */
+static int
+halted(fox_cuda_backend *be)
+{
+    const fox_cuda_ctl *h = be->hctl;
+    if (h->halt == FOX_HALT_NONE)
+        return FOX_OK;
+    be->base.halt_reason = h->halt;
+    be->base.halt_step = h->halt_step;
+    if (h->halt == FOX_HALT_NAN) {
+        char slots[400];
+        fox_sentinel_halt_text(be->flags_mem, slots, sizeof slots);
+        snprintf(be->base.err, sizeof be->base.err, "halt_nan: slots %s", slots);
+    } else if (!isfinite(h->halt_loss)) {
+        snprintf(be->base.err, sizeof be->base.err, "halt_grad_collapse: non-finite loss (%g)",
+                 (double)h->halt_loss);
+    } else {
+        snprintf(be->base.err, sizeof be->base.err,
+                 "halt_grad_collapse: grad norm <= %g for %d train steps", FOX_HALT_COLLAPSE_NORM,
+                 FOX_HALT_COLLAPSE_STEPS);
+    }
+    return FOX_EHALT;
+}
+
+int
+fox__cuda_run_steps(fox_cuda_backend *be, int n, fox_step_stats *st)
+{
+    const fox_config *c = be->cfg;
+    FOX_TRY(chunk_begin(be));
+    int i = 0, halt = 0;
+    /* Until the ring is ready a step only collects; readiness is known after it. */
+    for (; i < n && !be->ready && !halt; i++) {
+        FOX_TRY(steps(be, G_COLLECT, 1));
+        FOX_TRY(fox__cuda_sync_ctl(be));
+        halt = be->hctl->halt != FOX_HALT_NONE;
+        be->ready = be->hctl->ring_size >= c->learning_starts && be->hctl->ring_size >= be->B;
+    }
+    if (!halt)
+        FOX_TRY(steps(be, G_FULL, n - i));
+    FOX_TRY(chunk_end(be));
+    stats_of(be->hctl, st);
+    st->epsilon = be->hctl->eps;
+    st->step = be->hctl->step;
+    st->env_steps = be->hctl->env_steps;
+    return halted(be);
+}
+
+int
+fox__cuda_train_only(fox_cuda_backend *be, int n, fox_step_stats *st)
+{
+    FOX_TRY(chunk_begin(be));
+    FOX_TRY(steps(be, G_TRAIN, n));
+    FOX_TRY(chunk_end(be));
+    stats_of(be->hctl, st);
+    return halted(be);
+}

@@ -1,0 +1,68 @@
+/*
+ * lookahead.h — the greedy policy's actions for the evaluation walks, many
+ * bars to a forward pass (internal to gpu/; evaluate.c is its one caller).
+ *
+ * A walk is sequential: the state of bar t holds the portfolio features
+ * (position, its P&L, its age) that the action at t−1 made. But a policy
+ * mostly repeats itself, so the walk guesses: from bar t's true state it
+ * assumes the previous action is taken again, predicts the portfolio features
+ * of bars t+1, t+2, ... with the environment's own step, and evaluates all
+ * those states in one forward pass. Walking on, a bar whose true portfolio
+ * features equal the predicted ones bit for bit takes its action from that
+ * pass, because its network input is the same; the first bar that differs
+ * starts the next pass from its true state. The actions are those of one
+ * forward pass per bar as long as a row's Q does not depend on the rows
+ * computed beside it (tests/test_lookahead.c compares the two walks).
+ */
+#ifndef FOX_LOOKAHEAD_H
+#define FOX_LOOKAHEAD_H
+
+#include <stdint.h>
+
+#include "gpu/backend.h"
+#include "gpu/env.h"
+
+/* Most bars one segment predicts in one pass. */
+#define FOX_LOOKAHEAD_MAX 64
+
+typedef struct fox_lookahead fox_lookahead;
+
+/*
+ * Buffers for up to n_segments segments of layout lay; a forward pass asks
+ * the backend for at most call_rows rows at a time. window_max (1 to
+ * FOX_LOOKAHEAD_MAX) bounds the bars a segment predicts: 1 gives one forward
+ * pass per bar, the reference walk. NULL when out of memory.
+ */
+fox_lookahead *fox__lookahead_new(const fox_model_layout *lay, int n_segments, int call_rows,
+                                  int window_max);
+void fox__lookahead_free(fox_lookahead *la);
+
+/* Forget every prediction: a new walk (or new weights) begins. */
+void fox__lookahead_reset(fox_lookahead *la);
+
+/* One live segment's position in its walk. */
+typedef struct fox_lookahead_seg {
+    int id;                /* 0 .. n_segments − 1, fixed for the walk */
+    int t, end;            /* the next decision bar; the segment ends at end */
+    const fox_env_pos *st; /* the true portfolio before bar t's action */
+} fox_lookahead_seg;
+
+/*
+ * The greedy action of each of the n live segments at its bar t into a[i]:
+ * from a prediction where it holds, else from a new forward pass (one for all
+ * the segments that need one). Argmax ties go to the lowest sub-action; the
+ * direction then keeps to the no-trade band of band per unit of position
+ * (fox_env_band, Q's units; 0: none), which depends on the position alone
+ * besides Q, so a prediction that holds gives the same action. Returns the
+ * backend's status.
+ */
+int fox__lookahead_actions(fox_lookahead *la, fox_backend *be, const fox_backend_ops *ops,
+                           const fox_features *feat, const fox_env_params *p,
+                           const fox_env_bars *bars, float band, const fox_lookahead_seg *segs,
+                           int n, int32_t (*a)[4]);
+
+/* Forward passes and rows computed since creation, for the run's timing report. */
+void fox__lookahead_counts(const fox_lookahead *la, int64_t *passes, int64_t *rows,
+                           int64_t *bars);
+
+#endif

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# test_records.sh — what foxctl leaves and reads on disk: `run --spawn`
+# keeps its run directory under the working directory (path printed at the
+# start and the end) while the sockets' temporary directory goes away;
+# `checkpoint list` shows the fold checkpoints; `backtest` applies one;
+# `plot` draws again, and foxplot says in one line when gnuplot is missing.
+# Usage: test_records.sh FOXD FOXCTL FOXPLOT
+# The test works in its own directory: the programs' paths must not be relative.
+abs() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
+FOXD=$(abs "$1") FOXCTL=$(abs "$2") FOXPLOT=$(abs "$3")
+. "$(dirname "$0")/lib.sh"
+test_init foxrec
+export TMPDIR="$dir/tmp" FOXD
+mkdir -p "$TMPDIR" "$dir/work"
+cd "$dir/work" || fail "cd"
+
+small="--backend cpu --set data.synth_bars=6000 --set model.h1=32 --set model.h2=24
+       --set train.learning_starts=256 --set env.n_envs=16 --set train.batch=32"
+# shellcheck disable=SC2086
+"$FOXCTL" run --spawn --folds 0 --epochs 2 --steps 40 $small --set run.name=spawned \
+    >"$dir/out" 2>"$dir/err" || { cat "$dir/err"; fail "run --spawn"; }
+run=$(ls -d "$dir"/work/runs/*-spawned 2>/dev/null)
+[ -n "$run" ] && [ -d "$run" ] || fail "no run directory under the working directory"
+[ "$(grep -c "run directory $run" "$dir/err")" -eq 2 ] || fail "the path is not printed twice"
+ok "run --spawn keeps $run"
+[ -z "$(ls -A "$TMPDIR")" ] || fail "the temporary directory is left: $(ls -A "$TMPDIR")"
+ok "the sockets' temporary directory is gone"
+for f in config.json metrics.jsonl epochs.csv isv.csv foxd.log folds.json fold0-chosen.ckpt \
+         fold0-chosen.json fold0-last.ckpt fold0-last.json fold0-baselines.csv fold0-equity.csv; do
+    [ -s "$run/$f" ] || fail "$f missing or empty"
+done
+grep -q '"type":"fold"' "$run/metrics.jsonl" || fail "metrics.jsonl has no fold line"
+grep -q 'fold 0 epoch 2/2' "$run/foxd.log" || fail "foxd.log lacks the progress"
+ok "the run directory holds the record"
+
+"$FOXCTL" checkpoint list "$dir/work/runs" >"$dir/list" || fail "checkpoint list"
+grep -q 'spawned/fold0-chosen.ckpt *0 ' "$dir/list" || { cat "$dir/list"; fail "list: chosen"; }
+grep -q 'spawned/fold0-last.ckpt *0 *2 *80 ' "$dir/list" || { cat "$dir/list"; fail "list: last"; }
+"$FOXCTL" --json checkpoint list "$run" | grep -q '"name":"fold0-chosen.ckpt"' ||
+    fail "checkpoint list --json"
+"$FOXCTL" checkpoint list "$dir/nowhere" 2>/dev/null && fail "a missing directory is listed"
+ok "checkpoint list"
+
+"$FOXCTL" backtest --checkpoint "$run/fold0-chosen.ckpt" --out "$dir/bt" >"$dir/bt.out" \
+    2>"$dir/bt.err" || { cat "$dir/bt.err"; fail "backtest"; }
+grep -q '^  buy & hold ' "$dir/bt.out" && grep -q '^  policy ' "$dir/bt.out" ||
+    fail "backtest prints no comparison"
+[ -s "$dir/bt/backtest.json" ] && [ -s "$dir/bt/backtest-equity.csv" ] || fail "backtest files"
+# shellcheck disable=SC2086
+"$FOXCTL" backtest --checkpoint "$run/fold0-chosen.ckpt" --out "$dir/bt2" --set model.h1=48 \
+    >/dev/null 2>"$dir/bt2.err" && fail "a foreign layout was backtested"
+grep -q 'layout fingerprint [0-9a-f]*, this engine has [0-9a-f]*' "$dir/bt2.err" ||
+    { cat "$dir/bt2.err"; fail "the refusal names no fingerprints"; }
+ok "backtest, and the refusal of another layout"
+
+# The daemon's backtest command: the same figures as the private foxd's, bit for bit.
+mkdir -p "$dir/state"
+cp "$run/fold0-chosen.ckpt" "$dir/state/chosen.ckpt"
+url="ipc://$dir/foxd.sock"
+# shellcheck disable=SC2086
+foxd_start --url "$url" -- --listen "$url" --pub "ipc://$dir/ev.sock" \
+    --set "daemon.state_dir=$dir/state" --set "daemon.runtime_dir=$dir" \
+    --set daemon.probe_ms=0 --set daemon.metrics_interval_ms=0 $small
+"$FOXCTL" --url "$url" --timeout 60000 backtest --daemon --checkpoint chosen.ckpt \
+    >"$dir/dbt.out" 2>"$dir/dbt.err" || { cat "$dir/dbt.err"; fail "backtest --daemon"; }
+diff <(grep -v '^backtest over' "$dir/bt.out") "$dir/dbt.out" >/dev/null ||
+    { diff <(grep -v '^backtest over' "$dir/bt.out") "$dir/dbt.out"; fail "daemon and private foxd differ"; }
+dbt=$(sed -n 's/^run directory //p' "$dir/dbt.err")
+case $dbt in "$dir/state/runs/"*-backtest) ;; *) fail "daemon backtest directory '$dbt'" ;; esac
+[ -s "$dbt/backtest.json" ] || fail "the daemon's backtest keeps no backtest.json"
+"$FOXCTL" --url "$url" raw backtest '{"checkpoint":"/etc/passwd"}' >"$dir/perm" 2>&1 &&
+    fail "a checkpoint outside the state directory was read"
+grep -q EPERM "$dir/perm" || fail "outside the state directory: $(cat "$dir/perm")"
+"$FOXCTL" --url "$url" shutdown --no-checkpoint >/dev/null 2>&1
+wait "$pid"
+pid=
+ok "the daemon's backtest command"
+
+if command -v gnuplot >/dev/null 2>&1; then
+    rm -f "$run"/*.png "$run"/*.svg
+    "$FOXCTL" plot "$run" 2>/dev/null || fail "plot"
+    for p in fold0-loss fold0-sharpe fold0-equity isv; do
+        head -c 4 "$run/$p.png" | grep -q PNG || fail "$p.png is not a PNG"
+        grep -q '</svg>' "$run/$p.svg" || fail "$p.svg is not an SVG"
+    done
+    ok "plot draws the pictures again"
+else
+    echo "# gnuplot is not installed: foxctl plot not checked"
+fi
+msg=$(env PATH=/nonexistent /bin/bash "$FOXPLOT" "$run" 2>&1)
+[ $? -eq 3 ] && [ "$(printf '%s\n' "$msg" | wc -l)" -eq 1 ] &&
+    printf '%s' "$msg" | grep -q 'gnuplot is not installed' || fail "no gnuplot: '$msg'"
+ok "without gnuplot, one clear line"
+echo "all $checks checks passed"

@@ -1,0 +1,136 @@
+#!/bin/bash
+# test_sweep.sh FOXD FOXCTL — `foxctl sweep` over two CPU daemons.
+#
+# Checks: 2 seeds x 2 configurations x 1 fold on two daemons finish, and
+# every job's fold object is the one `foxd --once` gives for the same config
+# alone (every number but the timing); the table has each configuration
+# with 2 seeds; the same spec into the same directory runs nothing again; a
+# bad spec is refused naming its member; killing one daemon mid-job still
+# completes the sweep on the other, the lost job run again there.
+# Bounded for a 2-core machine: a tiny model, 20 steps a job, one BLAS thread.
+set -u
+FOXD=$(realpath "$1") FOXCTL=$(realpath "$2")
+command -v python3 >/dev/null || { echo "python3 not installed: skipping"; exit 77; }
+. "$(dirname "$(realpath "$0")")/lib.sh"
+
+test_init foxd-sweep
+# FOXD_TEST_BACKEND=cuda runs the same checks on a GPU machine.
+TINY=(--backend "${FOXD_TEST_BACKEND:-cpu}" --set model.h1=32 --set model.h2=16 --set model.head_hidden=16
+      --set model.aux_hidden=8 --set train.batch=16 --set env.n_envs=8
+      --set train.learning_starts=64 --set data.synth_bars=3000 --set engine.threads=1)
+pids=()
+cleanup_all() {
+    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+    test_cleanup
+}
+trap cleanup_all EXIT
+
+# start_daemon NAME: a foxd on $dir/NAME.sock, its pid in pids[NAME's index].
+start_daemon() {
+    local url="ipc://$dir/$1.sock"
+    foxd_start --url "$url" -- "${TINY[@]}" --listen "$url" --pub "ipc://$dir/$1-ev.sock" \
+        --set "daemon.state_dir=$dir/state-$1" --set "daemon.runtime_dir=$dir" \
+        --set daemon.probe_ms=0 --set daemon.metrics_interval_ms=0
+    pids+=("$pid")
+    pid=
+}
+start_daemon a
+start_daemon b
+A="ipc://$dir/a.sock" B="ipc://$dir/b.sock"
+sweep() { timeout -k 5 300 "$FOXCTL" --timeout 3000 sweep "$@"; }
+
+# same_as_alone SWEEP_DIR: each job of the sweep equals `foxd --once` of its
+# values alone, every number of its fold objects but the timing.
+same_as_alone() {
+    python3 - "$1/plan.json" >"$dir/alone.args" <<'EOF' || fail "cannot read $1/plan.json"
+import json, sys
+for j in json.load(open(sys.argv[1]))["jobs"]:
+    sets = ["train.folds=%d" % j["fold"], "train.epochs=1", "train.steps_per_epoch=20"]
+    sets += ["%s=%s" % (k, json.dumps(v)) for k, v in j["values"].items()]
+    print(j["id"], " ".join("--set " + s for s in sets))
+EOF
+    while read -r id args; do
+        # shellcheck disable=SC2086
+        "$FOXD" --once --json "${TINY[@]}" $args >"$dir/alone-$id.json" 2>>"$dir/alone.log" ||
+            fail "foxd --once for $id failed"
+        python3 - "$dir/alone-$id.json" "$1/jobs/$id.json" <<'EOF' || fail "job $id differs from its run alone"
+import json, sys
+def numbers(folds):
+    # Everything but the timing, which no two runs share.
+    timing = ("steps_per_sec", "wall_s", "train_s", "eval_s")
+    return [{k: v for k, v in f.items() if k not in timing} for f in folds]
+alone = numbers(json.load(open(sys.argv[1]))["folds"])
+swept = numbers(json.load(open(sys.argv[2]))["folds"])
+if alone != swept or not alone:
+    print("alone:", alone, "\nswept:", swept)
+    sys.exit(1)
+EOF
+    done <"$dir/alone.args"
+}
+
+cat >"$dir/spec.json" <<'EOF'
+{"folds":[0], "seeds":[1,2], "grid":{"train.lr":[0.0003,0.001]},
+ "epochs":1, "steps_per_epoch":20}
+EOF
+
+# --- 2 seeds x 2 configs x 1 fold over two daemons
+sweep "$dir/spec.json" --endpoints "$A,$B" --dir "$dir/sw" >"$dir/sw.out" 2>"$dir/sw.err" ||
+    { cat "$dir/sw.out" "$dir/sw.err"; fail "sweep exited $?"; }
+n=$(ls "$dir/sw/jobs" | grep -c '^c.*\.json$')
+[ "$n" = 4 ] || fail "4 job results wanted, found $n"
+ok "sweep over two daemons: 4 jobs done"
+grep -q '^train.lr=0.0003  *2 ' "$dir/sw.out" && grep -q '^train.lr=0.001  *2 ' "$dir/sw.out" ||
+    { cat "$dir/sw.out"; fail "table lacks a configuration with 2 seeds"; }
+grep -q 'ipc://' "$dir/sw/jobs/c0-s1-f0.json" || fail "job record does not name its endpoint"
+ok "table: each configuration over 2 seeds; records name their endpoint"
+
+same_as_alone "$dir/sw"
+ok "every job's fold object equals foxd --once of its config alone"
+
+# Two folds of one config and seed on one daemon: the second job must not
+# train on from the first one's weights.
+sweep --folds 0,1 --seeds 5 --epochs 1 --steps 20 --endpoints "$A" --dir "$dir/same" \
+    >"$dir/same.out" 2>&1 || { cat "$dir/same.out"; fail "one-daemon sweep exited $?"; }
+same_as_alone "$dir/same"
+ok "consecutive jobs of one config on one daemon each start from a fresh engine"
+
+# --- the same spec again: nothing runs (no daemon needed), the table comes back
+before=$(stat -c %Y "$dir"/sw/jobs/*.json | sort | md5sum)
+sweep "$dir/spec.json" --endpoints "ipc://$dir/nobody.sock" --dir "$dir/sw" >"$dir/sw2.out" \
+    2>"$dir/sw2.err" || { cat "$dir/sw2.err"; fail "re-run exited $?"; }
+grep -q '4 of 4 jobs already done' "$dir/sw2.err" || fail "re-run did not skip finished jobs"
+[ "$before" = "$(stat -c %Y "$dir"/sw/jobs/*.json | sort | md5sum)" ] || fail "re-run rewrote results"
+ok "re-run of a finished sweep skips every job"
+sweep --gather "$dir/sw" >"$dir/gather.out" || fail "gather exited $?"
+grep -q '4 of 4 jobs done, 0 failed' "$dir/gather.out" || fail "gather: $(cat "$dir/gather.out")"
+ok "sweep --gather rebuilds the table"
+
+# --- bad input
+echo '{"folds":[0],"seeds":[1],"gird":{}}' >"$dir/bad.json"
+out=$(sweep "$dir/bad.json" --dir "$dir/bad" 2>&1)
+rc=$?
+[ $rc = 2 ] && [[ $out == *gird*unknown* ]] || fail "bad spec: rc $rc, $out"
+echo '{"epochs":2}' >"$dir/other.json"
+out=$(sweep "$dir/other.json" --dir "$dir/sw" 2>&1)
+rc=$?
+[ $rc = 2 ] && [[ $out == *"another sweep"* ]] || fail "foreign dir: rc $rc, $out"
+ok "a bad spec and another sweep's directory are refused (exit 2)"
+
+# --- kill one daemon mid-job: the sweep completes on the other
+sweep "$dir/spec.json" --seeds 1,2,3 --steps 300 --endpoints "$A,$B" --dir "$dir/kill" \
+    >"$dir/kill.out" 2>"$dir/kill.err" &
+spid=$!
+for _ in $(seq 1 300); do
+    "$FOXCTL" --url "$B" --timeout 2000 status 2>/dev/null | grep -q 'training' && break
+    sleep 0.1
+done
+kill -9 "${pids[1]}"
+wait "$spid"
+rc=$?
+[ $rc = 0 ] || { cat "$dir/kill.out" "$dir/kill.err"; fail "sweep after a kill exited $rc"; }
+grep -q "lost with $B" "$dir/kill.err" || { cat "$dir/kill.err"; fail "no job was lost with b"; }
+n=$(ls "$dir/kill/jobs" | grep -c '^c.*[0-9]\.json$')
+[ "$n" = 6 ] || fail "6 job results wanted after the kill, found $n"
+grep -q "ipc://$dir/a.sock" "$dir"/kill/jobs/*.json || fail "results do not name a"
+ok "one daemon killed mid-job: all 6 jobs finished on the other"
+echo "all $checks checks passed"
