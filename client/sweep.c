@@ -25,6 +25,7 @@
 
 #include "client/print.h"
 #include "client/sweep.h"
+#include "common/clock.h"
 #include "common/fsutil.h"
 
 #define MAX_ENDPOINTS 64
@@ -732,15 +733,6 @@ add_pair(cJSON *spec, const char *member, const char *pair, int list)
     return FOXCTL_OK;
 }
 
-static void
-default_dir(char *buf, size_t len)
-{
-    time_t t = time(NULL);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(buf, len, "sweep-%Y%m%dT%H%M%SZ", &tm);
-}
-
 int
 foxctl_cmd_sweep(foxctl_opts *o, int argc, char **argv)
 {
@@ -844,7 +836,7 @@ foxctl_cmd_sweep(foxctl_opts *o, int argc, char **argv)
     if ((rv = check_spec(p.spec)) != FOXCTL_OK || (rv = plan_build(&p)) != FOXCTL_OK)
         goto out;
     if (!p.dir[0])
-        default_dir(p.dir, sizeof p.dir);
+        fox_utc_stamp(p.dir, sizeof p.dir, "sweep-");
     if ((rv = plan_open_dir(&p)) != FOXCTL_OK)
         goto out;
 

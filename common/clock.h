@@ -8,7 +8,9 @@
 #ifndef FOX_CLOCK_H
 #define FOX_CLOCK_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <time.h>
 
 static inline int64_t
@@ -40,6 +42,22 @@ static inline int64_t
 fox_wall_ms(void)
 {
     return fox_clock_ms(CLOCK_REALTIME);
+}
+
+/*
+ * The UTC time now as prefix + "20260101T120000Z" into buf: a name for a
+ * run's or a sweep's directory that sorts by time and reads the same in
+ * every time zone.
+ */
+static inline void
+fox_utc_stamp(char *buf, size_t len, const char *prefix)
+{
+    char fmt[64];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    snprintf(fmt, sizeof fmt, "%s%%Y%%m%%dT%%H%%M%%SZ", prefix);
+    strftime(buf, len, fmt, &tm);
 }
 
 #endif

@@ -160,16 +160,6 @@ write_json(fox_record *r, const char *name, const cJSON *doc)
     free(text);
 }
 
-/* The UTC time as a directory name: 20260101T120000Z. */
-static void
-utc_name(char *buf, size_t len)
-{
-    time_t now = time(NULL);
-    struct tm tm;
-    gmtime_r(&now, &tm);
-    strftime(buf, len, "%Y%m%dT%H%M%SZ", &tm);
-}
-
 int
 fox_record_open(fox_record **out, const fox_dconf *d, const char *default_root,
                 const fox_config *cfg, char *err, size_t errlen)
@@ -189,7 +179,7 @@ fox_record_open(fox_record **out, const fox_dconf *d, const char *default_root,
     } else {
         char stamp[32], base[FOX_PATH_MAX];
         const char *root = d->run_root[0] ? d->run_root : default_root;
-        utc_name(stamp, sizeof stamp);
+        fox_utc_stamp(stamp, sizeof stamp, "");
         if (fox_mkdir_p(root, 0750, err, errlen) != FOX_OK) {
             free(r);
             return FOX_EIO;

@@ -135,7 +135,7 @@ static const key_def keys[] = {
     FLT("env.train_cost_mult", train_cost_mult, 1, 100, "4",
         "the training reward charges this x the costs; evaluation charges them once"),
 
-    FLT("policy.band", band, 0, 1000, "0",
+    FLT("policy.band", band, 0, 1000, "16",
         "no-trade band: the greedy decision switches direction only if the Q gain exceeds "
         "this x the change's cost (0 = plain argmax)"),
 
