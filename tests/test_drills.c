@@ -631,6 +631,9 @@ gate_run(int adaptive, gate_result *g)
                            "data.synth_bars=60000",
                            "train.lr=0.001",
                            "train.learning_starts=512",
+                           /* The plain argmax, as measured above: the Gate asks whether the
+                            * network learns, not how the no-trade band weighs Q against costs. */
+                           "policy.band=0",
                            NULL};
     fox_test_set_pairs(&c, pairs);
     c.bounds_mode = adaptive ? FOX_BOUNDS_ADAPTIVE : FOX_BOUNDS_FIXED;
