@@ -618,17 +618,8 @@ static void
 gate_run(int adaptive, gate_result *g)
 {
     fox_config c;
-    fox_config_default(&c);
-    const char *pairs[] = {"model.h1=32",
-                           "model.h2=24",
-                           "model.head_hidden=24",
-                           "model.aux_hidden=8",
-                           "model.n_cos=8",
-                           "model.n_atoms=21",
-                           "engine.backend=cpu",
-                           "train.batch=32",
-                           "env.n_envs=16",
-                           "data.synth_bars=60000",
+    fox_test_small_net(&c);
+    const char *pairs[] = {"data.synth_bars=60000",
                            "train.lr=0.001",
                            "train.learning_starts=512",
                            /* The plain argmax, as measured above: the Gate asks whether the

@@ -18,11 +18,8 @@
 static void
 small_config(fox_config *c)
 {
-    fox_config_default(c);
-    const char *pairs[] = {
-        "model.h1=32",   "model.h2=24",          "model.head_hidden=24",      "model.aux_hidden=8",
-        "model.n_cos=8", "model.n_atoms=21",     "engine.backend=cpu",        "train.batch=32",
-        "env.n_envs=16", "data.synth_bars=6000", "train.learning_starts=256", NULL};
+    fox_test_small_net(c);
+    const char *pairs[] = {"data.synth_bars=6000", "train.learning_starts=256", NULL};
     fox_test_set_pairs(c, pairs);
 }
 

@@ -90,17 +90,8 @@ END_TEST
 START_TEST(test_noedge_turnover_below_random)
 {
     fox_config c;
-    fox_config_default(&c);
-    const char *pairs[] = {"model.h1=32",
-                           "model.h2=24",
-                           "model.head_hidden=24",
-                           "model.aux_hidden=8",
-                           "model.n_cos=8",
-                           "model.n_atoms=21",
-                           "engine.backend=cpu",
-                           "train.batch=32",
-                           "env.n_envs=16",
-                           "data.source=randomwalk",
+    fox_test_small_net(&c);
+    const char *pairs[] = {"data.source=randomwalk",
                            "data.synth_bars=8000",
                            "train.learning_starts=256",
                            "train.eps_decay_steps=200",

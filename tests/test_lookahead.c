@@ -242,14 +242,9 @@ assert_same_walks(fox_policy policy, const fox_eval_result rf[2], const fox_eval
 START_TEST(engine_walks_identical)
 {
     fox_config c;
-    fox_config_default(&c);
+    fox_test_small_net(&c);
     /* A no-trade band as well: the action depends on the position besides Q. */
-    const char *pairs[] = {"model.h1=32",          "model.h2=24",
-                           "model.head_hidden=24", "model.aux_hidden=8",
-                           "model.n_cos=8",        "model.n_atoms=21",
-                           "engine.backend=cpu",   "train.batch=32",
-                           "env.n_envs=16",        "data.synth_bars=6000",
-                           "train.learning_starts=256", "policy.band=2",
+    const char *pairs[] = {"data.synth_bars=6000", "train.learning_starts=256", "policy.band=2",
                            NULL};
     fox_test_set_pairs(&c, pairs);
     fox_engine *e = fox_test_engine(&c);

@@ -27,16 +27,14 @@
 #include "gpu/isv.h"
 #include "tests/testutil.h"
 
-static const char *const small[] = {
-    "model.h1=32",          "model.h2=24",      "model.head_hidden=24",      "model.aux_hidden=8",
-    "model.n_cos=8",        "model.n_atoms=21", "engine.backend=cpu",        "train.batch=32",
-    "env.n_envs=16",        "data.synth_bars=6000", "train.learning_starts=256", "train.folds=0",
-    "train.epochs=2",       "train.steps_per_epoch=40", NULL};
+static const char *const small[] = {"data.synth_bars=6000", "train.learning_starts=256",
+                                    "train.folds=0",        "train.epochs=2",
+                                    "train.steps_per_epoch=40", NULL};
 
 static void
 small_config(fox_config *c)
 {
-    fox_config_default(c);
+    fox_test_small_net(c);
     fox_test_set_pairs(c, small);
 }
 

@@ -55,6 +55,22 @@ fox_test_set_pairs(fox_config *c, const char *const *pairs)
                       pairs[i], err);
 }
 
+/*
+ * The defaults with the small network the CPU tests train (a few thousand
+ * parameters, batch 32, 16 environments) on the CPU backend; each test adds
+ * its own data and training keys with fox_test_set_pairs.
+ */
+static inline void
+fox_test_small_net(fox_config *c)
+{
+    static const char *const net[] = {
+        "model.h1=32",    "model.h2=24",        "model.head_hidden=24", "model.aux_hidden=8",
+        "model.n_cos=8",  "model.n_atoms=21",   "engine.backend=cpu",   "train.batch=32",
+        "env.n_envs=16",  NULL};
+    fox_config_default(c);
+    fox_test_set_pairs(c, net);
+}
+
 /* The debug.inject_fault.* keys: a fault of kind in buffer at train step `step`. */
 static inline void
 fox_test_set_fault(fox_config *c, const char *buffer, const char *kind, int step)
