@@ -6,12 +6,10 @@
  */
 #include <dirent.h>
 #include <errno.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 
 #include "client/print.h"
@@ -20,22 +18,15 @@
 #include "proto/proto.h"
 #include "proto/table.h"
 
-extern char **environ;
 
 /* Run argv[0] (found by fox_find_program) with argv and wait: its exit status, or -1. */
 static int
 run_program(char *const argv[])
 {
-    pid_t pid;
-    int status, rv = posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ);
-    if (rv != 0) {
-        fprintf(stderr, "foxctl: cannot run %s: %s\n", argv[0], strerror(rv));
-        return -1;
-    }
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR)
-            return -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    int st = fox_run_program(argv);
+    if (st < 0)
+        fprintf(stderr, "foxctl: cannot run %s: %s\n", argv[0], strerror(errno));
+    return st;
 }
 
 int

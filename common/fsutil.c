@@ -5,10 +5,12 @@
 #include <libgen.h>
 #include <limits.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/error.h"
@@ -169,4 +171,20 @@ fox_find_program(const char *name, const char *env, char *buf, size_t len)
         }
     }
     snprintf(buf, len, "%s", name);
+}
+
+int
+fox_run_program(char *const argv[])
+{
+    extern char **environ;
+    pid_t pid;
+    int status, rv = posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ);
+    if (rv != 0) {
+        errno = rv;
+        return -1;
+    }
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }

@@ -45,4 +45,11 @@ int fox_remove_stale_temps(const char *dir, int depth, int *removed);
  */
 void fox_find_program(const char *name, const char *env, char *buf, size_t len);
 
+/*
+ * Run argv (argv[0] looked up on PATH unless it holds a '/') and wait for
+ * it: its exit status, 128 + the signal that ended it, or -1 with errno set
+ * when it could not be started or waited for.
+ */
+int fox_run_program(char *const argv[]);
+
 #endif

@@ -4,13 +4,11 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -21,7 +19,6 @@
 #include "daemon/render.h"
 #include "gpu/isv.h"
 
-extern char **environ;
 
 /* The ISV signals isv.csv keeps: the scales and bounds the stability system steers by. */
 static const int isv_slots[] = {FOX_ISV_Q_ABS_REF,     FOX_ISV_H_S2_RMS_EMA,
@@ -455,16 +452,10 @@ fox_record_plot(const char *dir)
     char prog[FOX_PATH_MAX];
     fox_find_program("foxplot", "FOXPLOT", prog, sizeof prog);
     char *argv[] = {prog, (char *)dir, NULL};
-    pid_t pid;
-    int status;
-    int rv = posix_spawnp(&pid, prog, NULL, NULL, argv, environ);
-    if (rv != 0) {
-        fprintf(stderr, "foxd: no pictures: cannot run %s: %s\n", prog, strerror(rv));
-        return -1;
-    }
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+    int st = fox_run_program(argv);
+    if (st < 0)
+        fprintf(stderr, "foxd: no pictures: cannot run %s: %s\n", prog, strerror(errno));
+    return st == 0 ? 0 : -1;
 }
 
 void
