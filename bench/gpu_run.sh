@@ -30,6 +30,9 @@
 #                              interleaved ($ROUNDS rounds, $ARGS to foxbench)
 #   bench/gpu_run.sh probe_gemm on the GPU machine: bench/gemm_probe at each of $BATCHES
 #                              (256 4096): cuBLAS's pick against every cuBLASLt candidate
+#   bench/gpu_run.sh probe_launch on the GPU machine: bench/launch_probe's small-kernel rate on
+#                              1…32 streams of one process, then as 1…32 processes ($MPS=1:
+#                              under an MPS control daemon started here)
 #   bench/gpu_run.sh once      on the GPU machine: foxd --once on the default config, two epochs
 #   bench/gpu_run.sh learning [ARGS]  on the GPU machine: bench/learning.py ARGS with the carried
 #                              foxctl and foxd
@@ -57,11 +60,12 @@ prepare() {
     local build=${BUILD:-build-gpu}
     [ -d "$build" ] || meson setup "$build" -Dcuda=enabled
     ninja -C "$build" bench/foxbench tests/test_cuda_parity tests/test_cuda_drills daemon/foxd \
-        client/foxctl bench/gemm_probe
+        client/foxctl bench/gemm_probe bench/launch_probe bench/latency
     rm -rf .carry
     mkdir -p .carry/bin .carry/lib
     cp "$build/bench/foxbench" "$build/tests/test_cuda_parity" "$build/tests/test_cuda_drills" \
-        "$build/daemon/foxd" "$build/client/foxctl" "$build/bench/gemm_probe" .carry/bin/
+        "$build/daemon/foxd" "$build/client/foxctl" "$build/bench/gemm_probe" \
+        "$build/bench/launch_probe" "$build/bench/latency" .carry/bin/
     [ -n "${BASE:-}" ] && cp "$BASE/bench/foxbench" .carry/bin/foxbench_base
     [ -n "${BASE2:-}" ] && cp "$BASE2/bench/foxbench" .carry/bin/foxbench_base2
     # Everything the binaries link beyond the C runtime, libstdc++ and CUDA's own libraries;
@@ -83,6 +87,20 @@ prepare() {
     # .carry/ travels with the tree to the GPU machine: the large libraries go compressed.
     find .carry/lib -name "*.so*" -size +8M -exec gzip -6 {} +
     du -sh .carry
+}
+
+probe_launch() {
+    use_libs
+    local k i
+    for k in 1 2 4 8 16 32; do .carry/bin/launch_probe --streams "$k" --seconds 3; done
+    [ "${MPS:-0}" = 1 ] && nvidia-cuda-mps-control -d
+    for k in 1 2 4 8 16 32; do
+        for ((i = 0; i < k; i++)); do .carry/bin/launch_probe --seconds 3 > "/tmp/lp.$k.$i" & done
+        wait
+        awk -v k="$k" '{ s += $9; g = g + $11 } END { printf "processes %d: kernels/s %.0f graph_us %.1f\n", k, s, g / k }' /tmp/lp.$k.*
+    done
+    [ "${MPS:-0}" = 1 ] && { echo quit | nvidia-cuda-mps-control; }
+    return 0
 }
 
 run() {
@@ -449,6 +467,7 @@ sweep) sweep ;;
 memcheck) memcheck ;;
 once) once ;;
 probe_gemm) use_libs && for b in ${BATCHES:-256 4096}; do .carry/bin/gemm_probe "$b"; done ;;
+probe_launch) probe_launch ;;
 learning) shift; use_libs && python3 bench/learning.py --foxctl .carry/bin/foxctl "$@" ;;
 *) echo "usage: $0 prepare|run|quick|final|overhead|probe|variants|envab|probe_gemm|timeline|once|sweep|memcheck|learning" >&2
     exit 2 ;;
