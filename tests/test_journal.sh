@@ -149,10 +149,11 @@ if [ -S "$SOCKET" ]; then
         exit 77
     }
     ident="foxd-journal-test-$$-$RANDOM"
-    # read_back IDENT_OR_PID FIELD WANT FILE: poll journalctl until WANT entries match.
+    # read_back VALUE FIELD WANT FILE: poll journalctl until WANT entries have FIELD=VALUE.
+    since=$(date +%s)
     read_back() {
         for _ in $(seq 1 50); do
-            journalctl -q -o json "$2=$1" >"$4" 2>/dev/null
+            journalctl -q -o json --since "@$since" "$2=$1" >"$4" 2>/dev/null
             [ "$(wc -l <"$4")" -ge "$3" ] && return 0
             sleep 0.1
         done
@@ -167,6 +168,7 @@ if [ -S "$SOCKET" ]; then
     journal_run() {
         local name=$1
         shift
+        since=$(date +%s)
         systemd-cat -t "$ident" sh -c \
             'echo $$ >"$0"; JOURNAL_STREAM=$(stat -L -c %d:%i /proc/self/fd/2) exec "$@"' \
             "$dir/$name.pid" "$FOXD" "$@"
@@ -177,7 +179,7 @@ if [ -S "$SOCKET" ]; then
     [ $rc -eq 1 ] || fail "under the journal the failing start exited $rc, want 1"
     read_back "$fpid" _PID 4 "$dir/failing.json" || fail "journalctl shows no entries of pid $fpid"
     sleep 0.3 # a line foxd also wrote to the stream would arrive after its entries
-    journalctl -q -o json "_PID=$fpid" >"$dir/failing.json"
+    journalctl -q -o json --since "@$since" "_PID=$fpid" >"$dir/failing.json"
     check_journal journald "$dir/failing.json" "$fpid"
     ok "journald: error at 3, warning at 4, info at 6, each once, no stamp in MESSAGE"
 
@@ -185,7 +187,7 @@ if [ -S "$SOCKET" ]; then
     [ $rc -eq 2 ] || fail "under the journal the refused configuration exited $rc, want 2"
     read_back "$fpid" _PID 1 "$dir/refused.json" || fail "journalctl shows no entries of pid $fpid"
     sleep 0.3
-    journalctl -q -o json "_PID=$fpid" >"$dir/refused.json"
+    journalctl -q -o json --since "@$since" "_PID=$fpid" >"$dir/refused.json"
     problems=$(check_entries "$dir/refused.json" "$fpid")
     [ -z "$problems" ] && [ "$(entries "$dir/refused.json" "$fpid" 3 'train\.epochs')" -eq 1 ] ||
         fail "refused configuration under journald: $problems $(cat "$dir/refused.json")"
