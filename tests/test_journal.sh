@@ -29,6 +29,8 @@ cleanup() {
     test_cleanup
 }
 trap cleanup EXIT
+# Killed (a test timeout): exit, so that the cleanup removes what was made under /run.
+trap 'exit 1' INT TERM
 
 port=$((20000 + RANDOM % 30000))
 # A start that fails for a clear reason after a warning and info lines: a
