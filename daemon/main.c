@@ -215,14 +215,15 @@ main(int argc, char **argv)
     char beside[FOX_PATH_MAX + 16];
     if (backtest && !config_path && run_config_of(backtest, beside, sizeof beside))
         config_path = beside;
+    /* A configuration foxd refuses is a start-up error: logged, at priority err in the journal. */
     if (build_config(argc, argv, opts, config_path, once || backtest, &cfg, &d, &bars, err,
                      sizeof err) != FOX_OK) {
-        fprintf(stderr, "foxd: %s\n", err);
+        fox_log(FOX_LOG_ERR, "%s", err);
         return FOX_EXIT_USAGE;
     }
     /* --once and --backtest open no socket and read no token: the daemon keys only need to parse. */
     if (!once && !backtest && fox_dconf_finish(&d, err, sizeof err) != 0) {
-        fprintf(stderr, "foxd: %s\n", err);
+        fox_log(FOX_LOG_ERR, "%s", err);
         return FOX_EXIT_USAGE;
     }
     if (json && !once) {

@@ -21,8 +21,10 @@ uint64_t fox__watchdog_usec(void);
 
 /*
  * When stderr is the journal's stream (systemd's JOURNAL_STREAM names it),
- * send log lines to the journal with their priority (sd_journal_print)
- * instead; returns 1 when it did. fox__journal_off goes back to stderr (a
+ * send log lines to the journal with their priority instead of stamping
+ * them: as entries through journald's native socket (sd_journal_print), or,
+ * without libsystemd or that socket, on the stream with a "<N>" priority
+ * prefix. Returns 1 when it did. fox__journal_off goes back to stderr (a
  * log file replaced it). Call before threads start.
  */
 int fox__journal_on(void);

@@ -454,7 +454,7 @@ fox_record_plot(const char *dir)
     char *argv[] = {prog, (char *)dir, NULL};
     int st = fox_run_program(argv);
     if (st < 0)
-        fprintf(stderr, "foxd: no pictures: cannot run %s: %s\n", prog, strerror(errno));
+        fox_log(FOX_LOG_WARNING, "no pictures: cannot run %s: %s", prog, strerror(errno));
     return st == 0 ? 0 : -1;
 }
 

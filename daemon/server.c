@@ -750,7 +750,7 @@ fox_serve_main(const fox_config *cfg, const fox_dconf *d)
     char err[1024];
     server *s = calloc(1, sizeof *s);
     if (!s) {
-        fprintf(stderr, "foxd: out of memory\n");
+        fox_log(FOX_LOG_ERR, "out of memory");
         return FOX_EXIT_ERROR;
     }
     s->d = *d;
@@ -770,7 +770,7 @@ fox_serve_main(const fox_config *cfg, const fox_dconf *d)
     if (d->log_file[0]) {
         int fd = open(d->log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
         if (fd < 0) {
-            fprintf(stderr, "foxd: %s: %s\n", d->log_file, strerror(errno));
+            fox_log(FOX_LOG_ERR, "log file %s: %s", d->log_file, strerror(errno));
             free(s);
             return FOX_EXIT_USAGE;
         }
