@@ -278,6 +278,14 @@ int fox_engine_get_params(fox_engine *e, float *out, size_t n);
 size_t fox_engine_param_count(const fox_engine *e);
 
 /*
+ * FNV-1a 64 (common/hash.h) over the parameters' bytes, in the layout of
+ * get_params: two engines with the same digest hold the same weights bit
+ * for bit, which is how a run is compared with another one or with itself
+ * after a checkpoint round trip.
+ */
+int fox_engine_params_digest(fox_engine *e, uint64_t *out);
+
+/*
  * Checkpoints: header (magic, format version, fingerprint, sizes, CRC32),
  * params, target params, Adam state, ISV, counters; written to a temp file,
  * fsync'd and renamed. Loading verifies everything before touching the
