@@ -8,7 +8,10 @@
  * Threading: an engine is owned by one thread (the daemon's trainer thread);
  * every call below must come from it, except fox_engine_isv() and
  * fox_engine_flags(), whose memory may be read from any thread at any time
- * (a value may be one step old, never torn per slot).
+ * (a value may be one step old, never torn per slot). Several engines of one
+ * process may each have their own thread: they share no mutable state (on
+ * CUDA one context, where each works on its own streams and graphs), and
+ * each computes the bits it would compute alone.
  *
  * Errors: functions return FOX_OK or a FOX_E* code; the text of the last
  * failure (naming the file, line, key or slot involved) is kept in

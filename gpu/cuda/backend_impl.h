@@ -85,6 +85,18 @@ int fox__cuda_be_fail(fox_cuda_backend *be, int rv, const char *op);
         cudaSetDevice((be)->cfg->device);                                                          \
     } while (0)
 
+/*
+ * Several engines of one process share the device's context. Its allocations
+ * and frees, cudaDeviceSynchronize and the first launch of a kernel (which
+ * loads its module) synchronize the context, and would invalidate a graph
+ * capture running meanwhile in another engine's thread. So an engine's
+ * creation and destruction, and each step's eager first run and captures,
+ * hold this process-wide section; between them an engine works on its own
+ * streams only (no legacy-stream copy, no device-wide synchronization).
+ */
+void fox__cuda_section_enter(void);
+void fox__cuda_section_leave(void);
+
 /* cudaMalloc of bytes (at least 4) into *(void **)pp. */
 int fox__cuda_alloc(void *pp, size_t bytes);
 /* The captured graphs destroyed: the next step of each kind captures again. */
