@@ -95,18 +95,24 @@ fox__cuda_be_fail(fox_cuda_backend *be, int rv, const char *op)
 /* ------------------------------------------------------------------------------------------ */
 /* The context's section (backend_impl.h)                                                     */
 
-static pthread_mutex_t section = PTHREAD_MUTEX_INITIALIZER;
+static pthread_rwlock_t section = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
 
 void
 fox__cuda_section_enter(void)
 {
-    pthread_mutex_lock(&section);
+    pthread_rwlock_wrlock(&section);
+}
+
+void
+fox__cuda_section_share(void)
+{
+    pthread_rwlock_rdlock(&section);
 }
 
 void
 fox__cuda_section_leave(void)
 {
-    pthread_mutex_unlock(&section);
+    pthread_rwlock_unlock(&section);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -480,7 +486,10 @@ cuda_begin_fold(fox_backend *be_)
 {
     fox_cuda_backend *be = (fox_cuda_backend *)be_;
     FOX_CUDA_ALIVE(be);
-    return fox__cuda_be_fail(be, begin_fold(be), "begin_fold");
+    fox__cuda_section_share();
+    int rv = begin_fold(be);
+    fox__cuda_section_leave();
+    return fox__cuda_be_fail(be, rv, "begin_fold");
 }
 
 static int
@@ -517,7 +526,10 @@ cuda_reset_for_fold(fox_backend *be_)
 {
     fox_cuda_backend *be = (fox_cuda_backend *)be_;
     FOX_CUDA_ALIVE(be);
-    return fox__cuda_be_fail(be, reset_for_fold(be), "reset_for_fold");
+    fox__cuda_section_share();
+    int rv = reset_for_fold(be);
+    fox__cuda_section_leave();
+    return fox__cuda_be_fail(be, rv, "reset_for_fold");
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -571,7 +583,10 @@ cuda_q_values(fox_backend *be_, const float *s, int B, float *q)
     FOX_CUDA_ALIVE(be);
     if (!s || !q || B < 1)
         return FOX_EINVAL;
-    return fox__cuda_be_fail(be, q_values(be, s, B, q), "q_values");
+    fox__cuda_section_share();
+    int rv = q_values(be, s, B, q);
+    fox__cuda_section_leave();
+    return fox__cuda_be_fail(be, rv, "q_values");
 }
 
 static int
@@ -621,7 +636,10 @@ cuda_state_io(fox_backend *be_, int load, float *params, float *target, float *a
 {
     fox_cuda_backend *be = (fox_cuda_backend *)be_;
     FOX_CUDA_ALIVE(be);
-    return fox__cuda_be_fail(be, state_io(be, load, params, target, adam_m, adam_v, c), "state_io");
+    fox__cuda_section_share();
+    int rv = state_io(be, load, params, target, adam_m, adam_v, c);
+    fox__cuda_section_leave();
+    return fox__cuda_be_fail(be, rv, "state_io");
 }
 
 static int
