@@ -9,9 +9,10 @@
  * every call below must come from it, except fox_engine_isv() and
  * fox_engine_flags(), whose memory may be read from any thread at any time
  * (a value may be one step old, never torn per slot). Several engines of one
- * process may each have their own thread: they share no mutable state (on
- * CUDA one context, where each works on its own streams and graphs), and
- * each computes the bits it would compute alone.
+ * process may each have their own thread: each computes the bits it would
+ * compute alone. What they share is made safe to share: on CUDA the
+ * device's context (each engine on its own streams and graphs), on the CPU
+ * OpenBLAS's thread pool (engine.threads: the last engine created sets it).
  *
  * Errors: functions return FOX_OK or a FOX_E* code; the text of the last
  * failure (naming the file, line, key or slot involved) is kept in
