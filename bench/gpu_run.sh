@@ -39,6 +39,9 @@
 #   bench/gpu_run.sh sweep     on the GPU machine: run's sweeps and memcheck, without parity
 #   bench/gpu_run.sh memcheck  on the GPU machine: compute-sanitizer memcheck of a few steps
 #                              (batch $MC_BATCH, 256 unless set; $MC_ARGS to foxbench)
+#   bench/gpu_run.sh multi [K...]  on the GPU machine: bench/multi_run.sh K... with the carried
+#                              foxbench, foxd and foxctl (its MODE, MPS, ALONE, REPS, ... from
+#                              the environment; logs under $OUT/multi)
 #   bench/gpu_run.sh timeline  on the GPU machine: the device's timeline of a few steps at each of
 #                              $TL_BATCHES (256), every kernel with its stream (foxbench --trace)
 #   bench/gpu_run.sh final     on the GPU machine: parity and drills; foxbench at batch 256 and
@@ -218,6 +221,19 @@ quick() {
         echo "ncu exit $?" >> "$out/ncu.err"
         tail -1 "$out/ncu.err"
     fi
+}
+
+# bench/multi_run.sh with the carried binaries, through a build directory of links to them.
+multi() {
+    local out=${OUT:-/tmp/foxgpu} build
+    use_libs
+    build=$(mktemp -d /tmp/foxgpu-build.XXXXXX)
+    mkdir -p "$build/bench" "$build/daemon" "$build/client" "$out"
+    ln -s "$PWD/.carry/bin/foxbench" "$build/bench/foxbench"
+    ln -s "$PWD/.carry/bin/foxd" "$build/daemon/foxd"
+    ln -s "$PWD/.carry/bin/foxctl" "$build/client/foxctl"
+    rm -rf "$out/multi"
+    BUILD=$build OUT=$out/multi bench/multi_run.sh "$@"
 }
 
 # .carry/lib first on the loader's path, and the fallbacks of .carry/lib/maybe the system lacks.
@@ -466,9 +482,10 @@ timeline) timeline ;;
 sweep) sweep ;;
 memcheck) memcheck ;;
 once) once ;;
+multi) shift; multi "$@" ;;
 probe_gemm) use_libs && for b in ${BATCHES:-256 4096}; do .carry/bin/gemm_probe "$b"; done ;;
 probe_launch) probe_launch ;;
 learning) shift; use_libs && python3 bench/learning.py --foxctl .carry/bin/foxctl "$@" ;;
-*) echo "usage: $0 prepare|run|quick|final|overhead|probe|variants|envab|probe_gemm|timeline|once|sweep|memcheck|learning" >&2
+*) echo "usage: $0 prepare|run|quick|final|overhead|probe|variants|envab|probe_gemm|timeline|once|sweep|memcheck|learning|multi" >&2
     exit 2 ;;
 esac

@@ -208,7 +208,7 @@ wait_op(worker *w, int64_t op, cJSON *record, char *msg, size_t len)
         if (foxctl_jnum(run, "op_id", 0) == (double)op && folds) {
             cJSON_AddItemToObject(record, "folds", cJSON_Duplicate(folds, 1));
             const char *dir = reported_run_dir(run, folds);
-            if (dir)
+            if (dir && !cJSON_GetObjectItemCaseSensitive(record, "run_dir"))
                 cJSON_AddStringToObject(record, "run_dir", dir);
         }
         fox_reply_fini(&rep);
@@ -250,6 +250,10 @@ run_job(worker *w, sweep_job *j, cJSON *record, char *msg, size_t len)
     if ((out = ask(w, "run", args, LONG_CALL_MS, &rep, msg, len)) != JOB_OK)
         return out;
     int64_t op = (int64_t)foxctl_jnum(rep.result, "op_id", 0);
+    /* The run's answer names its run directory: the job's checkpoints and curves are there. */
+    const char *dir = foxctl_jstr(rep.result, "run_dir", NULL);
+    if (dir && dir[0])
+        cJSON_AddStringToObject(record, "run_dir", dir);
     fox_reply_fini(&rep);
     out = wait_op(w, op, record, msg, len);
     if (out == JOB_STOPPED) {

@@ -379,23 +379,17 @@ needs_new_engine(const fox_config *a, const fox_config *b)
 }
 
 /*
- * FNV-1a over the parameters' bytes, as hex: what checkpoint_save wrote and
- * checkpoint_load restored can be compared from outside. "" when unavailable.
+ * The parameters' digest (fox_engine_params_digest), as hex: what
+ * checkpoint_save wrote and checkpoint_load restored can be compared from
+ * outside. "" when unavailable.
  */
 static void
 params_digest(fox_engine *e, char out[17])
 {
-    size_t n = fox_engine_param_count(e);
-    float *p = malloc(n * sizeof *p);
+    uint64_t h;
     out[0] = 0;
-    if (p && fox_engine_get_params(e, p, n) == FOX_OK) {
-        uint64_t h = 0xcbf29ce484222325ULL;
-        const unsigned char *b = (const unsigned char *)p;
-        for (size_t i = 0; i < n * sizeof *p; i++)
-            h = (h ^ b[i]) * 0x100000001b3ULL;
+    if (fox_engine_params_digest(e, &h) == FOX_OK)
         snprintf(out, 17, "%016llx", (unsigned long long)h);
-    }
-    free(p);
 }
 
 static int

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "gpu/engine_impl.h"
+#include "common/hash.h"
 #include "common/log.h"
 #include "gpu/isv.h"
 #include "gpu/layout.h"
@@ -518,6 +519,20 @@ fox_engine_get_params(fox_engine *e, float *out, size_t n)
         return fox__engine_fail(e, FOX_EINVAL, "buffer of %zu floats, %zu needed", n,
                                 e->lay.n_params);
     return e->ops->state_io(e->be, 0, out, NULL, NULL, NULL, NULL);
+}
+
+int
+fox_engine_params_digest(fox_engine *e, uint64_t *out)
+{
+    size_t n = fox_engine_param_count(e);
+    float *p = malloc(n * sizeof *p);
+    if (!p)
+        return fox__engine_fail(e, FOX_ENOMEM, "params digest: out of memory");
+    int rv = fox_engine_get_params(e, p, n);
+    if (rv == FOX_OK)
+        *out = fox_fnv1a(FOX_FNV_OFFSET, p, n * sizeof *p);
+    free(p);
+    return rv;
 }
 
 void

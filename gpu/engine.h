@@ -8,7 +8,11 @@
  * Threading: an engine is owned by one thread (the daemon's trainer thread);
  * every call below must come from it, except fox_engine_isv() and
  * fox_engine_flags(), whose memory may be read from any thread at any time
- * (a value may be one step old, never torn per slot).
+ * (a value may be one step old, never torn per slot). Several engines of one
+ * process may each have their own thread: each computes the bits it would
+ * compute alone. What they share is made safe to share: on CUDA the
+ * device's context (each engine on its own streams and graphs), on the CPU
+ * OpenBLAS's thread pool (engine.threads: the last engine created sets it).
  *
  * Errors: functions return FOX_OK or a FOX_E* code; the text of the last
  * failure (naming the file, line, key or slot involved) is kept in
@@ -276,6 +280,14 @@ int fox_engine_inject_fault(fox_engine *e, const char *buffer, int kind, int64_t
 /* Copy the parameters (layout of model.h, n_params floats) to host memory. */
 int fox_engine_get_params(fox_engine *e, float *out, size_t n);
 size_t fox_engine_param_count(const fox_engine *e);
+
+/*
+ * FNV-1a 64 (common/hash.h) over the parameters' bytes, in the layout of
+ * get_params: two engines with the same digest hold the same weights bit
+ * for bit, which is how a run is compared with another one or with itself
+ * after a checkpoint round trip.
+ */
+int fox_engine_params_digest(fox_engine *e, uint64_t *out);
 
 /*
  * Checkpoints: header (magic, format version, fingerprint, sizes, CRC32),

@@ -1276,6 +1276,20 @@ START_TEST(graph_determinism_and_isv)
 END_TEST
 
 /*
+ * Four CUDA engines on four threads share the context: one creating or
+ * destroying while another captures its graphs, steps or evaluates, each
+ * ends with the parameters and test Sharpe of its seed alone.
+ */
+START_TEST(engines_on_threads_same_bits)
+{
+    fox_config c;
+    fox_config_default(&c);
+    c.backend = FOX_BACKEND_CUDA;
+    fox_test_engines_same_bits(&c, 4, 60);
+}
+END_TEST
+
+/*
  * A short adaptive (SP4) run on the GPU: eager and captured steps, no flag
  * fires, every bound slot the step produces is set on the device (no host
  * sync in the step: the mapped ISV is read after the chunk), the loss stays
@@ -1725,6 +1739,7 @@ main(void)
     TCase *te = tcase_create("engine");
     tcase_set_timeout(te, 600);
     tcase_add_test(te, graph_determinism_and_isv);
+    tcase_add_test(te, engines_on_threads_same_bits);
     tcase_add_test(te, adaptive_training_no_flags);
     tcase_add_test(te, fold_sharpe_vs_cpu);
     tcase_add_test(te, per_training_runs);

@@ -1,5 +1,6 @@
 /*
- * test_engine.c — the engine end to end on the CPU backend: determinism, no look-ahead in features/fills/rewards, checkpoints,
+ * test_engine.c — the engine end to end on the CPU backend: determinism (of
+ * engines on threads too), no look-ahead in features/fills/rewards, checkpoints,
  * and the learning test (a trained agent beats buy-and-hold, flat and random
  * on the test split; an untrained one does not).
  */
@@ -55,6 +56,16 @@ START_TEST(determinism_same_seed_same_bits)
     fox_engine_destroy(b);
     fox_engine_destroy(z);
     fox_engine_destroy(d);
+}
+END_TEST
+
+/* Three engines on three threads at once: each seed's bits alone. */
+START_TEST(engines_on_threads_same_bits)
+{
+    fox_config c;
+    small_config(&c);
+    c.threads = 1;
+    fox_test_engines_same_bits(&c, 3, 40);
 }
 END_TEST
 
@@ -358,6 +369,7 @@ engine_suite(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, determinism_same_seed_same_bits);
+    tcase_add_test(tc, engines_on_threads_same_bits);
     tcase_add_test(tc, no_lookahead_in_features_fills_rewards);
     tcase_add_test(tc, evaluate_splits_match_single_passes);
     tcase_add_test(tc, limit_orders_fill_only_when_reached);

@@ -1,7 +1,8 @@
 #!/bin/bash
 # test_install.sh BUILD_DIR FOXCTL — `meson install` into a scratch
-# directory puts the unit, the example config, the docs the unit names, the
-# man pages and foxctl's bash completion in place; foxctl --version and
+# directory puts the units (foxd@ wanting and following the MPS control
+# daemon's, both with its pipe directory), the example config, the docs
+# the unit names, the man pages and foxctl's bash completion in place; foxctl --version and
 # foxctl help work without a daemon; the completion completes; every
 # command of foxctl's usage and every option of foxd's is in the help, the
 # completion and the man pages.
@@ -21,6 +22,21 @@ doc=$(sed -n 's|^Documentation=file://||p' "$unit")
 [ -n "$(find "$dir/root" -path '*/bin/foxd')" ] && [ -n "$(find "$dir/root" -path '*/bin/foxctl')" ] ||
     fail "binaries missing"
 ok "meson install: binaries, unit, example config, $doc"
+tmpl=$(find "$dir/root" -name 'foxd@.service') mps=$(find "$dir/root" -name foxd-mps.service)
+[ -n "$tmpl" ] && [ -n "$mps" ] || fail "foxd@.service or foxd-mps.service not installed"
+[ "$(dirname "$tmpl")" = "$(dirname "$unit")" ] && [ "$(dirname "$mps")" = "$(dirname "$unit")" ] ||
+    fail "the units are not installed together: $unit $tmpl $mps"
+grep -qx 'Wants=foxd-mps.service' "$tmpl" && grep -qx 'After=foxd-mps.service' "$tmpl" ||
+    fail "foxd@.service neither wants nor follows foxd-mps.service"
+grep -qx 'Type=forking' "$mps" && grep -q '^ExecStart=.*nvidia-cuda-mps-control -d$' "$mps" &&
+    grep -q "^ExecStop=.*echo quit | .*nvidia-cuda-mps-control'$" "$mps" ||
+    fail "foxd-mps.service does not start and quit the MPS control daemon"
+# The daemons look for the MPS server's pipes where the control daemon makes them.
+pipes=$(sed -n 's/^Environment=CUDA_MPS_PIPE_DIRECTORY=//p' "$mps")
+[ "$pipes" = /run/nvidia-mps ] && grep -qx "RuntimeDirectory=${pipes#/run/}" "$mps" &&
+    grep -qx "Environment=CUDA_MPS_PIPE_DIRECTORY=$pipes" "$tmpl" && grep -qx "ReadWritePaths=-$pipes" "$tmpl" ||
+    fail "foxd@.service and foxd-mps.service disagree on the MPS pipe directory ($pipes)"
+ok "foxd@.service and foxd-mps.service installed together and agree on MPS"
 if command -v scdoc >/dev/null; then
     for page in man8/foxd.8 man1/foxctl.1; do
         f=$(find "$dir/root" -path "*/man/$page")

@@ -9,6 +9,7 @@
 
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,6 +184,74 @@ fox_test_fault_fires_once(const fox_config *c, const char *buffer, int kind, int
     FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, steps, NULL));
     ck_assert_uint_eq(fox_sentinel_mask(fox_engine_flags(e)), 0);
     fox_engine_destroy(e);
+}
+
+/* One engine's life for fox_test_engines_same_bits: its config in, its results out. */
+typedef struct fox_test_run {
+    fox_config cfg;
+    int steps;
+    uint64_t digest;    /* of the parameters after the steps */
+    double test_sharpe; /* of the epoch closed after them */
+    int rv;
+    char err[512];
+} fox_test_run;
+
+/* Create, fold 0, steps full steps, one epoch closed (an evaluation), the digest, destroy. */
+static inline void *
+fox_test_run_engine(void *arg)
+{
+    fox_test_run *r = arg;
+    fox_engine *e = NULL;
+    fox_epoch_report rep;
+    r->rv = fox_engine_create(&e, &r->cfg, r->err, sizeof r->err);
+    if (r->rv == FOX_OK && (r->rv = fox_engine_load_data(e)) == FOX_OK &&
+        (r->rv = fox_engine_begin_fold(e, 0)) == FOX_OK &&
+        (r->rv = fox_engine_run_steps(e, r->steps, NULL)) == FOX_OK &&
+        (r->rv = fox_engine_end_epoch(e, &rep)) == FOX_OK &&
+        (r->rv = fox_engine_params_digest(e, &r->digest)) == FOX_OK)
+        r->test_sharpe = rep.test.sharpe;
+    if (r->rv != FOX_OK && e)
+        snprintf(r->err, sizeof r->err, "%s", fox_engine_errmsg(e));
+    fox_engine_destroy(e);
+    return NULL;
+}
+
+#define FOX_TEST_MAX_ENGINES 8
+
+/*
+ * k engines of c, seeds c->seed + i, each on its own thread at once and
+ * unsynchronized (one creating while another steps, captures or evaluates),
+ * end with the parameters and the test Sharpe of each seed run alone, bit
+ * for bit; and the seeds' own runs differ, so that the comparison is of
+ * something.
+ */
+static inline void
+fox_test_engines_same_bits(const fox_config *c, int k, int steps)
+{
+    fox_test_run alone[FOX_TEST_MAX_ENGINES], together[FOX_TEST_MAX_ENGINES];
+    pthread_t threads[FOX_TEST_MAX_ENGINES];
+    ck_assert_int_le(k, FOX_TEST_MAX_ENGINES);
+    for (int i = 0; i < k; i++) {
+        alone[i] = (fox_test_run){.cfg = *c, .steps = steps};
+        alone[i].cfg.seed = c->seed + (uint64_t)i;
+        together[i] = alone[i];
+        fox_test_run_engine(&alone[i]);
+        ck_assert_msg(alone[i].rv == FOX_OK, "seed %d alone: %s", i, alone[i].err);
+    }
+    ck_assert_msg(alone[0].digest != alone[1].digest, "two seeds gave the same parameters");
+    for (int i = 0; i < k; i++)
+        ck_assert_int_eq(pthread_create(&threads[i], NULL, fox_test_run_engine, &together[i]), 0);
+    for (int i = 0; i < k; i++)
+        pthread_join(threads[i], NULL);
+    for (int i = 0; i < k; i++) {
+        ck_assert_msg(together[i].rv == FOX_OK, "engine %d of %d: %s", i, k, together[i].err);
+        ck_assert_msg(together[i].digest == alone[i].digest,
+                      "engine %d of %d on threads: parameters %016llx, alone %016llx", i, k,
+                      (unsigned long long)together[i].digest, (unsigned long long)alone[i].digest);
+        ck_assert_msg(memcmp(&together[i].test_sharpe, &alone[i].test_sharpe, sizeof(double)) == 0,
+                      "engine %d of %d on threads: test Sharpe %.17g, alone %.17g", i, k,
+                      together[i].test_sharpe, alone[i].test_sharpe);
+    }
 }
 
 static inline int

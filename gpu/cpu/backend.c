@@ -9,6 +9,7 @@
  * Single-threaded apart from BLAS; deterministic for a seed.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,21 @@
 
 #ifdef FOX_HAVE_OPENBLAS_THREADS
 void openblas_set_num_threads(int);
+
+/*
+ * OpenBLAS has one thread pool a process: the engines of several threads
+ * share it, the last one created setting its size; two never resize it at
+ * once.
+ */
+static pthread_mutex_t blas_threads_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void
+set_blas_threads(int n)
+{
+    pthread_mutex_lock(&blas_threads_lock);
+    openblas_set_num_threads(n);
+    pthread_mutex_unlock(&blas_threads_lock);
+}
 #endif
 
 static int
@@ -138,7 +154,7 @@ cpu_create(fox_backend **out, const fox_backend_env *env, char *err, size_t errl
     be->np = env->lay->n_params;
 #ifdef FOX_HAVE_OPENBLAS_THREADS
     if (cfg->threads > 0)
-        openblas_set_num_threads(cfg->threads);
+        set_blas_threads(cfg->threads);
 #endif
     size_t np = be->np, S = (size_t)be->S, B = (size_t)be->B, N = (size_t)be->N;
     size_t NT = (size_t)env->lay->NT, NAct = (size_t)env->lay->n_actions;

@@ -18,9 +18,12 @@
  *
  * Not here: the math (net.c, *.cu), the engine's folds and evaluation, the
  * debug entry points (debug.c, a library only tests link), prioritized
- * replay's sum tree (per.cu). Single thread: the trainer's.
+ * replay's sum tree (per.cu). A backend is used by one thread, the one that
+ * owns its engine; the engines of several threads share the context through
+ * fox__cuda_section_enter (backend_impl.h).
  */
 #include <math.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,6 +93,29 @@ fox__cuda_be_fail(fox_cuda_backend *be, int rv, const char *op)
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* The context's section (backend_impl.h)                                                     */
+
+static pthread_rwlock_t section = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
+
+void
+fox__cuda_section_enter(void)
+{
+    pthread_rwlock_wrlock(&section);
+}
+
+void
+fox__cuda_section_share(void)
+{
+    pthread_rwlock_rdlock(&section);
+}
+
+void
+fox__cuda_section_leave(void)
+{
+    pthread_rwlock_unlock(&section);
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* available / create / destroy                                                               */
 
 static int
@@ -136,6 +162,7 @@ cuda_destroy(fox_backend *be_)
     fox_cuda_backend *be = (fox_cuda_backend *)be_;
     if (!be)
         return;
+    fox__cuda_section_enter();
     /* A new engine may have been made current on this thread before the old one goes. */
     int prev = 0;
     cudaGetDevice(&prev);
@@ -156,6 +183,7 @@ cuda_destroy(fox_backend *be_)
     cudaFreeHost(be->flags_mem);
     free(be);
     cudaSetDevice(prev);
+    fox__cuda_section_leave();
 }
 
 int
@@ -270,6 +298,75 @@ create_device(fox_cuda_backend *be)
     return FOX_OK;
 }
 
+/* The device state of be (fields from cuda_create), its stability table and its math. */
+static int
+create_backend(fox_cuda_backend *be, char *err, size_t errlen)
+{
+    const fox_config *c = be->cfg;
+    const fox_model_layout *lay = be->lay;
+    int rv = create_device(be);
+    if (rv != FOX_OK) {
+        snprintf(err, errlen, "cuda backend: %s", rv == FOX_ECUDA ? last_err : fox_strerror(rv));
+        return rv;
+    }
+    err[0] = '\0';
+    if ((rv = fox__cuda_stab_init(be, err, errlen)) != FOX_OK) {
+        if (!err[0])
+            snprintf(err, errlen, "cuda backend: %s",
+                     rv == FOX_ECUDA ? last_err : fox_strerror(rv));
+        return rv;
+    }
+    fox_cuda_collect_cfg *cc = &be->cc;
+    cc->envp = (fox_env_params){c->fee,          c->half_spread, c->limit_fee,
+                                c->reward_scale, c->size_levels, c->urgency_levels};
+    cc->bars = (fox_env_bars){be->d_open, be->d_high, be->d_low, be->d_close};
+    cc->norm = be->d_norm;
+    cc->N = be->N;
+    cc->S = be->S;
+    cc->n_feat = be->env.feat->n_feat;
+    cc->n_step = c->n_step;
+    cc->episode_len = c->episode_len;
+    cc->batch = be->B;
+    cc->learning_starts = c->learning_starts;
+    cc->D = lay->n_branches;
+    cc->NAct = lay->n_actions;
+    for (int d = 0; d < FOX_MAX_BRANCHES; d++) {
+        cc->bsize[d] = lay->branch_size[d];
+        cc->boff[d] = lay->branch_off[d];
+    }
+    cc->capacity = c->replay_capacity;
+    cc->gamma = c->gamma;
+    cc->eps_start = c->eps_start;
+    cc->eps_end = c->eps_end;
+    cc->eps_decay_steps = c->eps_decay_steps;
+    cc->seed = c->seed ^ 0xc011ec7ULL;
+    cc->prioritized = be->prioritized;
+    cc->train_cost_mult = c->train_cost_mult;
+    be->hp = (fox_cuda_loss_hp){powf(c->gamma, (float)c->n_step),
+                                c->iqn_lambda,
+                                c->aux_lambda,
+                                c->target_mode,
+                                c->bdq_trunk_scale,
+                                be->isv_dev + FOX_ISV_AUX_LABEL_SCALE_EMA};
+    be->oc =
+        (fox_cuda_optim_cfg){c->lr,     c->adam_b1,     c->adam_b2,    c->adam_eps,  c->grad_clip,
+                             c->polyak, c->target_sync, c->iqn_lambda, c->aux_lambda,
+                             c->pearl_wd, c->pearl_l1};
+    /*
+     * engine.cuda_math: the products' math (fox__cuda_set_math); debug.cuda_one_stream: every
+     * stage on MAIN, to measure what the other streams buy (the greedy-action forwards then
+     * run there, in the main math).
+     */
+    be->net.use_side = !c->cuda_one_stream;
+    be->net.greedy_tf32 = c->cuda_math != FOX_CUDA_MATH_FP32;
+    be->unroll = be->B < FOX_CUDA_UNROLL_ROWS ? FOX_CUDA_UNROLL : 1;
+    if (fox__cuda_set_math(&be->net, c->cuda_math == FOX_CUDA_MATH_TF32) != FOX_OK) {
+        snprintf(err, errlen, "cuda backend: %s", last_err);
+        return FOX_ECUDA;
+    }
+    return FOX_OK;
+}
+
 static int
 cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t errlen)
 {
@@ -317,68 +414,12 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     be->S = lay->S;
     be->np = lay->n_params;
     be->prioritized = c->prioritized;
-    int rv = create_device(be);
+    fox__cuda_section_enter();
+    int rv = create_backend(be, err, errlen);
+    fox__cuda_section_leave();
     if (rv != FOX_OK) {
-        snprintf(err, errlen, "cuda backend: %s", rv == FOX_ECUDA ? last_err : fox_strerror(rv));
         cuda_destroy((fox_backend *)be);
         return rv;
-    }
-    err[0] = '\0';
-    if ((rv = fox__cuda_stab_init(be, err, errlen)) != FOX_OK) {
-        if (!err[0])
-            snprintf(err, errlen, "cuda backend: %s",
-                     rv == FOX_ECUDA ? last_err : fox_strerror(rv));
-        cuda_destroy((fox_backend *)be);
-        return rv;
-    }
-    fox_cuda_collect_cfg *cc = &be->cc;
-    cc->envp = (fox_env_params){c->fee,          c->half_spread, c->limit_fee,
-                                c->reward_scale, c->size_levels, c->urgency_levels};
-    cc->bars = (fox_env_bars){be->d_open, be->d_high, be->d_low, be->d_close};
-    cc->norm = be->d_norm;
-    cc->N = be->N;
-    cc->S = be->S;
-    cc->n_feat = env->feat->n_feat;
-    cc->n_step = c->n_step;
-    cc->episode_len = c->episode_len;
-    cc->batch = be->B;
-    cc->learning_starts = c->learning_starts;
-    cc->D = lay->n_branches;
-    cc->NAct = lay->n_actions;
-    for (int d = 0; d < FOX_MAX_BRANCHES; d++) {
-        cc->bsize[d] = lay->branch_size[d];
-        cc->boff[d] = lay->branch_off[d];
-    }
-    cc->capacity = c->replay_capacity;
-    cc->gamma = c->gamma;
-    cc->eps_start = c->eps_start;
-    cc->eps_end = c->eps_end;
-    cc->eps_decay_steps = c->eps_decay_steps;
-    cc->seed = c->seed ^ 0xc011ec7ULL;
-    cc->prioritized = be->prioritized;
-    cc->train_cost_mult = c->train_cost_mult;
-    be->hp = (fox_cuda_loss_hp){powf(c->gamma, (float)c->n_step),
-                                c->iqn_lambda,
-                                c->aux_lambda,
-                                c->target_mode,
-                                c->bdq_trunk_scale,
-                                be->isv_dev + FOX_ISV_AUX_LABEL_SCALE_EMA};
-    be->oc =
-        (fox_cuda_optim_cfg){c->lr,     c->adam_b1,     c->adam_b2,    c->adam_eps,  c->grad_clip,
-                             c->polyak, c->target_sync, c->iqn_lambda, c->aux_lambda,
-                             c->pearl_wd, c->pearl_l1};
-    /*
-     * engine.cuda_math: the products' math (fox__cuda_set_math); debug.cuda_one_stream: every
-     * stage on MAIN, to measure what the other streams buy (the greedy-action forwards then
-     * run there, in the main math).
-     */
-    be->net.use_side = !c->cuda_one_stream;
-    be->net.greedy_tf32 = c->cuda_math != FOX_CUDA_MATH_FP32;
-    be->unroll = be->B < FOX_CUDA_UNROLL_ROWS ? FOX_CUDA_UNROLL : 1;
-    if (fox__cuda_set_math(&be->net, c->cuda_math == FOX_CUDA_MATH_TF32) != FOX_OK) {
-        snprintf(err, errlen, "cuda backend: %s", last_err);
-        cuda_destroy((fox_backend *)be);
-        return FOX_ECUDA;
     }
     fox_log(FOX_LOG_INFO,
             "cuda backend: %zu MiB of device memory (replay ring %zu MiB), %s math, "
@@ -422,11 +463,12 @@ begin_fold(fox_cuda_backend *be)
     cudaStream_t s0 = be->net.st[0];
     FOX_CUDA_TRY(cudaStreamSynchronize(s0));
     fox__cuda_drop_graphs(be);
-    FOX_CUDA_TRY(cudaMemcpy(be->d_norm, ft->norm, (size_t)ft->n_bars * ft->n_feat * sizeof(float),
-                            cudaMemcpyHostToDevice));
+    /* On MAIN, not the legacy stream: no wait for, or on, another engine's work. */
+    FOX_CUDA_TRY(cudaMemcpyAsync(be->d_norm, ft->norm,
+                                 (size_t)ft->n_bars * ft->n_feat * sizeof(float),
+                                 cudaMemcpyHostToDevice, s0));
     fox_cuda_fold fd = {f->train_begin, f->train_end};
-    FOX_CUDA_TRY(cudaMemcpy(be->fold, &fd, sizeof fd, cudaMemcpyHostToDevice));
-    FOX_CUDA_TRY(cudaDeviceSynchronize());
+    FOX_CUDA_TRY(cudaMemcpyAsync(be->fold, &fd, sizeof fd, cudaMemcpyHostToDevice, s0));
     FOX_TRY(fox__cuda_sync_ctl(be));
     be->hctl->ring_head = 0;
     be->hctl->ring_size = 0;
@@ -444,7 +486,10 @@ cuda_begin_fold(fox_backend *be_)
 {
     fox_cuda_backend *be = (fox_cuda_backend *)be_;
     FOX_CUDA_ALIVE(be);
-    return fox__cuda_be_fail(be, begin_fold(be), "begin_fold");
+    fox__cuda_section_share();
+    int rv = begin_fold(be);
+    fox__cuda_section_leave();
+    return fox__cuda_be_fail(be, rv, "begin_fold");
 }
 
 static int
@@ -481,7 +526,10 @@ cuda_reset_for_fold(fox_backend *be_)
 {
     fox_cuda_backend *be = (fox_cuda_backend *)be_;
     FOX_CUDA_ALIVE(be);
-    return fox__cuda_be_fail(be, reset_for_fold(be), "reset_for_fold");
+    fox__cuda_section_share();
+    int rv = reset_for_fold(be);
+    fox__cuda_section_leave();
+    return fox__cuda_be_fail(be, rv, "reset_for_fold");
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -535,7 +583,10 @@ cuda_q_values(fox_backend *be_, const float *s, int B, float *q)
     FOX_CUDA_ALIVE(be);
     if (!s || !q || B < 1)
         return FOX_EINVAL;
-    return fox__cuda_be_fail(be, q_values(be, s, B, q), "q_values");
+    fox__cuda_section_share();
+    int rv = q_values(be, s, B, q);
+    fox__cuda_section_leave();
+    return fox__cuda_be_fail(be, rv, "q_values");
 }
 
 static int
@@ -546,11 +597,15 @@ state_io(fox_cuda_backend *be, int load, float *params, float *target, float *ad
     size_t bytes = be->np * sizeof(float);
     float *dev[4] = {n->params, n->params + be->np, n->adam_m, n->adam_v};
     float *host[4] = {params, target, adam_m, adam_v};
+    cudaStream_t s0 = n->st[0];
     FOX_TRY(fox__cuda_sync_ctl(be));
+    /* On MAIN, not the legacy stream: no wait for, or on, another engine's work. */
     for (int k = 0; k < 4; k++)
         if (host[k])
-            FOX_CUDA_TRY(load ? cudaMemcpy(dev[k], host[k], bytes, cudaMemcpyHostToDevice)
-                              : cudaMemcpy(host[k], dev[k], bytes, cudaMemcpyDeviceToHost));
+            FOX_CUDA_TRY(load ? cudaMemcpyAsync(dev[k], host[k], bytes, cudaMemcpyHostToDevice, s0)
+                              : cudaMemcpyAsync(host[k], dev[k], bytes, cudaMemcpyDeviceToHost,
+                                                s0));
+    FOX_CUDA_TRY(cudaStreamSynchronize(s0));
     fox_cuda_ctl *h = be->hctl;
     if (load) {
         if (c) {
@@ -561,7 +616,6 @@ state_io(fox_cuda_backend *be, int load, float *params, float *target, float *ad
             be->reset_gen = c->rng_state[0];
             FOX_TRY(fox__cuda_put_ctl(be));
         }
-        FOX_CUDA_TRY(cudaDeviceSynchronize());
         FOX_TRY(fox__cuda_pack(n, 0));
         FOX_CUDA_TRY(cudaStreamSynchronize(n->st[0]));
     } else if (c) {
@@ -582,7 +636,10 @@ cuda_state_io(fox_backend *be_, int load, float *params, float *target, float *a
 {
     fox_cuda_backend *be = (fox_cuda_backend *)be_;
     FOX_CUDA_ALIVE(be);
-    return fox__cuda_be_fail(be, state_io(be, load, params, target, adam_m, adam_v, c), "state_io");
+    fox__cuda_section_share();
+    int rv = state_io(be, load, params, target, adam_m, adam_v, c);
+    fox__cuda_section_leave();
+    return fox__cuda_be_fail(be, rv, "state_io");
 }
 
 static int

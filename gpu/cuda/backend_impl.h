@@ -85,6 +85,23 @@ int fox__cuda_be_fail(fox_cuda_backend *be, int rv, const char *op);
         cudaSetDevice((be)->cfg->device);                                                          \
     } while (0)
 
+/*
+ * Several engines of one process share the device's context. Its allocations
+ * and frees, cudaDeviceSynchronize and the first launch of a kernel (which
+ * loads its module, cuBLAS's too) synchronize the context, and would
+ * invalidate a graph capture running meanwhile in another engine's thread.
+ * So an engine's creation and destruction, and each step's eager first run
+ * and captures, hold this process-wide section alone (enter); the other
+ * entry points that launch outside a graph (begin_fold, reset_for_fold,
+ * q_values, state_io: a new shape may load a kernel) hold it shared with
+ * each other (share). Otherwise an engine works on its own streams only: no
+ * legacy-stream copy, no device-wide synchronization. Writers are preferred,
+ * so that engines that evaluate all the time do not hold a capture off.
+ */
+void fox__cuda_section_enter(void);
+void fox__cuda_section_share(void);
+void fox__cuda_section_leave(void);
+
 /* cudaMalloc of bytes (at least 4) into *(void **)pp. */
 int fox__cuda_alloc(void *pp, size_t bytes);
 /* The captured graphs destroyed: the next step of each kind captures again. */

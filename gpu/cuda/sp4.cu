@@ -21,6 +21,7 @@
  */
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -577,19 +578,24 @@ fox__cuda_post_adam(cudaStream_t s, const fox_cuda_stab *st, int gated, size_t n
     return fox__cuda_post_adam_pass2(s, st, gated, n, w, m, v);
 }
 
+/* The host image of a fresh fox_cuda_sp4, made once for every engine of the process. */
+static fox_cuda_sp4 fresh_sp4;
+static pthread_once_t fresh_sp4_once = PTHREAD_ONCE_INIT;
+
+static void
+make_fresh_sp4(void)
+{
+    memset(&fresh_sp4, 0, sizeof fresh_sp4);
+    for (int u = 0; u < FOX_CUDA_P99_USES; u++)
+        for (int t = 0; t < FOX_CUDA_P99_TARGETS; t++)
+            fresh_sp4.p99[u].lo[t] = P99_FLT_MAX_BITS;
+}
+
 int
 fox__cuda_sp4_reset(cudaStream_t s, fox_cuda_sp4 *dst)
 {
-    static fox_cuda_sp4 img;
-    static int made;
-    if (!made) {
-        memset(&img, 0, sizeof img);
-        for (int u = 0; u < FOX_CUDA_P99_USES; u++)
-            for (int t = 0; t < FOX_CUDA_P99_TARGETS; t++)
-                img.p99[u].lo[t] = P99_FLT_MAX_BITS;
-        made = 1;
-    }
-    FOX_CUDA_TRY(cudaMemcpyAsync(dst, &img, sizeof img, cudaMemcpyHostToDevice, s));
+    pthread_once(&fresh_sp4_once, make_fresh_sp4);
+    FOX_CUDA_TRY(cudaMemcpyAsync(dst, &fresh_sp4, sizeof fresh_sp4, cudaMemcpyHostToDevice, s));
     FOX_CUDA_TRY(cudaStreamSynchronize(s));
     return 0;
 }

@@ -6,8 +6,9 @@
  * fault armed, the math changed).
  *
  * Not here: the math each stage launches (net.c, *.cu), the device state
- * (backend.c), the fused check's table (table.c). Single thread: the
- * trainer's.
+ * (backend.c), the fused check's table (table.c). One thread a backend: its
+ * engine's; the eager first step and the captures hold the context's
+ * section, so that no other engine's allocation or module load meets them.
  */
 #include <math.h>
 #include <stddef.h>
@@ -154,6 +155,25 @@ capture(fox_cuda_backend *be, int kind, int count, cudaGraphExec_t *out)
     return FOX_OK;
 }
 
+/* The eager step or a capture, inside the context's section (backend_impl.h). */
+static int
+eager_in_section(fox_cuda_backend *be, int kind)
+{
+    fox__cuda_section_enter();
+    int rv = enqueue(be, kind);
+    fox__cuda_section_leave();
+    return rv;
+}
+
+static int
+capture_in_section(fox_cuda_backend *be, int kind, int count, cudaGraphExec_t *out)
+{
+    fox__cuda_section_enter();
+    int rv = capture(be, kind, count, out);
+    fox__cuda_section_leave();
+    return rv;
+}
+
 /*
  * count steps of a kind. The first of each kind runs eagerly (it loads
  * every kernel's module outside any capture); the next capture the graphs
@@ -166,18 +186,18 @@ steps(fox_cuda_backend *be, int kind, int count)
 {
     if (count > 0 && !be->warm[kind]) {
         be->warm[kind] = 1;
-        FOX_TRY(enqueue(be, kind));
+        FOX_TRY(eager_in_section(be, kind));
         count--;
     }
     cudaStream_t s0 = be->net.st[0];
     for (; count >= be->unroll && be->unroll > 1; count -= be->unroll) {
         if (!be->graph[kind][1])
-            FOX_TRY(capture(be, kind, be->unroll, &be->graph[kind][1]));
+            FOX_TRY(capture_in_section(be, kind, be->unroll, &be->graph[kind][1]));
         FOX_CUDA_TRY(cudaGraphLaunch(be->graph[kind][1], s0));
     }
     for (; count > 0; count--) {
         if (!be->graph[kind][0])
-            FOX_TRY(capture(be, kind, 1, &be->graph[kind][0]));
+            FOX_TRY(capture_in_section(be, kind, 1, &be->graph[kind][0]));
         FOX_CUDA_TRY(cudaGraphLaunch(be->graph[kind][0], s0));
     }
     return FOX_OK;
