@@ -31,6 +31,9 @@
 #   bench/gpu_run.sh probe_gemm on the GPU machine: bench/gemm_probe at each of $BATCHES
 #                              (256 4096): cuBLAS's pick against every cuBLASLt candidate
 #   bench/gpu_run.sh once      on the GPU machine: foxd --once on the default config, two epochs
+#   bench/gpu_run.sh latency [ARGS]  on the GPU machine: bench/latency.sh on the CUDA backend
+#                              (default model) with the carried binaries, ARGS to latency;
+#                              $OUT/latency.md
 #   bench/gpu_run.sh learning [ARGS]  on the GPU machine: bench/learning.py ARGS with the carried
 #                              foxctl and foxd
 #   bench/gpu_run.sh sweep     on the GPU machine: run's sweeps and memcheck, without parity
@@ -57,11 +60,12 @@ prepare() {
     local build=${BUILD:-build-gpu}
     [ -d "$build" ] || meson setup "$build" -Dcuda=enabled
     ninja -C "$build" bench/foxbench tests/test_cuda_parity tests/test_cuda_drills daemon/foxd \
-        client/foxctl bench/gemm_probe
+        client/foxctl bench/gemm_probe bench/latency
     rm -rf .carry
     mkdir -p .carry/bin .carry/lib
     cp "$build/bench/foxbench" "$build/tests/test_cuda_parity" "$build/tests/test_cuda_drills" \
-        "$build/daemon/foxd" "$build/client/foxctl" "$build/bench/gemm_probe" .carry/bin/
+        "$build/daemon/foxd" "$build/client/foxctl" "$build/bench/gemm_probe" \
+        "$build/bench/latency" .carry/bin/
     [ -n "${BASE:-}" ] && cp "$BASE/bench/foxbench" .carry/bin/foxbench_base
     [ -n "${BASE2:-}" ] && cp "$BASE2/bench/foxbench" .carry/bin/foxbench_base2
     # Everything the binaries link beyond the C runtime, libstdc++ and CUDA's own libraries;
@@ -449,7 +453,9 @@ sweep) sweep ;;
 memcheck) memcheck ;;
 once) once ;;
 probe_gemm) use_libs && for b in ${BATCHES:-256 4096}; do .carry/bin/gemm_probe "$b"; done ;;
+latency) shift; use_libs && mkdir -p "${OUT:-/tmp/foxgpu}" &&
+    FOXD_BENCH_BACKEND=cuda bench/latency.sh .carry/bin "$@" | tee "${OUT:-/tmp/foxgpu}/latency.md" ;;
 learning) shift; use_libs && python3 bench/learning.py --foxctl .carry/bin/foxctl "$@" ;;
-*) echo "usage: $0 prepare|run|quick|final|overhead|probe|variants|envab|probe_gemm|timeline|once|sweep|memcheck|learning" >&2
+*) echo "usage: $0 prepare|run|quick|final|overhead|probe|variants|envab|probe_gemm|timeline|once|sweep|memcheck|latency|learning" >&2
     exit 2 ;;
 esac
