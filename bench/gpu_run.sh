@@ -34,6 +34,9 @@
 #                              1…32 streams of one process, then as 1…32 processes ($MPS=1:
 #                              under an MPS control daemon started here)
 #   bench/gpu_run.sh once      on the GPU machine: foxd --once on the default config, two epochs
+#   bench/gpu_run.sh latency [ARGS]  on the GPU machine: bench/latency.sh on the CUDA backend
+#                              (default model) with the carried binaries, ARGS to latency;
+#                              $OUT/latency.md
 #   bench/gpu_run.sh learning [ARGS]  on the GPU machine: bench/learning.py ARGS with the carried
 #                              foxctl and foxd
 #   bench/gpu_run.sh sweep     on the GPU machine: run's sweeps and memcheck, without parity
@@ -485,7 +488,9 @@ once) once ;;
 multi) shift; multi "$@" ;;
 probe_gemm) use_libs && for b in ${BATCHES:-256 4096}; do .carry/bin/gemm_probe "$b"; done ;;
 probe_launch) probe_launch ;;
+latency) shift; use_libs && mkdir -p "${OUT:-/tmp/foxgpu}" &&
+    FOXD_BENCH_BACKEND=cuda bench/latency.sh .carry/bin "$@" | tee "${OUT:-/tmp/foxgpu}/latency.md" ;;
 learning) shift; use_libs && python3 bench/learning.py --foxctl .carry/bin/foxctl "$@" ;;
-*) echo "usage: $0 prepare|run|quick|final|overhead|probe|variants|envab|probe_gemm|timeline|once|sweep|memcheck|learning|multi" >&2
+*) echo "usage: $0 prepare|run|quick|final|overhead|probe|variants|envab|probe_gemm|timeline|once|sweep|memcheck|probe_launch|latency|learning|multi" >&2
     exit 2 ;;
 esac
