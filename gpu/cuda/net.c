@@ -990,13 +990,14 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
 
     /* The packed heads: input gradients on MAIN, weight gradients on the side streams. */
     const float *pk = n->pk;
-    FOX_TRY(side(n, &ws));
-    FOX_TRY(fox__cuda_lin_dw_batched(n->cb[ws], n->dw_loop_rows, B, dm->HS, dm->OS, n->heads.out,
+    int w2s;
+    FOX_TRY(side(n, &w2s));
+    FOX_TRY(fox__cuda_lin_dw_batched(n->cb[w2s], n->dw_loop_rows, B, dm->HS, dm->OS, n->heads.out,
                                      bw->dout, dm->OW, dm->OS, on->hid, dm->HW, dm->HS,
                                      bw->dpk + dm->pk_w2, (long long)dm->OS * dm->HS,
                                      FOX_CUDA_HEADS));
-    FOX_TRY(fox__cuda_colsum(n->cb[ws], B, dm->OW, bw->dout, dm->OW, n->ones, bw->dpk + dm->pk_b2,
-                             0.0f));
+    FOX_TRY(fox__cuda_colsum(n->cb[w2s], B, dm->OW, bw->dout, dm->OW, n->ones,
+                             bw->dpk + dm->pk_b2, 0.0f));
     /* d hid = (d out · W2) ⊙ ReLU'(hid), the seven heads in one launch. */
     m = gemm_of(B, dm->HS, dm->OS, 0, bw->dout, dm->OW, pk + dm->pk_w2, dm->HS, bw->dhid, dm->HW);
     m.nz = FOX_CUDA_HEADS;
@@ -1029,6 +1030,8 @@ fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
                              bw->dpk + dm->pk_w1, 0.0f));
     FOX_TRY(fox__cuda_colsum(n->cb[ws], B, dm->HW, bw->dhid, dm->HW, n->ones, bw->dpk + dm->pk_b1,
                              0.0f));
+    /* The unpack reads every packed gradient: W2's and b2's too, written on w2s. */
+    FOX_TRY(fox__cuda_dep(n, w2s, ws));
     FOX_TRY(fox__cuda_head_unpack(n->st[ws], dm, &n->heads, bw->dpk, G));
     /* d h_s2's aux part (LATE), and from the C51 heads, scaled by 1/(D+1) as in BDQ (slot 33). */
     float scale = hp->bdq_trunk_scale ? 1.0f / (float)(dm->D + 1) : 1.0f;
