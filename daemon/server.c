@@ -312,6 +312,14 @@ log_refusal(server *s, const fox_request *req, const char *msg)
 
 /* --------------------------------------------------------------- requests */
 
+/* Answer a request that may not change state, and log it (rate-limited). */
+static void
+refuse(server *s, work *w, const fox_request *req, int status, const char *msg)
+{
+    log_refusal(s, req, msg);
+    reply_error(s, w, 1, req->id, status, msg);
+}
+
 static void
 handle_request(server *s, work *w)
 {
@@ -325,9 +333,30 @@ handle_request(server *s, work *w)
         reply_error(s, w, 0, 0, FOX_EINTERNAL, "out of memory");
         return;
     }
-    rv = fox_proto_parse_request(req, body, len, msg, sizeof msg);
+    /*
+     * Authenticate as early as the request allows: the size, the bytes and
+     * the shape (proto.h) before anything is built, then the envelope; a
+     * command that changes state shows its token (and, on ipc, its peer)
+     * before any work on its arguments. nan_flags changes state only with
+     * args.clear, so it is authorized once that is read.
+     */
+    rv = fox_proto_parse_envelope(req, body, len, msg, sizeof msg);
     if (rv != FOX_OK) {
         reply_error(s, w, req->has_id, req->id, rv, msg);
+        goto out;
+    }
+    fox_peer p = {.transport = -1};
+    int authorized = 0;
+    if (fox_cmd_kind_of(req->cmd) != FOX_KIND_READ) {
+        fox_endpoints_peer_of(&s->ends, w->msg, &p);
+        if ((rv = authorize(s, &p, req, msg, sizeof msg)) != FOX_OK) {
+            refuse(s, w, req, rv, msg);
+            goto out;
+        }
+        authorized = 1;
+    }
+    if ((rv = fox_proto_parse_args(req, msg, sizeof msg)) != FOX_OK) {
+        reply_error(s, w, 1, req->id, rv, msg);
         goto out;
     }
 
@@ -347,13 +376,12 @@ handle_request(server *s, work *w)
         }
         goto out;
     }
-
-    fox_peer p;
-    fox_endpoints_peer_of(&s->ends, w->msg, &p);
-    if ((rv = authorize(s, &p, req, msg, sizeof msg)) != FOX_OK) {
-        log_refusal(s, req, msg);
-        reply_error(s, w, 1, req->id, rv, msg);
-        goto out;
+    if (!authorized) {
+        fox_endpoints_peer_of(&s->ends, w->msg, &p);
+        if ((rv = authorize(s, &p, req, msg, sizeof msg)) != FOX_OK) {
+            refuse(s, w, req, rv, msg);
+            goto out;
+        }
     }
 
     /* A resend of a command we have (or are) answering gets that answer, never a second run. */
