@@ -8,8 +8,9 @@
  *
  * The windows run in the order off,on,on,off,... so that drift cancels to
  * first order. Steps/s is Δas_of_step / Δ(snapshot time) from `status` at
- * both ends of a window, as in bench/latency.c. The load average of the
- * machine is printed before and after, since the figures depend on it.
+ * both ends of a window, as in bench/latency.c. bench/hostile.sh starts
+ * foxd, runs this and prints the machine's load average before and after,
+ * since the figures depend on it.
  *
  *   hostile --tcp URL --ipc URL --token T [--clients K] [--keys N]
  *           [--shape top|args] [--key-pad B] [--window S] [--pairs P]
@@ -145,19 +146,6 @@ status_snap(nng_socket s)
     return sn;
 }
 
-static void
-loadavg(char *buf, size_t len)
-{
-    FILE *f = fopen("/proc/loadavg", "r");
-    buf[0] = 0;
-    if (f) {
-        if (!fgets(buf, (int)len, f))
-            buf[0] = 0;
-        fclose(f);
-    }
-    buf[strcspn(buf, "\n")] = 0;
-}
-
 static int
 usage(void)
 {
@@ -203,7 +191,7 @@ main(int argc, char **argv)
         return usage();
     build_worst();
 
-    char run[512], load0[128], load1[128];
+    char run[512];
     nng_socket ctl = dial(ipc_url);
     snprintf(run, sizeof run,
              "{\"v\":1,\"id\":3,\"cmd\":\"run\",\"args\":{\"epochs\":1000000,"
@@ -223,10 +211,9 @@ main(int argc, char **argv)
     pthread_t th[MAX_CLIENTS];
     for (int i = 0; i < n_clients; i++)
         pthread_create(&th[i], NULL, hostile_main, NULL);
-    loadavg(load0, sizeof load0);
     printf("hostile request: %zu bytes, %d keys (%s), %d clients over %s\n", worst_len, n_keys,
            shape_args ? "args.values" : "top level", n_clients, tcp_url);
-    printf("load average before: %s\n\n", load0);
+    printf("\n");
     printf("| window (%d s) | hostile clients | status req/s | training steps/s | hostile req/s |\n",
            window_s);
     printf("|---|---|---|---|---|\n");
@@ -257,13 +244,11 @@ main(int argc, char **argv)
     atomic_store(&quit, 1);
     for (int i = 0; i < n_clients; i++)
         pthread_join(th[i], NULL);
-    loadavg(load1, sizeof load1);
     printf("| mean | off | %.0f | %.1f | |\n", sum[0][0] / pairs, sum[0][1] / pairs);
     printf("| mean | on | %.0f | %.1f | %.0f |\n", sum[1][0] / pairs, sum[1][1] / pairs,
            sum[1][2] / pairs);
     printf("\nstatus req/s %.0f -> %.0f, training steps/s %+.0f %%\n", sum[0][0] / pairs,
            sum[1][0] / pairs, 100.0 * (sum[1][1] / sum[0][1] - 1));
-    printf("load average after: %s\n", load1);
     nng_close(probe);
     nng_close(ctl);
     free(worst);
