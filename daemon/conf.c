@@ -75,6 +75,7 @@ static const dkey dkeys[] = {
     S("daemon.data_dir", data_dir),
     I("daemon.data_max_mb", data_max_mb, 1, 1 << 20),
     I("daemon.max_connections", max_connections, 1, 1 << 20),
+    I("daemon.idle_timeout_s", idle_timeout_s, 0, 7 * 86400),
     S("daemon.metrics_listen", metrics_listen),
     S("run.dir", run_dir),
     S("run.root", run_root),
@@ -135,6 +136,7 @@ fox_dconf_default(fox_dconf *d)
     d->resume = 1;
     d->data_max_mb = 1024;
     d->max_connections = 128;
+    d->idle_timeout_s = 300;
     d->run_isv_steps = 16;
 }
 

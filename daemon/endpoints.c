@@ -18,6 +18,7 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/log.h"
@@ -400,11 +401,18 @@ on_pipe(nng_pipe p, nng_pipe_ev ev, void *arg)
     /* nng reports the removal of every pipe that saw ADD_PRE, closed there or not. */
     if (ev == NNG_PIPE_EV_REM_POST) {
         atomic_fetch_sub(&ep->pipes, 1);
+        fox_pipes_remove(&set->pipes, nng_pipe_id(p));
         return;
     }
     int n = atomic_fetch_add(&ep->pipes, 1) + 1;
-    if (n <= set->d->max_connections)
+    if (n <= set->d->max_connections) {
+        /* Events pipes are not timed out (endpoints.h); one the table cannot hold is not either. */
+        if (ep != &set->pub && set->d->idle_timeout_s > 0 &&
+            fox_pipes_add(&set->pipes, nng_pipe_id(p), fox_mono_ms()) != FOX_OK)
+            fox_log(FOX_LOG_WARNING, "%s: out of memory; connection %u is not timed out", ep->url,
+                    (unsigned)nng_pipe_id(p));
         return;
+    }
     nng_pipe_close(p);
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -422,6 +430,25 @@ fox_endpoints_limit_pipes(fox_endpoints *set, nng_socket sock)
     if (rv == 0)
         rv = nng_pipe_notify(sock, NNG_PIPE_EV_REM_POST, on_pipe, set);
     return rv;
+}
+
+#define IDLE_BATCH 256 /* connections closed per sweep at most; the next sweep takes the rest */
+
+void
+fox_endpoints_close_idle(fox_endpoints *set)
+{
+    uint32_t ids[IDLE_BATCH];
+    int n = fox_pipes_idle(&set->pipes, fox_mono_ms(), (int64_t)set->d->idle_timeout_s * 1000, ids,
+                           IDLE_BATCH);
+    for (int i = 0; i < n; i++) {
+        nng_pipe p = {.id = ids[i]};
+        nng_pipe_close(p);
+        /* A pipe nng has already let go of stays out of the next sweep all the same. */
+        fox_pipes_remove(&set->pipes, ids[i]);
+    }
+    if (n)
+        fox_log(FOX_LOG_INFO, "closed %d control connection(s) idle for %d s (daemon.idle_timeout_s)",
+                n, set->d->idle_timeout_s);
 }
 
 /* ------------------------------------------------------------------- peers */
@@ -478,6 +505,8 @@ fox_endpoints_prepare(fox_endpoints *set, const fox_dconf *d, char *err, size_t 
     memset(set, 0, sizeof *set);
     set->d = d;
     set->pub.lock_fd = -1;
+    if (fox_pipes_init(&set->pipes) != FOX_OK)
+        return fox_errf(err, errlen, FOX_ENOMEM, "out of memory");
     for (int i = 0; i < d->n_listen; i++)
         if ((rv = prepare_endpoint(set, &set->eps[set->n_eps++], d->listen[i], err, errlen)) !=
             FOX_OK)
@@ -498,4 +527,5 @@ fox_endpoints_fini(fox_endpoints *set)
         close(set->pub.lock_fd);
     set->n_eps = 0;
     set->pub.lock_fd = -1;
+    fox_pipes_fini(&set->pipes);
 }

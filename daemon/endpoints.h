@@ -23,6 +23,7 @@
 #include <nng/supplemental/tls/tls.h>
 
 #include "daemon/conf.h"
+#include "daemon/pipes.h"
 
 enum { FOX_TRANSPORT_IPC = 0, FOX_TRANSPORT_TCP, FOX_TRANSPORT_TLS };
 
@@ -46,6 +47,7 @@ typedef struct fox_endpoints {
     fox_endpoint pub; /* the PUB socket's */
     nng_tls_config *tls;
     _Atomic int64_t cap_logged_ms; /* last "connection refused" log line */
+    fox_pipes pipes;               /* the control connections' activity (pipes.h) */
 
     pthread_t probe_thread;
     int probe_running;
@@ -87,10 +89,19 @@ int fox_endpoint_listen(fox_endpoints *set, nng_socket sock, fox_endpoint *ep, c
 /*
  * Count the connections of sock's listeners and close at once any beyond
  * daemon.max_connections on one listener, so that a flood of idle clients
- * cannot use up the descriptors. (Connections that never finish the SP
- * handshake are nng's: it drops them after 10 s.)
+ * cannot use up the descriptors, and keep the activity of each control
+ * connection in set->pipes. (Connections that never finish the SP
+ * handshake are nng's: it drops one after 10 s without progress.)
  */
 int fox_endpoints_limit_pipes(fox_endpoints *set, nng_socket sock);
+
+/*
+ * On the loop: close the control connections (the REP socket's) that have
+ * had no request in flight for daemon.idle_timeout_s. The events socket's
+ * are never timed out: a subscriber sends nothing by design, so silence
+ * says nothing about it; the cap bounds them.
+ */
+void fox_endpoints_close_idle(fox_endpoints *set);
 
 /* Who sent a message: the transport it came by and, on ipc, the peer's credentials. */
 typedef struct fox_peer {

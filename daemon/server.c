@@ -55,6 +55,8 @@
 #define MMAP_THRESHOLD   (128 * 1024) /* malloc blocks from this size go back to the system on free */
 #define METRICS_HTTP_MS  1000         /* age at most of what /metrics serves */
 #define REFUSAL_LOG_MS   1000         /* at most one line about refused requests this often */
+#define IDLE_SWEEP_MIN_MS  100          /* idle connections are looked for at most this often */
+#define IDLE_SWEEP_MAX_MS  5000         /* and at least this often */
 
 enum { W_RECV = 0, W_BUSY, W_SEND };
 
@@ -66,6 +68,7 @@ typedef struct fox_work {
     nng_aio *aio;
     nng_ctx ctx;
     nng_msg *msg; /* the request, while BUSY */
+    uint32_t pipe_id; /* the connection it came by: busy (pipes.h) until the reply leaves */
     server *srv;
     struct fox_work *next; /* inbox, or a dedup entry's waiters */
 } work;
@@ -75,7 +78,7 @@ struct server {
     uv_loop_t loop;
     uv_async_t wake;
     uv_signal_t sig_term, sig_int, sig_hup;
-    uv_timer_t t_watchdog, t_status, t_metrics, t_linger, t_http;
+    uv_timer_t t_watchdog, t_status, t_metrics, t_linger, t_http, t_idle;
 
     nng_socket rep, pub;
     int rep_open, pub_open;
@@ -160,6 +163,8 @@ work_cb(void *arg)
             return;
         }
         w->msg = nng_aio_get_msg(w->aio);
+        w->pipe_id = nng_pipe_id(nng_msg_get_pipe(w->msg));
+        fox_pipes_begin(&s->ends.pipes, w->pipe_id);
         atomic_store(&w->state, W_BUSY);
         pthread_mutex_lock(&s->lock);
         w->next = NULL;
@@ -210,6 +215,7 @@ send_reply(server *s, work *w, const char *reply, int ok)
 {
     nng_msg *m = w->msg;
     w->msg = NULL;
+    fox_pipes_end(&s->ends.pipes, w->pipe_id, fox_mono_ms());
     s->counters.requests++;
     if (!ok)
         s->counters.errors++;
@@ -306,6 +312,14 @@ log_refusal(server *s, const fox_request *req, const char *msg)
 
 /* --------------------------------------------------------------- requests */
 
+/* Answer a request that may not change state, and log it (rate-limited). */
+static void
+refuse(server *s, work *w, const fox_request *req, int status, const char *msg)
+{
+    log_refusal(s, req, msg);
+    reply_error(s, w, 1, req->id, status, msg);
+}
+
 static void
 handle_request(server *s, work *w)
 {
@@ -319,9 +333,30 @@ handle_request(server *s, work *w)
         reply_error(s, w, 0, 0, FOX_EINTERNAL, "out of memory");
         return;
     }
-    rv = fox_proto_parse_request(req, body, len, msg, sizeof msg);
+    /*
+     * Authenticate as early as the request allows: the size, the bytes and
+     * the shape (proto.h) before anything is built, then the envelope; a
+     * command that changes state shows its token (and, on ipc, its peer)
+     * before any work on its arguments. nan_flags changes state only with
+     * args.clear, so it is authorized once that is read.
+     */
+    rv = fox_proto_parse_envelope(req, body, len, msg, sizeof msg);
     if (rv != FOX_OK) {
         reply_error(s, w, req->has_id, req->id, rv, msg);
+        goto out;
+    }
+    fox_peer p = {.transport = -1};
+    int authorized = 0;
+    if (fox_cmd_kind_of(req->cmd) != FOX_KIND_READ) {
+        fox_endpoints_peer_of(&s->ends, w->msg, &p);
+        if ((rv = authorize(s, &p, req, msg, sizeof msg)) != FOX_OK) {
+            refuse(s, w, req, rv, msg);
+            goto out;
+        }
+        authorized = 1;
+    }
+    if ((rv = fox_proto_parse_args(req, msg, sizeof msg)) != FOX_OK) {
+        reply_error(s, w, 1, req->id, rv, msg);
         goto out;
     }
 
@@ -341,13 +376,12 @@ handle_request(server *s, work *w)
         }
         goto out;
     }
-
-    fox_peer p;
-    fox_endpoints_peer_of(&s->ends, w->msg, &p);
-    if ((rv = authorize(s, &p, req, msg, sizeof msg)) != FOX_OK) {
-        log_refusal(s, req, msg);
-        reply_error(s, w, 1, req->id, rv, msg);
-        goto out;
+    if (!authorized) {
+        fox_endpoints_peer_of(&s->ends, w->msg, &p);
+        if ((rv = authorize(s, &p, req, msg, sizeof msg)) != FOX_OK) {
+            refuse(s, w, req, rv, msg);
+            goto out;
+        }
     }
 
     /* A resend of a command we have (or are) answering gets that answer, never a second run. */
@@ -565,6 +599,13 @@ on_status(uv_timer_t *h)
     free(snap);
 }
 
+static void
+on_idle(uv_timer_t *h)
+{
+    server *s = h->data;
+    fox_endpoints_close_idle(&s->ends);
+}
+
 /* The Prometheus text of now (malloc'd), or NULL when out of memory. */
 static char *
 prometheus_text(server *s)
@@ -735,6 +776,20 @@ setup(server *s, const fox_config *cfg, char *err, size_t errlen)
     return FOX_OK;
 }
 
+/*
+ * How often to look for idle connections: a quarter of the timeout, so one
+ * is closed at most a quarter late, but not more often than IDLE_SWEEP_MIN_MS
+ * nor less often than IDLE_SWEEP_MAX_MS. 0 (no timer) when there is no timeout.
+ */
+static uint64_t
+idle_sweep_ms(int idle_timeout_s)
+{
+    uint64_t ms = (uint64_t)idle_timeout_s * 1000 / 4;
+    if (idle_timeout_s <= 0)
+        return 0;
+    return ms < IDLE_SWEEP_MIN_MS ? IDLE_SWEEP_MIN_MS : ms > IDLE_SWEEP_MAX_MS ? IDLE_SWEEP_MAX_MS : ms;
+}
+
 static void
 start_timer(server *s, uv_timer_t *t, uv_timer_cb cb, uint64_t period_ms)
 {
@@ -835,6 +890,7 @@ fox_serve_main(const fox_config *cfg, const fox_dconf *d)
     start_timer(s, &s->t_metrics, on_metrics, (uint64_t)d->metrics_interval_ms);
     start_timer(s, &s->t_linger, NULL, 0);
     start_timer(s, &s->t_http, on_http_metrics, s->http ? METRICS_HTTP_MS : 0);
+    start_timer(s, &s->t_idle, on_idle, idle_sweep_ms(d->idle_timeout_s));
     if (s->http)
         on_http_metrics(&s->t_http);
 

@@ -440,25 +440,52 @@ parse_json(const char *buf, size_t len, char *err, size_t errlen)
         fox_errf(err, errlen, 0, "message contains a NUL byte");
         return NULL;
     }
+    /*
+     * One pass over the bytes before cJSON builds anything, for what it
+     * cannot be asked to refuse:
+     *  - \u0000 in a string: cJSON decodes it into a NUL that ends the C
+     *    string early, so "version\u0000garbage" would read as "version";
+     *  - more values or deeper nesting than any request has: a request of
+     *    thousands of keys then costs this scan, not thousands of nodes
+     *    built, checked and freed, before anyone knows who sent it.
+     * Outside strings the scan counts commas and brackets; inside it skips
+     * each escape's second character, so an escaped quote or backslash
+     * never ends a string early. Bytes that are not JSON are cJSON's to refuse.
+     * It comes before the UTF-8 check, which reads every byte, because it
+     * stops at the first value too many.
+     */
+    int in_string = 0, depth = 0;
+    size_t values = 1;
+    for (size_t i = 0; i < len; i++) {
+        char c = buf[i];
+        if (in_string) {
+            if (c == '"') {
+                in_string = 0;
+            } else if (c == '\\') {
+                if (i + 5 < len && buf[i + 1] == 'u' && !memcmp(buf + i + 2, "0000", 4)) {
+                    fox_errf(err, errlen, 0, "message contains \\u0000 (byte %zu)", i);
+                    return NULL;
+                }
+                i++;
+            }
+        } else if (c == '"') {
+            in_string = 1;
+        } else if ((c == '{' || c == '[') && ++depth > FOX_PROTO_MAX_DEPTH) {
+            fox_errf(err, errlen, 0, "message nests deeper than %d levels (byte %zu)",
+                     FOX_PROTO_MAX_DEPTH, i);
+            return NULL;
+        } else if (c == '}' || c == ']') {
+            depth--;
+        } else if (c == ',' && ++values > FOX_PROTO_MAX_VALUES) {
+            fox_errf(err, errlen, 0, "message holds more than %d values (byte %zu)",
+                     FOX_PROTO_MAX_VALUES, i);
+            return NULL;
+        }
+    }
     size_t bad;
     if (!fox_utf8_valid(buf, len, &bad)) {
         fox_errf(err, errlen, 0, "message is not valid UTF-8 (byte %zu)", bad);
         return NULL;
-    }
-    /*
-     * cJSON decodes \u0000 into a NUL that ends the C string early:
-     * "version\u0000garbage" would read as "version". A backslash in valid
-     * JSON only starts an escape inside a string, so skipping each escape's
-     * second character finds every real \u0000.
-     */
-    for (size_t i = 0; i + 1 < len; i++) {
-        if (buf[i] != '\\')
-            continue;
-        if (buf[i + 1] == 'u' && i + 5 < len && !memcmp(buf + i + 2, "0000", 4)) {
-            fox_errf(err, errlen, 0, "message contains \\u0000 (byte %zu)", i);
-            return NULL;
-        }
-        i++;
     }
     const char *end = NULL;
     cJSON *doc = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
@@ -478,9 +505,9 @@ parse_json(const char *buf, size_t len, char *err, size_t errlen)
 }
 
 int
-fox_proto_parse_request(fox_request *req, const char *buf, size_t len, char *err, size_t errlen)
+fox_proto_parse_envelope(fox_request *req, const char *buf, size_t len, char *err, size_t errlen)
 {
-    const cJSON *v, *id, *cmd, *token, *args;
+    const cJSON *v, *id, *cmd, *token;
     const char *dup;
     char nb[48];
     int64_t x;
@@ -543,8 +570,20 @@ fox_proto_parse_request(fox_request *req, const char *buf, size_t len, char *err
         return fox_errf(err, errlen, FOX_EUNKNOWN, "unknown command '%s'",
                     clean(nb, sizeof nb, cmd->valuestring));
 
-    args = cJSON_GetObjectItemCaseSensitive(req->doc, "args");
-    return parse_args(req, args, err, errlen);
+    return FOX_OK;
+}
+
+int
+fox_proto_parse_args(fox_request *req, char *err, size_t errlen)
+{
+    return parse_args(req, cJSON_GetObjectItemCaseSensitive(req->doc, "args"), err, errlen);
+}
+
+int
+fox_proto_parse_request(fox_request *req, const char *buf, size_t len, char *err, size_t errlen)
+{
+    int rv = fox_proto_parse_envelope(req, buf, len, err, errlen);
+    return rv == FOX_OK ? fox_proto_parse_args(req, err, errlen) : rv;
 }
 
 void

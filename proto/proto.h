@@ -41,6 +41,8 @@
 #define FOX_PROTO_MAX_KEYS  128                /* entries of config_get's and config_set's lists */
 #define FOX_PROTO_MAX_FOLDS 31                 /* folds are bits 0..30 of a mask */
 #define FOX_PROTO_MAX_ID    9007199254740991LL /* 2^53 - 1: exact in a JSON double */
+#define FOX_PROTO_MAX_VALUES 1024 /* values (members, elements) of a request; refused unparsed */
+#define FOX_PROTO_MAX_DEPTH  8    /* nesting of objects and arrays; refused unparsed */
 
 /*
  * The commands: enum name, wire name, kind. READ commands are answered from
@@ -135,8 +137,9 @@ typedef struct fox_request {
  * Parse and validate one request message of len bytes (not necessarily
  * NUL-terminated; one trailing NUL and whitespace are tolerated). On success
  * returns FOX_OK and *req holds the request; otherwise returns
- *   FOX_EPROTO   too large, not JSON, not an object, wrong or missing v/id/cmd,
- *                an unknown or duplicate top-level field, a bad token;
+ *   FOX_EPROTO   too large, too many values or too deep (below), not JSON, not
+ *                an object, wrong or missing v/id/cmd, an unknown or duplicate
+ *                top-level field, a bad token;
  *   FOX_EUNKNOWN cmd names no command;
  *   FOX_EINVAL   args fail the command's schema (unknown field, wrong type,
  *                out of range, missing required field);
@@ -146,6 +149,19 @@ typedef struct fox_request {
  */
 int fox_proto_parse_request(fox_request *req, const char *buf, size_t len, char *err,
                             size_t errlen);
+
+/*
+ * fox_proto_parse_request in two steps, so that a server can authenticate
+ * a command that changes state before it does any work on its arguments:
+ * the envelope (v, id, cmd, token: every FOX_EPROTO and FOX_EUNKNOWN above),
+ * then, on the same req, args (the FOX_EINVAL cases). Before cJSON builds
+ * anything, a message of more than FOX_PROTO_MAX_VALUES values or nested
+ * deeper than FOX_PROTO_MAX_DEPTH is refused (FOX_EPROTO) by a scan of its
+ * bytes, so that a hostile request costs that scan and no more.
+ */
+int fox_proto_parse_envelope(fox_request *req, const char *buf, size_t len, char *err,
+                             size_t errlen);
+int fox_proto_parse_args(fox_request *req, char *err, size_t errlen);
 void fox_request_fini(fox_request *req);
 
 /* Whether the request changes state (and so needs the token and the peer check). */

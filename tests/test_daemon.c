@@ -15,6 +15,7 @@
 
 #include "daemon/answer.h"
 #include "daemon/conf.h"
+#include "daemon/pipes.h"
 #include "daemon/render.h"
 #include "gpu/isv.h"
 #include "proto/proto.h"
@@ -583,6 +584,46 @@ START_TEST(test_trainer_start_fails)
 }
 END_TEST
 
+/* The activity table of control connections: lookups survive growth and removals. */
+START_TEST(test_pipes)
+{
+    enum { N = 1000 };
+    fox_pipes t;
+    uint32_t idle[N];
+    FOX_CK_OK(fox_pipes_init(&t));
+    /* Sequential ids, as nng gives them, well past the first capacity. */
+    for (uint32_t id = 1; id <= N; id++)
+        FOX_CK_OK(fox_pipes_add(&t, id, 1000));
+    ck_assert_uint_eq(t.used, N);
+    /* Every other one removed: the rest must still be found. */
+    for (uint32_t id = 2; id <= N; id += 2)
+        fox_pipes_remove(&t, id);
+    fox_pipes_remove(&t, 5 * N); /* never added */
+    ck_assert_uint_eq(t.used, N / 2);
+    /* A request in flight keeps a pipe out of the idle ones however old it is. */
+    fox_pipes_begin(&t, 1);
+    fox_pipes_begin(&t, 3);
+    fox_pipes_begin(&t, 3);
+    fox_pipes_end(&t, 3, 1500);
+    ck_assert_int_eq(fox_pipes_idle(&t, 1999, 1000, idle, N), 0);
+    int n = fox_pipes_idle(&t, 2000, 1000, idle, N);
+    ck_assert_int_eq(n, N / 2 - 2);
+    for (int i = 0; i < n; i++)
+        ck_assert(idle[i] % 2 == 1 && idle[i] != 1 && idle[i] != 3);
+    /* 3 has one request left; once it ends the idle time counts from then. */
+    fox_pipes_end(&t, 3, 2100);
+    ck_assert_int_eq(fox_pipes_idle(&t, 3000, 1000, idle, N), N / 2 - 2);
+    ck_assert_int_eq(fox_pipes_idle(&t, 3100, 1000, idle, N), N / 2 - 1);
+    /* The batch bound holds. */
+    ck_assert_int_eq(fox_pipes_idle(&t, 9000, 1000, idle, 7), 7);
+    for (uint32_t id = 1; id <= N; id += 2)
+        fox_pipes_remove(&t, id);
+    ck_assert_uint_eq(t.used, 0);
+    ck_assert_int_eq(fox_pipes_idle(&t, 9000, 0, idle, N), 0);
+    fox_pipes_fini(&t);
+}
+END_TEST
+
 static Suite *
 daemon_suite(void)
 {
@@ -592,6 +633,7 @@ daemon_suite(void)
     tcase_add_test(tc, test_conf_set);
     tcase_add_test(tc, test_dconf_finish);
     tcase_add_test(tc, test_ckpt_paths);
+    tcase_add_test(tc, test_pipes);
     suite_add_tcase(s, tc);
     tc = tcase_create("training");
     tcase_set_timeout(tc, 300);

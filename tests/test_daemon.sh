@@ -164,10 +164,12 @@ expect_code_file() {
     case $out in *"\"code\":\"$2\""*) ok "$3 -> $2" ;; *) fail "$3: wanted $2, got: ${out:0:200}" ;; esac
 }
 expect_code_file "$dir/big" EPROTO "900 KiB message"
-expect_code '{"v":1,"id":4,"cmd":"run","args":{"epochs":"three"}}' EINVAL "wrong type"
+expect_code "{\"v\":1,\"id\":4,\"cmd\":\"run\",\"args\":{\"epochs\":\"three\"},\"token\":\"$token\"}" EINVAL "wrong type"
+# A command that changes state shows its token before its arguments are looked at.
+expect_code '{"v":1,"id":4,"cmd":"run","args":{"epochs":"three"}}' EPERM "wrong type without the token"
 expect_code '{"v":1,"id":5,"cmd":"frobnicate"}' EUNKNOWN "unknown command"
 expect_code '{"v":1,"id":6,"cmd":"status","colour":"red"}' EPROTO "unknown top-level field"
-expect_code '{"v":1,"id":7,"cmd":"run","args":{"fold":1}}' EINVAL "unknown argument"
+expect_code "{\"v\":1,\"id\":7,\"cmd\":\"run\",\"args\":{\"fold\":1},\"token\":\"$token\"}" EINVAL "unknown argument"
 expect_code "{\"v\":1,\"id\":8,\"cmd\":\"pause\",\"token\":\"$token\"}" ESTATE "wrong state"
 expect_code '{"v":1,"id":9,"cmd":"pause","token":"nope"}' EPERM "wrong token"
 expect_code '{"v":1,"id":10,"cmd":"pause"}' EPERM "missing token"

@@ -272,6 +272,25 @@ wait "$flood"
     fail "SIGTERM under a descriptor flood: exit $rc, checkpoint $(ls -l "$dir/st/foxd.ckpt" 2>&1)"
 ok "SIGTERM with every descriptor taken still writes the checkpoint and exits 0"
 
+# ---------------------------------------------------- idle connections
+# 20 clients finish the handshake and say nothing: foxd closes them after
+# daemon.idle_timeout_s, while one client asking every 0.3 s keeps its
+# connection throughout.
+port=$(free_port)
+tcp="tcp://127.0.0.1:$port"
+foxd_start --url "$url" -- "${TINY[@]}" --listen "$url" --listen "$tcp" --pub "ipc://$dir/ev.sock" \
+    --set "daemon.runtime_dir=$dir/rt" --set "daemon.state_dir=$dir/st" --set daemon.token=right \
+    --set daemon.idle_timeout_s=2
+out=$(python3 "$FLOOD" 127.0.0.1 "$port" 20 1 5 0.3)
+closed=$(sed -n 's/^closed //p' <<<"$out")
+active=$(sed -n 's/^active //p' <<<"$out")
+[ "$closed" = 20 ] || fail "idle connections after daemon.idle_timeout_s=2: $(echo $out)"
+[ -n "$active" ] && [ "${active%/*}" = "${active#*/}" ] && [ "${active%/*}" -ge 5 ] ||
+    fail "the active client lost its connection: $(echo $out)"
+grep -q "idle for 2 s (daemon.idle_timeout_s)" "$dir/foxd.log" || fail "no log line for the idle close"
+ok "20 idle clients closed after 2 s, an active one answered $active on one connection"
+kill "$pid"; wait "$pid"; pid=
+
 # ------------------------------------------------------------------ logs
 "$FOXD" "${TINY[@]}" --set "daemon.runtime_dir=$dir/open" --set "daemon.state_dir=$dir/st" \
     2>"$dir/refused.log"

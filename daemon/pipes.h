@@ -1,0 +1,55 @@
+/*
+ * pipes.h — the activity of foxd's control connections (internal to
+ * daemon/): for each open pipe of the REP socket, when it last finished a
+ * request and how many of its requests are in flight, so that the loop can
+ * close the ones idle longer than daemon.idle_timeout_s.
+ *
+ * A connection that finished the SP handshake and then sends nothing would
+ * otherwise hold its descriptor for the daemon's life; the per-listener cap
+ * (daemon.max_connections) only bounds how many there are. A pipe with a
+ * request in flight is never idle, however long the trainer takes.
+ *
+ * Threads: nng's threads add and remove pipes (pipe notifications) and
+ * begin requests (the receive callback); the loop ends them and sweeps.
+ * Every call takes the table's lock; the lookups are a hash on the pipe id.
+ */
+#ifndef FOX_DAEMON_PIPES_H
+#define FOX_DAEMON_PIPES_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+typedef struct fox_pipe_slot {
+    uint32_t id; /* nng_pipe_id; 0 = free */
+    int in_flight;
+    int64_t last_ms; /* monotonic: connected, or its last reply left */
+} fox_pipe_slot;
+
+typedef struct fox_pipes {
+    pthread_mutex_t lock;
+    fox_pipe_slot *slots;
+    uint32_t cap; /* a power of two; at most half of it used */
+    uint32_t used;
+} fox_pipes;
+
+int fox_pipes_init(fox_pipes *t);
+void fox_pipes_fini(fox_pipes *t);
+
+/* A pipe opened at now_ms. FOX_ENOMEM when the table cannot grow (the pipe is then not timed out). */
+int fox_pipes_add(fox_pipes *t, uint32_t id, int64_t now_ms);
+/* A pipe closed; an id never added is ignored. */
+void fox_pipes_remove(fox_pipes *t, uint32_t id);
+
+/* A request arrived on the pipe: it is busy until the matching fox_pipes_end. */
+void fox_pipes_begin(fox_pipes *t, uint32_t id);
+/* A request's reply left (or was dropped) at now_ms: the idle time counts from here. */
+void fox_pipes_end(fox_pipes *t, uint32_t id, int64_t now_ms);
+
+/*
+ * The ids of up to max pipes with nothing in flight and no activity for
+ * idle_ms or longer, into out; returns how many. The caller closes them
+ * after this returns (closing one calls back into fox_pipes_remove).
+ */
+int fox_pipes_idle(fox_pipes *t, int64_t now_ms, int64_t idle_ms, uint32_t *out, int max);
+
+#endif
