@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "daemon/cpus.h"
 #include "daemon/foxd.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -238,13 +239,16 @@ main(int argc, char **argv)
     if (once)
         return fox_once_main(&cfg, &d, json);
     /*
-     * Serving: leave one core to the loop and nng's threads. With every core
-     * in BLAS, OpenBLAS workers spin in sched_yield and each request's CPU
-     * comes out of training (measured: 17-41 % slower at 1000 req/s on 2
-     * cores, within noise with one core kept free; docs/performance.md).
+     * Serving: one CPU is the loop's and nng's threads' alone (cpus.h), the
+     * others train. With every core in BLAS, OpenBLAS workers spin in
+     * sched_yield and each request's CPU comes out of training (measured:
+     * 17-41 % slower at 1000 req/s on 2 cores, within noise with one core
+     * kept free); a request woken on the trainer's CPU waits for its time
+     * slice (docs/performance.md).
      */
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (cfg.threads == 0 && cores > 1)
-        cfg.threads = (int)(cores - 1);
+    int training_cpus = fox_cpus_reserve_control();
+    long cores = training_cpus > 0 ? training_cpus : sysconf(_SC_NPROCESSORS_ONLN) - 1;
+    if (cfg.threads == 0 && cores > 0)
+        cfg.threads = (int)cores;
     return fox_serve_main(&cfg, &d);
 }

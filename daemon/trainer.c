@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "common/fsutil.h"
 #include "common/log.h"
+#include "daemon/cpus.h"
 #include "daemon/fdreserve.h"
 #include "daemon/record.h"
 #include "daemon/render.h"
@@ -850,6 +851,8 @@ trainer_main(void *arg)
     fox_trainer *t = arg;
     fox_engine *e = NULL;
     char err[1024];
+    /* Before the engine exists: the threads it starts (BLAS, CUDA) inherit the training CPUs. */
+    fox_cpus_leave_control();
     int rv = make_engine(t, &t->cfg, &e, err, sizeof err);
     if (rv == FOX_OK && (rv = resume(t, e, err, sizeof err)) != FOX_OK) {
         fox_engine_destroy(e);

@@ -152,7 +152,7 @@ static const key_def keys[] = {
         "fixed (SP3) or adaptive (SP4) bounds"),
     INT("engine.sentinel", sentinel, 0, 1, "1", "run the fused NaN/threshold check every step"),
     INT("engine.threads", threads, 0, 256, "0",
-        "BLAS threads on the CPU backend; 0 = all cores (--once), cores - 1 (serving)"),
+        "BLAS threads on the CPU backend; 0 = all cores (--once), one per training CPU (serving)"),
     ENM("engine.cuda_math", cuda_math, cuda_math_names, "greedy_tf32",
         "CUDA products: fp32; greedy_tf32 (TF32 where Q only picks greedy actions); tf32"),
     INT("engine.device", device, 0, 255, "0",

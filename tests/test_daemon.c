@@ -1,21 +1,25 @@
 /*
  * test_daemon.c — foxd's pieces without sockets: the configuration (JSON
  * file, --set, daemon keys), checkpoint path rules, the walk-forward driver
- * and the trainer thread's state machine and commands, on the CPU backend
- * with a shrunken model. The sockets are covered by test_daemon.sh.
+ * the trainer thread's state machine and commands, on the CPU backend
+ * with a shrunken model, and the control plane's CPU. The sockets are
+ * covered by test_daemon.sh.
  */
 #include <check.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "daemon/answer.h"
 #include "daemon/conf.h"
 #include "daemon/pipes.h"
+#include "daemon/cpus.h"
 #include "daemon/render.h"
 #include "gpu/isv.h"
 #include "proto/proto.h"
@@ -621,6 +625,110 @@ START_TEST(test_pipes)
     ck_assert_uint_eq(t.used, 0);
     ck_assert_int_eq(fox_pipes_idle(&t, 9000, 0, idle, N), 0);
     fox_pipes_fini(&t);
+/* ------------------------------------------------------------------- cpus */
+
+/* A thread that waits until told to leave, so that its affinity can be read meanwhile. */
+static pthread_mutex_t park_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t park_cond = PTHREAD_COND_INITIALIZER;
+static int park_leave;
+
+static void *
+parked(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&park_lock);
+    while (!park_leave)
+        pthread_cond_wait(&park_cond, &park_lock);
+    pthread_mutex_unlock(&park_lock);
+    return NULL;
+}
+
+/* A thread that leaves the control CPU, as the trainer does, and reports where it may run. */
+static void *
+leaver(void *arg)
+{
+    fox_cpus_leave_control();
+    pthread_getaffinity_np(pthread_self(), sizeof(cpu_set_t), arg);
+    return NULL;
+}
+
+/*
+ * In a child process (the affinity is the process's own to change): with
+ * `one_cpu`, first confine it to one CPU. Returns 0, or the number of the
+ * first check that failed.
+ */
+static int
+cpus_child(int one_cpu)
+{
+    cpu_set_t allowed, mine, got, control, training;
+    pthread_t before, after;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+        return 1;
+    int lowest = 0;
+    while (!CPU_ISSET(lowest, &allowed))
+        lowest++;
+    if (one_cpu) {
+        CPU_ZERO(&allowed);
+        CPU_SET(lowest, &allowed);
+        if (sched_setaffinity(0, sizeof allowed, &allowed) != 0)
+            return 2;
+    }
+    int n = CPU_COUNT(&allowed);
+    CPU_ZERO(&control);
+    CPU_SET(lowest, &control);
+    training = allowed;
+    if (n > 1)
+        CPU_CLR(lowest, &training);
+
+    if (pthread_create(&before, NULL, parked, NULL) != 0)
+        return 3;
+    int r = fox_cpus_reserve_control();
+    if (r != (n > 1 ? n - 1 : n))
+        return 4;
+    sched_getaffinity(0, sizeof mine, &mine);
+    /* The caller keeps the lowest CPU (all it had, with one). */
+    if (!CPU_EQUAL(&mine, n > 1 ? &control : &allowed))
+        return 5;
+    /* A thread that existed before goes to the training CPUs. */
+    pthread_getaffinity_np(before, sizeof got, &got);
+    if (!CPU_EQUAL(&got, &training))
+        return 6;
+    /* A training thread started afterwards leaves the control CPU. */
+    if (pthread_create(&after, NULL, leaver, &got) != 0 || pthread_join(after, NULL) != 0)
+        return 7;
+    if (!CPU_EQUAL(&got, &training))
+        return 8;
+    pthread_mutex_lock(&park_lock);
+    park_leave = 1;
+    pthread_cond_broadcast(&park_cond);
+    pthread_mutex_unlock(&park_lock);
+    pthread_join(before, NULL);
+    return 0;
+}
+
+static void
+check_cpus(int one_cpu)
+{
+    int status;
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0)
+        _exit(cpus_child(one_cpu));
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "control CPU check %d failed (one_cpu=%d)", WEXITSTATUS(status), one_cpu);
+}
+
+START_TEST(test_cpus_split)
+{
+    /* On a one-CPU machine this is the one-CPU case again: nothing to split. */
+    check_cpus(0);
+}
+END_TEST
+
+START_TEST(test_cpus_one)
+{
+    check_cpus(1);
 }
 END_TEST
 
@@ -634,6 +742,8 @@ daemon_suite(void)
     tcase_add_test(tc, test_dconf_finish);
     tcase_add_test(tc, test_ckpt_paths);
     tcase_add_test(tc, test_pipes);
+    tcase_add_test(tc, test_cpus_split);
+    tcase_add_test(tc, test_cpus_one);
     suite_add_tcase(s, tc);
     tc = tcase_create("training");
     tcase_set_timeout(tc, 300);

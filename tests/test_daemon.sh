@@ -70,6 +70,26 @@ ok "foxctl exits 3 when no daemon answers"
 start_foxd
 ok "foxd started on $url"
 
+# With two CPUs or more, the loop (the main thread) and nng's threads keep one CPU to
+# themselves and the trainer runs on the others.
+if [ "$(nproc)" -ge 2 ]; then
+    cpus_of() { sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "/proc/$pid/task/$1/status"; }
+    loop_cpus=$(cpus_of "$pid")
+    case $loop_cpus in *[,-]*) fail "the loop may run on CPUs $loop_cpus, want one" ;; esac
+    for t in /proc/"$pid"/task/*; do
+        tid=${t##*/} comm=$(cat "$t/comm")
+        case $comm in
+        nng:*) [ "$(cpus_of "$tid")" = "$loop_cpus" ] || fail "$comm on $(cpus_of "$tid"), want $loop_cpus" ;;
+        esac
+    done
+    # The trainer: a "foxd" thread on other CPUs (the probe thread stays with the loop).
+    trainer_cpus=$(for t in /proc/"$pid"/task/*; do
+        [ "$(cat "$t/comm")" = foxd ] && cpus_of "${t##*/}"; done | grep -vx "$loop_cpus" | head -1)
+    [ -n "$trainer_cpus" ] || fail "no foxd thread off the loop's CPU $loop_cpus"
+    case ",$trainer_cpus," in *",$loop_cpus,"*) fail "trainer shares CPU $loop_cpus" ;; esac
+    ok "the control plane on CPU $loop_cpus, training on $trainer_cpus"
+fi
+
 # -------------------------------------------------------- read-only commands
 ctl version | grep -q "protocol 1" || fail "version"
 ok "version"
