@@ -625,6 +625,9 @@ START_TEST(test_pipes)
     ck_assert_uint_eq(t.used, 0);
     ck_assert_int_eq(fox_pipes_idle(&t, 9000, 0, idle, N), 0);
     fox_pipes_fini(&t);
+}
+END_TEST
+
 /* ------------------------------------------------------------------- cpus */
 
 /* A thread that waits until told to leave, so that its affinity can be read meanwhile. */
