@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/hash.h"
 #include "common/utf8.h"
 #include "proto/proto.h"
 
@@ -162,9 +163,7 @@ has_duplicate(const cJSON *obj, const char **dup)
     if (set == stack)
         memset(stack, 0, sizeof stack);
     for (const cJSON *a = obj->child; a && !found; a = a->next) {
-        uint64_t h = 0xcbf29ce484222325ULL;
-        for (const unsigned char *p = (const unsigned char *)a->string; *p; p++)
-            h = (h ^ *p) * 0x100000001b3ULL;
+        uint64_t h = fox_fnv1a(FOX_FNV_OFFSET, a->string, strlen(a->string));
         size_t i = (size_t)h & (cap - 1);
         while (set[i] && strcmp(set[i], a->string) != 0)
             i = (i + 1) & (cap - 1);
