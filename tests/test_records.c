@@ -623,9 +623,5 @@ main(void)
     tcase_add_test(tc, load_policy_refuses_another_layout);
     tcase_add_test(tc, once_leaves_a_complete_run_directory);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return fox_test_run_suite(s);
 }
