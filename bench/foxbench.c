@@ -31,6 +31,7 @@
 #include <time.h>
 
 #include "gpu/engine.h"
+#include "common/clock.h"
 #include "common/log.h"
 #ifdef FOX_HAVE_CUPTI
 #include "bench/trace.h"
@@ -39,9 +40,7 @@
 static double
 now_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+    return fox_mono_s() * 1e6;
 }
 
 static int

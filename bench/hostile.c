@@ -35,6 +35,8 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 
+#include "common/clock.h"
+
 #define RECV_TIMEOUT_MS 10000
 #define MAX_CLIENTS     64
 
@@ -45,14 +47,6 @@ static char *worst;
 static size_t worst_len;
 static atomic_int hostile_on, quit;
 static atomic_long hostile_sent;
-
-static double
-now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void
 die(const char *what, int rv)
@@ -133,9 +127,9 @@ static snap
 status_snap(nng_socket s)
 {
     static const char req[] = "{\"v\":1,\"id\":2,\"cmd\":\"status\"}";
-    double t0 = now_s();
+    double t0 = fox_mono_s();
     cJSON *doc = call(s, req, sizeof req - 1);
-    double t1 = now_s();
+    double t1 = fox_mono_s();
     const cJSON *res = cJSON_GetObjectItemCaseSensitive(doc, "result");
     const cJSON *step = cJSON_GetObjectItemCaseSensitive(res, "as_of_step");
     const cJSON *age = cJSON_GetObjectItemCaseSensitive(res, "age_ms");
@@ -224,10 +218,10 @@ main(int argc, char **argv)
         usleep(500000); /* let the hostile clients start or stop */
         long h0 = atomic_load(&hostile_sent);
         snap b = status_snap(probe);
-        double t0 = now_s(), t1;
+        double t0 = fox_mono_s(), t1;
         long n = 0;
         static const char req[] = "{\"v\":1,\"id\":4,\"cmd\":\"status\"}";
-        while ((t1 = now_s()) - t0 < window_s) {
+        while ((t1 = fox_mono_s()) - t0 < window_s) {
             cJSON_Delete(call(probe, req, sizeof req - 1));
             n++;
         }

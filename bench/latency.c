@@ -52,14 +52,14 @@
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/protocol/reqrep0/req.h>
 
+#include "common/clock.h"
+
 #define RECV_TIMEOUT_MS 5000
 
 static double
 now_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+    return fox_mono_s() * 1e6;
 }
 
 static void __attribute__((noreturn)) die(const char *what, int rv)
