@@ -414,9 +414,7 @@ on_pipe(nng_pipe p, nng_pipe_ev ev, void *arg)
         return;
     }
     nng_pipe_close(p);
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    int64_t now = fox_mono_ms();
     int64_t last = atomic_load(&set->cap_logged_ms);
     if (now - last >= CAP_LOG_MS && atomic_compare_exchange_strong(&set->cap_logged_ms, &last, now))
         fox_log(FOX_LOG_WARNING, "%s: %d connections open; closing new ones (daemon.max_connections)",
