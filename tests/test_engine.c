@@ -200,13 +200,10 @@ START_TEST(checkpoint_round_trip_and_refusals)
     FOX_CK_ENGINE_OK(b, fox_engine_get_params(b, pc, n));
 
     /* Corrupt copies are refused and leave b untouched. */
-    FILE *fp = fopen(path, "rb");
-    fseek(fp, 0, SEEK_END);
-    long len = ftell(fp);
-    rewind(fp);
-    char *raw = malloc((size_t)len);
-    ck_assert_int_eq(fread(raw, 1, (size_t)len, fp), (size_t)len);
-    fclose(fp);
+    size_t size = 0;
+    char *raw = fox_test_read_file(path, &size);
+    ck_assert_ptr_nonnull(raw);
+    long len = (long)size;
     struct {
         long size, flip;
         int code;
@@ -217,7 +214,7 @@ START_TEST(checkpoint_round_trip_and_refusals)
                  {len, 0, FOX_EFORMAT, "bad magic"},
                  {len, 20, FOX_EFORMAT, "header CRC"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        fp = fopen(bad, "wb");
+        FILE *fp = fopen(bad, "wb");
         if (cases[i].flip >= 0)
             raw[cases[i].flip] ^= 0x5a;
         fwrite(raw, 1, (size_t)cases[i].size, fp);

@@ -38,35 +38,12 @@ small_config(fox_config *c)
     fox_test_set_pairs(c, small);
 }
 
-/* The whole file as text (malloc'd), NULL when it cannot be read. */
-static char *
-slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf)
-        buf[n] = 0;
-    if (len)
-        *len = (size_t)n;
-    return buf;
-}
-
 static cJSON *
 read_json(const char *dir, const char *name)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    char *text = slurp(path, NULL);
+    char *text = fox_test_read_file(path, NULL);
     ck_assert_msg(text, "%s is missing", path);
     cJSON *doc = cJSON_Parse(text);
     ck_assert_msg(doc, "%s is not JSON", path);
@@ -80,7 +57,7 @@ csv_rows(const char *dir, const char *name, const char *header_start)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    char *text = slurp(path, NULL);
+    char *text = fox_test_read_file(path, NULL);
     ck_assert_msg(text, "%s is missing", path);
     ck_assert_msg(strncmp(text, header_start, strlen(header_start)) == 0, "%s: header '%.60s'",
                   name, text);
@@ -221,7 +198,7 @@ static void
 downgrade_to_v1(const char *v2, const char *v1, size_t n_params)
 {
     size_t len;
-    char *buf = slurp(v2, &len);
+    char *buf = fox_test_read_file(v2, &len);
     ck_assert_ptr_nonnull(buf);
     const size_t hdr = 56, counters = 56;
     size_t payload = 16 * n_params + 4 * FOX_ISV_TOTAL_DIM + counters;
@@ -314,7 +291,7 @@ file_starts(const char *dir, const char *name, const char *magic, size_t n)
     char path[1024];
     size_t len = 0;
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    char *buf = slurp(path, &len);
+    char *buf = fox_test_read_file(path, &len);
     int ok = buf && len >= n && memcmp(buf, magic, n) == 0;
     free(buf);
     return ok;
@@ -325,7 +302,7 @@ svg_file(const char *dir, const char *name)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    char *buf = slurp(path, NULL);
+    char *buf = fox_test_read_file(path, NULL);
     int ok = buf && strstr(buf, "<svg") && strstr(buf, "</svg>");
     free(buf);
     return ok;
@@ -383,7 +360,7 @@ baselines_csv_matches(const char *dir, const char *name, const cJSON *f)
     const cJSON *want = cJSON_GetObjectItemCaseSensitive(f, "baselines");
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    char *text = slurp(path, NULL);
+    char *text = fox_test_read_file(path, NULL);
     ck_assert_msg(text, "%s is missing", path);
     const char *header = "baseline,sharpe,sharpe_se,sharpe_gross,turnover,max_drawdown,"
                          "total_return,bars,lookback\n";
@@ -449,7 +426,7 @@ START_TEST(once_leaves_a_complete_run_directory)
 
     /* metrics.jsonl: two epochs and a line per fold, every figure of training filled. */
     snprintf(path, sizeof path, "%s/metrics.jsonl", run);
-    char *text = slurp(path, NULL);
+    char *text = fox_test_read_file(path, NULL);
     ck_assert_ptr_nonnull(text);
     int epochs = 0, folds = 0;
     for (char *save = NULL, *line = strtok_r(text, "\n", &save); line;
@@ -479,7 +456,7 @@ START_TEST(once_leaves_a_complete_run_directory)
     ck_assert_int_eq(csv_rows(run, "epochs.csv", "fold,epoch,step,loss,"), 4);
     ck_assert_int_ge(csv_rows(run, "isv.csv", "fold,step,total_steps,Q_ABS_REF"), 5);
     snprintf(path, sizeof path, "%s/foxd.log", run);
-    text = slurp(path, NULL);
+    text = fox_test_read_file(path, NULL);
     ck_assert_msg(text && strstr(text, "fold 0 epoch 2/2"), "foxd.log lacks the progress");
     free(text);
 
@@ -499,7 +476,7 @@ START_TEST(once_leaves_a_complete_run_directory)
         snprintf(name, sizeof name, "fold%d-equity.csv", k);
         ck_assert_int_eq(csv_rows(run, name, "bar,policy,buy_and_hold"), (int)num(f, "test_bars"));
         snprintf(path, sizeof path, "%s/%s", run, name);
-        text = slurp(path, NULL);
+        text = fox_test_read_file(path, NULL);
         const char *last_row = strrchr(text, ',') + 1;
         double want = num(cJSON_GetObjectItemCaseSensitive(
                               cJSON_GetObjectItemCaseSensitive(f, "baselines"), "buy_hold"),
@@ -548,8 +525,8 @@ START_TEST(once_leaves_a_complete_run_directory)
     ck_assert(num(bfold, "trend_k") == num(fold, "trend_k"));
     ck_assert(num(bfold, "trend_k_tried") == FOX_TREND_K_COUNT);
     ck_assert(num(bfold, "oracle_fraction") == num(fold, "oracle_fraction"));
-    char *bl = slurp(strcat(strcpy(path, run), "/fold0-baselines.csv"), NULL);
-    char *bbl = slurp(strcat(strcpy(path, bt), "/backtest-baselines.csv"), NULL);
+    char *bl = fox_test_read_file(strcat(strcpy(path, run), "/fold0-baselines.csv"), NULL);
+    char *bbl = fox_test_read_file(strcat(strcpy(path, bt), "/backtest-baselines.csv"), NULL);
     ck_assert_msg(bl && bbl && !strcmp(bl, bbl), "backtest-baselines.csv:\n%s\nfold:\n%s", bbl,
                   bl);
     free(bl);

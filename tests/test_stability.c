@@ -636,30 +636,21 @@ read_doc(void)
                                         "../../docs/stability.md"};
     char path[1024];
     const char *root = getenv("FOX_SOURCE_ROOT");
-    FILE *f = NULL;
+    char *doc = NULL;
     if (root) {
         snprintf(path, sizeof path, "%s/docs/stability.md", root);
-        f = fopen(path, "rb");
+        doc = fox_test_read_file(path, NULL);
     }
-    if (!f) {
+    if (!doc) {
         const char *src = __FILE__, *slash = strrchr(src, '/');
         if (slash) {
             snprintf(path, sizeof path, "%.*s/../docs/stability.md", (int)(slash - src), src);
-            f = fopen(path, "rb");
+            doc = fox_test_read_file(path, NULL);
         }
     }
-    for (size_t k = 0; !f && k < sizeof cands / sizeof cands[0]; k++)
-        f = fopen(cands[k], "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    size_t got = fread(buf, 1, (size_t)n, f);
-    buf[got] = '\0';
-    fclose(f);
-    return buf;
+    for (size_t k = 0; !doc && k < sizeof cands / sizeof cands[0]; k++)
+        doc = fox_test_read_file(cands[k], NULL);
+    return doc;
 }
 
 /* The text between <!-- NAME:begin --> and <!-- NAME:end --> (in place), or NULL. */

@@ -85,6 +85,29 @@ fox_test_set_fault(fox_config *c, const char *buffer, const char *kind, int step
 }
 
 /* An engine created from c with its data loaded, before any fold. */
+/* The whole file at path, NUL-terminated (malloc'd), its size in *len (may be NULL); NULL when it cannot be read. */
+static inline char *
+fox_test_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) &&
+        fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) {
+        buf[n] = '\0';
+        if (len)
+            *len = (size_t)n;
+    }
+    return buf;
+}
+
 static inline fox_engine *
 fox_test_engine_loaded(const fox_config *c)
 {
