@@ -404,21 +404,24 @@ acc_add(stat_acc *a, double x)
     a->n++;
 }
 
+/* The standard error of the mean of a's n ≥ 2 values (sample variance). */
+static double
+acc_se(const stat_acc *a)
+{
+    double m = a->sum / a->n, var = (a->sum2 - a->n * m * m) / (a->n - 1);
+    return sqrt(var > 0 ? var : 0) / sqrt(a->n);
+}
+
 /* "m ± se" (se over seeds; none with one seed), or "n/a". */
 static void
 acc_text(const stat_acc *a, char *buf, size_t len)
 {
-    if (a->n == 0) {
+    if (a->n == 0)
         snprintf(buf, len, "n/a");
-        return;
-    }
-    double m = a->sum / a->n;
-    if (a->n < 2) {
-        snprintf(buf, len, "%.3f", m);
-        return;
-    }
-    double var = (a->sum2 - a->n * m * m) / (a->n - 1);
-    snprintf(buf, len, "%.3f ± %.3f", m, sqrt(var > 0 ? var : 0) / sqrt(a->n));
+    else if (a->n < 2)
+        snprintf(buf, len, "%.3f", a->sum / a->n);
+    else
+        snprintf(buf, len, "%.3f ± %.3f", a->sum / a->n, acc_se(a));
 }
 
 static void
@@ -426,14 +429,10 @@ acc_json(cJSON *o, const char *name, const stat_acc *a)
 {
     cJSON *s = cJSON_AddObjectToObject(o, name);
     cJSON_AddNumberToObject(s, "n", a->n);
-    if (a->n) {
-        double m = a->sum / a->n;
-        cJSON_AddNumberToObject(s, "mean", m);
-        if (a->n > 1) {
-            double var = (a->sum2 - a->n * m * m) / (a->n - 1);
-            cJSON_AddNumberToObject(s, "se", sqrt(var > 0 ? var : 0) / sqrt(a->n));
-        }
-    }
+    if (a->n)
+        cJSON_AddNumberToObject(s, "mean", a->sum / a->n);
+    if (a->n > 1)
+        cJSON_AddNumberToObject(s, "se", acc_se(a));
 }
 
 /* A baseline's Sharpe, by whichever name its object uses. */
