@@ -1,18 +1,30 @@
 #!/usr/bin/env python3
-"""learning.py — does the trained agent do no harm, and how much of the edge does it take?
+"""learning.py — does the trained agent find the edges a one-line rule finds, and stay out where
+there is none?
 
-Runs the walk-forward (folds 0,1,2) over several seeds on each data source
-(the no-edge generators randomwalk and garch, and the synthetic default), each
-run on a private foxd (`foxctl --json run --spawn`), and prints per source the
-mean ± standard error over seeds of every test figure the fold objects carry:
-the policy's (test_sharpe, test_turnover, ...) and each baseline's, read by
-name from the fold JSON, whatever baselines the build reports. A seed's figure
-is the mean over its folds; the SE is the sample standard deviation over
-seeds / sqrt(seeds).
+Runs the walk-forward (folds 0,1,2) over several seeds on each case, each run on a private foxd
+(`foxctl --json run --spawn`), and prints per case the mean over folds, then mean ± standard
+error over seeds, of the policy's test net Sharpe with its turnover, beside the simple rule the
+case admits, the trend rule, buy-and-hold and flat on the same bars, and the policy's paired
+difference against each. A line per case says whether the learning targets hold.
 
-    bench/learning.py                          # 5 seeds, all three sources, backend auto
-    bench/learning.py --seeds 3 --epochs 3 --steps 300 --backend cpu
-    bench/learning.py --sources randomwalk --set policy.band=4 --json out.json
+The cases (--cases, default all):
+  known edges   ar1+ ar1- ar3+ (autocorr: lag 1 of either sign, lag 3), volmom (volatility-scaled
+                momentum), hours (a drift in two windows of the day): their rule is the
+                generator's own, the target is >= 50 % of its Sharpe (and the trend rule's,
+                where the trend rule does not trade that edge);
+  regime drift  synthetic (the default): its rule is the trend rule; the target is >= the trend
+                rule and >= 40 % of the oracle;
+  no edge       randomwalk, garch: the target is >= -0.3;
+  real          sp500, dem2gbp (daily, from --data-dir): the target is not below flat by more
+                than one SE.
+
+Variants (--variant NAME:KEY=V,KEY=V, repeatable) run every case under other settings, so that
+one call compares levers side by side on the same seeds.
+
+    bench/learning.py                                   # 5 seeds x every case, backend auto
+    bench/learning.py --seeds 3 --epochs 3 --steps 300 --backend cpu --cases ar1+,randomwalk
+    bench/learning.py --variant band0:policy.band=0 --variant default: --jobs 8
 
 Standard library only. Exit status: 0 when every run finished, 1 otherwise.
 """
@@ -26,49 +38,31 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+DAILY = ["data.synth_bars=10000"]
+
+# name: (kind, settings). The daily known-edge series get 10,000 bars (about 40 years), a
+# history of the length real daily files have, so that fold 0 trains on 2,500 bars.
+CASES = {
+    "ar1+": ("edge", ["data.source=autocorr", "data.edge_lag=1", "data.edge_coef=0.1"] + DAILY),
+    "ar1-": ("edge", ["data.source=autocorr", "data.edge_lag=1", "data.edge_coef=-0.1"] + DAILY),
+    "ar3+": ("edge", ["data.source=autocorr", "data.edge_lag=3", "data.edge_coef=0.1"] + DAILY),
+    "volmom": ("edge-trend", ["data.source=volmom", "data.edge_coef=0.1"] + DAILY),
+    "hours": ("edge", ["data.source=hours", "data.edge_coef=0.15"]),
+    "synthetic": ("regime", ["data.source=synthetic"]),
+    "randomwalk": ("noedge", ["data.source=randomwalk"]),
+    "garch": ("noedge", ["data.source=garch"]),
+    "sp500": ("real", ["data.source={data}/sp500_daily_1928_1991.csv", "data.bars_per_year=252"]),
+    "dem2gbp": ("real", ["data.source={data}/dem2gbp_daily_1984_1991.csv",
+                         "data.bars_per_year=252"]),
+}
 
 
-def flatten(obj, prefix=""):
-    """Numeric leaves of a fold object as {dotted.path: value}.
-
-    A list of objects that name themselves ("name", "policy" or "baseline")
-    is keyed by that name, so that baselines read the same whether the fold
-    object nests them as an object or as a list.
-    """
-    out = {}
-    if isinstance(obj, bool):
-        return out
-    if isinstance(obj, (int, float)):
-        out[prefix] = float(obj)
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            out.update(flatten(v, f"{prefix}.{k}" if prefix else k))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            name = None
-            if isinstance(v, dict):
-                name = next((v[k] for k in ("name", "policy", "baseline")
-                             if isinstance(v.get(k), str)), None)
-            key = name if name is not None else str(i)
-            out.update(flatten(v, f"{prefix}.{key}" if prefix else key))
-    return out
-
-
-def wanted(key):
-    """The figures the summary shows: Sharpe ratios, turnover, drawdown, oracle fraction."""
-    k = key.lower()
-    if k in ("fold", "epochs", "best_epoch", "steps_per_sec", "bars_per_year"):
-        return False
-    return any(w in k for w in ("sharpe", "turnover", "drawdown", "oracle", "fraction"))
-
-
-def run_one(args, source, seed):
+def run_one(args, settings, seed):
     """One walk-forward; returns (list of fold objects, seconds) or raises RuntimeError."""
     cmd = [args.foxctl, "--json", "run", "--spawn", "--folds", args.folds,
            "--epochs", str(args.epochs), "--steps", str(args.steps),
-           "--backend", args.backend,
-           "--set", f"data.source={source}", "--set", f"train.seed={seed}"]
-    for kv in args.set:
+           "--backend", args.backend, "--set", f"train.seed={seed}"]
+    for kv in settings:
         cmd += ["--set", kv]
     t0 = time.monotonic()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -83,14 +77,17 @@ def run_one(args, source, seed):
             res = (ev.get("data") or {}).get("result") or {}
             if isinstance(res.get("folds"), list):
                 folds = res["folds"]
-    if p.returncode != 0 or not folds:
+    if p.returncode not in (0, 5) or not folds:
         tail = "\n".join(p.stderr.strip().splitlines()[-5:])
         raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}\n{tail}")
     return folds, dt
 
 
 def mean_se(xs):
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
     n = len(xs)
+    if n == 0:
+        return float("nan"), float("nan")
     m = sum(xs) / n
     if n < 2:
         return m, float("nan")
@@ -98,18 +95,73 @@ def mean_se(xs):
     return m, math.sqrt(var / n)
 
 
+def fold_figures(fold):
+    """The figures of one fold the summary reads: policy and each row, with paired diffs."""
+    base = fold.get("baselines") or {}
+    out = {"policy": fold.get("test_sharpe"), "policy.turnover": fold.get("test_turnover")}
+    for name in ("rule", "trend", "buy_hold", "flat", "oracle", "random"):
+        b = base.get(name)
+        if isinstance(b, dict):
+            out[name] = b.get("sharpe")
+            out[name + ".turnover"] = b.get("turnover")
+            out[name + ".diff"] = b.get("policy_diff")
+    return out
+
+
+def seed_figures(folds):
+    """A seed's figures: the mean over its folds that count (not halted, with test bars)."""
+    used = [f for f in folds if not isinstance(f.get("halted"), dict) and f.get("test_bars", 0) > 1]
+    per = [fold_figures(f) for f in used]
+    keys = set().union(*per) if per else set()
+    return {k: sum(p[k] for p in per if isinstance(p.get(k), (int, float))) /
+            max(1, sum(isinstance(p.get(k), (int, float)) for p in per)) for k in keys
+            if any(isinstance(p.get(k), (int, float)) for p in per)}, len(folds) - len(used)
+
+
+def fmt(m, se, width=6):
+    if not math.isfinite(m):
+        return "n/a".rjust(width + 8)
+    return f"{m:+{width}.2f} ± {se:4.2f}" if math.isfinite(se) else f"{m:+{width}.2f}       "
+
+
+def verdict(kind, fig):
+    """The case's learning target, as (PASS|MISS, what was asked) from its per-seed means."""
+    pol, pse = fig["policy"]
+    if kind in ("edge", "edge-trend"):
+        rule = fig["rule"][0]
+        ok = math.isfinite(rule) and pol >= 0.5 * rule
+        want = f">= 50% of rule ({0.5 * rule:+.2f})"
+        if kind == "edge":
+            ok = ok and pol > fig["trend"][0]
+            want += " and > trend"
+        return ("PASS" if ok else "MISS"), want
+    if kind == "regime":
+        oracle = fig["oracle"][0]
+        ok = pol >= fig["trend"][0] and pol >= 0.4 * oracle
+        return ("PASS" if ok else "MISS"), f">= trend and >= 40% of oracle ({0.4 * oracle:+.2f})"
+    if kind == "noedge":
+        return ("PASS" if pol >= -0.3 else "MISS"), ">= -0.30"
+    d, dse = fig["flat.diff"]
+    ok = math.isfinite(d) and d >= -(dse if math.isfinite(dse) else 0.0)
+    return ("PASS" if ok else "MISS"), "not below flat by more than one SE"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", type=int, default=5, help="seeds per source (default 5)")
+    ap.add_argument("--seeds", type=int, default=5, help="seeds per case (default 5)")
     ap.add_argument("--first-seed", type=int, default=1, help="first train.seed (default 1)")
-    ap.add_argument("--sources", default="randomwalk,garch,synthetic",
-                    help="data.source values, comma-separated (default randomwalk,garch,synthetic)")
-    ap.add_argument("--epochs", type=int, default=3, help="epochs per fold (default 3)")
+    ap.add_argument("--cases", default=",".join(CASES),
+                    help=f"cases, comma-separated (default all: {','.join(CASES)})")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:K=V,K=V",
+                    help="run every case also with these keys (repeatable; 'NAME:' = defaults)")
+    ap.add_argument("--epochs", type=int, default=5, help="epochs per fold (default 5)")
     ap.add_argument("--steps", type=int, default=500, help="train steps per epoch (default 500)")
     ap.add_argument("--folds", default="0,1,2", help="folds (default 0,1,2)")
     ap.add_argument("--backend", default="auto", help="auto (CUDA when present), cpu or cuda")
     ap.add_argument("--set", action="append", default=[], metavar="K=V",
-                    help="extra foxd config key, repeatable (e.g. policy.band=4)")
+                    help="extra foxd config key for every run, repeatable (e.g. policy.band=4)")
+    ap.add_argument("--data-dir", default=os.path.join(HERE, "..", "..", "shared", "data"),
+                    help="folder of the real daily series (default ../shared/data)")
     ap.add_argument("--foxctl", default=os.path.join(HERE, "..", "build", "client", "foxctl"),
                     help="foxctl binary (default build/client/foxctl; foxd is found beside it)")
     ap.add_argument("--jobs", type=int, default=1,
@@ -117,54 +169,76 @@ def main():
     ap.add_argument("--json", metavar="FILE", help="also write every run's fold objects here")
     args = ap.parse_args()
 
-    sources = [s for s in args.sources.split(",") if s]
+    cases = [c for c in args.cases.split(",") if c]
+    for c in cases:
+        if c not in CASES:
+            ap.error(f"no case {c!r} (cases: {', '.join(CASES)})")
+    variants = []
+    for v in args.variant or ["default:"]:
+        name, _, kv = v.partition(":")
+        variants.append((name or "default", [x for x in kv.split(",") if x]))
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    data = os.path.abspath(args.data_dir)
     print(f"config: backend {args.backend}, folds {args.folds}, {args.epochs} epochs x "
-          f"{args.steps} steps, seeds {seeds[0]}..{seeds[-1]}, sources {','.join(sources)}"
+          f"{args.steps} steps, seeds {seeds[0]}..{seeds[-1]}, cases {','.join(cases)}"
           + (f", set {' '.join(args.set)}" if args.set else ""), flush=True)
 
+    def settings(case, extra):
+        return [s.format(data=data) for s in CASES[case][1]] + args.set + extra
+
     record, failed = {}, 0
-    # Every (source, seed) walk is independent: run them --jobs at a time, say each as it
-    # ends (so a run cut short still shows its finished walks), then report in order.
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        runs = {(source, seed): pool.submit(run_one, args, source, seed)
-                for source in sources for seed in seeds}
+        runs = {(vn, c, s): pool.submit(run_one, args, settings(c, vkv), s)
+                for vn, vkv in variants for c in cases for s in seeds}
         names = {f: key for key, f in runs.items()}
         for f in concurrent.futures.as_completed(names):
-            source, seed = names[f]
+            vn, c, s = names[f]
             if f.exception() is None:
                 folds, dt = f.result()
-                print(f"  done {source} seed {seed}: test Sharpe "
-                      + " ".join(f"{x.get('test_sharpe', float('nan')):+.2f}" for x in folds)
-                      + f", turnover "
-                      + " ".join(f"{x.get('test_turnover', float('nan')):.4f}" for x in folds)
+                print(f"  done {vn} {c} seed {s}: test Sharpe "
+                      + " ".join(f"{x.get('test_sharpe') or float('nan'):+.2f}" for x in folds)
+                      + " turnover "
+                      + " ".join(f"{x.get('test_turnover') or float('nan'):.3f}" for x in folds)
                       + f" ({dt:.0f} s)", file=sys.stderr, flush=True)
-    for source in sources:
-        per_seed = []
-        for seed in seeds:
-            try:
-                folds, dt = runs[(source, seed)].result()
-            except RuntimeError as e:
-                print(f"  {source} seed {seed}: FAILED: {e}", file=sys.stderr, flush=True)
-                failed += 1
+            else:
+                print(f"  FAILED {vn} {c} seed {s}: {f.exception()}", file=sys.stderr, flush=True)
+
+    for vn, vkv in variants:
+        print(f"\nvariant {vn}{': ' + ' '.join(vkv) if vkv else ' (defaults)'} — each cell the "
+              f"mean over folds, then mean ± SE over seeds; turnover in brackets")
+        print(f"  {'case':<11}{'policy':>15} {'(turn)':>7} {'rule':>15} {'(turn)':>7} "
+              f"{'trend':>15} {'buy&hold':>15} {'pol-flat':>15} {'pol-rule':>15}  target")
+        for c in cases:
+            kind = CASES[c][0]
+            per, left_out = [], 0
+            for s in seeds:
+                try:
+                    folds, _ = runs[(vn, c, s)].result()
+                except RuntimeError:
+                    failed += 1
+                    continue
+                figs, lo = seed_figures(folds)
+                left_out += lo
+                per.append(figs)
+                record.setdefault(vn, {}).setdefault(c, []).append({"seed": s, "folds": folds})
+            if not per:
+                print(f"  {c:<11} no run finished")
                 continue
-            flat = [flatten(f) for f in folds]
-            keys = [k for k in flat[0] if wanted(k) and all(k in f for f in flat)]
-            means = {k: sum(f[k] for f in flat) / len(flat) for k in keys}
-            per_seed.append(means)
-            record.setdefault(source, []).append({"seed": seed, "folds": folds})
-            print(f"  {source} seed {seed}: test Sharpe "
-                  + " ".join(f"{f.get('test_sharpe', float('nan')):+.2f}" for f in flat)
-                  + f", turnover {means.get('test_turnover', float('nan')):.4f} ({dt:.0f} s)",
-                  file=sys.stderr, flush=True)
-        if not per_seed:
-            continue
-        keys = [k for k in per_seed[0] if all(k in m for m in per_seed)]
-        print(f"\n{source}: mean over folds, then mean ± SE over {len(per_seed)} seeds")
-        width = max(len(k) for k in keys)
-        for k in keys:
-            m, se = mean_se([s[k] for s in per_seed])
-            print(f"  {k:<{width}}  {m:+9.4f} ± {se:.4f}")
+            keys = set().union(*per)
+            fig = {k: mean_se([p.get(k) for p in per]) for k in keys}
+            for k in ("policy", "rule", "trend", "oracle", "flat.diff", "rule.diff"):
+                fig.setdefault(k, (float("nan"), float("nan")))
+            # The regime generator's simple rule is the trend rule.
+            rule_key = "rule" if kind != "regime" else "trend"
+            ok, want = verdict(kind, fig)
+            print(f"  {c:<11}{fmt(*fig['policy']):>15} "
+                  f"({fig.get('policy.turnover', (float('nan'),))[0]:5.3f}) "
+                  f"{fmt(*fig[rule_key]):>15} "
+                  f"({fig.get(rule_key + '.turnover', (float('nan'),))[0]:5.3f}) "
+                  f"{fmt(*fig['trend']):>15} {fmt(*fig.get('buy_hold', (float('nan'),) * 2)):>15} "
+                  f"{fmt(*fig['flat.diff']):>15} {fmt(*fig.get(rule_key + '.diff', fig['rule.diff'])):>15}"
+                  f"  {ok} {want}"
+                  + (f" ({left_out} halted folds left out)" if left_out else ""))
     if args.json:
         with open(args.json, "w") as fp:
             json.dump({"config": vars(args), "runs": record}, fp, indent=1)

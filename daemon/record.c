@@ -366,7 +366,8 @@ write_baselines(fox_record *r, const char *prefix, const fox_fold_report *rep)
     for (int p = 0; p < FOX_POLICY_COUNT; p++) {
         const fox_eval_result *b = &rep->test_policy[p];
         const char *name = fox_render_baseline_name((fox_policy)p);
-        if (!name || (p == FOX_POLICY_ORACLE && !rep->has_oracle))
+        if (!name || (p == FOX_POLICY_ORACLE && !rep->has_oracle) ||
+            (p == FOX_POLICY_RULE && !rep->has_rule))
             continue;
         n += snprintf(text + n, sizeof text - (size_t)n,
                       "%s,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%d,", name, b->sharpe,

@@ -77,7 +77,7 @@ fox_render_eval(const fox_eval_result *r)
 static const char *const baseline_names[FOX_POLICY_COUNT] = {
     [FOX_POLICY_BUY_HOLD] = "buy_hold", [FOX_POLICY_FLAT] = "flat",
     [FOX_POLICY_RANDOM] = "random",     [FOX_POLICY_TREND] = "trend",
-    [FOX_POLICY_ORACLE] = "oracle",
+    [FOX_POLICY_ORACLE] = "oracle",     [FOX_POLICY_RULE] = "rule",
 };
 const char *
 fox_render_baseline_name(fox_policy p)
@@ -118,14 +118,25 @@ fox_render_fold(const fox_fold_report *r)
     fox_render_num(o, "test_sharpe_mean", r->test_sharpe_mean);
     cJSON_AddNumberToObject(o, "trend_k", r->trend_k);
     cJSON_AddNumberToObject(o, "trend_k_tried", r->trend_k_tried);
+    if (r->has_rule)
+        cJSON_AddStringToObject(o, "rule", r->rule_name);
+    else
+        cJSON_AddNullToObject(o, "rule");
     cJSON *b = cJSON_AddObjectToObject(o, "baselines");
     for (int p = 0; b && p < FOX_POLICY_COUNT; p++) {
         if (!baseline_names[p])
             continue;
-        if (p == FOX_POLICY_ORACLE && !r->has_oracle)
+        if ((p == FOX_POLICY_ORACLE && !r->has_oracle) || (p == FOX_POLICY_RULE && !r->has_rule)) {
             cJSON_AddNullToObject(b, baseline_names[p]);
-        else
-            cJSON_AddItemToObject(b, baseline_names[p], fox_render_eval(&r->test_policy[p]));
+            continue;
+        }
+        cJSON *eval = fox_render_eval(&r->test_policy[p]);
+        /* The policy against this baseline on the same bars (fox_paired); absent if unmeasured. */
+        if (eval && r->vs[p].bars > 0) {
+            fox_render_num(eval, "policy_diff", r->vs[p].diff);
+            fox_render_num(eval, "policy_diff_se", r->vs[p].se);
+        }
+        cJSON_AddItemToObject(b, baseline_names[p], eval);
     }
     fox_render_num(o, "oracle_fraction", r->oracle_fraction);
     fox_render_num(o, "wall_s", r->wall_secs);

@@ -140,8 +140,14 @@ static const key_def keys[] = {
         "this x the change's cost (0 = plain argmax)"),
 
     STR("data.source", data, "synthetic",
-        "a generator (\"synthetic\", \"randomwalk\", \"garch\") or a CSV path"),
+        "a generator (\"synthetic\", \"randomwalk\", \"garch\", \"autocorr\", \"volmom\", "
+        "\"hours\") or a CSV path"),
     INT("data.synth_bars", synth_bars, 1000, 1 << 26, "40000", "bars of a generated series"),
+    INT("data.edge_lag", edge_lag, 1, 64, "1",
+        "autocorr: the lag of the planted autocorrelation (1: the last return predicts)"),
+    DBL("data.edge_coef", edge_coef, -0.5, 0.5, "0.1",
+        "known-edge generators' strength: autocorr's coefficient, volmom's drift and hours' "
+        "window drift in units of the bar's sigma (either sign)"),
     INT("data.folds", n_folds, 1, 8, "3", "K: the series splits into K+1 blocks"),
     DBL("data.bars_per_year", bars_per_year, 0, 1e9, "0", "P for annualizing; 0 = inferred"),
     STR("data.price_column", price_column, "",

@@ -80,6 +80,8 @@ typedef struct fox_config {
     /* data */
     char data[FOX_PATH_MAX]; /* a generator ("synthetic", "randomwalk", "garch") or a CSV path */
     int synth_bars;
+    int edge_lag;     /* data.edge_lag: the autocorr generator's lag */
+    double edge_coef; /* data.edge_coef: the known-edge generators' strength */
     int n_folds;      /* K: the series splits into K+1 blocks */
     double bars_per_year; /* 0: inferred (synthetic: 8760) */
     char price_column[64]; /* the CSV column read as the price; "" = close */

@@ -49,7 +49,21 @@ struct fox_series {
      */
     double (*expected_return)(const fox_series *s, int t);
     float *drift;
+    /*
+     * A known-edge generator's simple rule: the position in [-1, 1] it takes
+     * at the close of bar t, and what it does in words (rule_name). NULL and
+     * "" for every other series; the regime-switching default's simple rule
+     * is the trend rule every series gets.
+     */
+    double (*rule_position)(const fox_series *s, int t);
+    char rule_name[64];
 };
+
+/* The parameters of the known-edge generators (data.edge_lag, data.edge_coef). */
+typedef struct fox_gen_params {
+    int edge_lag;     /* autocorr: the lag h of the autocorrelation */
+    double edge_coef; /* autocorr: c; volmom: k; hours: the windows' drift in units of σ */
+} fox_gen_params;
 
 /* Generate n bars (n ≥ 1000) of the regime-switching synthetic series. */
 int fox_series_synthetic(fox_series *s, int n, uint64_t seed);
@@ -76,10 +90,25 @@ int fox_series_randomwalk(fox_series *s, int n, uint64_t seed);
 int fox_series_garch(fox_series *s, int n, uint64_t seed);
 
 /*
- * The generator data.source names ("synthetic", "randomwalk", "garch"):
- * n bars from seed. FOX_ENOENT when name is none of them (a CSV path).
+ * The known-edge generators (edge.c says what each plants and its rule):
+ * autocorr (daily bars, a lag-h autocorrelation of either sign), volmom
+ * (daily bars, GARCH volatility, momentum scaled by it) and hours (30-minute
+ * bars, a drift in two windows of the day). Their expected_return is the
+ * planted conditional mean and rule_position the simple rule that trades it.
  */
-int fox_series_generate(fox_series *s, const char *name, int n, uint64_t seed);
+#define FOX_VOLMOM_LOOKBACK 20
+int fox_series_autocorr(fox_series *s, int n, uint64_t seed, const fox_gen_params *gp);
+int fox_series_volmom(fox_series *s, int n, uint64_t seed, const fox_gen_params *gp);
+int fox_series_hours(fox_series *s, int n, uint64_t seed, const fox_gen_params *gp);
+
+/*
+ * The generator data.source names ("synthetic", "randomwalk", "garch",
+ * "autocorr", "volmom", "hours"): n bars from seed, the known-edge kinds
+ * with gp (NULL: lag 1, coef 0.1). FOX_ENOENT when name is none of them (a
+ * CSV path).
+ */
+int fox_series_generate(fox_series *s, const char *name, int n, uint64_t seed,
+                        const fox_gen_params *gp);
 /* 1 when name is one of those generators, 0 for anything else (a CSV path). */
 int fox_series_is_generator(const char *name);
 

@@ -102,6 +102,9 @@ fox_engine_destroy(fox_engine *e)
     fox_features_fini(&e->feat);
     fox_series_fini(&e->series);
     fox__lookahead_free(e->ahead);
+    for (int p = 0; p < FOX_POLICY_COUNT; p++)
+        free(e->test_ret[p]);
+    free(e->chosen_ret);
     free(e);
 }
 
@@ -118,7 +121,8 @@ fox_engine_load_data(fox_engine *e)
     int rv;
     if (e->data_loaded)
         return fox__engine_fail(e, FOX_ESTATE, "data already loaded");
-    rv = fox_series_generate(&e->series, e->cfg.data, e->cfg.synth_bars, e->cfg.seed);
+    fox_gen_params gp = {e->cfg.edge_lag, e->cfg.edge_coef};
+    rv = fox_series_generate(&e->series, e->cfg.data, e->cfg.synth_bars, e->cfg.seed, &gp);
     if (rv == FOX_ENOENT) /* not a generator's name: a CSV path */
         rv = fox_series_load_csv(&e->series, e->cfg.data, e->cfg.price_column,
                                  200 * (e->cfg.n_folds + 1), err, sizeof err);
@@ -347,6 +351,11 @@ fox__engine_select_epoch(fox_engine *e, const fox_epoch_report *rep)
         fr->best_val_sharpe = rep->val.sharpe;
         fr->select_score = score;
         fr->test_at_best = rep->test;
+        if (e->chosen_ret && rep->test.bars <= e->ret_cap) {
+            memcpy(e->chosen_ret, e->test_ret[FOX_POLICY_GREEDY],
+                   (size_t)rep->test.bars * sizeof(float));
+            fox__engine_compare(e);
+        }
     }
     fr->test_at_last = rep->test;
     e->test_sharpe_sum += rep->test.sharpe;
@@ -421,11 +430,15 @@ fox_engine_backtest(fox_engine *e, fox_fold_report *out)
     if (!e->policy_loaded)
         return fox__engine_fail(e, FOX_ESTATE, "backtest before load_policy");
     fox_eval_result policy;
-    int rv = fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_GREEDY, &policy);
-    if (rv != FOX_OK || (rv = fox__engine_baselines(e)) != FOX_OK)
+    int rv = fox__engine_ret_bufs(e, e->seg.test_end - e->seg.test_begin);
+    if (rv != FOX_OK || (rv = fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_GREEDY, &policy)) !=
+                            FOX_OK ||
+        (rv = fox__engine_baselines(e)) != FOX_OK)
         return rv;
     fox_fold_report *fr = &e->rep;
     fr->test_at_best = policy;
+    memcpy(e->chosen_ret, e->test_ret[FOX_POLICY_GREEDY], (size_t)policy.bars * sizeof(float));
+    fox__engine_compare(e);
     fr->best_val_sharpe = NAN;
     fr->select_score = NAN;
     fr->final_loss = NAN;

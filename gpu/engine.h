@@ -42,9 +42,24 @@ typedef enum {
     FOX_POLICY_FLAT = 2,     /* never trades */
     FOX_POLICY_RANDOM = 3,   /* uniform random sub-actions (seeded) */
     FOX_POLICY_TREND = 4,    /* sign of the trailing k-bar return, k chosen on validation */
-    FOX_POLICY_ORACLE = 5,   /* knows the generator's expected next-bar return (synthetic only) */
-    FOX_POLICY_COUNT = 6
+    FOX_POLICY_ORACLE = 5,   /* knows the generator's expected next-bar return (generators only) */
+    FOX_POLICY_RULE = 6,     /* a known-edge generator's own simple rule (those generators only) */
+    FOX_POLICY_COUNT = 7
 } fox_policy;
+
+/*
+ * The policy against one baseline on the same test bars: the difference of
+ * their net Sharpe ratios and its standard error, from a circular block
+ * bootstrap of the paired per-bar returns (so that fat tails, serial
+ * correlation and the correlation between the two are all in it). The
+ * verdict reads it: beat when diff > se, trails when diff < −se,
+ * indistinguishable otherwise.
+ */
+typedef struct fox_paired {
+    double diff; /* policy's net Sharpe − the baseline's, annualized */
+    double se;   /* its standard error */
+    int bars;    /* paired bars; 0 when not measured */
+} fox_paired;
 
 /*
  * The trend rule's lookbacks, tried on validation when a fold begins
@@ -121,7 +136,11 @@ typedef struct fox_fold_report {
      * evaluated once when the fold begins (they do not learn).
      */
     fox_eval_result test_policy[FOX_POLICY_COUNT];
+    /* The policy at best_epoch against each baseline, paired bar by bar ([GREEDY] unused). */
+    fox_paired vs[FOX_POLICY_COUNT];
     int has_oracle;         /* the series knows its expected returns (a generator made it) */
+    int has_rule;           /* the series has a simple rule (a known-edge generator made it) */
+    char rule_name[64];     /* what that rule does, in words */
     double oracle_fraction; /* test_at_best.sharpe / the oracle's; NaN without an oracle or
                                when the oracle's Sharpe is not positive */
     int trend_k;            /* the trend rule's lookback in bars, chosen on validation */

@@ -44,6 +44,15 @@ struct fox_engine {
     double sel_val[FOX_SELECT_WINDOW_MAX];
     double test_sharpe_sum;
     fox_step_stats last;    /* the epoch report's `last`: losses of the last chunk that trained */
+    /*
+     * Per-bar net returns of the test walks, for the paired comparisons:
+     * test_ret[p] the last test walk of policy p (for the greedy policy,
+     * the epoch just evaluated), chosen_ret the greedy walk of the chosen
+     * epoch; ret_cap bars each.
+     */
+    float *test_ret[FOX_POLICY_COUNT];
+    float *chosen_ret;
+    int ret_cap;
     fox_eval_bar_fn bar_hook; /* fox_engine_set_eval_hook: per-bar equity of evaluations */
     void *bar_arg;
     char err[512];
@@ -68,6 +77,22 @@ void fox__engine_select_epoch(fox_engine *e, const fox_epoch_report *rep);
  * four powers of n per-bar returns, P bars a year (evaluate.c says which form).
  */
 double fox__sharpe_se(double sr, double s1, double s2, double s3, double s4, int n, double P);
+
+/* Size the per-bar return buffers for a test split of bars bars (kept when large enough). */
+int fox__engine_ret_bufs(fox_engine *e, int bars);
+
+/*
+ * The paired comparisons of the chosen epoch's test walk (chosen_ret)
+ * against every baseline's into e->rep.vs: when an epoch is chosen and
+ * when a backtest has walked.
+ */
+void fox__engine_compare(fox_engine *e);
+
+/* Bootstrap draws behind a paired comparison's standard error. */
+#define FOX_PAIRED_REPLICATES 400
+
+/* The paired comparison of n per-bar returns a and b (evaluate.c says how). */
+fox_paired fox__paired_sharpe(const float *a, const float *b, int n, double P, uint64_t seed);
 
 /* The fields every backend starts with. */
 static inline fox_backend_base *

@@ -8,30 +8,40 @@
 /*
  * The rows of a fold's block: the trained policy, then the baselines in the
  * order a reader compares against them. The policy's figures are the fold
- * object's own test_* keys; a baseline's are its object in "baselines".
+ * object's own test_* keys; a baseline's are its object in "baselines". The
+ * rule row is a known-edge generator's own simple rule; the oracle row a
+ * generator's truth.
  */
 static const struct row {
     const char *label, *baseline;
 } rows[] = {
-    {"policy", NULL},          {"trend", "trend"},   {"buy & hold", "buy_hold"},
-    {"flat", "flat"},          {"random", "random"}, {"oracle", "oracle"},
+    {"policy", NULL},    {"trend", "trend"},   {"rule", "rule"},     {"buy & hold", "buy_hold"},
+    {"flat", "flat"},    {"random", "random"}, {"oracle", "oracle"},
 };
 #define N_ROWS (int)(sizeof rows / sizeof rows[0])
-enum { ROW_POLICY = 0, ROW_BUY_HOLD = 2, ROW_FLAT = 3 }; /* the rows the verdict compares */
+/* The rows the verdict compares the policy with, in the order it prints them. */
+enum { ROW_POLICY = 0, ROW_TREND = 1, ROW_RULE = 2, ROW_BUY_HOLD = 3, ROW_FLAT = 4 };
+static const int verdict_rows[] = {ROW_FLAT, ROW_BUY_HOLD, ROW_TREND, ROW_RULE};
 
-/* The figures of a row, in the order of the columns: net Sharpe, its SE, gross, turnover, DD. */
-enum { FIG_SHARPE, FIG_SE, FIG_GROSS, FIG_TURNOVER, FIG_DRAWDOWN, N_FIGS };
-static const char *const policy_keys[N_FIGS] = {"test_sharpe", "test_sharpe_se",
+/*
+ * The figures of a row, in the order of the columns: net Sharpe, its SE,
+ * gross, turnover, DD, then (baselines only) the policy's net Sharpe minus
+ * the row's on the same bars and that difference's SE (paired).
+ */
+enum { FIG_SHARPE, FIG_SE, FIG_GROSS, FIG_TURNOVER, FIG_DRAWDOWN, FIG_DIFF, FIG_DIFF_SE, N_FIGS };
+static const char *const policy_keys[N_FIGS] = {"test_sharpe",       "test_sharpe_se",
                                                 "test_sharpe_gross", "test_turnover",
-                                                "test_max_drawdown"};
-static const char *const baseline_keys[N_FIGS] = {"sharpe", "sharpe_se", "sharpe_gross",
-                                                  "turnover", "max_drawdown"};
+                                                "test_max_drawdown", NULL,
+                                                NULL};
+static const char *const baseline_keys[N_FIGS] = {"sharpe",       "sharpe_se",   "sharpe_gross",
+                                                  "turnover",     "max_drawdown", "policy_diff",
+                                                  "policy_diff_se"};
 
 /* A number of obj, or NaN when it is missing, null or not finite. */
 static double
 num(const cJSON *obj, const char *key)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    const cJSON *v = key ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
     return cJSON_IsNumber(v) && isfinite(v->valuedouble) ? v->valuedouble : NAN;
 }
 
@@ -64,6 +74,19 @@ row_figures(const cJSON *f, const struct row *r, double fig[N_FIGS])
     return 1;
 }
 
+/*
+ * What a paired difference says: the policy beat the row when it is ahead
+ * by more than the difference's standard error, lost when it is behind by
+ * more, and is within one SE otherwise (the data cannot tell them apart).
+ */
+static const char *
+paired_word(double diff, double se)
+{
+    if (isnan(diff) || isnan(se))
+        return "n/a";
+    return diff > se ? "beat" : diff < -se ? "lost" : "within SE";
+}
+
 /* One number right-aligned in width, "n/a" for NaN; pct prints a fraction as a percentage. */
 static void
 cell(FILE *out, double v, int width, int decimals, int pct)
@@ -79,8 +102,8 @@ cell(FILE *out, double v, int width, int decimals, int pct)
 static void
 header(FILE *out, const char *first)
 {
-    fprintf(out, "  %-14s %10s %8s %8s %9s %8s\n", first, "net Sharpe", "± SE", "gross",
-            "turnover", "max DD");
+    fprintf(out, "  %-14s %10s %8s %8s %9s %8s   %s\n", first, "net Sharpe", "± SE", "gross",
+            "turnover", "max DD", "policy - row ± SE (paired)");
 }
 
 static void
@@ -96,6 +119,11 @@ figures_line(FILE *out, const char *label, const double fig[N_FIGS])
     cell(out, fig[FIG_TURNOVER], 9, 4, 0);
     fputc(' ', out);
     cell(out, fig[FIG_DRAWDOWN], 8, 1, 1);
+    if (!isnan(fig[FIG_DIFF])) {
+        fprintf(out, "   %+7.3f ± ", fig[FIG_DIFF]);
+        cell(out, fig[FIG_DIFF_SE], 5, 3, 0);
+        fprintf(out, " %s", paired_word(fig[FIG_DIFF], fig[FIG_DIFF_SE]));
+    }
     fputc('\n', out);
 }
 
@@ -129,15 +157,15 @@ rows_block(FILE *out, const cJSON *f)
         double fig[N_FIGS];
         char label[32];
         if (!row_figures(f, &rows[i], fig) && rows[i].baseline &&
-            !strcmp(rows[i].baseline, "oracle"))
-            continue; /* real data has no oracle: no row rather than a row of n/a */
+            (!strcmp(rows[i].baseline, "oracle") || !strcmp(rows[i].baseline, "rule")))
+            continue; /* real data has no oracle and no rule: no row rather than one of n/a */
         row_label(label, sizeof label, f, &rows[i]);
         figures_line(out, label, fig);
     }
 }
 
-/* At the end of a halted fold's first line: "  halted: <kind> at step N"; its figures are
- * those of the epochs it closed. */
+/* Under a halted fold's first line: "  halted: <kind> at step N"; its figures are those of the
+ * epochs it closed, and the means leave it out. */
 static void
 halted_mark(FILE *out, const cJSON *fold)
 {
@@ -146,7 +174,8 @@ halted_mark(FILE *out, const cJSON *fold)
         return;
     const cJSON *kind = cJSON_GetObjectItemCaseSensitive(h, "kind");
     const cJSON *step = cJSON_GetObjectItemCaseSensitive(h, "step");
-    fprintf(out, "  halted: %s at step %.0f", cJSON_IsString(kind) ? kind->valuestring : "?",
+    fprintf(out, "  halted: %s at step %.0f; the figures are those of the epochs it closed\n",
+            cJSON_IsString(kind) ? kind->valuestring : "?",
             cJSON_IsNumber(step) ? step->valuedouble : -1.0);
 }
 
@@ -174,9 +203,13 @@ fold_block(FILE *out, const cJSON *f)
                 text(a, num(f, "best_val_sharpe"), 3));
     fprintf(out, "; test split %s bars, P = %s", text(a, num(f, "test_bars"), 0),
             text(b, num(f, "bars_per_year"), 0));
-    halted_mark(out, f);
     fputc('\n', out);
+    halted_mark(out, f);
     rows_block(out, f);
+    const cJSON *rule = cJSON_GetObjectItemCaseSensitive(f, "rule");
+    if (cJSON_IsString(rule))
+        fprintf(out, "  rule: %s (the generator's planted edge, traded at full size)\n",
+                rule->valuestring);
     fprintf(out,
             "  policy/oracle %s; policy test Sharpe at the chosen epoch %s, last %s, mean over "
             "epochs %s\n",
@@ -198,7 +231,7 @@ mean_add(row_mean *m, const double fig[N_FIGS])
     for (int i = 0; i < N_FIGS; i++)
         if (!isnan(fig[i])) {
             /* Folds' test splits do not overlap: the SE of a mean adds variances. */
-            m->sum[i] += i == FIG_SE ? fig[i] * fig[i] : fig[i];
+            m->sum[i] += i == FIG_SE || i == FIG_DIFF_SE ? fig[i] * fig[i] : fig[i];
             m->n[i]++;
         }
 }
@@ -208,41 +241,83 @@ mean_get(const row_mean *m, double fig[N_FIGS])
 {
     for (int i = 0; i < N_FIGS; i++)
         fig[i] = !m->n[i]             ? NAN
-                 : i == FIG_SE ? sqrt(m->sum[i]) / m->n[i]
+                 : i == FIG_SE || i == FIG_DIFF_SE ? sqrt(m->sum[i]) / m->n[i]
                                : m->sum[i] / m->n[i];
 }
 
 /*
- * A verdict line: did the policy's mean net Sharpe beat the baseline's, by
- * how much, and is the gap within one standard error of the difference
- * (the two SEs added in quadrature, as if independent)?
+ * A verdict line: the policy against one row, by the paired difference of
+ * their net Sharpe ratios on the same bars (the mean over folds, its SE the
+ * folds' SEs added in quadrature: the test splits do not overlap). "beat"
+ * only when the policy is ahead by more than one SE, "lost" when behind by
+ * more, "indistinguishable" otherwise.
  */
 static void
-verdict(FILE *out, const char *name, const double pol[N_FIGS], const double base[N_FIGS])
+verdict(FILE *out, const char *name, const double base[N_FIGS])
 {
-    fputs("verdict: policy ", out);
-    if (isnan(pol[FIG_SHARPE]) || isnan(base[FIG_SHARPE])) {
-        fprintf(out, "beat %s: n/a\n", name);
+    double d = base[FIG_DIFF], se = base[FIG_DIFF_SE];
+    fprintf(out, "verdict: policy vs %s: ", name);
+    if (isnan(d) || isnan(se)) {
+        fputs("n/a (no paired figures)\n", out);
         return;
     }
-    double gap = pol[FIG_SHARPE] - base[FIG_SHARPE];
-    double se = sqrt((isnan(pol[FIG_SE]) ? 0 : pol[FIG_SE] * pol[FIG_SE]) +
-                     (isnan(base[FIG_SE]) ? 0 : base[FIG_SE] * base[FIG_SE]));
-    fprintf(out, "beat %s: %s (net Sharpe %+.3f, %s one SE of the difference, %.3f)", name,
-            gap > 0 ? "yes" : "no", gap, fabs(gap) < se ? "within" : "beyond", se);
-    fputc('\n', out);
+    const char *w = paired_word(d, se);
+    fprintf(out, "%s (net Sharpe %+.3f ± %.3f, paired on the same bars)\n",
+            !strcmp(w, "within SE") ? "indistinguishable" : w, d, se);
 }
 
+/* The verdict lines against flat, buy-and-hold, the trend rule and a generator's rule. */
+static void
+verdicts(FILE *out, const double fig[N_ROWS][N_FIGS], const int present[N_ROWS])
+{
+    static const char *const names[N_ROWS] = {[ROW_FLAT] = "flat",
+                                              [ROW_BUY_HOLD] = "buy-and-hold",
+                                              [ROW_TREND] = "the trend rule",
+                                              [ROW_RULE] = "the generator's rule"};
+    for (size_t i = 0; i < sizeof verdict_rows / sizeof verdict_rows[0]; i++)
+        if (present[verdict_rows[i]])
+            verdict(out, names[verdict_rows[i]], fig[verdict_rows[i]]);
+}
+
+/*
+ * Why a fold stays out of the means, or NULL when it counts: a halted fold's
+ * figures are those of the epochs it closed, and a fold without test bars
+ * has none. Every row leaves it out alike, so the means compare like with
+ * like.
+ */
+static const char *
+excluded_why(const cJSON *f)
+{
+    if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(f, "halted")))
+        return "halted";
+    double bars = num(f, "test_bars"), epochs = num(f, "epochs");
+    if (isnan(bars) || bars < 2)
+        return "no test bars";
+    if (!isnan(epochs) && epochs < 1)
+        return "no epoch closed";
+    return NULL;
+}
 
 void
 fox_table_folds(FILE *out, const cJSON *folds)
 {
     row_mean means[N_ROWS];
     memset(means, 0, sizeof means);
-    int n_folds = 0;
+    int n_folds = 0, n_seen = 0;
+    char excluded[256] = "";
+    size_t ex_len = 0;
     for (const cJSON *f = folds ? folds->child : NULL; f; f = f->next) {
         fold_block(out, f);
         fputc('\n', out);
+        n_seen++;
+        const char *why = excluded_why(f);
+        if (why) {
+            if (ex_len < sizeof excluded)
+                ex_len += (size_t)snprintf(excluded + ex_len, sizeof excluded - ex_len,
+                                           "%sfold %.0f (%s)", ex_len ? ", " : "", num(f, "fold"),
+                                           why);
+            continue;
+        }
         for (int i = 0; i < N_ROWS; i++) {
             double fig[N_FIGS];
             if (row_figures(f, &rows[i], fig))
@@ -250,8 +325,14 @@ fox_table_folds(FILE *out, const cJSON *folds)
         }
         n_folds++;
     }
-    if (n_folds == 0) {
+    if (n_seen == 0) {
         fputs("no fold finished\n", out);
+        return;
+    }
+    if (excluded[0])
+        fprintf(out, "left out of every row's mean: %s\n", excluded);
+    if (n_folds == 0) {
+        fputs("no fold to average\n", out);
         return;
     }
     char first[32];
@@ -259,17 +340,21 @@ fox_table_folds(FILE *out, const cJSON *folds)
     fprintf(out, "%s\n", first);
     header(out, "");
     double fig[N_ROWS][N_FIGS];
+    int present[N_ROWS];
     for (int i = 0; i < N_ROWS; i++) {
         mean_get(&means[i], fig[i]);
-        if (rows[i].baseline && !strcmp(rows[i].baseline, "oracle") && !means[i].n[FIG_SHARPE])
+        present[i] = means[i].n[FIG_SHARPE] > 0;
+        if (rows[i].baseline && !present[i] &&
+            (!strcmp(rows[i].baseline, "oracle") || !strcmp(rows[i].baseline, "rule")))
             continue;
         figures_line(out, rows[i].label, fig[i]);
     }
-    verdict(out, "flat", fig[ROW_POLICY], fig[ROW_FLAT]);
-    verdict(out, "buy-and-hold", fig[ROW_POLICY], fig[ROW_BUY_HOLD]);
+    verdicts(out, fig, present);
     fputs("note: net Sharpe is mean/std of per-bar net returns x sqrt(P) on the test split, at\n"
           "      the epoch chosen on validation; ± SE is its standard error (Mertens); the\n"
           "      best val Sharpe behind a choice is selection-biased, the test figures are not.\n"
+          "      policy - row is the difference of net Sharpe on the same bars, its SE from a\n"
+          "      block bootstrap of the paired returns: beat or lost only beyond one SE.\n"
           "      Turnover is mean |change of position| per bar; max DD the worst fall of\n"
           "      cumulative net return. docs/results.md explains every figure.\n",
           out);
@@ -300,7 +385,6 @@ fox_table_backtest(FILE *out, const cJSON *result)
     char a[32], b[32], c[32], d[32];
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(result, "fold");
     const cJSON *val = cJSON_GetObjectItemCaseSensitive(result, "val_bars");
-    double pol[N_FIGS], flat[N_FIGS], buy_hold[N_FIGS];
     fprintf(out, "backtest of the policy of fold %s, epoch %s: %s bars, P = %s\n",
             text(a, num(f, "fold"), 0), text(b, num(f, "best_epoch") + 1, 0),
             text(c, num(f, "test_bars"), 0), text(d, num(f, "bars_per_year"), 0));
@@ -313,13 +397,15 @@ fox_table_backtest(FILE *out, const cJSON *result)
                 text(a, num(f, "trend_k"), 0));
     rows_block(out, f);
     fprintf(out, "  policy/oracle %s\n", text(a, num(f, "oracle_fraction"), 2));
-    row_figures(f, &rows[ROW_POLICY], pol);
-    row_figures(f, &rows[ROW_FLAT], flat);
-    row_figures(f, &rows[ROW_BUY_HOLD], buy_hold);
-    verdict(out, "flat", pol, flat);
-    verdict(out, "buy-and-hold", pol, buy_hold);
+    double fig[N_ROWS][N_FIGS];
+    int present[N_ROWS];
+    for (int i = 0; i < N_ROWS; i++)
+        present[i] = row_figures(f, &rows[i], fig[i]);
+    verdicts(out, fig, present);
     fputs("note: net Sharpe is mean/std of per-bar net returns x sqrt(P) over the backtest's\n"
-          "      bars; ± SE is its standard error (Mertens). Turnover is mean |change of\n"
+          "      bars; ± SE is its standard error (Mertens). policy - row is the difference of\n"
+          "      net Sharpe on the same bars, its SE from a block bootstrap of the paired\n"
+          "      returns: beat or lost only beyond one SE. Turnover is mean |change of\n"
           "      position| per bar; max DD the worst fall of cumulative net return.\n"
           "      docs/results.md explains every figure.\n",
           out);

@@ -375,10 +375,14 @@ ok "foxd --once: the drill halts with exit 3 and names the slot"
     --set debug.inject_fault.kind=nan >"$dir/goon.out" 2>"$dir/goon.err"
 rc=$?
 [ $rc -eq 3 ] || fail "foxd --once go-on drill: exit $rc, $(cat "$dir/goon.err")"
-grep -Eq '^fold 0: .*halted: halt_nan at step' "$dir/goon.out" ||
+# The line under a fold's first line says whether it halted.
+under() { awk -v f="^fold $1: " '$0 ~ f { getline; print }' "$dir/goon.out"; }
+under 0 | grep -Eq '^  halted: halt_nan at step' ||
     fail "fold 0 not marked halted: $(cat "$dir/goon.out")"
-grep -Eq '^fold 1: ' "$dir/goon.out" && ! grep -Eq '^fold 1: .*halted' "$dir/goon.out" ||
+grep -Eq '^fold 1: ' "$dir/goon.out" && ! under 1 | grep -q halted ||
     fail "fold 1 did not run clean after the halt: $(cat "$dir/goon.out")"
+grep -q "left out of every row's mean: fold 0 (halted)" "$dir/goon.out" ||
+    fail "the halted fold is not left out of the means: $(cat "$dir/goon.out")"
 grep -q "1 fold halted" "$dir/goon.err" || fail "no halt count: $(cat "$dir/goon.err")"
 ok "foxd --once: a halted fold is marked, the next fold runs, exit 3 at the end"
 start_foxd --set debug.enable=1

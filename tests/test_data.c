@@ -326,9 +326,9 @@ START_TEST(test_noedge_deterministic)
     const char *names[] = {"randomwalk", "garch"};
     for (int g = 0; g < 2; g++) {
         fox_series a, b, c;
-        FOX_CK_OK(fox_series_generate(&a, names[g], 4000, 7));
-        FOX_CK_OK(fox_series_generate(&b, names[g], 4000, 7));
-        FOX_CK_OK(fox_series_generate(&c, names[g], 4000, 8));
+        FOX_CK_OK(fox_series_generate(&a, names[g], 4000, 7, NULL));
+        FOX_CK_OK(fox_series_generate(&b, names[g], 4000, 7, NULL));
+        FOX_CK_OK(fox_series_generate(&c, names[g], 4000, 8, NULL));
         size_t fz = 4000 * sizeof(float);
         ck_assert(memcmp(a.close, b.close, fz) == 0);
         ck_assert(memcmp(a.open, b.open, fz) == 0);
@@ -358,11 +358,90 @@ START_TEST(test_noedge_deterministic)
         fox_series_fini(&c);
     }
     fox_series s;
-    ck_assert_int_eq(fox_series_generate(&s, "bars.csv", 4000, 1), FOX_ENOENT);
-    ck_assert_int_eq(fox_series_generate(&s, "garch", 999, 1), FOX_EINVAL);
+    ck_assert_int_eq(fox_series_generate(&s, "bars.csv", 4000, 1, NULL), FOX_ENOENT);
+    ck_assert_int_eq(fox_series_generate(&s, "garch", 999, 1, NULL), FOX_EINVAL);
     ck_assert(series_zeroed(&s));
-    FOX_CK_OK(fox_series_generate(&s, "synthetic", 4000, 1));
+    FOX_CK_OK(fox_series_generate(&s, "synthetic", 4000, 1, NULL));
     ck_assert_ptr_nonnull(s.expected_return);
+    fox_series_fini(&s);
+}
+END_TEST
+
+/* The sample autocorrelation of the log returns of s at lag h. */
+static double
+logret_autocorr(const fox_series *s, int h)
+{
+    double m = 0, den = 0, num = 0;
+    int n = s->n;
+    for (int i = 1; i < n; i++)
+        m += logret(s, i);
+    m /= n - 1;
+    for (int i = 1; i < n; i++)
+        den += (logret(s, i) - m) * (logret(s, i) - m);
+    for (int i = 1 + h; i < n; i++)
+        num += (logret(s, i) - m) * (logret(s, i - h) - m);
+    return num / den;
+}
+
+/*
+ * The known-edge generators plant what they say: autocorr the autocorrelation
+ * of its lag and sign and none at other lags, hours a drift of either sign in
+ * its two windows and none outside, volmom a drift that follows the trailing
+ * return's sign; each expects drift[t+1] at bar t, and its rule trades the sign.
+ */
+START_TEST(test_known_edges)
+{
+    fox_series s, same;
+    fox_gen_params ar3 = {3, -0.2};
+    FOX_CK_OK(fox_series_generate(&s, "autocorr", 40000, 5, &ar3));
+    FOX_CK_OK(fox_series_generate(&same, "autocorr", 40000, 5, &ar3));
+    ck_assert(memcmp(s.close, same.close, 40000 * sizeof(float)) == 0);
+    fox_series_fini(&same);
+    /* Sampling error of an autocorrelation over 40,000 bars: about 0.005. */
+    ck_assert_msg(fabs(logret_autocorr(&s, 3) + 0.2) < 0.03, "lag 3: %f", logret_autocorr(&s, 3));
+    ck_assert_msg(fabs(logret_autocorr(&s, 1)) < 0.03, "lag 1: %f", logret_autocorr(&s, 1));
+    ck_assert_str_eq(s.rule_name, "-sign of the return 2 bars back");
+    ck_assert_double_eq(s.bars_per_year, 252.0);
+    for (int t = 100; t < 200; t++) {
+        double want = -0.2 * logret(&s, t - 2);
+        /* The generator's r before float rounding of the closes: close, not exact. */
+        ck_assert_msg(fabs(s.expected_return(&s, t) - want) < 1e-5, "bar %d: %g against %g", t,
+                      s.expected_return(&s, t), want);
+        double e = s.expected_return(&s, t);
+        ck_assert(s.rule_position(&s, t) == (e > 0 ? 1.0 : e < 0 ? -1.0 : 0.0));
+        /* Daily bars on weekdays only. */
+        int wd = (int)(((long)floor(s.time[t] / 86400.0) + 4) % 7); /* 1970-01-01: Thursday */
+        ck_assert_msg(wd >= 1 && wd <= 5, "bar %d on weekday %d", t, wd);
+    }
+    fox_series_fini(&s);
+
+    fox_gen_params hours = {1, 0.15};
+    FOX_CK_OK(fox_series_generate(&s, "hours", 40000, 5, &hours));
+    double sum[3] = {0}, cnt[3] = {0}; /* up window, down window, elsewhere */
+    for (int i = 1; i < s.n; i++) {
+        double open_hour = fmod(s.time[i] - 1800.0, 86400.0) / 3600.0;
+        int k = open_hour >= 8 && open_hour < 10 ? 0 : open_hour >= 14 && open_hour < 16 ? 1 : 2;
+        sum[k] += logret(&s, i);
+        cnt[k]++;
+        ck_assert((s.drift[i] > 0) == (k == 0) && (s.drift[i] < 0) == (k == 1));
+    }
+    /* 0.15 σ a bar, σ = 0.001; 3,300 bars in each window: the SE of a mean is about 1.7e-5. */
+    ck_assert_msg(fabs(sum[0] / cnt[0] - 1.5e-4) < 6e-5, "up window %g", sum[0] / cnt[0]);
+    ck_assert_msg(fabs(sum[1] / cnt[1] + 1.5e-4) < 6e-5, "down window %g", sum[1] / cnt[1]);
+    ck_assert_msg(fabs(sum[2] / cnt[2]) < 3e-5, "elsewhere %g", sum[2] / cnt[2]);
+    ck_assert_str_eq(s.rule_name, "long 08-10 UTC, short 14-16 UTC, else flat");
+    fox_series_fini(&s);
+
+    fox_gen_params mom = {1, 0.1};
+    FOX_CK_OK(fox_series_generate(&s, "volmom", 40000, 5, &mom));
+    double agree = 0;
+    for (int t = FOX_VOLMOM_LOOKBACK + 1; t + 1 < s.n; t++) {
+        double trail = log((double)s.close[t] / (double)s.close[t - FOX_VOLMOM_LOOKBACK]);
+        ck_assert(s.rule_position(&s, t) == (trail > 0 ? 1.0 : trail < 0 ? -1.0 : 0.0) ||
+                  fabs(trail) < 1e-6);
+        agree += s.rule_position(&s, t) * logret(&s, t + 1);
+    }
+    ck_assert_msg(agree > 0.0, "the trailing sign does not predict: %g", agree);
     fox_series_fini(&s);
 }
 END_TEST
@@ -1079,6 +1158,7 @@ data_suite(void)
     suite_add_tcase(su, tc);
     tc = tcase_create("noedge");
     tcase_add_test(tc, test_noedge_deterministic);
+    tcase_add_test(tc, test_known_edges);
     tcase_add_test(tc, test_randomwalk_stats);
     tcase_add_test(tc, test_garch_stats);
     suite_add_tcase(su, tc);

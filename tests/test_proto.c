@@ -607,13 +607,14 @@ static const char fold_json[] =
     "\"select_score\":1.25,\"test_sharpe_last\":0.25,\"test_sharpe_mean\":0.5,\"trend_k\":64,"
     "\"trend_k_tried\":3,\"baselines\":{"
     "\"buy_hold\":{\"sharpe\":%g,\"sharpe_gross\":0.4,\"max_drawdown\":0.3,\"turnover\":0.0005,"
-    "\"sharpe_se\":%g},"
-    "\"flat\":{\"sharpe\":0,\"sharpe_gross\":0,\"max_drawdown\":0,\"turnover\":0,\"sharpe_se\":0},"
+    "\"sharpe_se\":%g,\"policy_diff\":0.5,\"policy_diff_se\":0.3},"
+    "\"flat\":{\"sharpe\":0,\"sharpe_gross\":0,\"max_drawdown\":0,\"turnover\":0,\"sharpe_se\":0,"
+    "\"policy_diff\":%g,\"policy_diff_se\":0.9},"
     "\"random\":{\"sharpe\":-3,\"sharpe_gross\":-2,\"max_drawdown\":0.6,\"turnover\":0.37,"
     "\"sharpe_se\":1},"
     "\"trend\":{\"sharpe\":2,\"sharpe_gross\":2.1,\"max_drawdown\":0.5,\"turnover\":0.07,"
-    "\"sharpe_se\":1},"
-    "\"oracle\":%s},\"oracle_fraction\":%s}";
+    "\"sharpe_se\":1,\"policy_diff\":-1,\"policy_diff_se\":0.4},"
+    "\"oracle\":%s},\"oracle_fraction\":%s%s}";
 
 static char *
 print_table(const char *json)
@@ -633,26 +634,36 @@ START_TEST(test_fold_table)
 {
     char json[8192], one[3000];
     size_t k = (size_t)snprintf(json, sizeof json, "[");
-    snprintf(one, sizeof one, fold_json, 0, 1.0, 0.6, 0.5, 0.8,
+    snprintf(one, sizeof one, fold_json, 0, 1.0, 0.6, 0.5, 0.8, 1.0,
              "{\"sharpe\":8,\"sharpe_gross\":9,\"max_drawdown\":0.2,\"turnover\":0.6,"
              "\"sharpe_se\":1.2}",
-             "0.125");
+             "0.125", "");
     k += (size_t)snprintf(json + k, sizeof json - k, "%s,", one);
-    snprintf(one, sizeof one, fold_json, 1, 0.5, 0.8, -0.5, 0.6, "null", "null");
+    snprintf(one, sizeof one, fold_json, 1, 0.5, 0.8, -0.5, 0.6, 0.5, "null", "null", "");
+    k += (size_t)snprintf(json + k, sizeof json - k, "%s,", one);
+    /* A halted fold: every row leaves it out of the means alike, and the table says so. */
+    snprintf(one, sizeof one, fold_json, 2, -9.0, 0.6, 5.0, 0.8, -9.0, "null", "null",
+             ",\"halted\":{\"kind\":\"halt_nan\",\"step\":130,\"slots\":[]}");
     k += (size_t)snprintf(json + k, sizeof json - k, "%s]", one);
     char *buf = print_table(json);
     /* A block per fold: the choice, then a row per policy with its five figures. */
     ck_assert_msg(strstr(buf, "fold 0: epoch 4 of 5 chosen by smoothed (mean val Sharpe 1.250 of "
                               "epochs 2-4); test split 2000 bars, P = 8760\n"),
                   "%s", buf);
-    ck_assert_msg(strstr(buf, "net Sharpe    ± SE    gross  turnover   max DD\n"), "%s", buf);
+    ck_assert_msg(strstr(buf, "net Sharpe    ± SE    gross  turnover   max DD   policy - row ± SE "
+                              "(paired)\n"),
+                  "%s", buf);
     ck_assert_msg(strstr(buf, "  policy              1.000  ±  0.600    1.100    0.0123    12.5%\n"),
                   "%s", buf);
-    ck_assert_msg(strstr(buf, "  trend k=64          2.000  ±  1.000    2.100    0.0700    50.0%\n"),
+    /* Each baseline's row ends with the paired difference and what it says. */
+    ck_assert_msg(strstr(buf, "  trend k=64          2.000  ±  1.000    2.100    0.0700    50.0"
+                              "%    -1.000 ± 0.400 lost\n"),
                   "%s", buf);
-    ck_assert_msg(strstr(buf, "  buy & hold          0.500  ±  0.800    0.400    0.0005    30.0%\n"),
+    ck_assert_msg(strstr(buf, "  buy & hold          0.500  ±  0.800    0.400    0.0005    30.0"
+                              "%    +0.500 ± 0.300 beat\n"),
                   "%s", buf);
-    ck_assert_msg(strstr(buf, "  flat                0.000  ±  0.000    0.000    0.0000     0.0%\n"),
+    ck_assert_msg(strstr(buf, "  flat                0.000  ±  0.000    0.000    0.0000     0.0"
+                              "%    +1.000 ± 0.900 beat\n"),
                   "%s", buf);
     ck_assert_msg(strstr(buf, "  oracle              8.000  ±  1.200    9.000    0.6000    20.0%\n"),
                   "%s", buf);
@@ -663,22 +674,32 @@ START_TEST(test_fold_table)
     const char *f1 = strstr(buf, "fold 1: ");
     ck_assert_ptr_nonnull(f1);
     const char *mean = strstr(buf, "mean of 2 folds\n");
-    ck_assert_ptr_nonnull(mean);
+    ck_assert_msg(mean != NULL, "%s", buf);
+    ck_assert_msg(strstr(buf, "left out of every row's mean: fold 2 (halted)\n"), "%s", buf);
     ck_assert_msg(!memmem(f1, (size_t)(mean - f1), "  oracle ", 9), "%s", f1);
     ck_assert_ptr_nonnull(strstr(f1, "  policy/oracle n/a;"));
     /* The mean block: means of the figures, the SE of a mean √(Σ SE²)/n, the oracle of one fold. */
     ck_assert_msg(strstr(mean, "  policy              0.750  ±  0.500    1.100    0.0123    12.5%\n"),
                   "%s", mean);
-    ck_assert_msg(strstr(mean, "  buy & hold          0.000  ±  0.500    0.400    0.0005    30.0%\n"),
+    ck_assert_msg(strstr(mean, "  buy & hold          0.000  ±  0.500    0.400    0.0005    30.0"
+                               "%    +0.500 ± 0.212 beat\n"),
                   "%s", mean);
     ck_assert_msg(strstr(mean, "  oracle              8.000  ±  1.200"), "%s", mean);
-    /* The verdict on the mean net Sharpe, with the SE of the difference (0.5 and 0.5: 0.707). */
-    ck_assert_msg(strstr(mean, "verdict: policy beat flat: yes (net Sharpe +0.750, beyond one SE "
-                               "of the difference, 0.500)\n"),
+    /*
+     * The verdicts read the paired differences: the mean over folds, the SE √(Σ SE²)/n. Flat:
+     * +0.75 ± 0.636 beats; buy-and-hold +0.5 ± 0.212 beats; the trend rule −1 ± 0.283 lost.
+     */
+    ck_assert_msg(strstr(mean, "verdict: policy vs flat: beat (net Sharpe +0.750 ± 0.636, paired on "
+                               "the same bars)\n"),
                   "%s", mean);
-    ck_assert_msg(strstr(mean, "verdict: policy beat buy-and-hold: yes (net Sharpe +0.750, beyond "
-                               "one SE of the difference, 0.707)\n"),
+    ck_assert_msg(strstr(mean, "verdict: policy vs buy-and-hold: beat (net Sharpe +0.500 ± 0.212, "
+                               "paired on the same bars)\n"),
                   "%s", mean);
+    ck_assert_msg(strstr(mean, "verdict: policy vs the trend rule: lost (net Sharpe -1.000 ± 0.283, "
+                               "paired on the same bars)\n"),
+                  "%s", mean);
+    /* No fold has a generator's rule: no rule row and no verdict against one. */
+    ck_assert_msg(!strstr(buf, "  rule ") && !strstr(buf, "generator's rule"), "%s", buf);
     ck_assert_ptr_nonnull(strstr(buf, "selection-biased"));
     /* Readable in 100-120 columns. */
     for (const char *line = buf; *line;) {
@@ -697,7 +718,34 @@ START_TEST(test_fold_table)
     ck_assert_msg(strstr(buf, "  policy                n/a       n/a      n/a       n/a      n/a\n"),
                   "%s", buf);
     ck_assert_msg(!strstr(buf, "nan"), "%s", buf);
-    ck_assert_ptr_nonnull(strstr(buf, "verdict: policy beat flat: n/a\n"));
+    /* Without test bars it has nothing to average: left out, and no verdict drawn from nothing. */
+    ck_assert_msg(strstr(buf, "left out of every row's mean: fold 1 (no test bars)\nno fold to "
+                              "average\n"),
+                  "%s", buf);
+    ck_assert_msg(!strstr(buf, "verdict"), "%s", buf);
+    free(buf);
+
+    /*
+     * A gap smaller than its SE is no win: +0.108 ± 0.734 against flat is indistinguishable,
+     * and a known-edge generator's rule gets its row and its verdict.
+     */
+    buf = print_table("[{\"fold\":0,\"epochs\":5,\"best_epoch\":4,\"test_sharpe\":0.108,"
+                      "\"test_bars\":900,\"rule\":\"sign of the last return\",\"baselines\":{"
+                      "\"flat\":{\"sharpe\":0,\"policy_diff\":0.108,\"policy_diff_se\":0.734},"
+                      "\"rule\":{\"sharpe\":1.2,\"policy_diff\":-1.092,\"policy_diff_se\":0.5}}}]");
+    ck_assert_msg(strstr(buf, "verdict: policy vs flat: indistinguishable (net Sharpe +0.108 ± "
+                              "0.734, paired on the same bars)\n"),
+                  "%s", buf);
+    ck_assert_msg(strstr(buf, "  rule                1.200"), "%s", buf);
+    ck_assert_msg(strstr(buf, "  rule: sign of the last return"), "%s", buf);
+    ck_assert_msg(strstr(buf, "verdict: policy vs the generator's rule: lost (net Sharpe -1.092 ± "
+                              "0.500, paired on the same bars)\n"),
+                  "%s", buf);
+    free(buf);
+    /* Every fold halted: nothing to average, and no verdict drawn from nothing. */
+    buf = print_table("[{\"fold\":0,\"epochs\":0,\"test_bars\":900,"
+                      "\"halted\":{\"kind\":\"halt_nan\",\"step\":3}}]");
+    ck_assert_msg(strstr(buf, "no fold to average\n") && !strstr(buf, "verdict"), "%s", buf);
     free(buf);
     buf = print_table("[]");
     ck_assert_str_eq(buf, "no fold finished\n");

@@ -183,9 +183,11 @@ START_TEST(a_fold_evaluates_nothing_twice)
     ck_assert_int_eq(bars[FOX_SPLIT_VALIDATION][FOX_POLICY_TREND], FOX_TREND_K_COUNT * nv);
     ck_assert_int_eq(fr.trend_k_tried, FOX_TREND_K_COUNT);
     ck_assert(fr.has_oracle);
+    ck_assert(!fr.has_rule); /* the regime generator's rule is the trend rule */
     for (int p = FOX_POLICY_BUY_HOLD; p < FOX_POLICY_COUNT; p++) {
-        ck_assert_msg(bars[FOX_SPLIT_TEST][p] == nt, "policy %d: %d test bars walked, %d there",
-                      p, bars[FOX_SPLIT_TEST][p], nt);
+        int walked = p == FOX_POLICY_RULE ? 0 : nt;
+        ck_assert_msg(bars[FOX_SPLIT_TEST][p] == walked, "policy %d: %d test bars walked, %d there",
+                      p, bars[FOX_SPLIT_TEST][p], walked);
         if (p != FOX_POLICY_TREND)
             ck_assert_int_eq(bars[FOX_SPLIT_VALIDATION][p], 0);
     }

@@ -1,6 +1,6 @@
 /*
  * noedge.c — the two no-edge generators (a driftless random walk and a
- * GARCH(1,1) series) and the choice of a generator by its data.source name.
+ * GARCH(1,1) series) and the choice of any generator by its data.source name.
  *
  * Why they exist: a learner that trades where nothing can be earned pays the
  * costs every bar. On these series the expected return of the next bar is
@@ -87,14 +87,18 @@ fox_series_garch(fox_series *s, int n, uint64_t seed)
     return noedge_series(s, n, seed, GEN_GARCH);
 }
 
-/* The generators by their data.source names. */
+/* The generators by their data.source names; the first three take no parameters. */
 static const struct {
     const char *name;
     int (*make)(fox_series *, int, uint64_t);
+    int (*make_edge)(fox_series *, int, uint64_t, const fox_gen_params *);
 } generators[] = {
-    {"synthetic", fox_series_synthetic},
-    {"randomwalk", fox_series_randomwalk},
-    {"garch", fox_series_garch},
+    {"synthetic", fox_series_synthetic, NULL},
+    {"randomwalk", fox_series_randomwalk, NULL},
+    {"garch", fox_series_garch, NULL},
+    {"autocorr", NULL, fox_series_autocorr},
+    {"volmom", NULL, fox_series_volmom},
+    {"hours", NULL, fox_series_hours},
 };
 
 int
@@ -107,12 +111,18 @@ fox_series_is_generator(const char *name)
 }
 
 int
-fox_series_generate(fox_series *s, const char *name, int n, uint64_t seed)
+fox_series_generate(fox_series *s, const char *name, int n, uint64_t seed,
+                    const fox_gen_params *gp)
 {
+    static const fox_gen_params defaults = {1, 0.1};
     if (!s || !name)
         return FOX_EINVAL;
-    for (size_t i = 0; i < sizeof generators / sizeof generators[0]; i++)
-        if (strcmp(name, generators[i].name) == 0)
+    for (size_t i = 0; i < sizeof generators / sizeof generators[0]; i++) {
+        if (strcmp(name, generators[i].name) != 0)
+            continue;
+        if (generators[i].make)
             return generators[i].make(s, n, seed);
+        return generators[i].make_edge(s, n, seed, gp ? gp : &defaults);
+    }
     return FOX_ENOENT;
 }
