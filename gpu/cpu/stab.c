@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu/engine.h"
 #include "common/error.h"
+#include "gpu/train_types.h"
 #include "gpu/cpu/stab.h"
 
 /* ---- setup and the fused-check table ------------------------------------------------ */
