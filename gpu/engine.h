@@ -176,6 +176,13 @@ const char *fox_engine_errmsg(const fox_engine *e);
 int fox_engine_load_data(fox_engine *e);
 
 /*
+ * 1 when source, a value of data.source, names one of the engine's series
+ * generators ("synthetic", "randomwalk", "garch"), which read no file; 0 for
+ * anything else, a CSV path. Pure: any thread, no engine needed.
+ */
+int fox_engine_source_is_generator(const char *source);
+
+/*
  * Start fold k (0 ≤ k < n_folds): set the training, validation and test
  * segments, fit feature normalization on the training blocks, empty the
  * replay ring, reset the environments and perform reset_for_fold.
