@@ -4,7 +4,7 @@
  * textfile) and the orderly shutdown. Where it listens is endpoints.c, the
  * memory of mutating requests dedup.c.
  *
- * Threads (DESIGN.md "Threads and data flow"):
+ * Threads (docs/design.md, "Threads and data flow"):
  *   - nng's threads run the aio callbacks: they only move a finished receive
  *     onto the inbox and wake the loop (uv_async_send coalesces, so the wake
  *     handler drains the whole inbox), or re-arm a receive after a send;
