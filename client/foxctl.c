@@ -1,5 +1,5 @@
 /*
- * foxctl.c — the command-line client of foxd (DESIGN.md "Command lines").
+ * foxctl.c — the command-line client of foxd (docs/man/foxctl.1.scd).
  *
  * Every protocol command is a subcommand; output is human-readable by
  * default and the raw reply with --json. Long operations (run, checkpoint

@@ -6,7 +6,7 @@
 #ifndef FOX_CLIENT_RECORDS_H
 #define FOX_CLIENT_RECORDS_H
 
-#include "client/commands.h"
+#include "client/ask.h"
 
 /* plot RUN_DIR: draw the run directory's pictures again (scripts/foxplot). */
 int foxctl_cmd_plot(foxctl_opts *o, int argc, char **argv);

@@ -7,7 +7,7 @@
 #ifndef FOX_CLIENT_RUN_H
 #define FOX_CLIENT_RUN_H
 
-#include "client/commands.h"
+#include "client/ask.h"
 
 /*
  * Wait for op to finish: events on sub first, `status` every few seconds

@@ -25,86 +25,13 @@
 
 #include "client/print.h"
 #include "client/sweep.h"
+#include "client/sweep_plan.h"
+#include "client/sweep_run.h"
 #include "common/clock.h"
 #include "common/fsutil.h"
 
 #define MAX_ENDPOINTS 64
 #define MAX_BASELINES 16
-
-/* ------------------------------------------------------------------ files */
-
-static char *
-read_text(const char *path, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    for (size_t got; buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0;) {
-        n += got;
-        if (n + 1 == cap) {
-            char *b = realloc(buf, cap *= 2);
-            if (!b) {
-                free(buf);
-                buf = NULL;
-            }
-            buf = b;
-        }
-    }
-    fclose(f);
-    if (!buf)
-        snprintf(err, errlen, "%s: out of memory", path);
-    else
-        buf[n] = 0;
-    return buf;
-}
-
-static cJSON *
-read_json(const char *path, char *err, size_t errlen)
-{
-    char *text = read_text(path, err, errlen);
-    if (!text)
-        return NULL;
-    cJSON *doc = cJSON_Parse(text);
-    free(text);
-    if (!doc)
-        snprintf(err, errlen, "%s: not valid JSON", path);
-    return doc;
-}
-
-static int
-write_json(const char *path, const cJSON *doc)
-{
-    char err[512];
-    char *text = cJSON_Print(doc);
-    if (!text)
-        return FOXCTL_EREPLY;
-    size_t n = strlen(text);
-    text[n] = '\n'; /* cJSON's terminator becomes the file's last newline */
-    int rv = fox_write_atomic(path, text, n + 1, 0644, 1, err, sizeof err);
-    cJSON_free(text);
-    if (rv != FOX_OK) {
-        fprintf(stderr, "foxctl: sweep: %s\n", err);
-        return FOXCTL_EREPLY;
-    }
-    return FOXCTL_OK;
-}
-
-int
-foxctl_sweep_write_job(const sweep_plan *p, const sweep_job *j, cJSON *record, int failed)
-{
-    char path[1200];
-    cJSON_AddStringToObject(record, "id", j->id);
-    cJSON_AddNumberToObject(record, "config", j->config);
-    cJSON_AddNumberToObject(record, "seed", (double)j->seed);
-    cJSON_AddNumberToObject(record, "fold", j->fold);
-    cJSON_AddItemToObject(record, "values", cJSON_Duplicate(j->values, 1));
-    snprintf(path, sizeof path, "%s/jobs/%s%s.json", p->dir, j->id, failed ? ".failed" : "");
-    return write_json(path, record);
-}
 
 static int
 job_file_exists(const sweep_plan *p, const sweep_job *j)
@@ -351,7 +278,7 @@ plan_open_dir(sweep_plan *p)
     }
     snprintf(path, sizeof path, "%s/plan.json", p->dir);
     if (access(path, F_OK) == 0) {
-        cJSON *old = read_json(path, err, sizeof err);
+        cJSON *old = foxctl_sweep_read_json(path, err, sizeof err);
         int same = old && cJSON_Compare(cJSON_GetObjectItemCaseSensitive(old, "spec"), p->spec, 1);
         cJSON_Delete(old);
         if (!same) {
@@ -381,7 +308,7 @@ plan_open_dir(sweep_plan *p)
             done++;
         }
     }
-    int rv = write_json(path, plan);
+    int rv = foxctl_sweep_write_json(path, plan);
     cJSON_Delete(plan);
     if (done)
         fprintf(stderr, "sweep: %s: %d of %d jobs already done, skipped\n", p->dir, done,
@@ -505,7 +432,7 @@ gather(const char *dir, int quiet_missing)
 {
     char path[1200], err[512];
     snprintf(path, sizeof path, "%s/plan.json", dir);
-    cJSON *plan = read_json(path, err, sizeof err);
+    cJSON *plan = foxctl_sweep_read_json(path, err, sizeof err);
     if (!plan) {
         fprintf(stderr, "foxctl: sweep --gather: %s\n", err);
         return FOXCTL_USAGE;
@@ -527,14 +454,15 @@ gather(const char *dir, int quiet_missing)
         int c = (int)foxctl_jnum(j, "config", 0);
         uint64_t seed = (uint64_t)foxctl_jnum(j, "seed", 0);
         snprintf(path, sizeof path, "%s/jobs/%s.json", dir, id);
-        cJSON *rec = access(path, F_OK) == 0 ? read_json(path, err, sizeof err) : NULL;
+        cJSON *rec = access(path, F_OK) == 0 ? foxctl_sweep_read_json(path, err, sizeof err) : NULL;
         const cJSON *folds = cJSON_GetObjectItemCaseSensitive(rec, "folds");
         cJSON *row = cJSON_CreateObject();
         cJSON_AddStringToObject(row, "id", id);
         if (!rec || !cJSON_IsArray(folds) || cJSON_GetArraySize(folds) == 0) {
             char failed[1200];
             snprintf(failed, sizeof failed, "%s/jobs/%s.failed.json", dir, id);
-            cJSON *frec = access(failed, F_OK) == 0 ? read_json(failed, err, sizeof err) : NULL;
+            cJSON *frec =
+                access(failed, F_OK) == 0 ? foxctl_sweep_read_json(failed, err, sizeof err) : NULL;
             /* A Slurm task that failed left its log; say where it is. */
             char log[1200], why_log[1300];
             snprintf(log, sizeof log, "%s/logs/%s.log", dir, id);
@@ -622,7 +550,7 @@ gather(const char *dir, int quiet_missing)
     cJSON_AddNumberToObject(summary, "failed", n_failed);
     cJSON_AddItemToObject(summary, "job_results", jrows);
     snprintf(path, sizeof path, "%s/summary.json", dir);
-    int rv = write_json(path, summary);
+    int rv = foxctl_sweep_write_json(path, summary);
     cJSON_Delete(summary);
     cJSON_Delete(plan);
     free(cells);
@@ -811,7 +739,8 @@ foxctl_cmd_sweep(foxctl_opts *o, int argc, char **argv)
 
     /* The spec: the file's, then the command line's members over it. */
     char err[512];
-    p.spec = optind < argc ? read_json(argv[optind], err, sizeof err) : cJSON_CreateObject();
+    p.spec = optind < argc ? foxctl_sweep_read_json(argv[optind], err, sizeof err)
+                           : cJSON_CreateObject();
     if (!p.spec) {
         cJSON_Delete(cli);
         return spec_error("spec", err);

@@ -2,7 +2,7 @@
  * sweep_run.c — a sweep's jobs over foxd endpoints: one thread per
  * endpoint takes the next pending job, sets its config, runs its fold from a
  * fresh engine and polls `status` until the op ends; the main thread shows
- * the progress of the whole sweep. See sweep.h.
+ * the progress of the whole sweep. See sweep_run.h.
  *
  * A daemon that stops answering loses only the job it was running: the job
  * goes back to the queue for another endpoint (or the same one once it
@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "client/print.h"
-#include "client/sweep.h"
+#include "client/sweep_run.h"
 #include "common/clock.h"
 
 /* Engine creation (CUDA context, data) may take a while on a loaded host. */

@@ -15,7 +15,7 @@
 #include "common/clock.h"
 #include "daemon/answer.h"
 #include "daemon/render.h"
-#include "gpu/data.h"
+#include "gpu/engine.h"
 #include "gpu/isv.h"
 #include "gpu/sentinel.h"
 
@@ -196,7 +196,7 @@ resolve_data_source(const fox_dconf *d, cJSON *values, char *msg, size_t len)
     char real[FOX_PATH_MAX];
     cJSON *v = cJSON_GetObjectItemCaseSensitive(values, DATA_KEY);
     /* A generator's name reads no file. */
-    if (!cJSON_IsString(v) || fox_series_is_generator(v->valuestring))
+    if (!cJSON_IsString(v) || fox_engine_source_is_generator(v->valuestring))
         return FOX_OK;
     int rv = fox_answer_data_path(d, v->valuestring, real, sizeof real, msg, len);
     if (rv != FOX_OK)
@@ -251,7 +251,7 @@ fox_answer_tcmd(const fox_dconf *d, const fox_request *req, fox_tcmd *c, char *m
     c->bars_to = req->bars_to;
     c->val_from = req->val_from;
     /* A backtest's bars come under the same rule as data.source: the data directory only. */
-    if (req->data && fox_series_is_generator(req->data)) {
+    if (req->data && fox_engine_source_is_generator(req->data)) {
         if (snprintf(c->data, sizeof c->data, "%s", req->data) >= (int)sizeof c->data)
             return fox_errf(msg, len, FOX_EINVAL, "backtest: data path too long");
     } else if (req->data) {

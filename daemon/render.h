@@ -22,7 +22,7 @@
 #include <cjson/cJSON.h>
 
 #include "daemon/conf.h"
-#include "daemon/trainer.h"
+#include "daemon/trainer_types.h"
 #include "gpu/engine.h"
 
 /* Server-side counters shown by status and metrics. */

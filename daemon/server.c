@@ -4,7 +4,7 @@
  * textfile) and the orderly shutdown. Where it listens is endpoints.c, the
  * memory of mutating requests dedup.c.
  *
- * Threads (DESIGN.md "Threads and data flow"):
+ * Threads (docs/design.md, "Threads and data flow"):
  *   - nng's threads run the aio callbacks: they only move a finished receive
  *     onto the inbox and wake the loop (uv_async_send coalesces, so the wake
  *     handler drains the whole inbox), or re-arm a receive after a send;
@@ -652,11 +652,74 @@ close_handle(uv_handle_t *h, void *arg)
 }
 
 /*
- * The trainer has stopped. Once the last replies have left (or LINGER_MS
- * passed), tear down in the order nng 1.5.2 and libuv need: trainer joined,
- * probe joined, every aio stopped, sockets closed, queues drained, handles
- * closed (uv_run then returns).
+ * Tear down what exists of s, in the order nng 1.5.2 and libuv need: trainer
+ * stopped and joined, probe joined, every aio stopped, sockets closed,
+ * queues drained, handles closed (uv_run then returns). Safe on a half-built
+ * server, as a failed setup leaves it: each step looks at what was made.
+ * free_server finishes once the loop has closed the handles.
  */
+static void
+close_all(server *s)
+{
+    if (s->trainer && !s->closing) {
+        /* A setup that failed after the trainer started: the join needs it told to stop. */
+        fox_tcmd *c = calloc(1, sizeof *c);
+        if (!c) {
+            /* Without its command the trainer never stops, and the join would wait forever. */
+            fox_log(FOX_LOG_ERR, "out of memory: cannot stop the trainer");
+            _exit(FOX_EXIT_ERROR);
+        }
+        c->cmd = FOX_CMD_SHUTDOWN;
+        if (fox_trainer_submit(s->trainer, c) != FOX_OK)
+            free(c);
+    }
+    fox_trainer_destroy(s->trainer);
+    s->trainer = NULL;
+    fox_endpoints_probe_stop(&s->ends);
+    for (int i = 0; s->works && i < s->n_works; i++)
+        if (s->works[i].aio)
+            nng_aio_stop(s->works[i].aio);
+    if (s->rep_open)
+        nng_close(s->rep);
+    s->rep_open = 0;
+    fox_metrics_http_stop(s->http);
+    s->http = NULL;
+    pthread_mutex_lock(&s->pub_lock);
+    if (s->pub_open)
+        nng_close(s->pub);
+    s->pub_open = 0;
+    pthread_mutex_unlock(&s->pub_lock);
+
+    /* Nothing can enqueue now; what is left is dropped (a failed start's stop among it). */
+    for (work *w = s->in_head; w; w = w->next)
+        nng_msg_free(w->msg), w->msg = NULL;
+    s->in_head = s->in_tail = NULL;
+    for (fox_tcmd *c = s->out_head, *next; c; c = next) {
+        next = c->next;
+        cJSON_Delete(c->values);
+        cJSON_Delete(c->backtest);
+        free(c);
+    }
+    s->out_head = s->out_tail = NULL;
+    uv_walk(&s->loop, close_handle, NULL);
+}
+
+/* After close_all and the uv_run that closed the handles: the loop, the aios, the tables, s. */
+static void
+free_server(server *s)
+{
+    if (uv_loop_close(&s->loop) != 0)
+        fox_log(FOX_LOG_WARNING, "event loop closed with handles open");
+    for (int i = 0; s->works && i < s->n_works; i++)
+        if (s->works[i].aio)
+            nng_aio_free(s->works[i].aio);
+    fox_dedup_fini(&s->dedup);
+    fox_endpoints_fini(&s->ends);
+    free(s->works);
+    free(s);
+}
+
+/* The trainer has stopped: once the last replies have left (or LINGER_MS passed), tear down. */
 static void
 finish_close(server *s)
 {
@@ -666,32 +729,7 @@ finish_close(server *s)
     if (sending && fox_mono_ms() < s->linger_until)
         return;
     uv_timer_stop(&s->t_linger);
-
-    fox_trainer_destroy(s->trainer);
-    s->trainer = NULL;
-    fox_endpoints_probe_stop(&s->ends);
-    for (int i = 0; i < s->n_works; i++)
-        nng_aio_stop(s->works[i].aio);
-    nng_close(s->rep);
-    s->rep_open = 0;
-    fox_metrics_http_stop(s->http);
-    s->http = NULL;
-    pthread_mutex_lock(&s->pub_lock);
-    nng_close(s->pub);
-    s->pub_open = 0;
-    pthread_mutex_unlock(&s->pub_lock);
-
-    /* Nothing can enqueue now; what is left is dropped. */
-    for (work *w = s->in_head; w; w = w->next)
-        nng_msg_free(w->msg), w->msg = NULL;
-    s->in_head = s->in_tail = NULL;
-    for (fox_tcmd *c = s->out_head, *next; c; c = next) {
-        next = c->next;
-        cJSON_Delete(c->values);
-        free(c);
-    }
-    s->out_head = s->out_tail = NULL;
-    uv_walk(&s->loop, close_handle, NULL);
+    close_all(s);
 }
 
 /* ------------------------------------------------------------------- main */
@@ -839,41 +877,16 @@ fox_serve_main(const fox_config *cfg, const fox_dconf *d)
     uv_async_init(&s->loop, &s->wake, on_wake);
     s->wake.data = s;
     s->relisten_mask = -1;
+    /* No ipc lock yet: a setup that fails before the endpoints are prepared closes none. */
+    s->ends.pub.lock_fd = -1;
 
     int rv = setup(s, cfg, err, sizeof err);
     if (rv != FOX_OK) {
         /* Once: under systemd stderr is the journal too. */
         fox_log(FOX_LOG_ERR, "%s", err);
-        /* Tear down what exists: same order as a normal stop. */
-        if (s->trainer) {
-            fox_tcmd *c = calloc(1, sizeof *c);
-            c->cmd = FOX_CMD_SHUTDOWN;
-            if (fox_trainer_submit(s->trainer, c) != FOX_OK)
-                free(c);
-        }
-        fox_trainer_destroy(s->trainer);
-        for (int i = 0; s->works && i < s->n_works; i++)
-            if (s->works[i].aio)
-                nng_aio_stop(s->works[i].aio);
-        for (int i = 0; s->works && i < s->n_works; i++)
-            if (s->works[i].aio)
-                nng_aio_free(s->works[i].aio);
-        if (s->rep_open)
-            nng_close(s->rep);
-        if (s->pub_open)
-            nng_close(s->pub);
-        fox_metrics_http_stop(s->http);
-        /* Drop what the failed start left on the outbox (the shutdown's completion). */
-        for (fox_tcmd *c = s->out_head, *next; c; c = next) {
-            next = c->next;
-            free(c);
-        }
-        uv_walk(&s->loop, close_handle, NULL);
+        close_all(s);
         uv_run(&s->loop, UV_RUN_DEFAULT);
-        uv_loop_close(&s->loop);
-        fox_endpoints_fini(&s->ends);
-        free(s->works);
-        free(s);
+        free_server(s);
         return rv == FOX_EINVAL || rv == FOX_EPERM || rv == FOX_EBUSY ? FOX_EXIT_USAGE
                                                                       : FOX_EXIT_ERROR;
     }
@@ -906,15 +919,8 @@ fox_serve_main(const fox_config *cfg, const fox_dconf *d)
     publish_event(s, "ready", NULL);
 
     uv_run(&s->loop, UV_RUN_DEFAULT);
-    if (uv_loop_close(&s->loop) != 0)
-        fox_log(FOX_LOG_WARNING, "event loop closed with handles open");
-    for (int i = 0; i < s->n_works; i++)
-        nng_aio_free(s->works[i].aio);
-    fox_dedup_fini(&s->dedup);
-    fox_endpoints_fini(&s->ends);
-    fox_log(FOX_LOG_NOTICE, "stopped");
     int code = s->exit_code;
-    free(s->works);
-    free(s);
+    free_server(s);
+    fox_log(FOX_LOG_NOTICE, "stopped");
     return code;
 }

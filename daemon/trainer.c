@@ -34,15 +34,6 @@
 #define PHASE_MS     600000
 #define IDLE_WAIT_MS 1000 /* idle/paused: the heartbeat still beats this often */
 
-static const char *const state_names[FOX_TSTATE_COUNT] = {"starting", "idle",   "training",
-                                                          "paused",   "halted", "stopping"};
-
-const char *
-fox_tstate_name(int state)
-{
-    return state >= 0 && state < FOX_TSTATE_COUNT ? state_names[state] : "?";
-}
-
 struct fox_trainer {
     pthread_t thread;
     int joinable;
@@ -313,18 +304,6 @@ on_fold_end(void *arg, const fox_fold_report *r)
     metrics_line(t, &ev);
     fox_record_fold(t->record, t->engine, r, t->run_op);
     emit(t, &ev);
-}
-
-#define STALE_MS_MIN 30000
-
-int
-fox_trainer_healthy(const fox_snapshot *s, int64_t now_ms, int64_t stale_ms)
-{
-    if (stale_ms < STALE_MS_MIN)
-        stale_ms = STALE_MS_MIN;
-    if (s->phase[0] && now_ms < s->phase_until_ms)
-        return 1;
-    return now_ms - s->beat_ms < stale_ms;
 }
 
 /* ------------------------------------------------------------- the engine */

@@ -13,9 +13,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpu/config.h"
 #include "gpu/data.h"
-#include "gpu/engine.h"
 #include "gpu/model.h"
+#include "gpu/train_types.h"
 
 /* What a backend trains on; owned by the engine, valid for the backend's life. */
 typedef struct fox_backend_env {

@@ -24,7 +24,7 @@ enum { FOX_FAULT_NONE = 0, FOX_FAULT_NAN = 1, FOX_FAULT_INF = 2, FOX_FAULT_HUGE 
 enum { FOX_CUDA_MATH_FP32 = 0, FOX_CUDA_MATH_GREEDY_TF32 = 1, FOX_CUDA_MATH_TF32 = 2 };
 
 typedef struct fox_config {
-    /* model: widths of foxnet v1 (DESIGN.md "The model") */
+    /* model: widths of foxnet v1 (docs/design.md, "The model") */
     int state_dim;    /* S, market + portfolio features, zero-padded */
     int h1, h2;       /* trunk GRN widths */
     int head_hidden;  /* value and branch hidden width */

@@ -115,6 +115,12 @@ fox_engine_errmsg(const fox_engine *e)
 }
 
 int
+fox_engine_source_is_generator(const char *source)
+{
+    return fox_series_is_generator(source);
+}
+
+int
 fox_engine_load_data(fox_engine *e)
 {
     char err[512] = "";

@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "gpu/config.h"
+#include "gpu/train_types.h"
 #include "common/error.h"
 
 typedef struct fox_engine fox_engine;
@@ -79,17 +80,6 @@ typedef enum {
     FOX_SELECT_LAST = 2      /* the last epoch */
 } fox_select_rule;
 #define FOX_SELECT_WINDOW_MAX 64
-
-typedef struct fox_step_stats {
-    int64_t step;      /* train steps done in this fold */
-    int64_t env_steps; /* environment transitions collected in this fold */
-    float loss;        /* total loss of the last train step */
-    float loss_c51, loss_iqn, loss_aux;
-    float grad_norm; /* global norm before clipping */
-    float epsilon;   /* exploration rate in use */
-    double loss_sum; /* total loss summed over the chunk's train steps, in step order */
-    int trained;     /* train steps in the chunk (0 while the replay ring fills) */
-} fox_step_stats;
 
 typedef struct fox_eval_result {
     double sharpe;        /* net, annualized by sqrt(bars_per_year) */
@@ -205,6 +195,13 @@ const char *fox_engine_errmsg(const fox_engine *e);
 int fox_engine_load_data(fox_engine *e);
 
 /*
+ * 1 when source, a value of data.source, names one of the engine's series
+ * generators ("synthetic", "randomwalk", "garch"), which read no file; 0 for
+ * anything else, a CSV path. Pure: any thread, no engine needed.
+ */
+int fox_engine_source_is_generator(const char *source);
+
+/*
  * Start fold k (0 ≤ k < n_folds): set the training, validation and test
  * segments, fit feature normalization on the training blocks, empty the
  * replay ring, reset the environments and perform reset_for_fold.
@@ -232,12 +229,6 @@ int fox_engine_run_steps(fox_engine *e, int n, fox_step_stats *stats);
  * the fold is halted; FOX_EHALT as run_steps.
  */
 int fox_engine_train_only(fox_engine *e, int n, fox_step_stats *stats);
-
-typedef enum {
-    FOX_HALT_NONE = 0,         /* the fold runs */
-    FOX_HALT_NAN = 1,          /* halt_nan: a sentinel slot 0–35 fired */
-    FOX_HALT_GRAD_COLLAPSE = 2 /* halt_grad_collapse: non-finite loss or vanished gradient */
-} fox_halt_reason;
 
 #define FOX_HALT_MAX_SLOTS 36 /* slots 0–35 (sentinel.h FOX_SENT_HALT_END) */
 

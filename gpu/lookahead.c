@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/error.h"
 #include "gpu/lookahead.h"
 
 #define WINDOW_START 4

@@ -17,7 +17,7 @@
 
 #define FOX_PARAM_ALIGN 64
 
-/* Param groups, for bounds and diagnostics (DESIGN.md). */
+/* Param groups, for bounds and diagnostics (docs/design.md, "The model"). */
 enum {
     FOX_GROUP_GRN1 = 0,
     FOX_GROUP_GRN2 = 1,

@@ -3,10 +3,10 @@
  * watches, what makes it fire, and the CPU twin of the fused check kernel.
  *
  * One X-macro list (FOX_SENTINEL_MAP) is the single source of truth for the
- * slot numbering (DESIGN.md "Slot tables", the seeds' numbering wherever they
- * name a slot): the enum FOX_SENT_<NAME>, the name and buffer lookups, the
- * thresholds, the layout fingerprint and docs/stability.md (checked by
- * tests/test_stability.c) all come from it.
+ * slot numbering (the seeds' numbering wherever they name a slot): the enum
+ * FOX_SENT_<NAME>, the name and buffer lookups, the thresholds, the layout
+ * fingerprint and docs/stability.md (checked by tests/test_stability.c) all
+ * come from it.
  *
  *   0–23  forward NaN/Inf      24–35  backward NaN/Inf (29, 31 reserved)
  *   36–49 threshold diagnostics (SP3 Mech 5, slot 48 of the Mech 9 close-out,

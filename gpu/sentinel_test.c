@@ -1,6 +1,6 @@
 /*
  * sentinel_test.c — the sentinel slot table on its own: integrity, the
- * DESIGN.md numbering, the Mech 5 thresholds and their rule text, the
+ * seeds' numbering, the Mech 5 thresholds and their rule text, the
  * group slots, fault-injection names, the halt text and the flag mask, the
  * params runs a slot watches, and the CPU twins of the fused check.
  *
@@ -67,7 +67,7 @@ START_TEST(sentinel_table_integrity)
 }
 END_TEST
 
-/* DESIGN.md "Slot tables" numbering, slot by slot. */
+/* The seeds' numbering (docs/stability.md, "Sentinel slots"), slot by slot. */
 START_TEST(sentinel_design_numbering)
 {
     static const char *const want[FOX_SENTINEL_SLOTS] = {

@@ -1,9 +1,11 @@
 /*
  * train_types.h — what one training step's losses and gradients are computed
  * from and what they return: the batch, the loss's hyperparameters and the
- * loss parts. Both backends (gpu/cpu/, gpu/cuda/) and the CUDA backend's
- * debug library speak them, so they live here, beside the backends, and
- * neither backend includes the other.
+ * loss parts; and what a chunk of steps reports to the engine: its stats and
+ * the halt that stopped it. Both backends (gpu/cpu/, gpu/cuda/) and the CUDA
+ * backend's debug library speak them, so they live here, beneath the engine
+ * (gpu/engine.h hands the stats and the halt codes on to its callers) and
+ * beside the backends: neither backend includes the other or the engine.
  *
  * The batch and the hyperparameters exist twice: in float for training and
  * in double (suffix _d) for the CPU net's finite-difference twin. Their
@@ -59,5 +61,24 @@ typedef struct fox_train_loss {
     double q_abs;     /* mean |E[Z]| of the taken actions over batch and branches */
     double q_dir_abs; /* the same over the direction branch (d = 0) alone */
 } fox_train_loss;
+
+/* What a chunk of steps (run_steps, train_only) reports. */
+typedef struct fox_step_stats {
+    int64_t step;      /* train steps done in this fold */
+    int64_t env_steps; /* environment transitions collected in this fold */
+    float loss;        /* total loss of the last train step */
+    float loss_c51, loss_iqn, loss_aux;
+    float grad_norm; /* global norm before clipping */
+    float epsilon;   /* exploration rate in use */
+    double loss_sum; /* total loss summed over the chunk's train steps, in step order */
+    int trained;     /* train steps in the chunk (0 while the replay ring fills) */
+} fox_step_stats;
+
+/* Why a fold stopped (fox_backend_base.halt_reason, fox_halt_info.reason). */
+typedef enum {
+    FOX_HALT_NONE = 0,         /* the fold runs */
+    FOX_HALT_NAN = 1,          /* halt_nan: a sentinel slot 0–35 fired */
+    FOX_HALT_GRAD_COLLAPSE = 2 /* halt_grad_collapse: non-finite loss or vanished gradient */
+} fox_halt_reason;
 
 #endif

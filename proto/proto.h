@@ -1,5 +1,5 @@
 /*
- * proto.h — the foxd wire protocol (DESIGN.md "Protocol"), shared by foxd and
+ * proto.h — the foxd wire protocol (docs/protocol.md), shared by foxd and
  * foxctl: strict parsing and validation of requests, the reply and event
  * envelopes, parsing of replies and events on the client side, and the
  * error codes of the protocol. The per-fold table is table.h.

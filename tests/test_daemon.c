@@ -6,6 +6,7 @@
  * covered by test_daemon.sh.
  */
 #include <check.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 #include "daemon/conf.h"
 #include "daemon/pipes.h"
 #include "daemon/cpus.h"
+#include "daemon/foxd.h"
 #include "daemon/render.h"
 #include "gpu/isv.h"
 #include "proto/proto.h"
@@ -588,6 +590,27 @@ START_TEST(test_trainer_start_fails)
 }
 END_TEST
 
+/*
+ * A serve whose setup fails before any endpoint is prepared tears down the
+ * half-built server: an error exit, and no descriptor it never opened
+ * closed (the ipc lock of an unprepared set is none, not descriptor 0).
+ */
+START_TEST(test_serve_setup_fails)
+{
+    fox_config cfg;
+    fox_dconf d;
+    tiny(&cfg);
+    fox_dconf_default(&d);
+    snprintf(d.state_dir, sizeof d.state_dir, "/proc/foxd-test/state");
+    int null = open("/dev/null", O_RDONLY);
+    ck_assert_int_ge(null, 0);
+    ck_assert_int_eq(dup2(null, STDIN_FILENO), STDIN_FILENO);
+    close(null);
+    ck_assert_int_eq(fox_serve_main(&cfg, &d), FOX_EXIT_ERROR);
+    ck_assert_msg(fcntl(STDIN_FILENO, F_GETFD) != -1, "the failed serve closed descriptor 0");
+}
+END_TEST
+
 /* The activity table of control connections: lookups survive growth and removals. */
 START_TEST(test_pipes)
 {
@@ -753,6 +776,7 @@ daemon_suite(void)
     tcase_add_test(tc, test_walk);
     tcase_add_test(tc, test_trainer);
     tcase_add_test(tc, test_trainer_start_fails);
+    tcase_add_test(tc, test_serve_setup_fails);
     suite_add_tcase(s, tc);
     return s;
 }

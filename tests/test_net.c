@@ -270,7 +270,7 @@ START_TEST(test_layout_default)
     ck_assert_int_eq(lay.t[FOX_P_IQN_WPHI].cols, 64);
     ck_assert_int_eq(lay.t[FOX_P_IQN_WQ].rows, 12);
 
-    /* Groups (DESIGN.md): LayerNorm γ/β apart from their GRN. */
+    /* Groups (docs/design.md, "The model"): LayerNorm γ/β apart from their GRN. */
     ck_assert_int_eq(lay.t[FOX_P_GRN1_WG].group, FOX_GROUP_GRN1);
     ck_assert_int_eq(lay.t[FOX_P_GRN1_LN_G].group, FOX_GROUP_LAYERNORM);
     ck_assert_int_eq(lay.t[FOX_P_GRN2_LN_B].group, FOX_GROUP_LAYERNORM);
@@ -856,7 +856,7 @@ END_TEST
 /*
  * The finite-difference checks only prove that the gradients match the
  * losses as net.c computes them; this plain-loop transcription of
- * DESIGN.md checks the losses themselves (targets, dueling, quantile
+ * docs/design.md's model checks the losses themselves (targets, dueling, quantile
  * weights, normalisations).
  */
 typedef struct ref {

@@ -7,7 +7,7 @@
  * training backend) and with FOX_REAL = double (fox_cpud_net_*, used only by
  * the finite-difference gradient checks), so both share one source.
  *
- * Math (DESIGN.md "The model"): GRN trunk s → h_s1 → h_s2; value head and D
+ * Math (docs/design.md, "The model"): GRN trunk s → h_s1 → h_s2; value head and D
  * branch heads with per-branch local-mean dueling on the logits, log_softmax
  * over atoms; C51 cross-entropy against the projected double-DQN target
  * (mean over branches, or per branch); IQN head with quantile Huber loss

@@ -1,8 +1,10 @@
 /*
  * optim.c — gradient guard, norm, clip factor, Adam and target sync for the
- * CPU backend (contracts in optim.h). Plain loops; the CUDA twins must give
- * the same numbers up to float rounding (the norm's order of summation is
- * the only expected difference).
+ * CPU backend (contracts in optim.h). Plain loops, but for Adam, which takes
+ * four elements at a time with SSE2 where the target has it (adam_lanes:
+ * the same operations in the same order as the plain adam_elem, so the same
+ * bits). The CUDA twins must give the same numbers up to float rounding
+ * (the norm's order of summation is the only expected difference).
  */
 #include <float.h>
 #include <math.h>

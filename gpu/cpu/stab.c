@@ -4,7 +4,7 @@
  * the inline checks, every clamp site, the ISV producers, the fold reset and
  * the halts. Every bound is read from the ISV where it is used, never cached:
  * the CUDA kernels read the same slots on the device, so a captured graph
- * never bakes a stale bound (DESIGN.md).
+ * never bakes a stale bound (docs/design.md).
  *
  * Order inside a clamp site, everywhere: inject, inline check (before
  * anything sanitizes the buffer: SP1 diagnostic-ordering pearl), producers
@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu/engine.h"
 #include "common/error.h"
+#include "gpu/train_types.h"
 #include "gpu/cpu/stab.h"
 
 /* ---- setup and the fused-check table ------------------------------------------------ */

@@ -11,9 +11,9 @@
 #include <stdint.h>
 
 #include "gpu/bounds.h"
-#include "gpu/engine.h"
 #include "gpu/isv.h"
 #include "gpu/sentinel.h"
+#include "gpu/train_types.h"
 #include "gpu/cuda/adam.h"
 #include "gpu/cuda/device.cuh"
 

@@ -18,12 +18,12 @@
  *
  * Not here: the math (net.c, *.cu), the engine's folds and evaluation, the
  * debug entry points (debug.c, a library only tests link), prioritized
- * replay's sum tree (per.cu). A backend is used by one thread, the one that
+ * replay's sum tree (per.cu), the errors, the context's section and the
+ * counters' host mirror (ctx.c). A backend is used by one thread, the one that
  * owns its engine; the engines of several threads share the context through
- * fox__cuda_section_enter (backend_impl.h).
+ * fox__cuda_section_enter (ctx.h).
  */
 #include <math.h>
-#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +36,7 @@
 #include "gpu/sentinel.h"
 #include "gpu/cuda/backend_impl.h"
 #include "gpu/cuda/cuda_impl.h"
+#include "gpu/cuda/ctx.h"
 #include "gpu/cuda/collect.h"
 #include "gpu/cuda/net.h"
 #include "gpu/cuda/sp4.h"
@@ -52,68 +53,6 @@
  */
 #define FOX_CUDA_UNROLL      4
 #define FOX_CUDA_UNROLL_ROWS 4096
-
-/* ------------------------------------------------------------------------------------------ */
-/* Errors                                                                                     */
-
-/* Shorter than base.err, so that "cuda <op>: " + it always fits. */
-static _Thread_local char last_err[448];
-
-int
-fox__cuda_fail(const char *file, int line, const char *call, const char *what, int code)
-{
-    snprintf(last_err, sizeof last_err, "%s:%d %s: %s (%d)", file, line, call, what, code);
-    fox_log(FOX_LOG_ERR, "cuda: %s", last_err);
-    return FOX_ECUDA;
-}
-
-const char *
-fox__cuda_last_error(void)
-{
-    return last_err;
-}
-
-/*
- * A failed step leaves the device state unknown and a sticky error poisons
- * the context: the backend refuses everything after it (the daemon's
- * supervisor restarts the process).
- */
-int
-fox__cuda_be_fail(fox_cuda_backend *be, int rv, const char *op)
-{
-    if (rv == FOX_OK || rv == FOX_EHALT) /* a halt's message is already in err */
-        return rv;
-    if (rv == FOX_ECUDA) {
-        be->dead = 1;
-        snprintf(be->base.err, sizeof be->base.err, "cuda %s: %s", op, last_err);
-    } else {
-        snprintf(be->base.err, sizeof be->base.err, "cuda %s: %s", op, fox_strerror(rv));
-    }
-    return rv;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* The context's section (backend_impl.h)                                                     */
-
-static pthread_rwlock_t section = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
-
-void
-fox__cuda_section_enter(void)
-{
-    pthread_rwlock_wrlock(&section);
-}
-
-void
-fox__cuda_section_share(void)
-{
-    pthread_rwlock_rdlock(&section);
-}
-
-void
-fox__cuda_section_leave(void)
-{
-    pthread_rwlock_unlock(&section);
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* available / create / destroy                                                               */
@@ -146,16 +85,6 @@ cuda_available(char *why, size_t len)
     return 1;
 }
 
-void
-fox__cuda_drop_graphs(fox_cuda_backend *be)
-{
-    for (int k = 0; k < 2 * G_KINDS; k++)
-        if (be->graph[k / 2][k % 2]) {
-            cudaGraphExecDestroy(be->graph[k / 2][k % 2]);
-            be->graph[k / 2][k % 2] = NULL;
-        }
-}
-
 static void
 cuda_destroy(fox_backend *be_)
 {
@@ -184,13 +113,6 @@ cuda_destroy(fox_backend *be_)
     free(be);
     cudaSetDevice(prev);
     fox__cuda_section_leave();
-}
-
-int
-fox__cuda_alloc(void *pp, size_t bytes)
-{
-    FOX_CUDA_TRY(cudaMalloc((void **)pp, bytes ? bytes : 4));
-    return 0;
 }
 
 /* Copy a host series array to the device (NULL stays NULL: close-only data). */
@@ -306,14 +228,14 @@ create_backend(fox_cuda_backend *be, char *err, size_t errlen)
     const fox_model_layout *lay = be->lay;
     int rv = create_device(be);
     if (rv != FOX_OK) {
-        snprintf(err, errlen, "cuda backend: %s", rv == FOX_ECUDA ? last_err : fox_strerror(rv));
+        snprintf(err, errlen, "cuda backend: %s", rv == FOX_ECUDA ? fox__cuda_last_error() : fox_strerror(rv));
         return rv;
     }
     err[0] = '\0';
     if ((rv = fox__cuda_stab_init(be, err, errlen)) != FOX_OK) {
         if (!err[0])
             snprintf(err, errlen, "cuda backend: %s",
-                     rv == FOX_ECUDA ? last_err : fox_strerror(rv));
+                     rv == FOX_ECUDA ? fox__cuda_last_error() : fox_strerror(rv));
         return rv;
     }
     fox_cuda_collect_cfg *cc = &be->cc;
@@ -361,7 +283,7 @@ create_backend(fox_cuda_backend *be, char *err, size_t errlen)
     be->net.greedy_tf32 = c->cuda_math != FOX_CUDA_MATH_FP32;
     be->unroll = be->B < FOX_CUDA_UNROLL_ROWS ? FOX_CUDA_UNROLL : 1;
     if (fox__cuda_set_math(&be->net, c->cuda_math == FOX_CUDA_MATH_TF32) != FOX_OK) {
-        snprintf(err, errlen, "cuda backend: %s", last_err);
+        snprintf(err, errlen, "cuda backend: %s", fox__cuda_last_error());
         return FOX_ECUDA;
     }
     return FOX_OK;
@@ -428,27 +350,6 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
             be->net.use_side ? FOX_CUDA_STREAMS : 1, FOX_CUDA_PDL ? "on" : "off",
             (be->net.greedy_tf32 && be->net.use_side) || be->net.tf32 ? "TF32" : "FP32");
     *out = (fox_backend *)be;
-    return FOX_OK;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Host mirror of the device counters                                                         */
-
-int
-fox__cuda_sync_ctl(fox_cuda_backend *be)
-{
-    cudaStream_t s0 = be->net.st[0];
-    FOX_CUDA_TRY(cudaMemcpyAsync(be->hctl, be->ctl, sizeof *be->ctl, cudaMemcpyDeviceToHost, s0));
-    FOX_CUDA_TRY(cudaStreamSynchronize(s0));
-    return FOX_OK;
-}
-
-int
-fox__cuda_put_ctl(fox_cuda_backend *be)
-{
-    cudaStream_t s0 = be->net.st[0];
-    FOX_CUDA_TRY(cudaMemcpyAsync(be->ctl, be->hctl, sizeof *be->ctl, cudaMemcpyHostToDevice, s0));
-    FOX_CUDA_TRY(cudaStreamSynchronize(s0));
     return FOX_OK;
 }
 

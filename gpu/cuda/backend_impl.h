@@ -2,7 +2,8 @@
  * backend_impl.h — the CUDA backend's own state, shared by its host files:
  * backend.c (lifecycle and the ops table), step.c (the step, its capture
  * into graphs and its replay), table.c (the fused check's table and the
- * fault arming) and the test-support library's debug.c.
+ * fault arming), ctx.c (the helpers all of them share, ctx.h) and the
+ * test-support library's debug.c.
  *
  * Nothing outside gpu/cuda/ includes it. Every function here runs on the
  * thread that owns the backend (the trainer's) and returns a FOX_* status.
@@ -69,46 +70,6 @@ typedef struct fox_cuda_backend {
     int prioritized;  /* train.prioritized: the batch is drawn by per and weighted */
     fox_cuda_per per; /* its sum tree and counters (per.cu) */
 } fox_cuda_backend;
-
-/*
- * rv as the backend's status of op: FOX_OK and FOX_EHALT pass through (a
- * halt's message is already in err); any other code's text goes into err,
- * and FOX_ECUDA marks the backend dead (a sticky error poisons the context).
- */
-int fox__cuda_be_fail(fox_cuda_backend *be, int rv, const char *op);
-
-/* Every entry point of a dead backend refuses at once. */
-#define FOX_CUDA_ALIVE(be)                                                                         \
-    do {                                                                                           \
-        if ((be)->dead)                                                                            \
-            return FOX_ECUDA;                                                                      \
-        cudaSetDevice((be)->cfg->device);                                                          \
-    } while (0)
-
-/*
- * Several engines of one process share the device's context. Its allocations
- * and frees, cudaDeviceSynchronize and the first launch of a kernel (which
- * loads its module, cuBLAS's too) synchronize the context, and would
- * invalidate a graph capture running meanwhile in another engine's thread.
- * So an engine's creation and destruction, and each step's eager first run
- * and captures, hold this process-wide section alone (enter); the other
- * entry points that launch outside a graph (begin_fold, reset_for_fold,
- * q_values, state_io: a new shape may load a kernel) hold it shared with
- * each other (share). Otherwise an engine works on its own streams only: no
- * legacy-stream copy, no device-wide synchronization. Writers are preferred,
- * so that engines that evaluate all the time do not hold a capture off.
- */
-void fox__cuda_section_enter(void);
-void fox__cuda_section_share(void);
-void fox__cuda_section_leave(void);
-
-/* cudaMalloc of bytes (at least 4) into *(void **)pp. */
-int fox__cuda_alloc(void *pp, size_t bytes);
-/* The captured graphs destroyed: the next step of each kind captures again. */
-void fox__cuda_drop_graphs(fox_cuda_backend *be);
-/* The host mirror of the device counters: read (sync) or written back (put), on MAIN. */
-int fox__cuda_sync_ctl(fox_cuda_backend *be);
-int fox__cuda_put_ctl(fox_cuda_backend *be);
 
 /* table.c: the rules, the fused check's table, the flags and the configured fault. */
 int fox__cuda_stab_init(fox_cuda_backend *be, char *err, size_t errlen);

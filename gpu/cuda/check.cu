@@ -22,9 +22,9 @@
 #include <string.h>
 
 #include "gpu/bounds.h"
-#include "gpu/engine.h"
 #include "gpu/isv.h"
 #include "gpu/sentinel.h"
+#include "gpu/train_types.h"
 #include "gpu/cuda/check.h"
 #include "gpu/cuda/device.cuh"
 

@@ -14,7 +14,6 @@
 #include <cub/block/block_scan.cuh>
 
 #include "gpu/bounds.h"
-#include "gpu/engine.h"
 #include "gpu/isv.h"
 #include "gpu/sentinel.h"
 #include "gpu/cuda/collect.h"

@@ -21,6 +21,7 @@
 #include "gpu/sentinel.h"
 #include "gpu/cuda/backend_impl.h"
 #include "gpu/cuda/cuda_impl.h"
+#include "gpu/cuda/ctx.h"
 #include "gpu/cuda/adam.h"
 #include "gpu/cuda/check.h"
 #include "gpu/cuda/grn.h"

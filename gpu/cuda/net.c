@@ -39,8 +39,8 @@
  * Phase C guard of d h_s2 (check.cu); all off in a parity pass
  * (stab.sites 0), like the CPU net without its hook.
  *
- * Not here: collection, replay and graphs (backend.c), the kernels
- * themselves (*.cu).
+ * Not here: the step's collection, replay and graphs (step.c), the
+ * kernels themselves (*.cu).
  */
 #include <stdlib.h>
 #include <string.h>

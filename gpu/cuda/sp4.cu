@@ -26,7 +26,6 @@
 #include <string.h>
 
 #include "gpu/bounds.h"
-#include "gpu/engine.h"
 #include "gpu/isv.h"
 #include "gpu/sentinel.h"
 #include "gpu/cuda/device.cuh"

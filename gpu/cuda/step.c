@@ -20,6 +20,7 @@
 #include "gpu/sentinel.h"
 #include "gpu/cuda/backend_impl.h"
 #include "gpu/cuda/cuda_impl.h"
+#include "gpu/cuda/ctx.h"
 #include "gpu/cuda/adam.h"
 #include "gpu/cuda/check.h"
 #include "gpu/cuda/collect.h"
@@ -155,7 +156,7 @@ capture(fox_cuda_backend *be, int kind, int count, cudaGraphExec_t *out)
     return FOX_OK;
 }
 
-/* The eager step or a capture, inside the context's section (backend_impl.h). */
+/* The eager step or a capture, inside the context's section (ctx.h). */
 static int
 eager_in_section(fox_cuda_backend *be, int kind)
 {

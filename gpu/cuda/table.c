@@ -19,6 +19,7 @@
 #include "gpu/sentinel.h"
 #include "gpu/cuda/backend_impl.h"
 #include "gpu/cuda/cuda_impl.h"
+#include "gpu/cuda/ctx.h"
 #include "gpu/cuda/sp4.h"
 
 static int

@@ -1,0 +1,52 @@
+/*
+ * sweep_plan.h — a sweep's plan as data (internal to client/): its jobs and
+ * their states, and the JSON files of its directory (sweep.h describes
+ * them): read whole, written atomically, a job's result file among them.
+ * sweep.c builds and gathers the plan, sweep_run.c runs its jobs over
+ * daemons; both stand on this file, and it on neither.
+ *
+ * Single thread at a time: sweep_run.c's threads take the plan under their
+ * own lock. Functions return foxctl's exit status (conn.h) unless they say
+ * otherwise.
+ */
+#ifndef FOX_CLIENT_SWEEP_PLAN_H
+#define FOX_CLIENT_SWEEP_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+typedef enum { SWEEP_PENDING, SWEEP_RUNNING, SWEEP_DONE, SWEEP_FAILED } sweep_state;
+
+typedef struct sweep_job {
+    char id[64];      /* c<config>-s<seed>-f<fold>: also the name of its result file */
+    int config;       /* index into the plan's configurations */
+    uint64_t seed;
+    int fold;
+    cJSON *values;    /* every config key the job sets, train.seed included (owned) */
+    sweep_state state;
+    int attempts;     /* tries lost with their daemon */
+    double started;   /* monotonic seconds, while running */
+} sweep_job;
+
+typedef struct sweep_plan {
+    char dir[1024];
+    cJSON *spec;      /* the normalized spec (owned) */
+    int epochs, steps_per_epoch; /* 0: the daemon's config */
+    int n_configs;
+    char (*labels)[256]; /* per configuration: "key=value ..." of its grid values */
+    sweep_job *jobs;
+    int n_jobs;
+} sweep_plan;
+
+/* The JSON document of file path, or NULL with err set (the path and why). */
+cJSON *foxctl_sweep_read_json(const char *path, char *err, size_t errlen);
+
+/* doc written to path atomically, with a last newline. FOXCTL_OK or FOXCTL_EREPLY. */
+int foxctl_sweep_write_json(const char *path, const cJSON *doc);
+
+/* Write dir/jobs/<id>.json (or <id>.failed.json) atomically. FOXCTL_OK or FOXCTL_EREPLY. */
+int foxctl_sweep_write_job(const sweep_plan *p, const sweep_job *j, cJSON *record, int failed);
+
+#endif

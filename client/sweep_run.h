@@ -1,0 +1,25 @@
+/*
+ * sweep_run.h — a sweep's jobs over foxd endpoints (internal to client/;
+ * sweep_run.c says how). sweep.c calls it once the plan is built.
+ */
+#ifndef FOX_CLIENT_SWEEP_RUN_H
+#define FOX_CLIENT_SWEEP_RUN_H
+
+#include "client/ask.h"
+#include "client/sweep_plan.h"
+
+/* Endpoints, attempts and patience of a sweep over daemons. */
+typedef struct sweep_run_opts {
+    char **endpoints;
+    int n_endpoints;
+    int attempts;     /* a job lost with this many daemons fails */
+    int wait_s;       /* no endpoint answering this long ends the sweep */
+} sweep_run_opts;
+
+/*
+ * Run the plan's unfinished jobs over the endpoints, one job at a time on
+ * each, writing each result as it arrives. Returns foxctl's exit status.
+ */
+int foxctl_sweep_run(foxctl_opts *o, sweep_plan *p, const sweep_run_opts *ro);
+
+#endif
