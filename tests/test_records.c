@@ -250,6 +250,88 @@ START_TEST(checkpoint_format_1_still_loads)
 }
 END_TEST
 
+/*
+ * Copy checkpoint src to dst with size bytes of val written at payload
+ * offset off, and both CRCs made right again: a file whose values are out
+ * of range but which no CRC would catch.
+ */
+static void
+poke_checkpoint(const char *src, const char *dst, size_t off, const void *val, size_t size)
+{
+    size_t len;
+    char *buf = fox_test_read_file(src, &len);
+    ck_assert_ptr_nonnull(buf);
+    const size_t hdr = 56;
+    ck_assert(hdr + off + size <= len);
+    memcpy(buf + hdr + off, val, size);
+    uint32_t pcrc = (uint32_t)crc32(crc32(0L, Z_NULL, 0), (const Bytef *)buf + hdr,
+                                    (uInt)(len - hdr));
+    memcpy(buf + 48, &pcrc, 4);
+    uint32_t hcrc = (uint32_t)crc32(crc32(0L, Z_NULL, 0), (const Bytef *)buf, 52);
+    memcpy(buf + 52, &hcrc, 4);
+    FILE *f = fopen(dst, "wb");
+    ck_assert_int_eq(fwrite(buf, 1, len, f), len);
+    fclose(f);
+    free(buf);
+}
+
+/* A checkpoint with valid CRCs but values no run writes is refused, with the value named. */
+START_TEST(checkpoint_refuses_values_out_of_range)
+{
+    fox_config c;
+    small_config(&c);
+    char dir[] = "/tmp/foxrecXXXXXX", good[256], bad[256];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(good, sizeof good, "%s/good.ckpt", dir);
+    snprintf(bad, sizeof bad, "%s/bad.ckpt", dir);
+    fox_engine *a = fox_test_engine(&c), *b = fox_test_engine_loaded(&c);
+    FOX_CK_ENGINE_OK(a, fox_engine_run_steps(a, 30, NULL));
+    FOX_CK_ENGINE_OK(a, fox_engine_checkpoint_save(a, good));
+    size_t np = fox_engine_param_count(a);
+    const size_t counters = 16 * np + 4 * FOX_ISV_TOTAL_DIM, norm = counters + 56;
+    const float nan = NAN, huge = 1e30f, negative = -1.0f, zero = 0.0f;
+    const int32_t int_min = INT32_MIN;
+    const struct {
+        size_t off;
+        const void *val;
+        size_t size;
+        const char *why;
+    } cases[] = {
+        {4 * 3, &nan, 4, "weight 3 is nan"},
+        {0, &huge, 4, "weight 0 is 1e+30"},
+        {4 * np + 4 * 7, &huge, 4, "target weight 7"},
+        {12 * np, &negative, 4, "Adam v 0 is -1"},
+        {counters + 52, &int_min, 4, "epochs done -2147483648"},
+        {counters + 48, &(int32_t){99}, 4, "fold 99"},
+        {norm + 8 + 4 * 10, &nan, 4, "feature 10's normalization is mean nan"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        poke_checkpoint(good, bad, cases[i].off, cases[i].val, cases[i].size);
+        ck_assert_msg(fox_engine_checkpoint_load(b, bad) == FOX_EFORMAT, "%s: loaded",
+                      cases[i].why);
+        ck_assert_msg(strstr(fox_engine_errmsg(b), cases[i].why), "'%s' lacks '%s'",
+                      fox_engine_errmsg(b), cases[i].why);
+    }
+    /* A zero std would divide the backtest's features by zero. */
+    char *text = fox_test_read_file(good, NULL);
+    int32_t nf;
+    memcpy(&nf, text + 56 + norm, sizeof nf);
+    free(text);
+    poke_checkpoint(good, bad, norm + 8 + 4 * (size_t)nf + 4 * 2, &zero, 4);
+    ck_assert_int_eq(fox_engine_load_policy(b, bad, -1, -1, 0), FOX_EFORMAT);
+    ck_assert_msg(strstr(fox_engine_errmsg(b), "feature 2's normalization") &&
+                      strstr(fox_engine_errmsg(b), "std 0"),
+                  "%s", fox_engine_errmsg(b));
+    /* The file as saved still loads. */
+    FOX_CK_ENGINE_OK(b, fox_engine_checkpoint_load(b, good));
+    fox_engine_destroy(a);
+    fox_engine_destroy(b);
+    unlink(good);
+    unlink(bad);
+    rmdir(dir);
+}
+END_TEST
+
 START_TEST(load_policy_refuses_another_layout)
 {
     fox_config c, c2;
@@ -693,6 +775,7 @@ main(void)
     tcase_add_test(tc, a_fold_evaluates_nothing_twice);
     tcase_add_test(tc, checkpoint_format_1_still_loads);
     tcase_add_test(tc, load_policy_refuses_another_layout);
+    tcase_add_test(tc, checkpoint_refuses_values_out_of_range);
     tcase_add_test(tc, once_leaves_a_complete_run_directory);
     tcase_add_test(tc, run_directory_refuses_hostile_names_and_roots);
     suite_add_tcase(s, tc);
