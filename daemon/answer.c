@@ -3,6 +3,7 @@
  * rendered by render.c), trainer commands from requests, STATUS= lines and
  * the Prometheus textfile. See answer.h.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -207,26 +208,56 @@ resolve_data_source(const fox_dconf *d, cJSON *values, char *msg, size_t len)
     return FOX_OK;
 }
 
+/*
+ * Whether rel (relative to the state directory) names a checkpoint file:
+ * components of letters, digits and "._+-" that do not start with a dot
+ * (no "..", no hidden or temp files), the last ending in ".ckpt"; with
+ * bare, one component only. The state directory also holds the daemon's
+ * own files (foxd.overrides.json, metrics.jsonl, data/, runs/): a client's
+ * checkpoint must never land on one of them.
+ */
+static int
+is_ckpt_name(const char *rel, int bare)
+{
+    size_t n = strlen(rel);
+    if (n < 6 || strcmp(rel + n - 5, ".ckpt") != 0 || rel[n - 6] == '/')
+        return 0;
+    for (const char *p = rel; *p; p++) {
+        if (*p == '/') {
+            if (bare)
+                return 0;
+            continue;
+        }
+        if ((p == rel || p[-1] == '/') && *p == '.')
+            return 0;
+        if (!isalnum((unsigned char)*p) && !strchr("._+-", *p))
+            return 0;
+    }
+    return 1;
+}
+
 int
-fox_answer_ckpt_path(const fox_dconf *d, const char *path, char *out, size_t len, char *msg,
-                     size_t msglen)
+fox_answer_ckpt_path(const fox_dconf *d, const char *path, int write, char *out, size_t len,
+                     char *msg, size_t msglen)
 {
     size_t sl = strlen(d->state_dir);
-    if (!path)
-        path = "foxd.ckpt";
+    const char *rel = path ? path : "foxd.ckpt";
     /* Clients name files; they do not get to write or read anywhere else. */
-    if (has_dotdot(path))
-        return fox_errf(msg, msglen, FOX_EPERM, "checkpoint path '%.256s' contains '..'", path);
-    if (path[0] == '/') {
-        if (strncmp(path, d->state_dir, sl) != 0 || path[sl] != '/')
+    if (has_dotdot(rel))
+        return fox_errf(msg, msglen, FOX_EPERM, "checkpoint path '%.256s' contains '..'", rel);
+    if (rel[0] == '/') {
+        if (strncmp(rel, d->state_dir, sl) != 0 || rel[sl] != '/')
             return fox_errf(msg, msglen, FOX_EPERM,
                             "checkpoint paths must lie inside the state directory %s",
                             d->state_dir);
-        if (snprintf(out, len, "%s", path) >= (int)len)
-            return fox_errf(msg, msglen, FOX_EINVAL, "checkpoint path too long");
-        return FOX_OK;
+        rel += sl + 1;
     }
-    if (snprintf(out, len, "%s/%s", d->state_dir, path) >= (int)len)
+    if (!is_ckpt_name(rel, write))
+        return fox_errf(msg, msglen, FOX_EPERM,
+                        "checkpoint '%.256s': %s ending in .ckpt, of letters, digits and "
+                        "'._+-', not starting with '.'",
+                        rel, write ? "a file name (no '/')" : "a path");
+    if (snprintf(out, len, "%s/%s", d->state_dir, rel) >= (int)len)
         return fox_errf(msg, msglen, FOX_EINVAL, "checkpoint path too long");
     return FOX_OK;
 }
@@ -266,10 +297,11 @@ fox_answer_tcmd(const fox_dconf *d, const fox_request *req, fox_tcmd *c, char *m
         if (rv != FOX_OK)
             return rv;
     }
-    if (req->cmd == FOX_CMD_CHECKPOINT_SAVE || req->cmd == FOX_CMD_CHECKPOINT_LOAD ||
-        req->cmd == FOX_CMD_BACKTEST ||
+    if (req->cmd == FOX_CMD_CHECKPOINT_LOAD || req->cmd == FOX_CMD_BACKTEST)
+        return fox_answer_ckpt_path(d, req->path, 0, c->path, sizeof c->path, msg, len);
+    if (req->cmd == FOX_CMD_CHECKPOINT_SAVE ||
         (req->cmd == FOX_CMD_SHUTDOWN && req->checkpoint && d->checkpoint_on_stop))
-        return fox_answer_ckpt_path(d, req->path, c->path, sizeof c->path, msg, len);
+        return fox_answer_ckpt_path(d, req->path, 1, c->path, sizeof c->path, msg, len);
     return FOX_OK;
 }
 

@@ -43,9 +43,15 @@ int fox_answer_tcmd(const fox_dconf *d, const fox_request *req, fox_tcmd *c, cha
 int fox_answer_data_path(const fox_dconf *d, const char *path, char *out, size_t len, char *msg,
                          size_t msglen);
 
-/* Resolve a checkpoint path (NULL: the default file) inside d->state_dir. */
-int fox_answer_ckpt_path(const fox_dconf *d, const char *path, char *out, size_t len, char *msg,
-                         size_t msglen);
+/*
+ * Resolve a checkpoint path (NULL: the default file, foxd.ckpt) inside
+ * d->state_dir, relative or absolute. It must name a .ckpt file (path
+ * components of letters, digits and "._+-", none starting with '.'); write:
+ * a bare file name, for the state directory's subdirectories hold runs and
+ * data. FOX_EPERM with the reason in msg otherwise.
+ */
+int fox_answer_ckpt_path(const fox_dconf *d, const char *path, int write, char *out, size_t len,
+                         char *msg, size_t msglen);
 
 /* One-line STATUS= text for systemd. */
 void fox_answer_status_line(const fox_snapshot *s, char *buf, size_t len);

@@ -53,6 +53,14 @@ fox_backtest_main(const fox_config *cfg, const fox_dconf *d, const char *checkpo
             (int)cJSON_GetArrayItem(bars, 1)->valuedouble, cfg->data);
     fox_table_backtest(stdout, result);
     fflush(stdout);
+    /* render.c writes a non-finite figure as null: NaN returns, never a policy's doing. */
+    const cJSON *sharpe = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(result, "policy"), "sharpe");
+    if (!cJSON_IsNumber(sharpe)) {
+        fprintf(stderr, "foxd: backtest: the policy's Sharpe is not a number: the data or the "
+                        "checkpoint is wrong\n");
+        goto out;
+    }
     code = FOX_EXIT_OK;
 out:
     if (rec) {

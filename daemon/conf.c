@@ -236,6 +236,18 @@ dset(fox_dconf *d, const dkey *k, const char *v, char *err, size_t errlen)
         if (strlen(v) >= k->size)
             return fox_errf(err, errlen, FOX_EINVAL, "%s: longer than %zu bytes", k->name,
                              k->size - 1);
+        /* Paths and names end up in log lines and file names: a newline or an escape there
+         * would forge a line or steer a terminal. */
+        for (const unsigned char *c = (const unsigned char *)v; *c; c++)
+            if (*c < 0x20 || *c == 0x7f)
+                return fox_errf(err, errlen, FOX_EINVAL,
+                                "%s: control character 0x%02x at byte %td", k->name, *c,
+                                (const char *)c - v);
+        /* run.name becomes one component of the run directory's name. */
+        if (k->off == offsetof(fox_dconf, run_name) &&
+            (strchr(v, '/') || !strcmp(v, ".") || !strcmp(v, "..")))
+            return fox_errf(err, errlen, FOX_EINVAL,
+                            "run.name: '%s' is not a file name (no '/', not '.' or '..')", v);
         strcpy(field, v);
         return FOX_OK;
     case D_BOOL:

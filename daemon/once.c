@@ -10,6 +10,7 @@
  * fold is reset and the walk goes on (train.stop_on_halt=1: it stops there);
  * the table marks it, and the exit status is FOX_EXIT_HALT at the end.
  */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -37,6 +38,7 @@ typedef struct once_state {
     fox_engine *engine;
     fox_record *record;
     double writing; /* seconds printing and recording, less what the engine counts itself */
+    int nonfinite;  /* folds whose chosen policy's test Sharpe is not a number */
 } once_state;
 
 /* The engine's evaluation and checkpoint seconds so far: a record call's own, not writing. */
@@ -88,6 +90,12 @@ once_fold_end(void *arg, const fox_fold_report *r)
     cJSON *fold = fox_render_fold(r);
     cJSON_AddItemToArray(s->folds, fold);
     fox_table_flagged(stderr, fold);
+    /* A NaN figure comes from NaN returns, never from a policy: the run's figures are void. */
+    if (!isfinite(r->test_at_best.sharpe)) {
+        fprintf(stderr, "foxd: fold %d: the chosen policy's test Sharpe is %g, not a number\n",
+                r->fold, r->test_at_best.sharpe);
+        s->nonfinite++;
+    }
     fox_record_fold(s->record, s->engine, r, 0);
     add_writing(s, t0, c0);
 }
@@ -202,6 +210,12 @@ fox_once_main(const fox_config *cfg, const fox_dconf *d, int json)
         fprintf(stderr, "foxd: %d fold%s halted; the table marks %s\n", w.halted,
                 w.halted > 1 ? "s" : "", w.halted > 1 ? "them" : "it");
         code = FOX_EXIT_HALT;
+    }
+    if (st.nonfinite > 0 && code == FOX_EXIT_OK) {
+        fprintf(stderr, "foxd: %d fold%s ended with a test Sharpe that is not a number: the "
+                        "data or the training went wrong (see above)\n",
+                st.nonfinite, st.nonfinite > 1 ? "s" : "");
+        code = FOX_EXIT_ERROR;
     }
     /* A fold cut short still has its finished epochs to report. */
     fox_fold_report part;

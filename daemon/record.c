@@ -2,6 +2,7 @@
  * record.c — the run directory. See record.h for what it holds.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -157,6 +158,66 @@ write_json(fox_record *r, const char *name, const cJSON *doc)
     free(text);
 }
 
+/*
+ * Make a fresh run directory <root>/<leaf>, or <leaf>-2, -3, ... when that
+ * name is taken, into r->dir; the root and its parents first, as needed. mkdirat under a descriptor of the root never
+ * follows a symlink planted where the directory goes (it fails with EEXIST
+ * and the next name is tried), and the new entry is checked with
+ * AT_SYMLINK_NOFOLLOW to be a directory of ours. A root that others may
+ * write to without the sticky bit is refused: there another user could
+ * swap the new directory for a symlink after it is made.
+ */
+static int
+make_fresh(fox_record *r, const char *key, const char *root, const char *leaf, char *err,
+           size_t errlen)
+{
+    /* Room for the longest suffix: a path cut short would land in an ancestor. */
+    if (strlen(root) + 1 + strlen(leaf) + sizeof "-1000" > sizeof r->dir)
+        return fox_errf(err, errlen, FOX_EINVAL,
+                        "%s: '%.64s...' (%zu bytes) leaves no room for the run's name in %zu",
+                        key, root, strlen(root), sizeof r->dir - 1);
+    if (fox_mkdir_p(root, 0750, err, errlen) != FOX_OK)
+        return FOX_EIO;
+    struct stat st;
+    char name[FOX_PATH_MAX];
+    int rv = FOX_OK, fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        rv = fox_errf(err, errlen, FOX_EIO, "%s %s: %s", key, root, strerror(errno));
+        goto out;
+    }
+    if ((st.st_mode & 022) && !(st.st_mode & S_ISVTX)) {
+        rv = fox_errf(err, errlen, FOX_EPERM,
+                      "%s %s is writable by %s (mode %03o) and not sticky: another user could "
+                      "put a symlink in place of the run directory; chmod go-w it or pick "
+                      "another %s",
+                      key, root, (st.st_mode & 002) ? "everyone" : "its group",
+                      (unsigned)(st.st_mode & 0777), key);
+        goto out;
+    }
+    snprintf(name, sizeof name, "%s", leaf);
+    for (int k = 2; mkdirat(fd, name, 0750) != 0; k++) {
+        if (errno != EEXIST || k > 1000) {
+            rv = fox_errf(err, errlen, FOX_EIO, "run directory %s/%s: %s", root, name,
+                          strerror(errno));
+            goto out;
+        }
+        snprintf(name, sizeof name, "%s-%d", leaf, k);
+    }
+    if (fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode) ||
+        st.st_uid != geteuid()) {
+        rv = fox_errf(err, errlen, FOX_EPERM, "run directory %s/%s was replaced as it was made",
+                      root, name);
+        goto out;
+    }
+    /* The length was checked above: this cannot be cut. */
+    if (snprintf(r->dir, sizeof r->dir, "%s/%s", root, name) >= (int)sizeof r->dir)
+        rv = fox_errf(err, errlen, FOX_EINTERNAL, "run directory %s/%s: too long", root, name);
+out:
+    if (fd >= 0)
+        close(fd);
+    return rv;
+}
+
 int
 fox_record_open(fox_record **out, const fox_dconf *d, const char *default_root,
                 const fox_config *cfg, char *err, size_t errlen)
@@ -167,32 +228,21 @@ fox_record_open(fox_record **out, const fox_dconf *d, const char *default_root,
         return fox_errf(err, errlen, FOX_ENOMEM, "run directory: out of memory");
     r->isv_steps = d->run_isv_steps > 0 ? d->run_isv_steps : 1;
     r->isv_fold = -1;
+    int rv = FOX_OK;
     if (d->run_dir[0]) {
         snprintf(r->dir, sizeof r->dir, "%s", d->run_dir);
-        if (fox_mkdir_p(r->dir, 0750, err, errlen) != FOX_OK) {
-            free(r);
-            return FOX_EIO;
-        }
+        rv = fox_mkdir_p(r->dir, 0750, err, errlen);
     } else {
-        char stamp[32], base[FOX_PATH_MAX];
+        char stamp[32], leaf[sizeof stamp + sizeof d->run_name];
         const char *root = d->run_root[0] ? d->run_root : default_root;
         fox_utc_stamp(stamp, sizeof stamp, "");
-        if (fox_mkdir_p(root, 0750, err, errlen) != FOX_OK) {
-            free(r);
-            return FOX_EIO;
-        }
-        snprintf(base, sizeof base, "%.900s/%s%s%.80s", root, stamp, d->run_name[0] ? "-" : "",
-                 d->run_name);
-        /* Two runs in one second (or a name reused) get -2, -3, ...: nothing is overwritten. */
-        snprintf(r->dir, sizeof r->dir, "%s", base);
-        for (int k = 2; mkdir(r->dir, 0750) != 0; k++) {
-            if (errno != EEXIST || k > 1000) {
-                fox_errf(err, errlen, FOX_EIO, "run directory %s: %s", r->dir, strerror(errno));
-                free(r);
-                return FOX_EIO;
-            }
-            snprintf(r->dir, sizeof r->dir, "%.1010s-%d", base, k);
-        }
+        snprintf(leaf, sizeof leaf, "%s%s%s", stamp, d->run_name[0] ? "-" : "", d->run_name);
+        rv = make_fresh(r, d->run_root[0] ? "run.root" : "the default run root", root, leaf,
+                        err, errlen);
+    }
+    if (rv != FOX_OK) {
+        free(r);
+        return rv;
     }
     /* The path printed and handed to clients is absolute: it is read from elsewhere. */
     char abs[PATH_MAX];

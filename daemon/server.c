@@ -559,7 +559,7 @@ on_signal(uv_signal_t *h, int signum)
     c->cmd = FOX_CMD_SHUTDOWN;
     c->checkpoint = s->d.checkpoint_on_stop;
     if (c->checkpoint &&
-        fox_answer_ckpt_path(&s->d, NULL, c->path, sizeof c->path, msg, sizeof msg) != FOX_OK)
+        fox_answer_ckpt_path(&s->d, NULL, 1, c->path, sizeof c->path, msg, sizeof msg) != FOX_OK)
         c->path[0] = 0;
     if (fox_trainer_submit(s->trainer, c) != FOX_OK)
         free(c); /* a shutdown is already on its way */

@@ -15,7 +15,9 @@
  * before anything in the engine changes.
  */
 #include <errno.h>
+#include <float.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +50,17 @@ typedef struct ckpt_counters {
     uint64_t rng_state[2];
     int32_t fold, epochs_done;
 } ckpt_counters;
+
+/*
+ * The largest weight magnitude a checkpoint may hold. A trained network's
+ * weights stay within a few units; one beyond this overflows the float
+ * activations at the first step, so such a file is refused as corrupt.
+ */
+#define CKPT_MAX_WEIGHT 1e6f /* the messages say +-1e6 */
+
+/* The counters' ranges: a fold of data.folds (at most 8; -1 before any), train.epochs. */
+#define CKPT_MAX_FOLD   30
+#define CKPT_MAX_EPOCHS (1 << 20)
 
 /* Format 2's tail: the feature normalization the weights were trained with. */
 typedef struct ckpt_norm {
@@ -168,9 +181,78 @@ slurp(fox_engine *e, const char *path, char **buf, size_t *len)
     return FOX_OK;
 }
 
+/* The first of n floats at f that is not finite or lies beyond bound in magnitude, or -1. */
+static long
+first_bad(const float *f, size_t n, float bound)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(f[i]) || fabsf(f[i]) > bound)
+            return (long)i;
+    return -1;
+}
+
+/*
+ * The payload's values in range, beyond what the CRC can say (a file
+ * written by a faulty run, or made to look valid): weights and Adam's
+ * moments finite and bounded, Adam's second moment not negative, the
+ * counters within their keys' ranges, the normalization's std finite and
+ * positive. FOX_EFORMAT with the first value out of range.
+ */
+static int
+check_values(fox_engine *e, const char *path, const char *payload, uint32_t version)
+{
+    size_t np = e->lay.n_params;
+    const float *f = (const float *)payload;
+    static const char *const arrays[] = {"weight", "target weight", "Adam m", "Adam v"};
+    for (int a = 0; a < 4; a++) {
+        const float *v = f + (size_t)a * np;
+        long i = first_bad(v, np, a < 2 ? CKPT_MAX_WEIGHT : FLT_MAX);
+        for (size_t k = 0; a == 3 && i < 0 && k < np; k++)
+            if (v[k] < 0.0f)
+                i = (long)k;
+        if (i >= 0)
+            return fox__engine_fail(e, FOX_EFORMAT, "checkpoint %s: %s %ld is %g (%s): refusing it",
+                                    path, arrays[a], i, (double)v[i],
+                                    a < 2   ? "weights are finite and within +-1e6"
+                                    : a < 3 ? "Adam's first moment is finite"
+                                            : "Adam's second moment is finite, not negative");
+    }
+    ckpt_counters cc;
+    memcpy(&cc, payload + counters_offset(np), sizeof cc);
+    if (cc.adam_t < 0 || cc.step < 0 || cc.train_steps < 0 || cc.env_steps < 0 ||
+        cc.fold < -1 || cc.fold > CKPT_MAX_FOLD || cc.epochs_done < 0 ||
+        cc.epochs_done > CKPT_MAX_EPOCHS)
+        return fox__engine_fail(e, FOX_EFORMAT,
+                                "checkpoint %s: counters out of range (fold %d, epochs done %d, "
+                                "step %lld, Adam t %lld): refusing it",
+                                path, cc.fold, cc.epochs_done, (long long)cc.step,
+                                (long long)cc.adam_t);
+    if (version < 2)
+        return FOX_OK;
+    ckpt_norm cn;
+    const char *norm = payload + counters_offset(np) + sizeof cc;
+    memcpy(&cn, norm, sizeof cn);
+    if (cn.n_feat != e->feat.n_feat)
+        return fox__engine_fail(e, FOX_EFORMAT,
+                                "checkpoint %s: %d normalized features, this engine has %d", path,
+                                cn.n_feat, e->feat.n_feat);
+    size_t nf = (size_t)cn.n_feat;
+    for (size_t k = 0; k < nf; k++) {
+        float mean, std;
+        memcpy(&mean, norm + sizeof cn + k * sizeof(float), sizeof mean);
+        memcpy(&std, norm + sizeof cn + (nf + k) * sizeof(float), sizeof std);
+        if (!isfinite(mean) || !isfinite(std) || !(std > 0.0f))
+            return fox__engine_fail(e, FOX_EFORMAT,
+                                    "checkpoint %s: feature %zu's normalization is mean %g, std "
+                                    "%g (std must be finite and positive): refusing it",
+                                    path, k, (double)mean, (double)std);
+    }
+    return FOX_OK;
+}
+
 /*
  * Read path and verify all of it against this engine: magic, CRCs, a format
- * this build reads, the layout fingerprint, the sizes. FOX_OK with *buf
+ * this build reads, the layout fingerprint, the sizes, the values' ranges. FOX_OK with *buf
  * (malloc'd, the whole file) and *h; otherwise the engine's message says why.
  */
 static int
@@ -223,6 +305,8 @@ read_verified(fox_engine *e, const char *path, char **buf, ckpt_header *h)
         fox__engine_fail(e, rv, "checkpoint %s: payload CRC mismatch (corrupt)", path);
         goto bad;
     }
+    if ((rv = check_values(e, path, *buf + sizeof *h, h->version)) != FOX_OK)
+        goto bad;
     return FOX_OK;
 bad:
     free(*buf);

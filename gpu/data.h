@@ -30,6 +30,14 @@
 #define FOX_MARKET_FEATURES 39
 #define FOX_FEATURE_WARMUP 65
 
+/*
+ * The bars per year the engine accepts from the timestamps: one bar a year
+ * to one a second. Outside, the times are in another unit (or the rows are
+ * not bars); data.bars_per_year overrides the check with the operator's P.
+ */
+#define FOX_MIN_BARS_PER_YEAR 1.0
+#define FOX_MAX_BARS_PER_YEAR (365.2425 * 86400.0)
+
 typedef struct fox_series fox_series;
 
 struct fox_series {
@@ -122,9 +130,12 @@ enum { FOX_REGIME_TREND = 0, FOX_REGIME_MEANREV = 1, FOX_REGIME_HIGHVOL = 2, FOX
  * (optional). price_column (NULL or "" for close) names the column read as
  * the price instead, for a file of several series: the others are then
  * carried, not read, and open/high/low/volume too unless it names the close
- * column itself. Refuses missing columns, non-numeric or non-finite values,
- * non-positive prices, high < low, non-increasing time and fewer than
- * min_rows rows, with "path:line: reason" in err. bars_per_year is the bars
+ * column itself. Refuses missing columns, values that are not decimal
+ * numbers (hex, "inf", "nan") or not finite, prices and volumes a float
+ * cannot hold (a price must stay positive as a float), non-positive
+ * prices, high < low, numeric times too large for unix seconds (milli-,
+ * micro-, nanoseconds), non-increasing time and fewer than min_rows rows,
+ * with "path:line: reason" in err. bars_per_year is the bars
  * present per year of timestamps (252 without a time column).
  */
 int fox_series_load_csv(fox_series *s, const char *path, const char *price_column, int min_rows,

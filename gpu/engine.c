@@ -137,6 +137,17 @@ fox_engine_load_data(fox_engine *e)
     if (e->cfg.bars_per_year > 0) {
         e->series.bars_per_year = e->cfg.bars_per_year;
         e->series.bars_per_year_from = "data.bars_per_year";
+    } else if (!(e->series.bars_per_year >= FOX_MIN_BARS_PER_YEAR &&
+                 e->series.bars_per_year <= FOX_MAX_BARS_PER_YEAR)) {
+        /* Timestamps in another unit, or rows that are not bars: every annualized figure
+         * would be off by the same factor, silently. */
+        return fox__engine_fail(e, FOX_EINVAL,
+                                "data: %s: P = %g bars a year (%s), outside [%g, %g] (one bar a "
+                                "year to one a second): are the times unix seconds? Give them "
+                                "so, or set data.bars_per_year",
+                                e->series.source, e->series.bars_per_year,
+                                e->series.bars_per_year_from, FOX_MIN_BARS_PER_YEAR,
+                                FOX_MAX_BARS_PER_YEAR);
     }
     if ((rv = fox_features_compute(&e->feat, &e->series, e->lay.S)) != FOX_OK)
         return fox__engine_fail(e, rv, "features: %s", fox_strerror(rv));

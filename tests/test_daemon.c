@@ -207,21 +207,42 @@ START_TEST(test_ckpt_paths)
     char out[FOX_PATH_MAX];
     fox_dconf_default(&d);
     snprintf(d.state_dir, sizeof d.state_dir, "/var/lib/foxd");
-    FOX_CK_OK_MSG(fox_answer_ckpt_path(&d, NULL, out, sizeof out, err, sizeof err), err);
+    FOX_CK_OK_MSG(fox_answer_ckpt_path(&d, NULL, 1, out, sizeof out, err, sizeof err), err);
     ck_assert_str_eq(out, "/var/lib/foxd/foxd.ckpt");
-    FOX_CK_OK_MSG(fox_answer_ckpt_path(&d, "runs/a.ckpt", out, sizeof out, err, sizeof err), err);
+    FOX_CK_OK_MSG(fox_answer_ckpt_path(&d, "runs/a.ckpt", 0, out, sizeof out, err, sizeof err),
+                  err);
     ck_assert_str_eq(out, "/var/lib/foxd/runs/a.ckpt");
     FOX_CK_OK_MSG(
-        fox_answer_ckpt_path(&d, "/var/lib/foxd/b.ckpt", out, sizeof out, err, sizeof err), err);
-    ck_assert_int_eq(fox_answer_ckpt_path(&d, "../x", out, sizeof out, err, sizeof err), FOX_EPERM);
-    ck_assert_int_eq(fox_answer_ckpt_path(&d, "a/../../x", out, sizeof out, err, sizeof err),
+        fox_answer_ckpt_path(&d, "/var/lib/foxd/b.ckpt", 1, out, sizeof out, err, sizeof err), err);
+    ck_assert_str_eq(out, "/var/lib/foxd/b.ckpt");
+    ck_assert_int_eq(fox_answer_ckpt_path(&d, "../x", 0, out, sizeof out, err, sizeof err),
                      FOX_EPERM);
-    ck_assert_int_eq(fox_answer_ckpt_path(&d, "/etc/passwd", out, sizeof out, err, sizeof err),
+    ck_assert_int_eq(fox_answer_ckpt_path(&d, "a/../../x", 0, out, sizeof out, err, sizeof err),
                      FOX_EPERM);
-    ck_assert_int_eq(fox_answer_ckpt_path(&d, "/var/lib/foxdX/a", out, sizeof out, err, sizeof err),
+    ck_assert_int_eq(fox_answer_ckpt_path(&d, "/etc/passwd", 0, out, sizeof out, err, sizeof err),
                      FOX_EPERM);
-    /* "..x" is a name, not a parent. */
-    FOX_CK_OK_MSG(fox_answer_ckpt_path(&d, "..x", out, sizeof out, err, sizeof err), err);
+    ck_assert_int_eq(
+        fox_answer_ckpt_path(&d, "/var/lib/foxdX/a.ckpt", 0, out, sizeof out, err, sizeof err),
+        FOX_EPERM);
+    /* "..x" is a name, not a parent; a name, though, that no checkpoint may have. */
+    ck_assert_int_eq(fox_answer_ckpt_path(&d, "..x.ckpt", 0, out, sizeof out, err, sizeof err),
+                     FOX_EPERM);
+    ck_assert_ptr_nonnull(strstr(err, "not starting with '.'"));
+    /* The daemon's own files in the state directory are not checkpoints: saving over one
+     * would break every later start. */
+    static const char *const theirs[] = {"foxd.overrides.json", "metrics.jsonl", "data/a.csv",
+                                         "/var/lib/foxd/metrics.jsonl", ".ckpt", "a.ckpt/",
+                                         "a b.ckpt", "a.ckpt.tmp.1", ".hidden.ckpt"};
+    for (size_t i = 0; i < sizeof theirs / sizeof theirs[0]; i++) {
+        ck_assert_msg(fox_answer_ckpt_path(&d, theirs[i], 1, out, sizeof out, err, sizeof err) ==
+                          FOX_EPERM,
+                      "saved to '%s'", theirs[i]);
+        ck_assert_ptr_nonnull(strstr(err, ".ckpt"));
+    }
+    /* A save is a bare name: the subdirectories hold runs and data. */
+    ck_assert_int_eq(fox_answer_ckpt_path(&d, "runs/a.ckpt", 1, out, sizeof out, err, sizeof err),
+                     FOX_EPERM);
+    ck_assert_ptr_nonnull(strstr(err, "no '/'"));
 }
 END_TEST
 

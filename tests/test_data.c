@@ -846,6 +846,26 @@ static const bad_csv bad_files[] = {
      "line 3"},
     {"timeequal.csv", "date,close\n2024-01-02,10\n2024-01-02,11\n", 1, FOX_EFORMAT, 3,
      "non-increasing time", NULL},
+    /* strtod reads these; no price file means them. */
+    {"hex.csv", "time,close\n1,10\n2,0x1p3\n", 1, FOX_EFORMAT, 3, "non-numeric value '0x1p3'",
+     "decimal only"},
+    {"hextime.csv", "time,close\n0x10,10\n", 1, FOX_EFORMAT, 2, "bad time '0x10'", NULL},
+    {"infinity.csv", "time,close\n1,10\n2,Infinity\n", 1, FOX_EFORMAT, 3,
+     "non-finite value 'Infinity'", NULL},
+    {"overflow.csv", "time,close\n1,10\n2,1e400\n", 1, FOX_EFORMAT, 3,
+     "non-finite value '1e400'", NULL},
+    /* Finite doubles that a float makes inf or 0: a NaN Sharpe, later, with no word why. */
+    {"floatbig.csv", "time,close\n1,10\n2,1e39\n", 1, FOX_EFORMAT, 3,
+     "price '1e39' in column 'close' is outside what a float holds", NULL},
+    {"floattiny.csv", "time,close\n1,10\n2,1e-46\n", 1, FOX_EFORMAT, 3,
+     "price '1e-46' in column 'close' is outside what a float holds", NULL},
+    {"floatvol.csv", "time,close,volume\n1,10,1e39\n", 1, FOX_EFORMAT, 2,
+     "volume '1e39'", NULL},
+    /* Times in smaller units than seconds: P would be off by 1e3 to 1e9. */
+    {"millis.csv", "time,close\n1700000000000,10\n", 1, FOX_EFORMAT, 2, "looks like milliseconds",
+     "data.bars_per_year"},
+    {"nanos.csv", "time,close\n1700000000000000000,10\n", 1, FOX_EFORMAT, 2,
+     "looks like nanoseconds", "unix seconds"},
     {"fewrows.csv", "time,close\n1,10\n2,11\n3,12\n", 10, FOX_EFORMAT, 4, "3 data rows",
      "fewer than the 10 required"},
     {"headeronly.csv", "time,close\n", 1, FOX_EFORMAT, 1, "0 data rows", NULL},
@@ -879,6 +899,37 @@ START_TEST(test_csv_bad)
         ck_assert_msg(strstr(err, b->reason2) != NULL, "%s: message '%s' lacks '%s'", b->name, err,
                       b->reason2);
     fox_series_fini(&s);
+}
+END_TEST
+
+/*
+ * Bars a millisecond apart in unix seconds give a P of 3e10: refused by the
+ * engine with the key that overrides it, and accepted once it is set.
+ */
+START_TEST(test_csv_implausible_bars_per_year)
+{
+    char path[PATH_LEN], *buf = malloc(1 << 20), err[512];
+    size_t k = (size_t)sprintf(buf, "time,close\n");
+    for (int i = 0; i < 1000; i++)
+        k += (size_t)sprintf(buf + k, "%.3f,%.4f\n", 1700000000.0 + 0.001 * i,
+                             100.0 + sin(0.1 * i));
+    write_file(path, "subsecond.csv", buf);
+    free(buf);
+    fox_config c;
+    fox_test_small_net(&c);
+    snprintf(c.data, sizeof c.data, "%s", path);
+    fox_engine *e = NULL;
+    FOX_CK_OK_MSG(fox_engine_create(&e, &c, err, sizeof err), err);
+    ck_assert_int_eq(fox_engine_load_data(e), FOX_EINVAL);
+    ck_assert_msg(strstr(fox_engine_errmsg(e), "data.bars_per_year") &&
+                      strstr(fox_engine_errmsg(e), "unix seconds") &&
+                      strstr(fox_engine_errmsg(e), path),
+                  "%s", fox_engine_errmsg(e));
+    fox_engine_destroy(e);
+    c.bars_per_year = 8760;
+    FOX_CK_OK_MSG(fox_engine_create(&e, &c, err, sizeof err), err);
+    FOX_CK_ENGINE_OK(e, fox_engine_load_data(e));
+    fox_engine_destroy(e);
 }
 END_TEST
 
@@ -1172,6 +1223,7 @@ data_suite(void)
     tcase_add_test(tc, test_csv_regime_proxy);
     tcase_add_loop_test(tc, test_csv_bad, 0, (int)(sizeof(bad_files) / sizeof(bad_files[0])));
     tcase_add_test(tc, test_csv_small_err_buffer);
+    tcase_add_test(tc, test_csv_implausible_bars_per_year);
     suite_add_tcase(su, tc);
     tc = tcase_create("features");
     tcase_add_test(tc, test_features_values);

@@ -21,7 +21,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "daemon/conf.h"
 #include "daemon/foxd.h"
+#include "daemon/record.h"
 #include "daemon/render.h"
 #include "gpu/engine.h"
 #include "gpu/isv.h"
@@ -246,6 +248,88 @@ START_TEST(checkpoint_format_1_still_loads)
     fox_engine_destroy(b);
     unlink(v1);
     unlink(v2);
+    rmdir(dir);
+}
+END_TEST
+
+/*
+ * Copy checkpoint src to dst with size bytes of val written at payload
+ * offset off, and both CRCs made right again: a file whose values are out
+ * of range but which no CRC would catch.
+ */
+static void
+poke_checkpoint(const char *src, const char *dst, size_t off, const void *val, size_t size)
+{
+    size_t len;
+    char *buf = fox_test_read_file(src, &len);
+    ck_assert_ptr_nonnull(buf);
+    const size_t hdr = 56;
+    ck_assert(hdr + off + size <= len);
+    memcpy(buf + hdr + off, val, size);
+    uint32_t pcrc = (uint32_t)crc32(crc32(0L, Z_NULL, 0), (const Bytef *)buf + hdr,
+                                    (uInt)(len - hdr));
+    memcpy(buf + 48, &pcrc, 4);
+    uint32_t hcrc = (uint32_t)crc32(crc32(0L, Z_NULL, 0), (const Bytef *)buf, 52);
+    memcpy(buf + 52, &hcrc, 4);
+    FILE *f = fopen(dst, "wb");
+    ck_assert_int_eq(fwrite(buf, 1, len, f), len);
+    fclose(f);
+    free(buf);
+}
+
+/* A checkpoint with valid CRCs but values no run writes is refused, with the value named. */
+START_TEST(checkpoint_refuses_values_out_of_range)
+{
+    fox_config c;
+    small_config(&c);
+    char dir[] = "/tmp/foxrecXXXXXX", good[256], bad[256];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(good, sizeof good, "%s/good.ckpt", dir);
+    snprintf(bad, sizeof bad, "%s/bad.ckpt", dir);
+    fox_engine *a = fox_test_engine(&c), *b = fox_test_engine_loaded(&c);
+    FOX_CK_ENGINE_OK(a, fox_engine_run_steps(a, 30, NULL));
+    FOX_CK_ENGINE_OK(a, fox_engine_checkpoint_save(a, good));
+    size_t np = fox_engine_param_count(a);
+    const size_t counters = 16 * np + 4 * FOX_ISV_TOTAL_DIM, norm = counters + 56;
+    const float nan = NAN, huge = 1e30f, negative = -1.0f, zero = 0.0f;
+    const int32_t int_min = INT32_MIN;
+    const struct {
+        size_t off;
+        const void *val;
+        size_t size;
+        const char *why;
+    } cases[] = {
+        {4 * 3, &nan, 4, "weight 3 is nan"},
+        {0, &huge, 4, "weight 0 is 1e+30"},
+        {4 * np + 4 * 7, &huge, 4, "target weight 7"},
+        {12 * np, &negative, 4, "Adam v 0 is -1"},
+        {counters + 52, &int_min, 4, "epochs done -2147483648"},
+        {counters + 48, &(int32_t){99}, 4, "fold 99"},
+        {norm + 8 + 4 * 10, &nan, 4, "feature 10's normalization is mean nan"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        poke_checkpoint(good, bad, cases[i].off, cases[i].val, cases[i].size);
+        ck_assert_msg(fox_engine_checkpoint_load(b, bad) == FOX_EFORMAT, "%s: loaded",
+                      cases[i].why);
+        ck_assert_msg(strstr(fox_engine_errmsg(b), cases[i].why), "'%s' lacks '%s'",
+                      fox_engine_errmsg(b), cases[i].why);
+    }
+    /* A zero std would divide the backtest's features by zero. */
+    char *text = fox_test_read_file(good, NULL);
+    int32_t nf;
+    memcpy(&nf, text + 56 + norm, sizeof nf);
+    free(text);
+    poke_checkpoint(good, bad, norm + 8 + 4 * (size_t)nf + 4 * 2, &zero, 4);
+    ck_assert_int_eq(fox_engine_load_policy(b, bad, -1, -1, 0), FOX_EFORMAT);
+    ck_assert_msg(strstr(fox_engine_errmsg(b), "feature 2's normalization") &&
+                      strstr(fox_engine_errmsg(b), "std 0"),
+                  "%s", fox_engine_errmsg(b));
+    /* The file as saved still loads. */
+    FOX_CK_ENGINE_OK(b, fox_engine_checkpoint_load(b, good));
+    fox_engine_destroy(a);
+    fox_engine_destroy(b);
+    unlink(good);
+    unlink(bad);
     rmdir(dir);
 }
 END_TEST
@@ -589,6 +673,99 @@ START_TEST(once_leaves_a_complete_run_directory)
 }
 END_TEST
 
+/* --------------------------------------------------- hostile names and roots */
+
+/*
+ * fox_record_open with run.root root and run.name name: its status, the
+ * error in err, the run directory made in dir (dirlen bytes).
+ */
+static int
+open_fresh(const char *root, const char *name, char *dir, size_t dirlen, char *err, size_t errlen)
+{
+    fox_config c;
+    fox_dconf d;
+    fox_record *r = NULL;
+    fox_config_default(&c);
+    fox_dconf_default(&d);
+    snprintf(d.run_root, sizeof d.run_root, "%s", root);
+    snprintf(d.run_name, sizeof d.run_name, "%s", name);
+    int rv = fox_record_open(&r, &d, "runs", &c, err, errlen);
+    snprintf(dir, dirlen, "%s", r ? fox_record_dir(r) : "");
+    fox_record_close(r, NULL, NULL);
+    return rv;
+}
+
+/* <base>/aaa.../aaa... of exactly len bytes, in components of at most 100. */
+static void
+deep_path(char *path, const char *base, int len)
+{
+    int n = snprintf(path, (size_t)len + 1, "%s", base);
+    for (; n < len; n++)
+        path[n] = n % 100 ? 'a' : '/';
+    path[n - 1] = 'z';
+    path[n] = 0;
+}
+
+START_TEST(run_directory_refuses_hostile_names_and_roots)
+{
+    char root[] = "/tmp/foxrunXXXXXX", err[1200], path[1100];
+    ck_assert_ptr_nonnull(mkdtemp(root));
+    fox_dconf d;
+    fox_dconf_default(&d);
+
+    /* A newline or an escape in a name would forge log lines; '/' would leave the root. */
+    static const char *const names[] = {"a\nfold 0 halted", "a\x1b[2J", "a\tb", "a/b", ".."};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        ck_assert_msg(fox_conf_set_text(NULL, &d, "run.name", names[i], err, sizeof err) ==
+                          FOX_EINVAL,
+                      "run.name '%s' accepted", names[i]);
+        ck_assert_msg(strstr(err, "run.name"), "the error names no key: %s", err);
+    }
+    ck_assert_int_eq(fox_conf_set_text(NULL, &d, "run.root", "/tmp/a\nb", err, sizeof err),
+                     FOX_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "run.root: control character 0x0a"));
+    FOX_CK_OK_MSG(fox_conf_set_text(NULL, &d, "run.name", "q'; x", err, sizeof err), err);
+
+    /* A root of 951 bytes holds the run whole; one too long for the run's name is refused,
+     * not cut short to an ancestor. */
+    char dir[1200];
+    deep_path(path, root, 951);
+    FOX_CK_OK_MSG(open_fresh(path, "long", dir, sizeof dir, err, sizeof err), err);
+    ck_assert_msg(!strncmp(dir, path, 951) && dir[951] == '/', "the run went to %s", dir);
+    deep_path(path, root, 1010);
+    ck_assert_int_eq(open_fresh(path, "long", dir, sizeof dir, err, sizeof err), FOX_EINVAL);
+    ck_assert_msg(strstr(err, "run.root") && strstr(err, "1010 bytes"), "%s", err);
+    ck_assert_msg(access(path, F_OK) != 0, "%s was made", path);
+
+    /* A root others may write to: refused unless sticky, where no one else may rename. */
+    ck_assert_int_eq(chmod(root, 0777), 0);
+    ck_assert_int_eq(open_fresh(root, "open", dir, sizeof dir, err, sizeof err), FOX_EPERM);
+    ck_assert_msg(strstr(err, "run.root") && strstr(err, "not sticky"), "%s", err);
+    ck_assert_int_eq(chmod(root, 01777), 0);
+    FOX_CK_OK_MSG(open_fresh(root, "sticky", dir, sizeof dir, err, sizeof err), err);
+
+    /* A symlink planted where the run goes (this second's name and the next few) is not
+     * followed: the run gets a name of its own, the link's target stays empty. */
+    char target[1100], stamp[32];
+    snprintf(target, sizeof target, "%s/elsewhere", root);
+    ck_assert_int_eq(mkdir(target, 0700), 0);
+    time_t now = time(NULL);
+    for (int s = 0; s < 5; s++) {
+        time_t t = now + s;
+        strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", gmtime(&t));
+        snprintf(path, sizeof path, "%s/%s-planted", root, stamp);
+        ck_assert_int_eq(symlink(target, path), 0);
+    }
+    FOX_CK_OK_MSG(open_fresh(root, "planted", dir, sizeof dir, err, sizeof err), err);
+    ck_assert_msg(rmdir(target) == 0, "the run went through a planted symlink");
+    struct stat st;
+    ck_assert_msg(lstat(dir, &st) == 0 && S_ISDIR(st.st_mode), "the run is %s", dir);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -600,7 +777,9 @@ main(void)
     tcase_add_test(tc, a_fold_evaluates_nothing_twice);
     tcase_add_test(tc, checkpoint_format_1_still_loads);
     tcase_add_test(tc, load_policy_refuses_another_layout);
+    tcase_add_test(tc, checkpoint_refuses_values_out_of_range);
     tcase_add_test(tc, once_leaves_a_complete_run_directory);
+    tcase_add_test(tc, run_directory_refuses_hostile_names_and_roots);
     suite_add_tcase(s, tc);
     return fox_test_run_suite(s);
 }

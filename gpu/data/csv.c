@@ -10,6 +10,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -94,7 +95,12 @@ split_fields(char *line, char **fields, int cap)
     return nf;
 }
 
-/* Strict decimal parse: the whole field must be a number (finite or not). */
+/*
+ * Strict decimal parse: the whole field must be a decimal number. strtod
+ * also reads hex ("0x1p3"), "inf" and "nan", which no price file means:
+ * those are refused, -2 for a non-finite value (spelled, or beyond a
+ * double's range), -1 for anything else that is not a number.
+ */
 static int
 parse_number(const char *f, double *out)
 {
@@ -104,6 +110,10 @@ parse_number(const char *f, double *out)
     errno = 0;
     double v = strtod(f, &end);
     if (end == f || *end != '\0')
+        return -1;
+    if (!isfinite(v))
+        return -2;
+    if (f[strspn(f, "0123456789+-.eE")] != '\0')
         return -1;
     *out = v;
     return 0;
@@ -186,14 +196,34 @@ parse_iso8601(const char *f, double *out)
     return 0;
 }
 
+/* Whether a time field is ISO-8601 text rather than a number of seconds. */
+static int
+is_iso_time(const char *f)
+{
+    return strlen(f) >= 10 && f[4] == '-';
+}
+
 static int
 parse_time(const char *f, double *out)
 {
-    if (strlen(f) >= 10 && f[4] == '-')
+    if (is_iso_time(f))
         return parse_iso8601(f, out);
-    if (parse_number(f, out) != 0 || !isfinite(*out))
-        return -1;
-    return 0;
+    return parse_number(f, out) == 0 ? 0 : -1;
+}
+
+/*
+ * Unix seconds stay below 1e11 until the year 5138: a larger number is a
+ * count of smaller units, which would make the bars per year (and the hour
+ * and weekday features) wrong by a factor of a thousand or more. The unit
+ * the time field f (read as t) most likely is, or NULL for seconds.
+ */
+static const char *
+time_unit_guess(const char *f, double t)
+{
+    double a = fabs(t);
+    if (is_iso_time(f) || a < 1e11)
+        return NULL;
+    return a < 1e14 ? "milliseconds" : a < 1e17 ? "microseconds" : "nanoseconds";
 }
 
 /*
@@ -595,21 +625,41 @@ fox_series_load_csv(fox_series *s, const char *path, const char *price_column, i
                                   f, names[k]);
                     goto fail;
                 }
+                const char *unit = time_unit_guess(f, v[k]);
+                if (unit) {
+                    rc = csv_fail(&c, lineno,
+                                  "time '%s' in column '%s' looks like %s since 1970, not "
+                                  "seconds: give unix seconds (data.bars_per_year and the hour "
+                                  "and weekday features are read from them)",
+                                  f, names[k], unit);
+                    goto fail;
+                }
                 continue;
             }
-            if (parse_number(f, &v[k]) != 0) {
-                rc = csv_fail(&c, lineno, "non-numeric value '%s' in column '%s'", f, names[k]);
-                goto fail;
-            }
-            if (!isfinite(v[k])) {
+            int pr = parse_number(f, &v[k]);
+            if (pr == -2) {
                 rc = csv_fail(&c, lineno, "non-finite value '%s' (NaN/Inf) in column '%s'", f,
                               names[k]);
+                goto fail;
+            }
+            if (pr != 0) {
+                rc = csv_fail(&c, lineno, "non-numeric value '%s' in column '%s' (decimal only)",
+                              f, names[k]);
                 goto fail;
             }
             if (k == COL_VOLUME ? v[k] < 0.0 : v[k] <= 0.0) {
                 rc = csv_fail(&c, lineno, "%s %s '%s' in column '%s'",
                               k == COL_VOLUME ? "negative" : "non-positive",
                               k == COL_VOLUME ? "volume" : "price", f, names[k]);
+                goto fail;
+            }
+            /* Bars are kept as floats: a price must stay finite and non-zero there, or its
+             * log returns become inf or NaN and every Sharpe after them NaN. */
+            if (v[k] > FLT_MAX || (k != COL_VOLUME && v[k] < FLT_MIN)) {
+                rc = csv_fail(&c, lineno,
+                              "%s '%s' in column '%s' is outside what a float holds [%g, %g]",
+                              k == COL_VOLUME ? "volume" : "price", f, names[k],
+                              k == COL_VOLUME ? 0.0 : (double)FLT_MIN, (double)FLT_MAX);
                 goto fail;
             }
         }
