@@ -63,7 +63,7 @@ usage(FILE *out)
         "                                  apply a saved policy to bars (private foxd)\n"
         "  backtest --daemon --checkpoint FILE [--data CSV] [--bars [VAL:]FROM:TO]\n"
         "                                  the same on the running foxd (its state dir)\n"
-        "  config get [KEY]... | config set KEY=VALUE...\n"
+        "  config get [KEY]... | config set [--force] KEY=VALUE...\n"
         "  metrics                         counters and recent epochs\n"
         "  watch [--count N] [--until EVENT]  follow the event socket\n"
         "  inject-fault BUFFER nan|inf|huge [--step N]   (debug.enable only)\n"

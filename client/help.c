@@ -42,11 +42,14 @@ static const struct {
      "foxd.ckpt). save waits until the file is written. list reads DIR here\n"
      "(a run directory or foxd's state directory, no daemon needed): each\n"
      "checkpoint's fold, epoch, step, validation Sharpe, size and time."},
-    {"config", "config get [KEY]...\nconfig set KEY=VALUE...",
+    {"config", "config get [KEY]...\nconfig set [--force] KEY=VALUE...",
      "get lists engine keys and their values (all when none are given).\n"
      "set changes them while foxd is idle and keeps the change in the state\n"
      "directory (foxd.overrides.json): the next start applies it after the\n"
-     "config file, so the model still fits the stop checkpoint."},
+     "config file, so the model still fits the stop checkpoint. Every key but\n"
+     "train.epochs, train.steps_per_epoch and train.folds recreates the\n"
+     "engine, whose weights start afresh: foxd refuses that while its engine\n"
+     "holds training, unless --force."},
     {"metrics", "metrics", "Request counters and the most recent epochs."},
     {"watch", "watch [--count N] [--until EVENT]",
      "Follow the event socket and print each event; '! missed N event(s)'\n"

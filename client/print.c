@@ -239,8 +239,11 @@ foxctl_print_shutdown(const cJSON *r)
 {
     const char *ck = foxctl_jstr(r, "checkpoint", NULL);
     const char *ckerr = foxctl_jstr(r, "checkpoint_error", NULL);
+    const char *kept = foxctl_jstr(r, "checkpoint_kept", NULL);
     if (ck)
         printf("foxd is stopping; checkpoint saved to %s\n", ck);
+    else if (kept)
+        printf("foxd is stopping; its engine holds no training, so %s was kept as it is\n", kept);
     else if (ckerr)
         printf("foxd is stopping; the checkpoint FAILED: %s\n", ckerr);
     else

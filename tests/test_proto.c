@@ -380,8 +380,15 @@ START_TEST(test_config)
                              "{\"train.epochs\":3,\"data.source\":\"synthetic\",\"x\":true}}}"),
                        FOX_OK);
     ck_assert_int_eq(cJSON_GetArraySize(req.values), 3);
+    ck_assert_int_eq(req.force, 0);
+    fox_request_fini(&req);
+    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"config_set\",\"args\":{\"values\":"
+                                   "{\"env.fee\":0.0002},\"force\":true}}"),
+                       FOX_OK);
+    ck_assert_int_eq(req.force, 1);
     fox_request_fini(&req);
     static const char *const bad[] = {
+        "{\"values\":{\"a\":1},\"force\":\"yes\"}",
         "{}",              /* values required */
         "{\"values\":{}}", /* empty */
         "{\"values\":[]}",
