@@ -123,6 +123,12 @@ done
 echo "$out" | grep -q "^mean of 3 folds" || fail "run table: no mean block: $out"
 echo "$out" | grep -qE "^verdict: policy beat flat: (yes|no) " || fail "run table verdict: $out"
 echo "$out" | grep -q "selection-biased" || fail "run table note"
+# The progress line of a fold's end names the choice as the fold's block does, figure and all.
+for k in 0 1 2; do
+    choice=$(echo "$out" | sed -n "s/^fold $k: \(epoch .*\); test split .*/\1/p")
+    [ -n "$choice" ] && grep -qF "fold $k done: $choice; test Sharpe" "$dir/run.err" ||
+        fail "fold $k's progress line and block differ: '$choice' vs $(grep "fold $k done" "$dir/run.err")"
+done
 ok "run: whole walk-forward, a block per fold with its baselines, the mean and the verdict"
 [ "$(grep '"type":"fold"' "$dir/state/metrics.jsonl" | grep -c '"baselines":{"buy_hold":{')" -eq 3 ] ||
     fail "fold baselines in JSONL"

@@ -709,6 +709,19 @@ START_TEST(test_fold_table)
     buf = print_table("[]");
     ck_assert_str_eq(buf, "no fold finished\n");
     free(buf);
+
+    /* The choice shows the rule's score, whatever the rule; a fold that closed no epoch says so. */
+    buf = print_table("[{\"fold\":2,\"epochs\":3,\"best_epoch\":1,\"best_val_sharpe\":0.9,"
+                      "\"select\":\"last\",\"select_window\":1,\"select_score\":0.75},"
+                      "{\"fold\":3,\"epochs\":0,\"best_epoch\":-1,\"best_val_sharpe\":null,"
+                      "\"select\":\"smoothed\",\"select_window\":3,\"select_score\":null,"
+                      "\"halted\":{\"kind\":\"halt_nan\",\"step\":12}}]");
+    ck_assert_msg(strstr(buf, "fold 2: epoch 2 of 3 chosen by last (val Sharpe 0.750); "), "%s",
+                  buf);
+    ck_assert_msg(strstr(buf, "fold 3: no epoch closed; test split "), "%s", buf);
+    ck_assert_msg(strstr(buf, "halted: halt_nan at step 12\n"), "%s", buf);
+    ck_assert_msg(!strstr(buf, "epoch 0 of 0"), "%s", buf);
+    free(buf);
 }
 END_TEST
 
