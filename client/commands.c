@@ -104,6 +104,10 @@ foxctl_cmd_config(foxctl_opts *o, int argc, char **argv)
         cJSON *args = cJSON_CreateObject();
         cJSON *values = cJSON_AddObjectToObject(args, "values");
         for (int i = 2; i < argc; i++) {
+            if (!strcmp(argv[i], "--force")) {
+                cJSON_AddTrueToObject(args, "force");
+                continue;
+            }
             char *eq = strchr(argv[i], '=');
             if (!eq || eq == argv[i]) {
                 fprintf(stderr, "foxctl: config set KEY=VALUE: got '%s'\n", argv[i]);
@@ -118,9 +122,14 @@ foxctl_cmd_config(foxctl_opts *o, int argc, char **argv)
             }
             cJSON_AddItemToObject(values, argv[i], v);
         }
+        if (!values->child) {
+            fprintf(stderr, "foxctl: config set [--force] KEY=VALUE...: no KEY=VALUE given\n");
+            cJSON_Delete(args);
+            return FOXCTL_USAGE;
+        }
         return foxctl_simple(o, "config_set", args, foxctl_print_config);
     }
-    fprintf(stderr, "foxctl: config get [KEY]... | config set KEY=VALUE...\n");
+    fprintf(stderr, "foxctl: config get [KEY]... | config set [--force] KEY=VALUE...\n");
     return FOXCTL_USAGE;
 }
 

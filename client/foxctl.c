@@ -63,7 +63,7 @@ usage(FILE *out)
         "                                  apply a saved policy to bars (private foxd)\n"
         "  backtest --daemon --checkpoint FILE [--data CSV] [--bars [VAL:]FROM:TO]\n"
         "                                  the same on the running foxd (its state dir)\n"
-        "  config get [KEY]... | config set KEY=VALUE...\n"
+        "  config get [KEY]... | config set [--force] KEY=VALUE...\n"
         "  metrics                         counters and recent epochs\n"
         "  watch [--count N] [--until EVENT]  follow the event socket\n"
         "  inject-fault BUFFER nan|inf|huge [--step N]   (debug.enable only)\n"
@@ -74,6 +74,8 @@ usage(FILE *out)
         "                                  folds x seeds x configs (foxctl sweep --help)\n"
         "  help [COMMAND]                  what a command does, its arguments\n"
         "\n"
+        "The options may also follow the command, up to a '--' (foxctl status --json);\n"
+        "not where a private foxd takes them (run --spawn, backtest without --daemon).\n"
         "URL defaults to $FOXD_URL, else your runtime directory's foxd.sock, else\n"
         "ipc:///run/foxd/foxd.sock. Exit status: 0 ok, 1 foxd said no, 2 usage, 3 no daemon\n"
         "answered, 4 malformed reply, 5 training halted, 130 interrupted.\n");
@@ -114,68 +116,143 @@ static const struct {
     {"backtest", foxctl_cmd_backtest},
 };
 
+/* The options of every command; --help and --version only before the command. */
+static const struct option global_opts[] = {{"url", required_argument, 0, 'u'},
+                                            {"token", required_argument, 0, 't'},
+                                            {"json", no_argument, 0, 'j'},
+                                            {"timeout", required_argument, 0, 'T'},
+                                            {"pub", required_argument, 0, 'p'},
+                                            {"cert", required_argument, 0, 'c'},
+                                            {"key", required_argument, 0, 'k'},
+                                            {"ca", required_argument, 0, 'a'},
+                                            {"server-name", required_argument, 0, 'n'},
+                                            {"help", no_argument, 0, 'h'},
+                                            {"version", no_argument, 0, 'V'},
+                                            {0, 0, 0, 0}};
+#define N_AFTER_COMMAND 9 /* the entries of global_opts a command's arguments may hold */
+
+/* Apply global option c; FOXCTL_OK, or FOXCTL_USAGE after saying why. */
+static int
+apply_global(foxctl_opts *o, int c, char *arg)
+{
+    switch (c) {
+    case 'u':
+        snprintf(o->url, sizeof o->url, "%s", arg);
+        break;
+    case 't':
+        o->token = arg;
+        break;
+    case 'j':
+        o->json = 1;
+        break;
+    case 'T':
+        if (!foxctl_parse_int(arg, 1, 86400000, &o->timeout_ms)) {
+            fprintf(stderr, "foxctl: --timeout takes milliseconds, got '%s'\n", arg);
+            return FOXCTL_USAGE;
+        }
+        break;
+    case 'p':
+        snprintf(o->pub, sizeof o->pub, "%s", arg);
+        break;
+    case 'c':
+        o->tls.cert = arg;
+        break;
+    case 'k':
+        o->tls.key = arg;
+        break;
+    case 'a':
+        o->tls.ca = arg;
+        break;
+    case 'n':
+        o->tls.server_name = arg;
+        break;
+    default:
+        return FOXCTL_USAGE;
+    }
+    return FOXCTL_OK;
+}
+
+/* Whether a command hands the options after its own to a foxd it starts (whose --pub and
+ * --json are its own). */
+static int
+feeds_foxd(int argc, char **argv)
+{
+    if (!strcmp(argv[0], "run"))
+        return argc > 1 && !strcmp(argv[1], "--spawn");
+    if (strcmp(argv[0], "backtest") != 0)
+        return 0;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--daemon"))
+            return 0;
+    return 1;
+}
+
+/*
+ * Global options among a command's arguments, as systemctl takes them
+ * (`foxctl status --json`): applied and taken out, up to a "--", so that the
+ * command sees only its own. *argc is updated.
+ */
+static int
+take_globals(foxctl_opts *o, int *argc, char **argv)
+{
+    int n = 1, rv;
+    if (feeds_foxd(*argc, argv))
+        return FOXCTL_OK;
+    for (int i = 1; i < *argc; i++) {
+        const char *a = strcmp(argv[i], "-j") ? argv[i] : "--json";
+        const struct option *g = NULL;
+        if (!strcmp(a, "--")) {
+            while (i < *argc)
+                argv[n++] = argv[i++];
+            break;
+        }
+        size_t len = strncmp(a, "--", 2) == 0 ? strcspn(a + 2, "=") : 0;
+        for (int k = 0; k < N_AFTER_COMMAND && len; k++)
+            if (strlen(global_opts[k].name) == len && !strncmp(a + 2, global_opts[k].name, len))
+                g = &global_opts[k];
+        if (!g) {
+            argv[n++] = argv[i];
+            continue;
+        }
+        char *value = a[2 + len] == '=' ? argv[i] + 3 + len : NULL;
+        if (g->has_arg == required_argument && !value && i + 1 < *argc)
+            value = argv[++i];
+        if ((g->has_arg == required_argument) != (value != NULL)) {
+            fprintf(stderr, "foxctl: --%s %s\n", g->name,
+                    value ? "takes no value" : "needs a value");
+            return FOXCTL_USAGE;
+        }
+        if ((rv = apply_global(o, g->val, value)) != FOXCTL_OK)
+            return rv;
+    }
+    *argc = n;
+    argv[n] = NULL;
+    return FOXCTL_OK;
+}
+
 int
 main(int argc, char **argv)
 {
-    static const struct option lo[] = {{"url", required_argument, 0, 'u'},
-                                       {"token", required_argument, 0, 't'},
-                                       {"json", no_argument, 0, 'j'},
-                                       {"timeout", required_argument, 0, 'T'},
-                                       {"pub", required_argument, 0, 'p'},
-                                       {"cert", required_argument, 0, 'c'},
-                                       {"key", required_argument, 0, 'k'},
-                                       {"ca", required_argument, 0, 'a'},
-                                       {"server-name", required_argument, 0, 'n'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {"version", no_argument, 0, 'V'},
-                                       {0, 0, 0, 0}};
     foxctl_opts o = {.timeout_ms = 5000};
     int c, rv = FOXCTL_USAGE;
 
     foxctl_default_url(o.url, sizeof o.url);
     if (getenv("FOXD_TOKEN"))
         o.token = getenv("FOXD_TOKEN");
-    while ((c = getopt_long(argc, argv, "+hj", lo, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+hj", global_opts, NULL)) != -1) {
         switch (c) {
-        case 'u':
-            snprintf(o.url, sizeof o.url, "%s", optarg);
-            break;
-        case 't':
-            o.token = optarg;
-            break;
-        case 'j':
-            o.json = 1;
-            break;
-        case 'T':
-            if (!foxctl_parse_int(optarg, 1, 86400000, &o.timeout_ms)) {
-                fprintf(stderr, "foxctl: --timeout takes milliseconds\n");
-                return FOXCTL_USAGE;
-            }
-            break;
-        case 'p':
-            snprintf(o.pub, sizeof o.pub, "%s", optarg);
-            break;
-        case 'c':
-            o.tls.cert = optarg;
-            break;
-        case 'k':
-            o.tls.key = optarg;
-            break;
-        case 'a':
-            o.tls.ca = optarg;
-            break;
-        case 'n':
-            o.tls.server_name = optarg;
-            break;
         case 'h':
             usage(stdout);
             return FOXCTL_OK;
         case 'V':
             printf("foxctl %s (protocol v%d)\n", FOX_VERSION, FOX_PROTO_VERSION);
             return FOXCTL_OK;
-        default:
+        case '?':
             usage(stderr);
             return FOXCTL_USAGE;
+        default:
+            if (apply_global(&o, c, optarg) != FOXCTL_OK)
+                return FOXCTL_USAGE;
         }
     }
     if (optind >= argc) {
@@ -191,6 +268,8 @@ main(int argc, char **argv)
     int nargc = argc - optind;
     char **nargv = argv + optind;
     int found = 0;
+    if (take_globals(&o, &nargc, nargv) != FOXCTL_OK)
+        return FOXCTL_USAGE;
     /* Help needs no daemon. */
     if (strcmp(name, "help") == 0)
         return nargc > 2 ? (usage(stderr), FOXCTL_USAGE) : foxctl_help(nargc == 2 ? nargv[1] : NULL);

@@ -239,8 +239,11 @@ foxctl_print_shutdown(const cJSON *r)
 {
     const char *ck = foxctl_jstr(r, "checkpoint", NULL);
     const char *ckerr = foxctl_jstr(r, "checkpoint_error", NULL);
+    const char *kept = foxctl_jstr(r, "checkpoint_kept", NULL);
     if (ck)
         printf("foxd is stopping; checkpoint saved to %s\n", ck);
+    else if (kept)
+        printf("foxd is stopping; its engine holds no training, so %s was kept as it is\n", kept);
     else if (ckerr)
         printf("foxd is stopping; the checkpoint FAILED: %s\n", ckerr);
     else
@@ -344,15 +347,15 @@ foxctl_show_event(foxctl_progress *p, const fox_event *ev)
     } else if (!strcmp(ev->type, "fold_end")) {
         p->folds_done++;
         p->fold_start_ms = 0;
-        fprintf(stderr,
-                "fold %.0f done: epoch %.0f chosen (val Sharpe %.3f), test Sharpe %.3f ± %.3f "
-                "(flat 0, buy & hold %.3f)\n",
-                foxctl_jnum(d, "fold", -1), foxctl_jnum(d, "best_epoch", -1) + 1,
-                foxctl_jnum(d, "best_val_sharpe", NAN), foxctl_jnum(d, "test_sharpe", NAN),
-                foxctl_jnum(d, "test_sharpe_se", NAN),
-                foxctl_jnum(cJSON_GetObjectItemCaseSensitive(
-                                cJSON_GetObjectItemCaseSensitive(d, "baselines"), "buy_hold"),
-                            "sharpe", NAN));
+        fprintf(stderr, "fold %.0f done: ", foxctl_jnum(d, "fold", -1));
+        fox_table_choice(stderr, d);
+        if (foxctl_jnum(d, "epochs", 0) > 0)
+            fprintf(stderr, "; test Sharpe %.3f ± %.3f (flat 0, buy & hold %.3f)",
+                    foxctl_jnum(d, "test_sharpe", NAN), foxctl_jnum(d, "test_sharpe_se", NAN),
+                    foxctl_jnum(cJSON_GetObjectItemCaseSensitive(
+                                    cJSON_GetObjectItemCaseSensitive(d, "baselines"), "buy_hold"),
+                                "sharpe", NAN));
+        fputc('\n', stderr);
         fox_table_flagged(stderr, d);
     } else if (!strcmp(ev->type, "halt")) {
         fprintf(stderr, "HALT fold %.0f: %s\n", foxctl_jnum(d, "fold", -1),

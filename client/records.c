@@ -33,8 +33,17 @@ int
 foxctl_cmd_plot(foxctl_opts *o, int argc, char **argv)
 {
     (void)o;
+    struct stat dir;
     if (argc != 2) {
         fprintf(stderr, "foxctl: plot RUN_DIR\n");
+        return FOXCTL_USAGE;
+    }
+    if (stat(argv[1], &dir) != 0) {
+        fprintf(stderr, "foxctl: plot: %s: %s\n", argv[1], strerror(errno));
+        return FOXCTL_USAGE;
+    }
+    if (!S_ISDIR(dir.st_mode)) {
+        fprintf(stderr, "foxctl: plot: %s is not a directory; give a run directory\n", argv[1]);
         return FOXCTL_USAGE;
     }
     char prog[1024];

@@ -228,6 +228,8 @@ run_job(worker *w, sweep_job *j, cJSON *record, char *msg, size_t len)
     fox_reply rep;
     cJSON *args = cJSON_CreateObject();
     cJSON_AddItemToObject(args, "values", cJSON_Duplicate(j->values, 1));
+    /* The fresh run below replaces the engine whatever it holds: the keys may recreate it now. */
+    cJSON_AddTrueToObject(args, "force");
     job_outcome out = ask(w, "config_set", args, LONG_CALL_MS, &rep, msg, len);
     if (out != JOB_OK)
         return out;
@@ -338,6 +340,8 @@ restore_config(worker *w)
         return;
     cJSON *args = cJSON_CreateObject();
     cJSON_AddItemToObject(args, "values", cJSON_Duplicate(w->found, 1));
+    /* The engine holds a job's training, which the sweep keeps in its records, not there. */
+    cJSON_AddTrueToObject(args, "force");
     /* After an interrupt the stopped run needs a chunk to end: try for a few seconds. */
     job_outcome out = JOB_BUSY;
     for (int i = 0; i < 20 && out == JOB_BUSY; i++) {

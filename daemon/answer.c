@@ -271,6 +271,7 @@ fox_answer_tcmd(const fox_dconf *d, const fox_request *req, fox_tcmd *c, char *m
     c->epochs = req->epochs;
     c->steps_per_epoch = req->steps_per_epoch;
     c->fresh = req->fresh;
+    c->force = req->force;
     c->clear = req->clear;
     c->checkpoint = req->checkpoint;
     c->fault_step = req->fault_step;

@@ -155,7 +155,8 @@ fox_once_main(const fox_config *cfg, const fox_dconf *d, int json)
         return rv == FOX_EINVAL ? FOX_EXIT_USAGE : FOX_EXIT_ERROR;
     }
     if ((rv = fox_engine_load_data(e)) != FOX_OK) {
-        fprintf(stderr, "foxd: data: %s (%s)\n", fox_engine_errmsg(e), fox_err_name(rv));
+        /* The engine's message names the stage itself: "data: ...". */
+        fprintf(stderr, "foxd: %s (%s)\n", fox_engine_errmsg(e), fox_err_name(rv));
         code = FOX_EXIT_ERROR;
         goto out;
     }

@@ -449,6 +449,8 @@ fox_render_result(const fox_tcmd *c)
             cJSON_AddNullToObject(o, "checkpoint");
             if (r->checkpoint_failed)
                 cJSON_AddStringToObject(o, "checkpoint_error", r->checkpoint_error);
+            if (r->checkpoint_kept)
+                cJSON_AddStringToObject(o, "checkpoint_kept", c->path);
         }
         break;
     default:

@@ -50,6 +50,8 @@ struct fox_trainer {
     pthread_mutex_t slock;
     fox_snapshot snap;
     fox_engine *engine; /* swapped under slock; used freely by the trainer */
+    int64_t held_base;  /* training a checkpoint brought into the engine (held_steps) */
+    int64_t held_from;  /* the engine's total_steps when it did */
 
     /* trainer-thread state */
     fox_config cfg;
@@ -328,6 +330,30 @@ make_engine(fox_trainer *t, const fox_config *cfg, fox_engine **out, char *err, 
     return rv;
 }
 
+/*
+ * Steps of training the engine holds: those the checkpoint it last loaded
+ * brought (a resume, checkpoint_load) and those it ran since. 0 for an
+ * engine as its configuration alone defines it, which a new engine
+ * reproduces from the seed, so replacing it loses nothing.
+ */
+static int64_t
+held_steps(const fox_trainer *t, const fox_engine *e)
+{
+    fox_engine_info info;
+    fox_engine_get_info(e, &info);
+    return t->held_base + info.total_steps - t->held_from;
+}
+
+/* The engine has just loaded a checkpoint: what it holds is that checkpoint's training. */
+static void
+note_loaded(fox_trainer *t, const fox_engine *e)
+{
+    fox_engine_info info;
+    fox_engine_get_info(e, &info);
+    t->held_base = info.step;
+    t->held_from = info.total_steps;
+}
+
 /* Replace the engine by one for cfg; on failure the old one stays. */
 static int
 replace_engine(fox_trainer *t, const fox_config *cfg, fox_tcmd *c)
@@ -341,6 +367,7 @@ replace_engine(fox_trainer *t, const fox_config *cfg, fox_tcmd *c)
     t->engine = e;
     pthread_mutex_unlock(&t->slock);
     fox_engine_destroy(old);
+    t->held_base = t->held_from = 0;
     t->cfg = *cfg;
     publish(t);
     return FOX_OK;
@@ -356,6 +383,33 @@ needs_new_engine(const fox_config *a, const fox_config *b)
     x.steps_per_epoch = a->steps_per_epoch;
     x.folds_mask = a->folds_mask;
     return memcmp(&x, a, sizeof x) != 0;
+}
+
+/*
+ * A config_set that would replace an engine holding training is refused
+ * unless forced: the new engine starts from the seed, and the training is
+ * gone for good once a stop checkpoint or a run follows. The refusal names
+ * each key of the request that recreates the engine on its own.
+ */
+static int
+refuse_discard(fox_trainer *t, fox_tcmd *c, int64_t held)
+{
+    char keys[512] = "";
+    size_t n = 0;
+    int count = 0;
+    for (const cJSON *it = c->values->child; it && n < sizeof keys; it = it->next) {
+        fox_config one = t->cfg;
+        char msg[256];
+        if (fox_conf_set_json(&one, NULL, it->string, it, msg, sizeof msg) == FOX_OK &&
+            needs_new_engine(&t->cfg, &one))
+            n += (size_t)snprintf(keys + n, sizeof keys - n, "%s%s", count++ ? ", " : "",
+                                  it->string);
+    }
+    return refuse(c, FOX_ESTATE,
+                  "config_set %s: %s the engine, which would discard its %lld train steps; "
+                  "save a checkpoint first if they matter, then send it again with force "
+                  "(foxctl config set --force)",
+                  keys, count > 1 ? "these keys recreate" : "this key recreates", (long long)held);
 }
 
 /*
@@ -421,8 +475,14 @@ apply_config_set(fox_trainer *t, fox_tcmd *c)
     if (fox_config_validate(&cfg, c->message, sizeof c->message) != FOX_OK)
         return c->status = FOX_EINVAL;
     int fresh = needs_new_engine(&t->cfg, &cfg);
+    int64_t held = held_steps(t, t->engine);
+    if (fresh && held > 0 && !c->force)
+        return refuse_discard(t, c, held);
     if (fresh && replace_engine(t, &cfg, c) != FOX_OK)
         return c->status;
+    if (fresh && held > 0)
+        fox_log(FOX_LOG_NOTICE, "config set (forced): a new engine replaced one holding %lld steps",
+                (long long)held);
     t->cfg = cfg;
     /* Kept for the next start, so that its model still fits the stop checkpoint. */
     char msg[512];
@@ -622,6 +682,7 @@ apply(fox_trainer *t, fox_tcmd *c)
             refuse(c, rv, "%s", fox_engine_errmsg(t->engine));
             break;
         }
+        note_loaded(t, t->engine);
         publish(t);
         params_digest(t->engine, c->result.params_digest);
         fox_log(FOX_LOG_INFO, "checkpoint loaded from %s", c->path);
@@ -642,7 +703,15 @@ apply(fox_trainer *t, fox_tcmd *c)
         char msg[1024] = "";
         set_state(t, FOX_TSTATE_STOPPING);
         end_walk(t, FOX_ESTATE, "daemon shutting down");
-        if (c->checkpoint && c->path[0]) {
+        if (c->checkpoint && c->path[0] && held_steps(t, t->engine) == 0 &&
+            access(c->path, F_OK) == 0) {
+            /* An engine that holds no training (a forced config_set made it) never
+             * overwrites the checkpoint a trained one left. */
+            c->result.checkpoint_kept = 1;
+            fox_log(FOX_LOG_NOTICE,
+                    "stop checkpoint not written: the engine holds no training, %s is kept",
+                    c->path);
+        } else if (c->checkpoint && c->path[0]) {
             rv = save_checkpoint(t, c->path, msg, sizeof msg);
             if (rv == FOX_OK)
                 c->result.checkpoint_saved = 1;
@@ -819,6 +888,7 @@ resume(fox_trainer *t, fox_engine *e, char *err, size_t errlen)
                         fox_engine_errmsg(e));
     fox_engine_info info;
     fox_engine_get_info(e, &info);
+    note_loaded(t, e);
     fox_log(FOX_LOG_NOTICE, "resumed from %s: fold %d, %d epochs done, step %lld", path, info.fold,
             info.epoch, (long long)info.step);
     return FOX_OK;

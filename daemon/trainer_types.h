@@ -90,6 +90,7 @@ typedef struct fox_tresult {
     char params_digest[17];                  /* checkpoint_save/load: see params_digest */
     int checkpoint_saved;                    /* shutdown: the stop checkpoint is at path */
     int checkpoint_failed;                   /* shutdown: it was asked for and not saved */
+    int checkpoint_kept; /* shutdown: not saved, as the engine holds no training and path exists */
     char checkpoint_error[1024];             /* shutdown: why not */
     char run_dir[FOX_PATH_MAX];              /* run, start_fold: the run directory */
 } fox_tresult;
@@ -99,6 +100,7 @@ typedef struct fox_tcmd {
     int cmd;                                       /* FOX_CMD_* */
     int folds_mask, fold, epochs, steps_per_epoch; /* run, start_fold (0 = config's) */
     int fresh;                                     /* run: start from a new engine */
+    int force; /* config_set: recreate the engine even when it holds training */
     int clear;                                     /* nan_flags */
     int checkpoint;                                /* shutdown */
     char path[FOX_PATH_MAX]; /* checkpoint_save/load: absolute, resolved by the server */

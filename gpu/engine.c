@@ -36,7 +36,7 @@ pick_backend(int want, char *err, size_t errlen)
         return NULL;
     }
     if (want == FOX_BACKEND_AUTO)
-        fox_log(FOX_LOG_NOTICE, "backend auto: using cpu (%s)", why);
+        fox_log(FOX_LOG_NOTICE, "%s: CPU backend", why);
     return &fox_cpu_backend_ops;
 }
 

@@ -218,7 +218,8 @@ static const arg_spec args_start_fold[] = {
     {"steps_per_epoch", A_INT, 0, 1, 1000000000, OFF(steps_per_epoch)},
     END};
 static const arg_spec args_config_get[] = {{"keys", A_KEYS, 0, 0, 0, OFF(n_keys)}, END};
-static const arg_spec args_config_set[] = {{"values", A_VALUES, 1, 0, 0, OFF(values)}, END};
+static const arg_spec args_config_set[] = {
+    {"values", A_VALUES, 1, 0, 0, OFF(values)}, {"force", A_BOOL, 0, 0, 0, OFF(force)}, END};
 static const arg_spec args_isv_read[] = {{"slots", A_SLOTS, 0, 0, 65535, OFF(n_slots)}, END};
 static const arg_spec args_nan_flags[] = {{"clear", A_BOOL, 0, 0, 0, OFF(clear)}, END};
 static const arg_spec args_path[] = {{"path", A_STR, 0, 0, FOX_PROTO_PATH_MAX, OFF(path)}, END};

@@ -116,6 +116,7 @@ typedef struct fox_request {
     int n_keys; /* config_get: 0 = every key */
     const char *keys[FOX_PROTO_MAX_KEYS];
     const cJSON *values; /* config_set: object of dotted key -> number | string | bool */
+    int force;           /* config_set: recreate the engine even when it holds training */
 
     int clear;        /* nan_flags: also clear the flags */
     const char *path; /* checkpoint_save, checkpoint_load: NULL = the default file */

@@ -179,15 +179,20 @@ halted_mark(FILE *out, const cJSON *fold)
             cJSON_IsNumber(step) ? step->valuedouble : -1.0);
 }
 
-static void
-fold_block(FILE *out, const cJSON *f)
+/* The epochs of a fold, counted from 1 as people count them, and the rule's score of the choice. */
+void
+fox_table_choice(FILE *out, const cJSON *f)
 {
-    char a[32], b[32], c[32], d[32];
+    char a[32], b[32], c[32];
     const cJSON *sel = cJSON_GetObjectItemCaseSensitive(f, "select");
     double window = num(f, "select_window");
-    double best = num(f, "best_epoch") + 1; /* people count epochs from 1 */
-    fprintf(out, "fold %s: epoch %s of %s chosen by ", text(a, num(f, "fold"), 0),
-            text(b, best, 0), text(c, num(f, "epochs"), 0));
+    double epochs = num(f, "epochs");
+    double best = num(f, "best_epoch") + 1;
+    if (epochs == 0) {
+        fputs("no epoch closed", out);
+        return;
+    }
+    fprintf(out, "epoch %s of %s chosen by ", text(a, best, 0), text(b, epochs, 0));
     /* The window in use: epochs before a full window are scored on the ones that exist. */
     if (!isnan(best) && best < window)
         window = best;
@@ -200,7 +205,15 @@ fold_block(FILE *out, const cJSON *f)
                 text(a, num(f, "select_score"), 3));
     else
         fprintf(out, "%s (val Sharpe %s)", cJSON_IsString(sel) ? sel->valuestring : "best",
-                text(a, num(f, "best_val_sharpe"), 3));
+                text(a, num(f, "select_score"), 3));
+}
+
+static void
+fold_block(FILE *out, const cJSON *f)
+{
+    char a[32], b[32], c[32], d[32];
+    fprintf(out, "fold %s: ", text(a, num(f, "fold"), 0));
+    fox_table_choice(out, f);
     fprintf(out, "; test split %s bars, P = %s", text(a, num(f, "test_bars"), 0),
             text(b, num(f, "bars_per_year"), 0));
     fputc('\n', out);

@@ -21,6 +21,15 @@
  */
 void fox_table_folds(FILE *out, const cJSON *folds);
 
+/*
+ * A fold object's choice of epoch, with no newline: "epoch 4 of 5 chosen by
+ * smoothed (mean val Sharpe 1.250 of epochs 2-4)", epochs counted from 1 and
+ * the figure the rule scored ("select_score"); "no epoch closed" for a fold
+ * that closed none (a halt in its first epoch). The fold table's blocks and
+ * foxctl's fold_end line both print it.
+ */
+void fox_table_choice(FILE *out, const cJSON *fold);
+
 /* A fold object's "flagged" slots as one line, "fold 2: sentinel flags: none" (nothing without it).
  */
 void fox_table_flagged(FILE *out, const cJSON *fold);

@@ -19,11 +19,19 @@ _foxctl() {
     --out | --dir | --gather) COMPREPLY=($(compgen -d -- "$cur")); return ;;
     --url | --token | --timeout | --pub | --server-name) return ;;
     esac
-    # The command is the first word that is neither an option nor an option's value.
-    local i cmd= sub=
+    # The command is the first word that is neither an option nor an option's value. The
+    # connection options given are kept: the keys and slot names come from that foxd.
+    local i cmd= sub= conn=()
     for ((i = 1; i < cword; i++)); do
         case ${words[i]} in
-        --url | --token | --timeout | --pub | --cert | --key | --ca | --server-name) ((i++)) ;;
+        --url | --token | --pub | --cert | --key | --ca | --server-name)
+            conn+=("${words[i]}" "${words[i + 1]}")
+            ((i++))
+            ;;
+        --timeout) ((i++)) ;;
+        --url=* | --token=* | --pub=* | --cert=* | --key=* | --ca=* | --server-name=*)
+            conn+=("${words[i]}")
+            ;;
         -*) ;;
         *) if [ -z "$cmd" ]; then cmd=${words[i]}; else sub=${sub:-${words[i]}}; fi ;;
         esac
@@ -32,13 +40,17 @@ _foxctl() {
         COMPREPLY=($(compgen -W "$commands $globals" -- "$cur"))
         return
     fi
+    # Global options may follow the command too.
+    if [[ $cur == --* && $cmd != help ]]; then
+        COMPREPLY=($(compgen -W "${globals% --help --version}" -- "$cur"))
+    fi
     case $cmd in
     help) [ -z "$sub" ] && COMPREPLY=($(compgen -W "$commands" -- "$cur")) ;;
-    run) COMPREPLY=($(compgen -W "--folds --epochs --steps --detach --spawn" -- "$cur")) ;;
-    start-fold) COMPREPLY=($(compgen -W "--epochs --steps --detach" -- "$cur")) ;;
-    flags) COMPREPLY=($(compgen -W "--clear" -- "$cur")) ;;
-    watch) COMPREPLY=($(compgen -W "--count --until" -- "$cur")) ;;
-    shutdown) COMPREPLY=($(compgen -W "--no-checkpoint" -- "$cur")) ;;
+    run) COMPREPLY+=($(compgen -W "--folds --epochs --steps --detach --spawn" -- "$cur")) ;;
+    start-fold) COMPREPLY+=($(compgen -W "--epochs --steps --detach" -- "$cur")) ;;
+    flags) COMPREPLY+=($(compgen -W "--clear" -- "$cur")) ;;
+    watch) COMPREPLY+=($(compgen -W "--count --until" -- "$cur")) ;;
+    shutdown) COMPREPLY+=($(compgen -W "--no-checkpoint" -- "$cur")) ;;
     checkpoint)
         if [ -z "$sub" ]; then
             COMPREPLY=($(compgen -W "save load list" -- "$cur"))
@@ -46,20 +58,29 @@ _foxctl() {
             COMPREPLY=($(compgen -d -- "$cur"))
         fi
         ;;
-    sweep) COMPREPLY=($(compgen -W "--folds --seeds --grid --set --epochs --steps --dir --endpoints
+    sweep) COMPREPLY+=($(compgen -W "--folds --seeds --grid --set --epochs --steps --dir --endpoints
         --attempts --wait --slurm --gather" -- "$cur")) ;;
-    backtest) COMPREPLY=($(compgen -W "--checkpoint --data --bars --out --daemon" -- "$cur")) ;;
+    backtest) COMPREPLY+=($(compgen -W "--checkpoint --data --bars --out --daemon" -- "$cur")) ;;
     plot) COMPREPLY=($(compgen -d -- "$cur")) ;;
+    isv)
+        # Slot names from foxd itself, when one answers quickly.
+        local names
+        names=$(foxctl "${conn[@]}" --timeout 1000 --json isv-list 2>/dev/null |
+            grep -o '"name":[[:space:]]*"[A-Za-z0-9_]*"' | sed 's/.*"\([^"]*\)"$/\1/')
+        COMPREPLY+=($(compgen -W "$names" -- "$cur"))
+        ;;
     config)
         if [ -z "$sub" ]; then
             COMPREPLY=($(compgen -W "get set" -- "$cur"))
+        elif [[ $sub == set && $cur == -* ]]; then
+            COMPREPLY+=($(compgen -W "--force" -- "$cur"))
         elif [ "$sub" = get ] || [ "$sub" = set ]; then
-            # Keys from foxd itself, when one answers quickly.
+            # Keys from foxd itself, when one answers quickly: dotted, digits allowed (model.h1).
             local keys
-            keys=$(foxctl --timeout 1000 --json config get 2>/dev/null |
-                grep -o '"[a-z_]*\.[a-z_.]*":' | tr -d '":')
+            keys=$(foxctl "${conn[@]}" --timeout 1000 --json config get 2>/dev/null |
+                grep -o '"[a-z][a-z0-9_]*\.[a-z0-9_.]*":' | tr -d '":')
             [ "$sub" = set ] && { compopt -o nospace 2>/dev/null; keys=$(printf '%s=\n' $keys); }
-            COMPREPLY=($(compgen -W "$keys" -- "$cur"))
+            COMPREPLY+=($(compgen -W "$keys" -- "$cur"))
         fi
         ;;
     esac

@@ -1,6 +1,7 @@
 # lib.sh — what the shell tests of foxd share: a scratch directory removed
-# on exit (with any foxd still running killed), the ok/fail reporting, and
-# starting a foxd and waiting until it answers.
+# on exit (with any foxd still running killed), the ok/fail reporting,
+# starting a foxd and waiting until it answers, and the TCP ports tests
+# listen on (free_port, on_free_port: the one place they are chosen).
 #
 # Sourced by a test after it has set FOXD and FOXCTL. A test keeps the pid
 # of the foxd it runs in $pid (empty when none), so that the exit trap can
@@ -32,10 +33,63 @@ ok() {
     echo "ok $checks - $*"
 }
 
+# free_port: a loopback TCP port nothing listens on now, as the kernel
+# chooses one for a bind to port 0. Another program may still take it before
+# the test binds it: on_free_port tries again then.
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# on_free_port CMD...: set $port to a free_port and run CMD, which starts a
+# program listening on it (every address built from $port inside CMD, or
+# after it); while CMD returns 98, the port having been taken between the
+# choice and the bind, again with another. Returns what CMD returned.
+on_free_port() {
+    local rc try
+    for try in 1 2 3 4 5; do
+        port=$(free_port)
+        port_retry=1
+        "$@"
+        rc=$?
+        port_retry=
+        [ $rc -eq 98 ] || return $rc
+        echo "# port $port was taken before it was bound (try $try): another"
+    done
+    fail "no port stayed free for 5 tries"
+}
+
+# log_mark: note where $dir/foxd.log ends now, in $log_from, before a foxd
+# is started into it.
+log_mark() {
+    log_from=$(stat -c %s "$dir/foxd.log" 2>/dev/null || echo 0)
+}
+
+# foxd_wait CTL_ARGS...: wait until foxctl with CTL_ARGS (the URL and any
+# certificates) gets an answer to `version` from the foxd $pid, whose stderr
+# is appended to $dir/foxd.log from byte $log_from on. A daemon loads its
+# data before it listens, so the wait is long. Under on_free_port a foxd that
+# exited because its address was in use returns 98; any other exit fails the
+# test.
+foxd_wait() {
+    for _ in $(seq 1 300); do
+        "$FOXCTL" --timeout 1000 "$@" version >/dev/null 2>&1 && return 0
+        if ! kill -0 "$pid" 2>/dev/null; then
+            wait "$pid"
+            pid=
+            if [ -n "${port_retry:-}" ] &&
+                tail -c +"$((log_from + 1))" "$dir/foxd.log" | grep -q "Address in use"; then
+                return 98
+            fi
+            fail "foxd exited at start"
+        fi
+        sleep 0.1
+    done
+    fail "foxd did not answer within 30 s"
+}
+
 # foxd_start CTL_ARGS... -- FOXD_ARGS...: run $FOXD with FOXD_ARGS in the
-# background (stderr appended to $dir/foxd.log), set $pid, and wait until
-# foxctl with CTL_ARGS (the URL and any certificates) gets an answer to
-# `version`. A daemon loads its data before it listens, so the wait is long.
+# background (stderr appended to $dir/foxd.log), set $pid, and foxd_wait
+# with CTL_ARGS.
 foxd_start() {
     local ctl=()
     while [ $# -gt 0 ] && [ "$1" != -- ]; do
@@ -43,12 +97,8 @@ foxd_start() {
         shift
     done
     shift
+    log_mark
     "$FOXD" "$@" 2>>"$dir/foxd.log" &
     pid=$!
-    for _ in $(seq 1 300); do
-        "$FOXCTL" --timeout 1000 "${ctl[@]}" version >/dev/null 2>&1 && return 0
-        kill -0 "$pid" 2>/dev/null || fail "foxd exited at start"
-        sleep 0.1
-    done
-    fail "foxd did not answer within 30 s"
+    foxd_wait "${ctl[@]}"
 }

@@ -525,17 +525,40 @@ START_TEST(test_trainer)
     cJSON_Delete(rendered);
     cJSON_Delete(c->values);
     free(c);
+    /* A key that recreates the engine is refused while it holds training, unless forced. */
+    fox_trainer_snapshot(t, &s);
+    int64_t trained = s.total_steps;
     c = calloc(1, sizeof *c);
     c->cmd = FOX_CMD_CONFIG_SET;
-    c->values = cJSON_Parse("{\"model.h1\":24}");
+    c->values = cJSON_Parse("{\"train.epochs\":3,\"model.h1\":24}");
     roundtrip(t, c);
-    ck_assert_int_eq(c->status, FOX_OK);
+    ck_assert_int_eq(c->status, FOX_ESTATE);
+    snprintf(path, sizeof path,
+             "config_set model.h1: this key recreates the engine, which would discard its %lld "
+             "train steps",
+             (long long)trained);
+    ck_assert_msg(strstr(c->message, path), "refusal: %s", c->message);
+    ck_assert_ptr_nonnull(strstr(c->message, "force"));
+    c->force = 1;
+    c->status = FOX_OK;
+    c->message[0] = 0;
+    roundtrip(t, c);
+    ck_assert_msg(c->status == FOX_OK, "forced: %s", c->message);
     ck_assert(result_true(c, "engine_recreated"));
     cJSON_Delete(c->values);
     free(c);
     fox_trainer_snapshot(t, &s);
     ck_assert_int_eq(s.cfg.h1, 24);
-    ck_assert_int_eq(s.cfg.epochs, 2);
+    ck_assert_int_eq(s.cfg.epochs, 3);
+    ck_assert_int_eq(s.total_steps, 0);
+    /* The new engine holds nothing: a further change needs no force. */
+    c = calloc(1, sizeof *c);
+    c->cmd = FOX_CMD_CONFIG_SET;
+    c->values = cJSON_Parse("{\"env.fee\":0.0002}");
+    roundtrip(t, c);
+    ck_assert_msg(c->status == FOX_OK, "untrained engine: %s", c->message);
+    cJSON_Delete(c->values);
+    free(c);
 
     /* ISV and flags are readable at any time. */
     float isv[FOX_ISV_TOTAL_DIM];
@@ -589,6 +612,101 @@ START_TEST(test_trainer)
     ck_assert_int_eq(fox_trainer_submit(t, c), FOX_ESTATE);
     free(c);
     fox_trainer_destroy(t);
+
+    snprintf(path, sizeof path, "rm -rf '%s'", tmpdir);
+    ck_assert_int_eq(system(path), 0);
+}
+END_TEST
+
+/* A config_set of one key on t; returns the completed command (caller frees). */
+static fox_tcmd *
+config_set(fox_trainer *t, const char *json, int force)
+{
+    fox_tcmd *c = calloc(1, sizeof *c);
+    c->cmd = FOX_CMD_CONFIG_SET;
+    c->values = cJSON_Parse(json);
+    c->force = force;
+    roundtrip(t, c);
+    cJSON_Delete(c->values);
+    c->values = NULL;
+    return c;
+}
+
+/* A stop with its checkpoint at state_dir/foxd.ckpt; returns the rendered result. */
+static char *
+stop_with_checkpoint(fox_trainer *t, const char *state_dir)
+{
+    fox_tcmd *c = calloc(1, sizeof *c);
+    c->cmd = FOX_CMD_SHUTDOWN;
+    c->checkpoint = 1;
+    snprintf(c->path, sizeof c->path, "%s/foxd.ckpt", state_dir);
+    roundtrip(t, c);
+    ck_assert_int_eq(c->status, FOX_OK);
+    cJSON *r = fox_render_result(c);
+    char *text = cJSON_PrintUnformatted(r);
+    cJSON_Delete(r);
+    free(c);
+    fox_trainer_destroy(t);
+    return text;
+}
+
+/*
+ * Training survives a configuration change: a stop after a forced change
+ * keeps the trained checkpoint, and an engine that resumed one holds
+ * training as much as one that ran.
+ */
+START_TEST(test_trainer_keeps_training)
+{
+    fox_config cfg;
+    fox_dconf d;
+    fox_trainer *t;
+    fox_trainer_hooks hooks = {on_done, on_event, NULL};
+    char path[400], *text;
+    size_t n0, n1;
+
+    make_tmpdir();
+    tiny(&cfg);
+    fox_dconf_default(&d);
+    snprintf(d.state_dir, sizeof d.state_dir, "%s", tmpdir);
+    d.chunk_steps = 4;
+    pthread_mutex_lock(&col.lock);
+    col.op_done_count = 0;
+    pthread_mutex_unlock(&col.lock);
+    FOX_CK_OK_MSG(fox_trainer_start(&t, &cfg, &d, &hooks, err, sizeof err), err);
+    fox_tcmd *c = calloc(1, sizeof *c);
+    c->cmd = FOX_CMD_START_FOLD;
+    roundtrip(t, c);
+    ck_assert_int_eq(c->status, FOX_OK);
+    free(c);
+    wait_op_done(1);
+    text = stop_with_checkpoint(t, tmpdir);
+    ck_assert_ptr_nonnull(strstr(text, "\"checkpoint\":\""));
+    free(text);
+    snprintf(path, sizeof path, "%s/foxd.ckpt", tmpdir);
+    char *trained = fox_test_read_file(path, &n0);
+    ck_assert_ptr_nonnull(trained);
+
+    /* The start resumes it: a key that recreates the engine is refused, then forced. */
+    FOX_CK_OK_MSG(fox_trainer_start(&t, &cfg, &d, &hooks, err, sizeof err), err);
+    c = config_set(t, "{\"env.fee\":0.0002}", 0);
+    ck_assert_int_eq(c->status, FOX_ESTATE);
+    ck_assert_msg(strstr(c->message, "config_set env.fee: this key recreates the engine"),
+                  "resumed: %s", c->message);
+    free(c);
+    c = config_set(t, "{\"env.fee\":0.0002}", 1);
+    ck_assert_msg(c->status == FOX_OK, "forced: %s", c->message);
+    free(c);
+
+    /* The untrained engine's stop leaves the trained checkpoint as it was. */
+    text = stop_with_checkpoint(t, tmpdir);
+    ck_assert_msg(strstr(text, "\"checkpoint\":null,\"checkpoint_kept\":\""), "stop: %s", text);
+    free(text);
+    char *after = fox_test_read_file(path, &n1);
+    ck_assert_ptr_nonnull(after);
+    ck_assert_uint_eq(n1, n0);
+    ck_assert(memcmp(after, trained, n0) == 0);
+    free(after);
+    free(trained);
 
     snprintf(path, sizeof path, "rm -rf '%s'", tmpdir);
     ck_assert_int_eq(system(path), 0);
@@ -796,6 +914,7 @@ daemon_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_walk);
     tcase_add_test(tc, test_trainer);
+    tcase_add_test(tc, test_trainer_keeps_training);
     tcase_add_test(tc, test_trainer_start_fails);
     tcase_add_test(tc, test_serve_setup_fails);
     suite_add_tcase(s, tc);

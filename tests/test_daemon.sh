@@ -1,5 +1,5 @@
 #!/bin/bash
-# test_daemon.sh FOXD FOXCTL LOAD_CLIENT — foxd end to end on the CPU backend.
+# test_daemon.sh FOXD FOXCTL LOAD_CLIENT COMPLETION — foxd end to end on the CPU backend.
 #
 # Starts foxd on a temporary ipc socket (with a token), drives it with foxctl
 # and with nngcat (a client nobody here wrote), and checks: every command of
@@ -7,10 +7,11 @@
 # round trip; bad input of every kind gets its code while the daemon keeps
 # serving; a resent request is answered, not run twice; a second foxd on the
 # same path refuses and the first keeps serving new clients; 8 clients x 1000
-# requests while training; SIGTERM checkpoints and exits 0; run --spawn.
+# requests while training; SIGTERM checkpoints and exits 0; run --spawn;
+# bash completion of config keys and ISV slot names from the running foxd.
 # Bounded for a 2-core machine: the model and the steps are shrunk.
 set -u
-FOXD=$(realpath "$1") FOXCTL=$(realpath "$2") LOAD=$(realpath "$3")
+FOXD=$(realpath "$1") FOXCTL=$(realpath "$2") LOAD=$(realpath "$3") COMPLETION=$(realpath "$4")
 command -v nngcat >/dev/null || { echo "nngcat (nng-utils) not installed: skipping"; exit 77; }
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
@@ -112,6 +113,29 @@ ctl config get train.epochs model.h1 | grep -q "model.h1 = 32" || fail "config g
 ok "config_get"
 ctl metrics >/dev/null || fail "metrics"
 ok "metrics"
+ctl status --json | grep -q '"state":"idle"' || fail "status --json: $(ctl status --json 2>&1)"
+ok "status --json (a global option after the command)"
+
+# Bash completion asks the foxd the command line names (here with --url) for keys and slots.
+. "$COMPLETION"
+complete_words() {
+    COMP_WORDS=("$@")
+    COMP_CWORD=$(($# - 1))
+    COMPREPLY=()
+    PATH="$(dirname "$FOXCTL"):$PATH" _foxctl
+    echo " ${COMPREPLY[*]} "
+}
+out=$(complete_words foxctl --url "$url" config set model.h)
+[[ $out == *" model.h1= "* && $out == *" model.h2= "* ]] || fail "completion of model.h: $out"
+out=$(complete_words foxctl --url "$url" config get train.adam_b)
+[[ $out == *" train.adam_b1 "* ]] || fail "completion of train.adam_b: $out"
+out=$(complete_words foxctl --url "$url" config set --f)
+[[ $out == *" --force "* ]] || fail "completion of config set --f: $out"
+out=$(complete_words foxctl --url "$url" isv Q_ABS)
+[[ $out == *" Q_ABS_REF "* ]] || fail "completion of the slot Q_ABS: $out"
+out=$(complete_words foxctl --url "$url" status --js)
+[[ $out == *" --json "* ]] || fail "completion of status --js: $out"
+ok "bash completion: keys with digits, --force, ISV slot names, options after the command"
 
 # ------------------------------------------------------------- walk-forward
 out=$(ctl run --folds 0,1,2 --epochs 1 --steps 20 2>"$dir/run.err") || fail "run: $(cat "$dir/run.err")"
@@ -123,6 +147,12 @@ done
 echo "$out" | grep -q "^mean of 3 folds" || fail "run table: no mean block: $out"
 echo "$out" | grep -qE "^verdict: policy beat flat: (yes|no) " || fail "run table verdict: $out"
 echo "$out" | grep -q "selection-biased" || fail "run table note"
+# The progress line of a fold's end names the choice as the fold's block does, figure and all.
+for k in 0 1 2; do
+    choice=$(echo "$out" | sed -n "s/^fold $k: \(epoch .*\); test split .*/\1/p")
+    [ -n "$choice" ] && grep -qF "fold $k done: $choice; test Sharpe" "$dir/run.err" ||
+        fail "fold $k's progress line and block differ: '$choice' vs $(grep "fold $k done" "$dir/run.err")"
+done
 ok "run: whole walk-forward, a block per fold with its baselines, the mean and the verdict"
 [ "$(grep '"type":"fold"' "$dir/state/metrics.jsonl" | grep -c '"baselines":{"buy_hold":{')" -eq 3 ] ||
     fail "fold baselines in JSONL"

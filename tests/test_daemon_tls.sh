@@ -32,7 +32,8 @@ mkcert stranger stranger foreign
 [ -s server.pem ] && [ -s client.pem ] && [ -s stranger.pem ] || fail "openssl could not make the certificates"
 ok "certificates made"
 
-port=$((20000 + RANDOM % 30000))
+# The refusals below never open the listener; the served one takes on_free_port's port.
+port=$(free_port)
 url="tls+tcp://127.0.0.1:$port"
 
 # ------------------------------------------------------- the remote rules
@@ -44,10 +45,14 @@ ok "plain tcp:// beyond loopback refused without allow_insecure_remote"
 ok "tls+tcp:// without a client CA refused"
 
 # ------------------------------------------------------------- mutual TLS
-good=(--url "$url" --timeout 5000 --cert "$dir/client.pem" --key "$dir/client.key" --ca "$dir/ca.pem"
-      --server-name localhost)
-foxd_start "${good[@]}" -- --listen "$url" --set daemon.tls.cert="$dir/server.pem" \
-    --set daemon.tls.key="$dir/server.key" --set daemon.tls.ca="$dir/ca.pem" "${TINY[@]}"
+start_tls() {
+    url="tls+tcp://127.0.0.1:$port"
+    good=(--url "$url" --timeout 5000 --cert "$dir/client.pem" --key "$dir/client.key"
+          --ca "$dir/ca.pem" --server-name localhost)
+    foxd_start "${good[@]}" -- --listen "$url" --set daemon.tls.cert="$dir/server.pem" \
+        --set daemon.tls.key="$dir/server.key" --set daemon.tls.ca="$dir/ca.pem" "${TINY[@]}"
+}
+on_free_port start_tls
 "$FOXCTL" "${good[@]}" status | grep -q "^state" || fail "client with a CA-signed certificate not served"
 ok "client with a certificate from the configured CA is served"
 

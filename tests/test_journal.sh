@@ -32,7 +32,7 @@ trap cleanup EXIT
 # Killed (a test timeout): exit, so that the cleanup removes what was made under /run.
 trap 'exit 1' INT TERM
 
-port=$((20000 + RANDOM % 30000))
+port=$(free_port)
 # A start that fails for a clear reason after a warning and info lines: a
 # tcp:// listener without a token (allowed, with a warning), then data that
 # does not exist. The listener is never opened, so the port need not be free.

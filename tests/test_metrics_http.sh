@@ -12,7 +12,6 @@ prom_pid=
 trap 'test_cleanup; [ -n "$prom_pid" ] && kill -9 "$prom_pid" 2>/dev/null' EXIT
 # get URL: the body of an HTTP GET (python3 is there: meson needs it).
 get() { python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' "$1"; }
-free_port() { echo $((20000 + RANDOM % 30000)); }
 
 url="ipc://$dir/foxd.sock"
 mport=$(free_port)
@@ -20,10 +19,14 @@ mport=$(free_port)
     --set "daemon.state_dir=$dir/st" --set daemon.metrics_listen=http://0.0.0.0:$mport 2>"$dir/refused.log"
 [ $? -eq 2 ] && grep -q "beyond loopback" "$dir/refused.log" || fail "/metrics on 0.0.0.0 was not refused"
 ok "/metrics beyond loopback is refused"
-foxd_start --url "$url" -- --backend cpu --set model.h1=32 --set model.h2=16 \
-    --set data.synth_bars=3000 --listen "$url" --pub "ipc://$dir/ev.sock" \
-    --set "daemon.runtime_dir=$dir/rt" --set "daemon.state_dir=$dir/st" \
-    --set daemon.metrics_listen=http://127.0.0.1:$mport
+start_with_metrics() {
+    mport=$port
+    foxd_start --url "$url" -- --backend cpu --set model.h1=32 --set model.h2=16 \
+        --set data.synth_bars=3000 --listen "$url" --pub "ipc://$dir/ev.sock" \
+        --set "daemon.runtime_dir=$dir/rt" --set "daemon.state_dir=$dir/st" \
+        --set daemon.metrics_listen=http://127.0.0.1:$mport
+}
+on_free_port start_with_metrics
 body=$(get "http://127.0.0.1:$mport/metrics") || fail "GET /metrics failed"
 grep -q '^foxd_state{state="idle"} 1$' <<<"$body" && grep -q '^# TYPE foxd_healthy gauge$' <<<"$body" ||
     fail "/metrics: ${body:0:300}"
@@ -34,8 +37,10 @@ if [ -z "$prom" ]; then
     echo "prometheus not installed: the scrape by a real Prometheus is skipped"
     exit 77
 fi
-pport=$(free_port)
-cat > "$dir/prometheus.yml" <<EOT
+# Prometheus on a port of its own; 98 when another program took it first.
+start_prometheus() {
+    pport=$port
+    cat > "$dir/prometheus.yml" <<EOT
 global:
   scrape_interval: 1s
 scrape_configs:
@@ -43,11 +48,14 @@ scrape_configs:
     static_configs:
       - targets: ['127.0.0.1:$mport']
 EOT
-"$prom" --config.file="$dir/prometheus.yml" --storage.tsdb.path="$dir/tsdb" \
-    --web.listen-address="127.0.0.1:$pport" >"$dir/prometheus.log" 2>&1 &
-prom_pid=$!
-for _ in $(seq 1 100); do get "http://127.0.0.1:$pport/-/ready" >/dev/null 2>&1 && break; sleep 0.2; done
-if ! get "http://127.0.0.1:$pport/-/ready" >/dev/null 2>&1; then
+    "$prom" --config.file="$dir/prometheus.yml" --storage.tsdb.path="$dir/tsdb" \
+        --web.listen-address="127.0.0.1:$pport" >"$dir/prometheus.log" 2>&1 &
+    prom_pid=$!
+    for _ in $(seq 1 100); do get "http://127.0.0.1:$pport/-/ready" >/dev/null 2>&1 && return 0; sleep 0.2; done
+    kill -0 "$prom_pid" 2>/dev/null || { prom_pid=; grep -qi "address already in use" "$dir/prometheus.log" && return 98; }
+    return 1
+}
+if ! on_free_port start_prometheus; then
     echo "prometheus did not start here: the scrape is skipped"
     tail -5 "$dir/prometheus.log"
     exit 77

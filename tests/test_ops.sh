@@ -15,7 +15,6 @@ TINY=(--backend cpu --set model.h1=32 --set model.h2=16 --set model.head_hidden=
       --set model.aux_hidden=8 --set train.batch=16 --set env.n_envs=8
       --set train.learning_starts=64 --set data.synth_bars=3000
       --set train.steps_per_epoch=20 --set train.epochs=1 --set daemon.metrics_interval_ms=0)
-free_port() { echo $((20000 + RANDOM % 30000)); }
 as_root=0
 [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null && as_root=1
 # Run as uid/gid 65534 without supplementary groups (setpriv execs: $! is foxd).
@@ -93,9 +92,27 @@ chmod 644 "$dir/token"
     fail "a token file everyone may read was accepted: $(cat "$dir/refused.log")"
 ok "a token file others may read is refused"
 chmod 600 "$dir/token"
-foxd_start --url "tcp://127.0.0.1:$port" -- "${TINY[@]}" --set "daemon.runtime_dir=$dir/rt" \
-    --set "daemon.state_dir=$dir/st" --listen "tcp://127.0.0.1:$port" \
-    --set daemon.allow_tcp_without_token=true
+start_tcp_without_token() {
+    foxd_start --url "tcp://127.0.0.1:$port" -- "${TINY[@]}" --set "daemon.runtime_dir=$dir/rt" \
+        --set "daemon.state_dir=$dir/st" --listen "tcp://127.0.0.1:$port" \
+        --set daemon.allow_tcp_without_token=true
+}
+# The first port chosen is held by another program when foxd binds it, as a
+# port may be taken between its choice and the bind: the start moves on.
+python3 -c 'import socket, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+print(s.getsockname()[1], flush=True); time.sleep(300)' >"$dir/held" &
+holder=$!
+for _ in $(seq 1 50); do [ -s "$dir/held" ] && break; sleep 0.1; done
+held=$(cat "$dir/held")
+eval "lib_$(declare -f free_port)"
+free_port() { [ -e "$dir/held.given" ] && { lib_free_port; return; }; : >"$dir/held.given"; echo "$held"; }
+on_free_port start_tcp_without_token
+free_port() { lib_free_port; }
+kill "$holder"; wait "$holder" 2>/dev/null
+[ -n "$held" ] && [ "$port" != "$held" ] && grep -q "listen tcp://127.0.0.1:$held: Address in use" "$dir/foxd.log" ||
+    fail "a start on a taken port ($held) did not move to another ($port)"
+ok "a port taken before foxd binds it: the start moves to another"
 grep -q "INSECURE: tcp://127.0.0.1:$port" "$dir/foxd.log" || fail "no warning for a tcp listener without a token"
 ok "daemon.allow_tcp_without_token opens it, with a warning"
 kill "$pid"; wait "$pid"; pid=
@@ -249,15 +266,18 @@ kill "$pid"; wait "$pid"; pid=
 
 # ---------------------------------------------------- descriptor floods
 # foxd at 256 descriptors; 400 idle clients on its tcp listener.
-port=$(free_port)
-tcp="tcp://127.0.0.1:$port"
 FLOOD="$(dirname "$(realpath "$0")")/flood.py"
 rm -f "$dir/st/foxd.ckpt"
-(ulimit -n 256 && exec "$FOXD" "${TINY[@]}" --listen "$url" --listen "$tcp" --pub "ipc://$dir/ev.sock" \
-    --set "daemon.runtime_dir=$dir/rt" --set "daemon.state_dir=$dir/st" --set daemon.token=right \
-    --set daemon.max_connections=64) 2>>"$dir/foxd.log" &
-pid=$!
-for _ in $(seq 1 300); do ctl version >/dev/null 2>&1 && break; sleep 0.1; done
+start_at_256_descriptors() {
+    log_mark
+    (ulimit -n 256 && exec "$FOXD" "${TINY[@]}" --listen "$url" --listen "tcp://127.0.0.1:$port" \
+        --pub "ipc://$dir/ev.sock" --set "daemon.runtime_dir=$dir/rt" \
+        --set "daemon.state_dir=$dir/st" --set daemon.token=right \
+        --set daemon.max_connections=64) 2>>"$dir/foxd.log" &
+    pid=$!
+    foxd_wait --url "$url"
+}
+on_free_port start_at_256_descriptors
 out=$(python3 "$FLOOD" 127.0.0.1 "$port" 400 1 3)
 ctl status >/dev/null || fail "ipc status failed during a flood of 400 idle tcp clients ($out)"
 ok "400 idle tcp clients at 256 descriptors: ipc still answers ($(echo $out))"
@@ -276,11 +296,12 @@ ok "SIGTERM with every descriptor taken still writes the checkpoint and exits 0"
 # 20 clients finish the handshake and say nothing: foxd closes them after
 # daemon.idle_timeout_s, while one client asking every 0.3 s keeps its
 # connection throughout.
-port=$(free_port)
-tcp="tcp://127.0.0.1:$port"
-foxd_start --url "$url" -- "${TINY[@]}" --listen "$url" --listen "$tcp" --pub "ipc://$dir/ev.sock" \
-    --set "daemon.runtime_dir=$dir/rt" --set "daemon.state_dir=$dir/st" --set daemon.token=right \
-    --set daemon.idle_timeout_s=2
+start_with_idle_timeout() {
+    foxd_start --url "$url" -- "${TINY[@]}" --listen "$url" --listen "tcp://127.0.0.1:$port" \
+        --pub "ipc://$dir/ev.sock" --set "daemon.runtime_dir=$dir/rt" \
+        --set "daemon.state_dir=$dir/st" --set daemon.token=right --set daemon.idle_timeout_s=2
+}
+on_free_port start_with_idle_timeout
 out=$(python3 "$FLOOD" 127.0.0.1 "$port" 20 1 5 0.3)
 closed=$(sed -n 's/^closed //p' <<<"$out")
 active=$(sed -n 's/^active //p' <<<"$out")

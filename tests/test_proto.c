@@ -380,8 +380,15 @@ START_TEST(test_config)
                              "{\"train.epochs\":3,\"data.source\":\"synthetic\",\"x\":true}}}"),
                        FOX_OK);
     ck_assert_int_eq(cJSON_GetArraySize(req.values), 3);
+    ck_assert_int_eq(req.force, 0);
+    fox_request_fini(&req);
+    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"config_set\",\"args\":{\"values\":"
+                                   "{\"env.fee\":0.0002},\"force\":true}}"),
+                       FOX_OK);
+    ck_assert_int_eq(req.force, 1);
     fox_request_fini(&req);
     static const char *const bad[] = {
+        "{\"values\":{\"a\":1},\"force\":\"yes\"}",
         "{}",              /* values required */
         "{\"values\":{}}", /* empty */
         "{\"values\":[]}",
@@ -749,6 +756,19 @@ START_TEST(test_fold_table)
     free(buf);
     buf = print_table("[]");
     ck_assert_str_eq(buf, "no fold finished\n");
+    free(buf);
+
+    /* The choice shows the rule's score, whatever the rule; a fold that closed no epoch says so. */
+    buf = print_table("[{\"fold\":2,\"epochs\":3,\"best_epoch\":1,\"best_val_sharpe\":0.9,"
+                      "\"select\":\"last\",\"select_window\":1,\"select_score\":0.75},"
+                      "{\"fold\":3,\"epochs\":0,\"best_epoch\":-1,\"best_val_sharpe\":null,"
+                      "\"select\":\"smoothed\",\"select_window\":3,\"select_score\":null,"
+                      "\"halted\":{\"kind\":\"halt_nan\",\"step\":12}}]");
+    ck_assert_msg(strstr(buf, "fold 2: epoch 2 of 3 chosen by last (val Sharpe 0.750); "), "%s",
+                  buf);
+    ck_assert_msg(strstr(buf, "fold 3: no epoch closed; test split "), "%s", buf);
+    ck_assert_msg(strstr(buf, "halted: halt_nan at step 12\n"), "%s", buf);
+    ck_assert_msg(!strstr(buf, "epoch 0 of 0"), "%s", buf);
     free(buf);
 }
 END_TEST

@@ -63,8 +63,11 @@ cuda_available(char *why, size_t len)
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
-        snprintf(why, len, "no CUDA device: %s",
-                 e != cudaSuccess ? cudaGetErrorString(e) : "device count is 0");
+        /* A machine without a GPU (or its driver) is an ordinary one: say so plainly. */
+        if (e == cudaSuccess || e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver)
+            snprintf(why, len, "no GPU");
+        else
+            snprintf(why, len, "no usable GPU: %s", cudaGetErrorString(e));
         cudaGetLastError();
         return 0;
     }
