@@ -35,9 +35,12 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The walks running now, so that a deadline can end them and report what finished.
+LIVE, LIVE_LOCK, STOPPING = set(), threading.Lock(), False
 DAILY = ["data.synth_bars=10000"]
 
 # name: (kind, settings). The daily known-edge series get 10,000 bars (about 40 years), a
@@ -59,13 +62,30 @@ CASES = {
 
 def run_one(args, settings, seed):
     """One walk-forward; returns (list of fold objects, seconds) or raises RuntimeError."""
-    cmd = [args.foxctl, "--json", "run", "--spawn", "--folds", args.folds,
-           "--epochs", str(args.epochs), "--steps", str(args.steps),
-           "--backend", args.backend, "--set", f"train.seed={seed}"]
+    # A variant's train.epochs and train.steps_per_epoch take the place of --epochs and --steps.
+    budget = {"train.epochs": str(args.epochs), "train.steps_per_epoch": str(args.steps)}
+    rest = []
     for kv in settings:
+        k, _, v = kv.partition("=")
+        if k in budget:
+            budget[k] = v
+        else:
+            rest.append(kv)
+    cmd = [args.foxctl, "--json", "run", "--spawn", "--folds", args.folds,
+           "--epochs", budget["train.epochs"], "--steps", budget["train.steps_per_epoch"],
+           "--backend", args.backend, "--set", f"train.seed={seed}"]
+    for kv in rest:
         cmd += ["--set", kv]
     t0 = time.monotonic()
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with LIVE_LOCK:
+        if STOPPING:
+            raise RuntimeError("not started: past the deadline")
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        LIVE.add(p)
+    out, err = p.communicate()
+    with LIVE_LOCK:
+        LIVE.discard(p)
+    p.stdout, p.stderr = out, err
     dt = time.monotonic() - t0
     folds = None
     for line in p.stdout.splitlines():
@@ -167,6 +187,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=1,
                     help="runs at a time (default 1); a GPU serves several walks at once")
     ap.add_argument("--json", metavar="FILE", help="also write every run's fold objects here")
+    ap.add_argument("--deadline", type=float, default=0, metavar="SECONDS",
+                    help="end the walks still running after this long and report the finished")
     args = ap.parse_args()
 
     cases = [c for c in args.cases.split(",") if c]
@@ -191,6 +213,16 @@ def main():
         runs = {(vn, c, s): pool.submit(run_one, args, settings(c, vkv), s)
                 for vn, vkv in variants for c in cases for s in seeds}
         names = {f: key for key, f in runs.items()}
+        if args.deadline > 0:
+            def stop():
+                global STOPPING
+                with LIVE_LOCK:
+                    STOPPING = True
+                    for p in LIVE:
+                        p.kill()
+            timer = threading.Timer(args.deadline, stop)
+            timer.daemon = True
+            timer.start()
         for f in concurrent.futures.as_completed(names):
             vn, c, s = names[f]
             if f.exception() is None:
