@@ -227,10 +227,13 @@ def main():
             vn, c, s = names[f]
             if f.exception() is None:
                 folds, dt = f.result()
+                def figure(x, k):
+                    v = x.get(k)
+                    return v if isinstance(v, (int, float)) else float("nan")
                 print(f"  done {vn} {c} seed {s}: test Sharpe "
-                      + " ".join(f"{x.get('test_sharpe') or float('nan'):+.2f}" for x in folds)
+                      + " ".join(f"{figure(x, 'test_sharpe'):+.2f}" for x in folds)
                       + " turnover "
-                      + " ".join(f"{x.get('test_turnover') or float('nan'):.3f}" for x in folds)
+                      + " ".join(f"{figure(x, 'test_turnover'):.3f}" for x in folds)
                       + f" ({dt:.0f} s)", file=sys.stderr, flush=True)
             else:
                 print(f"  FAILED {vn} {c} seed {s}: {f.exception()}", file=sys.stderr, flush=True)

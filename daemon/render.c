@@ -73,6 +73,19 @@ fox_render_eval(const fox_eval_result *r)
     return o;
 }
 
+/*
+ * The greedy decision's no-trade band as "band": its multiple of a change's
+ * cost, or "flat" where the policy stays out (FOX_BAND_FLAT).
+ */
+void
+fox_render_band(cJSON *o, float band)
+{
+    if (band >= FOX_BAND_FLAT)
+        cJSON_AddStringToObject(o, "band", "flat");
+    else
+        fox_render_num(o, "band", band);
+}
+
 /* The fold object's names of the baselines, indexed by fox_policy (the policy itself has none). */
 static const char *const baseline_names[FOX_POLICY_COUNT] = {
     [FOX_POLICY_BUY_HOLD] = "buy_hold", [FOX_POLICY_FLAT] = "flat",
@@ -118,6 +131,7 @@ fox_render_fold(const fox_fold_report *r)
     fox_render_num(o, "test_sharpe_mean", r->test_sharpe_mean);
     cJSON_AddNumberToObject(o, "trend_k", r->trend_k);
     cJSON_AddNumberToObject(o, "trend_k_tried", r->trend_k_tried);
+    fox_render_band(o, r->band);
     if (r->has_rule)
         cJSON_AddStringToObject(o, "rule", r->rule_name);
     else
@@ -189,6 +203,7 @@ fox_render_epoch(const fox_epoch_report *r)
     fox_render_num(o, "steps_per_sec", r->steps_per_sec);
     cJSON_AddItemToObject(o, "val", fox_render_eval(&r->val));
     cJSON_AddItemToObject(o, "test", fox_render_eval(&r->test));
+    fox_render_band(o, r->band);
     return o;
 }
 

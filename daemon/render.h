@@ -40,6 +40,8 @@ cJSON *fox_render_mask(int mask);
 /* A sentinel slot mask (bit i: slot i) as the protocol's array of slot names. */
 cJSON *fox_render_slots(uint64_t mask);
 cJSON *fox_render_eval(const fox_eval_result *r);
+/* The no-trade band into o as "band": a multiple of the cost, or "flat" (staying out). */
+void fox_render_band(cJSON *o, float band);
 cJSON *fox_render_fold(const fox_fold_report *r);
 /*
  * The engine's wall seconds by kind of work since its creation, {"startup_s",

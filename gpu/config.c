@@ -23,6 +23,7 @@ static const char *const bounds_names[] = {"fixed", "adaptive", NULL};
 static const char *const fault_names[] = {"none", "nan", "inf", "huge", NULL};
 static const char *const cuda_math_names[] = {"fp32", "greedy_tf32", "tf32", NULL};
 static const char *const select_names[] = {"smoothed", "best", "last", NULL};
+static const char *const band_rule_names[] = {"fixed", "validation", NULL};
 
 typedef struct key_def {
     const char *name;
@@ -137,7 +138,10 @@ static const key_def keys[] = {
 
     FLT("policy.band", band, 0, 1000, "16",
         "no-trade band: the greedy decision switches direction only if the Q gain exceeds "
-        "this x the change's cost (0 = plain argmax)"),
+        "this x the change's cost (0 = plain argmax); policy.band_rule=fixed"),
+    ENM("policy.band_rule", band_rule, band_rule_names, "fixed",
+        "fixed: policy.band; validation: each epoch chooses 0, 2, 8 or 32 x the cost or staying "
+        "out, by validation net Sharpe minus its SE"),
 
     STR("data.source", data, "synthetic",
         "a generator (\"synthetic\", \"randomwalk\", \"garch\", \"autocorr\", \"volmom\", "

@@ -76,6 +76,7 @@ typedef struct fox_config {
 
     /* policy: the greedy decision */
     float band;       /* no-trade band, in multiples of a change's cost; 0 = plain argmax */
+    int band_rule;    /* fox_band_rule: policy.band fixed, or chosen on validation */
 
     /* data */
     char data[FOX_PATH_MAX]; /* a generator ("synthetic", "randomwalk", "garch") or a CSV path */

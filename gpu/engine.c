@@ -57,6 +57,7 @@ fox_engine_create(fox_engine **out, const fox_config *cfg, char *err, size_t err
         return FOX_ENOMEM;
     e->created_at = fox_mono_s();
     e->cfg = *cfg;
+    e->band = cfg->band;
     e->fold = -1;
     e->ops = pick_backend(cfg->backend, err, errlen);
     if (!e->ops) {
@@ -83,7 +84,7 @@ fox_engine_create(fox_engine **out, const fox_config *cfg, char *err, size_t err
     e->fingerprint = fox_layout_fingerprint(fox_model_layout_hash(&e->lay), FOX_FORMAT_VERSION);
     /* A backend's q_values takes up to max(batch, envs) rows at a time. */
     int call_rows = e->cfg.batch > e->cfg.n_envs ? e->cfg.batch : e->cfg.n_envs;
-    e->ahead = fox__lookahead_new(&e->lay, FOX_EVAL_SPLITS_MAX, call_rows, e->ops->eval_lookahead);
+    e->ahead = fox__lookahead_new(&e->lay, FOX_EVAL_WALKS_MAX, call_rows, e->ops->eval_lookahead);
     if (!e->ahead) {
         fox_engine_destroy(e);
         return FOX_ENOMEM;
@@ -236,6 +237,7 @@ fox_engine_begin_fold(fox_engine *e, int fold)
         return rv;
     e->fold = fold;
     e->policy_loaded = 0;
+    e->band = e->cfg.band;
     memset(&e->rep, 0, sizeof e->rep);
     e->rep.fold = fold;
     e->rep.best_epoch = -1;
@@ -368,6 +370,7 @@ fox__engine_select_epoch(fox_engine *e, const fox_epoch_report *rep)
         fr->best_val_sharpe = rep->val.sharpe;
         fr->select_score = score;
         fr->test_at_best = rep->test;
+        fr->band = rep->band;
         if (e->chosen_ret && rep->test.bars <= e->ret_cap) {
             memcpy(e->chosen_ret, e->test_ret[FOX_POLICY_GREEDY],
                    (size_t)rep->test.bars * sizeof(float));
@@ -395,13 +398,21 @@ fox_engine_end_epoch(fox_engine *e, fox_epoch_report *rep)
     rep->last.env_steps = c.env_steps;
     rep->mean_loss = e->epoch_loss_n ? e->epoch_loss_sum / (double)e->epoch_loss_n : 0.0;
     rep->steps_per_sec = dt > 0 ? (double)(c.step - e->epoch_step0) / dt : 0.0;
-    const fox_split both[2] = {FOX_SPLIT_VALIDATION, FOX_SPLIT_TEST};
-    fox_eval_result res[2];
-    int rv = fox_engine_evaluate_splits(e, both, 2, FOX_POLICY_GREEDY, res);
-    if (rv != FOX_OK)
-        return rv;
-    rep->val = res[0];
-    rep->test = res[1];
+    int rv;
+    if (e->cfg.band_rule == FOX_BAND_RULE_VALIDATION) {
+        /* The band first, on validation alone; then the test walk at that band. */
+        if ((rv = fox__engine_choose_band(e, &rep->val)) != FOX_OK ||
+            (rv = fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_GREEDY, &rep->test)) != FOX_OK)
+            return rv;
+    } else {
+        const fox_split both[2] = {FOX_SPLIT_VALIDATION, FOX_SPLIT_TEST};
+        fox_eval_result res[2];
+        if ((rv = fox_engine_evaluate_splits(e, both, 2, FOX_POLICY_GREEDY, res)) != FOX_OK)
+            return rv;
+        rep->val = res[0];
+        rep->test = res[1];
+    }
+    rep->band = e->band;
     fox__engine_select_epoch(e, rep);
     fox_fold_report *fr = &e->rep;
     fr->epochs_done++;
@@ -446,14 +457,22 @@ fox_engine_backtest(fox_engine *e, fox_fold_report *out)
 {
     if (!e->policy_loaded)
         return fox__engine_fail(e, FOX_ESTATE, "backtest before load_policy");
-    fox_eval_result policy;
+    fox_eval_result policy, val;
     int rv = fox__engine_ret_bufs(e, e->seg.test_end - e->seg.test_begin);
-    if (rv != FOX_OK || (rv = fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_GREEDY, &policy)) !=
-                            FOX_OK ||
+    if (rv != FOX_OK)
+        return rv;
+    /* The band as a fold chooses it, on the bars before the range where there are enough. */
+    e->band = e->cfg.band;
+    if (e->cfg.band_rule == FOX_BAND_RULE_VALIDATION &&
+        e->seg.val_end - e->seg.val_begin >= FOX_TREND_VAL_MIN_BARS &&
+        (rv = fox__engine_choose_band(e, &val)) != FOX_OK)
+        return rv;
+    if ((rv = fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_GREEDY, &policy)) != FOX_OK ||
         (rv = fox__engine_baselines(e)) != FOX_OK)
         return rv;
     fox_fold_report *fr = &e->rep;
     fr->test_at_best = policy;
+    fr->band = e->band;
     memcpy(e->chosen_ret, e->test_ret[FOX_POLICY_GREEDY], (size_t)policy.bars * sizeof(float));
     fox__engine_compare(e);
     fr->best_val_sharpe = NAN;

@@ -73,6 +73,12 @@ typedef struct fox_paired {
 #define FOX_TREND_K_FIXED 64
 #define FOX_TREND_VAL_MIN_BARS 50
 
+/* How the greedy decision's no-trade band is set (policy.band_rule). */
+typedef enum {
+    FOX_BAND_RULE_FIXED = 0,     /* policy.band */
+    FOX_BAND_RULE_VALIDATION = 1 /* chosen on each epoch's validation split (fox_epoch_report) */
+} fox_band_rule;
+
 /* How an epoch is chosen on validation (train.select). */
 typedef enum {
     FOX_SELECT_SMOOTHED = 0, /* the maximum of a train.select_window-epoch trailing mean */
@@ -107,6 +113,7 @@ typedef struct fox_epoch_report {
     double mean_loss;    /* over the epoch's train steps */
     fox_eval_result val, test;
     double steps_per_sec; /* train steps (with collection) per wall second */
+    float band;           /* the no-trade band of val and test (cost multiples; FOX_BAND_FLAT) */
 } fox_epoch_report;
 
 typedef struct fox_fold_report {
@@ -115,6 +122,7 @@ typedef struct fox_fold_report {
     int best_epoch;               /* chosen on validation by select_rule */
     double best_val_sharpe;       /* its validation Sharpe: selection-biased */
     fox_eval_result test_at_best; /* the unbiased figure */
+    float band;                   /* the no-trade band at best_epoch (cost multiples) */
     double final_loss;
     double steps_per_sec;
     double bars_per_year;
@@ -251,6 +259,17 @@ int fox_engine_evaluate(fox_engine *e, fox_split split, fox_policy policy, fox_e
  * passes walk side by side and share each forward pass; out[k] is splits[k]'s result,
  * identical to evaluating it alone. */
 #define FOX_EVAL_SPLITS_MAX 2
+
+/*
+ * The no-trade bands policy.band_rule = validation chooses among on each
+ * epoch's validation split, in multiples of a change's cost, and
+ * FOX_BAND_FLAT, staying out (a band no Q gain can clear).
+ */
+#define FOX_BAND_CHOICES   {0.0f, 2.0f, 8.0f, 32.0f}
+#define FOX_BAND_CHOICES_N 4
+#define FOX_BAND_FLAT      1e30f
+/* Walks one evaluation takes side by side: the band choices' on validation, and one more. */
+#define FOX_EVAL_WALKS_MAX (FOX_BAND_CHOICES_N + 1)
 int fox_engine_evaluate_splits(fox_engine *e, const fox_split *splits, int n_splits,
                                fox_policy policy, fox_eval_result *out);
 

@@ -39,6 +39,7 @@ struct fox_engine {
     fox_engine_times fold_times0; /* times at the fold's begin_fold, for the fold report */
     double created_at, fold_t0;   /* monotonic seconds */
     int trend_k;            /* the trend rule's lookback, chosen when the fold begins */
+    float band;             /* the greedy policy's no-trade band now (cost multiples) */
     int policy_loaded;      /* load_policy set the segments: a backtest, not a fold */
     /* Epoch selection: the last select_window validation Sharpes (a ring) and the test sum. */
     double sel_val[FOX_SELECT_WINDOW_MAX];
@@ -87,6 +88,9 @@ int fox__engine_ret_bufs(fox_engine *e, int bars);
  * when a backtest has walked.
  */
 void fox__engine_compare(fox_engine *e);
+
+/* policy.band_rule = validation: choose e->band on the validation split (evaluate.c). */
+int fox__engine_choose_band(fox_engine *e, fox_eval_result *val);
 
 /* Bootstrap draws behind a paired comparison's standard error. */
 #define FOX_PAIRED_REPLICATES 400

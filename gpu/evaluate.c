@@ -182,16 +182,22 @@ walk_report(const eval_walk *w, double P, fox_eval_result *out)
     out->sharpe_se = fox__sharpe_se(out->sharpe, w->sum, w->sum2, w->sum3, w->sum4, w->n, P);
 }
 
+/* One walk of walk_splits: the split it walks and the greedy policy's band there. */
+typedef struct walk_spec {
+    fox_split split;
+    float band; /* in multiples of a change's cost (policy.band); FOX_BAND_FLAT never trades */
+} walk_spec;
+
 /* The walks of evaluate_k, untimed. */
 static int
-walk_splits(fox_engine *e, const fox_split *splits, int n_splits, fox_policy policy, int trend_k,
+walk_splits(fox_engine *e, const walk_spec *specs, int n_splits, fox_policy policy, int trend_k,
             fox_eval_result *out)
 {
     if (e->fold < 0)
         return fox__engine_fail(e, FOX_ESTATE, "evaluate before begin_fold");
-    if (n_splits < 1 || n_splits > FOX_EVAL_SPLITS_MAX)
-        return fox__engine_fail(e, FOX_EINVAL, "evaluate: %d splits (1 to %d)", n_splits,
-                                FOX_EVAL_SPLITS_MAX);
+    if (n_splits < 1 || n_splits > FOX_EVAL_WALKS_MAX)
+        return fox__engine_fail(e, FOX_EINVAL, "evaluate: %d walks (1 to %d)", n_splits,
+                                FOX_EVAL_WALKS_MAX);
     if ((int)policy < 0 || policy >= FOX_POLICY_COUNT)
         return fox__engine_fail(e, FOX_EINVAL, "evaluate: no policy %d", (int)policy);
     if (policy == FOX_POLICY_ORACLE && !e->series.expected_return)
@@ -206,11 +212,14 @@ walk_splits(fox_engine *e, const fox_split *splits, int n_splits, fox_policy pol
     fox_env_params p = {c->fee, c->half_spread, c->limit_fee,
                         1.0f,   c->size_levels, c->urgency_levels};
     fox_env_bars bars = {e->series.open, e->series.high, e->series.low, e->series.close};
-    /* The band in the Q's units: Q learns rewards scaled by reward_scale. */
-    float band = c->band * (c->fee + c->half_spread) * c->reward_scale;
-    eval_walk w[FOX_EVAL_SPLITS_MAX];
+    /* The bands in the Q's units: Q learns rewards scaled by reward_scale. */
+    float band[FOX_EVAL_WALKS_MAX];
+    eval_walk w[FOX_EVAL_WALKS_MAX];
     for (int k = 0; k < n_splits; k++) {
-        int test = splits[k] == FOX_SPLIT_TEST;
+        int test = specs[k].split == FOX_SPLIT_TEST;
+        band[k] = specs[k].band >= FOX_BAND_FLAT
+                      ? FOX_BAND_FLAT
+                      : specs[k].band * (c->fee + c->half_spread) * c->reward_scale;
         memset(&w[k], 0, sizeof w[k]);
         w[k].t = test ? e->seg.test_begin : e->seg.val_begin;
         w[k].end = test ? e->seg.test_end : e->seg.val_end;
@@ -218,7 +227,7 @@ walk_splits(fox_engine *e, const fox_split *splits, int n_splits, fox_policy pol
         if (test && e->test_ret[policy] && w[k].end - w[k].t <= e->ret_cap)
             w[k].rets = e->test_ret[policy];
         fox_rng_seed(&w[k].rng,
-                     c->seed ^ (0xe7a1ULL + 31ULL * (uint64_t)e->fold + (uint64_t)splits[k]));
+                     c->seed ^ (0xe7a1ULL + 31ULL * (uint64_t)e->fold + (uint64_t)specs[k].split));
     }
     /*
      * The segments walk in lockstep, one decision bar each per round, so the
@@ -227,20 +236,20 @@ walk_splits(fox_engine *e, const fox_split *splits, int n_splits, fox_policy pol
      */
     fox__lookahead_reset(e->ahead);
     for (;;) {
-        int live[FOX_EVAL_SPLITS_MAX], n_live = 0;
+        int live[FOX_EVAL_WALKS_MAX], n_live = 0;
         for (int k = 0; k < n_splits; k++)
             if (w[k].t + 1 < w[k].end)
                 live[n_live++] = k;
         if (n_live == 0)
             break;
-        int32_t greedy[FOX_EVAL_SPLITS_MAX][4];
+        int32_t greedy[FOX_EVAL_WALKS_MAX][4];
         if (policy == FOX_POLICY_GREEDY) {
-            fox_lookahead_seg segs[FOX_EVAL_SPLITS_MAX];
+            fox_lookahead_seg segs[FOX_EVAL_WALKS_MAX];
             for (int i = 0; i < n_live; i++)
                 segs[i] = (fox_lookahead_seg){live[i], w[live[i]].t, w[live[i]].end,
-                                              &w[live[i]].st};
-            int rv = fox__lookahead_actions(e->ahead, e->be, e->ops, &e->feat, &p, &bars, band,
-                                            segs, n_live, greedy);
+                                              &w[live[i]].st, band[live[i]]};
+            int rv = fox__lookahead_actions(e->ahead, e->be, e->ops, &e->feat, &p, &bars, segs,
+                                            n_live, greedy);
             if (rv != FOX_OK)
                 return fox__engine_fail(e, rv, "evaluate: q_values: %s", fox_strerror(rv));
         }
@@ -253,7 +262,7 @@ walk_splits(fox_engine *e, const fox_split *splits, int n_splits, fox_policy pol
                 rule_action(e, policy, trend_k, wk, a);
             walk_step(wk, &p, &bars, a);
             if (e->bar_hook)
-                e->bar_hook(e->bar_arg, splits[live[i]], policy, wk->t, wk->cum);
+                e->bar_hook(e->bar_arg, specs[live[i]].split, policy, wk->t, wk->cum);
         }
     }
     for (int k = 0; k < n_splits; k++)
@@ -266,11 +275,11 @@ walk_splits(fox_engine *e, const fox_split *splits, int n_splits, fox_policy pol
  * wall-time split: the fold's baselines count as evaluation as well.
  */
 static int
-evaluate_k(fox_engine *e, const fox_split *splits, int n_splits, fox_policy policy, int trend_k,
+evaluate_k(fox_engine *e, const walk_spec *specs, int n_splits, fox_policy policy, int trend_k,
            fox_eval_result *out)
 {
     double t0 = fox_mono_s();
-    int rv = walk_splits(e, splits, n_splits, policy, trend_k, out);
+    int rv = walk_splits(e, specs, n_splits, policy, trend_k, out);
     e->times.eval += fox_mono_s() - t0;
     int64_t rows;
     fox__lookahead_counts(e->ahead, &e->times.eval_passes, &rows, &e->times.eval_bars);
@@ -281,7 +290,52 @@ int
 fox_engine_evaluate_splits(fox_engine *e, const fox_split *splits, int n_splits, fox_policy policy,
                            fox_eval_result *out)
 {
-    return evaluate_k(e, splits, n_splits, policy, e->trend_k, out);
+    walk_spec specs[FOX_EVAL_SPLITS_MAX];
+    if (n_splits < 1 || n_splits > FOX_EVAL_SPLITS_MAX)
+        return fox__engine_fail(e, FOX_EINVAL, "evaluate: %d splits (1 to %d)", n_splits,
+                                FOX_EVAL_SPLITS_MAX);
+    for (int k = 0; k < n_splits; k++)
+        specs[k] = (walk_spec){splits[k], e->band};
+    return evaluate_k(e, specs, n_splits, policy, e->trend_k, out);
+}
+
+/*
+ * policy.band_rule = validation: the no-trade band of the greedy decision
+ * chosen on the validation split, among FOX_BAND_CHOICES and staying out
+ * (FOX_BAND_FLAT), by the lower confidence bound of each one's validation
+ * net Sharpe: the Sharpe minus its standard error, 0 for staying out. So
+ * the policy trades only where trading it beat doing nothing on bars it
+ * was not trained on by more than that figure's own noise, and with the
+ * margin that served best there: the margin comes from how good the
+ * policy's estimates proved, not from a number fixed beforehand. Ties go
+ * to the wider band. The chosen band goes into e->band and its validation
+ * figures into val.
+ */
+int
+fox__engine_choose_band(fox_engine *e, fox_eval_result *val)
+{
+    static const float choices[FOX_BAND_CHOICES_N] = FOX_BAND_CHOICES;
+    walk_spec specs[FOX_BAND_CHOICES_N];
+    fox_eval_result res[FOX_BAND_CHOICES_N];
+    for (int k = 0; k < FOX_BAND_CHOICES_N; k++)
+        specs[k] = (walk_spec){FOX_SPLIT_VALIDATION, choices[k]};
+    int rv = evaluate_k(e, specs, FOX_BAND_CHOICES_N, FOX_POLICY_GREEDY, e->trend_k, res);
+    if (rv != FOX_OK)
+        return rv;
+    double best = 0.0; /* staying out: Sharpe 0, SE 0 */
+    e->band = FOX_BAND_FLAT;
+    memset(val, 0, sizeof *val);
+    val->bars = res[0].bars;
+    val->bars_per_year = res[0].bars_per_year;
+    for (int k = FOX_BAND_CHOICES_N - 1; k >= 0; k--) {
+        double lcb = res[k].sharpe - res[k].sharpe_se;
+        if (lcb > best) {
+            best = lcb;
+            e->band = choices[k];
+            *val = res[k];
+        }
+    }
+    return FOX_OK;
 }
 
 int
@@ -309,7 +363,8 @@ fox__engine_baselines(fox_engine *e)
         double best = -INFINITY;
         for (int i = 0; i < FOX_TREND_K_COUNT; i++) {
             fox_eval_result r;
-            if ((rv = evaluate_k(e, &val, 1, FOX_POLICY_TREND, k_list[i], &r)) != FOX_OK)
+            walk_spec spec = {val, 0.0f};
+            if ((rv = evaluate_k(e, &spec, 1, FOX_POLICY_TREND, k_list[i], &r)) != FOX_OK)
                 return rv;
             if (r.sharpe > best) {
                 best = r.sharpe;
@@ -325,8 +380,8 @@ fox__engine_baselines(fox_engine *e)
     for (int p = FOX_POLICY_BUY_HOLD; p < FOX_POLICY_COUNT; p++) {
         if ((p == FOX_POLICY_ORACLE && !fr->has_oracle) || (p == FOX_POLICY_RULE && !fr->has_rule))
             continue;
-        if ((rv = evaluate_k(e, &test, 1, (fox_policy)p, e->trend_k, &fr->test_policy[p])) !=
-            FOX_OK)
+        walk_spec spec = {test, 0.0f};
+        if ((rv = evaluate_k(e, &spec, 1, (fox_policy)p, e->trend_k, &fr->test_policy[p])) != FOX_OK)
             return rv;
     }
     return FOX_OK;

@@ -149,8 +149,8 @@ predict(fox_lookahead *la, const fox_features *feat, const fox_env_params *p,
 int
 fox__lookahead_actions(fox_lookahead *la, fox_backend *be, const fox_backend_ops *ops,
                        const fox_features *feat, const fox_env_params *p,
-                       const fox_env_bars *bars, float band, const fox_lookahead_seg *segs,
-                       int n, int32_t (*a)[4])
+                       const fox_env_bars *bars, const fox_lookahead_seg *segs, int n,
+                       int32_t (*a)[4])
 {
     const fox_model_layout *lay = la->lay;
     int rows = 0;
@@ -193,7 +193,8 @@ fox__lookahead_actions(fox_lookahead *la, fox_backend *be, const fox_backend_ops
     for (int i = 0; i < n; i++) {
         seg_ahead *g = &la->seg[segs[i].id];
         fox_model_greedy_action(lay, g->q, a[i]);
-        fox_env_band(p, segs[i].st->pos, g->q + lay->branch_off[FOX_BR_DIRECTION], band, a[i]);
+        fox_env_band(p, segs[i].st->pos, g->q + lay->branch_off[FOX_BR_DIRECTION], segs[i].band,
+                     a[i]);
         memcpy(g->guess, a[i], sizeof a[i]);
     }
     la->bars += n;

@@ -45,21 +45,21 @@ typedef struct fox_lookahead_seg {
     int id;                /* 0 .. n_segments − 1, fixed for the walk */
     int t, end;            /* the next decision bar; the segment ends at end */
     const fox_env_pos *st; /* the true portfolio before bar t's action */
+    float band;            /* its no-trade band per unit of position (Q's units; 0: none) */
 } fox_lookahead_seg;
 
 /*
  * The greedy action of each of the n live segments at its bar t into a[i]:
  * from a prediction where it holds, else from a new forward pass (one for all
  * the segments that need one). Argmax ties go to the lowest sub-action; the
- * direction then keeps to the no-trade band of band per unit of position
- * (fox_env_band, Q's units; 0: none), which depends on the position alone
- * besides Q, so a prediction that holds gives the same action. Returns the
- * backend's status.
+ * direction then keeps to the segment's no-trade band (fox_env_band), which
+ * depends on the position alone besides Q, so a prediction that holds gives
+ * the same action. Returns the backend's status.
  */
 int fox__lookahead_actions(fox_lookahead *la, fox_backend *be, const fox_backend_ops *ops,
                            const fox_features *feat, const fox_env_params *p,
-                           const fox_env_bars *bars, float band, const fox_lookahead_seg *segs,
-                           int n, int32_t (*a)[4]);
+                           const fox_env_bars *bars, const fox_lookahead_seg *segs, int n,
+                           int32_t (*a)[4]);
 
 /* Forward passes and rows computed since creation, for the run's timing report. */
 void fox__lookahead_counts(const fox_lookahead *la, int64_t *passes, int64_t *rows,

@@ -219,6 +219,11 @@ fold_block(FILE *out, const cJSON *f)
     fputc('\n', out);
     halted_mark(out, f);
     rows_block(out, f);
+    const cJSON *band = cJSON_GetObjectItemCaseSensitive(f, "band");
+    if (cJSON_IsString(band) && !strcmp(band->valuestring, "flat"))
+        fputs("  no-trade band: stays out (no band's validation net Sharpe beat its SE)\n", out);
+    else if (cJSON_IsNumber(band) && band->valuedouble > 0)
+        fprintf(out, "  no-trade band: %g x the cost of a change\n", band->valuedouble);
     const cJSON *rule = cJSON_GetObjectItemCaseSensitive(f, "rule");
     if (cJSON_IsString(rule))
         fprintf(out, "  rule: %s (the generator's planted edge, traded at full size)\n",

@@ -114,12 +114,12 @@ scripted_walk(scripted_world *w, scripted *sc, int window_max, int32_t (*actions
         int n = 0;
         for (int k = 0; k < 2; k++)
             if (t[k] + 1 < end[k])
-                segs[n++] = (fox_lookahead_seg){k, t[k], end[k], &st[k]};
+                segs[n++] = (fox_lookahead_seg){k, t[k], end[k], &st[k], BAND};
         if (n == 0)
             break;
         int32_t a[2][4];
         FOX_CK_OK(fox__lookahead_actions(la, (fox_backend *)sc, &scripted_ops, &w->feat, &w->p,
-                                         &w->bars, BAND, segs, n, a));
+                                         &w->bars, segs, n, a));
         for (int i = 0; i < n; i++) {
             int k = segs[i].id;
             memcpy(actions[k][t[k]], a[i], sizeof a[i]);
@@ -271,7 +271,7 @@ START_TEST(engine_walks_identical)
     }
     int64_t p0, rows0, bars0;
     fox__lookahead_counts(fast, &p0, &rows0, &bars0);
-    for (int p = FOX_POLICY_BUY_HOLD; p < FOX_POLICY_COUNT; p++) {
+    for (int p = FOX_POLICY_BUY_HOLD; p < FOX_POLICY_RULE; p++) { /* the regime generator has no rule */
         fox_eval_result rf[2], rr[2];
         walk_with(e, fast, (fox_policy)p, rf, &lf);
         walk_with(e, ref, (fox_policy)p, rr, &lr);

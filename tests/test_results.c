@@ -293,6 +293,55 @@ START_TEST(paired_sharpe_bootstrap)
 }
 END_TEST
 
+/*
+ * policy.band_rule = validation: the band an epoch trades with is the one
+ * whose validation net Sharpe minus its SE is highest among the choices,
+ * staying out when none is above 0, and the test walk trades at it.
+ */
+static void
+check_band_choice(const char *source, const char *coef)
+{
+    fox_config c;
+    fixture_config(&c, source);
+    const char *pairs[] = {"data.synth_bars=8000", "data.bars_per_year=0", coef,
+                           "policy.band_rule=validation", "train.learning_starts=64", NULL};
+    fox_test_set_pairs(&c, pairs);
+    fox_engine *e = fox_test_engine(&c);
+    fox_epoch_report ep;
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 200, NULL));
+    FOX_CK_ENGINE_OK(e, fox_engine_end_epoch(e, &ep));
+    static const float choices[FOX_BAND_CHOICES_N] = FOX_BAND_CHOICES;
+    double best = 0.0;
+    float want = FOX_BAND_FLAT;
+    for (int k = FOX_BAND_CHOICES_N - 1; k >= 0; k--) {
+        fox_eval_result r;
+        e->band = choices[k];
+        FOX_CK_ENGINE_OK(e, fox_engine_evaluate(e, FOX_SPLIT_VALIDATION, FOX_POLICY_GREEDY, &r));
+        if (r.sharpe - r.sharpe_se > best) {
+            best = r.sharpe - r.sharpe_se;
+            want = choices[k];
+        }
+    }
+    ck_assert_msg(ep.band == want, "%s: chose %g, the best bound is at %g", source, ep.band, want);
+    fox_eval_result t;
+    e->band = want;
+    FOX_CK_ENGINE_OK(e, fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_GREEDY, &t));
+    ck_assert_double_eq(t.sharpe, ep.test.sharpe);
+    if (want >= FOX_BAND_FLAT)
+        ck_assert_double_eq(ep.test.turnover, 0.0);
+    fox_fold_report fr;
+    FOX_CK_OK(fox_engine_fold_report(e, &fr));
+    ck_assert(fr.band == ep.band);
+    fox_engine_destroy(e);
+}
+
+START_TEST(band_chosen_on_validation)
+{
+    check_band_choice("autocorr", "data.edge_coef=0.3");
+    check_band_choice("randomwalk", "data.edge_coef=0");
+}
+END_TEST
+
 /* Feed the validation curve 1.2, 7.0, 1.4, 3.0, 1.0 (test Sharpe 10 × epoch) to a rule. */
 static fox_fold_report
 select_on_curve(const char *rule)
@@ -372,6 +421,7 @@ results_suite(void)
     tcase_add_test(tc, oracle_on_generated_data);
     tcase_add_test(tc, rule_on_a_known_edge);
     tcase_add_test(tc, paired_sharpe_bootstrap);
+    tcase_add_test(tc, band_chosen_on_validation);
     tcase_add_test(tc, selection_rules);
     suite_add_tcase(s, tc);
     return s;
