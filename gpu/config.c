@@ -24,6 +24,7 @@ static const char *const fault_names[] = {"none", "nan", "inf", "huge", NULL};
 static const char *const cuda_math_names[] = {"fp32", "greedy_tf32", "tf32", NULL};
 static const char *const select_names[] = {"smoothed", "best", "last", NULL};
 static const char *const band_rule_names[] = {"fixed", "validation", NULL};
+static const char *const eval_weights_names[] = {"online", "average", NULL};
 
 typedef struct key_def {
     const char *name;
@@ -142,6 +143,9 @@ static const key_def keys[] = {
     ENM("policy.band_rule", band_rule, band_rule_names, "fixed",
         "fixed: policy.band; validation: each epoch chooses 0, 2, 8 or 32 x the cost or staying "
         "out, by validation net Sharpe minus its SE"),
+    ENM("policy.weights", eval_weights, eval_weights_names, "online",
+        "the weights evaluation acts with: online, or average (their Polyak average, the target "
+        "net; needs train.polyak > 0)"),
 
     STR("data.source", data, "synthetic",
         "a generator (\"synthetic\", \"randomwalk\", \"garch\", \"autocorr\", \"volmom\", "
@@ -415,6 +419,10 @@ fox_config_validate(const fox_config *cfg, char *err, size_t errlen)
         return fox_errf(err, errlen, FOX_EINVAL,
                         "train.pearl_wd and train.pearl_l1 need engine.bounds_mode=adaptive "
                         "(Pearl B produces their rates only there)");
+    if (cfg->eval_weights == FOX_EVAL_WEIGHTS_AVERAGE && !(cfg->polyak > 0.0f))
+        return fox_errf(err, errlen, FOX_EINVAL,
+                        "policy.weights=average needs train.polyak > 0 (the target net is the "
+                        "average only under a soft update)");
     if (cfg->fault_kind != FOX_FAULT_NONE && !cfg->fault_buffer[0])
         return fox_errf(err, errlen, FOX_EINVAL,
                         "debug.inject_fault.kind set without debug.inject_fault.buffer");

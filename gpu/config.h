@@ -23,6 +23,12 @@ enum { FOX_BOUNDS_FIXED = 0, FOX_BOUNDS_ADAPTIVE = 1 };
 enum { FOX_FAULT_NONE = 0, FOX_FAULT_NAN = 1, FOX_FAULT_INF = 2, FOX_FAULT_HUGE = 3 };
 enum { FOX_CUDA_MATH_FP32 = 0, FOX_CUDA_MATH_GREEDY_TF32 = 1, FOX_CUDA_MATH_TF32 = 2 };
 
+/* The weights the greedy evaluation acts with (policy.weights). */
+typedef enum {
+    FOX_EVAL_WEIGHTS_ONLINE = 0, /* the trained parameters as they stand */
+    FOX_EVAL_WEIGHTS_AVERAGE = 1 /* their Polyak average: the target net under train.polyak */
+} fox_eval_weights;
+
 typedef struct fox_config {
     /* model: widths of foxnet v1 (docs/design.md, "The model") */
     int state_dim;    /* S, market + portfolio features, zero-padded */
@@ -77,6 +83,7 @@ typedef struct fox_config {
     /* policy: the greedy decision */
     float band;       /* no-trade band, in multiples of a change's cost; 0 = plain argmax */
     int band_rule;    /* fox_band_rule: policy.band fixed, or chosen on validation */
+    int eval_weights; /* fox_eval_weights: the weights the evaluation acts with */
 
     /* data */
     char data[FOX_PATH_MAX]; /* a generator ("synthetic", "randomwalk", "garch") or a CSV path */

@@ -342,6 +342,59 @@ START_TEST(band_chosen_on_validation)
 }
 END_TEST
 
+/*
+ * policy.weights=average: the evaluation acts with the Polyak average of
+ * the weights, the target net under train.polyak, and training is the same
+ * bit for bit: an engine that acts with the online weights after loading
+ * that average as its weights walks the same bars to the same figures.
+ */
+START_TEST(evaluation_with_averaged_weights)
+{
+    fox_config c;
+    fixture_config(&c, "autocorr");
+    const char *pairs[] = {"data.synth_bars=4000", "data.bars_per_year=0", "train.polyak=0.05",
+                           "train.learning_starts=64", "policy.weights=average", NULL};
+    fox_test_set_pairs(&c, pairs);
+    fox_engine *avg = fox_test_engine(&c);
+    FOX_CK_ENGINE_OK(avg, fox_engine_run_steps(avg, 100, NULL));
+    fox_eval_result ra, ro;
+    FOX_CK_ENGINE_OK(avg, fox_engine_evaluate(avg, FOX_SPLIT_TEST, FOX_POLICY_GREEDY, &ra));
+
+    c.eval_weights = FOX_EVAL_WEIGHTS_ONLINE;
+    fox_engine *online = fox_test_engine(&c);
+    FOX_CK_ENGINE_OK(online, fox_engine_run_steps(online, 100, NULL));
+    size_t np = fox_engine_param_count(avg);
+    float *p = malloc(np * sizeof(float)), *t = malloc(np * sizeof(float));
+    float *m = malloc(np * sizeof(float)), *v = malloc(np * sizeof(float));
+    fox_train_counters ctr;
+    FOX_CK_OK(avg->ops->state_io(avg->be, 0, p, t, m, v, &ctr));
+    /* Training does not depend on the weights evaluation acts with: the same bits. */
+    float *p2 = malloc(np * sizeof(float));
+    FOX_CK_OK(online->ops->state_io(online->be, 0, p2, NULL, NULL, NULL, NULL));
+    ck_assert(memcmp(p, p2, np * sizeof(float)) == 0);
+    ck_assert(memcmp(p, t, np * sizeof(float)) != 0);
+    FOX_CK_OK(online->ops->state_io(online->be, 1, t, t, m, v, &ctr));
+    FOX_CK_ENGINE_OK(online, fox_engine_evaluate(online, FOX_SPLIT_TEST, FOX_POLICY_GREEDY, &ro));
+    ck_assert_double_eq(ra.sharpe, ro.sharpe);
+    ck_assert_double_eq(ra.turnover, ro.turnover);
+    free(p);
+    free(p2);
+    free(t);
+    free(m);
+    free(v);
+    fox_engine_destroy(avg);
+    fox_engine_destroy(online);
+
+    /* Without a soft update the target net is a stale copy, not an average: refused. */
+    char err[256];
+    fox_config bad;
+    fox_config_default(&bad);
+    FOX_CK_OK(fox_config_set(&bad, "policy.weights", "average", err, sizeof err));
+    ck_assert_int_eq(fox_config_validate(&bad, err, sizeof err), FOX_EINVAL);
+    ck_assert_msg(strstr(err, "train.polyak"), "%s", err);
+}
+END_TEST
+
 /* Feed the validation curve 1.2, 7.0, 1.4, 3.0, 1.0 (test Sharpe 10 × epoch) to a rule. */
 static fox_fold_report
 select_on_curve(const char *rule)
@@ -422,6 +475,7 @@ results_suite(void)
     tcase_add_test(tc, rule_on_a_known_edge);
     tcase_add_test(tc, paired_sharpe_bootstrap);
     tcase_add_test(tc, band_chosen_on_validation);
+    tcase_add_test(tc, evaluation_with_averaged_weights);
     tcase_add_test(tc, selection_rules);
     suite_add_tcase(s, tc);
     return s;

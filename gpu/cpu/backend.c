@@ -494,11 +494,13 @@ cpu_train_only(fox_backend *be_, int n, fox_step_stats *st)
     return rv;
 }
 
+/* The evaluation's Q: of the online weights, or of their Polyak average (policy.weights). */
 static int
 cpu_q_values(fox_backend *be_, const float *s, int B, float *q)
 {
     cpu_backend *be = (cpu_backend *)be_;
-    return fox_cpu_net_q_values(be->net, be->params, s, B, q);
+    int average = be->env.cfg->eval_weights == FOX_EVAL_WEIGHTS_AVERAGE;
+    return fox_cpu_net_q_values(be->net, average ? be->target : be->params, s, B, q);
 }
 
 static int

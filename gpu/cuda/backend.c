@@ -462,17 +462,19 @@ cuda_train_only(fox_backend *be_, int n, fox_step_stats *st)
 /* ------------------------------------------------------------------------------------------ */
 /* q_values, state_io                                                                         */
 
+/* The evaluation's Q: of the online net, or of the target net, the Polyak average (policy.weights). */
 static int
 q_values(fox_cuda_backend *be, const float *s, int B, float *q)
 {
     fox_cuda_net *n = &be->net;
     cudaStream_t s0 = n->st[0];
     int S = be->S, NAct = be->lay->n_actions;
+    int target = be->cfg->eval_weights == FOX_EVAL_WEIGHTS_AVERAGE;
     for (int off = 0; off < B; off += be->col.cap) {
         int R = B - off < be->col.cap ? B - off : be->col.cap;
         FOX_CUDA_TRY(cudaMemcpyAsync(be->xcol, s + (size_t)off * S, (size_t)R * S * sizeof(float),
                                      cudaMemcpyHostToDevice, s0));
-        FOX_TRY(fox__cuda_forward(n, 0, &be->col, be->xcol, R, 0, 0, 0));
+        FOX_TRY(fox__cuda_forward(n, 0, &be->col, be->xcol, R, target, 0, 0));
         FOX_CUDA_TRY(cudaMemcpyAsync(q + (size_t)off * NAct, be->col.q,
                                      (size_t)R * NAct * sizeof(float), cudaMemcpyDeviceToHost, s0));
     }
