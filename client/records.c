@@ -23,7 +23,7 @@
 static int
 run_program(char *const argv[])
 {
-    int st = fox_run_program(argv);
+    int st = fox_run_program(argv, NULL, NULL);
     if (st < 0)
         fprintf(stderr, "foxctl: cannot run %s: %s\n", argv[0], strerror(errno));
     return st;

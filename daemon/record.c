@@ -497,13 +497,28 @@ fox_record_backtest(fox_record *r, fox_engine *e, cJSON **result)
     return FOX_OK;
 }
 
+/*
+ * A line foxplot wrote on its stderr, into the log with a time and a level:
+ * its closing line where the pictures are, at info; anything else (a file
+ * it refused, what gnuplot said) is a warning.
+ */
+static void
+plot_said(void *arg, const char *line)
+{
+    (void)arg;
+    if (!line[0])
+        return;
+    fox_log(strncmp(line, "foxplot: pictures in ", 21) ? FOX_LOG_WARNING : FOX_LOG_INFO, "%s",
+            line);
+}
+
 int
 fox_record_plot(const char *dir)
 {
     char prog[FOX_PATH_MAX];
     fox_find_program("foxplot", "FOXPLOT", prog, sizeof prog);
     char *argv[] = {prog, (char *)dir, NULL};
-    int st = fox_run_program(argv);
+    int st = fox_run_program(argv, plot_said, NULL);
     if (st < 0)
         fox_log(FOX_LOG_WARNING, "no pictures: cannot run %s: %s", prog, strerror(errno));
     return st == 0 ? 0 : -1;
