@@ -3,7 +3,10 @@
 # keeps its run directory under the working directory (path printed at the
 # start and the end) while the sockets' temporary directory goes away;
 # `checkpoint list` shows the fold checkpoints; `backtest` applies one;
-# `plot` draws again, and foxplot says in one line when gnuplot is missing.
+# `plot` draws again; a one-epoch run draws every picture without a
+# warning, its plotter's line in foxd's log; a series with times gets
+# dates on the equity picture's axis; foxplot says in one line when
+# gnuplot is missing.
 # Usage: test_records.sh FOXD FOXCTL FOXPLOT
 # The test works in its own directory: the programs' paths must not be relative.
 abs() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
@@ -84,6 +87,32 @@ if command -v gnuplot >/dev/null 2>&1; then
         grep -q '</svg>' "$run/$p.svg" || fail "$p.svg is not an SVG"
     done
     ok "plot draws the pictures again"
+
+    # The shortest run: one epoch, one row of isv.csv. Every picture, and gnuplot warns of nothing.
+    "$FOXD" --once --backend cpu --set train.epochs=1 --set train.steps_per_epoch=30 \
+        --set train.folds=0 --set "run.root=$dir/one" >/dev/null 2>"$dir/one.err" ||
+        { cat "$dir/one.err"; fail "a one-epoch run"; }
+    one=$(ls -d "$dir"/one/*)
+    for p in fold0-loss fold0-sharpe fold0-equity isv; do
+        [ -s "$one/$p.png" ] && [ -s "$one/$p.svg" ] || { cat "$dir/one.err"; fail "one epoch: no $p"; }
+    done
+    ! grep -i 'warning' "$dir/one.err" || fail "one epoch: warnings on stderr"
+    grep -q '^[0-9T:.-]*Z info: foxplot: pictures in ' "$dir/one.err" ||
+        { cat "$dir/one.err"; fail "foxplot's line is not in foxd's log"; }
+    grep -q '>validation ± SE<' "$one/fold0-sharpe.svg" || fail "the Sharpe picture has no ± SE"
+    ok "a one-epoch run draws every picture without a warning"
+
+    # A series with times: the equity's axis reads in dates.
+    awk 'BEGIN { print "time,close"; p = 100; srand(7)
+                 for (i = 0; i < 3000; i++) { p *= exp((rand() - 0.5) * 0.02); printf "%d,%.6f\n", 1600000000 + 3600 * i, p } }' \
+        >"$dir/times.csv"
+    "$FOXCTL" backtest --checkpoint "$run/fold0-chosen.ckpt" --data "$dir/times.csv" --out "$dir/btt" \
+        >/dev/null 2>"$dir/btt.err" || { cat "$dir/btt.err"; fail "backtest on a series with times"; }
+    [ "$(head -n 1 "$dir/btt/backtest-equity.csv")" = bar,policy,buy_and_hold,time ] ||
+        fail "the equity CSV has no time column"
+    grep -q '>2020-[01][0-9]-[0-3][0-9]<' "$dir/btt/backtest-equity.svg" ||
+        fail "the equity picture's axis has no dates"
+    ok "a series with times gets dates on the equity picture's axis"
 else
     echo "# gnuplot is not installed: foxctl plot not checked"
 fi
