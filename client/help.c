@@ -82,7 +82,8 @@ static const struct {
      "DIR/jobs/ as it arrives; the summary gives per configuration the test\n"
      "Sharpe, mean and SE over seeds, and the baselines. The same spec and\n"
      "--dir again skip finished jobs. --slurm writes DIR/tasks.tsv for\n"
-     "scripts/foxhunt-sweep.sbatch instead of running; --gather summarizes."},
+     "the Slurm array task " FOX_SBATCH "\n"
+     "(scripts/ in the source) instead of running; --gather summarizes."},
     {"backtest",
      "backtest --checkpoint FILE [--data CSV] [--bars [VAL:]FROM:TO] [--out DIR]\n"
      "backtest --daemon --checkpoint FILE [--data CSV] [--bars [VAL:]FROM:TO]",
