@@ -4,7 +4,7 @@
 # following the MPS control daemon's, both with its pipe directory), the
 # example config, every page of docs/ (the fold table naming the installed
 # results.md), the Slurm task, the man pages and foxctl's bash completion in
-# place; foxctl --version and
+# place; the installed foxd logs the runtime changes it loads; foxctl --version and
 # foxctl help work without a daemon; the completion completes; every
 # command of foxctl's usage and every option of foxd's is in the help, the
 # completion and the man pages.
@@ -76,6 +76,19 @@ sb=$dir/root$prefix/share/foxhunt/foxhunt-sweep.sbatch
 [ -x "$sb" ] && bash -n "$sb" || fail "the Slurm task $sb is not installed"
 ok "every page of docs/, the table's pointer to results.md and the Slurm task are installed"
 
+# Runtime changes kept in the state directory: one info line names the file and the keys.
+mkdir -p "$dir/st" "$dir/rt"
+printf '{"train.epochs": 2, "train.steps_per_epoch": 30}\n' >"$dir/st/foxd.overrides.json"
+url="ipc://$dir/rt/foxd.sock"
+foxd_start --url "$url" -- --backend cpu --set data.synth_bars=3000 --listen "$url" \
+    --pub "ipc://$dir/rt/ev.sock" --set "daemon.runtime_dir=$dir/rt" --set "daemon.state_dir=$dir/st" \
+    --set daemon.probe_ms=0 --set daemon.metrics_interval_ms=0
+grep -q "info: runtime changes loaded from $dir/st/foxd.overrides.json: train.epochs, train.steps_per_epoch\$" \
+    "$dir/foxd.log" || fail "no log line names the runtime changes"
+"$FOXCTL" --url "$url" shutdown --no-checkpoint >/dev/null 2>&1
+wait "$pid"
+pid=
+ok "the installed foxd logs the runtime changes it loads, and their keys"
 if command -v scdoc >/dev/null; then
     for page in man8/foxd.8 man1/foxctl.1; do
         f=$(find "$dir/root" -path "*/man/$page")

@@ -504,7 +504,7 @@ START_TEST(once_leaves_a_complete_run_directory)
     fox_config_default(&back);
     char path[700], err[512];
     snprintf(path, sizeof path, "%s/config.json", run);
-    ck_assert_msg(fox_conf_load_file(&back, NULL, path, err, sizeof err) == FOX_OK, "%s", err);
+    ck_assert_msg(fox_conf_load_file(&back, NULL, path, NULL, 0, err, sizeof err) == FOX_OK, "%s", err);
     cJSON *ca = fox_render_config(&c, NULL, 0), *cb = fox_render_config(&back, NULL, 0);
     ck_assert_msg(cJSON_Compare(ca, cb, 1), "config.json does not read back as the run's");
     cJSON_Delete(ca);
