@@ -49,7 +49,7 @@ is_dir(const char *what, const char *path)
         return 0;
     }
     if (!S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "foxctl: %s: %s is not a directory; give a run directory\n", what, path);
+        fprintf(stderr, "foxctl: %s: %s is not a directory\n", what, path);
         return 0;
     }
     return 1;
