@@ -58,7 +58,9 @@ usage(FILE *out)
         "  flags [--clear]                 sentinel flags that fired\n"
         "  checkpoint save|load [PATH]     inside foxd's state directory\n"
         "  checkpoint list DIR             checkpoints of a run or state directory\n"
-        "  plot RUN_DIR                    draw a run directory's pictures again\n"
+        "  plot [--follow [--every S]] RUN_DIR\n"
+        "                                  draw a run directory's pictures (again, or as it runs)\n"
+        "  compare [--out DIR] RUN_DIR...  one picture of several runs' Sharpe and equity\n"
         "  backtest --checkpoint FILE [--data CSV] [--bars [VAL:]FROM:TO] [--out DIR]\n"
         "                                  apply a saved policy to bars (private foxd)\n"
         "  backtest --daemon --checkpoint FILE [--data CSV] [--bars [VAL:]FROM:TO]\n"
@@ -113,6 +115,7 @@ static const struct {
     {"raw", foxctl_cmd_raw},
     {"sweep", foxctl_cmd_sweep},
     {"plot", foxctl_cmd_plot},
+    {"compare", foxctl_cmd_compare},
     {"backtest", foxctl_cmd_backtest},
 };
 

@@ -82,7 +82,8 @@ static const struct {
      "DIR/jobs/ as it arrives; the summary gives per configuration the test\n"
      "Sharpe, mean and SE over seeds, and the baselines. The same spec and\n"
      "--dir again skip finished jobs. --slurm writes DIR/tasks.tsv for\n"
-     "scripts/foxhunt-sweep.sbatch instead of running; --gather summarizes."},
+     "the Slurm array task " FOX_SBATCH "\n"
+     "(scripts/ in the source) instead of running; --gather summarizes."},
     {"backtest",
      "backtest --checkpoint FILE [--data CSV] [--bars [VAL:]FROM:TO] [--out DIR]\n"
      "backtest --daemon --checkpoint FILE [--data CSV] [--bars [VAL:]FROM:TO]",
@@ -92,9 +93,17 @@ static const struct {
      "verdict. It runs a private foxd --backtest; with --daemon the running\n"
      "foxd does it, and the checkpoint is inside foxd's state directory.\n"
      "The record goes to a run directory (--out)."},
-    {"plot", "plot RUN_DIR", "draw a run directory's pictures again",
+    {"plot", "plot [--follow [--every S]] RUN_DIR", "draw a run directory's pictures again",
      "Draw a run directory's pictures again from its CSV files (foxplot,\n"
-     "which needs gnuplot), PNG and SVG beside them; no daemon needed."},
+     "which needs gnuplot), PNG and SVG beside them; no daemon needed.\n"
+     "--follow draws them again each time the running run's metrics.jsonl\n"
+     "grows, looking every S seconds (default 2), until the run ends or\n"
+     "Ctrl-C."},
+    {"compare", "compare [--out DIR] RUN_DIR...", "one picture of several runs",
+     "Draw compare.png and compare.svg in DIR (default: here): each run's\n"
+     "test Sharpe per epoch and its test equity, its folds joined, one\n"
+     "colour and legend entry per run, named by its directory (letters,\n"
+     "digits, '.', '_', '+', '-'; a run with another name is left out)."},
     {"help", "help [COMMAND]", "what a command does, its arguments",
      "This text, for one command or all."},
 };

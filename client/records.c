@@ -1,11 +1,14 @@
 /*
  * records.c — foxctl's commands over run directories: plot (draw the
- * pictures again), backtest (apply a saved policy to new bars, through a
+ * pictures again, or keep redrawing a running run's), compare (one
+ * picture of several runs), backtest (apply a saved policy to new bars, through a
  * private `foxd --backtest`, since foxctl links no engine, or with --daemon
  * through the running foxd's backtest command) and checkpoint list.
  */
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,34 +26,174 @@
 static int
 run_program(char *const argv[])
 {
-    int st = fox_run_program(argv);
+    int st = fox_run_program(argv, NULL, NULL);
     if (st < 0)
         fprintf(stderr, "foxctl: cannot run %s: %s\n", argv[0], strerror(errno));
     return st;
+}
+
+/* foxplot's exit status as foxctl's: 2 (usage) stays a usage error. */
+static int
+plot_status(int st)
+{
+    return st == 0 ? FOXCTL_OK : st == 2 ? FOXCTL_USAGE : FOXCTL_EREPLY;
+}
+
+/* 1 when path is a directory; else says why, after "foxctl: what: ". */
+static int
+is_dir(const char *what, const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        fprintf(stderr, "foxctl: %s: %s: %s\n", what, path, strerror(errno));
+        return 0;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "foxctl: %s: %s is not a directory\n", what, path);
+        return 0;
+    }
+    return 1;
+}
+
+/* plot --follow's stop: SIGINT or SIGTERM, while it sleeps or while foxplot draws. */
+static volatile sig_atomic_t follow_stop;
+
+static void
+on_follow_stop(int sig)
+{
+    (void)sig;
+    follow_stop = 1;
+}
+
+/*
+ * Redraw dir's pictures each time metrics.jsonl has grown (an epoch or a
+ * fold closed: the CSV files foxplot reads grew with it), looking every
+ * `every` seconds and sleeping in between, until folds.json appears (the
+ * run has closed and foxd draws the last pictures itself) or a signal
+ * stops it. A picture foxplot refuses mid-run is said and drawn again at
+ * the next change; no gnuplot, or a usage error, ends the follow.
+ */
+static int
+plot_follow(const char *prog, const char *dir, int every)
+{
+    char metrics[PATH_MAX + 32], folds[PATH_MAX + 32], conf[PATH_MAX + 32];
+    char *pargv[] = {(char *)prog, (char *)dir, NULL};
+    struct sigaction sa = {.sa_handler = on_follow_stop};
+    struct stat st;
+    off_t drawn = -1;
+    int draws = 0;
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", dir);
+    snprintf(folds, sizeof folds, "%s/folds.json", dir);
+    snprintf(conf, sizeof conf, "%s/config.json", dir);
+    if (stat(conf, &st) != 0) {
+        fprintf(stderr, "foxctl: plot --follow: %s has no config.json: not a run directory (foxd "
+                        "writes it as a run starts)\n",
+                dir);
+        return FOXCTL_USAGE;
+    }
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    while (!follow_stop) {
+        if (stat(folds, &st) == 0) {
+            fprintf(stderr, "foxctl: plot --follow: the run in %s has ended after %d redraws; "
+                            "foxd draws its last pictures\n",
+                    dir, draws);
+            return FOXCTL_OK;
+        }
+        if (stat(metrics, &st) == 0 && st.st_size != drawn) {
+            drawn = st.st_size;
+            int rv = run_program(pargv);
+            if (rv < 0 || rv == 2 || rv == 3)
+                return plot_status(rv < 0 ? 1 : rv);
+            draws++;
+        }
+        /* A signal cuts the sleep short; the loop's test then ends the follow. */
+        struct timespec ts = {.tv_sec = every};
+        nanosleep(&ts, NULL);
+    }
+    fprintf(stderr, "foxctl: plot --follow: stopped after %d redraws\n", draws);
+    return FOXCTL_OK;
 }
 
 int
 foxctl_cmd_plot(foxctl_opts *o, int argc, char **argv)
 {
     (void)o;
-    struct stat dir;
-    if (argc != 2) {
-        fprintf(stderr, "foxctl: plot RUN_DIR\n");
+    const char *dir = NULL;
+    int follow = 0, every = 2;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--follow")) {
+            follow = 1;
+        } else if (!strcmp(argv[i], "--every") && i + 1 < argc) {
+            if (!foxctl_parse_int(argv[++i], 1, 3600, &every)) {
+                fprintf(stderr, "foxctl: plot: --every '%s' is not a whole number of seconds "
+                                "from 1 to 3600\n",
+                        argv[i]);
+                return FOXCTL_USAGE;
+            }
+        } else if (argv[i][0] != '-' && !dir) {
+            dir = argv[i];
+        } else {
+            fprintf(stderr, "foxctl: plot: '%s' is not --follow, --every S or one RUN_DIR\n",
+                    argv[i]);
+            return FOXCTL_USAGE;
+        }
+    }
+    if (!dir) {
+        fprintf(stderr, "foxctl: plot [--follow [--every S]] RUN_DIR\n");
         return FOXCTL_USAGE;
     }
-    if (stat(argv[1], &dir) != 0) {
-        fprintf(stderr, "foxctl: plot: %s: %s\n", argv[1], strerror(errno));
+    if (!is_dir("plot", dir))
         return FOXCTL_USAGE;
-    }
-    if (!S_ISDIR(dir.st_mode)) {
-        fprintf(stderr, "foxctl: plot: %s is not a directory; give a run directory\n", argv[1]);
-        return FOXCTL_USAGE;
-    }
     char prog[1024];
     fox_find_program("foxplot", "FOXPLOT", prog, sizeof prog);
-    char *pargv[] = {prog, argv[1], NULL};
+    if (follow)
+        return plot_follow(prog, dir, every);
+    char *pargv[] = {prog, (char *)dir, NULL};
+    return plot_status(run_program(pargv));
+}
+
+int
+foxctl_cmd_compare(foxctl_opts *o, int argc, char **argv)
+{
+    (void)o;
+    const char *out = ".";
+    int first = 1;
+    if (argc > 2 && !strcmp(argv[1], "--out")) {
+        out = argv[2];
+        first = 3;
+    }
+    if (argc - first < 1) {
+        fprintf(stderr, "foxctl: compare [--out DIR] RUN_DIR...\n");
+        return FOXCTL_USAGE;
+    }
+    if (!is_dir("compare --out", out))
+        return FOXCTL_USAGE;
+    for (int i = first; i < argc; i++) {
+        if (argv[i][0] == '-') {
+            fprintf(stderr, "foxctl: compare: '%s': --out DIR comes first, then the run "
+                            "directories\n",
+                    argv[i]);
+            return FOXCTL_USAGE;
+        }
+        if (!is_dir("compare", argv[i]))
+            return FOXCTL_USAGE;
+    }
+    char prog[1024];
+    char **pargv = calloc((size_t)(argc - first) + 4, sizeof *pargv);
+    if (!pargv)
+        return FOXCTL_EREPLY;
+    int n = 0;
+    fox_find_program("foxplot", "FOXPLOT", prog, sizeof prog);
+    pargv[n++] = prog;
+    pargv[n++] = "--compare";
+    pargv[n++] = (char *)out;
+    for (int i = first; i < argc; i++)
+        pargv[n++] = argv[i];
     int st = run_program(pargv);
-    return st == 0 ? FOXCTL_OK : st == 2 ? FOXCTL_USAGE : FOXCTL_EREPLY;
+    free(pargv);
+    return plot_status(st);
 }
 
 /* backtest --daemon: the running foxd does it; paths are the daemon's (the checkpoint inside its
@@ -128,7 +271,7 @@ foxctl_cmd_backtest(foxctl_opts *o, int argc, char **argv)
     fargv[n] = NULL;
     int st = run_program(fargv);
     free(fargv);
-    return st == 0 ? FOXCTL_OK : st == 2 ? FOXCTL_USAGE : FOXCTL_EREPLY;
+    return plot_status(st);
 }
 
 /* ------------------------------------------------------------ checkpoint list */

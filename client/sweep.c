@@ -632,7 +632,8 @@ usage_sweep(FILE *out)
             "the endpoints (default: --url), keeps each result in DIR/jobs/ as it arrives and\n"
             "prints per configuration the test Sharpe, mean ± SE over seeds, and the baselines.\n"
             "The same spec and --dir again skips finished jobs. --slurm writes DIR/tasks.tsv\n"
-            "for scripts/foxhunt-sweep.sbatch instead of running.\n");
+            "for " FOX_SBATCH " (scripts/ in the source)\n"
+            "instead of running.\n");
 }
 
 static int
@@ -771,10 +772,13 @@ foxctl_cmd_sweep(foxctl_opts *o, int argc, char **argv)
     if (slurm) {
         if ((rv = write_slurm_tasks(&p)) != FOXCTL_OK)
             goto out;
+        /* The installed task where there is one; else this foxctl runs from its source tree. */
+        const char *task =
+            access(FOX_SBATCH, R_OK) == 0 ? FOX_SBATCH : "scripts/foxhunt-sweep.sbatch";
         printf("%d tasks in %s/tasks.tsv; submit them and the gather step with:\n"
-               "  id=$(sbatch --parsable --array=0-%d scripts/foxhunt-sweep.sbatch %s)\n"
+               "  id=$(sbatch --parsable --array=0-%d %s %s)\n"
                "  sbatch --dependency=afterany:$id --wrap 'foxctl sweep --gather %s'\n",
-               p.n_jobs, p.dir, p.n_jobs - 1, p.dir, p.dir);
+               p.n_jobs, p.dir, p.n_jobs - 1, task, p.dir, p.dir);
         goto out;
     }
     ro.n_endpoints = 0;

@@ -173,12 +173,57 @@ fox_find_program(const char *name, const char *env, char *buf, size_t len)
     snprintf(buf, len, "%s", name);
 }
 
+/* Hand each line read from fd to fn until its writers close it; then close it. */
+static void
+read_lines(int fd, fox_line_fn fn, void *arg)
+{
+    FILE *f = fdopen(fd, "r");
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    if (!f) {
+        close(fd);
+        return;
+    }
+    while ((n = getline(&line, &cap, f)) >= 0) {
+        if (n > 0 && line[n - 1] == '\n')
+            line[n - 1] = 0;
+        fn(arg, line);
+    }
+    free(line);
+    fclose(f);
+}
+
 int
-fox_run_program(char *const argv[])
+fox_run_program(char *const argv[], fox_line_fn on_err, void *arg)
 {
     extern char **environ;
+    posix_spawn_file_actions_t fa, *fap = NULL;
+    int p[2], status, rv;
     pid_t pid;
-    int status, rv = posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ);
+    if (on_err) {
+        /* The pipe's ends close on exec, so that a program another thread starts holds neither. */
+        if (pipe2(p, O_CLOEXEC) != 0)
+            return -1;
+        fap = &fa;
+        if ((rv = posix_spawn_file_actions_init(fap)) != 0) {
+            close(p[0]);
+            close(p[1]);
+            errno = rv;
+            return -1;
+        }
+        rv = posix_spawn_file_actions_adddup2(fap, p[1], STDERR_FILENO);
+    }
+    if (!fap || rv == 0)
+        rv = posix_spawnp(&pid, argv[0], fap, NULL, argv, environ);
+    if (fap) {
+        posix_spawn_file_actions_destroy(fap);
+        close(p[1]);
+        if (rv == 0)
+            read_lines(p[0], on_err, arg);
+        else
+            close(p[0]);
+    }
     if (rv != 0) {
         errno = rv;
         return -1;

@@ -45,11 +45,17 @@ int fox_remove_stale_temps(const char *dir, int depth, int *removed);
  */
 void fox_find_program(const char *name, const char *env, char *buf, size_t len);
 
+/* One line a program wrote on its stderr, without its newline. */
+typedef void (*fox_line_fn)(void *arg, const char *line);
+
 /*
  * Run argv (argv[0] looked up on PATH unless it holds a '/') and wait for
  * it: its exit status, 128 + the signal that ended it, or -1 with errno set
- * when it could not be started or waited for.
+ * when it could not be started or waited for. With on_err NULL the program
+ * writes on our stderr; otherwise each line it writes there goes to
+ * on_err(arg, line), on the calling thread, before this returns (a daemon's
+ * logger gives them a time and a level).
  */
-int fox_run_program(char *const argv[]);
+int fox_run_program(char *const argv[], fox_line_fn on_err, void *arg);
 
 #endif

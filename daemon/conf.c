@@ -509,9 +509,29 @@ fox_conf_key_json(const fox_config *cfg, int i)
 
 /* ------------------------------------------------------------ the JSON file */
 
+/*
+ * Add key to the list in keys (keyslen bytes; nothing when keys is NULL),
+ * ", " between keys. Room for ", ..." is always kept: a key that does not
+ * fit ends the list with it, and the list stays cut, so that what it shows
+ * is the file's first keys in their order.
+ */
+static void
+note_key(char *keys, size_t keyslen, const char *key)
+{
+    size_t used = keys ? strlen(keys) : 0;
+    if (!keys || (used >= 3 && !strcmp(keys + used - 3, "...")))
+        return;
+    const char *sep = used ? ", " : "";
+    if (used + strlen(sep) + strlen(key) + sizeof ", ..." <= keyslen)
+        snprintf(keys + used, keyslen - used, "%s%s", sep, key);
+    else
+        snprintf(keys + used, keyslen - used, "%s...", sep);
+}
+
 /* Walk one object: leaves are keys, objects nest one dotted level deeper. */
 static int
-walk(fox_config *cfg, fox_dconf *d, const cJSON *obj, const char *prefix, char *err, size_t errlen)
+walk(fox_config *cfg, fox_dconf *d, const cJSON *obj, const char *prefix, char *keys,
+     size_t keyslen, char *err, size_t errlen)
 {
     for (const cJSON *it = obj->child; it; it = it->next) {
         char key[256];
@@ -523,7 +543,7 @@ walk(fox_config *cfg, fox_dconf *d, const cJSON *obj, const char *prefix, char *
                 return fox_errf(err, errlen, FOX_EINVAL, "%s: given twice", key);
         /* An object is a section unless it names a key itself. */
         if (cJSON_IsObject(it) && fox_conf_key_index(key) < 0 && !dkey_find(key)) {
-            int rv = walk(cfg, d, it, key, err, errlen);
+            int rv = walk(cfg, d, it, key, keys, keyslen, err, errlen);
             if (rv != FOX_OK)
                 return rv;
             continue;
@@ -531,13 +551,17 @@ walk(fox_config *cfg, fox_dconf *d, const cJSON *obj, const char *prefix, char *
         int rv = fox_conf_set_json(cfg, d, key, it, err, errlen);
         if (rv != FOX_OK)
             return rv;
+        note_key(keys, keyslen, key);
     }
     return FOX_OK;
 }
 
 int
-fox_conf_load_file(fox_config *cfg, fox_dconf *d, const char *path, char *err, size_t errlen)
+fox_conf_load_file(fox_config *cfg, fox_dconf *d, const char *path, char *keys, size_t keyslen,
+                   char *err, size_t errlen)
 {
+    if (keys && keyslen)
+        keys[0] = 0;
     char msg[512];
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -572,7 +596,7 @@ fox_conf_load_file(fox_config *cfg, fox_dconf *d, const char *path, char *err, s
     if (!cJSON_IsObject(doc))
         rv = fox_errf(msg, sizeof msg, FOX_EINVAL, "the top level must be an object");
     else
-        rv = walk(cfg, d, doc, "", msg, sizeof msg);
+        rv = walk(cfg, d, doc, "", keys && keyslen ? keys : NULL, keyslen, msg, sizeof msg);
     cJSON_Delete(doc);
     if (rv != FOX_OK)
         return fox_errf(err, errlen, rv, "%s: %s", path, msg);

@@ -84,8 +84,13 @@ int fox_conf_set_pair(fox_config *cfg, fox_dconf *d, const char *pair, char *err
 int fox_conf_set_json(fox_config *cfg, fox_dconf *d, const char *key, const cJSON *value, char *err,
                       size_t errlen);
 
-/* Apply a JSON config file. FOX_EIO (unreadable) or FOX_EINVAL with "file: key: reason". */
-int fox_conf_load_file(fox_config *cfg, fox_dconf *d, const char *path, char *err, size_t errlen);
+/*
+ * Apply a JSON config file. FOX_EIO (unreadable) or FOX_EINVAL with "file:
+ * key: reason". keys (may be NULL) receives the dotted keys it set, in the
+ * file's order, ", " between them, cut with "..." where keyslen ends.
+ */
+int fox_conf_load_file(fox_config *cfg, fox_dconf *d, const char *path, char *keys, size_t keyslen,
+                       char *err, size_t errlen);
 
 /*
  * Runtime changes (config_set) kept across restarts: merge values into the

@@ -127,15 +127,21 @@ static int
 build_config(int argc, char **argv, const struct option *opts, const char *config_path, int batch,
              fox_config *cfg, fox_dconf *d, bar_range *bars, char *err, size_t errlen)
 {
-    char path[FOX_PATH_MAX + 32], msg[900];
+    char path[FOX_PATH_MAX + 32], msg[900], keys[512];
     for (int pass = 0; pass < 2; pass++) {
         fox_config_default(cfg);
         fox_dconf_default(d);
-        if (config_path && fox_conf_load_file(cfg, d, config_path, msg, sizeof msg) != FOX_OK)
+        if (config_path &&
+            fox_conf_load_file(cfg, d, config_path, NULL, 0, msg, sizeof msg) != FOX_OK)
             return fox_errf(err, errlen, FOX_EINVAL, "config %s", msg);
-        if (pass == 1 && fox_conf_load_file(cfg, NULL, path, msg, sizeof msg) != FOX_OK)
+        if (pass == 1 &&
+            fox_conf_load_file(cfg, NULL, path, keys, sizeof keys, msg, sizeof msg) != FOX_OK)
             return fox_errf(err, errlen, FOX_EINVAL,
                             "runtime changes %s (remove the file to start without them)", msg);
+        /* Values a client changed at run time outlive a restart: say which, and from where. */
+        if (pass == 1)
+            fox_log(FOX_LOG_INFO, "runtime changes loaded from %s: %s", path,
+                    keys[0] ? keys : "(none)");
         if (apply_options(argc, argv, opts, cfg, d, bars, err, errlen) != FOX_OK)
             return FOX_EINVAL;
         if (pass == 0 && (batch || fox_conf_overrides_path(d, path, sizeof path) != FOX_OK ||

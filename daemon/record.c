@@ -382,13 +382,16 @@ fox_record_epoch(fox_record *r, fox_engine *e, const fox_epoch_report *rep, int6
     ev.u.epoch_end.report = rep;
     metrics_line(r, &ev, op_id);
     const fox_step_stats *l = &rep->last;
-    snprintf(line, sizeof line, "%d,%d,%lld,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g",
-             rep->fold, rep->epoch, (long long)l->step, (double)l->loss, rep->mean_loss,
+    snprintf(line, sizeof line,
+             "%d,%d,%lld,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g", rep->fold,
+             rep->epoch, (long long)l->step, (double)l->loss, rep->mean_loss,
              (double)l->loss_c51, (double)l->loss_iqn, (double)l->loss_aux, (double)l->grad_norm,
-             (double)l->epsilon, rep->val.sharpe, rep->test.sharpe);
+             (double)l->epsilon, rep->val.sharpe, rep->test.sharpe, rep->val.sharpe_se,
+             rep->test.sharpe_se);
+    /* The standard errors come last, so that readers of the first twelve columns read on. */
     append(r, "epochs.csv",
            "fold,epoch,step,loss,mean_loss,loss_c51,loss_iqn,loss_aux,grad_norm,epsilon,"
-           "val_sharpe,test_sharpe",
+           "val_sharpe,test_sharpe,val_sharpe_se,test_sharpe_se",
            line);
     /* This epoch became the fold's choice: keep its weights and its test equity. */
     fox_fold_report fr;
@@ -432,10 +435,19 @@ write_baselines(fox_record *r, const char *prefix, const fox_fold_report *rep)
         write_failed(r, err);
 }
 
+/*
+ * The equity curves of the chosen policy and buy-and-hold, a row per test
+ * bar; where the series has times, each bar's time (unix seconds) comes
+ * last, so that the picture's axis can read in dates and the first three
+ * columns stay where programs already read them.
+ */
 static void
-write_equity(fox_record *r, const char *prefix)
+write_equity(fox_record *r, fox_engine *e, const char *prefix)
 {
     char path[FOX_PATH_MAX + 64];
+    fox_engine_info info;
+    fox_engine_get_info(e, &info);
+    const double *times = fox_engine_bar_times(e);
     path_of(r, path, sizeof path, "%s-equity.csv", prefix);
     FILE *f = fopen(path, "w");
     if (!f) {
@@ -443,10 +455,18 @@ write_equity(fox_record *r, const char *prefix)
         return;
     }
     /* Both passes step over the same test bars, so their rows line up. */
-    fprintf(f, "bar,policy,buy_and_hold\n");
+    fprintf(f, "bar,policy,buy_and_hold%s\n", times ? ",time" : "");
     for (int i = 0; i < r->chosen.n && i < r->buy_hold.n && r->chosen.bar[i] == r->buy_hold.bar[i];
-         i++)
-        fprintf(f, "%d,%.9g,%.9g\n", r->chosen.bar[i], r->chosen.cum[i], r->buy_hold.cum[i]);
+         i++) {
+        int bar = r->chosen.bar[i];
+        fprintf(f, "%d,%.9g,%.9g", bar, r->chosen.cum[i], r->buy_hold.cum[i]);
+        /* A bar past the series has no time: the field stays empty, which the picture skips. */
+        if (times && bar >= 0 && bar < info.n_bars)
+            fprintf(f, ",%.17g", times[bar]);
+        else if (times)
+            fputc(',', f);
+        fputc('\n', f);
+    }
     if (fclose(f) != 0)
         write_failed(r, strerror(errno));
 }
@@ -467,7 +487,7 @@ fox_record_fold(fox_record *r, fox_engine *e, const fox_fold_report *rep, int64_
     char prefix[32];
     snprintf(prefix, sizeof prefix, "fold%d", rep->fold);
     write_baselines(r, prefix, rep);
-    write_equity(r, prefix);
+    write_equity(r, e, prefix);
     r->chosen.n = 0;
 }
 
@@ -483,7 +503,7 @@ fox_record_backtest(fox_record *r, fox_engine *e, cJSON **result)
         return rv;
     curve_copy(&r->chosen, &r->epoch_test);
     write_baselines(r, "backtest", &rep);
-    write_equity(r, "backtest");
+    write_equity(r, e, "backtest");
     fox_engine_get_info(e, &info);
     cJSON *o = cJSON_CreateObject();
     add_bars(o, "bars", info.test_begin, info.test_end);
@@ -497,13 +517,28 @@ fox_record_backtest(fox_record *r, fox_engine *e, cJSON **result)
     return FOX_OK;
 }
 
+/*
+ * A line foxplot wrote on its stderr, into the log with a time and a level:
+ * its closing line where the pictures are, at info; anything else (a file
+ * it refused, what gnuplot said) is a warning.
+ */
+static void
+plot_said(void *arg, const char *line)
+{
+    (void)arg;
+    if (!line[0])
+        return;
+    fox_log(strncmp(line, "foxplot: pictures in ", 21) ? FOX_LOG_WARNING : FOX_LOG_INFO, "%s",
+            line);
+}
+
 int
 fox_record_plot(const char *dir)
 {
     char prog[FOX_PATH_MAX];
     fox_find_program("foxplot", "FOXPLOT", prog, sizeof prog);
     char *argv[] = {prog, (char *)dir, NULL};
-    int st = fox_run_program(argv);
+    int st = fox_run_program(argv, plot_said, NULL);
     if (st < 0)
         fox_log(FOX_LOG_WARNING, "no pictures: cannot run %s: %s", prog, strerror(errno));
     return st == 0 ? 0 : -1;

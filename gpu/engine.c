@@ -511,6 +511,12 @@ fox_engine_get_info(const fox_engine *e, fox_engine_info *out)
     }
 }
 
+const double *
+fox_engine_bar_times(const fox_engine *e)
+{
+    return e->data_loaded ? e->series.time : NULL;
+}
+
 const volatile float *
 fox_engine_isv(const fox_engine *e)
 {

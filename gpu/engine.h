@@ -287,6 +287,15 @@ int fox_engine_fold_report(const fox_engine *e, fox_fold_report *out);
 
 void fox_engine_get_info(const fox_engine *e, fox_engine_info *out);
 
+/*
+ * The loaded series' bar times in seconds since the epoch, n_bars of them
+ * (fox_engine_info), owned by the engine until it is destroyed or loads
+ * again; NULL where the series has none (a CSV without a time column) or
+ * before load_data. The generators' hourly bars start at a fixed time, 1.7e9
+ * seconds. Bar indices (the eval hook's, the splits') index it.
+ */
+const double *fox_engine_bar_times(const fox_engine *e);
+
 /* ISV signal bus: pointer to FOX_ISV_TOTAL_DIM floats, readable from any thread. */
 const volatile float *fox_engine_isv(const fox_engine *e);
 

@@ -6,6 +6,15 @@
 #include "proto/table.h"
 
 /*
+ * The last lines of a block's note: where every figure is explained, as
+ * installed (the build names the directory) and in the source, since a
+ * table may be read on a machine with either.
+ */
+#define RESULTS_DOC                                                                               \
+    "      Every figure is explained in " FOX_DOCDIR "/results.md\n"                             \
+    "      (docs/results.md in the source).\n"
+
+/*
  * The rows of a fold's block: the trained policy, then the baselines in the
  * order a reader compares against them. The policy's figures are the fold
  * object's own test_* keys; a baseline's are its object in "baselines". The
@@ -374,8 +383,9 @@ fox_table_folds(FILE *out, const cJSON *folds)
           "      policy - row is the difference of net Sharpe on the same bars, its SE from a\n"
           "      block bootstrap of the paired returns: beat or lost only beyond one SE.\n"
           "      Turnover is mean |change of position| per bar; max DD the worst fall of\n"
-          "      cumulative net return. docs/results.md explains every figure.\n",
+          "      cumulative net return.\n",
           out);
+    fputs(RESULTS_DOC, out);
 }
 
 void
@@ -424,9 +434,9 @@ fox_table_backtest(FILE *out, const cJSON *result)
           "      bars; ± SE is its standard error (Mertens). policy - row is the difference of\n"
           "      net Sharpe on the same bars, its SE from a block bootstrap of the paired\n"
           "      returns: beat or lost only beyond one SE. Turnover is mean |change of\n"
-          "      position| per bar; max DD the worst fall of cumulative net return.\n"
-          "      docs/results.md explains every figure.\n",
+          "      position| per bar; max DD the worst fall of cumulative net return.\n",
           out);
+    fputs(RESULTS_DOC, out);
 }
 
 /* A time or count of obj to add up: 0 where num has none. */

@@ -11,7 +11,7 @@ _foxctl() {
     }
     local commands="status run start-fold pause resume stop reset-fold isv isv-list sentinels
         flags checkpoint config metrics watch inject-fault shutdown version raw sweep backtest
-        plot help"
+        plot compare help"
     local globals="--url --token --json --timeout --pub --cert --key --ca --server-name --help --version"
     case $prev in
     --cert | --key | --ca) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -61,7 +61,8 @@ _foxctl() {
     sweep) COMPREPLY+=($(compgen -W "--folds --seeds --grid --set --epochs --steps --dir --endpoints
         --attempts --wait --slurm --gather" -- "$cur")) ;;
     backtest) COMPREPLY+=($(compgen -W "--checkpoint --data --bars --out --daemon" -- "$cur")) ;;
-    plot) COMPREPLY=($(compgen -d -- "$cur")) ;;
+    plot) COMPREPLY+=($(compgen -W "--follow --every" -- "$cur") $(compgen -d -- "$cur")) ;;
+    compare) COMPREPLY+=($(compgen -W "--out" -- "$cur") $(compgen -d -- "$cur")) ;;
     isv)
         # Slot names from foxd itself, when one answers quickly.
         local names

@@ -88,7 +88,7 @@ START_TEST(test_conf_file)
                      "   \"tls\":{\"ca\":\"/etc/ca.pem\"}}}\n");
     fox_config_default(&cfg);
     fox_dconf_default(&d);
-    FOX_CK_OK_MSG(fox_conf_load_file(&cfg, &d, path, err, sizeof err), err);
+    FOX_CK_OK_MSG(fox_conf_load_file(&cfg, &d, path, NULL, 0, err, sizeof err), err);
     ck_assert_int_eq(cfg.h1, 32);
     ck_assert_int_eq(cfg.epochs, 2);
     ck_assert_int_eq(cfg.folds_mask, 5);
@@ -123,12 +123,12 @@ START_TEST(test_conf_file)
         write_file(path, bad[i].text);
         fox_config_default(&cfg);
         fox_dconf_default(&d);
-        int rv = fox_conf_load_file(&cfg, &d, path, err, sizeof err);
+        int rv = fox_conf_load_file(&cfg, &d, path, NULL, 0, err, sizeof err);
         ck_assert_msg(rv != 0, "%s: accepted", bad[i].text);
         ck_assert_msg(strstr(err, bad[i].want) && strstr(err, path), "%s: message '%s' lacks '%s'",
                       bad[i].text, err, bad[i].want);
     }
-    ck_assert_int_ne(fox_conf_load_file(&cfg, &d, "/nonexistent/foxd.json", err, sizeof err), 0);
+    ck_assert_int_ne(fox_conf_load_file(&cfg, &d, "/nonexistent/foxd.json", NULL, 0, err, sizeof err), 0);
     unlink(path);
     rmdir(tmpdir);
 }

@@ -1,8 +1,10 @@
 #!/bin/bash
 # test_install.sh BUILD_DIR FOXCTL — `meson install` into a scratch
-# directory puts the units (foxd@ wanting and following the MPS control
-# daemon's, both with its pipe directory), the example config, the docs
-# the unit names, the man pages and foxctl's bash completion in place; foxctl --version and
+# prefix puts the units (starting the foxd of that prefix; foxd@ wanting and
+# following the MPS control daemon's, both with its pipe directory), the
+# example config, every page of docs/ (the fold table naming the installed
+# results.md), the Slurm task, the man pages and foxctl's bash completion in
+# place; the installed foxd logs the runtime changes it loads; foxctl --version and
 # foxctl help work without a daemon; the completion completes; every
 # command of foxctl's usage and every option of foxd's is in the help, the
 # completion and the man pages.
@@ -12,6 +14,9 @@ FOXD=/bin/false
 . "$(dirname "$(realpath "$0")")/lib.sh"
 test_init foxd-install
 
+# The build's own prefix, under a scratch root: what the units and the table name must exist there.
+prefix=$(meson introspect "$BUILD" --buildoptions | python3 -c \
+    'import json, sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "prefix"))')
 meson install -C "$BUILD" --destdir "$dir/root" --no-rebuild --quiet >"$dir/install.log" 2>&1 ||
     fail "meson install: $(tail -5 "$dir/install.log")"
 unit=$(find "$dir/root" -name foxd.service)
@@ -37,6 +42,53 @@ pipes=$(sed -n 's/^Environment=CUDA_MPS_PIPE_DIRECTORY=//p' "$mps")
     grep -qx "Environment=CUDA_MPS_PIPE_DIRECTORY=$pipes" "$tmpl" && grep -qx "ReadWritePaths=-$pipes" "$tmpl" ||
     fail "foxd@.service and foxd-mps.service disagree on the MPS pipe directory ($pipes)"
 ok "foxd@.service and foxd-mps.service installed together and agree on MPS"
+for u in "$unit" "$tmpl"; do
+    exe=$(sed -n 's/^ExecStart=\([^ ]*\).*/\1/p' "$u")
+    [ "$exe" = "$prefix/bin/foxd" ] && [ -x "$dir/root$exe" ] ||
+        fail "$(basename "$u"): ExecStart= starts '$exe', not the installed $prefix/bin/foxd"
+done
+for u in "$unit" "$tmpl" "$mps"; do
+    doc=$(sed -n 's|^Documentation=file://||p' "$u")
+    [ -f "$dir/root$doc" ] || fail "$(basename "$u"): Documentation= $doc is not installed"
+done
+! grep -l '@[a-z]*@' "$unit" "$tmpl" "$mps" || fail "a unit keeps a placeholder"
+ok "the units start $prefix/bin/foxd and name installed docs"
+# Another prefix gets units of its own: configuring a scratch build writes them, nothing compiles.
+src=$(dirname "$(realpath "$0")")/..
+meson setup "$dir/other" "$src" -Dcuda=disabled --prefix=/opt/foxtest >"$dir/other.log" 2>&1 ||
+    fail "meson setup --prefix=/opt/foxtest: $(tail -3 "$dir/other.log")"
+grep -qx 'ExecStart=/opt/foxtest/bin/foxd --config /etc/foxd/foxd.json' "$dir/other/systemd/foxd.service" &&
+    grep -qx 'Documentation=file:///opt/foxtest/share/doc/foxhunt/operations.md' "$dir/other/systemd/foxd.service" ||
+    fail "with --prefix=/opt/foxtest: $(grep -E '^(ExecStart|Documentation)=' "$dir/other/systemd/foxd.service")"
+ok "the units follow meson's prefix (/opt/foxtest)"
+
+docs=$dir/root$prefix/share/doc/foxhunt
+for page in "$(dirname "$(realpath "$0")")"/../docs/*.md; do
+    [ -f "$docs/$(basename "$page")" ] || fail "docs/$(basename "$page") is not installed"
+done
+FOXD=$dir/root$prefix/bin/foxd
+"$FOXD" --once --backend cpu --set data.synth_bars=3000 --set train.epochs=1 \
+    --set train.steps_per_epoch=10 --set train.folds=0 --set "run.root=$dir/runs" >"$dir/once.out" 2>&1 ||
+    fail "the installed foxd --once: $(tail -5 "$dir/once.out")"
+grep -q "Every figure is explained in $prefix/share/doc/foxhunt/results.md" "$dir/once.out" ||
+    fail "the fold table does not name the installed results.md: $(grep -A1 Every "$dir/once.out")"
+sb=$dir/root$prefix/share/foxhunt/foxhunt-sweep.sbatch
+[ -x "$sb" ] && bash -n "$sb" || fail "the Slurm task $sb is not installed"
+ok "every page of docs/, the table's pointer to results.md and the Slurm task are installed"
+
+# Runtime changes kept in the state directory: one info line names the file and the keys.
+mkdir -p "$dir/st" "$dir/rt"
+printf '{"train.epochs": 2, "train.steps_per_epoch": 30}\n' >"$dir/st/foxd.overrides.json"
+url="ipc://$dir/rt/foxd.sock"
+foxd_start --url "$url" -- --backend cpu --set data.synth_bars=3000 --listen "$url" \
+    --pub "ipc://$dir/rt/ev.sock" --set "daemon.runtime_dir=$dir/rt" --set "daemon.state_dir=$dir/st" \
+    --set daemon.probe_ms=0 --set daemon.metrics_interval_ms=0
+grep -q "info: runtime changes loaded from $dir/st/foxd.overrides.json: train.epochs, train.steps_per_epoch\$" \
+    "$dir/foxd.log" || fail "no log line names the runtime changes"
+"$FOXCTL" --url "$url" shutdown --no-checkpoint >/dev/null 2>&1
+wait "$pid"
+pid=
+ok "the installed foxd logs the runtime changes it loads, and their keys"
 if command -v scdoc >/dev/null; then
     for page in man8/foxd.8 man1/foxctl.1; do
         f=$(find "$dir/root" -path "*/man/$page")

@@ -504,7 +504,7 @@ START_TEST(once_leaves_a_complete_run_directory)
     fox_config_default(&back);
     char path[700], err[512];
     snprintf(path, sizeof path, "%s/config.json", run);
-    ck_assert_msg(fox_conf_load_file(&back, NULL, path, err, sizeof err) == FOX_OK, "%s", err);
+    ck_assert_msg(fox_conf_load_file(&back, NULL, path, NULL, 0, err, sizeof err) == FOX_OK, "%s", err);
     cJSON *ca = fox_render_config(&c, NULL, 0), *cb = fox_render_config(&back, NULL, 0);
     ck_assert_msg(cJSON_Compare(ca, cb, 1), "config.json does not read back as the run's");
     cJSON_Delete(ca);
@@ -539,7 +539,11 @@ START_TEST(once_leaves_a_complete_run_directory)
     ck_assert_int_eq(epochs, 4);
     ck_assert_int_eq(folds, 2);
 
-    ck_assert_int_eq(csv_rows(run, "epochs.csv", "fold,epoch,step,loss,"), 4);
+    ck_assert_int_eq(csv_rows(run, "epochs.csv",
+                              "fold,epoch,step,loss,mean_loss,loss_c51,loss_iqn,loss_aux,"
+                              "grad_norm,epsilon,val_sharpe,test_sharpe,val_sharpe_se,"
+                              "test_sharpe_se\n"),
+                     4);
     ck_assert_int_ge(csv_rows(run, "isv.csv", "fold,step,total_steps,Q_ABS_REF"), 5);
     snprintf(path, sizeof path, "%s/foxd.log", run);
     text = fox_test_read_file(path, NULL);
@@ -563,11 +567,15 @@ START_TEST(once_leaves_a_complete_run_directory)
         ck_assert_int_eq(csv_rows(run, name, "bar,policy,buy_and_hold"), (int)num(f, "test_bars"));
         snprintf(path, sizeof path, "%s/%s", run, name);
         text = fox_test_read_file(path, NULL);
-        const char *last_row = strrchr(text, ',') + 1;
-        double want = num(cJSON_GetObjectItemCaseSensitive(
-                              cJSON_GetObjectItemCaseSensitive(f, "baselines"), "buy_hold"),
-                          "total_return");
-        ck_assert_msg(fabs(atof(last_row) - want) <= 1e-8 * fmax(1.0, fabs(want)),
+        /* The last row's third field; a time may follow it. */
+        text[strlen(text) - 1] = 0;
+        const char *last_row = strrchr(text, '\n') + 1;
+        double got = NAN, want = num(cJSON_GetObjectItemCaseSensitive(
+                                         cJSON_GetObjectItemCaseSensitive(f, "baselines"),
+                                         "buy_hold"),
+                                     "total_return");
+        sscanf(last_row, "%*d,%*f,%lf", &got);
+        ck_assert_msg(fabs(got - want) <= 1e-8 * fmax(1.0, fabs(want)),
                       "fold %d: buy-and-hold's equity ends at %s, its pass at %.9g", k, last_row,
                       want);
         free(text);
@@ -629,7 +637,17 @@ START_TEST(once_leaves_a_complete_run_directory)
     const cJSON *bars = cJSON_GetObjectItemCaseSensitive(res, "bars");
     ck_assert(cJSON_GetArrayItem(bars, 1)->valuedouble == 3000);
     ck_assert(num(cJSON_GetObjectItemCaseSensitive(res, "policy"), "bars") > 2000);
-    ck_assert_int_gt(csv_rows(bt2, "backtest-equity.csv", "bar,policy,buy_and_hold"), 2000);
+    ck_assert_int_gt(csv_rows(bt2, "backtest-equity.csv", "bar,policy,buy_and_hold,time\n"),
+                     2000);
+    /* A series with times: each row ends with its bar's time, as the CSV gave it. */
+    snprintf(path, sizeof path, "%s/backtest-equity.csv", bt2);
+    text = fox_test_read_file(path, NULL);
+    int bar0 = -1;
+    double eq0, bh0, time0 = 0;
+    ck_assert_int_eq(sscanf(strchr(text, '\n') + 1, "%d,%lf,%lf,%lf", &bar0, &eq0, &bh0, &time0),
+                     4);
+    ck_assert_msg(time0 == 1600000000.0 + 3600.0 * bar0, "bar %d: time %.17g", bar0, time0);
+    free(text);
     /* No bars before the first with features: the trend rule's fixed lookback; a CSV, no oracle. */
     bfold = cJSON_GetObjectItemCaseSensitive(res, "fold");
     ck_assert(num(bfold, "trend_k_tried") == 0 && num(bfold, "trend_k") == FOX_TREND_K_FIXED);
