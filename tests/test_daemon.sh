@@ -145,7 +145,7 @@ for row in policy "trend k=" "buy & hold" flat random oracle; do
     [ "$(echo "$out" | grep -c "^  $row")" -ge 3 ] || fail "run table: no '$row' row per fold: $out"
 done
 echo "$out" | grep -q "^mean of 3 folds" || fail "run table: no mean block: $out"
-echo "$out" | grep -qE "^verdict: policy beat flat: (yes|no) " || fail "run table verdict: $out"
+echo "$out" | grep -qE "^verdict: policy vs flat: (beat|lost|indistinguishable|n/a) " || fail "run table verdict: $out"
 echo "$out" | grep -q "selection-biased" || fail "run table note"
 # The progress line of a fold's end names the choice as the fold's block does, figure and all.
 for k in 0 1 2; do
