@@ -142,7 +142,10 @@ static const key_def keys[] = {
         "this x the change's cost (0 = plain argmax); policy.band_rule=fixed"),
     ENM("policy.band_rule", band_rule, band_rule_names, "validation",
         "fixed: policy.band; validation: each epoch chooses 0, 2, 8 or 32 x the cost or staying "
-        "out, by validation net Sharpe minus its SE"),
+        "out, by validation net Sharpe minus policy.band_se x its SE"),
+    FLT("policy.band_se", band_se, 0, 10, "0.5",
+        "validation rule: the standard errors of its validation net Sharpe by which a band must "
+        "beat staying out"),
     ENM("policy.weights", eval_weights, eval_weights_names, "online",
         "the weights evaluation acts with: online, or average (their Polyak average, the target "
         "net; needs train.polyak > 0)"),

@@ -83,6 +83,7 @@ typedef struct fox_config {
     /* policy: the greedy decision */
     float band;       /* no-trade band, in multiples of a change's cost; 0 = plain argmax */
     int band_rule;    /* fox_band_rule: policy.band fixed, or chosen on validation */
+    float band_se;    /* validation rule: the standard errors a band must beat staying out by */
     int eval_weights; /* fox_eval_weights: the weights the evaluation acts with */
 
     /* data */

@@ -303,7 +303,8 @@ fox_engine_evaluate_splits(fox_engine *e, const fox_split *splits, int n_splits,
  * policy.band_rule = validation: the no-trade band of the greedy decision
  * chosen on the validation split, among FOX_BAND_CHOICES and staying out
  * (FOX_BAND_FLAT), by the lower confidence bound of each one's validation
- * net Sharpe: the Sharpe minus its standard error, 0 for staying out. So
+ * net Sharpe: the Sharpe minus policy.band_se of its standard errors, 0
+ * for staying out. So
  * the policy trades only where trading it beat doing nothing on bars it
  * was not trained on by more than that figure's own noise, and with the
  * margin that served best there: the margin comes from how good the
@@ -328,7 +329,7 @@ fox__engine_choose_band(fox_engine *e, fox_eval_result *val)
     val->bars = res[0].bars;
     val->bars_per_year = res[0].bars_per_year;
     for (int k = FOX_BAND_CHOICES_N - 1; k >= 0; k--) {
-        double lcb = res[k].sharpe - res[k].sharpe_se;
+        double lcb = res[k].sharpe - e->cfg.band_se * res[k].sharpe_se;
         if (lcb > best) {
             best = lcb;
             e->band = choices[k];

@@ -317,8 +317,8 @@ check_band_choice(const char *source, const char *coef)
         fox_eval_result r;
         e->band = choices[k];
         FOX_CK_ENGINE_OK(e, fox_engine_evaluate(e, FOX_SPLIT_VALIDATION, FOX_POLICY_GREEDY, &r));
-        if (r.sharpe - r.sharpe_se > best) {
-            best = r.sharpe - r.sharpe_se;
+        if (r.sharpe - c.band_se * r.sharpe_se > best) {
+            best = r.sharpe - c.band_se * r.sharpe_se;
             want = choices[k];
         }
     }
