@@ -33,6 +33,16 @@ foxd_start --url "ipc://$dir/rt/foxd.sock" -- "${TINY[@]}" --set "daemon.runtime
     --set "daemon.state_dir=$dir/st"
 [ "$(stat -c %a "$dir/rt")" = 700 ] || fail "runtime directory made with mode $(stat -c %a "$dir/rt")"
 ok "foxd makes its runtime directory 0700"
+# A second foxd on the same state directory, with sockets of its own, would lose the first's updates.
+timeout -k 5 60 "$FOXD" "${TINY[@]}" --set "daemon.runtime_dir=$dir/rt2" --set "daemon.state_dir=$dir/st" \
+    2>"$dir/refused.log"
+rc=$?
+[ $rc -eq 2 ] && grep -q "daemon.state_dir $dir/st is in use by another process (pid $pid," \
+    "$dir/refused.log" ||
+    fail "a second foxd on one state directory: exit $rc, $(cat "$dir/refused.log")"
+"$FOXCTL" --url "ipc://$dir/rt/foxd.sock" --timeout 5000 status >/dev/null ||
+    fail "the first foxd stopped answering after a second was refused"
+ok "a second foxd on the same state directory is refused, naming it and the holder's pid"
 kill "$pid"; wait "$pid"; pid=
 
 if [ $as_root -eq 1 ]; then
