@@ -348,6 +348,18 @@ out=$(ctl --json config get model.h1)
 [[ $out == *'"model.h1":48'* ]] || fail "model.h1 after a restart: $out"
 grep -q "resumed from $dir/kept/foxd.ckpt" "$dir/foxd.log" || fail "the restart did not resume"
 ok "config set is kept across a restart, which resumes the checkpoint"
+# Overrides that cannot be replaced (a directory in the file's place: root too is refused).
+mv "$dir/kept/foxd.overrides.json" "$dir/kept/saved.json"
+mkdir "$dir/kept/foxd.overrides.json"
+out=$(ctl --token right config set --force model.h1=40 2>&1) &&
+    fail "config set replied as if applied with overrides it cannot write: $out"
+[[ $out == *"could not be kept for the next start"*foxd.overrides.json* ]] ||
+    fail "config set with overrides it cannot write: $out"
+out=$(ctl --json config get model.h1)
+[[ $out == *'"model.h1":48'* ]] || fail "a config set that could not be kept changed the config: $out"
+rmdir "$dir/kept/foxd.overrides.json"
+mv "$dir/kept/saved.json" "$dir/kept/foxd.overrides.json"
+ok "config set fails and changes nothing when its overrides cannot be written"
 kill -TERM "$pid"; wait "$pid"; pid=
 mv "$dir/kept/foxd.overrides.json" "$dir/kept/gone.json"
 "$FOXD" "${kept[@]}" 2>"$dir/refused.log"
