@@ -5,7 +5,8 @@
 # every job's fold object is the one `foxd --once` gives for the same config
 # alone (every number but the timing); the table has each configuration
 # with 2 seeds; the same spec into the same directory runs nothing again; a
-# bad spec is refused naming its member; killing one daemon mid-job still
+# bad spec and a grid of too many jobs are refused;
+# killing one daemon mid-job still
 # completes the sweep on the other, the lost job run again there.
 # Bounded for a 2-core machine: a tiny model, 20 steps a job, one BLAS thread.
 set -u
@@ -115,6 +116,13 @@ out=$(sweep "$dir/other.json" --dir "$dir/sw" 2>&1)
 rc=$?
 [ $rc = 2 ] && [[ $out == *"another sweep"* ]] || fail "foreign dir: rc $rc, $out"
 ok "a bad spec and another sweep's directory are refused (exit 2)"
+python3 -c 'import json; print(json.dumps({"folds": [0], "seeds": [1],
+    "grid": {"train.k%d" % i: [1, 2] for i in range(64)}}))' >"$dir/huge.json"
+out=$(sweep "$dir/huge.json" --dir "$dir/huge" 2>&1)
+rc=$?
+[ $rc = 2 ] && [[ $out == *"more than 100000 jobs"* ]] && [ ! -e "$dir/huge" ] ||
+    fail "a grid of 2^64 jobs: rc $rc, $out"
+ok "a grid of 2^64 jobs is refused, not wrapped to 0 (exit 2)"
 
 # --- kill one daemon mid-job: the sweep completes on the other
 sweep "$dir/spec.json" --seeds 1,2,3 --steps 300 --endpoints "$A,$B" --dir "$dir/kill" \
