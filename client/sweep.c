@@ -791,6 +791,22 @@ foxctl_cmd_sweep(foxctl_opts *o, int argc, char **argv)
         cJSON_AddItemToObject(p.spec, "folds", list_from_text("0,1,2"));
     if ((rv = check_spec(p.spec)) != FOXCTL_OK || (rv = plan_build(&p)) != FOXCTL_OK)
         goto out;
+    if (endpoints) {
+        for (char *save = NULL, *t = strtok_r(endpoints, ",", &save); t;
+             t = strtok_r(NULL, ",", &save)) {
+            if (ro.n_endpoints == MAX_ENDPOINTS) {
+                snprintf(err, sizeof err, "at most %d endpoints", MAX_ENDPOINTS);
+                rv = spec_error("--endpoints", err);
+                goto out;
+            }
+            eps[ro.n_endpoints++] = t;
+        }
+    } else {
+        eps[ro.n_endpoints++] = o->url;
+    }
+    ro.endpoints = eps;
+    if (!slurm && (rv = foxctl_sweep_check_endpoints(&ro)) != FOXCTL_OK)
+        goto out;
     if (!p.dir[0])
         fox_utc_stamp(p.dir, sizeof p.dir, "sweep-");
     if ((rv = plan_open_dir(&p)) != FOXCTL_OK)
@@ -805,15 +821,6 @@ foxctl_cmd_sweep(foxctl_opts *o, int argc, char **argv)
                p.n_jobs, p.dir, p.n_jobs - 1, p.dir, p.dir);
         goto out;
     }
-    ro.n_endpoints = 0;
-    if (endpoints) {
-        for (char *save = NULL, *t = strtok_r(endpoints, ",", &save);
-             t && ro.n_endpoints < MAX_ENDPOINTS; t = strtok_r(NULL, ",", &save))
-            eps[ro.n_endpoints++] = t;
-    } else {
-        eps[ro.n_endpoints++] = o->url;
-    }
-    ro.endpoints = eps;
     fprintf(stderr, "sweep: %d jobs (%d configurations) over %d endpoint(s), results in %s\n",
             p.n_jobs, p.n_configs, ro.n_endpoints, p.dir);
     rv = foxctl_sweep_run(o, &p, &ro);

@@ -5,7 +5,7 @@
 # every job's fold object is the one `foxd --once` gives for the same config
 # alone (every number but the timing); the table has each configuration
 # with 2 seeds; the same spec into the same directory runs nothing again; a
-# bad spec and a grid of too many jobs are refused;
+# bad spec, a grid of too many jobs and an endpoint listed twice are refused;
 # killing one daemon mid-job still
 # completes the sweep on the other, the lost job run again there.
 # Bounded for a 2-core machine: a tiny model, 20 steps a job, one BLAS thread.
@@ -123,6 +123,13 @@ rc=$?
 [ $rc = 2 ] && [[ $out == *"more than 100000 jobs"* ]] && [ ! -e "$dir/huge" ] ||
     fail "a grid of 2^64 jobs: rc $rc, $out"
 ok "a grid of 2^64 jobs is refused, not wrapped to 0 (exit 2)"
+for twice in "$A,$A" "$A,ipc://$dir/./state-a/..//a.sock"; do
+    out=$(sweep "$dir/spec.json" --endpoints "$twice" --dir "$dir/twice" 2>&1)
+    rc=$?
+    [ $rc = 2 ] && [[ $out == *"are the same daemon"* ]] && [ ! -e "$dir/twice" ] ||
+        fail "--endpoints $twice: rc $rc, $out"
+done
+ok "one endpoint listed twice, as the same text or another path to it, is refused (exit 2)"
 
 # --- kill one daemon mid-job: the sweep completes on the other
 sweep "$dir/spec.json" --seeds 1,2,3 --steps 300 --endpoints "$A,$B" --dir "$dir/kill" \
