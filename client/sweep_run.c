@@ -249,7 +249,7 @@ run_job(worker *w, sweep_job *j, cJSON *record, char *msg, size_t len)
     if (ask(w, "config_get", NULL, w->ctx->o->timeout_ms, &rep, msg, len) == JOB_OK) {
         const cJSON *vals = cJSON_GetObjectItemCaseSensitive(rep.result, "values");
         if (vals)
-            cJSON_AddItemToObject(record, "config", cJSON_Duplicate(vals, 1));
+            cJSON_AddItemToObject(record, "effective_config", cJSON_Duplicate(vals, 1));
         fox_reply_fini(&rep);
     }
     args = cJSON_CreateObject();

@@ -4,9 +4,9 @@
 # Checks: 2 seeds x 2 configurations x 1 fold on two daemons finish, and
 # every job's fold object is the one `foxd --once` gives for the same config
 # alone (every number but the timing); the table has each configuration
-# with 2 seeds; the same spec into the same directory runs nothing again; a
-# bad spec, a grid of too many jobs and an endpoint listed twice are refused;
-# killing one daemon mid-job still
+# with 2 seeds; a job file names each member once; the same spec into the
+# same directory runs nothing again; a bad spec, a grid of too many jobs and
+# an endpoint listed twice are refused; killing one daemon mid-job still
 # completes the sweep on the other, the lost job run again there.
 # Bounded for a 2-core machine: a tiny model, 20 steps a job, one BLAS thread.
 set -u
@@ -84,6 +84,21 @@ grep -q '^train.lr=0.0003  *2 ' "$dir/sw.out" && grep -q '^train.lr=0.001  *2 ' 
     { cat "$dir/sw.out"; fail "table lacks a configuration with 2 seeds"; }
 grep -q 'ipc://' "$dir/sw/jobs/c0-s1-f0.json" || fail "job record does not name its endpoint"
 ok "table: each configuration over 2 seeds; records name their endpoint"
+python3 - "$dir"/sw/jobs/c*.json <<'EOF' || fail "a job file repeats a member"
+import json, sys
+def once(pairs):
+    keys = [k for k, _ in pairs]
+    dup = {k for k in keys if keys.count(k) > 1}
+    if dup:
+        raise SystemExit("%s: %s more than once" % (name, ", ".join(sorted(dup))))
+    return dict(pairs)
+for name in sys.argv[1:]:
+    job = json.load(open(name), object_pairs_hook=once)
+    if not isinstance(job.get("config"), int) or not isinstance(job.get("effective_config"), dict):
+        raise SystemExit("%s: config %r, effective_config %r"
+                         % (name, job.get("config"), job.get("effective_config")))
+EOF
+ok "job files name each member once: the configuration's index and the effective config apart"
 
 same_as_alone "$dir/sw"
 ok "every job's fold object equals foxd --once of its config alone"
