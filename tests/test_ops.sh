@@ -360,6 +360,28 @@ out=$(ctl --json config get model.h1)
 rmdir "$dir/kept/foxd.overrides.json"
 mv "$dir/kept/saved.json" "$dir/kept/foxd.overrides.json"
 ok "config set fails and changes nothing when its overrides cannot be written"
+# A backtest answers when done: with foxd held for longer than the 5 s of other requests,
+# backtest --daemon still waits for it by default, and says what a timeout leaves behind.
+bt() { "$FOXCTL" --url "$url" --token right "$@" backtest --daemon --checkpoint foxd.ckpt; }
+kill -STOP "$pid"
+bt >"$dir/bt.out" 2>"$dir/bt.err" &
+bt_pid=$!
+sleep 7
+kill -CONT "$pid"
+wait "$bt_pid" || fail "backtest --daemon with foxd held 7 s: exit $?, $(cat "$dir/bt.err")"
+grep -q "run directory $dir/kept/runs/" "$dir/bt.err" || fail "backtest --daemon: $(cat "$dir/bt.err")"
+ok "backtest --daemon waits for a backtest longer than 5 s by default"
+kill -STOP "$pid"
+out=$(bt --timeout 1000 2>&1)
+rc=$?
+kill -CONT "$pid"
+[ $rc -eq 3 ] && [[ $out == *"goes on with the backtest"*"--timeout"* ]] ||
+    fail "backtest --daemon past its --timeout: rc $rc, $out"
+ok "backtest --daemon past its --timeout says the backtest goes on in foxd"
+for _ in $(seq 1 100); do
+    ctl --json status | grep -q '"phase":"backtest"' || break
+    sleep 0.2
+done
 kill -TERM "$pid"; wait "$pid"; pid=
 mv "$dir/kept/foxd.overrides.json" "$dir/kept/gone.json"
 "$FOXD" "${kept[@]}" 2>"$dir/refused.log"
