@@ -25,9 +25,10 @@ mkdir -m 0777 "$dir/open"
 chmod 0777 "$dir/open"
 "$FOXD" "${TINY[@]}" --set "daemon.runtime_dir=$dir/open" --set "daemon.state_dir=$dir/st" \
     2>"$dir/refused.log"
-[ $? -eq 2 ] && grep -q "writable by everyone" "$dir/refused.log" ||
+[ $? -eq 2 ] && grep -q "$dir/open is writable by everyone" "$dir/refused.log" &&
+    grep -q "RuntimeDirectory=.*daemon.runtime_dir" "$dir/refused.log" ||
     fail "foxd started in a runtime directory everyone may write to: $(cat "$dir/refused.log")"
-ok "a world-writable runtime directory is refused"
+ok "a world-writable runtime directory is refused, naming it and what to do"
 
 foxd_start --url "ipc://$dir/rt/foxd.sock" -- "${TINY[@]}" --set "daemon.runtime_dir=$dir/rt" \
     --set "daemon.state_dir=$dir/st"
@@ -50,9 +51,10 @@ if [ $as_root -eq 1 ]; then
     chown 65534:65534 "$dir/theirs"
     "$FOXD" "${TINY[@]}" --set "daemon.runtime_dir=$dir/theirs" --set "daemon.state_dir=$dir/st" \
         2>"$dir/refused.log"
-    [ $? -eq 2 ] && grep -q "belongs to uid 65534" "$dir/refused.log" ||
+    [ $? -eq 2 ] && grep -q "$dir/theirs belongs to uid 65534" "$dir/refused.log" &&
+        grep -q "RuntimeDirectory=.*daemon.runtime_dir" "$dir/refused.log" ||
         fail "foxd started in a directory another user owns: $(cat "$dir/refused.log")"
-    ok "a runtime directory owned by another user is refused"
+    ok "a squatted runtime directory is refused, naming it and what to do"
 
     # Another user's listener where foxctl looks: no token goes to it.
     mkdir -p "$dir/squat/st"
