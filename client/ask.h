@@ -21,6 +21,7 @@ typedef struct foxctl_opts {
     const char *token;
     int json;
     int timeout_ms;
+    int timeout_given; /* --timeout was given: it wins over a command's own longer default */
     foxctl_tls tls;
     foxctl_conn conn;
     int connected;

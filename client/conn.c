@@ -373,7 +373,7 @@ foxctl_spawn_cleanup(const char *dir)
     /* Only what foxd and foxctl put there; nothing else is ours to delete. */
     const char *names[] = {"foxd.sock",        "foxd.sock.lock", "events.sock",
                            "events.sock.lock", "foxd.log",       "state/metrics.jsonl",
-                           "state/foxd.prom",  "state/foxd.ckpt"};
+                           "state/foxd.prom",  "state/foxd.ckpt", "state/foxd.lock"};
     char p[PATH_MAX + 64];
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, names[i]);

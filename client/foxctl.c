@@ -153,6 +153,7 @@ apply_global(foxctl_opts *o, int c, char *arg)
             fprintf(stderr, "foxctl: --timeout takes milliseconds, got '%s'\n", arg);
             return FOXCTL_USAGE;
         }
+        o->timeout_given = 1;
         break;
     case 'p':
         snprintf(o->pub, sizeof o->pub, "%s", arg);

@@ -21,6 +21,12 @@
 #include "proto/proto.h"
 #include "proto/table.h"
 
+/*
+ * How long backtest --daemon waits for its answer unless --timeout is given:
+ * the daemon answers when the backtest is done, which takes as long as its
+ * bars need, far beyond the 5 s every other request gets.
+ */
+#define BACKTEST_TIMEOUT_MS 3600000
 
 /* Run argv[0] (found by fox_find_program) with argv and wait: its exit status, or -1. */
 static int
@@ -226,7 +232,20 @@ backtest_on_daemon(foxctl_opts *o, int argc, char **argv)
         }
     }
     fox_reply rep;
+    if (!o->timeout_given)
+        o->timeout_ms = BACKTEST_TIMEOUT_MS;
+    /*
+     * A long wait blocks in nng, where the SIGINT flag is never looked at:
+     * Ctrl-C ends foxctl at once instead. Nothing is left to clean up, and
+     * foxd goes on with the backtest either way.
+     */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
     int rv = foxctl_ask(o, "backtest", args, &rep);
+    if (rv == FOXCTL_NODAEMON)
+        fprintf(stderr, "foxctl: backtest --daemon: a foxd that got the request goes on with "
+                        "the backtest and writes its run directory under its state directory's "
+                        "runs/ (give --timeout MS to wait longer)\n");
     if (rv != FOXCTL_OK)
         return rv;
     if (o->json) {

@@ -32,6 +32,7 @@
 
 #define MAX_ENDPOINTS 64
 #define MAX_BASELINES 16
+#define MAX_JOBS      100000 /* a sweep's plan, its files and its table stay a sane size */
 
 static int
 job_file_exists(const sweep_plan *p, const sweep_job *j)
@@ -193,6 +194,27 @@ plan_fini(sweep_plan *p)
     memset(p, 0, sizeof *p);
 }
 
+/* *n times by (by >= 1) where the product stays within MAX_JOBS; else 0 and *n unchanged. */
+static int
+times_within(long *n, long by)
+{
+    if (*n > MAX_JOBS / by)
+        return 0;
+    *n *= by;
+    return 1;
+}
+
+static int
+too_many_jobs(int n_keys, const cJSON *folds, const cJSON *seeds)
+{
+    char why[200];
+    snprintf(why, sizeof why,
+             "the grid's %d key(s) x %d seed(s) x %d fold(s) make more than %d jobs; "
+             "split the sweep or shorten the lists",
+             n_keys, cJSON_GetArraySize(seeds), cJSON_GetArraySize(folds), MAX_JOBS);
+    return spec_error("grid", why);
+}
+
 /* Expand the spec: configurations (the grid's product) × seeds × folds, config-major. */
 static int
 plan_build(sweep_plan *p)
@@ -204,12 +226,18 @@ plan_build(sweep_plan *p)
     const cJSON *set = cJSON_GetObjectItemCaseSensitive(spec, "set");
     const cJSON *job_set = cJSON_GetObjectItemCaseSensitive(spec, "job_set");
     int n_keys = grid ? cJSON_GetArraySize(grid) : 0;
-    long n_cfg = 1;
+    /*
+     * Each factor is checked against the limit before it multiplies, so no
+     * product can wrap (64 keys of 2 values would wrap to 0 jobs).
+     */
+    long n_cfg = 1, n_jobs;
     for (const cJSON *k = grid ? grid->child : NULL; k; k = k->next)
-        n_cfg *= cJSON_GetArraySize(k);
-    long n_jobs = n_cfg * cJSON_GetArraySize(folds) * cJSON_GetArraySize(seeds);
-    if (n_jobs > 100000)
-        return spec_error("grid", "more than 100000 jobs");
+        if (!times_within(&n_cfg, cJSON_GetArraySize(k)))
+            return too_many_jobs(n_keys, folds, seeds);
+    n_jobs = n_cfg;
+    if (!times_within(&n_jobs, cJSON_GetArraySize(folds)) ||
+        !times_within(&n_jobs, cJSON_GetArraySize(seeds)))
+        return too_many_jobs(n_keys, folds, seeds);
     p->epochs = (int)foxctl_jnum(spec, "epochs", 0);
     p->steps_per_epoch = (int)foxctl_jnum(spec, "steps_per_epoch", 0);
     p->n_configs = (int)n_cfg;
@@ -764,6 +792,22 @@ foxctl_cmd_sweep(foxctl_opts *o, int argc, char **argv)
         cJSON_AddItemToObject(p.spec, "folds", list_from_text("0,1,2"));
     if ((rv = check_spec(p.spec)) != FOXCTL_OK || (rv = plan_build(&p)) != FOXCTL_OK)
         goto out;
+    if (endpoints) {
+        for (char *save = NULL, *t = strtok_r(endpoints, ",", &save); t;
+             t = strtok_r(NULL, ",", &save)) {
+            if (ro.n_endpoints == MAX_ENDPOINTS) {
+                snprintf(err, sizeof err, "at most %d endpoints", MAX_ENDPOINTS);
+                rv = spec_error("--endpoints", err);
+                goto out;
+            }
+            eps[ro.n_endpoints++] = t;
+        }
+    } else {
+        eps[ro.n_endpoints++] = o->url;
+    }
+    ro.endpoints = eps;
+    if (!slurm && (rv = foxctl_sweep_check_endpoints(&ro)) != FOXCTL_OK)
+        goto out;
     if (!p.dir[0])
         fox_utc_stamp(p.dir, sizeof p.dir, "sweep-");
     if ((rv = plan_open_dir(&p)) != FOXCTL_OK)
@@ -781,15 +825,6 @@ foxctl_cmd_sweep(foxctl_opts *o, int argc, char **argv)
                p.n_jobs, p.dir, p.n_jobs - 1, task, p.dir, p.dir);
         goto out;
     }
-    ro.n_endpoints = 0;
-    if (endpoints) {
-        for (char *save = NULL, *t = strtok_r(endpoints, ",", &save);
-             t && ro.n_endpoints < MAX_ENDPOINTS; t = strtok_r(NULL, ",", &save))
-            eps[ro.n_endpoints++] = t;
-    } else {
-        eps[ro.n_endpoints++] = o->url;
-    }
-    ro.endpoints = eps;
     fprintf(stderr, "sweep: %d jobs (%d configurations) over %d endpoint(s), results in %s\n",
             p.n_jobs, p.n_configs, ro.n_endpoints, p.dir);
     rv = foxctl_sweep_run(o, &p, &ro);

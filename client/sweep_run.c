@@ -10,6 +10,9 @@
  * A daemon busy with something else (ESTATE, EBUSY) is left alone for a
  * while. What it does not do: run two jobs on one daemon at a time.
  */
+#include <ctype.h>
+#include <libgen.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -205,7 +208,15 @@ wait_op(worker *w, int64_t op, cJSON *record, char *msg, size_t len)
         }
         const cJSON *run = cJSON_GetObjectItemCaseSensitive(rep.result, "run");
         const cJSON *folds = cJSON_GetObjectItemCaseSensitive(run, "folds_done");
-        if (foxctl_jnum(run, "op_id", 0) == (double)op && folds) {
+        int64_t run_op = (int64_t)foxctl_jnum(run, "op_id", 0);
+        if (run_op != op) {
+            /* Another run on the daemon replaced ours: its folds must not be taken for this job's. */
+            snprintf(msg, len, "%s ran op %lld after op %lld, whose folds are gone", w->url,
+                     (long long)run_op, (long long)op);
+            fox_reply_fini(&rep);
+            return JOB_LOST;
+        }
+        if (folds) {
             cJSON_AddItemToObject(record, "folds", cJSON_Duplicate(folds, 1));
             const char *dir = reported_run_dir(run, folds);
             if (dir && !cJSON_GetObjectItemCaseSensitive(record, "run_dir"))
@@ -238,7 +249,7 @@ run_job(worker *w, sweep_job *j, cJSON *record, char *msg, size_t len)
     if (ask(w, "config_get", NULL, w->ctx->o->timeout_ms, &rep, msg, len) == JOB_OK) {
         const cJSON *vals = cJSON_GetObjectItemCaseSensitive(rep.result, "values");
         if (vals)
-            cJSON_AddItemToObject(record, "config", cJSON_Duplicate(vals, 1));
+            cJSON_AddItemToObject(record, "effective_config", cJSON_Duplicate(vals, 1));
         fox_reply_fini(&rep);
     }
     args = cJSON_CreateObject();
@@ -468,6 +479,92 @@ show_progress(sweep_ctx *c, int tty, char *last, size_t lastlen)
             fprintf(stderr, "%s\n", line);
     }
     snprintf(last, lastlen, "%s", line);
+}
+
+/*
+ * path without empty and "." components, each ".." taking away the one
+ * before it where there is one.
+ */
+static void
+clean_path(const char *path, char *out, size_t len)
+{
+    size_t n = 0;
+    if (*path == '/' && len > 1)
+        out[n++] = '/';
+    out[n] = 0;
+    for (const char *c = path; *c;) {
+        size_t k = strcspn(c, "/");
+        const char *last = strrchr(out, '/');
+        last = last ? last + 1 : out;
+        if (k == 2 && !strncmp(c, "..", 2) && *last && strcmp(last, "..") != 0) {
+            char *slash = strrchr(out, '/');
+            n = slash ? (size_t)(slash - out) + (slash == out) : 0;
+            out[n] = 0;
+        } else if (k > 0 && !(k == 1 && *c == '.') && n + k + 2 < len) {
+            n += (size_t)snprintf(out + n, len - n, "%s%.*s", n && out[n - 1] != '/' ? "/" : "",
+                                  (int)k, c);
+        }
+        c += k + (c[k] == '/');
+    }
+}
+
+/*
+ * url as one text per address: the scheme and, for tcp, the host in lower
+ * case without a trailing '/'; for ipc, the path with its directory
+ * resolved (".", "..", "//" and links) where it exists, else cleaned as
+ * text, the socket itself being maybe not there yet.
+ */
+static void
+endpoint_key(const char *url, char *out, size_t len)
+{
+    const char *sep = strstr(url, "://");
+    size_t n = 0;
+    if (!sep) {
+        snprintf(out, len, "%s", url);
+        return;
+    }
+    for (const char *c = url; c < sep && n + 1 < len; c++)
+        out[n++] = (char)tolower((unsigned char)*c);
+    out[n] = 0;
+    const char *rest = sep + 3;
+    if (!strcmp(out, "ipc")) {
+        char clean[PATH_MAX], dir[PATH_MAX], real[PATH_MAX];
+        clean_path(rest, clean, sizeof clean);
+        snprintf(dir, sizeof dir, "%s", clean);
+        const char *slash = strrchr(clean, '/');
+        if (realpath(dirname(dir), real))
+            snprintf(out + n, len - n, "://%s%s%s", real, strcmp(real, "/") ? "/" : "",
+                     slash ? slash + 1 : clean);
+        else
+            snprintf(out + n, len - n, "://%s", clean);
+        return;
+    }
+    snprintf(out + n, len - n, "://");
+    for (n = strlen(out); *rest && n + 1 < len; rest++)
+        out[n++] = (char)tolower((unsigned char)*rest);
+    while (n > 0 && out[n - 1] == '/')
+        n--;
+    out[n] = 0;
+}
+
+int
+foxctl_sweep_check_endpoints(const sweep_run_opts *ro)
+{
+    char a[PATH_MAX + 16], b[PATH_MAX + 16];
+    for (int i = 0; i < ro->n_endpoints; i++) {
+        endpoint_key(ro->endpoints[i], a, sizeof a);
+        for (int k = 0; k < i; k++) {
+            endpoint_key(ro->endpoints[k], b, sizeof b);
+            if (!strcmp(a, b)) {
+                fprintf(stderr,
+                        "foxctl: sweep: --endpoints: '%s' and '%s' are the same daemon (%s); "
+                        "list each daemon once: a daemon runs one job at a time\n",
+                        ro->endpoints[k], ro->endpoints[i], a);
+                return FOXCTL_USAGE;
+            }
+        }
+    }
+    return FOXCTL_OK;
 }
 
 int

@@ -17,6 +17,16 @@ typedef struct sweep_run_opts {
 } sweep_run_opts;
 
 /*
+ * FOXCTL_OK when no two of ro's endpoints name the same daemon by the same
+ * address once normalized (scheme and host in lower case, an ipc:// path
+ * with its directory resolved); else FOXCTL_USAGE with both named on
+ * stderr. Two workers on one daemon would set each other's config between
+ * a job's config_set and its run, and record one job's result as another's.
+ * One daemon reached by two different addresses (ipc and tcp) is not seen.
+ */
+int foxctl_sweep_check_endpoints(const sweep_run_opts *ro);
+
+/*
  * Run the plan's unfinished jobs over the endpoints, one job at a time on
  * each, writing each result as it arrives. Returns foxctl's exit status.
  */

@@ -1,4 +1,4 @@
-/* fsutil.c — atomic file writes, mkdir -p and line appends (see fsutil.h). */
+/* fsutil.c — atomic file writes, mkdir -p, line appends, directory locks (see fsutil.h). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -118,6 +119,38 @@ temp_pid(const char *name)
         return 0;
     long pid = strtol(t + 5, &end, 10);
     return *end == 0 && pid > 0 ? pid : 0;
+}
+
+int
+fox_lock_dir(const char *dir, const char *name, int *fd, char *err, size_t errlen)
+{
+    char path[4096], pid[32];
+    *fd = -1;
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+        return fox_errf(err, errlen, FOX_EIO, "%s: path too long", dir);
+    /* O_NOFOLLOW: a link planted in the directory must not make us truncate another file. */
+    int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0640);
+    if (f < 0)
+        return fox_errf(err, errlen, FOX_EIO, "%s: %s", path, strerror(errno));
+    if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        ssize_t n = e == EWOULDBLOCK ? pread(f, pid, sizeof pid - 1, 0) : -1;
+        close(f);
+        if (e != EWOULDBLOCK)
+            return fox_errf(err, errlen, FOX_EIO, "flock %s: %s", path, strerror(e));
+        pid[n > 0 ? n : 0] = 0;
+        pid[strcspn(pid, "\n")] = 0;
+        return fox_errf(err, errlen, FOX_EBUSY, "%s is in use by another process (pid %s, lock %s)",
+                        dir, pid[0] ? pid : "unknown", path);
+    }
+    int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    if (ftruncate(f, 0) != 0 || pwrite(f, pid, (size_t)len, 0) != len) {
+        int e = errno;
+        close(f);
+        return fox_errf(err, errlen, FOX_EIO, "write %s: %s", path, strerror(e));
+    }
+    *fd = f;
+    return FOX_OK;
 }
 
 int

@@ -2,9 +2,9 @@
  * fsutil.h — file-system helpers. Writing a file so that a crash leaves
  * the old one or the new one, never half of one: temp file beside the
  * target, optional fsync, rename, fsync of the directory (checkpoints, the
- * daemon's metrics files). Making a directory with its parents, and
- * appending whole lines to a log. Thread-safe (the temp name carries the
- * pid and the path).
+ * daemon's metrics files). Making a directory with its parents, appending
+ * whole lines to a log, and locking a directory for one process. Thread-safe
+ * (the temp name carries the pid and the path).
  */
 #ifndef FOX_FSUTIL_H
 #define FOX_FSUTIL_H
@@ -29,6 +29,16 @@ int fox_mkdir_p(const char *path, unsigned mode, char *err, size_t errlen);
  * written at the same time by several writers whole.
  */
 int fox_append_line(const char *path, const char *line, char *err, size_t errlen);
+
+/*
+ * Take an exclusive flock on dir/name (created 0640) for as long as *fd
+ * stays open, and write the caller's pid into it, so that a second process
+ * asking for the same directory learns who holds it. The descriptor is
+ * close-on-exec. FOX_EBUSY when another process holds the lock, with the
+ * directory and the holder's pid in err; FOX_EIO when the file cannot be
+ * opened or locked. *fd is -1 on any error.
+ */
+int fox_lock_dir(const char *dir, const char *name, int *fd, char *err, size_t errlen);
 
 /*
  * Remove the temp files fox_write_atomic leaves when its process dies

@@ -71,6 +71,14 @@ fox_endpoints_is_loopback(const char *url)
     return inet_pton(AF_INET, host, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127;
 }
 
+/*
+ * What to do about a sockets' directory foxd refuses. Under /tmp anyone may
+ * make foxd's default directory first; a private one avoids the race.
+ */
+#define SQUAT_HINT                                                                                 \
+    "remove it; under systemd let RuntimeDirectory= make a fresh one at each start, elsewhere "    \
+    "set daemon.runtime_dir (or --listen and --pub) to a directory only foxd's user can write"
+
 int
 fox_endpoints_secure_dir(const char *path, char *err, size_t errlen)
 {
@@ -92,19 +100,19 @@ fox_endpoints_secure_dir(const char *path, char *err, size_t errlen)
             return fox_errf(err, errlen, FOX_EIO, "%s: %s", path, strerror(errno));
     }
     if (!S_ISDIR(st.st_mode))
-        return fox_errf(err, errlen, FOX_EPERM, "%s is not a directory (a symlink?); refusing it",
-                        path);
+        return fox_errf(err, errlen, FOX_EPERM,
+                        "%s is not a directory (a symlink?); refusing it: %s", path, SQUAT_HINT);
     if (st.st_uid != geteuid() && st.st_uid != 0)
         return fox_errf(err, errlen, FOX_EPERM,
                         "%s belongs to uid %u, not to foxd's uid %u: another user could swap "
-                        "its sockets; remove it or pick another daemon.runtime_dir",
-                        path, (unsigned)st.st_uid, (unsigned)geteuid());
+                        "its sockets; %s",
+                        path, (unsigned)st.st_uid, (unsigned)geteuid(), SQUAT_HINT);
     if (st.st_mode & 022)
         return fox_errf(err, errlen, FOX_EPERM,
                         "%s is writable by %s (mode %03o): another user could swap its sockets; "
-                        "chmod go-w it or pick another daemon.runtime_dir",
+                        "chmod go-w it if it is yours, else %s",
                         path, (st.st_mode & 002) ? "everyone" : "its group",
-                        (unsigned)(st.st_mode & 0777));
+                        (unsigned)(st.st_mode & 0777), SQUAT_HINT);
     return FOX_OK;
 }
 

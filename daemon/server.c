@@ -51,6 +51,7 @@
 #define STATUS_PERIOD_MS 5000
 #define STOP_EXTEND_USEC 120000000ULL /* asked for while the stop checkpoint is written */
 #define LINGER_MS        1000         /* wait for the last replies to leave before closing */
+#define STATE_LOCK       "foxd.lock"  /* the state directory's lock file */
 #define STATE_SCAN_DEPTH 3            /* levels of the state directory searched for stale temps */
 #define MMAP_THRESHOLD   (128 * 1024) /* malloc blocks from this size go back to the system on free */
 #define METRICS_HTTP_MS  1000         /* age at most of what /metrics serves */
@@ -99,6 +100,7 @@ struct server {
     fox_trainer *trainer;
     fox_counters counters;
     fox_dedup dedup;
+    int state_lock_fd; /* flock on the state directory, held for the daemon's life */
 
     int64_t refusal_logged_ms; /* when the last refusal was logged */
     long refusals_unlogged;    /* refusals since then, not logged */
@@ -715,6 +717,8 @@ free_server(server *s)
             nng_aio_free(s->works[i].aio);
     fox_dedup_fini(&s->dedup);
     fox_endpoints_fini(&s->ends);
+    if (s->state_lock_fd >= 0)
+        close(s->state_lock_fd);
     free(s->works);
     free(s);
 }
@@ -751,6 +755,16 @@ setup(server *s, const fox_config *cfg, char *err, size_t errlen)
     int rv;
     if (fox_mkdir_p(s->d.state_dir, 0750, err, errlen) != FOX_OK)
         return FOX_EIO;
+    /*
+     * Two daemons on one state directory would overwrite each other's
+     * checkpoints, overrides and metrics, each losing the other's updates:
+     * the first holds the lock, a second refuses to start.
+     */
+    char msg[FOX_PATH_MAX + 128];
+    if ((rv = fox_lock_dir(s->d.state_dir, STATE_LOCK, &s->state_lock_fd, msg, sizeof msg)) !=
+        FOX_OK)
+        return fox_errf(err, errlen, rv, "daemon.state_dir %s%s", msg,
+                        rv == FOX_EBUSY ? ": stop that foxd or pick another daemon.state_dir" : "");
     int stale = 0;
     fox_remove_stale_temps(s->d.state_dir, STATE_SCAN_DEPTH, &stale);
     if (stale)
@@ -877,8 +891,9 @@ fox_serve_main(const fox_config *cfg, const fox_dconf *d)
     uv_async_init(&s->loop, &s->wake, on_wake);
     s->wake.data = s;
     s->relisten_mask = -1;
-    /* No ipc lock yet: a setup that fails before the endpoints are prepared closes none. */
+    /* No lock yet: a setup that fails before taking one closes none. */
     s->ends.pub.lock_fd = -1;
+    s->state_lock_fd = -1;
 
     int rv = setup(s, cfg, err, sizeof err);
     if (rv != FOX_OK) {

@@ -354,22 +354,29 @@ note_loaded(fox_trainer *t, const fox_engine *e)
     t->held_from = info.total_steps;
 }
 
-/* Replace the engine by one for cfg; on failure the old one stays. */
-static int
-replace_engine(fox_trainer *t, const fox_config *cfg, fox_tcmd *c)
+/* Put e, made for cfg, in the place of the engine, which is destroyed. */
+static void
+install_engine(fox_trainer *t, const fox_config *cfg, fox_engine *e)
 {
-    fox_engine *e, *old;
-    int rv = make_engine(t, cfg, &e, c->message, sizeof c->message);
-    if (rv != FOX_OK)
-        return c->status = rv;
     pthread_mutex_lock(&t->slock);
-    old = t->engine;
+    fox_engine *old = t->engine;
     t->engine = e;
     pthread_mutex_unlock(&t->slock);
     fox_engine_destroy(old);
     t->held_base = t->held_from = 0;
     t->cfg = *cfg;
     publish(t);
+}
+
+/* Replace the engine by one for cfg; on failure the old one stays. */
+static int
+replace_engine(fox_trainer *t, const fox_config *cfg, fox_tcmd *c)
+{
+    fox_engine *e;
+    int rv = make_engine(t, cfg, &e, c->message, sizeof c->message);
+    if (rv != FOX_OK)
+        return c->status = rv;
+    install_engine(t, cfg, e);
     return FOX_OK;
 }
 
@@ -478,16 +485,29 @@ apply_config_set(fox_trainer *t, fox_tcmd *c)
     int64_t held = held_steps(t, t->engine);
     if (fresh && held > 0 && !c->force)
         return refuse_discard(t, c, held);
-    if (fresh && replace_engine(t, &cfg, c) != FOX_OK)
-        return c->status;
-    if (fresh && held > 0)
-        fox_log(FOX_LOG_NOTICE, "config set (forced): a new engine replaced one holding %lld steps",
-                (long long)held);
-    t->cfg = cfg;
-    /* Kept for the next start, so that its model still fits the stop checkpoint. */
+    fox_engine *e = NULL;
+    int rv;
+    if (fresh && (rv = make_engine(t, &cfg, &e, c->message, sizeof c->message)) != FOX_OK)
+        return c->status = rv;
+    /*
+     * Kept for the next start before it takes effect: a change the next
+     * start would not see leaves it a model that no longer fits the stop
+     * checkpoint, so a change that cannot be kept is not made at all.
+     */
     char msg[512];
-    if (fox_conf_save_overrides(&t->d, c->values, msg, sizeof msg) != FOX_OK)
-        fox_log(FOX_LOG_WARNING, "config set applied but not kept for the next start: %s", msg);
+    if ((rv = fox_conf_save_overrides(&t->d, c->values, msg, sizeof msg)) != FOX_OK) {
+        fox_engine_destroy(e);
+        return refuse(c, rv, "config not changed: it could not be kept for the next start: %s",
+                      msg);
+    }
+    if (fresh) {
+        install_engine(t, &cfg, e);
+        if (held > 0)
+            fox_log(FOX_LOG_NOTICE,
+                    "config set (forced): a new engine replaced one holding %lld steps",
+                    (long long)held);
+    }
+    t->cfg = cfg;
     publish(t);
     c->result.engine_recreated = fresh;
     return FOX_OK;

@@ -25,14 +25,25 @@ mkdir -m 0777 "$dir/open"
 chmod 0777 "$dir/open"
 "$FOXD" "${TINY[@]}" --set "daemon.runtime_dir=$dir/open" --set "daemon.state_dir=$dir/st" \
     2>"$dir/refused.log"
-[ $? -eq 2 ] && grep -q "writable by everyone" "$dir/refused.log" ||
+[ $? -eq 2 ] && grep -q "$dir/open is writable by everyone" "$dir/refused.log" &&
+    grep -q "RuntimeDirectory=.*daemon.runtime_dir" "$dir/refused.log" ||
     fail "foxd started in a runtime directory everyone may write to: $(cat "$dir/refused.log")"
-ok "a world-writable runtime directory is refused"
+ok "a world-writable runtime directory is refused, naming it and what to do"
 
 foxd_start --url "ipc://$dir/rt/foxd.sock" -- "${TINY[@]}" --set "daemon.runtime_dir=$dir/rt" \
     --set "daemon.state_dir=$dir/st"
 [ "$(stat -c %a "$dir/rt")" = 700 ] || fail "runtime directory made with mode $(stat -c %a "$dir/rt")"
 ok "foxd makes its runtime directory 0700"
+# A second foxd on the same state directory, with sockets of its own, would lose the first's updates.
+timeout -k 5 60 "$FOXD" "${TINY[@]}" --set "daemon.runtime_dir=$dir/rt2" --set "daemon.state_dir=$dir/st" \
+    2>"$dir/refused.log"
+rc=$?
+[ $rc -eq 2 ] && grep -q "daemon.state_dir $dir/st is in use by another process (pid $pid," \
+    "$dir/refused.log" ||
+    fail "a second foxd on one state directory: exit $rc, $(cat "$dir/refused.log")"
+"$FOXCTL" --url "ipc://$dir/rt/foxd.sock" --timeout 5000 status >/dev/null ||
+    fail "the first foxd stopped answering after a second was refused"
+ok "a second foxd on the same state directory is refused, naming it and the holder's pid"
 kill "$pid"; wait "$pid"; pid=
 
 if [ $as_root -eq 1 ]; then
@@ -40,9 +51,10 @@ if [ $as_root -eq 1 ]; then
     chown 65534:65534 "$dir/theirs"
     "$FOXD" "${TINY[@]}" --set "daemon.runtime_dir=$dir/theirs" --set "daemon.state_dir=$dir/st" \
         2>"$dir/refused.log"
-    [ $? -eq 2 ] && grep -q "belongs to uid 65534" "$dir/refused.log" ||
+    [ $? -eq 2 ] && grep -q "$dir/theirs belongs to uid 65534" "$dir/refused.log" &&
+        grep -q "RuntimeDirectory=.*daemon.runtime_dir" "$dir/refused.log" ||
         fail "foxd started in a directory another user owns: $(cat "$dir/refused.log")"
-    ok "a runtime directory owned by another user is refused"
+    ok "a squatted runtime directory is refused, naming it and what to do"
 
     # Another user's listener where foxctl looks: no token goes to it.
     mkdir -p "$dir/squat/st"
@@ -338,6 +350,40 @@ out=$(ctl --json config get model.h1)
 [[ $out == *'"model.h1":48'* ]] || fail "model.h1 after a restart: $out"
 grep -q "resumed from $dir/kept/foxd.ckpt" "$dir/foxd.log" || fail "the restart did not resume"
 ok "config set is kept across a restart, which resumes the checkpoint"
+# Overrides that cannot be replaced (a directory in the file's place: root too is refused).
+mv "$dir/kept/foxd.overrides.json" "$dir/kept/saved.json"
+mkdir "$dir/kept/foxd.overrides.json"
+out=$(ctl --token right config set --force model.h1=40 2>&1) &&
+    fail "config set replied as if applied with overrides it cannot write: $out"
+[[ $out == *"could not be kept for the next start"*foxd.overrides.json* ]] ||
+    fail "config set with overrides it cannot write: $out"
+out=$(ctl --json config get model.h1)
+[[ $out == *'"model.h1":48'* ]] || fail "a config set that could not be kept changed the config: $out"
+rmdir "$dir/kept/foxd.overrides.json"
+mv "$dir/kept/saved.json" "$dir/kept/foxd.overrides.json"
+ok "config set fails and changes nothing when its overrides cannot be written"
+# A backtest answers when done: with foxd held for longer than the 5 s of other requests,
+# backtest --daemon still waits for it by default, and says what a timeout leaves behind.
+bt() { "$FOXCTL" --url "$url" --token right "$@" backtest --daemon --checkpoint foxd.ckpt; }
+kill -STOP "$pid"
+bt >"$dir/bt.out" 2>"$dir/bt.err" &
+bt_pid=$!
+sleep 7
+kill -CONT "$pid"
+wait "$bt_pid" || fail "backtest --daemon with foxd held 7 s: exit $?, $(cat "$dir/bt.err")"
+grep -q "run directory $dir/kept/runs/" "$dir/bt.err" || fail "backtest --daemon: $(cat "$dir/bt.err")"
+ok "backtest --daemon waits for a backtest longer than 5 s by default"
+kill -STOP "$pid"
+out=$(bt --timeout 1000 2>&1)
+rc=$?
+kill -CONT "$pid"
+[ $rc -eq 3 ] && [[ $out == *"goes on with the backtest"*"--timeout"* ]] ||
+    fail "backtest --daemon past its --timeout: rc $rc, $out"
+ok "backtest --daemon past its --timeout says the backtest goes on in foxd"
+for _ in $(seq 1 100); do
+    ctl --json status | grep -q '"phase":"backtest"' || break
+    sleep 0.2
+done
 kill -TERM "$pid"; wait "$pid"; pid=
 mv "$dir/kept/foxd.overrides.json" "$dir/kept/gone.json"
 "$FOXD" "${kept[@]}" 2>"$dir/refused.log"

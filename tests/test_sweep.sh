@@ -4,8 +4,9 @@
 # Checks: 2 seeds x 2 configurations x 1 fold on two daemons finish, and
 # every job's fold object is the one `foxd --once` gives for the same config
 # alone (every number but the timing); the table has each configuration
-# with 2 seeds; the same spec into the same directory runs nothing again; a
-# bad spec is refused naming its member; killing one daemon mid-job still
+# with 2 seeds; a job file names each member once; the same spec into the
+# same directory runs nothing again; a bad spec, a grid of too many jobs and
+# an endpoint listed twice are refused; killing one daemon mid-job still
 # completes the sweep on the other, the lost job run again there.
 # Bounded for a 2-core machine: a tiny model, 20 steps a job, one BLAS thread.
 set -u
@@ -83,6 +84,21 @@ grep -q '^train.lr=0.0003  *2 ' "$dir/sw.out" && grep -q '^train.lr=0.001  *2 ' 
     { cat "$dir/sw.out"; fail "table lacks a configuration with 2 seeds"; }
 grep -q 'ipc://' "$dir/sw/jobs/c0-s1-f0.json" || fail "job record does not name its endpoint"
 ok "table: each configuration over 2 seeds; records name their endpoint"
+python3 - "$dir"/sw/jobs/c*.json <<'EOF' || fail "a job file repeats a member"
+import json, sys
+def once(pairs):
+    keys = [k for k, _ in pairs]
+    dup = {k for k in keys if keys.count(k) > 1}
+    if dup:
+        raise SystemExit("%s: %s more than once" % (name, ", ".join(sorted(dup))))
+    return dict(pairs)
+for name in sys.argv[1:]:
+    job = json.load(open(name), object_pairs_hook=once)
+    if not isinstance(job.get("config"), int) or not isinstance(job.get("effective_config"), dict):
+        raise SystemExit("%s: config %r, effective_config %r"
+                         % (name, job.get("config"), job.get("effective_config")))
+EOF
+ok "job files name each member once: the configuration's index and the effective config apart"
 
 same_as_alone "$dir/sw"
 ok "every job's fold object equals foxd --once of its config alone"
@@ -115,6 +131,20 @@ out=$(sweep "$dir/other.json" --dir "$dir/sw" 2>&1)
 rc=$?
 [ $rc = 2 ] && [[ $out == *"another sweep"* ]] || fail "foreign dir: rc $rc, $out"
 ok "a bad spec and another sweep's directory are refused (exit 2)"
+python3 -c 'import json; print(json.dumps({"folds": [0], "seeds": [1],
+    "grid": {"train.k%d" % i: [1, 2] for i in range(64)}}))' >"$dir/huge.json"
+out=$(sweep "$dir/huge.json" --dir "$dir/huge" 2>&1)
+rc=$?
+[ $rc = 2 ] && [[ $out == *"more than 100000 jobs"* ]] && [ ! -e "$dir/huge" ] ||
+    fail "a grid of 2^64 jobs: rc $rc, $out"
+ok "a grid of 2^64 jobs is refused, not wrapped to 0 (exit 2)"
+for twice in "$A,$A" "$A,ipc://$dir/./state-a/..//a.sock"; do
+    out=$(sweep "$dir/spec.json" --endpoints "$twice" --dir "$dir/twice" 2>&1)
+    rc=$?
+    [ $rc = 2 ] && [[ $out == *"are the same daemon"* ]] && [ ! -e "$dir/twice" ] ||
+        fail "--endpoints $twice: rc $rc, $out"
+done
+ok "one endpoint listed twice, as the same text or another path to it, is refused (exit 2)"
 
 # --- kill one daemon mid-job: the sweep completes on the other
 sweep "$dir/spec.json" --seeds 1,2,3 --steps 300 --endpoints "$A,$B" --dir "$dir/kill" \
