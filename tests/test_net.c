@@ -243,10 +243,11 @@ START_TEST(test_layout_default)
     fox_config_default(&c);
     fox_model_layout lay;
     FOX_CK_OK(fox_model_layout_init(&lay, &c));
-    ck_assert_uint_eq(lay.n_real, 541160);
+    /* The defaults: a 64-wide trunk and heads, the direction's three sub-actions and one each. */
+    ck_assert_uint_eq(lay.n_real, 90736);
     ck_assert_int_eq(lay.n_branches, 4);
-    ck_assert_int_eq(lay.n_actions, 12);
-    ck_assert_int_eq(lay.branch_off[3], 9);
+    ck_assert_int_eq(lay.n_actions, 6);
+    ck_assert_int_eq(lay.branch_off[3], 5);
     size_t end = 0, sum = 0;
     for (int i = 0; i < FOX_P_COUNT; i++) {
         const fox_tensor_desc *t = &lay.t[i];
@@ -261,14 +262,25 @@ START_TEST(test_layout_default)
     ck_assert_uint_eq(lay.n_params % FOX_PARAM_ALIGN, 0);
 
     ck_assert_str_eq(lay.t[FOX_P_GRN1_W2].name, "grn1.w2");
-    ck_assert_int_eq(lay.t[FOX_P_GRN1_W2].rows, 256);
+    ck_assert_int_eq(lay.t[FOX_P_GRN1_W2].rows, 64);
     ck_assert_int_eq(lay.t[FOX_P_GRN1_W2].cols, 64);
+    /* The trunk keeps its width: the residuals need no projection. */
+    ck_assert_uint_eq(fox_tensor_size(&lay, FOX_P_GRN1_WR), 0);
+    ck_assert_uint_eq(fox_tensor_size(&lay, FOX_P_GRN2_WR), 0);
+    ck_assert_int_eq(lay.t[FOX_P_BR1_W2].rows, 51);
+    ck_assert_int_eq(lay.t[FOX_P_IQN_WPHI].rows, 64);
+    ck_assert_int_eq(lay.t[FOX_P_IQN_WPHI].cols, 64);
+    ck_assert_int_eq(lay.t[FOX_P_IQN_WQ].rows, 6);
+
+    /* A wider trunk projects its residuals: h2 × h1 for the second GRN. */
+    fox_config w;
+    fox_config_default(&w);
+    w.h1 = 256;
+    w.h2 = 128;
+    FOX_CK_OK(fox_model_layout_init(&lay, &w));
     ck_assert_int_eq(lay.t[FOX_P_GRN2_WR].rows, 128);
     ck_assert_int_eq(lay.t[FOX_P_GRN2_WR].cols, 256);
-    ck_assert_int_eq(lay.t[FOX_P_BR1_W2].rows, 4 * 51);
-    ck_assert_int_eq(lay.t[FOX_P_IQN_WPHI].rows, 128);
-    ck_assert_int_eq(lay.t[FOX_P_IQN_WPHI].cols, 64);
-    ck_assert_int_eq(lay.t[FOX_P_IQN_WQ].rows, 12);
+    FOX_CK_OK(fox_model_layout_init(&lay, &c));
 
     /* Groups (docs/design.md, "The model"): LayerNorm γ/β apart from their GRN. */
     ck_assert_int_eq(lay.t[FOX_P_GRN1_WG].group, FOX_GROUP_GRN1);
@@ -342,6 +354,8 @@ START_TEST(test_init_params)
         end = t->offset + fox_tensor_size(&lay, i);
         const float *x = p + t->offset;
         size_t n = fox_tensor_size(&lay, i);
+        if (n == 0) /* a projection the layout does without (the state as wide as h1) */
+            continue;
         int is_ln_g = i == FOX_P_GRN1_LN_G || i == FOX_P_GRN2_LN_G;
         if (t->cols == 1) { /* biases, γ, β */
             for (size_t k = 0; k < n; k++)

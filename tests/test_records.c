@@ -180,7 +180,9 @@ START_TEST(a_fold_evaluates_nothing_twice)
     }
     FOX_CK_ENGINE_OK(e, fox_engine_fold_report(e, &fr));
     int nv = ep.val.bars, nt = ep.test.bars;
-    ck_assert_int_eq(bars[FOX_SPLIT_VALIDATION][FOX_POLICY_GREEDY], 2 * nv);
+    /* The validation rule walks validation once per band it weighs. */
+    int val_walks = c.band_rule == FOX_BAND_RULE_VALIDATION ? FOX_BAND_CHOICES_N : 1;
+    ck_assert_int_eq(bars[FOX_SPLIT_VALIDATION][FOX_POLICY_GREEDY], 2 * nv * val_walks);
     ck_assert_int_eq(bars[FOX_SPLIT_TEST][FOX_POLICY_GREEDY], 2 * nt);
     ck_assert_int_eq(bars[FOX_SPLIT_VALIDATION][FOX_POLICY_TREND], FOX_TREND_K_COUNT * nv);
     ck_assert_int_eq(fr.trend_k_tried, FOX_TREND_K_COUNT);

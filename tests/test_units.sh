@@ -1,7 +1,7 @@
 #!/bin/bash
-# test_units.sh SYSTEMD_DIR — the exposure `systemd-analyze security` gives
-# each unit stays within its target (docs/security.md says what is left open
-# and why): foxd.service and foxd@.service at most 2.0 with the GPU devices
+# test_units.sh UNITS_DIR — the exposure `systemd-analyze security` gives
+# each of a build's configured units stays within its target (docs/security.md
+# says what is left open and why): foxd.service and foxd@.service at most 2.0 with the GPU devices
 # still allowed, foxd-mps.service at most 1.0. The units are read as files
 # (--offline), so nothing needs installing; skipped without systemd-analyze.
 set -u
