@@ -62,8 +62,9 @@ CASES = {
 
 def run_one(args, settings, seed):
     """One walk-forward; returns (list of fold objects, seconds) or raises RuntimeError."""
-    # A variant's train.epochs and train.steps_per_epoch take the place of --epochs and --steps.
-    budget = {"train.epochs": str(args.epochs), "train.steps_per_epoch": str(args.steps)}
+    # A variant's train.epochs and train.steps_per_epoch take the place of --epochs and --steps;
+    # without either, the config's own budget.
+    budget = {"train.epochs": args.epochs, "train.steps_per_epoch": args.steps}
     rest = []
     for kv in settings:
         k, _, v = kv.partition("=")
@@ -72,8 +73,10 @@ def run_one(args, settings, seed):
         else:
             rest.append(kv)
     cmd = [args.foxctl, "--json", "run", "--spawn", "--folds", args.folds,
-           "--epochs", budget["train.epochs"], "--steps", budget["train.steps_per_epoch"],
            "--backend", args.backend, "--set", f"train.seed={seed}"]
+    for flag, key in (("--epochs", "train.epochs"), ("--steps", "train.steps_per_epoch")):
+        if budget[key] is not None:
+            cmd += [flag, str(budget[key])]
     for kv in rest:
         cmd += ["--set", kv]
     t0 = time.monotonic()
@@ -174,8 +177,8 @@ def main():
                     help=f"cases, comma-separated (default all: {','.join(CASES)})")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME:K=V,K=V",
                     help="run every case also with these keys (repeatable; 'NAME:' = defaults)")
-    ap.add_argument("--epochs", type=int, default=5, help="epochs per fold (default 5)")
-    ap.add_argument("--steps", type=int, default=500, help="train steps per epoch (default 500)")
+    ap.add_argument("--epochs", type=int, help="epochs per fold (default: the config's)")
+    ap.add_argument("--steps", type=int, help="train steps per epoch (default: the config's)")
     ap.add_argument("--folds", default="0,1,2", help="folds (default 0,1,2)")
     ap.add_argument("--backend", default="auto", help="auto (CUDA when present), cpu or cuda")
     ap.add_argument("--set", action="append", default=[], metavar="K=V",
@@ -201,8 +204,9 @@ def main():
         variants.append((name or "default", [x for x in kv.split(",") if x]))
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     data = os.path.abspath(args.data_dir)
-    print(f"config: backend {args.backend}, folds {args.folds}, {args.epochs} epochs x "
-          f"{args.steps} steps, seeds {seeds[0]}..{seeds[-1]}, cases {','.join(cases)}"
+    print(f"config: backend {args.backend}, folds {args.folds}, "
+          f"{args.epochs or 'the config’s'} epochs x {args.steps or 'the config’s'} steps, "
+          f"seeds {seeds[0]}..{seeds[-1]}, cases {','.join(cases)}"
           + (f", set {' '.join(args.set)}" if args.set else ""), flush=True)
 
     def settings(case, extra):
