@@ -7,11 +7,12 @@
 #include <libgen.h>
 #include <limits.h>
 #include <pwd.h>
-#include <spawn.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -24,8 +25,6 @@
 
 #include "client/conn.h"
 #include "common/fsutil.h"
-
-extern char **environ;
 
 static int errf(char *err, size_t errlen, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -319,7 +318,6 @@ foxctl_spawn(pid_t *pid, char *dir, size_t dirlen, char *url, char *pub_url, siz
 {
     char foxd[PATH_MAX], log[PATH_MAX + 16], state[PATH_MAX + 16], rt[PATH_MAX + 32];
     const char *tmp = getenv("TMPDIR");
-    posix_spawn_file_actions_t fa;
     int rv;
 
     snprintf(dir, dirlen, "%s/foxctl-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
@@ -354,16 +352,40 @@ foxctl_spawn(pid_t *pid, char *dir, size_t dirlen, char *url, char *pub_url, siz
         argv[a++] = extra[i];
     argv[a] = NULL;
 
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-    rv = posix_spawnp(pid, foxd, &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
+    /*
+     * fork and exec rather than posix_spawn, for the one thing posix_spawn
+     * cannot do: the private daemon gets SIGTERM when foxctl dies, however it
+     * dies (a kill -9, a lost terminal), and stops as it does for systemd;
+     * without it, an orphaned foxd would train on with no one to read it.
+     */
+    pid_t parent = getpid();
+    pid_t child = fork();
+    if (child == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) /* foxctl died before the signal was asked for */
+            _exit(127);
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0 && fd != STDERR_FILENO) {
+            dup2(fd, STDERR_FILENO);
+            close(fd);
+        }
+        fd = open("/dev/null", O_WRONLY);
+        if (fd >= 0 && fd != STDOUT_FILENO) {
+            dup2(fd, STDOUT_FILENO);
+            close(fd);
+        }
+        execvp(foxd, argv);
+        /* Into foxd.log, which foxctl shows when the daemon exits before answering. */
+        fprintf(stderr, "foxctl: cannot start %s: %s\n", foxd, strerror(errno));
+        _exit(127);
+    }
+    rv = child < 0 ? errno : 0;
     free(argv);
     if (rv != 0) {
         foxctl_spawn_cleanup(dir);
         return errf(err, errlen, FOXCTL_USAGE, "cannot start %s: %s", foxd, strerror(rv));
     }
+    *pid = child;
     return FOXCTL_OK;
 }
 

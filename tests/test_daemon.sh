@@ -447,4 +447,25 @@ out=$(TMPDIR=$dir timeout -k 5 300 "$FOXCTL" run --spawn --folds 0,1 "${TINY[@]}
 ls "$dir" | grep -q "^foxctl-" && fail "run --spawn left its directory behind"
 ok "run --spawn: private foxd, table, stopped"
 
+# A foxctl killed outright takes its private foxd with it: nothing trains on, orphaned.
+TMPDIR=$dir "$FOXCTL" run --spawn --folds 0 --epochs 1000 "${TINY[@]}" 2>"$dir/orphan.err" >/dev/null &
+spawner=$!
+for _ in $(seq 100); do
+    child=$(sed -n 's/^foxctl: private foxd (pid \([0-9]*\)).*/\1/p' "$dir/orphan.err")
+    [ -n "$child" ] && break
+    sleep 0.1
+done
+[ -n "$child" ] || fail "run --spawn named no private foxd: $(cat "$dir/orphan.err")"
+kill -9 "$spawner"
+wait "$spawner" 2>/dev/null
+for _ in $(seq 150); do
+    kill -0 "$child" 2>/dev/null || break
+    sleep 0.1
+done
+if kill -0 "$child" 2>/dev/null; then
+    kill -9 "$child"
+    fail "the private foxd $child outlived its foxctl by 15 s"
+fi
+ok "run --spawn: a foxctl killed with SIGKILL takes its private foxd with it"
+
 echo "all $checks checks passed"
