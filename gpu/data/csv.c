@@ -490,6 +490,144 @@ pick_price_column(const csv_ctx *c, int lineno, const char *price, char **fields
     return FOX_OK;
 }
 
+/* The header's columns: where each kind sits (−1: absent) and its name as written. */
+typedef struct csv_header {
+    int ncols;
+    int where[N_COLS];
+    char names[N_COLS][48];
+} csv_header;
+
+/*
+ * The header row (line lineno, split into fields): which column holds what,
+ * the price column data.price_column names, and the columns that must come
+ * together.
+ */
+static int
+read_header(const csv_ctx *c, int lineno, char *line, char **fields, const char *price_column,
+            csv_header *h)
+{
+    int ncols = split_fields(line, fields, CSV_MAX_COLS);
+    if (ncols > CSV_MAX_COLS)
+        return csv_fail(c, lineno, "%d columns, more than the %d supported", ncols, CSV_MAX_COLS);
+    double probe;
+    if (parse_number(fields[0], &probe) == 0 || parse_time(fields[0], &probe) == 0)
+        return csv_fail(c, lineno, "no header row: first line starts with the value '%s'",
+                        fields[0]);
+    h->ncols = ncols;
+    for (int k = 0; k < N_COLS; k++)
+        h->where[k] = -1;
+    for (int i = 0; i < ncols; i++) {
+        int k = col_kind(fields[i]);
+        if (k < 0)
+            continue; /* unknown columns (adj close, symbol, …) are carried, not read */
+        if (h->where[k] >= 0)
+            return csv_fail(c, lineno, "duplicate %s column '%s' (fields %d and %d)",
+                            col_label[k], fields[i], h->where[k] + 1, i + 1);
+        h->where[k] = i;
+        snprintf(h->names[k], sizeof(h->names[k]), "%s", fields[i]);
+    }
+    if (price_column && price_column[0]) {
+        int rc = pick_price_column(c, lineno, price_column, fields, ncols, h->where, h->names);
+        if (rc != FOX_OK)
+            return rc;
+    }
+    if (h->where[COL_CLOSE] < 0)
+        return csv_fail(c, lineno,
+                        "missing close column (header needs 'close', or set data.price_column "
+                        "to the column to read)");
+    int n_ohl = (h->where[COL_OPEN] >= 0) + (h->where[COL_HIGH] >= 0) + (h->where[COL_LOW] >= 0);
+    if (n_ohl != 0 && n_ohl != 3)
+        return csv_fail(c, lineno,
+                        "partial OHLC set: open, high and low go together (missing%s%s%s)",
+                        h->where[COL_OPEN] < 0 ? " open" : "", h->where[COL_HIGH] < 0 ? " high" : "",
+                        h->where[COL_LOW] < 0 ? " low" : "");
+    return FOX_OK;
+}
+
+/*
+ * The values of one data row (line lineno, split into fields) into v, each
+ * checked on its own: a time in seconds, a decimal, finite number a float
+ * holds, a positive price, a volume not below 0.
+ */
+static int
+read_row(const csv_ctx *c, int lineno, char **fields, const csv_header *h, double v[N_COLS])
+{
+    for (int k = 0; k < N_COLS; k++) {
+        if (h->where[k] < 0)
+            continue;
+        const char *f = fields[h->where[k]];
+        const char *name = h->names[k];
+        if (k == COL_TIME) {
+            if (parse_time(f, &v[k]) != 0)
+                return csv_fail(c, lineno,
+                                "bad time '%s' in column '%s' (want unix seconds or "
+                                "YYYY-MM-DD[THH:MM[:SS]][Z|+HH:MM])",
+                                f, name);
+            const char *unit = time_unit_guess(f, v[k]);
+            if (unit)
+                return csv_fail(c, lineno,
+                                "time '%s' in column '%s' looks like %s since 1970, not "
+                                "seconds: give unix seconds (data.bars_per_year and the hour "
+                                "and weekday features are read from them)",
+                                f, name, unit);
+            continue;
+        }
+        int pr = parse_number(f, &v[k]);
+        if (pr == -2)
+            return csv_fail(c, lineno, "non-finite value '%s' (NaN/Inf) in column '%s'", f, name);
+        if (pr != 0)
+            return csv_fail(c, lineno, "non-numeric value '%s' in column '%s' (decimal only)", f,
+                            name);
+        if (k == COL_VOLUME ? v[k] < 0.0 : v[k] <= 0.0)
+            return csv_fail(c, lineno, "%s %s '%s' in column '%s'",
+                            k == COL_VOLUME ? "negative" : "non-positive",
+                            k == COL_VOLUME ? "volume" : "price", f, name);
+        /* Bars are kept as floats: a price must stay finite and non-zero there, or its
+         * log returns become inf or NaN and every Sharpe after them NaN. */
+        if (v[k] > FLT_MAX || (k != COL_VOLUME && v[k] < FLT_MIN))
+            return csv_fail(c, lineno,
+                            "%s '%s' in column '%s' is outside what a float holds [%g, %g]",
+                            k == COL_VOLUME ? "volume" : "price", f, name,
+                            k == COL_VOLUME ? 0.0 : (double)FLT_MIN, (double)FLT_MAX);
+    }
+    return FOX_OK;
+}
+
+/*
+ * Row n of the series from the values v of line lineno, with the checks
+ * that span columns or rows: a bar's open and close inside its range, times
+ * that increase (prev_time_line: the line of the last time, for the error).
+ */
+static int
+store_row(const csv_ctx *c, int lineno, char **fields, const csv_header *h, const double v[N_COLS],
+          fox_series *s, int n, int *prev_time_line)
+{
+    if (s->open) {
+        double o = v[COL_OPEN], hi = v[COL_HIGH], l = v[COL_LOW], cl = v[COL_CLOSE];
+        if (hi < l)
+            return csv_fail(c, lineno, "high %g < low %g", hi, l);
+        if (o < l || o > hi || cl < l || cl > hi) {
+            int bad_open = o < l || o > hi;
+            return csv_fail(c, lineno, "%s %g outside [low %g, high %g]",
+                            bad_open ? "open" : "close", bad_open ? o : cl, l, hi);
+        }
+        s->open[n] = (float)o;
+        s->high[n] = (float)hi;
+        s->low[n] = (float)l;
+    }
+    if (s->time) {
+        if (n > 0 && !(v[COL_TIME] > s->time[n - 1]))
+            return csv_fail(c, lineno, "non-increasing time '%s' in column '%s' (not after line %d)",
+                            fields[h->where[COL_TIME]], h->names[COL_TIME], *prev_time_line);
+        s->time[n] = v[COL_TIME];
+        *prev_time_line = lineno;
+    }
+    s->close[n] = (float)v[COL_CLOSE];
+    if (s->volume)
+        s->volume[n] = (float)v[COL_VOLUME];
+    return FOX_OK;
+}
+
 int
 fox_series_load_csv(fox_series *s, const char *path, const char *price_column, int min_rows,
                     char *err, size_t errlen)
@@ -542,53 +680,9 @@ fox_series_load_csv(fox_series *s, const char *path, const char *price_column, i
         goto out;
     }
     int header_line = lineno;
-    int ncols = split_fields(line, fields, CSV_MAX_COLS);
-    if (ncols > CSV_MAX_COLS) {
-        rc = csv_fail(&c, lineno, "%d columns, more than the %d supported", ncols, CSV_MAX_COLS);
+    csv_header h;
+    if ((rc = read_header(&c, lineno, line, fields, price_column, &h)) != FOX_OK)
         goto out;
-    }
-    double probe;
-    if (parse_number(fields[0], &probe) == 0 || parse_time(fields[0], &probe) == 0) {
-        rc =
-            csv_fail(&c, lineno, "no header row: first line starts with the value '%s'", fields[0]);
-        goto out;
-    }
-    int where[N_COLS];
-    char names[N_COLS][48];
-    for (int k = 0; k < N_COLS; k++)
-        where[k] = -1;
-    for (int i = 0; i < ncols; i++) {
-        int k = col_kind(fields[i]);
-        if (k < 0)
-            continue; /* unknown columns (adj close, symbol, …) are carried, not read */
-        if (where[k] >= 0) {
-            rc = csv_fail(&c, lineno, "duplicate %s column '%s' (fields %d and %d)", col_label[k],
-                          fields[i], where[k] + 1, i + 1);
-            goto out;
-        }
-        where[k] = i;
-        snprintf(names[k], sizeof(names[k]), "%s", fields[i]);
-    }
-    if (price_column && price_column[0]) {
-        rc = pick_price_column(&c, lineno, price_column, fields, ncols, where, names);
-        if (rc != FOX_OK)
-            goto out;
-    }
-    if (where[COL_CLOSE] < 0) {
-        rc = csv_fail(&c, lineno,
-                      "missing close column (header needs 'close', or set data.price_column "
-                      "to the column to read)");
-        goto out;
-    }
-    int n_ohl = (where[COL_OPEN] >= 0) + (where[COL_HIGH] >= 0) + (where[COL_LOW] >= 0);
-    if (n_ohl != 0 && n_ohl != 3) {
-        rc =
-            csv_fail(&c, lineno, "partial OHLC set: open, high and low go together (missing%s%s%s)",
-                     where[COL_OPEN] < 0 ? " open" : "", where[COL_HIGH] < 0 ? " high" : "",
-                     where[COL_LOW] < 0 ? " low" : "");
-        goto out;
-    }
-    int has_time = where[COL_TIME] >= 0, has_ohl = n_ohl == 3, has_vol = where[COL_VOLUME] >= 0;
 
     /* Every data row is one line, so the line count bounds the row count. */
     int cap = 1;
@@ -598,7 +692,8 @@ fox_series_load_csv(fox_series *s, const char *path, const char *price_column, i
         rc = csv_fail(&c, header_line, "too many lines");
         goto out;
     }
-    rc = fox__series_alloc(s, cap, has_time, has_ohl, has_vol);
+    rc = fox__series_alloc(s, cap, h.where[COL_TIME] >= 0, h.where[COL_OPEN] >= 0,
+                           h.where[COL_VOLUME] >= 0);
     if (rc != FOX_OK)
         goto out;
 
@@ -608,90 +703,15 @@ fox_series_load_csv(fox_series *s, const char *path, const char *price_column, i
         if (is_blank(line))
             continue;
         int nf = split_fields(line, fields, CSV_MAX_COLS);
-        if (nf != ncols) {
-            rc = csv_fail(&c, lineno, "expected %d fields as in the header, found %d", ncols, nf);
+        if (nf != h.ncols) {
+            rc = csv_fail(&c, lineno, "expected %d fields as in the header, found %d", h.ncols,
+                          nf);
             goto fail;
         }
         double v[N_COLS] = {0};
-        for (int k = 0; k < N_COLS; k++) {
-            if (where[k] < 0)
-                continue;
-            const char *f = fields[where[k]];
-            if (k == COL_TIME) {
-                if (parse_time(f, &v[k]) != 0) {
-                    rc = csv_fail(&c, lineno,
-                                  "bad time '%s' in column '%s' (want unix seconds or "
-                                  "YYYY-MM-DD[THH:MM[:SS]][Z|+HH:MM])",
-                                  f, names[k]);
-                    goto fail;
-                }
-                const char *unit = time_unit_guess(f, v[k]);
-                if (unit) {
-                    rc = csv_fail(&c, lineno,
-                                  "time '%s' in column '%s' looks like %s since 1970, not "
-                                  "seconds: give unix seconds (data.bars_per_year and the hour "
-                                  "and weekday features are read from them)",
-                                  f, names[k], unit);
-                    goto fail;
-                }
-                continue;
-            }
-            int pr = parse_number(f, &v[k]);
-            if (pr == -2) {
-                rc = csv_fail(&c, lineno, "non-finite value '%s' (NaN/Inf) in column '%s'", f,
-                              names[k]);
-                goto fail;
-            }
-            if (pr != 0) {
-                rc = csv_fail(&c, lineno, "non-numeric value '%s' in column '%s' (decimal only)",
-                              f, names[k]);
-                goto fail;
-            }
-            if (k == COL_VOLUME ? v[k] < 0.0 : v[k] <= 0.0) {
-                rc = csv_fail(&c, lineno, "%s %s '%s' in column '%s'",
-                              k == COL_VOLUME ? "negative" : "non-positive",
-                              k == COL_VOLUME ? "volume" : "price", f, names[k]);
-                goto fail;
-            }
-            /* Bars are kept as floats: a price must stay finite and non-zero there, or its
-             * log returns become inf or NaN and every Sharpe after them NaN. */
-            if (v[k] > FLT_MAX || (k != COL_VOLUME && v[k] < FLT_MIN)) {
-                rc = csv_fail(&c, lineno,
-                              "%s '%s' in column '%s' is outside what a float holds [%g, %g]",
-                              k == COL_VOLUME ? "volume" : "price", f, names[k],
-                              k == COL_VOLUME ? 0.0 : (double)FLT_MIN, (double)FLT_MAX);
-                goto fail;
-            }
-        }
-        if (has_ohl) {
-            double o = v[COL_OPEN], h = v[COL_HIGH], l = v[COL_LOW], cl = v[COL_CLOSE];
-            if (h < l) {
-                rc = csv_fail(&c, lineno, "high %g < low %g", h, l);
-                goto fail;
-            }
-            if (o < l || o > h || cl < l || cl > h) {
-                int bad_open = o < l || o > h;
-                rc = csv_fail(&c, lineno, "%s %g outside [low %g, high %g]",
-                              bad_open ? "open" : "close", bad_open ? o : cl, l, h);
-                goto fail;
-            }
-            s->open[n] = (float)o;
-            s->high[n] = (float)h;
-            s->low[n] = (float)l;
-        }
-        if (has_time) {
-            if (n > 0 && !(v[COL_TIME] > s->time[n - 1])) {
-                rc = csv_fail(&c, lineno,
-                              "non-increasing time '%s' in column '%s' (not after line %d)",
-                              fields[where[COL_TIME]], names[COL_TIME], prev_time_line);
-                goto fail;
-            }
-            s->time[n] = v[COL_TIME];
-            prev_time_line = lineno;
-        }
-        s->close[n] = (float)v[COL_CLOSE];
-        if (has_vol)
-            s->volume[n] = (float)v[COL_VOLUME];
+        if ((rc = read_row(&c, lineno, fields, &h, v)) != FOX_OK ||
+            (rc = store_row(&c, lineno, fields, &h, v, s, n, &prev_time_line)) != FOX_OK)
+            goto fail;
         n++;
     }
     int need = min_rows > 1 ? min_rows : 1;
