@@ -63,6 +63,28 @@ progress_init(foxctl_opts *o, foxctl_progress *p)
 }
 
 /*
+ * With --json, the op's end as status told it, when its op_done event never
+ * came (a PUB socket drops what a slow subscriber cannot take): a line of
+ * the op_done event's shape, marked "source":"status", so that a program
+ * reading the events learns the outcome and the folds either way.
+ */
+static void
+print_op_done_from_status(int64_t op, int st, const cJSON *folds)
+{
+    cJSON *ev = cJSON_CreateObject(), *data = cJSON_AddObjectToObject(ev, "data");
+    cJSON_AddStringToObject(ev, "event", "op_done");
+    cJSON_AddStringToObject(ev, "source", "status");
+    cJSON_AddNumberToObject(data, "op_id", (double)op);
+    cJSON_AddBoolToObject(data, "ok", st == 1);
+    cJSON_AddBoolToObject(data, "halted", st == FOXCTL_HALTED);
+    cJSON *result = cJSON_AddObjectToObject(data, "result");
+    cJSON_AddItemToObject(result, "folds",
+                          folds ? cJSON_Duplicate(folds, 1) : cJSON_CreateArray());
+    foxctl_print_json(ev);
+    cJSON_Delete(ev);
+}
+
+/*
  * Wait for op to finish: events first, status every few seconds (events can
  * be dropped). Returns the exit status; *folds gets the run's fold objects.
  */
@@ -110,6 +132,8 @@ foxctl_wait_op(foxctl_opts *o, nng_socket sub, int64_t op, cJSON **folds)
                 return st;
             if (st != 0) {
                 foxctl_progress_clear(&p);
+                if (o->json)
+                    print_op_done_from_status(op, st, folds ? *folds : NULL);
                 if (st != 1)
                     fprintf(stderr, "foxctl: op %lld: %s\n", (long long)op, msg);
                 return st == 1 ? FOXCTL_OK : st;

@@ -187,6 +187,21 @@ ok "load: $out"
 ctl stop | grep -q idle || fail "stop"
 ok "stop"
 
+# An op_done event never heard (here: an events socket that publishes nothing): --json still
+# says how the run ended, with its folds, as status tells it.
+nngcat --pub0 --listen "ipc://$dir/silent.sock" --delay 1000 --data x &
+silent=$!
+for _ in $(seq 50); do [ -S "$dir/silent.sock" ] && break; sleep 0.1; done
+out=$(timeout -k 5 120 "$FOXCTL" --url "$url" --pub "ipc://$dir/silent.sock" --token "$token" \
+    --timeout 10000 --json run --folds 0 --epochs 1 --steps 20 2>"$dir/nopub.err")
+rc=$?
+kill "$silent"
+wait "$silent" 2>/dev/null
+[ $rc -eq 0 ] || fail "run without events: exit $rc, $(cat "$dir/nopub.err")"
+echo "$out" | grep '"event":"op_done"' | grep '"source":"status"' | grep -q '"folds":\[{' ||
+    fail "run without events: no op_done from status: $out $(cat "$dir/nopub.err")"
+ok "foxctl --json run: a run whose op_done was never heard ends with status's account"
+
 # ------------------------------------------------------- checkpoint round trip
 digest() { sed -n 's/.*"params_digest":"\([0-9a-f]*\)".*/\1/p'; }
 saved=$(ctl --json checkpoint save rt.ckpt | head -1 | digest)
