@@ -451,6 +451,7 @@ fox_render_result(const fox_tcmd *c)
         cJSON_AddStringToObject(o, "buffer", c->fault_buffer);
         cJSON_AddStringToObject(o, "kind", c->fault_kind);
         cJSON_AddNumberToObject(o, "step", c->fault_step);
+        cJSON_AddBoolToObject(o, "next_fold", r->fault_next_fold);
         break;
     case FOX_CMD_BACKTEST:
         /* The record's result as it is: bars, the fold row, policy, baselines, run_dir. */

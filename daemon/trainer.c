@@ -573,10 +573,17 @@ apply_inject(fox_trainer *t, fox_tcmd *c)
     for (int k = FOX_FAULT_NAN; k <= FOX_FAULT_HUGE; k++)
         if (strcmp(c->fault_kind, kinds[k]) == 0)
             kind = k;
-    /* Armed on the live engine: the trained weights stay, the drill fires `step` steps on. */
-    int rv = fox_engine_inject_fault(t->engine, c->fault_buffer, kind, c->fault_step);
+    /*
+     * Armed on the live engine, whose trained weights stay. Outside a fold
+     * (idle, halted, or a run between two folds) the next train step comes
+     * after the next fold's reset, so `step` counts from that fold's start.
+     */
+    int next_fold = (t->state != FOX_TSTATE_TRAINING && t->state != FOX_TSTATE_PAUSED) ||
+                    t->walk.fold < 0;
+    int rv = fox_engine_inject_fault(t->engine, c->fault_buffer, kind, c->fault_step, next_fold);
     if (rv != FOX_OK)
         return refuse(c, rv, "%s", fox_engine_errmsg(t->engine));
+    c->result.fault_next_fold = next_fold;
     return FOX_OK;
 }
 

@@ -93,6 +93,7 @@ typedef struct fox_tresult {
     int checkpoint_kept; /* shutdown: not saved, as the engine holds no training and path exists */
     char checkpoint_error[1024];             /* shutdown: why not */
     char run_dir[FOX_PATH_MAX];              /* run, start_fold: the run directory */
+    int fault_next_fold; /* inject_fault: `step` counts from the next fold's start, not now */
 } fox_tresult;
 
 /* A mutating command on its way to the trainer and back. */

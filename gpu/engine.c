@@ -59,6 +59,7 @@ fox_engine_create(fox_engine **out, const fox_config *cfg, char *err, size_t err
     e->cfg = *cfg;
     e->band = cfg->band;
     e->fold = -1;
+    e->next_fault_slot = -1;
     e->ops = pick_backend(cfg->backend, err, errlen);
     if (!e->ops) {
         free(e);
@@ -168,6 +169,18 @@ fox_engine_load_data(fox_engine *e)
     return FOX_OK;
 }
 
+/*
+ * Arm the backend's fault `after` train steps past its counter now (0: the
+ * next train step); the backend takes the absolute count.
+ */
+static int
+arm_fault_after(fox_engine *e, int slot, int kind, int64_t after)
+{
+    fox_train_counters c;
+    e->ops->state_io(e->be, 0, NULL, NULL, NULL, NULL, &c);
+    return e->ops->arm_fault(e->be, slot, kind, c.train_steps + after);
+}
+
 int
 fox_engine_reset_for_fold(fox_engine *e)
 {
@@ -177,6 +190,10 @@ fox_engine_reset_for_fold(fox_engine *e)
     fox_isv_store_fingerprint((float *)fox__be(e)->isv, e->fingerprint);
     memset(&e->halt, 0, sizeof e->halt);
     e->fold_step = 0;
+    if (rv == FOX_OK && e->next_fault_slot >= 0) {
+        rv = arm_fault_after(e, e->next_fault_slot, e->next_fault_kind, e->next_fault_step);
+        e->next_fault_slot = -1;
+    }
     return rv;
 }
 
@@ -541,7 +558,8 @@ fox_engine_clear_flags(fox_engine *e)
 }
 
 int
-fox_engine_inject_fault(fox_engine *e, const char *buffer, int kind, int64_t after)
+fox_engine_inject_fault(fox_engine *e, const char *buffer, int kind, int64_t after,
+                        int at_next_fold)
 {
     int slot = fox_sentinel_fault_slot(buffer);
     if (slot < 0)
@@ -554,9 +572,22 @@ fox_engine_inject_fault(fox_engine *e, const char *buffer, int kind, int64_t aft
     if (!e->ops->arm_fault)
         return fox__engine_fail(e, FOX_ESTATE, "inject_fault: the %s backend cannot arm faults",
                                 e->ops->name);
-    fox_train_counters c;
-    e->ops->state_io(e->be, 0, NULL, NULL, NULL, NULL, &c);
-    return e->ops->arm_fault(e->be, slot, kind, c.train_steps + (after > 0 ? after : 0));
+    if (after < 0)
+        after = 0;
+    if (at_next_fold) {
+        /*
+         * The fold that ran last left its train-step count in the backend,
+         * and the next fold's reset sets it back to 0: a step counted from
+         * now would land `count` steps late, so the arming waits for it.
+         */
+        e->next_fault_slot = slot;
+        e->next_fault_kind = kind;
+        e->next_fault_step = after;
+        return FOX_OK;
+    }
+    /* One fault at a time: this one replaces any still waiting for a fold. */
+    e->next_fault_slot = -1;
+    return arm_fault_after(e, slot, kind, after);
 }
 
 size_t

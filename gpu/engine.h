@@ -308,12 +308,16 @@ int fox_engine_clear_flags(fox_engine *e);
 /*
  * Fault drill on a running engine: write kind (FOX_FAULT_NAN, _INF, _HUGE)
  * into the buffer of sentinel slot or buffer name `buffer` during the train
- * step `after` steps from now (0 = the next one). FOX_ENOENT for an unknown
- * buffer, FOX_ESTATE before load_data or where the backend cannot arm one.
- * Armed before a fold begins, it fires at that fold's train step `after`.
- * The caller decides whether drills are allowed (debug.enable).
+ * step `after` steps from now (0 = the next one). With at_next_fold the
+ * caller says no train step runs before the next begin_fold or
+ * reset_for_fold: the fault then fires at that fold's train step `after`
+ * (counted from 0), whatever the last fold ran. One fault at a time: an
+ * arming replaces the last. FOX_ENOENT for an unknown buffer, FOX_ESTATE
+ * before load_data or where the backend cannot arm one. The caller decides
+ * whether drills are allowed (debug.enable).
  */
-int fox_engine_inject_fault(fox_engine *e, const char *buffer, int kind, int64_t after);
+int fox_engine_inject_fault(fox_engine *e, const char *buffer, int kind, int64_t after,
+                            int at_next_fold);
 
 /* Copy the parameters (layout of model.h, n_params floats) to host memory. */
 int fox_engine_get_params(fox_engine *e, float *out, size_t n);

@@ -34,6 +34,13 @@ struct fox_engine {
     int64_t fold_step; /* full steps of the fold, as the backend last reported them */
     uint64_t fingerprint;
     fox_halt_info halt;     /* reason FOX_HALT_NONE while the fold runs */
+    /*
+     * A fault armed between folds (fox_engine_inject_fault's at_next_fold):
+     * the backend counts train steps from the fold's reset, so it is armed
+     * there, once the counter is 0. slot -1: none waiting.
+     */
+    int next_fault_slot, next_fault_kind;
+    int64_t next_fault_step;
     fox_lookahead *ahead;   /* the greedy evaluation's predicted bars and their Q */
     fox_engine_times times; /* since creation; times.startup runs from create to load_data's end */
     fox_engine_times fold_times0; /* times at the fold's begin_fold, for the fold report */

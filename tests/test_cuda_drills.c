@@ -249,7 +249,7 @@ START_TEST(fault_armed_and_flags_cleared_mid_fold)
     config(&c, NULL, NULL, 0);
     fox_engine *e = fox_test_engine(&c);
     FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, STEPS, NULL));
-    FOX_CK_ENGINE_OK(e, fox_engine_inject_fault(e, "target_q_post_clip", FOX_FAULT_HUGE, 3));
+    FOX_CK_ENGINE_OK(e, fox_engine_inject_fault(e, "target_q_post_clip", FOX_FAULT_HUGE, 3, 0));
     FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 3, NULL));
     ck_assert_uint_eq(fox_sentinel_mask(fox_engine_flags(e)), 0);
     FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 1, NULL));
@@ -259,7 +259,7 @@ START_TEST(fault_armed_and_flags_cleared_mid_fold)
     FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, STEPS, NULL));
     ck_assert_uint_eq(fox_sentinel_mask(fox_engine_flags(e)), 0);
     /* A halting fault armed the same way halts at its step, naming its slot. */
-    FOX_CK_ENGINE_OK(e, fox_engine_inject_fault(e, "h_s2", FOX_FAULT_NAN, 0));
+    FOX_CK_ENGINE_OK(e, fox_engine_inject_fault(e, "h_s2", FOX_FAULT_NAN, 0, 0));
     ck_assert_int_eq(fox_engine_run_steps(e, STEPS, NULL), FOX_EHALT);
     ck_assert_msg(strstr(fox_engine_errmsg(e), "12 h_s2"), "%s", fox_engine_errmsg(e));
     fox_halt_info h;

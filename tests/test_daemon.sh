@@ -388,7 +388,7 @@ ok "a corrupt stop checkpoint stops the start and says why (payload CRC)"
 mv "$dir/state/foxd.ckpt" "$dir/state/corrupt.ckpt"
 # train.stop_on_halt=1: the halted fold stays open, for status, flags and reset-fold to see.
 start_foxd --set debug.enable=1 --set train.stop_on_halt=1
-ctl inject-fault h_s2 nan --step 5 >/dev/null || fail "inject-fault"
+ctl inject-fault h_s2 nan --step 30 >/dev/null || fail "inject-fault"
 ok "inject_fault armed (debug.enable)"
 ctl start-fold 0 --steps 200 >"$dir/drill.out" 2>&1
 rc=$?
@@ -397,12 +397,25 @@ grep -q "HALT" "$dir/drill.out" || fail "no HALT line: $(cat "$dir/drill.out")"
 ok "the injected NaN halts the fold (foxctl exit 5)"
 ctl status | grep -q "^state *halted" || fail "state after the halt"
 ctl status | grep -q "h_s2" || fail "halt reason should name h_s2: $(ctl status)"
+fold_step() { ctl --json status | grep -o '"step":[0-9]*' | head -1; }
+step0=$(fold_step)
 ctl flags | grep -q "h_s2" || fail "flags after the halt"
 ok "status and flags name the slot"
 alive "the halt"
 ctl reset-fold | grep -q idle || fail "reset-fold after the halt"
 ctl flags | grep -q "no sentinel flag set" || fail "flags after reset-fold"
 ok "reset-fold: halted -> idle, flags cleared"
+# Armed between folds, the step counts from the next fold's start, not from the train steps
+# the last fold ran: the fault fires at the same fold step as on the fresh fold above.
+ctl start-fold 0 --steps 200 >/dev/null 2>&1 || fail "a clean fold after reset-fold"
+ctl --json inject-fault h_s2 nan --step 30 | grep -q '"next_fold":true' ||
+    fail "inject-fault between folds should say it counts from the next fold"
+ctl start-fold 1 --steps 200 >"$dir/drill1.out" 2>&1
+rc=$?
+[ $rc -eq 5 ] || fail "the fault armed between folds did not halt fold 1 (exit $rc)"
+[ "$(fold_step)" = "$step0" ] || fail "armed between folds it fired at $(fold_step), not $step0"
+ok "inject-fault between folds: step 30 of the next fold"
+ctl reset-fold >/dev/null || fail "reset-fold after the second drill"
 ctl shutdown --no-checkpoint >/dev/null || fail "shutdown after the drill"
 wait "$pid"
 pid=

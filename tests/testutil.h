@@ -201,7 +201,7 @@ fox_test_fault_fires_once(const fox_config *c, const char *buffer, int kind, int
     FOX_CK_ENGINE_OK(e, fox_engine_begin_fold(e, 1));
     FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, steps, NULL));
     ck_assert_uint_eq(fox_sentinel_mask(fox_engine_flags(e)), 0);
-    FOX_CK_ENGINE_OK(e, fox_engine_inject_fault(e, buffer, kind, 2));
+    FOX_CK_ENGINE_OK(e, fox_engine_inject_fault(e, buffer, kind, 2, 0));
     ck_assert_int_eq(fox_engine_run_steps(e, steps, NULL), FOX_EHALT);
     FOX_CK_ENGINE_OK(e, fox_engine_reset_for_fold(e));
     FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, steps, NULL));
