@@ -413,7 +413,8 @@ on_pipe(nng_pipe p, nng_pipe_ev ev, void *arg)
         return;
     }
     int n = atomic_fetch_add(&ep->pipes, 1) + 1;
-    if (n <= set->d->max_connections) {
+    int cap = atomic_load(&set->cap);
+    if (n <= cap) {
         /* Events pipes are not timed out (endpoints.h); one the table cannot hold is not either. */
         if (ep != &set->pub && set->d->idle_timeout_s > 0 &&
             fox_pipes_add(&set->pipes, nng_pipe_id(p), fox_mono_ms()) != FOX_OK)
@@ -425,7 +426,9 @@ on_pipe(nng_pipe p, nng_pipe_ev ev, void *arg)
     int64_t now = fox_mono_ms();
     int64_t last = atomic_load(&set->cap_logged_ms);
     if (now - last >= CAP_LOG_MS && atomic_compare_exchange_strong(&set->cap_logged_ms, &last, now))
-        fox_log(FOX_LOG_WARNING, "%s: %d connections open; closing new ones (daemon.max_connections)",
+        fox_log(FOX_LOG_WARNING,
+                "%s: %d connections open; closing new ones (daemon.max_connections, or this "
+                "listener's share of the descriptors)",
                 ep->url, n - 1);
 }
 
@@ -436,6 +439,19 @@ fox_endpoints_limit_pipes(fox_endpoints *set, nng_socket sock)
     if (rv == 0)
         rv = nng_pipe_notify(sock, NNG_PIPE_EV_REM_POST, on_pipe, set);
     return rv;
+}
+
+void
+fox_endpoints_set_budget(fox_endpoints *set, int budget)
+{
+    /*
+     * Equal shares, so that a flood on one listener leaves the others their
+     * connections: the operator's ipc socket stays open under a tcp flood.
+     */
+    int share = budget < 0 ? set->d->max_connections : budget / (set->n_eps + 1);
+    if (share < 1)
+        share = 1;
+    atomic_store(&set->cap, share < set->d->max_connections ? share : set->d->max_connections);
 }
 
 #define IDLE_BATCH 256 /* connections closed per sweep at most; the next sweep takes the rest */
@@ -510,6 +526,7 @@ fox_endpoints_prepare(fox_endpoints *set, const fox_dconf *d, char *err, size_t 
     int rv;
     memset(set, 0, sizeof *set);
     set->d = d;
+    atomic_store(&set->cap, d->max_connections);
     set->pub.lock_fd = -1;
     if (fox_pipes_init(&set->pipes) != FOX_OK)
         return fox_errf(err, errlen, FOX_ENOMEM, "out of memory");

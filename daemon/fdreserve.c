@@ -1,4 +1,5 @@
 /* fdreserve.c — descriptors in reserve for the checkpoint (see fdreserve.h). */
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -7,6 +8,13 @@
 
 /* A checkpoint opens its temp file and its directory; the rest is margin. */
 #define RESERVE 8
+
+/*
+ * Descriptors kept free beside the reserve: record files, the metrics
+ * textfile, the ipc probe's connection and the connections a flood has
+ * made that nng has accepted but not yet handed over for the cap to close.
+ */
+#define MARGIN 32
 
 static int reserve[RESERVE] = {-1, -1, -1, -1, -1, -1, -1, -1};
 
@@ -40,4 +48,22 @@ fox_fd_reserve_release(void)
             close(reserve[i]);
             reserve[i] = -1;
         }
+}
+
+int
+fox_fd_connection_budget(long limit)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (limit < 0 || !d) {
+        if (d)
+            closedir(d);
+        return -1;
+    }
+    /* "." and ".." are not descriptors, and the directory's own is gone once it closes. */
+    long open_now = -1;
+    for (struct dirent *e; (e = readdir(d));)
+        open_now += e->d_name[0] != '.';
+    closedir(d);
+    long budget = limit - open_now - MARGIN;
+    return budget < 1 ? 1 : budget > (1 << 30) ? 1 << 30 : (int)budget;
 }

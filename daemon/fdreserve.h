@@ -20,4 +20,13 @@ void fox_fd_reserve_take(void);
 /* Give the reserve back so that the next open() calls succeed. */
 void fox_fd_reserve_release(void);
 
+/*
+ * How many connections all listeners together may hold under a descriptor
+ * limit of limit (fox_fd_raise_limit's): the limit less the descriptors open
+ * now (the reserve among them) and a margin for the files the trainer and
+ * the loop open while they run. Call it once every fixed descriptor is open.
+ * Never below 1; -1 when there is no limit or /proc/self/fd cannot be read.
+ */
+int fox_fd_connection_budget(long limit);
+
 #endif

@@ -906,6 +906,10 @@ fox_serve_main(const fox_config *cfg, const fox_dconf *d)
                                                                       : FOX_EXIT_ERROR;
     }
 
+    /* Every fixed descriptor is open now: what is left below the limit is the connections'. */
+    int budget = fox_fd_connection_budget(fds);
+    fox_endpoints_set_budget(&s->ends, budget);
+
     uv_signal_init(&s->loop, &s->sig_term);
     uv_signal_init(&s->loop, &s->sig_int);
     uv_signal_init(&s->loop, &s->sig_hup);
@@ -928,7 +932,8 @@ fox_serve_main(const fox_config *cfg, const fox_dconf *d)
         fox_trainer_snapshot(s->trainer, snap);
         fox_answer_status_line(snap, line, sizeof line);
         fox__notify("READY=1\nSTATUS=%s", line);
-        fox_log(FOX_LOG_NOTICE, "ready: %s; pid %d, %ld descriptors", line, (int)getpid(), fds);
+        fox_log(FOX_LOG_NOTICE, "ready: %s; pid %d, %ld descriptors, %d for connections", line,
+                (int)getpid(), fds, budget);
         free(snap);
     }
     publish_event(s, "ready", NULL);
