@@ -1,6 +1,8 @@
 /* fdreserve.c — descriptors in reserve for the checkpoint (see fdreserve.h). */
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -40,14 +42,52 @@ fox_fd_reserve_take(void)
             reserve[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
-void
-fox_fd_reserve_release(void)
+static void
+reserve_release(void)
 {
     for (int i = 0; i < RESERVE; i++)
         if (reserve[i] >= 0) {
             close(reserve[i]);
             reserve[i] = -1;
         }
+}
+
+typedef struct reserve_job {
+    int (*fn)(void *arg);
+    void *arg;
+    int private_table; /* whether unshare gave the thread its own table */
+    int rv;
+} reserve_job;
+
+static void *
+reserve_thread(void *p)
+{
+    reserve_job *j = p;
+    if (unshare(CLONE_FILES) != 0)
+        return NULL;
+    j->private_table = 1;
+    /* Closed in this thread's copy only: the process's table keeps them taken. */
+    for (int i = 0; i < RESERVE; i++)
+        if (reserve[i] >= 0)
+            close(reserve[i]);
+    j->rv = j->fn(j->arg);
+    return NULL;
+}
+
+int
+fox_fd_reserve_run(int (*fn)(void *arg), void *arg)
+{
+    reserve_job j = {fn, arg, 0, 0};
+    pthread_t th;
+    if (pthread_create(&th, NULL, reserve_thread, &j) == 0) {
+        pthread_join(th, NULL);
+        if (j.private_table)
+            return j.rv;
+    }
+    reserve_release();
+    j.rv = fn(arg);
+    fox_fd_reserve_take();
+    return j.rv;
 }
 
 int
