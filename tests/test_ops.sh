@@ -304,43 +304,57 @@ wait "$flood"
     fail "SIGTERM under a descriptor flood: exit $rc, checkpoint $(ls -l "$dir/st/foxd.ckpt" 2>&1)"
 ok "SIGTERM with every descriptor taken still writes the checkpoint and exits 0"
 
-# Two tcp listeners of daemon.max_connections (128) each could hold more
-# connections than foxd's 256 descriptors: the listeners share one budget
-# below the limit instead. A flood of 2 x 200 clients that finish the
-# handshake and hold on, during a run: a fresh ipc client is answered, every
-# epoch reaches epochs.csv, and SIGTERM writes the stop checkpoint.
+# A flood beyond foxd's 256 descriptors during a run, 200 clients on each of
+# two tcp listeners: every epoch still reaches epochs.csv and both
+# metrics.jsonl files, and SIGTERM writes the stop checkpoint.
+#   handshake 1: the clients finish the SP handshake and hold on. The two
+#     listeners' daemon.max_connections (128 each) would hold every
+#     descriptor; they share those below the limit instead, and a fresh ipc
+#     client is answered during the flood.
+#   handshake 0: the clients stay silent, so nng holds each one unnegotiated
+#     and every descriptor is taken: the records and the checkpoint are
+#     written from the reserve.
 start_training_at_256() {
     port2=$(free_port)
     log_mark
     (ulimit -n 256 && exec "$FOXD" "${TINY[@]}" --listen "$url" --listen "tcp://127.0.0.1:$port" \
         --listen "tcp://127.0.0.1:$port2" --pub "ipc://$dir/ev.sock" \
-        --set "daemon.runtime_dir=$dir/rt" --set "daemon.state_dir=$dir/st3" \
+        --set "daemon.runtime_dir=$dir/rt" --set "daemon.state_dir=$st" \
         --set daemon.token=right) 2>>"$dir/foxd.log" &
     pid=$!
     foxd_wait --url "$url"
 }
-on_free_port start_training_at_256
-ctl --token right run --detach --folds 0 --epochs 400 --steps 20 >/dev/null || fail "run --detach"
-python3 "$FLOOD" 127.0.0.1 "$port" 200 1 8 >"$dir/flood1.out" &
-flood1=$!
-python3 "$FLOOD" 127.0.0.1 "$port2" 200 1 8 >"$dir/flood2.out" &
-flood2=$!
-sleep 3
-ctl status >/dev/null || fail "a fresh ipc client got no answer during the flood"
-sleep 2
-kill -TERM "$pid"; wait "$pid"; rc=$?; pid=
-wait "$flood1" "$flood2"
-run3=$(ls -d "$dir"/st3/runs/*/ | head -1)
-rows=$(($(wc -l <"$run3/epochs.csv") - 1))
-lines=$(grep -c '"type":"epoch"' "$run3/metrics.jsonl")
-logged=$(tail -c +"$((log_from + 1))" "$dir/foxd.log" | grep -c "info: fold 0 epoch ")
-[ $rc -eq 0 ] && [ -s "$dir/st3/foxd.ckpt" ] ||
-    fail "SIGTERM during a flood beyond the limit: exit $rc, checkpoint $(ls -l "$dir/st3/foxd.ckpt" 2>&1)"
-! tail -c +"$((log_from + 1))" "$dir/foxd.log" | grep -q "warning: run directory" ||
-    fail "a record was not written: $(grep "warning: run directory" "$dir/foxd.log")"
-[ "$rows" -ge 1 ] && [ "$rows" -eq "$lines" ] && [ "$rows" -eq "$logged" ] ||
-    fail "$logged epochs ended, epochs.csv has $rows rows, metrics.jsonl $lines"
-ok "2 x 200 clients beyond 256 descriptors during a run: ipc answered, $rows epochs recorded, stop checkpoint written"
+flood_during_run() {
+    local handshake=$1 flood1 flood2 rc run rows lines state logged
+    st=$dir/st-flood$handshake
+    on_free_port start_training_at_256
+    ctl --token right run --detach --folds 0 --epochs 400 --steps 20 >/dev/null || fail "run --detach"
+    python3 "$FLOOD" 127.0.0.1 "$port" 200 "$handshake" 8 >/dev/null &
+    flood1=$!
+    python3 "$FLOOD" 127.0.0.1 "$port2" 200 "$handshake" 8 >/dev/null &
+    flood2=$!
+    sleep 3
+    if [ "$handshake" = 1 ]; then
+        ctl status >/dev/null || fail "a fresh ipc client got no answer during the flood"
+    fi
+    sleep 2
+    kill -TERM "$pid"; wait "$pid"; rc=$?; pid=
+    wait "$flood1" "$flood2"
+    run=$(ls -d "$st"/runs/*/ | head -1)
+    rows=$(($(wc -l <"$run/epochs.csv") - 1))
+    lines=$(grep -c '"type":"epoch"' "$run/metrics.jsonl")
+    state=$(grep -c '"type":"epoch"' "$st/metrics.jsonl")
+    logged=$(tail -c +"$((log_from + 1))" "$dir/foxd.log" | grep -c "info: fold 0 epoch ")
+    [ $rc -eq 0 ] && [ -s "$st/foxd.ckpt" ] ||
+        fail "SIGTERM during a flood (handshake $handshake): exit $rc, checkpoint $(ls -l "$st/foxd.ckpt" 2>&1)"
+    ! tail -c +"$((log_from + 1))" "$dir/foxd.log" | grep -q "warning: run directory\|warning: metrics" ||
+        fail "a record was not written: $(grep "warning: run directory\|warning: metrics" "$dir/foxd.log")"
+    [ "$rows" -ge 1 ] && [ "$rows" -eq "$lines" ] && [ "$rows" -eq "$state" ] && [ "$rows" -eq "$logged" ] ||
+        fail "$logged epochs ended; epochs.csv has $rows, metrics.jsonl $lines and $state (handshake $handshake)"
+    ok "2 x 200 clients (handshake $handshake) beyond 256 descriptors during a run: $rows epochs recorded, stop checkpoint written"
+}
+flood_during_run 1
+flood_during_run 0
 
 # ---------------------------------------------------- idle connections
 # 20 clients finish the handshake and say nothing: foxd closes them after
