@@ -416,7 +416,7 @@ on_pipe(nng_pipe p, nng_pipe_ev ev, void *arg)
     int cap = atomic_load(&set->cap);
     if (n <= cap) {
         /* Events pipes are not timed out (endpoints.h); one the table cannot hold is not either. */
-        if (ep != &set->pub && set->d->idle_timeout_s > 0 &&
+        if (ep != &set->pub && (set->d->idle_timeout_s > 0 || set->d->max_connection_age_s > 0) &&
             fox_pipes_add(&set->pipes, nng_pipe_id(p), fox_mono_ms()) != FOX_OK)
             fox_log(FOX_LOG_WARNING, "%s: out of memory; connection %u is not timed out", ep->url,
                     (unsigned)nng_pipe_id(p));
@@ -460,8 +460,8 @@ void
 fox_endpoints_close_idle(fox_endpoints *set)
 {
     uint32_t ids[IDLE_BATCH];
-    int n = fox_pipes_idle(&set->pipes, fox_mono_ms(), (int64_t)set->d->idle_timeout_s * 1000, ids,
-                           IDLE_BATCH);
+    int n = fox_pipes_expired(&set->pipes, fox_mono_ms(), (int64_t)set->d->idle_timeout_s * 1000,
+                              (int64_t)set->d->max_connection_age_s * 1000, ids, IDLE_BATCH);
     for (int i = 0; i < n; i++) {
         nng_pipe p = {.id = ids[i]};
         nng_pipe_close(p);
@@ -469,8 +469,10 @@ fox_endpoints_close_idle(fox_endpoints *set)
         fox_pipes_remove(&set->pipes, ids[i]);
     }
     if (n)
-        fox_log(FOX_LOG_INFO, "closed %d control connection(s) idle for %d s (daemon.idle_timeout_s)",
-                n, set->d->idle_timeout_s);
+        fox_log(FOX_LOG_INFO,
+                "closed %d control connection(s) idle for %d s (daemon.idle_timeout_s) or "
+                "connected %d s ago (daemon.max_connection_age_s)",
+                n, set->d->idle_timeout_s, set->d->max_connection_age_s);
 }
 
 /* ------------------------------------------------------------------- peers */

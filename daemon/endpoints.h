@@ -106,7 +106,9 @@ void fox_endpoints_set_budget(fox_endpoints *set, int budget);
 
 /*
  * On the loop: close the control connections (the REP socket's) that have
- * had no request in flight for daemon.idle_timeout_s. The events socket's
+ * had no request in flight for daemon.idle_timeout_s, or that have none in
+ * flight now and connected daemon.max_connection_age_s ago, so that clients
+ * who keep asking cannot hold a listener's share for good. The events socket's
  * are never timed out: a subscriber sends nothing by design, so silence
  * says nothing about it; the cap bounds them.
  */

@@ -81,7 +81,7 @@ fox_pipes_add(fox_pipes *t, uint32_t id, int64_t now_ms)
         if (2 * (t->used + 1) > t->cap)
             rv = grow(t);
         if (rv == FOX_OK) {
-            place(t, (fox_pipe_slot){id, 0, now_ms});
+            place(t, (fox_pipe_slot){id, 0, now_ms, now_ms});
             t->used++;
         }
     }
@@ -132,13 +132,17 @@ fox_pipes_end(fox_pipes *t, uint32_t id, int64_t now_ms)
 }
 
 int
-fox_pipes_idle(fox_pipes *t, int64_t now_ms, int64_t idle_ms, uint32_t *out, int max)
+fox_pipes_expired(fox_pipes *t, int64_t now_ms, int64_t idle_ms, int64_t age_ms, uint32_t *out,
+                  int max)
 {
     int n = 0;
     pthread_mutex_lock(&t->lock);
     for (uint32_t i = 0; i < t->cap && n < max; i++) {
         const fox_pipe_slot *s = &t->slots[i];
-        if (s->id != 0 && s->in_flight == 0 && now_ms - s->last_ms >= idle_ms)
+        if (s->id == 0 || s->in_flight > 0)
+            continue;
+        if ((idle_ms > 0 && now_ms - s->last_ms >= idle_ms) ||
+            (age_ms > 0 && now_ms - s->born_ms >= age_ms))
             out[n++] = s->id;
     }
     pthread_mutex_unlock(&t->lock);

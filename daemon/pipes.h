@@ -1,13 +1,18 @@
 /*
  * pipes.h — the activity of foxd's control connections (internal to
  * daemon/): for each open pipe of the REP socket, when it last finished a
- * request and how many of its requests are in flight, so that the loop can
- * close the ones idle longer than daemon.idle_timeout_s.
+ * request, how many of its requests are in flight and when it connected, so
+ * that the loop can close the ones idle longer than daemon.idle_timeout_s
+ * and, between two requests, the ones older than
+ * daemon.max_connection_age_s.
  *
  * A connection that finished the SP handshake and then sends nothing would
  * otherwise hold its descriptor for the daemon's life; the per-listener cap
  * (daemon.max_connections) only bounds how many there are. A pipe with a
- * request in flight is never idle, however long the trainer takes.
+ * request in flight is never idle, however long the trainer takes. A
+ * client that asks something every few seconds is never idle either; the
+ * age limit frees its slot now and then for others, and nng clients dial
+ * again by themselves.
  *
  * Threads: nng's threads add and remove pipes (pipe notifications) and
  * begin requests (the receive callback); the loop ends them and sweeps.
@@ -23,6 +28,7 @@ typedef struct fox_pipe_slot {
     uint32_t id; /* nng_pipe_id; 0 = free */
     int in_flight;
     int64_t last_ms; /* monotonic: connected, or its last reply left */
+    int64_t born_ms; /* monotonic: connected */
 } fox_pipe_slot;
 
 typedef struct fox_pipes {
@@ -46,10 +52,12 @@ void fox_pipes_begin(fox_pipes *t, uint32_t id);
 void fox_pipes_end(fox_pipes *t, uint32_t id, int64_t now_ms);
 
 /*
- * The ids of up to max pipes with nothing in flight and no activity for
- * idle_ms or longer, into out; returns how many. The caller closes them
- * after this returns (closing one calls back into fox_pipes_remove).
+ * The ids of up to max pipes with nothing in flight and either no activity
+ * for idle_ms or longer or connected age_ms or longer ago (0: either limit
+ * off), into out; returns how many. The caller closes them after this
+ * returns (closing one calls back into fox_pipes_remove).
  */
-int fox_pipes_idle(fox_pipes *t, int64_t now_ms, int64_t idle_ms, uint32_t *out, int max);
+int fox_pipes_expired(fox_pipes *t, int64_t now_ms, int64_t idle_ms, int64_t age_ms, uint32_t *out,
+                      int max);
 
 #endif

@@ -376,6 +376,24 @@ grep -q "idle for 2 s (daemon.idle_timeout_s)" "$dir/foxd.log" || fail "no log l
 ok "20 idle clients closed after 2 s, an active one answered $active on one connection"
 kill "$pid"; wait "$pid"; pid=
 
+# A client that keeps asking is never idle: daemon.max_connection_age_s
+# closes its connection between two requests all the same, so that busy
+# clients cannot hold a listener's share for good.
+start_with_max_age() {
+    foxd_start --url "$url" -- "${TINY[@]}" --listen "$url" --listen "tcp://127.0.0.1:$port" \
+        --pub "ipc://$dir/ev.sock" --set "daemon.runtime_dir=$dir/rt" \
+        --set "daemon.state_dir=$dir/st" --set daemon.token=right --set daemon.max_connection_age_s=2
+}
+on_free_port start_with_max_age
+out=$(python3 "$FLOOD" 127.0.0.1 "$port" 0 1 6 0.3)
+active=$(sed -n 's/^active //p' <<<"$out")
+[ -n "$active" ] && [ "$((${active#*/} - ${active%/*}))" -eq 1 ] && [ "${active%/*}" -ge 3 ] ||
+    fail "a busy connection past daemon.max_connection_age_s=2: $(echo $out)"
+grep -q "connected 2 s ago (daemon.max_connection_age_s)" "$dir/foxd.log" ||
+    fail "no log line for the age close"
+ok "a connection asking every 0.3 s closed after 2 s between requests (answered $active)"
+kill "$pid"; wait "$pid"; pid=
+
 # ------------------------------------------------------------------ logs
 "$FOXD" "${TINY[@]}" --set "daemon.runtime_dir=$dir/open" --set "daemon.state_dir=$dir/st" \
     2>"$dir/refused.log"
