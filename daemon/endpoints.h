@@ -89,9 +89,10 @@ int fox_endpoint_listen(fox_endpoints *set, nng_socket sock, fox_endpoint *ep, c
 
 /*
  * Count the connections of sock's listeners and close at once any beyond
- * set->cap on one listener, so that a flood of idle clients cannot use up
- * the descriptors, and keep the activity of each control connection in
- * set->pipes. (Connections that never finish the SP
+ * set->cap on one listener, or beyond a quarter of it from one tcp or tls
+ * peer address on a control listener, so that a flood of idle clients
+ * cannot use up the descriptors nor one address lock out the others, and
+ * keep the activity of each control connection in set->pipes. (Connections that never finish the SP
  * handshake are nng's: it drops one after 10 s without progress.)
  */
 int fox_endpoints_limit_pipes(fox_endpoints *set, nng_socket sock);

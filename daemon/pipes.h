@@ -14,6 +14,9 @@
  * age limit frees its slot now and then for others, and nng clients dial
  * again by themselves.
  *
+ * A tcp or tls pipe carries its peer's address, hashed, so that one
+ * address can be held to a part of a listener's connections.
+ *
  * Threads: nng's threads add and remove pipes (pipe notifications) and
  * begin requests (the receive callback); the loop ends them and sweeps.
  * Every call takes the table's lock; the lookups are a hash on the pipe id.
@@ -29,6 +32,7 @@ typedef struct fox_pipe_slot {
     int in_flight;
     int64_t last_ms; /* monotonic: connected, or its last reply left */
     int64_t born_ms; /* monotonic: connected */
+    uint64_t peer;   /* the peer's address, hashed; 0 = not counted (ipc) */
 } fox_pipe_slot;
 
 typedef struct fox_pipes {
@@ -41,8 +45,14 @@ typedef struct fox_pipes {
 int fox_pipes_init(fox_pipes *t);
 void fox_pipes_fini(fox_pipes *t);
 
-/* A pipe opened at now_ms. FOX_ENOMEM when the table cannot grow (the pipe is then not timed out). */
-int fox_pipes_add(fox_pipes *t, uint32_t id, int64_t now_ms);
+/*
+ * A pipe opened at now_ms from peer (0: not counted). FOX_EBUSY, the pipe
+ * not added, when peer_max pipes from peer are in the table already
+ * (peer_max <= 0: no limit); counting them walks the table, which the
+ * connection cap keeps small. FOX_ENOMEM when the table cannot grow (the
+ * pipe is then neither timed out nor counted).
+ */
+int fox_pipes_add(fox_pipes *t, uint32_t id, uint64_t peer, int peer_max, int64_t now_ms);
 /* A pipe closed; an id never added is ignored. */
 void fox_pipes_remove(fox_pipes *t, uint32_t id);
 

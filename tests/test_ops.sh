@@ -394,6 +394,24 @@ grep -q "connected 2 s ago (daemon.max_connection_age_s)" "$dir/foxd.log" ||
 ok "a connection asking every 0.3 s closed after 2 s between requests (answered $active)"
 kill "$pid"; wait "$pid"; pid=
 
+# One address may hold a quarter of a listener's connections: 100 clients
+# from 127.0.0.1 keep 10 of daemon.max_connections=40, and a client from
+# 127.0.0.2 still gets a connection and its answers.
+start_with_40_connections() {
+    foxd_start --url "$url" -- "${TINY[@]}" --listen "$url" --listen "tcp://127.0.0.1:$port" \
+        --pub "ipc://$dir/ev.sock" --set "daemon.runtime_dir=$dir/rt" \
+        --set "daemon.state_dir=$dir/st" --set daemon.token=right --set daemon.max_connections=40
+}
+on_free_port start_with_40_connections
+out=$(python3 "$FLOOD" 127.0.0.1 "$port" 100 1 3 0.3 127.0.0.2)
+closed=$(sed -n 's/^closed //p' <<<"$out")
+active=$(sed -n 's/^active //p' <<<"$out")
+[ "$closed" = 90 ] || fail "100 clients from one address, daemon.max_connections=40: $(echo $out)"
+[ -n "$active" ] && [ "${active%/*}" = "${active#*/}" ] && [ "${active%/*}" -ge 3 ] ||
+    fail "a client from another address lost its connection: $(echo $out)"
+ok "100 clients from one address kept 10 of 40 connections; another address answered $active"
+kill "$pid"; wait "$pid"; pid=
+
 # ------------------------------------------------------------------ logs
 "$FOXD" "${TINY[@]}" --set "daemon.runtime_dir=$dir/open" --set "daemon.state_dir=$dir/st" \
     2>"$dir/refused.log"
