@@ -1,4 +1,7 @@
-/* fdreserve.c — descriptors in reserve for the checkpoint (see fdreserve.h). */
+/*
+ * fdreserve.c — descriptors in reserve for the checkpoint and the records,
+ * and the connections' share of the rest (see fdreserve.h).
+ */
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -8,13 +11,17 @@
 
 #include "daemon/fdreserve.h"
 
-/* A checkpoint opens its temp file and its directory; the rest is margin. */
+/*
+ * A checkpoint opens its temp file and its directory, a record file one at
+ * a time, the run's close foxplot's pipe; the rest is margin.
+ */
 #define RESERVE 8
 
 /*
- * Descriptors kept free beside the reserve: record files, the metrics
- * textfile, the ipc probe's connection and the connections a flood has
- * made that nng has accepted but not yet handed over for the cap to close.
+ * Descriptors kept free beside the reserve for what the loop and nng open
+ * while they run: the metrics textfile, the log file reopened, the ipc
+ * probe's connection, and the connections a flood has made that nng has
+ * accepted but not yet handed over for the cap to close.
  */
 #define MARGIN 32
 
