@@ -76,6 +76,7 @@ static const dkey dkeys[] = {
     I("daemon.data_max_mb", data_max_mb, 1, 1 << 20),
     I("daemon.max_connections", max_connections, 1, 1 << 20),
     I("daemon.idle_timeout_s", idle_timeout_s, 0, 7 * 86400),
+    I("daemon.max_connection_age_s", max_connection_age_s, 0, 7 * 86400),
     S("daemon.metrics_listen", metrics_listen),
     S("run.dir", run_dir),
     S("run.root", run_root),
@@ -137,6 +138,7 @@ fox_dconf_default(fox_dconf *d)
     d->data_max_mb = 1024;
     d->max_connections = 128;
     d->idle_timeout_s = 300;
+    d->max_connection_age_s = 3600;
     d->run_isv_steps = 16;
 }
 

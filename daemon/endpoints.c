@@ -386,6 +386,34 @@ fox_endpoints_relisten(fox_endpoints *set, nng_socket sock, int deaf)
 /* ------------------------------------------------------- connection caps */
 
 #define CAP_LOG_MS 1000 /* at most one line about refused connections this often */
+#define PEER_SHARE 4    /* one peer address may hold this fraction of a listener's connections */
+
+/*
+ * A tcp or tls peer's address (not its port), hashed with FNV-1a; 0 when
+ * nng cannot say it, which leaves the connection uncounted.
+ */
+static uint64_t
+peer_key(nng_pipe p)
+{
+    nng_sockaddr sa;
+    const uint8_t *b;
+    size_t len;
+    if (nng_pipe_get_addr(p, NNG_OPT_REMADDR, &sa) != 0)
+        return 0;
+    if (sa.s_family == NNG_AF_INET) {
+        b = (const uint8_t *)&sa.s_in.sa_addr;
+        len = sizeof sa.s_in.sa_addr;
+    } else if (sa.s_family == NNG_AF_INET6) {
+        b = sa.s_in6.sa_addr;
+        len = sizeof sa.s_in6.sa_addr;
+    } else {
+        return 0;
+    }
+    uint64_t h = 14695981039346656037ull ^ sa.s_family;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h | 1;
+}
 
 static fox_endpoint *
 endpoint_of_pipe(fox_endpoints *set, nng_pipe p)
@@ -413,19 +441,27 @@ on_pipe(nng_pipe p, nng_pipe_ev ev, void *arg)
         return;
     }
     int n = atomic_fetch_add(&ep->pipes, 1) + 1;
-    if (n <= set->d->max_connections) {
-        /* Events pipes are not timed out (endpoints.h); one the table cannot hold is not either. */
-        if (ep != &set->pub && set->d->idle_timeout_s > 0 &&
-            fox_pipes_add(&set->pipes, nng_pipe_id(p), fox_mono_ms()) != FOX_OK)
+    int cap = atomic_load(&set->cap);
+    /* Events pipes are neither timed out nor counted per peer (endpoints.h). */
+    if (n <= cap && ep == &set->pub)
+        return;
+    if (n <= cap) {
+        uint64_t peer = ep->transport == FOX_TRANSPORT_IPC ? 0 : peer_key(p);
+        int peer_max = cap / PEER_SHARE > 0 ? cap / PEER_SHARE : 1;
+        int rv = fox_pipes_add(&set->pipes, nng_pipe_id(p), peer, peer_max, fox_mono_ms());
+        if (rv == FOX_ENOMEM)
             fox_log(FOX_LOG_WARNING, "%s: out of memory; connection %u is not timed out", ep->url,
                     (unsigned)nng_pipe_id(p));
-        return;
+        if (rv != FOX_EBUSY)
+            return;
     }
     nng_pipe_close(p);
     int64_t now = fox_mono_ms();
     int64_t last = atomic_load(&set->cap_logged_ms);
     if (now - last >= CAP_LOG_MS && atomic_compare_exchange_strong(&set->cap_logged_ms, &last, now))
-        fox_log(FOX_LOG_WARNING, "%s: %d connections open; closing new ones (daemon.max_connections)",
+        fox_log(FOX_LOG_WARNING,
+                "%s: %d connections open; closing new ones (daemon.max_connections, this "
+                "listener's share of the descriptors, or a quarter of that from one address)",
                 ep->url, n - 1);
 }
 
@@ -438,14 +474,27 @@ fox_endpoints_limit_pipes(fox_endpoints *set, nng_socket sock)
     return rv;
 }
 
+void
+fox_endpoints_set_budget(fox_endpoints *set, int budget)
+{
+    /*
+     * Equal shares, so that a flood on one listener leaves the others their
+     * connections: the operator's ipc socket stays open under a tcp flood.
+     */
+    int share = budget < 0 ? set->d->max_connections : budget / (set->n_eps + 1);
+    if (share < 1)
+        share = 1;
+    atomic_store(&set->cap, share < set->d->max_connections ? share : set->d->max_connections);
+}
+
 #define IDLE_BATCH 256 /* connections closed per sweep at most; the next sweep takes the rest */
 
 void
 fox_endpoints_close_idle(fox_endpoints *set)
 {
     uint32_t ids[IDLE_BATCH];
-    int n = fox_pipes_idle(&set->pipes, fox_mono_ms(), (int64_t)set->d->idle_timeout_s * 1000, ids,
-                           IDLE_BATCH);
+    int n = fox_pipes_expired(&set->pipes, fox_mono_ms(), (int64_t)set->d->idle_timeout_s * 1000,
+                              (int64_t)set->d->max_connection_age_s * 1000, ids, IDLE_BATCH);
     for (int i = 0; i < n; i++) {
         nng_pipe p = {.id = ids[i]};
         nng_pipe_close(p);
@@ -453,8 +502,10 @@ fox_endpoints_close_idle(fox_endpoints *set)
         fox_pipes_remove(&set->pipes, ids[i]);
     }
     if (n)
-        fox_log(FOX_LOG_INFO, "closed %d control connection(s) idle for %d s (daemon.idle_timeout_s)",
-                n, set->d->idle_timeout_s);
+        fox_log(FOX_LOG_INFO,
+                "closed %d control connection(s) idle for %d s (daemon.idle_timeout_s) or "
+                "connected %d s ago (daemon.max_connection_age_s)",
+                n, set->d->idle_timeout_s, set->d->max_connection_age_s);
 }
 
 /* ------------------------------------------------------------------- peers */
@@ -510,6 +561,7 @@ fox_endpoints_prepare(fox_endpoints *set, const fox_dconf *d, char *err, size_t 
     int rv;
     memset(set, 0, sizeof *set);
     set->d = d;
+    atomic_store(&set->cap, d->max_connections);
     set->pub.lock_fd = -1;
     if (fox_pipes_init(&set->pipes) != FOX_OK)
         return fox_errf(err, errlen, FOX_ENOMEM, "out of memory");

@@ -72,16 +72,27 @@ fox_pipes_fini(fox_pipes *t)
     t->slots = NULL;
 }
 
+static int
+count_peer(const fox_pipes *t, uint64_t peer)
+{
+    int n = 0;
+    for (uint32_t i = 0; i < t->cap; i++)
+        n += t->slots[i].id != 0 && t->slots[i].peer == peer;
+    return n;
+}
+
 int
-fox_pipes_add(fox_pipes *t, uint32_t id, int64_t now_ms)
+fox_pipes_add(fox_pipes *t, uint32_t id, uint64_t peer, int peer_max, int64_t now_ms)
 {
     int rv = FOX_OK;
     pthread_mutex_lock(&t->lock);
     if (!find(t, id)) {
-        if (2 * (t->used + 1) > t->cap)
+        if (peer != 0 && peer_max > 0 && count_peer(t, peer) >= peer_max)
+            rv = FOX_EBUSY;
+        else if (2 * (t->used + 1) > t->cap)
             rv = grow(t);
         if (rv == FOX_OK) {
-            place(t, (fox_pipe_slot){id, 0, now_ms});
+            place(t, (fox_pipe_slot){id, 0, now_ms, now_ms, peer});
             t->used++;
         }
     }
@@ -132,13 +143,17 @@ fox_pipes_end(fox_pipes *t, uint32_t id, int64_t now_ms)
 }
 
 int
-fox_pipes_idle(fox_pipes *t, int64_t now_ms, int64_t idle_ms, uint32_t *out, int max)
+fox_pipes_expired(fox_pipes *t, int64_t now_ms, int64_t idle_ms, int64_t age_ms, uint32_t *out,
+                  int max)
 {
     int n = 0;
     pthread_mutex_lock(&t->lock);
     for (uint32_t i = 0; i < t->cap && n < max; i++) {
         const fox_pipe_slot *s = &t->slots[i];
-        if (s->id != 0 && s->in_flight == 0 && now_ms - s->last_ms >= idle_ms)
+        if (s->id == 0 || s->in_flight > 0)
+            continue;
+        if ((idle_ms > 0 && now_ms - s->last_ms >= idle_ms) ||
+            (age_ms > 0 && now_ms - s->born_ms >= age_ms))
             out[n++] = s->id;
     }
     pthread_mutex_unlock(&t->lock);

@@ -1,13 +1,21 @@
 /*
  * pipes.h — the activity of foxd's control connections (internal to
  * daemon/): for each open pipe of the REP socket, when it last finished a
- * request and how many of its requests are in flight, so that the loop can
- * close the ones idle longer than daemon.idle_timeout_s.
+ * request, how many of its requests are in flight and when it connected, so
+ * that the loop can close the ones idle longer than daemon.idle_timeout_s
+ * and, between two requests, the ones older than
+ * daemon.max_connection_age_s.
  *
  * A connection that finished the SP handshake and then sends nothing would
  * otherwise hold its descriptor for the daemon's life; the per-listener cap
  * (daemon.max_connections) only bounds how many there are. A pipe with a
- * request in flight is never idle, however long the trainer takes.
+ * request in flight is never idle, however long the trainer takes. A
+ * client that asks something every few seconds is never idle either; the
+ * age limit frees its slot now and then for others, and nng clients dial
+ * again by themselves.
+ *
+ * A tcp or tls pipe carries its peer's address, hashed, so that one
+ * address can be held to a part of a listener's connections.
  *
  * Threads: nng's threads add and remove pipes (pipe notifications) and
  * begin requests (the receive callback); the loop ends them and sweeps.
@@ -23,6 +31,8 @@ typedef struct fox_pipe_slot {
     uint32_t id; /* nng_pipe_id; 0 = free */
     int in_flight;
     int64_t last_ms; /* monotonic: connected, or its last reply left */
+    int64_t born_ms; /* monotonic: connected */
+    uint64_t peer;   /* the peer's address, hashed; 0 = not counted (ipc) */
 } fox_pipe_slot;
 
 typedef struct fox_pipes {
@@ -35,8 +45,14 @@ typedef struct fox_pipes {
 int fox_pipes_init(fox_pipes *t);
 void fox_pipes_fini(fox_pipes *t);
 
-/* A pipe opened at now_ms. FOX_ENOMEM when the table cannot grow (the pipe is then not timed out). */
-int fox_pipes_add(fox_pipes *t, uint32_t id, int64_t now_ms);
+/*
+ * A pipe opened at now_ms from peer (0: not counted). FOX_EBUSY, the pipe
+ * not added, when peer_max pipes from peer are in the table already
+ * (peer_max <= 0: no limit); counting them walks the table, which the
+ * connection cap keeps small. FOX_ENOMEM when the table cannot grow (the
+ * pipe is then neither timed out nor counted).
+ */
+int fox_pipes_add(fox_pipes *t, uint32_t id, uint64_t peer, int peer_max, int64_t now_ms);
 /* A pipe closed; an id never added is ignored. */
 void fox_pipes_remove(fox_pipes *t, uint32_t id);
 
@@ -46,10 +62,12 @@ void fox_pipes_begin(fox_pipes *t, uint32_t id);
 void fox_pipes_end(fox_pipes *t, uint32_t id, int64_t now_ms);
 
 /*
- * The ids of up to max pipes with nothing in flight and no activity for
- * idle_ms or longer, into out; returns how many. The caller closes them
- * after this returns (closing one calls back into fox_pipes_remove).
+ * The ids of up to max pipes with nothing in flight and either no activity
+ * for idle_ms or longer or connected age_ms or longer ago (0: either limit
+ * off), into out; returns how many. The caller closes them after this
+ * returns (closing one calls back into fox_pipes_remove).
  */
-int fox_pipes_idle(fox_pipes *t, int64_t now_ms, int64_t idle_ms, uint32_t *out, int max);
+int fox_pipes_expired(fox_pipes *t, int64_t now_ms, int64_t idle_ms, int64_t age_ms, uint32_t *out,
+                      int max);
 
 #endif

@@ -829,15 +829,19 @@ setup(server *s, const fox_config *cfg, char *err, size_t errlen)
 }
 
 /*
- * How often to look for idle connections: a quarter of the timeout, so one
- * is closed at most a quarter late, but not more often than IDLE_SWEEP_MIN_MS
- * nor less often than IDLE_SWEEP_MAX_MS. 0 (no timer) when there is no timeout.
+ * How often to look for idle or old connections: a quarter of the shorter
+ * limit, so one is closed at most a quarter late, but not more often than
+ * IDLE_SWEEP_MIN_MS nor less often than IDLE_SWEEP_MAX_MS. 0 (no timer)
+ * when neither limit is on.
  */
 static uint64_t
-idle_sweep_ms(int idle_timeout_s)
+idle_sweep_ms(int idle_timeout_s, int max_age_s)
 {
-    uint64_t ms = (uint64_t)idle_timeout_s * 1000 / 4;
-    if (idle_timeout_s <= 0)
+    int shorter = idle_timeout_s <= 0                             ? max_age_s
+                  : max_age_s <= 0 || idle_timeout_s < max_age_s ? idle_timeout_s
+                                                                  : max_age_s;
+    uint64_t ms = (uint64_t)shorter * 1000 / 4;
+    if (shorter <= 0)
         return 0;
     return ms < IDLE_SWEEP_MIN_MS ? IDLE_SWEEP_MIN_MS : ms > IDLE_SWEEP_MAX_MS ? IDLE_SWEEP_MAX_MS : ms;
 }
@@ -906,6 +910,10 @@ fox_serve_main(const fox_config *cfg, const fox_dconf *d)
                                                                       : FOX_EXIT_ERROR;
     }
 
+    /* Every fixed descriptor is open now: what is left below the limit is the connections'. */
+    int budget = fox_fd_connection_budget(fds);
+    fox_endpoints_set_budget(&s->ends, budget);
+
     uv_signal_init(&s->loop, &s->sig_term);
     uv_signal_init(&s->loop, &s->sig_int);
     uv_signal_init(&s->loop, &s->sig_hup);
@@ -918,7 +926,7 @@ fox_serve_main(const fox_config *cfg, const fox_dconf *d)
     start_timer(s, &s->t_metrics, on_metrics, (uint64_t)d->metrics_interval_ms);
     start_timer(s, &s->t_linger, NULL, 0);
     start_timer(s, &s->t_http, on_http_metrics, s->http ? METRICS_HTTP_MS : 0);
-    start_timer(s, &s->t_idle, on_idle, idle_sweep_ms(d->idle_timeout_s));
+    start_timer(s, &s->t_idle, on_idle, idle_sweep_ms(d->idle_timeout_s, d->max_connection_age_s));
     if (s->http)
         on_http_metrics(&s->t_http);
 
@@ -928,7 +936,8 @@ fox_serve_main(const fox_config *cfg, const fox_dconf *d)
         fox_trainer_snapshot(s->trainer, snap);
         fox_answer_status_line(snap, line, sizeof line);
         fox__notify("READY=1\nSTATUS=%s", line);
-        fox_log(FOX_LOG_NOTICE, "ready: %s; pid %d, %ld descriptors", line, (int)getpid(), fds);
+        fox_log(FOX_LOG_NOTICE, "ready: %s; pid %d, %ld descriptors, %d for connections", line,
+                (int)getpid(), fds, budget);
         free(snap);
     }
     publish_event(s, "ready", NULL);

@@ -174,6 +174,52 @@ metrics_line(fox_trainer *t, const fox_tevent *ev)
     free(s);
 }
 
+/*
+ * What a chunk (an ISV sample, now and then), an epoch's end, a fold's end
+ * or the walk's end leaves on disk: metrics.jsonl's line and the run
+ * directory's records, written from the descriptor reserve (fdreserve.h)
+ * so that a connection flood cannot cost one. st is the chunk's stats and
+ * ev NULL for a chunk; part is the fold a walk's end cut short, or NULL.
+ */
+typedef struct records_job {
+    fox_trainer *t;
+    const fox_step_stats *st;
+    const fox_tevent *ev;
+    const fox_fold_report *part;
+} records_job;
+
+static int
+run_records_job(void *arg)
+{
+    records_job *j = arg;
+    fox_trainer *t = j->t;
+    if (!j->ev) {
+        fox_record_chunk(t->record, t->engine, j->st);
+        return FOX_OK;
+    }
+    switch (j->ev->type) {
+    case FOX_TEVENT_EPOCH_END:
+        metrics_line(t, j->ev);
+        fox_record_epoch(t->record, t->engine, j->ev->u.epoch_end.report, t->run_op);
+        break;
+    case FOX_TEVENT_FOLD_END:
+        metrics_line(t, j->ev);
+        fox_record_fold(t->record, t->engine, j->ev->u.fold_end.report, t->run_op);
+        break;
+    default:
+        fox_record_close(t->record, t->engine, j->part);
+    }
+    return FOX_OK;
+}
+
+static void
+write_records(fox_trainer *t, const fox_step_stats *st, const fox_tevent *ev,
+              const fox_fold_report *part)
+{
+    records_job j = {t, st, ev, part};
+    fox_fd_reserve_run(run_records_job, &j);
+}
+
 /* A long operation starts: status lists it until FOX_RECENT_OPS newer ones pushed it out. */
 static int64_t
 op_begin(fox_trainer *t, int cmd)
@@ -236,7 +282,7 @@ end_walk(fox_trainer *t, int status, const char *msg)
     int cut_short = status != FOX_OK && t->walk.fold >= 0 &&
                     fox_engine_fold_report(t->engine, &part) == FOX_OK && part.epochs_done > 0;
     set_phase(t, "record");
-    fox_record_close(t->record, t->engine, cut_short ? &part : NULL);
+    write_records(t, NULL, &ev, cut_short ? &part : NULL);
     set_phase(t, NULL);
     t->record = NULL;
     fox_log(FOX_LOG_INFO, "op %lld: run directory %s", (long long)t->run_op, t->run_dir);
@@ -263,7 +309,8 @@ on_chunk(void *arg, const fox_step_stats *st)
 {
     fox_trainer *t = arg;
     t->last = *st;
-    fox_record_chunk(t->record, t->engine, st);
+    if (t->record)
+        write_records(t, st, NULL, NULL);
 }
 
 static void
@@ -283,8 +330,7 @@ on_epoch_end(void *arg, const fox_epoch_report *r)
     fox_tevent ev = {.type = FOX_TEVENT_EPOCH_END};
     ev.u.epoch_end.report = r;
     ev.u.epoch_end.epochs = t->walk.epochs;
-    metrics_line(t, &ev);
-    fox_record_epoch(t->record, t->engine, r, t->run_op);
+    write_records(t, NULL, &ev, NULL);
     emit(t, &ev);
     fox_log(FOX_LOG_INFO,
             "fold %d epoch %d/%d: loss %.4g val Sharpe %.3f test Sharpe %.3f %.0f steps/s", r->fold,
@@ -303,8 +349,7 @@ on_fold_end(void *arg, const fox_fold_report *r)
     pthread_mutex_unlock(&t->slock);
     fox_tevent ev = {.type = FOX_TEVENT_FOLD_END};
     ev.u.fold_end.report = r;
-    metrics_line(t, &ev);
-    fox_record_fold(t->record, t->engine, r, t->run_op);
+    write_records(t, NULL, &ev, NULL);
     emit(t, &ev);
 }
 
@@ -433,6 +478,18 @@ params_digest(fox_engine *e, char out[17])
         snprintf(out, 17, "%016llx", (unsigned long long)h);
 }
 
+typedef struct ckpt_job {
+    fox_engine *engine;
+    const char *path;
+} ckpt_job;
+
+static int
+write_checkpoint(void *arg)
+{
+    ckpt_job *j = arg;
+    return fox_engine_checkpoint_save(j->engine, j->path);
+}
+
 static int
 save_checkpoint(fox_trainer *t, const char *path, char *msg, size_t len)
 {
@@ -446,10 +503,9 @@ save_checkpoint(fox_trainer *t, const char *path, char *msg, size_t len)
             return FOX_EIO;
     }
     set_phase(t, "checkpoint");
-    /* A connection flood may hold every other descriptor: use the reserve. */
-    fox_fd_reserve_release();
-    int rv = fox_engine_checkpoint_save(t->engine, path);
-    fox_fd_reserve_take();
+    /* A connection flood may hold every other descriptor: write from the reserve. */
+    ckpt_job j = {t->engine, path};
+    int rv = fox_fd_reserve_run(write_checkpoint, &j);
     set_phase(t, NULL);
     if (rv != FOX_OK) {
         snprintf(msg, len, "%s", fox_engine_errmsg(t->engine));

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""flood.py HOST PORT N HANDSHAKE SECONDS [EVERY]: open N TCP connections to
+"""flood.py HOST PORT N HANDSHAKE SECONDS [EVERY [SOURCE]]: open N TCP connections to
 an nng listener and hold them for SECONDS; with HANDSHAKE=1 each one
 completes the SP handshake as a REQ peer first, else it stays silent. Prints
 how many connections the server closed within the time (handshake mode).
 With EVERY, one more connection (a REQ peer speaking the SP wire format
 itself, so that it never reconnects behind our back) sends `version` every
 EVERY seconds meanwhile, and the last line says how many of its requests
-were answered on that one connection."""
+were answered on that one connection; SOURCE is the local address it
+connects from (another loopback address than the flood's, say)."""
 import socket
 import struct
 import sys
@@ -16,6 +17,7 @@ SP_HEADER = b"\x00SP\x00\x00\x30\x00\x00"  # SP header, protocol REQ0 (48)
 
 host, port, n, handshake, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1", float(sys.argv[5])
 every = float(sys.argv[6]) if len(sys.argv) > 6 else 0
+source = (sys.argv[7], 0) if len(sys.argv) > 7 else None
 
 
 def recv_exact(s, n):
@@ -49,7 +51,7 @@ for _ in range(n):
 print(f"opened {len(socks)}", flush=True)
 asked = answered = 0
 if every > 0:
-    active = socket.create_connection((host, port), timeout=5)
+    active = socket.create_connection((host, port), timeout=5, source_address=source)
     active.sendall(SP_HEADER)
     recv_exact(active, 8)
     end = time.monotonic() + seconds

@@ -759,7 +759,7 @@ START_TEST(test_pipes)
     FOX_CK_OK(fox_pipes_init(&t));
     /* Sequential ids, as nng gives them, well past the first capacity. */
     for (uint32_t id = 1; id <= N; id++)
-        FOX_CK_OK(fox_pipes_add(&t, id, 1000));
+        FOX_CK_OK(fox_pipes_add(&t, id, 0, 0, 1000));
     ck_assert_uint_eq(t.used, N);
     /* Every other one removed: the rest must still be found. */
     for (uint32_t id = 2; id <= N; id += 2)
@@ -771,21 +771,51 @@ START_TEST(test_pipes)
     fox_pipes_begin(&t, 3);
     fox_pipes_begin(&t, 3);
     fox_pipes_end(&t, 3, 1500);
-    ck_assert_int_eq(fox_pipes_idle(&t, 1999, 1000, idle, N), 0);
-    int n = fox_pipes_idle(&t, 2000, 1000, idle, N);
+    ck_assert_int_eq(fox_pipes_expired(&t, 1999, 1000, 0, idle, N), 0);
+    int n = fox_pipes_expired(&t, 2000, 1000, 0, idle, N);
     ck_assert_int_eq(n, N / 2 - 2);
     for (int i = 0; i < n; i++)
         ck_assert(idle[i] % 2 == 1 && idle[i] != 1 && idle[i] != 3);
     /* 3 has one request left; once it ends the idle time counts from then. */
     fox_pipes_end(&t, 3, 2100);
-    ck_assert_int_eq(fox_pipes_idle(&t, 3000, 1000, idle, N), N / 2 - 2);
-    ck_assert_int_eq(fox_pipes_idle(&t, 3100, 1000, idle, N), N / 2 - 1);
+    ck_assert_int_eq(fox_pipes_expired(&t, 3000, 1000, 0, idle, N), N / 2 - 2);
+    ck_assert_int_eq(fox_pipes_expired(&t, 3100, 1000, 0, idle, N), N / 2 - 1);
+    /* 3 keeps asking: never idle, it is old once connected 5 s ago, and only between requests. */
+    fox_pipes_begin(&t, 3);
+    fox_pipes_end(&t, 3, 5900);
+    ck_assert_int_eq(fox_pipes_expired(&t, 6000, 1000, 0, idle, N), N / 2 - 2);
+    ck_assert_int_eq(fox_pipes_expired(&t, 6000, 1000, 5000, idle, N), N / 2 - 1);
+    ck_assert_int_eq(fox_pipes_expired(&t, 6000, 0, 5000, idle, N), N / 2 - 1);
+    ck_assert_int_eq(fox_pipes_expired(&t, 6000, 0, 5001, idle, N), 0);
+    fox_pipes_begin(&t, 3);
+    ck_assert_int_eq(fox_pipes_expired(&t, 6000, 0, 5000, idle, N), N / 2 - 2);
+    fox_pipes_end(&t, 3, 6000);
     /* The batch bound holds. */
-    ck_assert_int_eq(fox_pipes_idle(&t, 9000, 1000, idle, 7), 7);
+    ck_assert_int_eq(fox_pipes_expired(&t, 9000, 1000, 0, idle, 7), 7);
     for (uint32_t id = 1; id <= N; id += 2)
         fox_pipes_remove(&t, id);
     ck_assert_uint_eq(t.used, 0);
-    ck_assert_int_eq(fox_pipes_idle(&t, 9000, 0, idle, N), 0);
+    ck_assert_int_eq(fox_pipes_expired(&t, 9000, 1000, 1000, idle, N), 0);
+    fox_pipes_fini(&t);
+}
+END_TEST
+
+/* One peer address holds at most peer_max pipes; the ones it closes free their places. */
+START_TEST(test_pipes_peer)
+{
+    fox_pipes t;
+    FOX_CK_OK(fox_pipes_init(&t));
+    for (uint32_t id = 1; id <= 3; id++)
+        FOX_CK_OK(fox_pipes_add(&t, id, 7, 3, 0));
+    ck_assert_int_eq(fox_pipes_add(&t, 4, 7, 3, 0), FOX_EBUSY);
+    FOX_CK_OK(fox_pipes_add(&t, 5, 8, 3, 0)); /* another peer */
+    FOX_CK_OK(fox_pipes_add(&t, 6, 0, 3, 0)); /* not counted (ipc) */
+    FOX_CK_OK(fox_pipes_add(&t, 7, 7, 0, 0)); /* no limit */
+    fox_pipes_remove(&t, 7);
+    fox_pipes_remove(&t, 2);
+    FOX_CK_OK(fox_pipes_add(&t, 4, 7, 3, 0));
+    ck_assert_int_eq(fox_pipes_add(&t, 8, 7, 3, 0), FOX_EBUSY);
+    ck_assert_uint_eq(t.used, 5);
     fox_pipes_fini(&t);
 }
 END_TEST
@@ -907,6 +937,7 @@ daemon_suite(void)
     tcase_add_test(tc, test_dconf_finish);
     tcase_add_test(tc, test_ckpt_paths);
     tcase_add_test(tc, test_pipes);
+    tcase_add_test(tc, test_pipes_peer);
     tcase_add_test(tc, test_cpus_split);
     tcase_add_test(tc, test_cpus_one);
     suite_add_tcase(s, tc);

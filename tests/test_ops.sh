@@ -304,6 +304,58 @@ wait "$flood"
     fail "SIGTERM under a descriptor flood: exit $rc, checkpoint $(ls -l "$dir/st/foxd.ckpt" 2>&1)"
 ok "SIGTERM with every descriptor taken still writes the checkpoint and exits 0"
 
+# A flood beyond foxd's 256 descriptors during a run, 200 clients on each of
+# two tcp listeners: every epoch still reaches epochs.csv and both
+# metrics.jsonl files, and SIGTERM writes the stop checkpoint.
+#   handshake 1: the clients finish the SP handshake and hold on. The two
+#     listeners' daemon.max_connections (128 each) would hold every
+#     descriptor; they share those below the limit instead, and a fresh ipc
+#     client is answered during the flood.
+#   handshake 0: the clients stay silent, so nng holds each one unnegotiated
+#     and every descriptor is taken: the records and the checkpoint are
+#     written from the reserve.
+start_training_at_256() {
+    port2=$(free_port)
+    log_mark
+    (ulimit -n 256 && exec "$FOXD" "${TINY[@]}" --listen "$url" --listen "tcp://127.0.0.1:$port" \
+        --listen "tcp://127.0.0.1:$port2" --pub "ipc://$dir/ev.sock" \
+        --set "daemon.runtime_dir=$dir/rt" --set "daemon.state_dir=$st" \
+        --set daemon.token=right) 2>>"$dir/foxd.log" &
+    pid=$!
+    foxd_wait --url "$url"
+}
+flood_during_run() {
+    local handshake=$1 flood1 flood2 rc run rows lines state logged
+    st=$dir/st-flood$handshake
+    on_free_port start_training_at_256
+    ctl --token right run --detach --folds 0 --epochs 400 --steps 20 >/dev/null || fail "run --detach"
+    python3 "$FLOOD" 127.0.0.1 "$port" 200 "$handshake" 8 >/dev/null &
+    flood1=$!
+    python3 "$FLOOD" 127.0.0.1 "$port2" 200 "$handshake" 8 >/dev/null &
+    flood2=$!
+    sleep 3
+    if [ "$handshake" = 1 ]; then
+        ctl status >/dev/null || fail "a fresh ipc client got no answer during the flood"
+    fi
+    sleep 2
+    kill -TERM "$pid"; wait "$pid"; rc=$?; pid=
+    wait "$flood1" "$flood2"
+    run=$(ls -d "$st"/runs/*/ | head -1)
+    rows=$(($(wc -l <"$run/epochs.csv") - 1))
+    lines=$(grep -c '"type":"epoch"' "$run/metrics.jsonl")
+    state=$(grep -c '"type":"epoch"' "$st/metrics.jsonl")
+    logged=$(tail -c +"$((log_from + 1))" "$dir/foxd.log" | grep -c "info: fold 0 epoch ")
+    [ $rc -eq 0 ] && [ -s "$st/foxd.ckpt" ] ||
+        fail "SIGTERM during a flood (handshake $handshake): exit $rc, checkpoint $(ls -l "$st/foxd.ckpt" 2>&1)"
+    ! tail -c +"$((log_from + 1))" "$dir/foxd.log" | grep -q "warning: run directory\|warning: metrics" ||
+        fail "a record was not written: $(grep "warning: run directory\|warning: metrics" "$dir/foxd.log")"
+    [ "$rows" -ge 1 ] && [ "$rows" -eq "$lines" ] && [ "$rows" -eq "$state" ] && [ "$rows" -eq "$logged" ] ||
+        fail "$logged epochs ended; epochs.csv has $rows, metrics.jsonl $lines and $state (handshake $handshake)"
+    ok "2 x 200 clients (handshake $handshake) beyond 256 descriptors during a run: $rows epochs recorded, stop checkpoint written"
+}
+flood_during_run 1
+flood_during_run 0
+
 # ---------------------------------------------------- idle connections
 # 20 clients finish the handshake and say nothing: foxd closes them after
 # daemon.idle_timeout_s, while one client asking every 0.3 s keeps its
@@ -322,6 +374,42 @@ active=$(sed -n 's/^active //p' <<<"$out")
     fail "the active client lost its connection: $(echo $out)"
 grep -q "idle for 2 s (daemon.idle_timeout_s)" "$dir/foxd.log" || fail "no log line for the idle close"
 ok "20 idle clients closed after 2 s, an active one answered $active on one connection"
+kill "$pid"; wait "$pid"; pid=
+
+# A client that keeps asking is never idle: daemon.max_connection_age_s
+# closes its connection between two requests all the same, so that busy
+# clients cannot hold a listener's share for good.
+start_with_max_age() {
+    foxd_start --url "$url" -- "${TINY[@]}" --listen "$url" --listen "tcp://127.0.0.1:$port" \
+        --pub "ipc://$dir/ev.sock" --set "daemon.runtime_dir=$dir/rt" \
+        --set "daemon.state_dir=$dir/st" --set daemon.token=right --set daemon.max_connection_age_s=2
+}
+on_free_port start_with_max_age
+out=$(python3 "$FLOOD" 127.0.0.1 "$port" 0 1 6 0.3)
+active=$(sed -n 's/^active //p' <<<"$out")
+[ -n "$active" ] && [ "$((${active#*/} - ${active%/*}))" -eq 1 ] && [ "${active%/*}" -ge 3 ] ||
+    fail "a busy connection past daemon.max_connection_age_s=2: $(echo $out)"
+grep -q "connected 2 s ago (daemon.max_connection_age_s)" "$dir/foxd.log" ||
+    fail "no log line for the age close"
+ok "a connection asking every 0.3 s closed after 2 s between requests (answered $active)"
+kill "$pid"; wait "$pid"; pid=
+
+# One address may hold a quarter of a listener's connections: 100 clients
+# from 127.0.0.1 keep 10 of daemon.max_connections=40, and a client from
+# 127.0.0.2 still gets a connection and its answers.
+start_with_40_connections() {
+    foxd_start --url "$url" -- "${TINY[@]}" --listen "$url" --listen "tcp://127.0.0.1:$port" \
+        --pub "ipc://$dir/ev.sock" --set "daemon.runtime_dir=$dir/rt" \
+        --set "daemon.state_dir=$dir/st" --set daemon.token=right --set daemon.max_connections=40
+}
+on_free_port start_with_40_connections
+out=$(python3 "$FLOOD" 127.0.0.1 "$port" 100 1 3 0.3 127.0.0.2)
+closed=$(sed -n 's/^closed //p' <<<"$out")
+active=$(sed -n 's/^active //p' <<<"$out")
+[ "$closed" = 90 ] || fail "100 clients from one address, daemon.max_connections=40: $(echo $out)"
+[ -n "$active" ] && [ "${active%/*}" = "${active#*/}" ] && [ "${active%/*}" -ge 3 ] ||
+    fail "a client from another address lost its connection: $(echo $out)"
+ok "100 clients from one address kept 10 of 40 connections; another address answered $active"
 kill "$pid"; wait "$pid"; pid=
 
 # ------------------------------------------------------------------ logs
