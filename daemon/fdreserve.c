@@ -82,11 +82,11 @@ reserve_thread(void *p)
 }
 
 int
-fox_fd_reserve_run(int (*fn)(void *arg), void *arg)
+fox_fd_reserve_run(int (*fn)(void *arg), void *arg, int own_table)
 {
     reserve_job j = {fn, arg, 0, 0};
     pthread_t th;
-    if (pthread_create(&th, NULL, reserve_thread, &j) == 0) {
+    if (own_table && pthread_create(&th, NULL, reserve_thread, &j) == 0) {
         pthread_join(th, NULL);
         if (j.private_table)
             return j.rv;

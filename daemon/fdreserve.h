@@ -27,10 +27,13 @@ void fox_fd_reserve_take(void);
  * must not send on an nng socket (nng writes from the caller's thread, on
  * descriptor numbers the copy no longer shares). The copy holds every
  * connection open until fn returns. Where the kernel or a seccomp filter
- * refuses the private table, fn runs on the caller with the reserve given
- * back to the process's table around it, which a flood may take first.
+ * refuses the private table, or own_table is 0, fn runs on the caller with
+ * the reserve given back to the process's table around it, which a flood
+ * may take first. own_table must be 0 when fn calls into a GPU driver: the
+ * driver keeps descriptors of its own and may open more during a call, and
+ * a table private to one thread would close those when the thread ends.
  */
-int fox_fd_reserve_run(int (*fn)(void *arg), void *arg);
+int fox_fd_reserve_run(int (*fn)(void *arg), void *arg, int own_table);
 
 /*
  * How many connections all listeners together may hold under a descriptor

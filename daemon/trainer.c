@@ -212,12 +212,27 @@ run_records_job(void *arg)
     return FOX_OK;
 }
 
+/*
+ * Whether the reserve's writes may run on a thread with a descriptor table
+ * of its own (fox_fd_reserve_run): they read the engine, and under the CUDA
+ * backend that calls into the driver, whose descriptors must stay in the
+ * process's one table. There the writes keep the reserve given back around
+ * them on the trainer thread.
+ */
+static int
+own_table_ok(fox_trainer *t)
+{
+    fox_engine_info info;
+    fox_engine_get_info(t->engine, &info);
+    return info.backend && strcmp(info.backend, "cpu") == 0;
+}
+
 static void
 write_records(fox_trainer *t, const fox_step_stats *st, const fox_tevent *ev,
               const fox_fold_report *part)
 {
     records_job j = {t, st, ev, part};
-    fox_fd_reserve_run(run_records_job, &j);
+    fox_fd_reserve_run(run_records_job, &j, own_table_ok(t));
 }
 
 /* A long operation starts: status lists it until FOX_RECENT_OPS newer ones pushed it out. */
@@ -505,7 +520,7 @@ save_checkpoint(fox_trainer *t, const char *path, char *msg, size_t len)
     set_phase(t, "checkpoint");
     /* A connection flood may hold every other descriptor: write from the reserve. */
     ckpt_job j = {t->engine, path};
-    int rv = fox_fd_reserve_run(write_checkpoint, &j);
+    int rv = fox_fd_reserve_run(write_checkpoint, &j, own_table_ok(t));
     set_phase(t, NULL);
     if (rv != FOX_OK) {
         snprintf(msg, len, "%s", fox_engine_errmsg(t->engine));

@@ -51,6 +51,10 @@ for _ in range(n):
 print(f"opened {len(socks)}", flush=True)
 asked = answered = 0
 if every > 0:
+    # The server closes what it refuses of the flood as each finishes its handshake: let it,
+    # so that the active client comes to a listener that has settled, as a later client would.
+    if socks:
+        time.sleep(1.0)
     active = socket.create_connection((host, port), timeout=5, source_address=source)
     active.sendall(SP_HEADER)
     recv_exact(active, 8)
