@@ -90,8 +90,9 @@ if command -v gnuplot >/dev/null 2>&1; then
     done
     ok "plot draws the pictures again"
 
-    # The shortest run: one epoch, one row of isv.csv. Every picture, and gnuplot warns of nothing.
-    "$FOXD" --once --backend cpu --set train.epochs=1 --set train.steps_per_epoch=30 \
+    # The shortest run: one epoch, one row of isv.csv. Every picture, and gnuplot warns of
+    # nothing, in a bare environment's C locale too.
+    env -u LANG -u LANGUAGE -u LC_ALL -u LC_CTYPE "$FOXD" --once --backend cpu --set train.epochs=1 --set train.steps_per_epoch=30 \
         --set train.folds=0 --set "run.root=$dir/one" >/dev/null 2>"$dir/one.err" ||
         { cat "$dir/one.err"; fail "a one-epoch run"; }
     one=$(ls -d "$dir"/one/*)
