@@ -50,6 +50,7 @@ struct fox_trainer {
     pthread_mutex_t slock;
     fox_snapshot snap;
     fox_engine *engine; /* swapped under slock; used freely by the trainer */
+    int own_table;      /* the engine's writes may take a private descriptor table (own_table_ok) */
     int64_t held_base;  /* training a checkpoint brought into the engine (held_steps) */
     int64_t held_from;  /* the engine's total_steps when it did */
 
@@ -220,10 +221,12 @@ run_records_job(void *arg)
  * them on the trainer thread.
  */
 static int
-own_table_ok(fox_trainer *t)
+own_table_ok(fox_engine *e)
 {
     fox_engine_info info;
-    fox_engine_get_info(t->engine, &info);
+    if (!e)
+        return 0;
+    fox_engine_get_info(e, &info);
     return info.backend && strcmp(info.backend, "cpu") == 0;
 }
 
@@ -232,7 +235,7 @@ write_records(fox_trainer *t, const fox_step_stats *st, const fox_tevent *ev,
               const fox_fold_report *part)
 {
     records_job j = {t, st, ev, part};
-    fox_fd_reserve_run(run_records_job, &j, own_table_ok(t));
+    fox_fd_reserve_run(run_records_job, &j, t->own_table);
 }
 
 /* A long operation starts: status lists it until FOX_RECENT_OPS newer ones pushed it out. */
@@ -422,6 +425,8 @@ install_engine(fox_trainer *t, const fox_config *cfg, fox_engine *e)
     fox_engine *old = t->engine;
     t->engine = e;
     pthread_mutex_unlock(&t->slock);
+    /* Once per engine: asking the backend costs a device synchronization on CUDA. */
+    t->own_table = own_table_ok(e);
     fox_engine_destroy(old);
     t->held_base = t->held_from = 0;
     t->cfg = *cfg;
@@ -520,7 +525,7 @@ save_checkpoint(fox_trainer *t, const char *path, char *msg, size_t len)
     set_phase(t, "checkpoint");
     /* A connection flood may hold every other descriptor: write from the reserve. */
     ckpt_job j = {t->engine, path};
-    int rv = fox_fd_reserve_run(write_checkpoint, &j, own_table_ok(t));
+    int rv = fox_fd_reserve_run(write_checkpoint, &j, t->own_table);
     set_phase(t, NULL);
     if (rv != FOX_OK) {
         snprintf(msg, len, "%s", fox_engine_errmsg(t->engine));
@@ -1009,6 +1014,7 @@ trainer_main(void *arg)
     pthread_mutex_lock(&t->slock);
     t->engine = e;
     pthread_mutex_unlock(&t->slock);
+    t->own_table = own_table_ok(e);
     if (rv == FOX_OK) {
         t->state = FOX_TSTATE_IDLE;
         publish(t);
