@@ -118,7 +118,7 @@ run_engine(void *arg)
     if (rv == FOX_OK)
         rv = time_steps(e, fox_engine_train_only, r->chunk, r->reps, r->train);
     if (rv == FOX_OK && r->digest)
-        rv = fox_engine_params_digest(e, &r->params_digest);
+        rv = fox_engine_params_digest(e, 0, &r->params_digest);
     if (rv != FOX_OK && e)
         snprintf(r->err, sizeof r->err, "%s", fox_engine_errmsg(e));
 #ifdef FOX_HAVE_CUPTI

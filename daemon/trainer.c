@@ -494,7 +494,7 @@ params_digest(fox_engine *e, char out[17])
 {
     uint64_t h;
     out[0] = 0;
-    if (fox_engine_params_digest(e, &h) == FOX_OK)
+    if (fox_engine_params_digest(e, 0, &h) == FOX_OK)
         snprintf(out, 17, "%016llx", (unsigned long long)h);
 }
 
@@ -656,7 +656,7 @@ apply_inject(fox_trainer *t, fox_tcmd *c)
      */
     int next_fold = (t->state != FOX_TSTATE_TRAINING && t->state != FOX_TSTATE_PAUSED) ||
                     t->walk.fold < 0;
-    int rv = fox_engine_inject_fault(t->engine, c->fault_buffer, kind, c->fault_step, next_fold);
+    int rv = fox_engine_inject_fault(t->engine, -1, c->fault_buffer, kind, c->fault_step, next_fold);
     if (rv != FOX_OK)
         return refuse(c, rv, "%s", fox_engine_errmsg(t->engine));
     c->result.fault_next_fold = next_fold;

@@ -58,16 +58,25 @@ typedef struct fox_backend_ops {
     int (*begin_fold)(fox_backend *be);
     /* Adam state, hard target sync, flags, ISV per its table. */
     int (*reset_for_fold)(fox_backend *be);
-    int (*run_steps)(fox_backend *be, int n, fox_step_stats *st);
-    /* n train steps without collection (benchmarks); the ring must hold a batch. */
-    int (*train_only)(fox_backend *be, int n, fox_step_stats *st);
+    /*
+     * A chunk of steps in two halves: start_steps runs or enqueues n full
+     * steps (collect = 1) or n train steps without collection (collect = 0,
+     * benchmarks: the ring must hold a batch, else FOX_ESTATE);
+     * finish_steps waits for the chunk and fills *st. The engine starts
+     * every member's chunk before it finishes any, so that a backend that
+     * runs a chunk asynchronously (CUDA) runs the members' side by side.
+     * Each start_steps is followed by one finish_steps, whatever it
+     * returned; either may return FOX_EHALT (below).
+     */
+    int (*start_steps)(fox_backend *be, int n, int collect);
+    int (*finish_steps)(fox_backend *be, fox_step_stats *st);
     /* Expected Q [B × n_actions] of host states [B × S]. */
     int (*q_values)(fox_backend *be, const float *s, int B, float *q);
     /* Copy the training state out (load = 0) or in (load = 1); arrays of n_params floats. */
     int (*state_io)(fox_backend *be, int load, float *params, float *target, float *adam_m,
                     float *adam_v, fox_train_counters *c);
     /*
-     * Stability system. run_steps and train_only return FOX_EHALT (err and
+     * Stability system. A chunk returns FOX_EHALT (err and
      * halt_reason set) when a step ends in halt_nan or halt_grad_collapse.
      * The test and drill hooks are each backend's debug library's
      * (gpu/cpu/debug.h, gpu/cuda/debug.h), not ops.

@@ -6,9 +6,11 @@
  *           fingerprint, n_params, ISV size, payload size, CRC32 of the
  *           payload, CRC32 of the header fields before it;
  *   payload: params, target params, Adam m, Adam v (n_params floats each),
- *           ISV, counters, fold and epochs done; from format 2 on, then the
- *           feature normalization of the fold (n_feat, mean, std), which a
- *           backtest on other data needs. Format 1 files still load.
+ *           ISV, counters, fold and epochs done; from format 3 on, one such
+ *           block per member of the population (the header's `members`);
+ *           from format 2 on, then the feature normalization of the fold
+ *           (n_feat, mean, std), which a backtest on other data needs.
+ *           Formats 1 and 2 (one member) still load.
  * Saving goes through fox_write_atomic (temp file, fsync, rename, fsync of
  * the directory), so a crash leaves the old file or the new one, never half
  * of one. Loading reads and verifies the whole file
@@ -30,7 +32,7 @@
 #include "gpu/isv.h"
 
 #define CKPT_MAGIC   "FOXCKPT"
-#define CKPT_VERSION 2u /* written; 1 is still read */
+#define CKPT_VERSION 3u /* written; 1 and 2 are still read */
 
 typedef struct ckpt_header {
     char magic[8];
@@ -39,7 +41,7 @@ typedef struct ckpt_header {
     uint64_t fingerprint;
     uint64_t n_params;
     uint32_t isv_dim;
-    uint32_t reserved;
+    uint32_t members; /* format 3: member blocks in the payload; 0 before (one) */
     uint64_t payload_bytes;
     uint32_t payload_crc;
     uint32_t header_crc; /* over every byte before this field */
@@ -67,20 +69,34 @@ typedef struct ckpt_norm {
     int32_t n_feat, reserved;
 } ckpt_norm;
 
-/* Where the counters start: after the four parameter arrays and the ISV. */
+/* Where a member block's counters start: after the four parameter arrays and the ISV. */
 static size_t
 counters_offset(size_t np)
 {
     return 4 * np * sizeof(float) + FOX_ISV_TOTAL_DIM * sizeof(float);
 }
 
+/* One member's block: its arrays, ISV and counters. */
 static size_t
-payload_bytes(size_t np, uint32_t version, int n_feat)
+member_bytes(size_t np)
 {
-    size_t b = counters_offset(np) + sizeof(ckpt_counters);
+    return counters_offset(np) + sizeof(ckpt_counters);
+}
+
+static size_t
+payload_bytes(size_t np, uint32_t version, int members, int n_feat)
+{
+    size_t b = (size_t)members * member_bytes(np);
     if (version >= 2)
         b += sizeof(ckpt_norm) + 2 * (size_t)n_feat * sizeof(float);
     return b;
+}
+
+/* Members in a file of header h: formats before 3 hold one. */
+static int
+file_members(const ckpt_header *h)
+{
+    return h->version >= 3 ? (int)h->members : 1;
 }
 
 static uint32_t
@@ -98,20 +114,14 @@ crc(const void *p, size_t n)
     return (uint32_t)c;
 }
 
-static int
-checkpoint_save(fox_engine *e, const char *path)
+/* The current member's block at p: its arrays, ISV and counters. */
+static void
+save_member(fox_engine *e, char *p)
 {
-    if (!e->be)
-        return fox__engine_fail(e, FOX_ESTATE, "checkpoint_save before load_data");
-    size_t np = e->lay.n_params, bytes = payload_bytes(np, CKPT_VERSION, e->feat.n_feat);
-    /* Header and payload in one buffer: the file is written in one piece. */
-    char *file = malloc(sizeof(ckpt_header) + bytes);
-    if (!file)
-        return fox__engine_fail(e, FOX_ENOMEM, "checkpoint: out of memory");
-    char *payload = file + sizeof(ckpt_header);
-    float *f = (float *)payload;
+    size_t np = e->lay.n_params;
+    float *f = (float *)p;
     fox_train_counters c;
-    e->ops->state_io(e->be, 0, f, f + np, f + 2 * np, f + 3 * np, &c);
+    e->ops->state_io(e->m->be, 0, f, f + np, f + 2 * np, f + 3 * np, &c);
     const volatile float *isv = fox__be(e)->isv;
     for (int i = 0; i < FOX_ISV_TOTAL_DIM; i++)
         f[4 * np + (size_t)i] = isv[i];
@@ -121,10 +131,30 @@ checkpoint_save(fox_engine *e, const char *path)
                         c.env_steps,
                         {c.rng_state[0], c.rng_state[1]},
                         e->fold,
-                        e->rep.epochs_done};
-    memcpy(payload + counters_offset(np), &cc, sizeof cc);
+                        e->m->rep.epochs_done};
+    memcpy(p + counters_offset(np), &cc, sizeof cc);
+}
+
+static int
+checkpoint_save(fox_engine *e, const char *path)
+{
+    if (!e->data_loaded)
+        return fox__engine_fail(e, FOX_ESTATE, "checkpoint_save before load_data");
+    int K = e->cfg.members;
+    size_t np = e->lay.n_params, bytes = payload_bytes(np, CKPT_VERSION, K, e->feat.n_feat);
+    /* Header and payload in one buffer: the file is written in one piece. */
+    char *file = malloc(sizeof(ckpt_header) + bytes);
+    if (!file)
+        return fox__engine_fail(e, FOX_ENOMEM, "checkpoint: out of memory");
+    char *payload = file + sizeof(ckpt_header);
+    fox_member *was = e->m;
+    for (int k = 0; k < K; k++) {
+        e->m = &e->members[k];
+        save_member(e, payload + (size_t)k * member_bytes(np));
+    }
+    e->m = was;
     ckpt_norm cn = {e->feat.n_feat, 0};
-    char *norm = payload + counters_offset(np) + sizeof cc;
+    char *norm = payload + (size_t)K * member_bytes(np);
     memcpy(norm, &cn, sizeof cn);
     memcpy(norm + sizeof cn, e->feat.mean, (size_t)cn.n_feat * sizeof(float));
     memcpy(norm + sizeof cn + (size_t)cn.n_feat * sizeof(float), e->feat.std,
@@ -138,6 +168,7 @@ checkpoint_save(fox_engine *e, const char *path)
     h.fingerprint = e->fingerprint;
     h.n_params = np;
     h.isv_dim = FOX_ISV_TOTAL_DIM;
+    h.members = (uint32_t)K;
     h.payload_bytes = bytes;
     h.payload_crc = crc(payload, bytes);
     h.header_crc = crc(&h, offsetof(ckpt_header, header_crc));
@@ -199,10 +230,10 @@ first_bad(const float *f, size_t n, float bound)
  * positive. FOX_EFORMAT with the first value out of range.
  */
 static int
-check_values(fox_engine *e, const char *path, const char *payload, uint32_t version)
+check_member(fox_engine *e, const char *path, const char *block, int member)
 {
     size_t np = e->lay.n_params;
-    const float *f = (const float *)payload;
+    const float *f = (const float *)block;
     static const char *const arrays[] = {"weight", "target weight", "Adam m", "Adam v"};
     for (int a = 0; a < 4; a++) {
         const float *v = f + (size_t)a * np;
@@ -211,26 +242,39 @@ check_values(fox_engine *e, const char *path, const char *payload, uint32_t vers
             if (v[k] < 0.0f)
                 i = (long)k;
         if (i >= 0)
-            return fox__engine_fail(e, FOX_EFORMAT, "checkpoint %s: %s %ld is %g (%s): refusing it",
-                                    path, arrays[a], i, (double)v[i],
+            return fox__engine_fail(e, FOX_EFORMAT,
+                                    "checkpoint %s: member %d's %s %ld is %g (%s): refusing it",
+                                    path, member, arrays[a], i, (double)v[i],
                                     a < 2   ? "weights are finite and within +-1e6"
                                     : a < 3 ? "Adam's first moment is finite"
                                             : "Adam's second moment is finite, not negative");
     }
     ckpt_counters cc;
-    memcpy(&cc, payload + counters_offset(np), sizeof cc);
+    memcpy(&cc, block + counters_offset(np), sizeof cc);
     if (cc.adam_t < 0 || cc.step < 0 || cc.train_steps < 0 || cc.env_steps < 0 ||
         cc.fold < -1 || cc.fold > CKPT_MAX_FOLD || cc.epochs_done < 0 ||
         cc.epochs_done > CKPT_MAX_EPOCHS)
         return fox__engine_fail(e, FOX_EFORMAT,
-                                "checkpoint %s: counters out of range (fold %d, epochs done %d, "
-                                "step %lld, Adam t %lld): refusing it",
-                                path, cc.fold, cc.epochs_done, (long long)cc.step,
+                                "checkpoint %s: member %d's counters out of range (fold %d, epochs "
+                                "done %d, step %lld, Adam t %lld): refusing it",
+                                path, member, cc.fold, cc.epochs_done, (long long)cc.step,
                                 (long long)cc.adam_t);
-    if (version < 2)
+    return FOX_OK;
+}
+
+/* The values of every member's block and of the normalization after them (format 2 on). */
+static int
+check_values(fox_engine *e, const char *path, const char *payload, const ckpt_header *h)
+{
+    size_t np = e->lay.n_params;
+    int K = file_members(h), rv;
+    for (int k = 0; k < K; k++)
+        if ((rv = check_member(e, path, payload + (size_t)k * member_bytes(np), k)) != FOX_OK)
+            return rv;
+    if (h->version < 2)
         return FOX_OK;
     ckpt_norm cn;
-    const char *norm = payload + counters_offset(np) + sizeof cc;
+    const char *norm = payload + (size_t)K * member_bytes(np);
     memcpy(&cn, norm, sizeof cn);
     if (cn.n_feat != e->feat.n_feat)
         return fox__engine_fail(e, FOX_EFORMAT,
@@ -289,8 +333,13 @@ read_verified(fox_engine *e, const char *path, char **buf, ckpt_header *h)
                          (unsigned long long)h->fingerprint, (unsigned long long)e->fingerprint);
         goto bad;
     }
+    if (h->version >= 3 && (h->members < 1 || h->members > FOX_MEMBERS_MAX)) {
+        fox__engine_fail(e, rv, "checkpoint %s: %u members (1 to %d)", path, h->members,
+                         FOX_MEMBERS_MAX);
+        goto bad;
+    }
     if (h->n_params != np || h->isv_dim != FOX_ISV_TOTAL_DIM ||
-        h->payload_bytes != payload_bytes(np, h->version, e->feat.n_feat)) {
+        h->payload_bytes != payload_bytes(np, h->version, file_members(h), e->feat.n_feat)) {
         rv = FOX_EMISMATCH;
         fox__engine_fail(e, rv, "checkpoint %s: sizes differ (%llu params, engine has %zu)", path,
                          (unsigned long long)h->n_params, np);
@@ -305,7 +354,7 @@ read_verified(fox_engine *e, const char *path, char **buf, ckpt_header *h)
         fox__engine_fail(e, rv, "checkpoint %s: payload CRC mismatch (corrupt)", path);
         goto bad;
     }
-    if ((rv = check_values(e, path, *buf + sizeof *h, h->version)) != FOX_OK)
+    if ((rv = check_values(e, path, *buf + sizeof *h, h)) != FOX_OK)
         goto bad;
     return FOX_OK;
 bad:
@@ -314,15 +363,17 @@ bad:
     return rv;
 }
 
-/* Put a verified payload's weights, Adam state, counters and ISV into the backend. */
+/* Put a verified member block's weights, Adam state, counters and ISV into the current member. */
 static int
-restore_state(fox_engine *e, const char *payload, const ckpt_counters *cc)
+restore_member(fox_engine *e, const char *block)
 {
     size_t np = e->lay.n_params;
-    const float *f = (const float *)payload;
+    const float *f = (const float *)block;
+    ckpt_counters cc;
+    memcpy(&cc, block + counters_offset(np), sizeof cc);
     fox_train_counters c = {
-        cc->adam_t, cc->step, cc->train_steps, cc->env_steps, {cc->rng_state[0], cc->rng_state[1]}};
-    int rv = e->ops->state_io(e->be, 1, (float *)f, (float *)(f + np), (float *)(f + 2 * np),
+        cc.adam_t, cc.step, cc.train_steps, cc.env_steps, {cc.rng_state[0], cc.rng_state[1]}};
+    int rv = e->ops->state_io(e->m->be, 1, (float *)f, (float *)(f + np), (float *)(f + 2 * np),
                               (float *)(f + 3 * np), &c);
     volatile float *isv = fox__be(e)->isv;
     for (int i = 0; i < FOX_ISV_TOTAL_DIM; i++)
@@ -333,22 +384,35 @@ restore_state(fox_engine *e, const char *payload, const ckpt_counters *cc)
 static int
 checkpoint_load(fox_engine *e, const char *path)
 {
-    if (!e->be)
+    if (!e->data_loaded)
         return fox__engine_fail(e, FOX_ESTATE, "checkpoint_load before load_data");
     char *buf = NULL;
     ckpt_header h;
     int rv = read_verified(e, path, &buf, &h);
     if (rv != FOX_OK)
         return rv;
+    if (file_members(&h) != e->cfg.members) {
+        free(buf);
+        return fox__engine_fail(e, FOX_EMISMATCH,
+                                "checkpoint %s: holds %d members, this engine trains %d "
+                                "(engine.members)",
+                                path, file_members(&h), e->cfg.members);
+    }
     /* Verified: from here on the engine changes. */
+    size_t np = e->lay.n_params;
     const char *payload = buf + sizeof h;
     ckpt_counters cc;
-    memcpy(&cc, payload + counters_offset(e->lay.n_params), sizeof cc);
+    memcpy(&cc, payload + counters_offset(np), sizeof cc);
     if (cc.fold >= 0 && cc.fold != e->fold && (rv = fox_engine_begin_fold(e, cc.fold)) != FOX_OK)
         goto out;
-    rv = restore_state(e, payload, &cc);
-    if (cc.fold >= 0)
-        e->rep.epochs_done = cc.epochs_done;
+    fox_member *was = e->m;
+    for (int k = 0; k < e->cfg.members && rv == FOX_OK; k++) {
+        e->m = &e->members[k];
+        rv = restore_member(e, payload + (size_t)k * member_bytes(np));
+        if (cc.fold >= 0)
+            e->m->rep.epochs_done = cc.epochs_done;
+    }
+    e->m = was;
 out:
     free(buf);
     return rv;
@@ -357,7 +421,7 @@ out:
 static int
 load_policy(fox_engine *e, const char *path, int val_begin, int begin, int end)
 {
-    if (!e->be)
+    if (!e->data_loaded)
         return fox__engine_fail(e, FOX_ESTATE, "load_policy before load_data");
     if (begin < 0)
         begin = e->feat.warmup;
@@ -387,17 +451,19 @@ load_policy(fox_engine *e, const char *path, int val_begin, int begin, int end)
                                 "backtest needs format 2 or later",
                                 path, h.version);
     }
+    /* A population's policy is its member 0's, as a fold report's lead while it trains. */
+    size_t np = e->lay.n_params;
     const char *payload = buf + sizeof h;
-    size_t off = counters_offset(e->lay.n_params);
     ckpt_counters cc;
-    memcpy(&cc, payload + off, sizeof cc);
+    memcpy(&cc, payload + counters_offset(np), sizeof cc);
     /* The features of the new bars are scaled as the training bars were. */
-    const char *norm = payload + off + sizeof cc + sizeof(ckpt_norm);
+    const char *norm = payload + (size_t)file_members(&h) * member_bytes(np) + sizeof(ckpt_norm);
     size_t nf = (size_t)e->feat.n_feat;
     memcpy(e->feat.mean, norm, nf * sizeof(float));
     memcpy(e->feat.std, norm + nf * sizeof(float), nf * sizeof(float));
     fox_features_apply_norm(&e->feat);
-    rv = restore_state(e, payload, &cc);
+    e->m = &e->members[0];
+    rv = restore_member(e, payload);
     free(buf);
     if (rv != FOX_OK)
         return fox__engine_fail(e, rv, "checkpoint %s: %s", path, fox_strerror(rv));
@@ -410,11 +476,12 @@ load_policy(fox_engine *e, const char *path, int val_begin, int begin, int end)
     e->policy_loaded = 1;
     e->seg = (fox_fold){val_begin, val_begin, val_begin, begin, begin, end};
     memset(&e->halt, 0, sizeof e->halt);
-    memset(&e->rep, 0, sizeof e->rep);
-    e->rep.fold = e->fold;
-    e->rep.epochs_done = cc.epochs_done;
-    e->rep.best_epoch = cc.epochs_done - 1;
-    e->rep.bars_per_year = e->series.bars_per_year;
+    fox_fold_report *fr = &e->m->rep;
+    memset(fr, 0, sizeof *fr);
+    fr->fold = e->fold;
+    fr->epochs_done = cc.epochs_done;
+    fr->best_epoch = cc.epochs_done - 1;
+    fr->bars_per_year = e->series.bars_per_year;
     return FOX_OK;
 }
 

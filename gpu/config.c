@@ -112,7 +112,9 @@ static const key_def keys[] = {
     FLT("train.eps_end", eps_end, 0, 1, "0.05", "final exploration rate"),
     INT("train.eps_decay_steps", eps_decay_steps, 1, 1 << 30, "1500",
         "train steps of the linear ε decay"),
-    U64("train.seed", seed, "1", "seed of every random stream"),
+    U64("train.seed", seed, "1",
+        "seed of the learner's streams (initialization, exploration, replay sampling); member k "
+        "of a population takes train.seed + k"),
     {"train.folds", FOX_CFG_INT, OFF(folds_mask), 1, 255, "0,1,2", NULL,
      "folds a run trains, as a list \"0,1,2\" (stored as a bit mask)"},
     ENM("train.select", select_rule, select_names, "smoothed",
@@ -159,12 +161,19 @@ static const key_def keys[] = {
     DBL("data.edge_coef", edge_coef, -0.5, 0.5, "0.1",
         "known-edge generators' strength: autocorr's coefficient, volmom's drift and hours' "
         "window drift in units of the bar's sigma (either sign)"),
+    U64("data.seed", data_seed, "0",
+        "seed of a generated series and of the baselines' draws; 0 = train.seed"),
     INT("data.folds", n_folds, 1, 8, "3", "K: the series splits into K+1 blocks"),
     DBL("data.bars_per_year", bars_per_year, 0, 1e9, "0", "P for annualizing; 0 = inferred"),
     STR("data.price_column", price_column, "",
         "CSV column read as the price (e.g. one index of several); empty = close"),
 
     ENM("engine.backend", backend, backend_names, "auto", "auto, cpu or cuda"),
+    INT("engine.members", members, 1, FOX_MEMBERS_MAX, "1",
+        "networks trained side by side on the same data, member k with train.seed + k: each its "
+        "own walk and report, their spread an error bar over seeds"),
+    INT("engine.quorum", quorum, 1, FOX_MEMBERS_MAX, "1",
+        "a fold goes on while at least this many members train; a halted member is frozen"),
     ENM("engine.bounds_mode", bounds_mode, bounds_names, "fixed",
         "fixed (SP3) or adaptive (SP4) bounds"),
     INT("engine.sentinel", sentinel, 0, 1, "1", "run the fused NaN/threshold check every step"),
@@ -426,6 +435,10 @@ fox_config_validate(const fox_config *cfg, char *err, size_t errlen)
         return fox_errf(err, errlen, FOX_EINVAL,
                         "policy.weights=average needs train.polyak > 0 (the target net is the "
                         "average only under a soft update)");
+    if (cfg->quorum > cfg->members)
+        return fox_errf(err, errlen, FOX_EINVAL,
+                        "engine.quorum (%d) exceeds engine.members (%d)", cfg->quorum,
+                        cfg->members);
     if (cfg->fault_kind != FOX_FAULT_NONE && !cfg->fault_buffer[0])
         return fox_errf(err, errlen, FOX_EINVAL,
                         "debug.inject_fault.kind set without debug.inject_fault.buffer");

@@ -15,6 +15,8 @@
 #include <stdint.h>
 
 #define FOX_MAX_BRANCHES 4
+/* Members a population (engine.members) may hold. */
+#define FOX_MEMBERS_MAX 64
 #define FOX_PATH_MAX 1024
 
 enum { FOX_BACKEND_AUTO = 0, FOX_BACKEND_CPU = 1, FOX_BACKEND_CUDA = 2 };
@@ -63,7 +65,8 @@ typedef struct fox_config {
     float per_alpha, per_beta;
     float eps_start, eps_end;
     int eps_decay_steps;
-    uint64_t seed;
+    uint64_t seed;    /* train.seed: member 0's learner streams (members add their index) */
+    uint64_t data_seed; /* data.seed: the generated series and the baselines' draws; 0 = seed */
     int folds_mask;   /* bit k set: fold k is trained by a run */
     int select_rule;  /* fox_select_rule (engine.h): how the epoch is chosen on validation */
     int select_window; /* epochs in the smoothed rule's trailing mean */
@@ -97,6 +100,8 @@ typedef struct fox_config {
 
     /* engine */
     int backend;      /* FOX_BACKEND_* */
+    int members;      /* engine.members: networks trained side by side (FOX_MEMBERS_MAX) */
+    int quorum;       /* engine.quorum: members that must still train for the fold to go on */
     int bounds_mode;  /* FOX_BOUNDS_* */
     int sentinel;     /* 1: run the fused NaN check every step */
     int threads;      /* BLAS threads on the CPU backend; 0 = library default */

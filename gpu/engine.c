@@ -5,6 +5,7 @@
  * the backends.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,7 +58,8 @@ fox_engine_create(fox_engine **out, const fox_config *cfg, char *err, size_t err
         return FOX_ENOMEM;
     e->created_at = fox_mono_s();
     e->cfg = *cfg;
-    e->band = cfg->band;
+    if (e->cfg.data_seed == 0)
+        e->cfg.data_seed = e->cfg.seed;
     e->fold = -1;
     e->next_fault_slot = -1;
     e->ops = pick_backend(cfg->backend, err, errlen);
@@ -86,10 +88,19 @@ fox_engine_create(fox_engine **out, const fox_config *cfg, char *err, size_t err
     /* A backend's q_values takes up to max(batch, envs) rows at a time. */
     int call_rows = e->cfg.batch > e->cfg.n_envs ? e->cfg.batch : e->cfg.n_envs;
     e->ahead = fox__lookahead_new(&e->lay, FOX_EVAL_WALKS_MAX, call_rows, e->ops->eval_lookahead);
-    if (!e->ahead) {
+    e->members = calloc((size_t)e->cfg.members, sizeof *e->members);
+    if (!e->ahead || !e->members) {
         fox_engine_destroy(e);
         return FOX_ENOMEM;
     }
+    /* Member k is the run of train.seed + k alone, on the same data (data.seed). */
+    for (int k = 0; k < e->cfg.members; k++) {
+        fox_member *m = &e->members[k];
+        m->cfg = e->cfg;
+        m->cfg.seed = e->cfg.seed + (uint64_t)k;
+        m->band = e->cfg.band;
+    }
+    e->m = &e->members[0];
     *out = e;
     return FOX_OK;
 }
@@ -99,14 +110,19 @@ fox_engine_destroy(fox_engine *e)
 {
     if (!e)
         return;
-    if (e->be)
-        e->ops->destroy(e->be);
+    for (int k = 0; e->members && k < e->cfg.members; k++) {
+        fox_member *m = &e->members[k];
+        if (m->be)
+            e->ops->destroy(m->be);
+        free(m->greedy_ret);
+        free(m->chosen_ret);
+    }
+    free(e->members);
     fox_features_fini(&e->feat);
     fox_series_fini(&e->series);
     fox__lookahead_free(e->ahead);
     for (int p = 0; p < FOX_POLICY_COUNT; p++)
         free(e->test_ret[p]);
-    free(e->chosen_ret);
     free(e);
 }
 
@@ -130,7 +146,7 @@ fox_engine_load_data(fox_engine *e)
     if (e->data_loaded)
         return fox__engine_fail(e, FOX_ESTATE, "data already loaded");
     fox_gen_params gp = {e->cfg.edge_lag, e->cfg.edge_coef};
-    rv = fox_series_generate(&e->series, e->cfg.data, e->cfg.synth_bars, e->cfg.seed, &gp);
+    rv = fox_series_generate(&e->series, e->cfg.data, e->cfg.synth_bars, e->cfg.data_seed, &gp);
     if (rv == FOX_ENOENT) /* not a generator's name: a CSV path */
         rv = fox_series_load_csv(&e->series, e->cfg.data, e->cfg.price_column,
                                  200 * (e->cfg.n_folds + 1), err, sizeof err);
@@ -153,45 +169,92 @@ fox_engine_load_data(fox_engine *e)
     }
     if ((rv = fox_features_compute(&e->feat, &e->series, e->lay.S)) != FOX_OK)
         return fox__engine_fail(e, rv, "features: %s", fox_strerror(rv));
-    /* The backend needs the series; it is created once the data exists. */
-    fox_backend_env env = {&e->cfg, &e->lay, &e->series, &e->feat, &e->seg};
+    /* The backends need the series; they are created once the data exists, one a member. */
     fox_fold_split(e->series.n, e->feat.warmup, e->cfg.n_folds, 0, &e->seg);
-    if ((rv = e->ops->create(&e->be, &env, err, sizeof err)) != FOX_OK)
-        return fox__engine_fail(e, rv, "%s", err);
-    fox_isv_store_fingerprint((float *)fox__be(e)->isv, e->fingerprint);
+    for (int k = 0; k < e->cfg.members; k++) {
+        fox_member *m = &e->members[k];
+        fox_backend_env env = {&m->cfg, &e->lay, &e->series, &e->feat, &e->seg};
+        if ((rv = e->ops->create(&m->be, &env, err, sizeof err)) != FOX_OK)
+            return fox__engine_fail(e, rv, "member %d: %s", k, err);
+        fox_isv_store_fingerprint((float *)((fox_backend_base *)m->be)->isv, e->fingerprint);
+    }
     e->data_loaded = 1;
     e->times.startup = fox_mono_s() - e->created_at;
     fox_log(FOX_LOG_INFO,
-            "engine: %s backend, %zu parameters, %d envs, batch %d, %d bars from %s, "
-            "P = %.0f bars a year (%s)",
-            e->ops->name, e->lay.n_real, e->cfg.n_envs, e->cfg.batch, e->series.n,
+            "engine: %s backend, %d member%s of %zu parameters, %d envs, batch %d, %d bars from "
+            "%s, P = %.0f bars a year (%s)",
+            e->ops->name, e->cfg.members, e->cfg.members == 1 ? "" : "s", e->lay.n_real,
+            e->cfg.n_envs, e->cfg.batch, e->series.n,
             e->series.source, e->series.bars_per_year, e->series.bars_per_year_from);
     return FOX_OK;
 }
 
 /*
- * Arm the backend's fault `after` train steps past its counter now (0: the
- * next train step); the backend takes the absolute count.
+ * Arm the current member's fault `after` train steps past its counter now
+ * (0: the next train step); the backend takes the absolute count.
  */
 static int
 arm_fault_after(fox_engine *e, int slot, int kind, int64_t after)
 {
     fox_train_counters c;
-    e->ops->state_io(e->be, 0, NULL, NULL, NULL, NULL, &c);
-    return e->ops->arm_fault(e->be, slot, kind, c.train_steps + after);
+    e->ops->state_io(e->m->be, 0, NULL, NULL, NULL, NULL, &c);
+    return e->ops->arm_fault(e->m->be, slot, kind, c.train_steps + after);
+}
+
+/* Arm a fault into member `member`'s backend, or every member's (member < 0). */
+static int
+arm_members(fox_engine *e, int member, int slot, int kind, int64_t after)
+{
+    fox_member *was = e->m;
+    int rv = FOX_OK;
+    for (int k = 0; k < e->cfg.members && rv == FOX_OK; k++)
+        if (member < 0 || member == k) {
+            e->m = &e->members[k];
+            rv = arm_fault_after(e, slot, kind, after);
+        }
+    e->m = was;
+    return rv;
+}
+
+/* The members still training in the fold. */
+static int
+members_training(const fox_engine *e)
+{
+    int n = 0;
+    for (int k = 0; k < e->cfg.members; k++)
+        n += e->members[k].halt.reason == FOX_HALT_NONE;
+    return n;
+}
+
+/* The member whose walk the policy's figures show: member 0, else the first still training. */
+static int
+lead_member(const fox_engine *e)
+{
+    for (int k = 0; k < e->cfg.members; k++)
+        if (e->members[k].halt.reason == FOX_HALT_NONE)
+            return k;
+    return 0;
 }
 
 int
 fox_engine_reset_for_fold(fox_engine *e)
 {
-    if (!e->be)
+    if (!e->data_loaded)
         return fox__engine_fail(e, FOX_ESTATE, "reset_for_fold before load_data");
-    int rv = e->ops->reset_for_fold(e->be);
-    fox_isv_store_fingerprint((float *)fox__be(e)->isv, e->fingerprint);
+    int rv = FOX_OK;
+    for (int k = 0; k < e->cfg.members; k++) {
+        fox_member *m = &e->members[k];
+        int r = e->ops->reset_for_fold(m->be);
+        if (rv == FOX_OK)
+            rv = r;
+        fox_isv_store_fingerprint((float *)((fox_backend_base *)m->be)->isv, e->fingerprint);
+        memset(&m->halt, 0, sizeof m->halt);
+        m->fold_step = 0;
+    }
     memset(&e->halt, 0, sizeof e->halt);
-    e->fold_step = 0;
     if (rv == FOX_OK && e->next_fault_slot >= 0) {
-        rv = arm_fault_after(e, e->next_fault_slot, e->next_fault_kind, e->next_fault_step);
+        rv = arm_members(e, e->next_fault_member, e->next_fault_slot, e->next_fault_kind,
+                         e->next_fault_step);
         e->next_fault_slot = -1;
     }
     return rv;
@@ -209,14 +272,20 @@ check_not_halted(fox_engine *e, const char *what)
                             what, e->halt.fold, (long long)e->halt.step, e->halt.message);
 }
 
-/* The backend stopped a step with FOX_EHALT: keep why, as text and as data. */
+/*
+ * Member k's backend stopped a step with FOX_EHALT: keep why, as text and
+ * as data, and freeze the member. The fold halts (FOX_EHALT, with this
+ * member's halt) when fewer than engine.quorum members are left.
+ */
 static int
-record_halt(fox_engine *e)
+record_halt(fox_engine *e, int k)
 {
-    fox_backend_base *b = fox__be(e);
-    fox_halt_info *h = &e->halt;
+    fox_member *m = &e->members[k];
+    fox_backend_base *b = (fox_backend_base *)m->be;
+    fox_halt_info *h = &m->halt;
     memset(h, 0, sizeof *h);
     h->reason = b->halt_reason == FOX_HALT_GRAD_COLLAPSE ? FOX_HALT_GRAD_COLLAPSE : FOX_HALT_NAN;
+    h->member = k;
     h->fold = e->fold;
     h->step = b->halt_step;
     for (int i = 0; i < FOX_SENT_HALT_END; i++)
@@ -224,9 +293,17 @@ record_halt(fox_engine *e)
             h->slots[h->n_slots] = i;
             h->names[h->n_slots++] = fox_sentinel_name(i);
         }
-    snprintf(h->message, sizeof h->message, "%s", b->err);
-    fox_log(FOX_LOG_WARNING, "engine: fold %d step %lld: %s", h->fold, (long long)h->step,
-            h->message);
+    if (e->cfg.members == 1)
+        snprintf(h->message, sizeof h->message, "%s", b->err);
+    else
+        snprintf(h->message, sizeof h->message, "member %d: %.480s", k, b->err);
+    int left = members_training(e);
+    fox_log(FOX_LOG_WARNING, "engine: fold %d step %lld: %s%s", h->fold, (long long)h->step,
+            h->message,
+            left >= e->cfg.quorum && e->cfg.members > 1 ? " (frozen; the fold goes on)" : "");
+    if (left >= e->cfg.quorum)
+        return FOX_OK;
+    e->halt = *h;
     return fox__engine_fail(e, FOX_EHALT, "%s", h->message);
 }
 
@@ -234,6 +311,15 @@ void
 fox_engine_halt_info(const fox_engine *e, fox_halt_info *out)
 {
     *out = e->halt;
+}
+
+int
+fox_engine_member_halt_info(const fox_engine *e, int member, fox_halt_info *out)
+{
+    if (member < 0 || member >= e->cfg.members)
+        return FOX_EINVAL;
+    *out = e->members[member].halt;
+    return FOX_OK;
 }
 
 int
@@ -248,20 +334,21 @@ fox_engine_begin_fold(fox_engine *e, int fold)
                                 e->cfg.n_folds);
     /* Normalization is fitted on the training blocks only. */
     fox_features_normalize(&e->feat, e->seg.train_begin, e->seg.train_end);
-    if ((rv = e->ops->begin_fold(e->be)) != FOX_OK)
-        return fox__engine_fail(e, rv, "begin_fold: %s", fox_strerror(rv));
+    for (int k = 0; k < e->cfg.members; k++)
+        if ((rv = e->ops->begin_fold(e->members[k].be)) != FOX_OK)
+            return fox__engine_fail(e, rv, "begin_fold: member %d: %s", k, fox_strerror(rv));
     if ((rv = fox_engine_reset_for_fold(e)) != FOX_OK)
         return rv;
     e->fold = fold;
     e->policy_loaded = 0;
-    e->band = e->cfg.band;
-    memset(&e->rep, 0, sizeof e->rep);
-    e->rep.fold = fold;
-    e->rep.best_epoch = -1;
-    e->rep.bars_per_year = e->series.bars_per_year;
-    e->rep.select_rule = e->cfg.select_rule;
-    e->rep.select_window = e->cfg.select_rule == FOX_SELECT_SMOOTHED ? e->cfg.select_window : 1;
-    e->test_sharpe_sum = 0.0;
+    e->m = &e->members[0];
+    fox_fold_report *fr = &e->m->rep;
+    memset(fr, 0, sizeof *fr);
+    fr->fold = fold;
+    fr->best_epoch = -1;
+    fr->bars_per_year = e->series.bars_per_year;
+    fr->select_rule = e->cfg.select_rule;
+    fr->select_window = e->cfg.select_rule == FOX_SELECT_SMOOTHED ? e->cfg.select_window : 1;
     /* The fold's own times start here; its baselines' walks count as its evaluation. */
     e->fold_times0 = e->times;
     e->fold_t0 = t0;
@@ -269,11 +356,19 @@ fox_engine_begin_fold(fox_engine *e, int fold)
         e->fold = -1;
         return rv;
     }
+    /* Every member starts from the same report: the fold's baselines, no epoch yet. */
+    for (int k = 0; k < e->cfg.members; k++) {
+        fox_member *m = &e->members[k];
+        if (k > 0)
+            m->rep = *fr;
+        m->band = e->cfg.band;
+        m->test_sharpe_sum = 0.0;
+        m->epoch_loss_sum = 0.0;
+        m->epoch_loss_n = 0;
+        memset(&m->last, 0, sizeof m->last);
+    }
     e->epoch_t0 = fox_mono_s();
     e->epoch_step0 = 0;
-    e->epoch_loss_sum = 0.0;
-    e->epoch_loss_n = 0;
-    memset(&e->last, 0, sizeof e->last);
     e->times.fold_setup += e->epoch_t0 - t0 - (e->times.eval - e->fold_times0.eval);
     return FOX_OK;
 }
@@ -285,73 +380,101 @@ fox_engine_begin_fold(fox_engine *e, int fold)
  * a loss of 0).
  */
 static void
-keep_last_stats(fox_engine *e, const fox_step_stats *st)
+keep_last_stats(fox_member *m, const fox_step_stats *st)
 {
-    e->last.step = st->step;
-    e->last.env_steps = st->env_steps;
-    e->last.epsilon = st->epsilon;
+    m->last.step = st->step;
+    m->last.env_steps = st->env_steps;
+    m->last.epsilon = st->epsilon;
     if (st->loss != 0.0f) {
-        e->last.loss = st->loss;
-        e->last.loss_c51 = st->loss_c51;
-        e->last.loss_iqn = st->loss_iqn;
-        e->last.loss_aux = st->loss_aux;
-        e->last.grad_norm = st->grad_norm;
+        m->last.loss = st->loss;
+        m->last.loss_c51 = st->loss_c51;
+        m->last.loss_iqn = st->loss_iqn;
+        m->last.loss_aux = st->loss_aux;
+        m->last.grad_norm = st->grad_norm;
     }
+}
+
+/*
+ * n steps of every member still training (collect: full steps, else train
+ * steps alone): each member's backend first starts its chunk, then each
+ * finishes it, so that where a backend runs its chunk asynchronously (CUDA)
+ * the members' chunks run side by side. *stats gets the lead member's.
+ */
+static int
+step_members(fox_engine *e, int n, int collect, fox_step_stats *stats, const char *what)
+{
+    int rv = check_not_halted(e, what);
+    if (rv != FOX_OK)
+        return rv;
+    double t0 = fox_mono_s();
+    int K = e->cfg.members, lead = lead_member(e), failed = FOX_OK;
+    fox_step_stats st[FOX_MEMBERS_MAX];
+    int res[FOX_MEMBERS_MAX];
+    for (int k = 0; k < K; k++)
+        if (e->members[k].halt.reason == FOX_HALT_NONE)
+            res[k] = e->ops->start_steps(e->members[k].be, n, collect);
+    for (int k = 0; k < K; k++) {
+        fox_member *m = &e->members[k];
+        if (m->halt.reason != FOX_HALT_NONE)
+            continue;
+        /* A backend fills only what its chunk computed: a chunk that trained nothing leaves 0s. */
+        memset(&st[k], 0, sizeof st[k]);
+        int r = e->ops->finish_steps(m->be, &st[k]);
+        if (res[k] == FOX_OK)
+            res[k] = r;
+    }
+    e->times.train += fox_mono_s() - t0;
+    int64_t lead_before = e->members[lead].fold_step;
+    for (int k = 0; k < K && failed == FOX_OK; k++) {
+        fox_member *m = &e->members[k];
+        if (m->halt.reason != FOX_HALT_NONE)
+            continue;
+        if (res[k] == FOX_EHALT) {
+            /* The backend stopped inside the chunk; st.step is where (the fold's step count). */
+            if (collect)
+                m->fold_step = st[k].step;
+            failed = record_halt(e, k);
+            continue;
+        }
+        if (res[k] != FOX_OK) {
+            const char *why = ((fox_backend_base *)m->be)->err;
+            if (!collect && res[k] == FOX_ESTATE)
+                why = "replay not filled yet";
+            failed = fox__engine_fail(e, res[k], "%s: member %d: %s", what, k,
+                                      why[0] ? why : fox_strerror(res[k]));
+            continue;
+        }
+        if (!collect)
+            continue; /* a benchmark's train steps: no epoch's figures */
+        m->fold_step = st[k].step;
+        /* Summed step by step, so the epoch's mean is the same whatever the chunks. */
+        m->epoch_loss_sum += st[k].loss_sum;
+        m->epoch_loss_n += st[k].trained;
+        keep_last_stats(m, &st[k]);
+        m->rep.final_loss = st[k].loss;
+    }
+    /* Steps since creation count the lead's full steps, up to a halt where it halted. */
+    if (collect)
+        e->total_steps += e->members[lead].fold_step - lead_before;
+    if (stats)
+        *stats = st[lead];
+    return failed;
 }
 
 int
 fox_engine_run_steps(fox_engine *e, int n, fox_step_stats *stats)
 {
-    fox_step_stats local;
-    if (!stats)
-        stats = &local;
     if (e->fold < 0)
         return fox__engine_fail(e, FOX_ESTATE, "run_steps before begin_fold");
-    int rv = check_not_halted(e, "run_steps");
-    if (rv != FOX_OK)
-        return rv;
-    double t0 = fox_mono_s();
-    /* A backend fills only what its chunk computed: a chunk that trained nothing leaves 0s. */
-    memset(stats, 0, sizeof *stats);
-    rv = e->ops->run_steps(e->be, n, stats);
-    e->times.train += fox_mono_s() - t0;
-    if (rv == FOX_EHALT) {
-        /* The backend stopped inside the chunk; stats->step is where (the fold's step count). */
-        e->total_steps += stats->step - e->fold_step;
-        e->fold_step = stats->step;
-        return record_halt(e);
-    }
-    e->total_steps += n;
-    e->fold_step = stats->step;
-    if (rv != FOX_OK)
-        return fox__engine_fail(e, rv, "%s",
-                                fox__be(e)->err[0] ? fox__be(e)->err : fox_strerror(rv));
-    /* Summed step by step, so the epoch's mean is the same whatever the chunks. */
-    e->epoch_loss_sum += stats->loss_sum;
-    e->epoch_loss_n += stats->trained;
-    keep_last_stats(e, stats);
-    e->rep.final_loss = stats->loss;
-    return FOX_OK;
+    return step_members(e, n, 1, stats, "run_steps");
 }
 
 int
 fox_engine_train_only(fox_engine *e, int n, fox_step_stats *stats)
 {
-    fox_step_stats local;
     if (e->fold < 0)
         return fox__engine_fail(e, FOX_ESTATE, "train_only before begin_fold");
-    int rv = check_not_halted(e, "train_only");
-    if (rv != FOX_OK)
-        return rv;
-    double t0 = fox_mono_s();
-    rv = e->ops->train_only(e->be, n, stats ? stats : &local);
-    e->times.train += fox_mono_s() - t0;
-    if (rv == FOX_EHALT)
-        return record_halt(e);
-    if (rv != FOX_OK)
-        return fox__engine_fail(e, rv, "train_only: %s",
-                                rv == FOX_ESTATE ? "replay not filled yet" : fox_strerror(rv));
-    return FOX_OK;
+    return step_members(e, n, 0, stats, "train_only");
 }
 
 /*
@@ -361,21 +484,23 @@ fox_engine_train_only(fox_engine *e, int n, fox_step_stats *stats)
  * exist the latest (partial) window is chosen, so a fold shorter than K
  * epochs ends at its last epoch. One noisy epoch then moves the score by
  * 1/K of its jump, not all of it. Online, so the chosen epoch is always one
- * that has just ended (a checkpoint of it can be taken then).
+ * that has just ended (a checkpoint of it can be taken then). For the
+ * current member.
  */
 void
 fox__engine_select_epoch(fox_engine *e, const fox_epoch_report *rep)
 {
-    fox_fold_report *fr = &e->rep;
+    fox_member *m = e->m;
+    fox_fold_report *fr = &m->rep;
     int j = rep->epoch, K = fr->select_window;
     double score = rep->val.sharpe;
     int take;
     if (fr->select_rule == FOX_SELECT_SMOOTHED) {
-        e->sel_val[j % K] = rep->val.sharpe;
+        m->sel_val[j % K] = rep->val.sharpe;
         int have = j + 1 < K ? j + 1 : K;
         double sum = 0.0;
         for (int i = 0; i < have; i++)
-            sum += e->sel_val[i];
+            sum += m->sel_val[i];
         score = sum / have;
         take = j + 1 <= K || score > fr->select_score;
     } else {
@@ -388,32 +513,30 @@ fox__engine_select_epoch(fox_engine *e, const fox_epoch_report *rep)
         fr->select_score = score;
         fr->test_at_best = rep->test;
         fr->band = rep->band;
-        if (e->chosen_ret && rep->test.bars <= e->ret_cap) {
-            memcpy(e->chosen_ret, e->test_ret[FOX_POLICY_GREEDY],
-                   (size_t)rep->test.bars * sizeof(float));
+        if (m->chosen_ret && rep->test.bars <= e->ret_cap) {
+            memcpy(m->chosen_ret, m->greedy_ret, (size_t)rep->test.bars * sizeof(float));
             fox__engine_compare(e);
         }
     }
     fr->test_at_last = rep->test;
-    e->test_sharpe_sum += rep->test.sharpe;
-    fr->test_sharpe_mean = e->test_sharpe_sum / (j + 1);
+    m->test_sharpe_sum += rep->test.sharpe;
+    fr->test_sharpe_mean = m->test_sharpe_sum / (j + 1);
 }
 
-int
-fox_engine_end_epoch(fox_engine *e, fox_epoch_report *rep)
+/* The current member's epoch: its validation and test walks, its selection, its report. */
+static int
+end_member_epoch(fox_engine *e, double dt, fox_epoch_report *rep)
 {
-    if (e->fold < 0)
-        return fox__engine_fail(e, FOX_ESTATE, "end_epoch before begin_fold");
-    memset(rep, 0, sizeof *rep);
+    fox_member *m = e->m;
+    memset(rep, 0, offsetof(fox_epoch_report, lead));
     fox_train_counters c;
-    e->ops->state_io(e->be, 0, NULL, NULL, NULL, NULL, &c);
-    double dt = fox_mono_s() - e->epoch_t0;
+    e->ops->state_io(m->be, 0, NULL, NULL, NULL, NULL, &c);
     rep->fold = e->fold;
-    rep->epoch = e->rep.epochs_done;
-    rep->last = e->last;
+    rep->epoch = m->rep.epochs_done;
+    rep->last = m->last;
     rep->last.step = c.step;
     rep->last.env_steps = c.env_steps;
-    rep->mean_loss = e->epoch_loss_n ? e->epoch_loss_sum / (double)e->epoch_loss_n : 0.0;
+    rep->mean_loss = m->epoch_loss_n ? m->epoch_loss_sum / (double)m->epoch_loss_n : 0.0;
     rep->steps_per_sec = dt > 0 ? (double)(c.step - e->epoch_step0) / dt : 0.0;
     int rv;
     if (e->cfg.band_rule == FOX_BAND_RULE_VALIDATION) {
@@ -429,20 +552,92 @@ fox_engine_end_epoch(fox_engine *e, fox_epoch_report *rep)
         rep->val = res[0];
         rep->test = res[1];
     }
-    rep->band = e->band;
+    rep->band = m->band;
     fox__engine_select_epoch(e, rep);
-    fox_fold_report *fr = &e->rep;
+    fox_fold_report *fr = &m->rep;
     fr->epochs_done++;
     fr->final_loss = rep->mean_loss;
     fr->steps_per_sec =
         fr->steps_per_sec == 0.0
             ? rep->steps_per_sec
             : (fr->steps_per_sec * (fr->epochs_done - 1) + rep->steps_per_sec) / fr->epochs_done;
+    m->epoch = (fox_member_epoch){1, rep->val.sharpe, rep->test.sharpe, rep->test.turnover,
+                                  rep->band};
+    m->epoch_loss_sum = 0.0;
+    m->epoch_loss_n = 0;
+    return FOX_OK;
+}
+
+int
+fox_engine_end_epoch(fox_engine *e, fox_epoch_report *rep)
+{
+    if (e->fold < 0)
+        return fox__engine_fail(e, FOX_ESTATE, "end_epoch before begin_fold");
+    double dt = fox_mono_s() - e->epoch_t0;
+    int K = e->cfg.members, lead = lead_member(e), rv = FOX_OK;
+    fox_member *was = e->m;
+    /* The lead's report goes to the caller; the others' parts go into its members[]. */
+    fox_epoch_report other;
+    for (int k = 0; k < K && rv == FOX_OK; k++) {
+        e->m = &e->members[k];
+        if (e->m->halt.reason != FOX_HALT_NONE) {
+            /* A frozen member's walk no longer moves: it counts its epochs, measures none. */
+            e->m->rep.epochs_done++;
+            e->m->epoch = (fox_member_epoch){0, NAN, NAN, NAN, e->m->band};
+            continue;
+        }
+        rv = end_member_epoch(e, dt, k == lead ? rep : &other);
+    }
+    e->m = was;
+    if (rv != FOX_OK)
+        return rv;
+    rep->lead = lead;
+    rep->n_members = K;
+    for (int k = 0; k < K; k++)
+        rep->members[k] = e->members[k].epoch;
+    fox_train_counters c;
+    e->ops->state_io(e->members[lead].be, 0, NULL, NULL, NULL, NULL, &c);
     e->epoch_t0 = fox_mono_s();
     e->epoch_step0 = c.step;
-    e->epoch_loss_sum = 0.0;
-    e->epoch_loss_n = 0;
     return FOX_OK;
+}
+
+/* members[] and the spread over them, from each member's own report. */
+static void
+members_spread(const fox_engine *e, fox_fold_report *out)
+{
+    int K = e->cfg.members;
+    out->n_members = K;
+    out->members_training = members_training(e);
+    out->members_n = 0;
+    out->members_best = out->members_worst = -1;
+    double sum = 0.0, sum2 = 0.0;
+    for (int k = 0; k < K; k++) {
+        const fox_member *m = &e->members[k];
+        fox_member_report *r = &out->members[k];
+        *r = (fox_member_report){m->cfg.seed,
+                                 m->rep.best_epoch,
+                                 m->rep.best_val_sharpe,
+                                 m->rep.test_at_best,
+                                 m->rep.band,
+                                 m->halt.reason,
+                                 m->halt.step,
+                                 m->halt.n_slots ? m->halt.slots[0] : -1};
+        if (m->rep.best_epoch < 0)
+            continue;
+        double s = m->rep.test_at_best.sharpe;
+        sum += s;
+        sum2 += s * s;
+        out->members_n++;
+        if (out->members_best < 0 || s > out->members[out->members_best].test_at_best.sharpe)
+            out->members_best = k;
+        if (out->members_worst < 0 || s < out->members[out->members_worst].test_at_best.sharpe)
+            out->members_worst = k;
+    }
+    int n = out->members_n;
+    out->members_mean = n ? sum / n : NAN;
+    double var = n > 1 ? (sum2 - n * out->members_mean * out->members_mean) / (n - 1) : 0.0;
+    out->members_se = n > 1 && var > 0.0 ? sqrt(var / n) : 0.0;
 }
 
 int
@@ -450,8 +645,13 @@ fox_engine_fold_report(const fox_engine *e, fox_fold_report *out)
 {
     if (e->fold < 0)
         return FOX_ESTATE;
-    *out = e->rep;
-    out->flagged = fox_sentinel_mask(fox_engine_flags(e));
+    int lead = e->policy_loaded ? 0 : lead_member(e);
+    *out = e->members[lead].rep;
+    out->lead = lead;
+    /* A slot set in any member is reported: the flags warn, whichever member raised them. */
+    out->flagged = 0;
+    for (int k = 0; k < e->cfg.members; k++)
+        out->flagged |= fox_sentinel_mask(fox_engine_member_flags(e, k));
     out->wall_secs = fox_mono_s() - e->fold_t0;
     out->train_secs = e->times.train - e->fold_times0.train;
     out->eval_secs = e->times.eval - e->fold_times0.eval;
@@ -464,8 +664,10 @@ fox_engine_fold_report(const fox_engine *e, fox_fold_report *out)
                                : NAN;
     out->halt_reason = e->halt.reason;
     out->halt_step = e->halt.step;
+    out->halt_slots = 0;
     for (int i = 0; i < e->halt.n_slots; i++)
         out->halt_slots |= 1ull << e->halt.slots[i];
+    members_spread(e, out);
     return FOX_OK;
 }
 
@@ -475,11 +677,13 @@ fox_engine_backtest(fox_engine *e, fox_fold_report *out)
     if (!e->policy_loaded)
         return fox__engine_fail(e, FOX_ESTATE, "backtest before load_policy");
     fox_eval_result policy, val;
+    e->m = &e->members[0];
+    fox_member *m = e->m;
     int rv = fox__engine_ret_bufs(e, e->seg.test_end - e->seg.test_begin);
     if (rv != FOX_OK)
         return rv;
     /* The band as a fold chooses it, on the bars before the range where there are enough. */
-    e->band = e->cfg.band;
+    m->band = e->cfg.band;
     if (e->cfg.band_rule == FOX_BAND_RULE_VALIDATION &&
         e->seg.val_end - e->seg.val_begin >= FOX_TREND_VAL_MIN_BARS &&
         (rv = fox__engine_choose_band(e, &val)) != FOX_OK)
@@ -487,10 +691,10 @@ fox_engine_backtest(fox_engine *e, fox_fold_report *out)
     if ((rv = fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_GREEDY, &policy)) != FOX_OK ||
         (rv = fox__engine_baselines(e)) != FOX_OK)
         return rv;
-    fox_fold_report *fr = &e->rep;
+    fox_fold_report *fr = &m->rep;
     fr->test_at_best = policy;
-    fr->band = e->band;
-    memcpy(e->chosen_ret, e->test_ret[FOX_POLICY_GREEDY], (size_t)policy.bars * sizeof(float));
+    fr->band = m->band;
+    memcpy(m->chosen_ret, m->greedy_ret, (size_t)policy.bars * sizeof(float));
     fox__engine_compare(e);
     fr->best_val_sharpe = NAN;
     fr->select_score = NAN;
@@ -498,13 +702,18 @@ fox_engine_backtest(fox_engine *e, fox_fold_report *out)
     fr->steps_per_sec = NAN;
     fr->test_sharpe_mean = NAN;
     fr->test_at_last.sharpe = NAN;
-    return fox_engine_fold_report(e, out);
+    rv = fox_engine_fold_report(e, out);
+    /* A backtest walks one policy: the members' block says so. */
+    out->n_members = 1;
+    out->members_training = 1;
+    return rv;
 }
 
 void
 fox_engine_get_info(const fox_engine *e, fox_engine_info *out)
 {
     memset(out, 0, sizeof *out);
+    int lead = lead_member(e);
     out->backend = e->ops->name;
     out->n_params = e->lay.n_real;
     out->n_envs = e->cfg.n_envs;
@@ -513,17 +722,19 @@ fox_engine_get_info(const fox_engine *e, fox_engine_info *out)
     out->bars_per_year = e->series.bars_per_year;
     out->bars_per_year_from = e->series.bars_per_year_from;
     out->fold = e->fold;
-    out->epoch = e->rep.epochs_done;
+    out->epoch = e->members[lead].rep.epochs_done;
     out->total_steps = e->total_steps;
     out->fingerprint = e->fingerprint;
+    out->n_members = e->cfg.members;
+    out->members_training = members_training(e);
     out->times = e->times;
     out->val_begin = e->seg.val_begin;
     out->val_end = e->seg.val_end;
     out->test_begin = e->seg.test_begin;
     out->test_end = e->seg.test_end;
-    if (e->be) {
+    if (e->data_loaded) {
         fox_train_counters c;
-        e->ops->state_io(e->be, 0, NULL, NULL, NULL, NULL, &c);
+        e->ops->state_io(e->members[lead].be, 0, NULL, NULL, NULL, NULL, &c);
         out->step = c.step;
     }
 }
@@ -535,30 +746,48 @@ fox_engine_bar_times(const fox_engine *e)
 }
 
 const volatile float *
+fox_engine_member_isv(const fox_engine *e, int member)
+{
+    if (!e->data_loaded || member < 0 || member >= e->cfg.members)
+        return NULL;
+    return ((fox_backend_base *)e->members[member].be)->isv;
+}
+
+const volatile int *
+fox_engine_member_flags(const fox_engine *e, int member)
+{
+    if (!e->data_loaded || member < 0 || member >= e->cfg.members)
+        return NULL;
+    return ((fox_backend_base *)e->members[member].be)->flags;
+}
+
+const volatile float *
 fox_engine_isv(const fox_engine *e)
 {
-    return e->be ? fox__be(e)->isv : NULL;
+    return fox_engine_member_isv(e, 0);
 }
 
 const volatile int *
 fox_engine_flags(const fox_engine *e)
 {
-    return e->be ? fox__be(e)->flags : NULL;
+    return fox_engine_member_flags(e, 0);
 }
 
 int
 fox_engine_clear_flags(fox_engine *e)
 {
-    if (!e->be)
+    if (!e->data_loaded)
         return fox__engine_fail(e, FOX_ESTATE, "no backend yet (load_data first)");
-    volatile int *flags = fox__be(e)->flags;
-    for (int i = 0; i < FOX_SENTINEL_SLOTS; i++)
-        flags[i] = 0;
+    for (int k = 0; k < e->cfg.members; k++) {
+        volatile int *flags = ((fox_backend_base *)e->members[k].be)->flags;
+        for (int i = 0; i < FOX_SENTINEL_SLOTS; i++)
+            flags[i] = 0;
+    }
     return FOX_OK;
 }
 
 int
-fox_engine_inject_fault(fox_engine *e, const char *buffer, int kind, int64_t after,
+fox_engine_inject_fault(fox_engine *e, int member, const char *buffer, int kind, int64_t after,
                         int at_next_fold)
 {
     int slot = fox_sentinel_fault_slot(buffer);
@@ -567,7 +796,10 @@ fox_engine_inject_fault(fox_engine *e, const char *buffer, int kind, int64_t aft
                                 buffer);
     if (kind != FOX_FAULT_NAN && kind != FOX_FAULT_INF && kind != FOX_FAULT_HUGE)
         return fox__engine_fail(e, FOX_EINVAL, "inject_fault: kind must be nan, inf or huge");
-    if (!e->be)
+    if (member >= e->cfg.members)
+        return fox__engine_fail(e, FOX_EINVAL, "inject_fault: no member %d (engine.members = %d)",
+                                member, e->cfg.members);
+    if (!e->data_loaded)
         return fox__engine_fail(e, FOX_ESTATE, "inject_fault before load_data");
     if (!e->ops->arm_fault)
         return fox__engine_fail(e, FOX_ESTATE, "inject_fault: the %s backend cannot arm faults",
@@ -582,12 +814,13 @@ fox_engine_inject_fault(fox_engine *e, const char *buffer, int kind, int64_t aft
          */
         e->next_fault_slot = slot;
         e->next_fault_kind = kind;
+        e->next_fault_member = member;
         e->next_fault_step = after;
         return FOX_OK;
     }
     /* One fault at a time: this one replaces any still waiting for a fold. */
     e->next_fault_slot = -1;
-    return arm_fault_after(e, slot, kind, after);
+    return arm_members(e, member, slot, kind, after);
 }
 
 size_t
@@ -597,24 +830,33 @@ fox_engine_param_count(const fox_engine *e)
 }
 
 int
-fox_engine_get_params(fox_engine *e, float *out, size_t n)
+fox_engine_member_params(fox_engine *e, int member, float *out, size_t n)
 {
-    if (!e->be)
+    if (!e->data_loaded)
         return fox__engine_fail(e, FOX_ESTATE, "no backend yet (load_data first)");
+    if (member < 0 || member >= e->cfg.members)
+        return fox__engine_fail(e, FOX_EINVAL, "no member %d (engine.members = %d)", member,
+                                e->cfg.members);
     if (n < e->lay.n_params)
         return fox__engine_fail(e, FOX_EINVAL, "buffer of %zu floats, %zu needed", n,
                                 e->lay.n_params);
-    return e->ops->state_io(e->be, 0, out, NULL, NULL, NULL, NULL);
+    return e->ops->state_io(e->members[member].be, 0, out, NULL, NULL, NULL, NULL);
 }
 
 int
-fox_engine_params_digest(fox_engine *e, uint64_t *out)
+fox_engine_get_params(fox_engine *e, float *out, size_t n)
+{
+    return fox_engine_member_params(e, 0, out, n);
+}
+
+int
+fox_engine_params_digest(fox_engine *e, int member, uint64_t *out)
 {
     size_t n = fox_engine_param_count(e);
     float *p = malloc(n * sizeof *p);
     if (!p)
         return fox__engine_fail(e, FOX_ENOMEM, "params digest: out of memory");
-    int rv = fox_engine_get_params(e, p, n);
+    int rv = fox_engine_member_params(e, member, p, n);
     if (rv == FOX_OK)
         *out = fox_fnv1a(FOX_FNV_OFFSET, p, n * sizeof *p);
     free(p);

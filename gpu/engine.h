@@ -107,6 +107,19 @@ typedef struct fox_eval_result {
 typedef void (*fox_eval_bar_fn)(void *arg, fox_split split, fox_policy policy, int bar,
                                 double cum_net);
 
+/* One member's part of an epoch report (engine.members). */
+typedef struct fox_member_epoch {
+    int training;       /* 0: the member halted earlier in the fold; the figures are NaN */
+    double val_sharpe;  /* on validation, at its chosen band */
+    double test_sharpe; /* on test, at the same band */
+    double test_turnover;
+    float band;         /* its no-trade band (cost multiples; FOX_BAND_FLAT) */
+} fox_member_epoch;
+
+/*
+ * An epoch's report: the lead member's walk (fox_fold_report.lead) in the
+ * fields before `members`, every member's in members[0 .. n_members).
+ */
 typedef struct fox_epoch_report {
     int fold, epoch;
     fox_step_stats last; /* stats of the epoch's last train step */
@@ -114,8 +127,30 @@ typedef struct fox_epoch_report {
     fox_eval_result val, test;
     double steps_per_sec; /* train steps (with collection) per wall second */
     float band;           /* the no-trade band of val and test (cost multiples; FOX_BAND_FLAT) */
+    int lead;             /* the member the fields above show */
+    int n_members;
+    fox_member_epoch members[FOX_MEMBERS_MAX];
 } fox_epoch_report;
 
+/* One member's walk-forward in a fold (engine.members). */
+typedef struct fox_member_report {
+    uint64_t seed;                /* its train.seed: the engine's + its index */
+    int best_epoch;               /* chosen on validation by the fold's rule; -1: none yet */
+    double best_val_sharpe;
+    fox_eval_result test_at_best; /* its unbiased figure */
+    float band;                   /* its no-trade band at best_epoch */
+    int halt_reason;              /* FOX_HALT_* when it halted (0: still training) */
+    int64_t halt_step;            /* the fold's step count when it did */
+    int halt_slot;                /* the lowest sentinel slot set at a halt_nan; -1: none */
+} fox_member_report;
+
+/*
+ * A fold's report. The policy's figures (best_epoch … test_sharpe_mean,
+ * test_policy[FOX_POLICY_GREEDY], vs) are the lead member's: member 0,
+ * or where it halted the lowest-index member still training, so that with
+ * one member the report is that member's. members[] holds every member's
+ * own walk and members_* their spread: one run, an error bar over seeds.
+ */
 typedef struct fox_fold_report {
     int fold;
     int epochs_done;
@@ -157,6 +192,20 @@ typedef struct fox_fold_report {
     int halt_reason;
     int64_t halt_step;
     uint64_t halt_slots; /* bit i: slot i (0–35) */
+
+    int n_members;        /* engine.members */
+    int lead;             /* the member whose walk the policy's figures are */
+    int members_training; /* members not halted */
+    fox_member_report members[FOX_MEMBERS_MAX];
+    /*
+     * Over the members with a chosen epoch (members_n of them): the mean of
+     * their test net Sharpe at it and its standard error (the sample SD
+     * over √n; 0 for one member), and the best and worst member by that
+     * figure (-1 while none has chosen).
+     */
+    int members_n;
+    double members_mean, members_se;
+    int members_best, members_worst;
 } fox_fold_report;
 
 /* Wall seconds the engine has spent since its creation, by kind of work. */
@@ -181,6 +230,8 @@ typedef struct fox_engine_info {
     int64_t step;         /* train steps in the fold */
     int64_t total_steps;  /* train steps since creation */
     uint64_t fingerprint; /* layout fingerprint (ISV slots 115–116) */
+    int n_members;        /* engine.members */
+    int members_training; /* of them, not halted in the current fold */
     int val_begin, val_end;   /* the current fold's validation bars [begin, end) */
     int test_begin, test_end; /* and its test bars (a backtest: the bars it walks) */
     fox_engine_times times;
@@ -220,14 +271,19 @@ int fox_engine_begin_fold(fox_engine *e, int fold);
 int fox_engine_reset_for_fold(fox_engine *e);
 
 /*
- * Run n full steps (collect from every environment, then one train step).
- * Every step ends with the fused sentinel check (engine.sentinel) and the
- * halts: FOX_EHALT when the step ended in halt_nan (a slot 0–35 is set) or
- * halt_grad_collapse (a non-finite loss, or a gradient norm ≈ 0 for
- * FOX_HALT_COLLAPSE_STEPS steps); fox_engine_errmsg then says which, naming
- * the slots ("halt_nan: slots 12 h_s2, 33 d_h_s2_post_main"), and
- * fox_engine_halt_info gives the same as data. The fold is stopped: run_steps
- * and train_only refuse with FOX_ESTATE until begin_fold or reset_for_fold.
+ * Run n full steps (collect from every environment, then one train step) on
+ * every member still training. Every step ends with the fused sentinel
+ * check (engine.sentinel) and the halts: a member halts on halt_nan (a slot
+ * 0–35 is set) or halt_grad_collapse (a non-finite loss, or a gradient norm
+ * ≈ 0 for FOX_HALT_COLLAPSE_STEPS steps), and from then on is frozen: it
+ * trains no more in the fold, keeps its chosen epoch, and
+ * fox_engine_member_halt_info says why. The fold goes on while at least
+ * engine.quorum members train; when fewer are left the call returns
+ * FOX_EHALT, fox_engine_errmsg says which member halted last and why,
+ * naming the slots ("member 2: halt_nan: slots 12 h_s2, 33
+ * d_h_s2_post_main"), and fox_engine_halt_info gives the same as data. The
+ * fold is stopped: run_steps and train_only refuse with FOX_ESTATE until
+ * begin_fold or reset_for_fold, which bring every member back.
  */
 int fox_engine_run_steps(fox_engine *e, int n, fox_step_stats *stats);
 
@@ -242,6 +298,7 @@ int fox_engine_train_only(fox_engine *e, int n, fox_step_stats *stats);
 
 typedef struct fox_halt_info {
     fox_halt_reason reason;
+    int member;   /* the member that halted (the last one, for a fold stopped) */
     int fold;     /* the fold that stopped */
     int64_t step; /* its full-step count when it stopped */
     int n_slots;  /* halt_nan: the slots set, ascending */
@@ -252,6 +309,10 @@ typedef struct fox_halt_info {
 
 /* Why the current fold stopped; reason FOX_HALT_NONE (and zeros) while it runs. */
 void fox_engine_halt_info(const fox_engine *e, fox_halt_info *out);
+
+/* Why member k halted in the current fold; reason FOX_HALT_NONE while it trains. FOX_EINVAL
+ * for no such member. */
+int fox_engine_member_halt_info(const fox_engine *e, int member, fox_halt_info *out);
 
 /* Evaluate a policy with one sequential pass over a split of the current fold. */
 int fox_engine_evaluate(fox_engine *e, fox_split split, fox_policy policy, fox_eval_result *out);
@@ -296,19 +357,26 @@ void fox_engine_get_info(const fox_engine *e, fox_engine_info *out);
  */
 const double *fox_engine_bar_times(const fox_engine *e);
 
-/* ISV signal bus: pointer to FOX_ISV_TOTAL_DIM floats, readable from any thread. */
+/*
+ * ISV signal bus of member 0: pointer to FOX_ISV_TOTAL_DIM floats, readable
+ * from any thread; fox_engine_member_isv the same of member k (NULL for no
+ * such member, or before load_data).
+ */
 const volatile float *fox_engine_isv(const fox_engine *e);
+const volatile float *fox_engine_member_isv(const fox_engine *e, int member);
 
-/* Sentinel flags: pointer to FOX_SENTINEL_SLOTS ints, readable from any thread. */
+/* Sentinel flags of member 0 (of member k): FOX_SENTINEL_SLOTS ints, readable from any thread. */
 const volatile int *fox_engine_flags(const fox_engine *e);
+const volatile int *fox_engine_member_flags(const fox_engine *e, int member);
 
-/* Clear every sentinel flag (the explicit command of the protocol). */
+/* Clear every member's sentinel flags (the explicit command of the protocol). */
 int fox_engine_clear_flags(fox_engine *e);
 
 /*
  * Fault drill on a running engine: write kind (FOX_FAULT_NAN, _INF, _HUGE)
- * into the buffer of sentinel slot or buffer name `buffer` during the train
- * step `after` steps from now (0 = the next one). With at_next_fold the
+ * into the buffer of sentinel slot or buffer name `buffer` of member
+ * `member` (< 0: every member) during the train step `after` steps from now
+ * (0 = the next one). With at_next_fold the
  * caller says no train step runs before the next begin_fold or
  * reset_for_fold: the fault then fires at that fold's train step `after`
  * (counted from 0), whatever the last fold ran. One fault at a time: an
@@ -316,20 +384,21 @@ int fox_engine_clear_flags(fox_engine *e);
  * before load_data or where the backend cannot arm one. The caller decides
  * whether drills are allowed (debug.enable).
  */
-int fox_engine_inject_fault(fox_engine *e, const char *buffer, int kind, int64_t after,
-                            int at_next_fold);
+int fox_engine_inject_fault(fox_engine *e, int member, const char *buffer, int kind,
+                            int64_t after, int at_next_fold);
 
-/* Copy the parameters (layout of model.h, n_params floats) to host memory. */
+/* Copy member 0's (member k's) parameters (layout of model.h, n_params floats) to host memory. */
 int fox_engine_get_params(fox_engine *e, float *out, size_t n);
+int fox_engine_member_params(fox_engine *e, int member, float *out, size_t n);
 size_t fox_engine_param_count(const fox_engine *e);
 
 /*
- * FNV-1a 64 (common/hash.h) over the parameters' bytes, in the layout of
- * get_params: two engines with the same digest hold the same weights bit
+ * FNV-1a 64 (common/hash.h) over member k's parameters' bytes, in the
+ * layout of get_params: two engines with the same digest hold the same weights bit
  * for bit, which is how a run is compared with another one or with itself
  * after a checkpoint round trip.
  */
-int fox_engine_params_digest(fox_engine *e, uint64_t *out);
+int fox_engine_params_digest(fox_engine *e, int member, uint64_t *out);
 
 /*
  * Checkpoints: header (magic, format version, fingerprint, sizes, CRC32),

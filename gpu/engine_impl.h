@@ -15,51 +15,66 @@
 #include "gpu/lookahead.h"
 #include "gpu/model.h"
 
+/*
+ * One member of the population (engine.members): its backend and what its
+ * own walk-forward keeps. The engine's calls act on the member e->m points
+ * to; engine.c moves it from member to member, so that evaluation, epoch
+ * selection and checkpoints are written once for one member.
+ */
+typedef struct fox_member {
+    fox_config cfg; /* the engine's, with this member's train.seed */
+    fox_backend *be;
+    fox_fold_report rep; /* its fold report: the fold's baselines and its own walk */
+    fox_halt_info halt;  /* reason FOX_HALT_NONE while it trains */
+    float band;          /* its greedy policy's no-trade band now (cost multiples) */
+    /* Epoch selection: the last select_window validation Sharpes (a ring) and the test sum. */
+    double sel_val[FOX_SELECT_WINDOW_MAX];
+    double test_sharpe_sum;
+    fox_step_stats last; /* the epoch report's `last`: losses of the last chunk that trained */
+    double epoch_loss_sum;
+    int64_t epoch_loss_n;
+    int64_t fold_step; /* full steps of the fold, as its backend last reported them */
+    fox_member_epoch epoch; /* its part of the last epoch report */
+    /*
+     * Per-bar net returns of its last greedy test walk (the epoch just
+     * evaluated) and of its chosen epoch's, for the paired comparisons;
+     * the engine's ret_cap bars each.
+     */
+    float *greedy_ret, *chosen_ret;
+} fox_member;
+
 struct fox_engine {
     fox_config cfg; /* resolved copy */
     fox_model_layout lay;
     const fox_backend_ops *ops;
-    fox_backend *be;
+    fox_member *members; /* cfg.members of them */
+    fox_member *m;       /* the member the calls below act on */
     fox_series series;
     fox_features feat;
     int data_loaded;
     int fold; /* -1 before begin_fold */
     fox_fold seg;
-    fox_fold_report rep;
     double epoch_t0; /* monotonic seconds at the epoch's start */
     int64_t epoch_step0;
-    double epoch_loss_sum;
-    int64_t epoch_loss_n;
     int64_t total_steps;
-    int64_t fold_step; /* full steps of the fold, as the backend last reported them */
     uint64_t fingerprint;
-    fox_halt_info halt;     /* reason FOX_HALT_NONE while the fold runs */
+    /* Why the fold stopped (fewer than engine.quorum members left): the last member's halt. */
+    fox_halt_info halt;
     /*
      * A fault armed between folds (fox_engine_inject_fault's at_next_fold):
      * the backend counts train steps from the fold's reset, so it is armed
      * there, once the counter is 0. slot -1: none waiting.
      */
-    int next_fault_slot, next_fault_kind;
+    int next_fault_slot, next_fault_kind, next_fault_member;
     int64_t next_fault_step;
     fox_lookahead *ahead;   /* the greedy evaluation's predicted bars and their Q */
     fox_engine_times times; /* since creation; times.startup runs from create to load_data's end */
     fox_engine_times fold_times0; /* times at the fold's begin_fold, for the fold report */
     double created_at, fold_t0;   /* monotonic seconds */
     int trend_k;            /* the trend rule's lookback, chosen when the fold begins */
-    float band;             /* the greedy policy's no-trade band now (cost multiples) */
     int policy_loaded;      /* load_policy set the segments: a backtest, not a fold */
-    /* Epoch selection: the last select_window validation Sharpes (a ring) and the test sum. */
-    double sel_val[FOX_SELECT_WINDOW_MAX];
-    double test_sharpe_sum;
-    fox_step_stats last;    /* the epoch report's `last`: losses of the last chunk that trained */
-    /*
-     * Per-bar net returns of the test walks, for the paired comparisons:
-     * test_ret[p] the last test walk of policy p (for the greedy policy,
-     * the epoch just evaluated), chosen_ret the greedy walk of the chosen
-     * epoch; ret_cap bars each.
-     */
+    /* Per-bar net returns of each baseline's test walk ([GREEDY] unused); ret_cap bars each. */
     float *test_ret[FOX_POLICY_COUNT];
-    float *chosen_ret;
     int ret_cap;
     fox_eval_bar_fn bar_hook; /* fox_engine_set_eval_hook: per-bar equity of evaluations */
     void *bar_arg;
@@ -105,11 +120,11 @@ int fox__engine_choose_band(fox_engine *e, fox_eval_result *val);
 /* The paired comparison of n per-bar returns a and b (evaluate.c says how). */
 fox_paired fox__paired_sharpe(const float *a, const float *b, int n, double P, uint64_t seed);
 
-/* The fields every backend starts with. */
+/* The fields every backend starts with, of the current member's. */
 static inline fox_backend_base *
 fox__be(const fox_engine *e)
 {
-    return (fox_backend_base *)e->be;
+    return (fox_backend_base *)e->m->be;
 }
 
 /*

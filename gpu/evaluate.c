@@ -224,10 +224,12 @@ walk_splits(fox_engine *e, const walk_spec *specs, int n_splits, fox_policy poli
         w[k].t = test ? e->seg.test_begin : e->seg.val_begin;
         w[k].end = test ? e->seg.test_end : e->seg.val_end;
         w[k].st = (fox_env_pos){0.0f, e->series.close[w[k].t], 0};
-        if (test && e->test_ret[policy] && w[k].end - w[k].t <= e->ret_cap)
-            w[k].rets = e->test_ret[policy];
-        fox_rng_seed(&w[k].rng,
-                     c->seed ^ (0xe7a1ULL + 31ULL * (uint64_t)e->fold + (uint64_t)specs[k].split));
+        float *rets = policy == FOX_POLICY_GREEDY ? e->m->greedy_ret : e->test_ret[policy];
+        if (test && rets && w[k].end - w[k].t <= e->ret_cap)
+            w[k].rets = rets;
+        /* The random baseline's draws are the data's: every member, every seed meets the same. */
+        fox_rng_seed(&w[k].rng, c->data_seed ^ (0xe7a1ULL + 31ULL * (uint64_t)e->fold +
+                                                (uint64_t)specs[k].split));
     }
     /*
      * The segments walk in lockstep, one decision bar each per round, so the
@@ -248,7 +250,7 @@ walk_splits(fox_engine *e, const walk_spec *specs, int n_splits, fox_policy poli
             for (int i = 0; i < n_live; i++)
                 segs[i] = (fox_lookahead_seg){live[i], w[live[i]].t, w[live[i]].end,
                                               &w[live[i]].st, band[live[i]]};
-            int rv = fox__lookahead_actions(e->ahead, e->be, e->ops, &e->feat, &p, &bars, segs,
+            int rv = fox__lookahead_actions(e->ahead, e->m->be, e->ops, &e->feat, &p, &bars, segs,
                                             n_live, greedy);
             if (rv != FOX_OK)
                 return fox__engine_fail(e, rv, "evaluate: q_values: %s", fox_strerror(rv));
@@ -295,7 +297,7 @@ fox_engine_evaluate_splits(fox_engine *e, const fox_split *splits, int n_splits,
         return fox__engine_fail(e, FOX_EINVAL, "evaluate: %d splits (1 to %d)", n_splits,
                                 FOX_EVAL_SPLITS_MAX);
     for (int k = 0; k < n_splits; k++)
-        specs[k] = (walk_spec){splits[k], e->band};
+        specs[k] = (walk_spec){splits[k], e->m->band};
     return evaluate_k(e, specs, n_splits, policy, e->trend_k, out);
 }
 
@@ -309,8 +311,8 @@ fox_engine_evaluate_splits(fox_engine *e, const fox_split *splits, int n_splits,
  * was not trained on by more than that figure's own noise, and with the
  * margin that served best there: the margin comes from how good the
  * policy's estimates proved, not from a number fixed beforehand. Ties go
- * to the wider band. The chosen band goes into e->band and its validation
- * figures into val.
+ * to the wider band. The chosen band goes into the current member's band
+ * and its validation figures into val.
  */
 int
 fox__engine_choose_band(fox_engine *e, fox_eval_result *val)
@@ -324,7 +326,7 @@ fox__engine_choose_band(fox_engine *e, fox_eval_result *val)
     if (rv != FOX_OK)
         return rv;
     double best = 0.0; /* staying out: Sharpe 0, SE 0 */
-    e->band = FOX_BAND_FLAT;
+    e->m->band = FOX_BAND_FLAT;
     memset(val, 0, sizeof *val);
     val->bars = res[0].bars;
     val->bars_per_year = res[0].bars_per_year;
@@ -332,7 +334,7 @@ fox__engine_choose_band(fox_engine *e, fox_eval_result *val)
         double lcb = res[k].sharpe - e->cfg.band_se * res[k].sharpe_se;
         if (lcb > best) {
             best = lcb;
-            e->band = choices[k];
+            e->m->band = choices[k];
             *val = res[k];
         }
     }
@@ -348,7 +350,7 @@ fox_engine_evaluate(fox_engine *e, fox_split split, fox_policy policy, fox_eval_
 int
 fox__engine_baselines(fox_engine *e)
 {
-    fox_fold_report *fr = &e->rep;
+    fox_fold_report *fr = &e->m->rep;
     static const int k_list[FOX_TREND_K_COUNT] = FOX_TREND_K_LIST;
     const fox_split val = FOX_SPLIT_VALIDATION, test = FOX_SPLIT_TEST;
     int rv = fox__engine_ret_bufs(e, e->seg.test_end - e->seg.test_begin);
@@ -388,25 +390,33 @@ fox__engine_baselines(fox_engine *e)
     return FOX_OK;
 }
 
+/* Replace *buf by a zeroed array of bars floats. */
+static int
+ret_buf(fox_engine *e, float **buf, int bars)
+{
+    free(*buf);
+    if (!(*buf = calloc((size_t)bars, sizeof(float))))
+        return fox__engine_fail(e, FOX_ENOMEM, "per-bar returns of %d test bars", bars);
+    return FOX_OK;
+}
+
 int
 fox__engine_ret_bufs(fox_engine *e, int bars)
 {
     if (bars <= e->ret_cap)
         return FOX_OK;
-    for (int p = 0; p < FOX_POLICY_COUNT; p++) {
-        free(e->test_ret[p]);
-        e->test_ret[p] = NULL;
-    }
-    free(e->chosen_ret);
-    e->chosen_ret = NULL;
+    /* Until every buffer has its bars, none is taken to have them. */
     e->ret_cap = 0;
-    for (int p = 0; p < FOX_POLICY_COUNT; p++)
-        if (!(e->test_ret[p] = calloc((size_t)bars, sizeof(float))))
-            return fox__engine_fail(e, FOX_ENOMEM, "per-bar returns of %d test bars", bars);
-    if (!(e->chosen_ret = calloc((size_t)bars, sizeof(float))))
-        return fox__engine_fail(e, FOX_ENOMEM, "per-bar returns of %d test bars", bars);
-    e->ret_cap = bars;
-    return FOX_OK;
+    int rv = FOX_OK;
+    for (int p = 0; p < FOX_POLICY_COUNT && rv == FOX_OK; p++)
+        if (p != FOX_POLICY_GREEDY)
+            rv = ret_buf(e, &e->test_ret[p], bars);
+    for (int k = 0; k < e->cfg.members && rv == FOX_OK; k++)
+        if ((rv = ret_buf(e, &e->members[k].greedy_ret, bars)) == FOX_OK)
+            rv = ret_buf(e, &e->members[k].chosen_ret, bars);
+    if (rv == FOX_OK)
+        e->ret_cap = bars;
+    return rv;
 }
 
 /* The annualized net Sharpe of sums over n bars (as sharpe()), for the bootstrap's draws. */
@@ -465,9 +475,9 @@ fox__paired_sharpe(const float *a, const float *b, int n, double P, uint64_t see
 void
 fox__engine_compare(fox_engine *e)
 {
-    fox_fold_report *fr = &e->rep;
+    fox_fold_report *fr = &e->m->rep;
     memset(fr->vs, 0, sizeof fr->vs);
-    if (!e->chosen_ret)
+    if (!e->m->chosen_ret)
         return;
     int n = fr->test_at_best.bars;
     for (int p = FOX_POLICY_BUY_HOLD; p < FOX_POLICY_COUNT; p++) {
@@ -475,8 +485,9 @@ fox__engine_compare(fox_engine *e)
             continue;
         if (fr->test_policy[p].bars != n || n > e->ret_cap)
             continue;
-        fr->vs[p] = fox__paired_sharpe(e->chosen_ret, e->test_ret[p], n, e->series.bars_per_year,
-                                       e->cfg.seed ^ (0xb007ULL + 131ULL * (uint64_t)e->fold +
-                                                      (uint64_t)p));
+        fr->vs[p] = fox__paired_sharpe(e->m->chosen_ret, e->test_ret[p], n,
+                                       e->series.bars_per_year,
+                                       e->cfg.data_seed ^ (0xb007ULL + 131ULL * (uint64_t)e->fold +
+                                                           (uint64_t)p));
     }
 }

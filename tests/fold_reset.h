@@ -25,7 +25,7 @@ fox_test_state(fox_engine *e, size_t np, fox_train_counters *c)
 {
     float *s = malloc(4 * np * sizeof(float));
     ck_assert_ptr_nonnull(s);
-    FOX_CK_OK(e->ops->state_io(e->be, 0, s, s + np, s + 2 * np, s + 3 * np, c));
+    FOX_CK_OK(e->ops->state_io(e->m->be, 0, s, s + np, s + 2 * np, s + 3 * np, c));
     return s;
 }
 

@@ -197,12 +197,12 @@ collapse_on_vanished_gradient(void)
     float *g = calloc(np, sizeof *g);
     ck_assert_ptr_nonnull(g);
     int halt = -1;
-    FOX_CK_OK(fox_cuda_debug_collapse(e->be, g, FOX_HALT_COLLAPSE_STEPS - 1, &halt));
+    FOX_CK_OK(fox_cuda_debug_collapse(e->m->be, g, FOX_HALT_COLLAPSE_STEPS - 1, &halt));
     ck_assert_int_eq(halt, FOX_HALT_NONE);
-    FOX_CK_OK(fox_cuda_debug_collapse(e->be, g, FOX_HALT_COLLAPSE_STEPS, &halt));
+    FOX_CK_OK(fox_cuda_debug_collapse(e->m->be, g, FOX_HALT_COLLAPSE_STEPS, &halt));
     ck_assert_int_eq(halt, FOX_HALT_GRAD_COLLAPSE);
     g[np / 2] = 2.0f * (float)FOX_HALT_COLLAPSE_NORM;
-    FOX_CK_OK(fox_cuda_debug_collapse(e->be, g, 2 * FOX_HALT_COLLAPSE_STEPS, &halt));
+    FOX_CK_OK(fox_cuda_debug_collapse(e->m->be, g, 2 * FOX_HALT_COLLAPSE_STEPS, &halt));
     ck_assert_int_eq(halt, FOX_HALT_NONE);
     printf("drill collapse: %d train steps of a zero gradient halt, %d do not, nor a norm of "
            "%g\n", FOX_HALT_COLLAPSE_STEPS, FOX_HALT_COLLAPSE_STEPS - 1,
@@ -249,7 +249,7 @@ START_TEST(fault_armed_and_flags_cleared_mid_fold)
     config(&c, NULL, NULL, 0);
     fox_engine *e = fox_test_engine(&c);
     FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, STEPS, NULL));
-    FOX_CK_ENGINE_OK(e, fox_engine_inject_fault(e, "target_q_post_clip", FOX_FAULT_HUGE, 3, 0));
+    FOX_CK_ENGINE_OK(e, fox_engine_inject_fault(e, -1, "target_q_post_clip", FOX_FAULT_HUGE, 3, 0));
     FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 3, NULL));
     ck_assert_uint_eq(fox_sentinel_mask(fox_engine_flags(e)), 0);
     FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 1, NULL));
@@ -259,7 +259,7 @@ START_TEST(fault_armed_and_flags_cleared_mid_fold)
     FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, STEPS, NULL));
     ck_assert_uint_eq(fox_sentinel_mask(fox_engine_flags(e)), 0);
     /* A halting fault armed the same way halts at its step, naming its slot. */
-    FOX_CK_ENGINE_OK(e, fox_engine_inject_fault(e, "h_s2", FOX_FAULT_NAN, 0, 0));
+    FOX_CK_ENGINE_OK(e, fox_engine_inject_fault(e, -1, "h_s2", FOX_FAULT_NAN, 0, 0));
     ck_assert_int_eq(fox_engine_run_steps(e, STEPS, NULL), FOX_EHALT);
     ck_assert_msg(strstr(fox_engine_errmsg(e), "12 h_s2"), "%s", fox_engine_errmsg(e));
     fox_halt_info h;

@@ -1237,7 +1237,7 @@ START_TEST(graph_determinism_and_isv)
          */
         fox_engine *e = fox_test_engine(&c);
         if (k == 1)
-            FOX_CK_OK(fox_cuda_debug_set_unroll(e->be, 1));
+            FOX_CK_OK(fox_cuda_debug_set_unroll(e->m->be, 1));
         fox_step_stats st;
         /* Warm-up collects, then eager and captured full steps, in two chunks. */
         int rv = fox_engine_run_steps(e, 30, &st);
@@ -1460,8 +1460,8 @@ START_TEST(eval_walk_vs_cpu)
             float port[3];
             fox_env_portfolio(&st, ec->series.close[t], port);
             fox__state_build(&ec->feat, ly->S, t, port, s);
-            FOX_CK_OK(ec->ops->q_values(ec->be, s, 1, qc));
-            FOX_CK_OK(eg->ops->q_values(eg->be, s, 1, qg));
+            FOX_CK_OK(ec->ops->q_values(ec->m->be, s, 1, qc));
+            FOX_CK_OK(eg->ops->q_values(eg->m->be, s, 1, qg));
             int32_t a[4];
             for (int d = 0; d < ly->n_branches; d++) {
                 const float *x = qc + ly->branch_off[d], *y = qg + ly->branch_off[d];
@@ -1695,7 +1695,7 @@ START_TEST(per_training_runs)
     float maxp;
     int size;
     uint64_t pushes;
-    FOX_CK_OK(fox_cuda_debug_per_io(e->be, 0, tree, &maxp, &size, &pushes, NULL));
+    FOX_CK_OK(fox_cuda_debug_per_io(e->m->be, 0, tree, &maxp, &size, &pushes, NULL));
     for (int node = 1; node < leaves; node++)
         ck_assert_msg(tree[node] == tree[2 * node] + tree[2 * node + 1], "node %d", node);
     int moved = 0;

@@ -144,7 +144,7 @@ START_TEST(threshold_slots_fire_at_threshold)
         float t, *p;
         size_t n;
         ck_assert_int_eq(fox_sentinel_threshold(slot, isv, &t), FOX_OK);
-        FOX_CK_ENGINE_OK(e, fox_cpu_debug_sentinel_where(e->be, slot, &p, &n));
+        FOX_CK_ENGINE_OK(e, fox_cpu_debug_sentinel_where(e->m->be, slot, &p, &n));
         ck_assert_uint_gt(n, 1);
         float keep = p[0];
         for (int above = 0; above <= 1; above++) {
@@ -152,7 +152,7 @@ START_TEST(threshold_slots_fire_at_threshold)
             /* max|x| ≥ t, or (atoms ascending) max − min ≥ t with the minimum moved. */
             p[0] = si->measure == FOX_SENT_MEASURE_SPAN ? p[n - 1] - t * m : t * m;
             FOX_CK_ENGINE_OK(e, fox_engine_clear_flags(e));
-            FOX_CK_ENGINE_OK(e, fox_cpu_debug_check_now(e->be));
+            FOX_CK_ENGINE_OK(e, fox_cpu_debug_check_now(e->m->be));
             ck_assert_msg(fired_mask(e) == (above ? S(slot) : 0),
                           "slot %d %s at %s its threshold %g: flags %llx", slot, si->name,
                           above ? "just above" : "just below", (double)t,
@@ -253,7 +253,7 @@ START_TEST(clamps_hold_after_huge_faults)
             }
             float *p;
             size_t n;
-            FOX_CK_ENGINE_OK(e, fox_cpu_debug_sentinel_where(e->be, cases[k].watch, &p, &n));
+            FOX_CK_ENGINE_OK(e, fox_cpu_debug_sentinel_where(e->m->be, cases[k].watch, &p, &n));
             float got = max_abs(p, cases[k].whole ? n : 1);
             /* The bound read now may have moved by one EMA step since the clamp used it. */
             ck_assert_msg(got <= bound * 1.05f, "%s %s: max %g past the bound %g",

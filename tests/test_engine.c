@@ -274,14 +274,14 @@ START_TEST(fault_armed_on_a_running_engine)
     fox_config c;
     small_config(&c);
     fox_engine *e = fox_test_engine_loaded(&c);
-    ck_assert_int_eq(fox_engine_inject_fault(e, "no_such_buffer", FOX_FAULT_NAN, 0, 0), FOX_ENOENT);
+    ck_assert_int_eq(fox_engine_inject_fault(e, -1, "no_such_buffer", FOX_FAULT_NAN, 0, 0), FOX_ENOENT);
     FOX_CK_ENGINE_OK(e, fox_engine_begin_fold(e, 0));
     FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 40, NULL));
     size_t n = fox_engine_param_count(e);
     float *before = malloc(n * sizeof *before), *after = malloc(n * sizeof *after);
     FOX_CK_ENGINE_OK(e, fox_engine_get_params(e, before, n));
     /* Armed mid-fold: training goes on untouched until the drill's step, then halts naming it. */
-    FOX_CK_ENGINE_OK(e, fox_engine_inject_fault(e, "h_s2", FOX_FAULT_NAN, 3, 0));
+    FOX_CK_ENGINE_OK(e, fox_engine_inject_fault(e, -1, "h_s2", FOX_FAULT_NAN, 3, 0));
     FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 2, NULL));
     FOX_CK_ENGINE_OK(e, fox_engine_get_params(e, after, n));
     ck_assert_msg(memcmp(before, after, n * sizeof *after) != 0, "arming reset the weights");

@@ -315,7 +315,7 @@ check_band_choice(const char *source, const char *coef)
     float want = FOX_BAND_FLAT;
     for (int k = FOX_BAND_CHOICES_N - 1; k >= 0; k--) {
         fox_eval_result r;
-        e->band = choices[k];
+        e->m->band = choices[k];
         FOX_CK_ENGINE_OK(e, fox_engine_evaluate(e, FOX_SPLIT_VALIDATION, FOX_POLICY_GREEDY, &r));
         if (r.sharpe - c.band_se * r.sharpe_se > best) {
             best = r.sharpe - c.band_se * r.sharpe_se;
@@ -324,7 +324,7 @@ check_band_choice(const char *source, const char *coef)
     }
     ck_assert_msg(ep.band == want, "%s: chose %g, the best bound is at %g", source, ep.band, want);
     fox_eval_result t;
-    e->band = want;
+    e->m->band = want;
     FOX_CK_ENGINE_OK(e, fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_GREEDY, &t));
     ck_assert_double_eq(t.sharpe, ep.test.sharpe);
     if (want >= FOX_BAND_FLAT)
@@ -367,13 +367,13 @@ START_TEST(evaluation_with_averaged_weights)
     float *p = malloc(np * sizeof(float)), *t = malloc(np * sizeof(float));
     float *m = malloc(np * sizeof(float)), *v = malloc(np * sizeof(float));
     fox_train_counters ctr;
-    FOX_CK_OK(avg->ops->state_io(avg->be, 0, p, t, m, v, &ctr));
+    FOX_CK_OK(avg->ops->state_io(avg->m->be, 0, p, t, m, v, &ctr));
     /* Training does not depend on the weights evaluation acts with: the same bits. */
     float *p2 = malloc(np * sizeof(float));
-    FOX_CK_OK(online->ops->state_io(online->be, 0, p2, NULL, NULL, NULL, NULL));
+    FOX_CK_OK(online->ops->state_io(online->m->be, 0, p2, NULL, NULL, NULL, NULL));
     ck_assert(memcmp(p, p2, np * sizeof(float)) == 0);
     ck_assert(memcmp(p, t, np * sizeof(float)) != 0);
-    FOX_CK_OK(online->ops->state_io(online->be, 1, t, t, m, v, &ctr));
+    FOX_CK_OK(online->ops->state_io(online->m->be, 1, t, t, m, v, &ctr));
     FOX_CK_ENGINE_OK(online, fox_engine_evaluate(online, FOX_SPLIT_TEST, FOX_POLICY_GREEDY, &ro));
     ck_assert_double_eq(ra.sharpe, ro.sharpe);
     ck_assert_double_eq(ra.turnover, ro.turnover);

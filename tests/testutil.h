@@ -201,7 +201,7 @@ fox_test_fault_fires_once(const fox_config *c, const char *buffer, int kind, int
     FOX_CK_ENGINE_OK(e, fox_engine_begin_fold(e, 1));
     FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, steps, NULL));
     ck_assert_uint_eq(fox_sentinel_mask(fox_engine_flags(e)), 0);
-    FOX_CK_ENGINE_OK(e, fox_engine_inject_fault(e, buffer, kind, 2, 0));
+    FOX_CK_ENGINE_OK(e, fox_engine_inject_fault(e, -1, buffer, kind, 2, 0));
     ck_assert_int_eq(fox_engine_run_steps(e, steps, NULL), FOX_EHALT);
     FOX_CK_ENGINE_OK(e, fox_engine_reset_for_fold(e));
     FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, steps, NULL));
@@ -231,7 +231,7 @@ fox_test_run_engine(void *arg)
         (r->rv = fox_engine_begin_fold(e, 0)) == FOX_OK &&
         (r->rv = fox_engine_run_steps(e, r->steps, NULL)) == FOX_OK &&
         (r->rv = fox_engine_end_epoch(e, &rep)) == FOX_OK &&
-        (r->rv = fox_engine_params_digest(e, &r->digest)) == FOX_OK)
+        (r->rv = fox_engine_params_digest(e, 0, &r->digest)) == FOX_OK)
         r->test_sharpe = rep.test.sharpe;
     if (r->rv != FOX_OK && e)
         snprintf(r->err, sizeof r->err, "%s", fox_engine_errmsg(e));

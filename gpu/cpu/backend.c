@@ -3,7 +3,7 @@
  * replay, the train step (net.c + optim.c) and the stability system
  * (stab.c), in plain C. Everything the CUDA backend does on the device
  * happens here in the same order with the same math, so that it can be
- * checked against this; train_begin/train_end and cpu_run_steps spell that
+ * checked against this; train_begin/train_end and run_steps spell that
  * order out.
  *
  * Single-threaded apart from BLAS; deterministic for a seed.
@@ -451,9 +451,8 @@ end_step(cpu_backend *be, int trained)
 }
 
 static int
-cpu_run_steps(fox_backend *be_, int n, fox_step_stats *st)
+run_steps(cpu_backend *be, int n, fox_step_stats *st)
 {
-    cpu_backend *be = (cpu_backend *)be_;
     const fox_config *c = be->env.cfg;
     memset(st, 0, sizeof *st);
     int rv = FOX_OK;
@@ -478,9 +477,8 @@ cpu_run_steps(fox_backend *be_, int n, fox_step_stats *st)
 }
 
 static int
-cpu_train_only(fox_backend *be_, int n, fox_step_stats *st)
+train_only(cpu_backend *be, int n, fox_step_stats *st)
 {
-    cpu_backend *be = (cpu_backend *)be_;
     if (be->replay.size < be->B || be->replay.size < be->env.cfg->learning_starts)
         return FOX_ESTATE;
     memset(st, 0, sizeof *st);
@@ -492,6 +490,25 @@ cpu_train_only(fox_backend *be_, int n, fox_step_stats *st)
             rv = end_step(be, 1);
     }
     return rv;
+}
+
+/* The CPU runs a chunk when it starts; finishing it hands over what it returned. */
+static int
+cpu_start_steps(fox_backend *be_, int n, int collect)
+{
+    cpu_backend *be = (cpu_backend *)be_;
+    memset(&be->chunk_stats, 0, sizeof be->chunk_stats);
+    be->chunk_rv = collect ? run_steps(be, n, &be->chunk_stats)
+                           : train_only(be, n, &be->chunk_stats);
+    return FOX_OK;
+}
+
+static int
+cpu_finish_steps(fox_backend *be_, fox_step_stats *st)
+{
+    cpu_backend *be = (cpu_backend *)be_;
+    *st = be->chunk_stats;
+    return be->chunk_rv;
 }
 
 /* The evaluation's Q: of the online weights, or of their Polyak average (policy.weights). */
@@ -552,8 +569,8 @@ const fox_backend_ops fox_cpu_backend_ops = {
     .destroy = cpu_destroy,
     .begin_fold = cpu_begin_fold,
     .reset_for_fold = cpu_reset_for_fold,
-    .run_steps = cpu_run_steps,
-    .train_only = cpu_train_only,
+    .start_steps = cpu_start_steps,
+    .finish_steps = cpu_finish_steps,
     .q_values = cpu_q_values,
     .state_io = cpu_state_io,
 };

@@ -55,6 +55,9 @@ typedef struct cpu_backend {
     fox_cpu_stab stab;
     float last_loss; /* of the last train step, for the halts */
     double last_norm;
+    /* The chunk start_steps ran, for finish_steps: the CPU runs it there and then. */
+    fox_step_stats chunk_stats;
+    int chunk_rv;
 } cpu_backend;
 
 #endif

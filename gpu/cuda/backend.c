@@ -8,7 +8,7 @@
  * and size and every EMA live in device memory (fox_cuda_ctl, the device
  * ISV copy) and are read there, so one graph per kind of step (collect
  * only, full, train only) is captured once per fold and replayed. The host
- * synchronizes once per run_steps/train_only chunk, to return the stats.
+ * synchronizes once per chunk, in finish_steps, to return the stats.
  *
  * ISV: the device works on its own copy, loaded from the mapped buffer at
  * the start of every chunk (so the host's writes between chunks —
@@ -440,23 +440,23 @@ cuda_reset_for_fold(fox_backend *be_)
 /* Steps (step.c)                                                                             */
 
 static int
-cuda_run_steps(fox_backend *be_, int n, fox_step_stats *st)
+cuda_start_steps(fox_backend *be_, int n, int collect)
 {
     fox_cuda_backend *be = (fox_cuda_backend *)be_;
     FOX_CUDA_ALIVE(be);
-    memset(st, 0, sizeof *st);
-    return fox__cuda_be_fail(be, fox__cuda_run_steps(be, n, st), "run_steps");
+    if (!collect && (be->hctl->ring_size < be->B || be->hctl->ring_size < be->cfg->learning_starts))
+        return FOX_ESTATE;
+    return fox__cuda_be_fail(be, fox__cuda_start_steps(be, n, collect),
+                             collect ? "run_steps" : "train_only");
 }
 
 static int
-cuda_train_only(fox_backend *be_, int n, fox_step_stats *st)
+cuda_finish_steps(fox_backend *be_, fox_step_stats *st)
 {
     fox_cuda_backend *be = (fox_cuda_backend *)be_;
     FOX_CUDA_ALIVE(be);
-    if (be->hctl->ring_size < be->B || be->hctl->ring_size < be->cfg->learning_starts)
-        return FOX_ESTATE;
     memset(st, 0, sizeof *st);
-    return fox__cuda_be_fail(be, fox__cuda_train_only(be, n, st), "train_only");
+    return fox__cuda_be_fail(be, fox__cuda_finish_steps(be, st), "finish_steps");
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -565,8 +565,8 @@ const fox_backend_ops fox_cuda_backend_ops = {
     .destroy = cuda_destroy,
     .begin_fold = cuda_begin_fold,
     .reset_for_fold = cuda_reset_for_fold,
-    .run_steps = cuda_run_steps,
-    .train_only = cuda_train_only,
+    .start_steps = cuda_start_steps,
+    .finish_steps = cuda_finish_steps,
     .q_values = cuda_q_values,
     .state_io = cuda_state_io,
     .arm_fault = cuda_arm_fault,

@@ -79,7 +79,8 @@ int fox__cuda_arm(fox_cuda_backend *be, int slot, int kind, int64_t step);
 int fox__cuda_upload_chunks(const fox_cuda_check *tab, int n, fox_cuda_chunk **out, int *n_out);
 
 /* step.c: n steps (collecting until the ring is ready, then full) and n train-only steps. */
-int fox__cuda_run_steps(fox_cuda_backend *be, int n, fox_step_stats *st);
-int fox__cuda_train_only(fox_cuda_backend *be, int n, fox_step_stats *st);
+/* A chunk's halves (backend.h's start_steps and finish_steps): enqueue n steps, then wait. */
+int fox__cuda_start_steps(fox_cuda_backend *be, int n, int collect);
+int fox__cuda_finish_steps(fox_cuda_backend *be, fox_step_stats *st);
 
 #endif

@@ -280,10 +280,12 @@ halted(fox_cuda_backend *be)
 }
 
 int
-fox__cuda_run_steps(fox_cuda_backend *be, int n, fox_step_stats *st)
+fox__cuda_start_steps(fox_cuda_backend *be, int n, int collect)
 {
     const fox_config *c = be->cfg;
     FOX_TRY(chunk_begin(be));
+    if (!collect)
+        return steps(be, G_TRAIN, n);
     int i = 0, halt = 0;
     /* Until the ring is ready a step only collects; readiness is known after it. */
     for (; i < n && !be->ready && !halt; i++) {
@@ -294,20 +296,16 @@ fox__cuda_run_steps(fox_cuda_backend *be, int n, fox_step_stats *st)
     }
     if (!halt)
         FOX_TRY(steps(be, G_FULL, n - i));
+    return FOX_OK;
+}
+
+int
+fox__cuda_finish_steps(fox_cuda_backend *be, fox_step_stats *st)
+{
     FOX_TRY(chunk_end(be));
     stats_of(be->hctl, st);
     st->epsilon = be->hctl->eps;
     st->step = be->hctl->step;
     st->env_steps = be->hctl->env_steps;
-    return halted(be);
-}
-
-int
-fox__cuda_train_only(fox_cuda_backend *be, int n, fox_step_stats *st)
-{
-    FOX_TRY(chunk_begin(be));
-    FOX_TRY(steps(be, G_TRAIN, n));
-    FOX_TRY(chunk_end(be));
-    stats_of(be->hctl, st);
     return halted(be);
 }

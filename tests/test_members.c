@@ -1,0 +1,253 @@
+/*
+ * test_members.c — a population in one engine (engine.members): each member
+ * is the run of its own seed alone, bit for bit; a member that halts is
+ * frozen while the fold goes on (down to engine.quorum); the fold report
+ * carries every member's walk and their spread; a checkpoint keeps every
+ * member. CPU backend.
+ */
+#include <unistd.h>
+
+#include "tests/testutil.h"
+
+#define SEED 7
+
+static void
+population_config(fox_config *c, int members)
+{
+    fox_test_small_net(c);
+    const char *pairs[] = {"data.synth_bars=6000", "train.learning_starts=256", NULL};
+    fox_test_set_pairs(c, pairs);
+    c->seed = SEED;
+    c->members = members;
+}
+
+/* Two epochs of 60 full steps each, in chunks of 20, the reports of the second kept. */
+static void
+two_epochs(fox_engine *e, fox_epoch_report *ep, fox_fold_report *fr)
+{
+    for (int epoch = 0; epoch < 2; epoch++) {
+        for (int chunk = 0; chunk < 3; chunk++)
+            FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 20, NULL));
+        FOX_CK_ENGINE_OK(e, fox_engine_end_epoch(e, ep));
+    }
+    FOX_CK_OK(fox_engine_fold_report(e, fr));
+}
+
+START_TEST(member_equals_its_seed_alone)
+{
+    enum { K = 3 };
+    fox_config c;
+    population_config(&c, K);
+    fox_engine *pop = fox_test_engine(&c);
+    static fox_epoch_report ep;
+    static fox_fold_report fr;
+    two_epochs(pop, &ep, &fr);
+    ck_assert_int_eq(fr.n_members, K);
+    ck_assert_int_eq(fr.members_training, K);
+    ck_assert_int_eq(fr.lead, 0);
+    ck_assert_int_eq(ep.n_members, K);
+    uint64_t digest[K];
+    double sum = 0.0, sum2 = 0.0;
+    for (int k = 0; k < K; k++) {
+        /* Alone: train.seed + k on the population's data (data.seed). */
+        fox_config a;
+        population_config(&a, 1);
+        a.seed = SEED + (uint64_t)k;
+        a.data_seed = SEED;
+        fox_engine *alone = fox_test_engine(&a);
+        static fox_epoch_report aep;
+        static fox_fold_report afr;
+        two_epochs(alone, &aep, &afr);
+        uint64_t da;
+        FOX_CK_ENGINE_OK(pop, fox_engine_params_digest(pop, k, &digest[k]));
+        FOX_CK_ENGINE_OK(alone, fox_engine_params_digest(alone, 0, &da));
+        ck_assert_msg(digest[k] == da, "member %d's weights differ from its seed alone", k);
+        ck_assert_uint_eq(fr.members[k].seed, SEED + (uint64_t)k);
+        ck_assert_int_eq(fr.members[k].best_epoch, afr.best_epoch);
+        ck_assert_double_eq(fr.members[k].test_at_best.sharpe, afr.test_at_best.sharpe);
+        ck_assert_double_eq(ep.members[k].test_sharpe, aep.test.sharpe);
+        ck_assert_double_eq(ep.members[k].val_sharpe, aep.val.sharpe);
+        ck_assert_int_eq(ep.members[k].training, 1);
+        if (k == 0) {
+            /* The policy's rows are member 0's: a population of one is that run. */
+            ck_assert_double_eq(fr.test_at_best.sharpe, afr.test_at_best.sharpe);
+            ck_assert_double_eq(fr.vs[FOX_POLICY_FLAT].diff, afr.vs[FOX_POLICY_FLAT].diff);
+            ck_assert_double_eq(fr.vs[FOX_POLICY_FLAT].se, afr.vs[FOX_POLICY_FLAT].se);
+            ck_assert_double_eq(ep.test.sharpe, aep.test.sharpe);
+        }
+        /* The baselines are the data's, whatever the learner's seed. */
+        ck_assert_double_eq(fr.test_policy[FOX_POLICY_RANDOM].sharpe,
+                            afr.test_policy[FOX_POLICY_RANDOM].sharpe);
+        double s = fr.members[k].test_at_best.sharpe;
+        sum += s;
+        sum2 += s * s;
+        fox_engine_destroy(alone);
+    }
+    ck_assert_msg(digest[0] != digest[1] && digest[1] != digest[2],
+                  "members with different seeds trained the same weights");
+    ck_assert_int_eq(fr.members_n, K);
+    double mean = sum / K, se = sqrt((sum2 - K * mean * mean) / (K - 1) / K);
+    ck_assert_double_eq_tol(fr.members_mean, mean, 1e-12);
+    ck_assert_double_eq_tol(fr.members_se, se, 1e-12);
+    for (int k = 0; k < K; k++) {
+        ck_assert(fr.members[fr.members_best].test_at_best.sharpe >=
+                  fr.members[k].test_at_best.sharpe);
+        ck_assert(fr.members[fr.members_worst].test_at_best.sharpe <=
+                  fr.members[k].test_at_best.sharpe);
+    }
+    fox_engine_destroy(pop);
+}
+END_TEST
+
+/* A NaN in member `member`'s h_s2, 2 train steps from now. */
+static void
+fault_member(fox_engine *e, int member)
+{
+    FOX_CK_ENGINE_OK(e, fox_engine_inject_fault(e, member, "h_s2", FOX_FAULT_NAN, 2, 0));
+}
+
+START_TEST(halted_member_is_frozen_and_the_fold_goes_on)
+{
+    enum { K = 3 };
+    fox_config c;
+    population_config(&c, K);
+    fox_engine *e = fox_test_engine(&c);
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 40, NULL));
+    fault_member(e, 1);
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 10, NULL));
+    fox_halt_info h;
+    FOX_CK_OK(fox_engine_member_halt_info(e, 1, &h));
+    ck_assert_int_eq(h.reason, FOX_HALT_NAN);
+    ck_assert_int_eq(h.member, 1);
+    ck_assert_msg(strstr(h.message, "member 1") && strstr(h.message, "h_s2"), "%s", h.message);
+    FOX_CK_OK(fox_engine_member_halt_info(e, 0, &h));
+    ck_assert_int_eq(h.reason, FOX_HALT_NONE);
+    fox_engine_halt_info(e, &h);
+    ck_assert_int_eq(h.reason, FOX_HALT_NONE); /* the fold itself goes on */
+    ck_assert_int_eq(fox_engine_member_halt_info(e, K, &h), FOX_EINVAL);
+
+    /* Frozen: its weights stay; the others train on. */
+    uint64_t d1, d1_after, d0, d0_after;
+    FOX_CK_ENGINE_OK(e, fox_engine_params_digest(e, 1, &d1));
+    FOX_CK_ENGINE_OK(e, fox_engine_params_digest(e, 0, &d0));
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 20, NULL));
+    FOX_CK_ENGINE_OK(e, fox_engine_params_digest(e, 1, &d1_after));
+    FOX_CK_ENGINE_OK(e, fox_engine_params_digest(e, 0, &d0_after));
+    ck_assert_msg(d1 == d1_after, "a halted member trained on");
+    ck_assert_msg(d0 != d0_after, "member 0 stopped training");
+
+    static fox_epoch_report ep;
+    static fox_fold_report fr;
+    FOX_CK_ENGINE_OK(e, fox_engine_end_epoch(e, &ep));
+    ck_assert_int_eq(ep.members[1].training, 0);
+    ck_assert(isnan(ep.members[1].test_sharpe));
+    ck_assert_int_eq(ep.members[0].training, 1);
+    FOX_CK_OK(fox_engine_fold_report(e, &fr));
+    ck_assert_int_eq(fr.members_training, K - 1);
+    ck_assert_int_eq(fr.members[1].halt_reason, FOX_HALT_NAN);
+    ck_assert_int_eq(fr.members[1].halt_slot, FOX_SENT_H_S2);
+    ck_assert_int_eq(fr.members[1].best_epoch, -1);
+    ck_assert_int_eq(fr.members_n, K - 1); /* the mean is over members that chose an epoch */
+    ck_assert_int_eq(fr.lead, 0);
+    ck_assert_int_eq(fr.halt_reason, FOX_HALT_NONE);
+
+    /* Member 0 halts too: the policy's rows move to member 2, the first still training. */
+    fault_member(e, 0);
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 10, NULL));
+    FOX_CK_OK(fox_engine_fold_report(e, &fr));
+    ck_assert_int_eq(fr.lead, 2);
+    ck_assert_int_eq(fr.members_training, 1);
+
+    /* The last one halts: fewer than engine.quorum (1) left, the fold halts naming it. */
+    fault_member(e, 2);
+    ck_assert_int_eq(fox_engine_run_steps(e, 10, NULL), FOX_EHALT);
+    fox_engine_halt_info(e, &h);
+    ck_assert_int_eq(h.reason, FOX_HALT_NAN);
+    ck_assert_int_eq(h.member, 2);
+    ck_assert_msg(strstr(fox_engine_errmsg(e), "member 2"), "%s", fox_engine_errmsg(e));
+    ck_assert_int_eq(fox_engine_run_steps(e, 1, NULL), FOX_ESTATE);
+
+    /* A fold reset brings every member back. */
+    FOX_CK_ENGINE_OK(e, fox_engine_reset_for_fold(e));
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 10, NULL));
+    fox_engine_info info;
+    fox_engine_get_info(e, &info);
+    ck_assert_int_eq(info.n_members, K);
+    ck_assert_int_eq(info.members_training, K);
+    fox_engine_destroy(e);
+}
+END_TEST
+
+START_TEST(quorum_halts_the_fold)
+{
+    fox_config c;
+    population_config(&c, 3);
+    char err[256];
+    c.quorum = 4;
+    ck_assert_int_eq(fox_config_validate(&c, err, sizeof err), FOX_EINVAL);
+    ck_assert_msg(strstr(err, "engine.quorum"), "%s", err);
+    c.quorum = 3;
+    fox_engine *e = fox_test_engine(&c);
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 40, NULL));
+    fault_member(e, 2);
+    ck_assert_int_eq(fox_engine_run_steps(e, 10, NULL), FOX_EHALT);
+    fox_halt_info h;
+    fox_engine_halt_info(e, &h);
+    ck_assert_int_eq(h.member, 2);
+    ck_assert_int_eq(fox_engine_inject_fault(e, 3, "h_s2", FOX_FAULT_NAN, 0, 0), FOX_EINVAL);
+    fox_engine_destroy(e);
+}
+END_TEST
+
+START_TEST(checkpoint_keeps_every_member)
+{
+    fox_config c;
+    population_config(&c, 2);
+    fox_engine *e = fox_test_engine(&c);
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 40, NULL));
+    char path[] = "/tmp/fox_members_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    FOX_CK_ENGINE_OK(e, fox_engine_checkpoint_save(e, path));
+    fox_engine *back = fox_test_engine_loaded(&c);
+    FOX_CK_ENGINE_OK(back, fox_engine_checkpoint_load(back, path));
+    for (int k = 0; k < 2; k++) {
+        uint64_t a, b;
+        FOX_CK_ENGINE_OK(e, fox_engine_params_digest(e, k, &a));
+        FOX_CK_ENGINE_OK(back, fox_engine_params_digest(back, k, &b));
+        ck_assert_msg(a == b, "member %d changed in the round trip", k);
+    }
+    /* Another population size is refused by name, and the engine keeps what it had. */
+    fox_config one;
+    population_config(&one, 1);
+    fox_engine *single = fox_test_engine_loaded(&one);
+    ck_assert_int_eq(fox_engine_checkpoint_load(single, path), FOX_EMISMATCH);
+    ck_assert_msg(strstr(fox_engine_errmsg(single), "2 members"), "%s",
+                  fox_engine_errmsg(single));
+    /* A backtest takes the population's member 0. */
+    FOX_CK_ENGINE_OK(single, fox_engine_load_policy(single, path, -1, 3000, 0));
+    uint64_t d0, s0;
+    FOX_CK_ENGINE_OK(back, fox_engine_params_digest(back, 0, &d0));
+    FOX_CK_ENGINE_OK(single, fox_engine_params_digest(single, 0, &s0));
+    ck_assert(d0 == s0);
+    unlink(path);
+    fox_engine_destroy(single);
+    fox_engine_destroy(back);
+    fox_engine_destroy(e);
+}
+END_TEST
+
+int
+main(void)
+{
+    Suite *s = suite_create("members");
+    TCase *tc = tcase_create("population");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, member_equals_its_seed_alone);
+    tcase_add_test(tc, halted_member_is_frozen_and_the_fold_goes_on);
+    tcase_add_test(tc, quorum_halts_the_fold);
+    tcase_add_test(tc, checkpoint_keeps_every_member);
+    suite_add_tcase(s, tc);
+    return fox_test_run_suite(s);
+}
