@@ -1,6 +1,7 @@
 /*
- * trainer.c — the trainer thread: engine owner, command applier, snapshot
- * publisher. See trainer.h for the contract.
+ * trainer.c — the trainer thread: engine owner, snapshot publisher, walker
+ * in chunks; the commands it applies between chunks are apply.c's. See
+ * trainer.h for the contract.
  *
  * Locks: qlock guards the command queue; slock guards the snapshot and the
  * engine pointer as seen by other threads (the ISV/flag readers). The
@@ -23,7 +24,7 @@
 #include "daemon/fdreserve.h"
 #include "daemon/record.h"
 #include "daemon/render.h"
-#include "daemon/trainer.h"
+#include "daemon/trainer_impl.h"
 #include "daemon/walk.h"
 #include "gpu/isv.h"
 #include "gpu/sentinel.h"
@@ -34,48 +35,6 @@
 #define PHASE_MS     600000
 #define IDLE_WAIT_MS 1000 /* idle/paused: the heartbeat still beats this often */
 
-struct fox_trainer {
-    pthread_t thread;
-    int joinable;
-
-    pthread_mutex_t qlock;
-    pthread_cond_t qcond;
-    fox_tcmd *qhead, *qtail;
-    int qlen, qmax;
-    int closed;  /* no more commands accepted */
-    int started; /* start-up finished (start_rv valid) */
-    int start_rv;
-    char start_err[1024];
-
-    pthread_mutex_t slock;
-    fox_snapshot snap;
-    fox_engine *engine; /* swapped under slock; used freely by the trainer */
-    int own_table;      /* the engine's writes may take a private descriptor table (own_table_ok) */
-    int64_t held_base;  /* training a checkpoint brought into the engine (held_steps) */
-    int64_t held_from;  /* the engine's total_steps when it did */
-
-    /* trainer-thread state */
-    fox_config cfg;
-    fox_dconf d;
-    fox_trainer_hooks hooks;
-    int state;
-    int quit;
-    fox_walk walk;
-    fox_walk_sink sink;
-    int walking;
-    int run_cmd; /* FOX_CMD_RUN or FOX_CMD_START_FOLD */
-    int64_t next_op;
-    int64_t run_op;
-    int chunk; /* steps in the next chunk (adapts to the speed) */
-    fox_step_stats last;
-    double rate;
-    int64_t last_step_event_ms;
-    char metrics_path[FOX_PATH_MAX + 32];
-    fox_fold_report done_copy[FOX_MAX_FOLDS]; /* the folds an op_done event shows */
-    fox_record *record;                        /* the run directory of the walk */
-    char run_dir[FOX_PATH_MAX];                /* its path, for the op_done event */
-};
-
 /* ---------------------------------------------------------------- helpers */
 
 static void
@@ -85,17 +44,14 @@ emit(fox_trainer *t, const fox_tevent *ev)
         t->hooks.event(t->hooks.arg, ev);
 }
 
-static void
-complete(fox_trainer *t, fox_tcmd *c)
+void
+fox__trainer_complete(fox_trainer *t, fox_tcmd *c)
 {
     t->hooks.done(t->hooks.arg, c);
 }
 
-static int refuse(fox_tcmd *c, int status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int
-refuse(fox_tcmd *c, int status, const char *fmt, ...)
+int
+fox__trainer_refuse(fox_tcmd *c, int status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -105,15 +61,8 @@ refuse(fox_tcmd *c, int status, const char *fmt, ...)
     return status;
 }
 
-static int
-wrong_state(fox_trainer *t, fox_tcmd *c)
-{
-    return refuse(c, FOX_ESTATE, "%s is not allowed while %s", fox_cmd_name(c->cmd),
-                  fox_tstate_name(t->state));
-}
-
-static void
-set_phase(fox_trainer *t, const char *name)
+void
+fox__trainer_set_phase(fox_trainer *t, const char *name)
 {
     pthread_mutex_lock(&t->slock);
     snprintf(t->snap.phase, sizeof t->snap.phase, "%s", name ? name : "");
@@ -123,8 +72,8 @@ set_phase(fox_trainer *t, const char *name)
 }
 
 /* Copy the trainer's view into the snapshot. */
-static void
-publish(fox_trainer *t)
+void
+fox__trainer_publish(fox_trainer *t)
 {
     fox_engine_info info;
     fox_engine_get_info(t->engine, &info);
@@ -148,14 +97,14 @@ publish(fox_trainer *t)
     pthread_mutex_unlock(&t->slock);
 }
 
-static void
-set_state(fox_trainer *t, int state)
+void
+fox__trainer_set_state(fox_trainer *t, int state)
 {
     if (state == t->state)
         return;
     int prev = t->state;
     t->state = state;
-    publish(t);
+    fox__trainer_publish(t);
     fox_tevent ev = {.type = FOX_TEVENT_STATE};
     ev.u.state.state = state;
     ev.u.state.prev = prev;
@@ -239,8 +188,8 @@ write_records(fox_trainer *t, const fox_step_stats *st, const fox_tevent *ev,
 }
 
 /* A long operation starts: status lists it until FOX_RECENT_OPS newer ones pushed it out. */
-static int64_t
-op_begin(fox_trainer *t, int cmd)
+int64_t
+fox__trainer_op_begin(fox_trainer *t, int cmd)
 {
     int64_t op = ++t->next_op;
     pthread_mutex_lock(&t->slock);
@@ -261,8 +210,9 @@ op_begin(fox_trainer *t, int cmd)
  * An op finished: the op_done event is its completion (LONG commands), status
  * keeps a record. ev carries what the op's result shows (its folds or path).
  */
-static void
-op_done(fox_trainer *t, fox_tevent *ev, int64_t op, int cmd, int status, const char *msg)
+void
+fox__trainer_op_done(fox_trainer *t, fox_tevent *ev, int64_t op, int cmd, int status,
+                     const char *msg)
 {
     pthread_mutex_lock(&t->slock);
     for (int i = 0; i < t->snap.n_ops; i++) {
@@ -283,8 +233,8 @@ op_done(fox_trainer *t, fox_tevent *ev, int64_t op, int cmd, int status, const c
 
 /* The walk ended (done, stopped or halted): complete its op. Called after the
  * state change, so that a client seeing op_done finds status agreeing. */
-static void
-end_walk(fox_trainer *t, int status, const char *msg)
+void
+fox__trainer_end_walk(fox_trainer *t, int status, const char *msg)
 {
     if (!t->walking)
         return;
@@ -299,13 +249,13 @@ end_walk(fox_trainer *t, int status, const char *msg)
     fox_fold_report part;
     int cut_short = status != FOX_OK && t->walk.fold >= 0 &&
                     fox_engine_fold_report(t->engine, &part) == FOX_OK && part.epochs_done > 0;
-    set_phase(t, "record");
+    fox__trainer_set_phase(t, "record");
     write_records(t, NULL, &ev, cut_short ? &part : NULL);
-    set_phase(t, NULL);
+    fox__trainer_set_phase(t, NULL);
     t->record = NULL;
     fox_log(FOX_LOG_INFO, "op %lld: run directory %s", (long long)t->run_op, t->run_dir);
     ev.u.op_done.run_dir = t->run_dir;
-    op_done(t, &ev, t->run_op, t->run_cmd, status, msg);
+    fox__trainer_op_done(t, &ev, t->run_op, t->run_cmd, status, msg);
 }
 
 /* ------------------------------------------------------------ walk sink */
@@ -373,12 +323,13 @@ on_fold_end(void *arg, const fox_fold_report *r)
 
 /* ------------------------------------------------------------- the engine */
 
-static int
-make_engine(fox_trainer *t, const fox_config *cfg, fox_engine **out, char *err, size_t errlen)
+int
+fox__trainer_make_engine(fox_trainer *t, const fox_config *cfg, fox_engine **out, char *err,
+                         size_t errlen)
 {
     fox_engine *e = NULL;
     int rv;
-    set_phase(t, "create");
+    fox__trainer_set_phase(t, "create");
     err[0] = 0;
     if ((rv = fox_engine_create(&e, cfg, err, errlen)) != FOX_OK) {
         if (!err[0])
@@ -388,7 +339,7 @@ make_engine(fox_trainer *t, const fox_config *cfg, fox_engine **out, char *err, 
         fox_engine_destroy(e);
         e = NULL;
     }
-    set_phase(t, NULL);
+    fox__trainer_set_phase(t, NULL);
     *out = e;
     return rv;
 }
@@ -399,8 +350,8 @@ make_engine(fox_trainer *t, const fox_config *cfg, fox_engine **out, char *err, 
  * engine as its configuration alone defines it, which a new engine
  * reproduces from the seed, so replacing it loses nothing.
  */
-static int64_t
-held_steps(const fox_trainer *t, const fox_engine *e)
+int64_t
+fox__trainer_held_steps(const fox_trainer *t, const fox_engine *e)
 {
     fox_engine_info info;
     fox_engine_get_info(e, &info);
@@ -408,8 +359,8 @@ held_steps(const fox_trainer *t, const fox_engine *e)
 }
 
 /* The engine has just loaded a checkpoint: what it holds is that checkpoint's training. */
-static void
-note_loaded(fox_trainer *t, const fox_engine *e)
+void
+fox__trainer_note_loaded(fox_trainer *t, const fox_engine *e)
 {
     fox_engine_info info;
     fox_engine_get_info(e, &info);
@@ -418,8 +369,8 @@ note_loaded(fox_trainer *t, const fox_engine *e)
 }
 
 /* Put e, made for cfg, in the place of the engine, which is destroyed. */
-static void
-install_engine(fox_trainer *t, const fox_config *cfg, fox_engine *e)
+void
+fox__trainer_install_engine(fox_trainer *t, const fox_config *cfg, fox_engine *e)
 {
     pthread_mutex_lock(&t->slock);
     fox_engine *old = t->engine;
@@ -430,412 +381,7 @@ install_engine(fox_trainer *t, const fox_config *cfg, fox_engine *e)
     fox_engine_destroy(old);
     t->held_base = t->held_from = 0;
     t->cfg = *cfg;
-    publish(t);
-}
-
-/* Replace the engine by one for cfg; on failure the old one stays. */
-static int
-replace_engine(fox_trainer *t, const fox_config *cfg, fox_tcmd *c)
-{
-    fox_engine *e;
-    int rv = make_engine(t, cfg, &e, c->message, sizeof c->message);
-    if (rv != FOX_OK)
-        return c->status = rv;
-    install_engine(t, cfg, e);
-    return FOX_OK;
-}
-
-/* Keys the trainer reads itself: changing them needs no new engine. */
-static int
-needs_new_engine(const fox_config *a, const fox_config *b)
-{
-    fox_config x;
-    memcpy(&x, b, sizeof x);
-    x.epochs = a->epochs;
-    x.steps_per_epoch = a->steps_per_epoch;
-    x.folds_mask = a->folds_mask;
-    return memcmp(&x, a, sizeof x) != 0;
-}
-
-/*
- * A config_set that would replace an engine holding training is refused
- * unless forced: the new engine starts from the seed, and the training is
- * gone for good once a stop checkpoint or a run follows. The refusal names
- * each key of the request that recreates the engine on its own.
- */
-static int
-refuse_discard(fox_trainer *t, fox_tcmd *c, int64_t held)
-{
-    char keys[512] = "";
-    size_t n = 0;
-    int count = 0;
-    for (const cJSON *it = c->values->child; it && n < sizeof keys; it = it->next) {
-        fox_config one = t->cfg;
-        char msg[256];
-        if (fox_conf_set_json(&one, NULL, it->string, it, msg, sizeof msg) == FOX_OK &&
-            needs_new_engine(&t->cfg, &one))
-            n += (size_t)snprintf(keys + n, sizeof keys - n, "%s%s", count++ ? ", " : "",
-                                  it->string);
-    }
-    return refuse(c, FOX_ESTATE,
-                  "config_set %s: %s the engine, which would discard its %lld train steps; "
-                  "save a checkpoint first if they matter, then send it again with force "
-                  "(foxctl config set --force)",
-                  keys, count > 1 ? "these keys recreate" : "this key recreates", (long long)held);
-}
-
-/*
- * The parameters' digest (fox_engine_params_digest), as hex: what
- * checkpoint_save wrote and checkpoint_load restored can be compared from
- * outside. "" when unavailable.
- */
-static void
-params_digest(fox_engine *e, char out[17])
-{
-    uint64_t h;
-    out[0] = 0;
-    if (fox_engine_params_digest(e, 0, &h) == FOX_OK)
-        snprintf(out, 17, "%016llx", (unsigned long long)h);
-}
-
-typedef struct ckpt_job {
-    fox_engine *engine;
-    const char *path;
-} ckpt_job;
-
-static int
-write_checkpoint(void *arg)
-{
-    ckpt_job *j = arg;
-    return fox_engine_checkpoint_save(j->engine, j->path);
-}
-
-static int
-save_checkpoint(fox_trainer *t, const char *path, char *msg, size_t len)
-{
-    /* A client may name a subdirectory of the state directory: make it. */
-    char dir[FOX_PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash && slash != dir) {
-        *slash = 0;
-        if (fox_mkdir_p(dir, 0750, msg, len) != FOX_OK)
-            return FOX_EIO;
-    }
-    set_phase(t, "checkpoint");
-    /* A connection flood may hold every other descriptor: write from the reserve. */
-    ckpt_job j = {t->engine, path};
-    int rv = fox_fd_reserve_run(write_checkpoint, &j, t->own_table);
-    set_phase(t, NULL);
-    if (rv != FOX_OK) {
-        snprintf(msg, len, "%s", fox_engine_errmsg(t->engine));
-        fox_log(FOX_LOG_ERR, "checkpoint %s: %s", path, msg);
-        return rv;
-    }
-    pthread_mutex_lock(&t->slock);
-    t->snap.checkpoints_total++;
-    pthread_mutex_unlock(&t->slock);
-    fox_log(FOX_LOG_INFO, "checkpoint saved to %s", path);
-    return FOX_OK;
-}
-
-/* -------------------------------------------------------------- commands */
-
-static int
-apply_config_set(fox_trainer *t, fox_tcmd *c)
-{
-    fox_config cfg;
-    if (t->state != FOX_TSTATE_IDLE)
-        return wrong_state(t, c);
-    memcpy(&cfg, &t->cfg, sizeof cfg);
-    for (const cJSON *it = c->values->child; it; it = it->next) {
-        int rv = fox_conf_set_json(&cfg, NULL, it->string, it, c->message, sizeof c->message);
-        if (rv != FOX_OK)
-            return c->status = rv;
-    }
-    if (cfg.fault_kind != FOX_FAULT_NONE && !cfg.debug_enable)
-        return refuse(c, FOX_EPERM, "fault injection needs debug.enable");
-    if (fox_config_validate(&cfg, c->message, sizeof c->message) != FOX_OK)
-        return c->status = FOX_EINVAL;
-    int fresh = needs_new_engine(&t->cfg, &cfg);
-    int64_t held = held_steps(t, t->engine);
-    if (fresh && held > 0 && !c->force)
-        return refuse_discard(t, c, held);
-    fox_engine *e = NULL;
-    int rv;
-    if (fresh && (rv = make_engine(t, &cfg, &e, c->message, sizeof c->message)) != FOX_OK)
-        return c->status = rv;
-    /*
-     * Kept for the next start before it takes effect: a change the next
-     * start would not see leaves it a model that no longer fits the stop
-     * checkpoint, so a change that cannot be kept is not made at all.
-     */
-    char msg[512];
-    if ((rv = fox_conf_save_overrides(&t->d, c->values, msg, sizeof msg)) != FOX_OK) {
-        fox_engine_destroy(e);
-        return refuse(c, rv, "config not changed: it could not be kept for the next start: %s",
-                      msg);
-    }
-    if (fresh) {
-        install_engine(t, &cfg, e);
-        if (held > 0)
-            fox_log(FOX_LOG_NOTICE,
-                    "config set (forced): a new engine replaced one holding %lld steps",
-                    (long long)held);
-    }
-    t->cfg = cfg;
-    publish(t);
-    c->result.engine_recreated = fresh;
-    return FOX_OK;
-}
-
-static int
-apply_run(fox_trainer *t, fox_tcmd *c)
-{
-    if (t->state != FOX_TSTATE_IDLE && t->state != FOX_TSTATE_HALTED)
-        return wrong_state(t, c);
-    int mask = c->cmd == FOX_CMD_START_FOLD ? 1 << c->fold
-               : c->folds_mask              ? c->folds_mask
-                                            : t->cfg.folds_mask;
-    int epochs = c->epochs ? c->epochs : t->cfg.epochs;
-    int steps = c->steps_per_epoch ? c->steps_per_epoch : t->cfg.steps_per_epoch;
-    int rv = fox_walk_check(mask, epochs, steps, t->cfg.n_folds, c->message, sizeof c->message);
-    if (rv != FOX_OK)
-        return c->status = rv;
-    /*
-     * Weights, replay and random streams carry over from run to run; a fresh
-     * run starts from the engine the config alone defines, so that its result
-     * is the one `foxd --once` gives for the same config and folds.
-     */
-    if (c->fresh && replace_engine(t, &t->cfg, c) != FOX_OK)
-        return c->status;
-    char root[FOX_PATH_MAX + 8];
-    snprintf(root, sizeof root, "%s/runs", t->d.state_dir);
-    if ((rv = fox_record_open(&t->record, &t->d, root, &t->cfg, c->message, sizeof c->message)) !=
-        FOX_OK)
-        return c->status = rv;
-    fox_record_attach(t->record, t->engine);
-    snprintf(t->run_dir, sizeof t->run_dir, "%s", fox_record_dir(t->record));
-    snprintf(c->result.run_dir, sizeof c->result.run_dir, "%s", t->run_dir);
-    fox_walk_init(&t->walk, mask, epochs, steps);
-    t->walk.stop_on_halt = t->cfg.stop_on_halt;
-    t->walking = 1;
-    t->run_cmd = c->cmd;
-    t->run_op = c->op_id = op_begin(t, c->cmd);
-    pthread_mutex_lock(&t->slock);
-    t->snap.op_id = t->run_op;
-    t->snap.run_mask = mask;
-    t->snap.epochs = epochs;
-    t->snap.steps_per_epoch = steps;
-    t->snap.n_done = 0;
-    t->snap.halt_reason[0] = 0;
-    pthread_mutex_unlock(&t->slock);
-    c->result.folds_mask = mask;
-    c->result.epochs = epochs;
-    c->result.steps_per_epoch = steps;
-    fox_log(FOX_LOG_INFO, "op %lld: %s accepted (folds 0x%x, %d epochs x %d steps), run directory %s",
-            (long long)c->op_id, fox_cmd_name(c->cmd), mask, epochs, steps, t->run_dir);
-    set_state(t, FOX_TSTATE_TRAINING);
-    return FOX_OK;
-}
-
-static int
-apply_inject(fox_trainer *t, fox_tcmd *c)
-{
-    static const char *const kinds[] = {"none", "nan", "inf", "huge"};
-    int kind = FOX_FAULT_NONE;
-    if (!t->cfg.debug_enable)
-        return refuse(c, FOX_EPERM, "inject_fault needs debug.enable in the configuration");
-    for (int k = FOX_FAULT_NAN; k <= FOX_FAULT_HUGE; k++)
-        if (strcmp(c->fault_kind, kinds[k]) == 0)
-            kind = k;
-    /*
-     * Armed on the live engine, whose trained weights stay. Outside a fold
-     * (idle, halted, or a run between two folds) the next train step comes
-     * after the next fold's reset, so `step` counts from that fold's start.
-     */
-    int next_fold = (t->state != FOX_TSTATE_TRAINING && t->state != FOX_TSTATE_PAUSED) ||
-                    t->walk.fold < 0;
-    int rv = fox_engine_inject_fault(t->engine, -1, c->fault_buffer, kind, c->fault_step, next_fold);
-    if (rv != FOX_OK)
-        return refuse(c, rv, "%s", fox_engine_errmsg(t->engine));
-    c->result.fault_next_fold = next_fold;
-    return FOX_OK;
-}
-
-/*
- * A backtest on an engine of its own (the training engine and its fold stay
- * as they are): the daemon's configuration with the command's data, the
- * checkpoint's policy over the bars, the record under <state>/runs.
- */
-static int
-apply_backtest(fox_trainer *t, fox_tcmd *c)
-{
-    fox_config cfg = t->cfg;
-    fox_dconf d = t->d;
-    fox_engine *e = NULL;
-    fox_record *rec = NULL;
-    char root[FOX_PATH_MAX + 8];
-    int rv;
-    if (c->data[0] && (rv = fox_config_set(&cfg, "data.source", c->data, c->message,
-                                           sizeof c->message)) != FOX_OK)
-        return c->status = rv;
-    if ((rv = make_engine(t, &cfg, &e, c->message, sizeof c->message)) != FOX_OK)
-        return c->status = rv;
-    d.run_dir[0] = 0;
-    snprintf(d.run_name, sizeof d.run_name, "backtest");
-    snprintf(root, sizeof root, "%s/runs", t->d.state_dir);
-    if ((rv = fox_engine_load_policy(e, c->path, c->val_from ? c->val_from : -1,
-                                     c->bars_from ? c->bars_from : -1, c->bars_to)) != FOX_OK)
-        refuse(c, rv, "%s", fox_engine_errmsg(e));
-    else if ((rv = fox_record_open(&rec, &d, root, &cfg, c->message, sizeof c->message)) != FOX_OK)
-        c->status = rv;
-    else if (fox_record_attach(rec, e), (rv = fox_record_backtest(rec, e, &c->backtest)) != FOX_OK)
-        refuse(c, rv, "%s", fox_engine_errmsg(e));
-    if (rec)
-        fox_log(FOX_LOG_INFO, "backtest of %s: run directory %s", c->path, fox_record_dir(rec));
-    fox_record_close(rec, rv == FOX_OK ? e : NULL, NULL);
-    fox_engine_destroy(e);
-    return rv;
-}
-
-/* Apply one command; LONG ones may keep working after completing c. */
-static void
-apply(fox_trainer *t, fox_tcmd *c)
-{
-    int rv = FOX_OK;
-    c->status = FOX_OK;
-    switch (c->cmd) {
-    case FOX_CMD_CONFIG_SET:
-        apply_config_set(t, c);
-        break;
-    case FOX_CMD_RUN:
-    case FOX_CMD_START_FOLD:
-        apply_run(t, c);
-        break;
-    case FOX_CMD_PAUSE:
-        if (t->state != FOX_TSTATE_TRAINING)
-            wrong_state(t, c);
-        else
-            set_state(t, FOX_TSTATE_PAUSED);
-        break;
-    case FOX_CMD_RESUME:
-        if (t->state != FOX_TSTATE_PAUSED)
-            wrong_state(t, c);
-        else
-            set_state(t, FOX_TSTATE_TRAINING);
-        break;
-    case FOX_CMD_STOP:
-        if (t->state != FOX_TSTATE_TRAINING && t->state != FOX_TSTATE_PAUSED &&
-            t->state != FOX_TSTATE_HALTED) {
-            wrong_state(t, c);
-            break;
-        }
-        set_state(t, FOX_TSTATE_IDLE);
-        end_walk(t, FOX_ESTATE, "stopped by request");
-        break;
-    case FOX_CMD_RESET_FOLD:
-        if (t->state == FOX_TSTATE_TRAINING) {
-            refuse(c, FOX_ESTATE, "reset_fold is not allowed while training: pause first");
-            break;
-        }
-        if ((rv = fox_engine_reset_for_fold(t->engine)) != FOX_OK) {
-            refuse(c, rv, "%s", fox_engine_errmsg(t->engine));
-            break;
-        }
-        if (t->state == FOX_TSTATE_HALTED) {
-            set_state(t, FOX_TSTATE_IDLE);
-            end_walk(t, FOX_ESTATE, "halted, then reset");
-        }
-        publish(t);
-        break;
-    case FOX_CMD_NAN_FLAGS: {
-        uint64_t before = fox_sentinel_mask(fox_engine_flags(t->engine));
-        if ((rv = fox_engine_clear_flags(t->engine)) != FOX_OK) {
-            refuse(c, rv, "%s", fox_engine_errmsg(t->engine));
-            break;
-        }
-        c->result.cleared = before;
-        break;
-    }
-    case FOX_CMD_CHECKPOINT_SAVE: {
-        char msg[1024];
-        c->op_id = op_begin(t, c->cmd);
-        params_digest(t->engine, c->result.params_digest); /* what the save below writes */
-        int64_t op = c->op_id;
-        char path[FOX_PATH_MAX];
-        snprintf(path, sizeof path, "%s", c->path);
-        complete(t, c); /* answered now; completion is the op_done event */
-        msg[0] = 0;
-        rv = save_checkpoint(t, path, msg, sizeof msg);
-        fox_tevent ev = {0};
-        ev.u.op_done.path = path;
-        op_done(t, &ev, op, FOX_CMD_CHECKPOINT_SAVE, rv, msg);
-        return;
-    }
-    case FOX_CMD_CHECKPOINT_LOAD:
-        if (t->state == FOX_TSTATE_TRAINING) {
-            refuse(c, FOX_ESTATE, "checkpoint_load is not allowed while training: pause first");
-            break;
-        }
-        set_phase(t, "checkpoint");
-        rv = fox_engine_checkpoint_load(t->engine, c->path);
-        set_phase(t, NULL);
-        if (rv != FOX_OK) {
-            refuse(c, rv, "%s", fox_engine_errmsg(t->engine));
-            break;
-        }
-        note_loaded(t, t->engine);
-        publish(t);
-        params_digest(t->engine, c->result.params_digest);
-        fox_log(FOX_LOG_INFO, "checkpoint loaded from %s", c->path);
-        break;
-    case FOX_CMD_INJECT_FAULT:
-        apply_inject(t, c);
-        break;
-    case FOX_CMD_BACKTEST:
-        if (t->state == FOX_TSTATE_TRAINING) {
-            refuse(c, FOX_ESTATE, "backtest is not allowed while training: pause first");
-            break;
-        }
-        set_phase(t, "backtest");
-        apply_backtest(t, c);
-        set_phase(t, NULL);
-        break;
-    case FOX_CMD_SHUTDOWN: {
-        char msg[1024] = "";
-        set_state(t, FOX_TSTATE_STOPPING);
-        end_walk(t, FOX_ESTATE, "daemon shutting down");
-        if (c->checkpoint && c->path[0] && held_steps(t, t->engine) == 0 &&
-            access(c->path, F_OK) == 0) {
-            /* An engine that holds no training (a forced config_set made it) never
-             * overwrites the checkpoint a trained one left. */
-            c->result.checkpoint_kept = 1;
-            fox_log(FOX_LOG_NOTICE,
-                    "stop checkpoint not written: the engine holds no training, %s is kept",
-                    c->path);
-        } else if (c->checkpoint && c->path[0]) {
-            rv = save_checkpoint(t, c->path, msg, sizeof msg);
-            if (rv == FOX_OK)
-                c->result.checkpoint_saved = 1;
-            else
-                c->result.checkpoint_failed = 1;
-            snprintf(c->result.checkpoint_error, sizeof c->result.checkpoint_error, "%s", msg);
-        }
-        c->status = FOX_OK;
-        c->exit_after = 1;
-        t->quit = 1;
-        pthread_mutex_lock(&t->qlock);
-        t->closed = 1;
-        pthread_mutex_unlock(&t->qlock);
-        break;
-    }
-    default:
-        refuse(c, FOX_EINTERNAL, "%s is not a trainer command", fox_cmd_name(c->cmd));
-        break;
-    }
-    c->result.state = t->state;
-    complete(t, c);
+    fox__trainer_publish(t);
 }
 
 /* ----------------------------------------------------------------- chunks */
@@ -873,8 +419,8 @@ halt(fox_trainer *t, int rv)
 {
     char reason[512];
     announce_halt(t, rv, reason, sizeof reason);
-    set_state(t, FOX_TSTATE_HALTED);
-    end_walk(t, rv, reason);
+    fox__trainer_set_state(t, FOX_TSTATE_HALTED);
+    fox__trainer_end_walk(t, rv, reason);
 }
 
 static void
@@ -902,7 +448,7 @@ run_chunk(fox_trainer *t)
         int want = (int)(t->rate * t->d.chunk_ms / 1000.0);
         t->chunk = want < 1 ? 1 : want > t->d.chunk_steps ? t->d.chunk_steps : want;
     }
-    publish(t);
+    fox__trainer_publish(t);
     int64_t now = fox_mono_ms();
     if (t->d.step_event_ms >= 0 && now - t->last_step_event_ms >= t->d.step_event_ms) {
         t->last_step_event_ms = now;
@@ -918,15 +464,15 @@ run_chunk(fox_trainer *t)
         emit(t, &ev);
     }
     if (t->walk.done) {
-        set_state(t, FOX_TSTATE_IDLE);
+        fox__trainer_set_state(t, FOX_TSTATE_IDLE);
         if (t->walk.halted > 0) {
             /* The run's op reports the halts: foxctl run exits with its halted status. */
             char msg[96];
             snprintf(msg, sizeof msg, "%d of the run's folds halted (their fold objects say how)",
                      t->walk.halted);
-            end_walk(t, FOX_EHALT, msg);
+            fox__trainer_end_walk(t, FOX_EHALT, msg);
         } else {
-            end_walk(t, FOX_OK, NULL);
+            fox__trainer_end_walk(t, FOX_OK, NULL);
         }
     }
 }
@@ -991,7 +537,7 @@ resume(fox_trainer *t, fox_engine *e, char *err, size_t errlen)
                         fox_engine_errmsg(e));
     fox_engine_info info;
     fox_engine_get_info(e, &info);
-    note_loaded(t, e);
+    fox__trainer_note_loaded(t, e);
     fox_log(FOX_LOG_NOTICE, "resumed from %s: fold %d, %d epochs done, step %lld", path, info.fold,
             info.epoch, (long long)info.step);
     return FOX_OK;
@@ -1005,7 +551,7 @@ trainer_main(void *arg)
     char err[1024];
     /* Before the engine exists: the threads it starts (BLAS, CUDA) inherit the training CPUs. */
     fox_cpus_leave_control();
-    int rv = make_engine(t, &t->cfg, &e, err, sizeof err);
+    int rv = fox__trainer_make_engine(t, &t->cfg, &e, err, sizeof err);
     if (rv == FOX_OK && (rv = resume(t, e, err, sizeof err)) != FOX_OK) {
         fox_engine_destroy(e);
         e = NULL;
@@ -1017,7 +563,7 @@ trainer_main(void *arg)
     t->own_table = own_table_ok(e);
     if (rv == FOX_OK) {
         t->state = FOX_TSTATE_IDLE;
-        publish(t);
+        fox__trainer_publish(t);
     }
     pthread_mutex_lock(&t->qlock);
     t->started = 1;
@@ -1031,7 +577,7 @@ trainer_main(void *arg)
     while (!t->quit) {
         fox_tcmd *c;
         while (!t->quit && (c = pop(t)))
-            apply(t, c);
+            fox__trainer_apply(t, c);
         if (t->quit)
             break;
         if (t->state == FOX_TSTATE_TRAINING)
@@ -1043,8 +589,8 @@ trainer_main(void *arg)
     /* Whatever is still queued will never run: say so. */
     fox_tcmd *c;
     while ((c = pop(t))) {
-        refuse(c, FOX_ESTATE, "foxd is shutting down");
-        complete(t, c);
+        fox__trainer_refuse(c, FOX_ESTATE, "foxd is shutting down");
+        fox__trainer_complete(t, c);
     }
     pthread_mutex_lock(&t->slock);
     e = t->engine; /* config_set may have replaced the first one */
