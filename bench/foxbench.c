@@ -15,6 +15,9 @@
  * with its own seed (train.seed, train.seed + 1, …), one row each; they
  * start timing together once every one is warm, so that each median chunk
  * falls in the time all K run (bench/multi_run.sh MODE=engines sums them).
+ * --set engine.members=K: one engine training K members side by side; a
+ * step's time is the population's, and the line on stderr gives the
+ * member train steps/s in all (K per step).
  * --digest: after the timed steps, the parameters' digest
  * (fox_engine_params_digest) in a last column, beside the seed: a run of
  * seed s gives the digest of seed s alone, whatever else shares the device.
@@ -177,12 +180,15 @@ bench_engines(const fox_config *cfg, int k, int chunk, int reps, int digest, con
         if (digest)
             printf(" %016" PRIx64 " |", r->params_digest);
         printf("\n");
-        sum += 1e6 / r->train[0];
+        sum += 1e6 / r->train[0] * r->info.n_members;
     }
     fflush(stdout);
-    if (k > 1 && !failed)
-        fprintf(stderr, "foxbench: %d engines, batch %d: %.0f train steps/s in all\n", k,
-                runs[0].info.batch, sum);
+    int members = runs[0].info.n_members;
+    if ((k > 1 || members > 1) && !failed)
+        fprintf(stderr,
+                "foxbench: %d engine%s of %d member%s, batch %d: %.0f member train steps/s in "
+                "all\n",
+                k, k > 1 ? "s" : "", members, members > 1 ? "s" : "", runs[0].info.batch, sum);
     free(runs);
     free(threads);
     return failed;

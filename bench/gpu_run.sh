@@ -65,11 +65,13 @@ prepare() {
     set -e
     local build=${BUILD:-build-gpu}
     [ -d "$build" ] || meson setup "$build" -Dcuda=enabled
-    ninja -C "$build" bench/foxbench tests/test_cuda_parity tests/test_cuda_drills daemon/foxd \
+    ninja -C "$build" bench/foxbench tests/test_cuda_parity tests/test_cuda_drills \
+        tests/test_cuda_members daemon/foxd \
         client/foxctl bench/gemm_probe bench/launch_probe bench/latency
     rm -rf .carry
     mkdir -p .carry/bin .carry/lib
     cp "$build/bench/foxbench" "$build/tests/test_cuda_parity" "$build/tests/test_cuda_drills" \
+        "$build/tests/test_cuda_members" \
         "$build/daemon/foxd" "$build/client/foxctl" "$build/bench/gemm_probe" \
         "$build/bench/launch_probe" "$build/bench/latency" .carry/bin/
     [ -n "${BASE:-}" ] && cp "$BASE/bench/foxbench" .carry/bin/foxbench_base

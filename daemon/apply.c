@@ -250,7 +250,8 @@ apply_inject(fox_trainer *t, fox_tcmd *c)
      */
     int next_fold =
         (t->state != FOX_TSTATE_TRAINING && t->state != FOX_TSTATE_PAUSED) || t->walk.fold < 0;
-    int rv = fox_engine_inject_fault(t->engine, -1, c->fault_buffer, kind, c->fault_step, next_fold);
+    int rv =
+        fox_engine_inject_fault(t->engine, -1, c->fault_buffer, kind, c->fault_step, next_fold);
     if (rv != FOX_OK)
         return fox__trainer_refuse(c, rv, "%s", fox_engine_errmsg(t->engine));
     c->result.fault_next_fold = next_fold;

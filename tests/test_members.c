@@ -3,7 +3,10 @@
  * is the run of its own seed alone, bit for bit; a member that halts is
  * frozen while the fold goes on (down to engine.quorum); the fold report
  * carries every member's walk and their spread; a checkpoint keeps every
- * member. CPU backend.
+ * member. Built twice: on the CPU backend, and as test_cuda_members
+ * (FOX_TEST_CUDA) on the CUDA backend, where the members' chunks run side
+ * by side on the device and must still give each seed's bits alone; that
+ * one exits 77 (skipped) without a device.
  */
 #include <unistd.h>
 
@@ -17,6 +20,10 @@ population_config(fox_config *c, int members)
     fox_test_small_net(c);
     const char *pairs[] = {"data.synth_bars=6000", "train.learning_starts=256", NULL};
     fox_test_set_pairs(c, pairs);
+#ifdef FOX_TEST_CUDA
+    const char *device[] = {"engine.backend=cuda", "env.n_envs=64", "train.batch=64", NULL};
+    fox_test_set_pairs(c, device);
+#endif
     c->seed = SEED;
     c->members = members;
 }
@@ -241,6 +248,9 @@ END_TEST
 int
 main(void)
 {
+#ifdef FOX_TEST_CUDA
+    fox_test_require_cuda("test_cuda_members");
+#endif
     Suite *s = suite_create("members");
     TCase *tc = tcase_create("population");
     tcase_set_timeout(tc, 300);
@@ -249,5 +259,9 @@ main(void)
     tcase_add_test(tc, quorum_halts_the_fold);
     tcase_add_test(tc, checkpoint_keeps_every_member);
     suite_add_tcase(s, tc);
+#ifdef FOX_TEST_CUDA
+    return fox_test_run_suite_nofork(s);
+#else
     return fox_test_run_suite(s);
+#endif
 }
