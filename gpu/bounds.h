@@ -313,7 +313,14 @@ fox_pearl_c_update(fox_pearl_c_state *s, float engaged, float total, float step_
  * level: level + z₉₉ · σ, with σ² the Wiener state's sample_var (the EMA of
  * ½(x_t − x_{t−1})², the noise power) and z₉₉ the standard normal's 99th
  * percentile. The clip is max(GRAD_CLIP_BOUND, 1). A non-finite norm is not
- * observed. Updates both slots and ws; returns the clip.
+ * observed. The clip is capped as in fixed mode (fox_bound_grad_clip_cap:
+ * 100 × the slow norm EMA × max(Q_ABS_REF, 1)), the seeds' cap. The slow
+ * EMA is fed the norm winsorized at the last clip, so the cap rises at most
+ * by a factor 1 + 99 × FOX_MECH6_SLOW_ALPHA (about 1.1) a step: the level
+ * may jump with a sudden rise of the norm, the clip follows it only at that
+ * pace, so that a burst of exploding gradients is clipped, not followed,
+ * while a lasting change of scale is reached within some hundred steps.
+ * Updates both slots and ws; returns the clip.
  */
 #define FOX_P99_NORMAL_Z 2.3263479f
 
@@ -325,7 +332,9 @@ fox_bound_grad_clip_adaptive(float *isv, fox_wiener_state *ws, float norm)
     float noise = ws[FOX_ISV_GRAD_NORM_EMA].sample_var;
     float bound = isv[FOX_ISV_GRAD_NORM_EMA] + FOX_P99_NORMAL_Z * sqrtf(noise > 0.0f ? noise : 0.0f);
     isv[FOX_ISV_GRAD_CLIP_BOUND] = bound;
-    return fox_bound_adaptive(bound);
+    float clip = fox_bound_adaptive(bound);
+    float cap = fox_bound_grad_clip_cap(isv[FOX_ISV_GRAD_NORM_SLOW_EMA], isv[FOX_ISV_Q_ABS_REF]);
+    return clip < cap ? clip : cap;
 }
 
 /*

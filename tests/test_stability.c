@@ -384,6 +384,17 @@ START_TEST(pearl_d_from_neutral_value)
 }
 END_TEST
 
+/* One step of Mech 6 in adaptive mode as the backends take it: the slow EMA first. */
+static float
+adaptive_clip_step(float *isv, fox_wiener_state *ws, float norm)
+{
+    float last = isv[FOX_ISV_GRAD_CLIP];
+    float x = last > 0.0f && norm > last ? last : norm;
+    isv[FOX_ISV_GRAD_NORM_SLOW_EMA] =
+        fox_ema_first(isv[FOX_ISV_GRAD_NORM_SLOW_EMA], x, FOX_MECH6_SLOW_ALPHA);
+    return isv[FOX_ISV_GRAD_CLIP] = fox_bound_grad_clip_adaptive(isv, ws, norm);
+}
+
 /*
  * SP4 Mech 6: a gradient norm that grows tenfold, then falls back. The
  * adaptive bound follows it up and down (fed the norm winsorized at the
@@ -407,7 +418,7 @@ START_TEST(adaptive_grad_clip_follows_norm)
                                  : 2.0f;
         float norm = level * (1.0f + 0.2f * (float)fox_rng_normal(&r));
         norm = norm > 0.05f ? norm : 0.05f;
-        float clip = fox_bound_grad_clip_adaptive(isv, ws, norm);
+        float clip = adaptive_clip_step(isv, ws, norm);
         if (t == 0)
             first = clip;
         if (t >= 1000 && t < 3000) {
@@ -430,6 +441,41 @@ START_TEST(adaptive_grad_clip_follows_norm)
     float level = isv[FOX_ISV_GRAD_NORM_EMA], before = isv[FOX_ISV_GRAD_CLIP_BOUND];
     ck_assert(fox_bound_grad_clip_adaptive(isv, ws, NAN) == fox_bound_adaptive(before));
     ck_assert(isv[FOX_ISV_GRAD_NORM_EMA] == level && isv[FOX_ISV_GRAD_CLIP_BOUND] == before);
+}
+END_TEST
+
+/*
+ * SP4 Mech 6's cap: a norm that jumps from 2 to 10,000 and stays there. The
+ * p99 bound about the level jumps with it within two steps; the clip, capped
+ * at 100 × the slow EMA × max(Q_ABS_REF, 1), rises at most ×(1 + 99 α) a
+ * step (the seeds' cap), and still reaches the new scale once it lasts.
+ */
+START_TEST(adaptive_grad_clip_capped)
+{
+    float isv[FOX_ISV_TOTAL_DIM] = {0};
+    fox_wiener_state ws[FOX_ISV_TOTAL_DIM];
+    fox_bounds_wiener_init(ws);
+    for (int t = 0; t < 3000; t++)
+        adaptive_clip_step(isv, ws, 2.0f);
+    float last = isv[FOX_ISV_GRAD_CLIP], clip = last;
+    const float pace = 1.0f + (FOX_MECH6_CAP_MULT - 1.0f) * FOX_MECH6_SLOW_ALPHA;
+    for (int t = 0; t < 2000; t++) {
+        clip = adaptive_clip_step(isv, ws, 1e4f);
+        float cap =
+            fox_bound_grad_clip_cap(isv[FOX_ISV_GRAD_NORM_SLOW_EMA], isv[FOX_ISV_Q_ABS_REF]);
+        ck_assert_msg(clip <= cap, "step %d: clip %g above the cap %g", t, (double)clip,
+                      (double)cap);
+        if (t > 0)
+            ck_assert_msg(clip <= last * pace * 1.0001f, "step %d: the clip went from %g to %g", t,
+                          (double)last, (double)clip);
+        if (t == 2)
+            ck_assert_msg(isv[FOX_ISV_GRAD_CLIP_BOUND] > 20.0f * clip,
+                          "the bound %g did not jump ahead of the capped clip %g",
+                          (double)isv[FOX_ISV_GRAD_CLIP_BOUND], (double)clip);
+        last = clip;
+    }
+    ck_assert_msg(clip > 5e3f, "a lasting change of scale was never reached: clip %g",
+                  (double)clip);
 }
 END_TEST
 
@@ -759,6 +805,7 @@ stability_suite(void)
     tcase_add_test(pearls, pearl_d_from_neutral_value);
     tcase_add_test(pearls, pearl_c_engagement);
     tcase_add_test(pearls, adaptive_grad_clip_follows_norm);
+    tcase_add_test(pearls, adaptive_grad_clip_capped);
     tcase_add_test(pearls, pearl_b_group_stats);
     tcase_add_test(pearls, pearl_b_l1_entropy_deficit);
     suite_add_tcase(s, pearls);
