@@ -2,9 +2,10 @@
  * loss.cu — the fused loss kernel: the double-DQN argmax, the C51
  * projection and cross-entropy, the dueling backward, the IQN quantile
  * Huber loss with SP4's Mech 1 on its targets, and the aux losses, one
- * block per sample; twins of gpu/cpu/net.c's greedy_next, c51_targets,
- * c51_loss, dueling_bwd, iqn_loss and aux_loss, with the loss
- * normalizations 1/(B·D), 1/NT and 1/B and argmax ties to the lowest index.
+ * block per sample; its parts are __device__ twins of gpu/cpu/net.c's
+ * greedy_next, c51_targets, iqn_targets, c51_loss, iqn_loss, aux_loss and
+ * c51_duel_bwd, by the same names, with the loss normalizations 1/(B·D),
+ * 1/NT and 1/B and argmax ties to the lowest index.
  *
  * Not here: the products of the backward (gemm.cu, matmul.c) and their
  * orchestration (net.c).
@@ -20,7 +21,7 @@
 #include "gpu/cuda/sp4.h"
 
 /* ------------------------------------------------------------------------------------------ */
-/* The loss kernel (twin of greedy_next, c51_targets, c51_loss, dueling_bwd, iqn_loss, aux_loss) */
+/* The loss kernel and its parts                                                              */
 
 static __device__ __forceinline__ float
 huber(float x)
@@ -38,87 +39,74 @@ huber_grad(float x)
 #define LOSS_THREADS 128
 
 /*
- * One block per sample b, 4 warps (D ≤ 4: warp d owns branch d's
- * cross-entropy). Shared memory: p [D × NA] target probabilities, m
- * [D × NA] projected targets, dl [D × NA] logit gradients at the chosen
- * actions, and per atom j of the shifted support its bin (lo, weight).
+ * The kernel's parts below share its names with their twins in gpu/cpu/net.c
+ * and run in the kernel's order; each is one block's share of the work for
+ * its sample b, every thread of the block calling it unless the kernel says
+ * which (a warp, a lane), so that the barriers inside match.
  */
-__global__ void
-loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
-{
-    pdl_enter();
-    extern __shared__ float sm[];
-    const int D = dm.D, NA = dm.NA, NAct = dm.NAct, NT = dm.NT, B = A.B;
-    float *p = sm, *m = sm + D * NA, *dl = sm + 2 * D * NA, *bj = sm + 3 * D * NA;
-    float *s_tq = bj + NA; /* [D × NT] the IQN targets after Mech 1 */
-    __shared__ int s_astar[FOX_MAX_BRANCHES], s_a[FOX_MAX_BRANCHES];
-    __shared__ double s_c51[FOX_MAX_BRANCHES], s_iqn[LOSS_THREADS / WARP], s_aux[2];
-    __shared__ float s_prio[FOX_MAX_BRANCHES], s_ep[FOX_MAX_BRANCHES], s_daux[1 + 4];
-    const int b = blockIdx.x, t = threadIdx.x, lane = t % WARP, warp = t / WARP;
-    const float w = A.w ? A.w[b] : 1.0f;
-    /*
-     * Aux: next-bar MSE (weighted) and regime CE (unweighted), each over B,
-     * by the last warp's first lane now, while the others wait on their loads,
-     * not by one thread at the end with the whole block waiting on it.
-     */
-    if (t == LOSS_THREADS - WARP && !A.tq_only) {
-        float lam = hp.aux_lambda, scale = *hp.aux_scale;
-        scale = scale > 1e-8f ? scale : 1e-8f;
-        const float *orow = A.on_out + (size_t)b * dm.OW;
-        const float *b2r = A.b2_on + (size_t)FOX_CUDA_HEAD_RET * dm.OS;
-        const float *b2g = A.b2_on + (size_t)FOX_CUDA_HEAD_REG * dm.OS;
-        float err = orow[FOX_CUDA_HEAD_RET * dm.OS] + b2r[0] - A.aux_ret[b] / scale;
-        s_aux[0] = (double)(w * err * err / (float)B);
-        s_daux[0] = lam * 2.0f * w * err / (float)B;
-        float lg[4], mx = -INFINITY, sum = 0.0f;
-        for (int k = 0; k < dm.NR; k++) {
-            lg[k] = orow[FOX_CUDA_HEAD_REG * dm.OS + k] + b2g[k];
-            mx = lg[k] > mx ? lg[k] : mx;
-        }
-        for (int k = 0; k < dm.NR; k++)
-            sum += expf(lg[k] - mx);
-        float lse = mx + logf(sum);
-        int label = A.regime[b];
-        s_aux[1] = -(double)((lg[label] - lse) / (float)B);
-        for (int k = 0; k < dm.NR; k++)
-            s_daux[1 + k] = lam * (expf(lg[k] - lse) - (k == label ? 1.0f : 0.0f)) / (float)B;
-    }
-    /* The support as Mech 2 left it this step (pre_step_kernel); the layout's in a debug pass. */
-    const float v_min = A.st.sites ? A.st.ctl->support[0] : dm.v_min;
-    const float v_max = A.st.sites ? A.st.ctl->support[1] : dm.v_max;
-    const float dz = (v_max - v_min) / (float)(NA - 1);
 
-    /* Double DQN: a*_d = argmax_a E_online[Z_d(s′, a)], ties to the lowest a. */
-    if (t < D) {
-        const float *qn = A.nx_q + (size_t)b * NAct + dm.boff[t];
-        int best = 0;
-        float bq = qn[0];
-        for (int a = 1; a < dm.bsize[t]; a++)
-            if (qn[a] > bq) {
-                best = a;
-                bq = qn[a];
-            }
-        s_astar[t] = best;
-        A.a_star[b * D + t] = best;
-        s_a[t] = A.a[b * D + t];
+/*
+ * Aux: next-bar MSE (weighted) and regime CE (unweighted), each over B, and
+ * their gradients (λ included) into s_daux [1 + NR]; s_aux gets the two losses.
+ */
+static __device__ __forceinline__ void
+aux_loss(const fox_cuda_dims &dm, const fox_cuda_loss_hp &hp, const fox_cuda_loss_args &A, int b,
+         float w, double *s_aux, float *s_daux)
+{
+    const int B = A.B;
+    float lam = hp.aux_lambda, scale = *hp.aux_scale;
+    scale = scale > 1e-8f ? scale : 1e-8f;
+    const float *orow = A.on_out + (size_t)b * dm.OW;
+    const float *b2r = A.b2_on + (size_t)FOX_CUDA_HEAD_RET * dm.OS;
+    const float *b2g = A.b2_on + (size_t)FOX_CUDA_HEAD_REG * dm.OS;
+    float err = orow[FOX_CUDA_HEAD_RET * dm.OS] + b2r[0] - A.aux_ret[b] / scale;
+    s_aux[0] = (double)(w * err * err / (float)B);
+    s_daux[0] = lam * 2.0f * w * err / (float)B;
+    float lg[4], mx = -INFINITY, sum = 0.0f;
+    for (int k = 0; k < dm.NR; k++) {
+        lg[k] = orow[FOX_CUDA_HEAD_REG * dm.OS + k] + b2g[k];
+        mx = lg[k] > mx ? lg[k] : mx;
     }
-    const float g = hp.gamma_n * (1.0f - A.done[b]), rb = A.r[b];
-    /*
-     * SP4's first launch (tq_only): the raw IQN targets into A.tq and out, so
-     * that TARGET_Q_BOUND can observe their p99 over the whole batch before
-     * the second launch clips them.
-     */
-    if (A.tq_only) {
-        __syncthreads();
-        const float *qt0 = A.iq_q + (size_t)B * NT * NAct;
-        for (int k = t; k < D * NT; k += blockDim.x) {
-            int d = k / NT, j = k % NT, col_t = dm.boff[d] + s_astar[d];
-            A.tq[(size_t)b * D * NT + k] =
-                rb + g * (qt0[((size_t)b * NT + j) * NAct + col_t] + A.bq_tg[col_t]);
+    for (int k = 0; k < dm.NR; k++)
+        sum += expf(lg[k] - mx);
+    float lse = mx + logf(sum);
+    int label = A.regime[b];
+    s_aux[1] = -(double)((lg[label] - lse) / (float)B);
+    for (int k = 0; k < dm.NR; k++)
+        s_daux[1 + k] = lam * (expf(lg[k] - lse) - (k == label ? 1.0f : 0.0f)) / (float)B;
+}
+
+/* Double DQN, thread d < D: a*_d = argmax_a E_online[Z_d(s′, a)], ties to the lowest a. */
+static __device__ __forceinline__ void
+greedy_next(const fox_cuda_dims &dm, const fox_cuda_loss_args &A, int b, int d, int *s_astar,
+            int *s_a)
+{
+    const int D = dm.D, NAct = dm.NAct;
+    const float *qn = A.nx_q + (size_t)b * NAct + dm.boff[d];
+    int best = 0;
+    float bq = qn[0];
+    for (int a = 1; a < dm.bsize[d]; a++)
+        if (qn[a] > bq) {
+            best = a;
+            bq = qn[a];
         }
-        return;
-    }
-    /* The shifted support's bins, shared by every branch (c51_project). */
+    s_astar[d] = best;
+    A.a_star[b * D + d] = best;
+    s_a[d] = A.a[b * D + d];
+}
+
+/*
+ * The C51 targets of every branch into m [D × NA] (and A.proj): the shifted
+ * support's bins bj [NA], shared by every branch (c51_project), the target
+ * net's probabilities p [D × NA] at a*, their projection, and under
+ * FOX_TARGET_MEAN the branches' mean.
+ */
+static __device__ __forceinline__ void
+c51_targets(const fox_cuda_dims &dm, const fox_cuda_loss_hp &hp, const fox_cuda_loss_args &A,
+            int b, int t, float v_min, float v_max, float dz, float rb, float g,
+            const int *s_astar, float *p, float *m, float *bj)
+{
+    const int D = dm.D, NA = dm.NA, NAct = dm.NAct;
     for (int j = t; j < NA; j += blockDim.x) {
         float tz = rb + g * (v_min + (float)j * dz);
         /* A poisoned reward counts as 0, so the split indices stay in range (c51_project). */
@@ -182,17 +170,33 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
     }
     for (int k = t; k < D * NA; k += blockDim.x)
         A.proj[(size_t)b * D * NA + k] = m[k];
-    /*
-     * IQN targets θ′[d, j] = r + γⁿ(1 − done)·q_target(τ′_j)[a*_d] (iqn_targets),
-     * then the Mech 1 site (site_target_q) in a training step: slot 46 on the
-     * pre-clip values, clamp_finite at 10 × max(Q_ABS_REF, 1) (fixed) or
-     * max(TARGET_Q_BOUND, 1) (adaptive: observed by fox__cuda_loss_targets first).
-     */
-    const float *qt = A.iq_q + (size_t)B * NT * NAct;
+}
+
+/* The raw IQN target k = d·NT + j, θ′[d, j] = r + γⁿ(1 − done)·q_target(τ′_j)[a*_d]. */
+static __device__ __forceinline__ float
+iqn_target(const fox_cuda_dims &dm, const fox_cuda_loss_args &A, int b, int k, float rb, float g,
+           const int *s_astar)
+{
+    const int NT = dm.NT, NAct = dm.NAct;
+    const float *qt = A.iq_q + (size_t)A.B * NT * NAct;
+    int d = k / NT, j = k % NT, col_t = dm.boff[d] + s_astar[d];
+    return rb + g * (qt[((size_t)b * NT + j) * NAct + col_t] + A.bq_tg[col_t]);
+}
+
+/*
+ * The IQN targets (iqn_targets) into s_tq [D × NT] and A.tq, then the Mech 1
+ * site (site_target_q) in a training step: slot 46 on the pre-clip values,
+ * clamp_finite at 10 × max(Q_ABS_REF, 1) (fixed) or max(TARGET_Q_BOUND, 1)
+ * (adaptive: observed by fox__cuda_loss_targets first).
+ */
+static __device__ __forceinline__ void
+iqn_targets(const fox_cuda_dims &dm, const fox_cuda_loss_args &A, int b, int t, float rb, float g,
+            const int *s_astar, float *s_tq)
+{
+    const int D = dm.D, NT = dm.NT;
     int bad46 = 0;
     for (int k = t; k < D * NT; k += blockDim.x) {
-        int d = k / NT, j = k % NT, col_t = dm.boff[d] + s_astar[d];
-        float x = rb + g * (qt[((size_t)b * NT + j) * NAct + col_t] + A.bq_tg[col_t]);
+        float x = iqn_target(dm, A, b, k, rb, g, s_astar);
         if (A.st.sites) {
             float bound = A.st.adaptive ? fox_bound_adaptive(A.st.isv[FOX_ISV_TARGET_Q_BOUND])
                                         : fox_bound_target_q_fixed(A.st.isv[FOX_ISV_Q_ABS_REF]);
@@ -204,33 +208,50 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
     }
     if (__syncthreads_or(bad46) && t == 0 && A.st.sentinel)
         A.st.flags[FOX_SENT_TARGET_Q_POST_CLIP] = 1;
-    /* C51 cross-entropy of branch `warp` at its chosen action. */
-    if (warp < D) {
-        int d = warp;
-        const float *lp = A.on_logp + ((size_t)b * D + d) * NA;
-        const float *md = m + d * NA;
-        float coef = w / (float)(B * D);
-        float ce = 0.0f, msum = 0.0f, em = 0.0f, ep = 0.0f;
-        for (int j = lane; j < NA; j += WARP) {
-            ce -= md[j] * lp[j];
-            msum += md[j];
-            em += md[j] * A.z[j];
-            ep += expf(lp[j]) * A.z[j];
-        }
-        ce = warp_sum(ce);
-        msum = warp_sum(msum);
-        em = warp_sum(em);
-        ep = warp_sum(ep);
-        for (int j = lane; j < NA; j += WARP)
-            dl[d * NA + j] = coef * (expf(lp[j]) * msum - md[j]);
-        if (lane == 0) {
-            s_c51[d] = (double)(coef * ce);
-            s_prio[d] = fabsf(em - ep);
-            s_ep[d] = fabsf(ep);
-        }
+}
+
+/*
+ * C51 cross-entropy of branch d (its warp) at its chosen action against m,
+ * the logit gradients into dl [D × NA], and the branch's |δ| and |E_online|.
+ */
+static __device__ __forceinline__ void
+c51_loss(const fox_cuda_dims &dm, const fox_cuda_loss_args &A, int b, int d, int lane, float w,
+         const float *m, float *dl, double *s_c51, float *s_prio, float *s_ep)
+{
+    const int D = dm.D, NA = dm.NA, B = A.B;
+    const float *lp = A.on_logp + ((size_t)b * D + d) * NA;
+    const float *md = m + d * NA;
+    float coef = w / (float)(B * D);
+    float ce = 0.0f, msum = 0.0f, em = 0.0f, ep = 0.0f;
+    for (int j = lane; j < NA; j += WARP) {
+        ce -= md[j] * lp[j];
+        msum += md[j];
+        em += md[j] * A.z[j];
+        ep += expf(lp[j]) * A.z[j];
     }
-    __syncthreads();
-    /* IQN quantile Huber: thread per (i, flat action); only each branch's chosen action is live. */
+    ce = warp_sum(ce);
+    msum = warp_sum(msum);
+    em = warp_sum(em);
+    ep = warp_sum(ep);
+    for (int j = lane; j < NA; j += WARP)
+        dl[d * NA + j] = coef * (expf(lp[j]) * msum - md[j]);
+    if (lane == 0) {
+        s_c51[d] = (double)(coef * ce);
+        s_prio[d] = fabsf(em - ep);
+        s_ep[d] = fabsf(ep);
+    }
+}
+
+/*
+ * IQN quantile Huber, a thread per (i, flat action); only each branch's
+ * chosen action is live. d_q gets the gradient (λ included), s_iqn [warps]
+ * each warp's share of the loss.
+ */
+static __device__ __forceinline__ void
+iqn_loss(const fox_cuda_dims &dm, const fox_cuda_loss_hp &hp, const fox_cuda_loss_args &A, int b,
+         int t, float w, const int *s_a, const float *s_tq, double *s_iqn)
+{
+    const int D = dm.D, NAct = dm.NAct, NT = dm.NT, B = A.B;
     double iqn_part = 0.0;
     for (int k = t; k < NT * NAct; k += blockDim.x) {
         int i = k / NAct, c = k % NAct, d = branch_of(dm, c);
@@ -252,33 +273,46 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
         A.d_q[((size_t)b * NT + i) * NAct + c] = val;
     }
     iqn_part = warp_sum(iqn_part);
-    if (lane == 0)
-        s_iqn[warp] = iqn_part;
-    __syncthreads();
-    if (t == 0) {
-        double c51 = 0.0, iqn = 0.0, q_abs = 0.0;
-        float prio = 0.0f;
-        for (int d = 0; d < D; d++) {
-            c51 += s_c51[d];
-            prio += s_prio[d];
-            q_abs += s_ep[d];
-        }
-        for (int k = 0; k < LOSS_THREADS / WARP; k++)
-            iqn += s_iqn[k];
-        double *pp = A.parts + (size_t)b * FOX_CUDA_PARTS;
-        pp[0] = c51;
-        pp[1] = iqn;
-        pp[2] = s_aux[0];
-        pp[3] = s_aux[1];
-        pp[4] = q_abs;
-        pp[5] = s_ep[0];
-        A.prio[b] = prio;
+    if (t % WARP == 0)
+        s_iqn[t / WARP] = iqn_part;
+}
+
+/* Thread 0: the sample's loss parts, priority and |E_online| from the parts' shares. */
+static __device__ __forceinline__ void
+loss_parts(const fox_cuda_dims &dm, const fox_cuda_loss_args &A, int b, const double *s_c51,
+           const double *s_iqn, const double *s_aux, const float *s_prio, const float *s_ep)
+{
+    const int D = dm.D;
+    double c51 = 0.0, iqn = 0.0, q_abs = 0.0;
+    float prio = 0.0f;
+    for (int d = 0; d < D; d++) {
+        c51 += s_c51[d];
+        prio += s_prio[d];
+        q_abs += s_ep[d];
     }
-    /*
-     * The packed output gradient, head by head (padding 0): dueling backward
-     * dV = Σ_d dl_d and dA = [a = a_d]·dl − dl/n, then the aux gradients.
-     * Column k = a·NA + j of a head: (a, j) step with k, not a division each.
-     */
+    for (int k = 0; k < LOSS_THREADS / WARP; k++)
+        iqn += s_iqn[k];
+    double *pp = A.parts + (size_t)b * FOX_CUDA_PARTS;
+    pp[0] = c51;
+    pp[1] = iqn;
+    pp[2] = s_aux[0];
+    pp[3] = s_aux[1];
+    pp[4] = q_abs;
+    pp[5] = s_ep[0];
+    A.prio[b] = prio;
+}
+
+/*
+ * The packed output gradient, head by head (padding 0): the dueling backward
+ * of every branch (c51_duel_bwd), dV = Σ_d dl_d and dA = [a = a_d]·dl − dl/n,
+ * then the aux heads' gradients from aux_loss. Column k = a·NA + j of a
+ * head: (a, j) step with k, not a division each.
+ */
+static __device__ __forceinline__ void
+c51_duel_bwd(const fox_cuda_dims &dm, const fox_cuda_loss_args &A, int b, int t, const float *dl,
+             const int *s_a, const float *s_daux)
+{
+    const int D = dm.D, NA = dm.NA;
     float *dout = A.dout + (size_t)b * dm.OW;
     const int step_a = LOSS_THREADS / NA, step_j = LOSS_THREADS % NA;
     for (int h = 0; h < FOX_CUDA_HEADS; h++) {
@@ -309,6 +343,63 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
             }
         }
     }
+}
+
+/*
+ * One block per sample b, 4 warps (D ≤ 4: warp d owns branch d's
+ * cross-entropy). Shared memory: p [D × NA] target probabilities, m
+ * [D × NA] projected targets, dl [D × NA] logit gradients at the chosen
+ * actions, and per atom j of the shifted support its bin (lo, weight).
+ */
+__global__ void
+loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
+{
+    pdl_enter();
+    extern __shared__ float sm[];
+    const int D = dm.D, NA = dm.NA, NT = dm.NT;
+    float *p = sm, *m = sm + D * NA, *dl = sm + 2 * D * NA, *bj = sm + 3 * D * NA;
+    float *s_tq = bj + NA; /* [D × NT] the IQN targets after Mech 1 */
+    __shared__ int s_astar[FOX_MAX_BRANCHES], s_a[FOX_MAX_BRANCHES];
+    __shared__ double s_c51[FOX_MAX_BRANCHES], s_iqn[LOSS_THREADS / WARP], s_aux[2];
+    __shared__ float s_prio[FOX_MAX_BRANCHES], s_ep[FOX_MAX_BRANCHES], s_daux[1 + 4];
+    const int b = blockIdx.x, t = threadIdx.x, lane = t % WARP, warp = t / WARP;
+    const float w = A.w ? A.w[b] : 1.0f;
+    /*
+     * The aux losses by the last warp's first lane now, while the others wait
+     * on their loads, not by one thread at the end with the whole block
+     * waiting on it.
+     */
+    if (t == LOSS_THREADS - WARP && !A.tq_only)
+        aux_loss(dm, hp, A, b, w, s_aux, s_daux);
+    /* The support as Mech 2 left it this step (pre_step_kernel); the layout's in a debug pass. */
+    const float v_min = A.st.sites ? A.st.ctl->support[0] : dm.v_min;
+    const float v_max = A.st.sites ? A.st.ctl->support[1] : dm.v_max;
+    const float dz = (v_max - v_min) / (float)(NA - 1);
+
+    if (t < D)
+        greedy_next(dm, A, b, t, s_astar, s_a);
+    const float g = hp.gamma_n * (1.0f - A.done[b]), rb = A.r[b];
+    /*
+     * SP4's first launch (tq_only): the raw IQN targets into A.tq and out, so
+     * that TARGET_Q_BOUND can observe their p99 over the whole batch before
+     * the second launch clips them.
+     */
+    if (A.tq_only) {
+        __syncthreads();
+        for (int k = t; k < D * NT; k += blockDim.x)
+            A.tq[(size_t)b * D * NT + k] = iqn_target(dm, A, b, k, rb, g, s_astar);
+        return;
+    }
+    c51_targets(dm, hp, A, b, t, v_min, v_max, dz, rb, g, s_astar, p, m, bj);
+    iqn_targets(dm, A, b, t, rb, g, s_astar, s_tq);
+    if (warp < D)
+        c51_loss(dm, A, b, warp, lane, w, m, dl, s_c51, s_prio, s_ep);
+    __syncthreads();
+    iqn_loss(dm, hp, A, b, t, w, s_a, s_tq, s_iqn);
+    __syncthreads();
+    if (t == 0)
+        loss_parts(dm, A, b, s_c51, s_iqn, s_aux, s_prio, s_ep);
+    c51_duel_bwd(dm, A, b, t, dl, s_a, s_daux);
 }
 
 int

@@ -1,7 +1,8 @@
 /*
  * net.c (CUDA) — foxnet v1's forward, losses, backward and optimizer step
- * as a sequence of cuBLAS products and hand kernels on seven streams; the
- * twin of gpu/cpu/net.c + gpu/cpu/optim.c.
+ * as a sequence of cuBLAS products and hand kernels on seven streams, the
+ * losses and the backward in loss_grad.c; with it the twin of
+ * gpu/cpu/net.c + gpu/cpu/optim.c.
  *
  * Layout choices, each to cut launches or the critical path:
  *   - the online net's forward on s′, which only picks the double-DQN
@@ -39,8 +40,8 @@
  * Phase C guard of d h_s2 (check.cu); all off in a parity pass
  * (stab.sites 0), like the CPU net without its hook.
  *
- * Not here: the step's collection, replay and graphs (step.c), the
- * kernels themselves (*.cu).
+ * Not here: the losses' and gradients' launches (loss_grad.c), the step's
+ * collection, replay and graphs (step.c), the kernels themselves (*.cu).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -55,7 +56,6 @@
 #include "gpu/cuda/grn.h"
 #include "gpu/cuda/heads.h"
 #include "gpu/cuda/iqn.h"
-#include "gpu/cuda/loss.h"
 #include "gpu/cuda/matmul.h"
 #include "gpu/cuda/net.h"
 #include "gpu/cuda/sp4.h"
@@ -76,8 +76,8 @@ dalloc(void *pp, size_t bytes)
 
 #define DALLOC(ptr, count) FOX_TRY(dalloc(&(ptr), (size_t)(count) * sizeof *(ptr)))
 
-static size_t
-toff(const fox_cuda_net *n, int tensor)
+size_t
+fox__cuda_toff(const fox_cuda_net *n, int tensor)
 {
     return n->lay->t[tensor].offset;
 }
@@ -305,7 +305,7 @@ pairs_init(fox_cuda_net *n)
         for (int j = 0; j < (in[k] != out[k] ? 4 : 2); j++) {
             if (j % 2 == 0)
                 at[k][j / 2] = sg->total;
-            sg->src[sg->count] = toff(n, grn[k] + t[j]);
+            sg->src[sg->count] = fox__cuda_toff(n, grn[k] + t[j]);
             sg->len[sg->count] = (size_t)out[k] * (j < 2 ? out[k] : in[k]);
             sg->total += sg->len[sg->count++];
         }
@@ -522,8 +522,8 @@ static const int side_streams[3] = {FOX_CUDA_SIDE, FOX_CUDA_SIDE2, FOX_CUDA_SIDE
 #define N_SIDES ((int)(sizeof side_streams / sizeof side_streams[0]))
 
 /* The next side stream in turn, forked at this point: for a forward or weight gradients. */
-static int
-side(fox_cuda_net *n, int *ws)
+int
+fox__cuda_side(fox_cuda_net *n, int *ws)
 {
     int to = side_streams[n->side_next];
     n->side_next = (n->side_next + 1) % N_SIDES;
@@ -531,8 +531,8 @@ side(fox_cuda_net *n, int *ws)
 }
 
 /* A product stage on stream s with its epilogue (gemm.cu), by the net's epilogue path. */
-static int
-product(fox_cuda_net *n, int s, fox_cuda_gemm *m)
+int
+fox__cuda_product(fox_cuda_net *n, int s, fox_cuda_gemm *m)
 {
     m->by_ones = !n->epilogue_fours;
     return fox__cuda_gemm(n->cb[s], n->st[s], m);
@@ -542,8 +542,8 @@ product(fox_cuda_net *n, int s, fox_cuda_gemm *m)
 /* Forward                                                                                    */
 
 /* 0 for GRN1's block (tensors from first), 1 for GRN2's. */
-static int
-grn_index(int first)
+int
+fox__cuda_grn_index(int first)
 {
     return first == FOX_P_GRN1_W2 ? 0 : 1;
 }
@@ -556,9 +556,9 @@ fox__cuda_pack(fox_cuda_net *n, int s)
 }
 
 /* A product with everything off: α 1, one batch entry. */
-static fox_cuda_gemm
-gemm_of(int M, int N, int K, int bt, const float *A, int lda, const float *B, int ldb, float *C,
-        int ldc)
+fox_cuda_gemm
+fox__cuda_gemm_of(int M, int N, int K, int bt, const float *A, int lda, const float *B, int ldb,
+                  float *C, int ldc)
 {
     fox_cuda_gemm g;
     memset(&g, 0, sizeof g);
@@ -583,8 +583,8 @@ gemm_of(int M, int N, int K, int bt, const float *A, int lda, const float *B, in
  * into p[0] (and p2[0]), launched only at its own slot's point and only in
  * a training pass, so that a run without a fault has no launch for it.
  */
-static int
-point(fox_cuda_net *n, int s, int slot, float *p, float *p2, int after_count)
+int
+fox__cuda_point(fox_cuda_net *n, int s, int slot, float *p, float *p2, int after_count)
 {
     if (n->fault_slot != slot || !n->stab.sites)
         return 0;
@@ -603,54 +603,57 @@ grn_fwd(fox_cuda_net *n, int s, const float *P, int first, int in, int out, cons
         fox_cuda_grn_act *g, int pts, int site)
 {
     cudaStream_t st = n->st[s];
-#define T(k) (P + toff(n, first + (k)))
+#define T(k) (P + fox__cuda_toff(n, first + (k)))
     /* η2 = ELU(W2·a + b2) and the skip Wr·a (R·out floats later) in one launch. */
     int skip = in != out;
-    fox_cuda_gemm m = gemm_of(R, out, in, 1, a, in, T(FOX_GRN_W2), in, g->eta2, out);
+    fox_cuda_gemm m = fox__cuda_gemm_of(R, out, in, 1, a, in, T(FOX_GRN_W2), in, g->eta2, out);
     m.bias[0] = T(FOX_GRN_B2);
     m.act[0] = FOX_ACT_ELU;
     m.fill = g->eta1; /* b1 under η1: its product adds W1·η2 with β = 1 (no epilogue launch) */
     m.fill_bias = T(FOX_GRN_B1);
     if (skip) {
         m.nz = 2;
-        m.sb = (long long)(toff(n, first + FOX_GRN_WR) - toff(n, first + FOX_GRN_W2));
+        m.sb = (long long)(fox__cuda_toff(n, first + FOX_GRN_WR) -
+                           fox__cuda_toff(n, first + FOX_GRN_W2));
         m.sc = (long long)R * out;
     }
-    FOX_TRY(product(n, s, &m));
+    FOX_TRY(fox__cuda_product(n, s, &m));
     if (pts)
-        FOX_TRY(point(n, s, FOX_SENT_H_S2_ETA2, g->eta2, NULL, 0));
+        FOX_TRY(fox__cuda_point(n, s, FOX_SENT_H_S2_ETA2, g->eta2, NULL, 0));
     const float *r = skip ? g->eta2 + (size_t)R * out : a;
     /* η1 = W1·η2 + b1, b1 laid in η1 by the last epilogue. */
-    m = gemm_of(R, out, out, 1, g->eta2, out, T(FOX_GRN_W1), out, g->eta1, out);
+    m = fox__cuda_gemm_of(R, out, out, 1, g->eta2, out, T(FOX_GRN_W1), out, g->eta1, out);
     m.beta = 1.0f;
-    FOX_TRY(product(n, s, &m));
+    FOX_TRY(fox__cuda_product(n, s, &m));
     if (pts)
-        FOX_TRY(point(n, s, FOX_SENT_H_S2_ETA1, g->eta1, NULL, 0));
+        FOX_TRY(fox__cuda_point(n, s, FOX_SENT_H_S2_ETA1, g->eta1, NULL, 0));
     /*
      * Gate and value products (Wv sits a fixed distance after Wg); their biases are added in
      * the tail kernel, so this stage has no epilogue launch.
      */
-    m = gemm_of(R, out, out, 1, g->eta1, out, T(FOX_GRN_WG), out, g->zgv, out);
+    m = fox__cuda_gemm_of(R, out, out, 1, g->eta1, out, T(FOX_GRN_WG), out, g->zgv, out);
     m.nz = 2;
-    m.sb = (long long)(toff(n, first + FOX_GRN_WV) - toff(n, first + FOX_GRN_WG));
+    m.sb =
+        (long long)(fox__cuda_toff(n, first + FOX_GRN_WV) - fox__cuda_toff(n, first + FOX_GRN_WG));
     m.sc = (long long)R * out;
-    FOX_TRY(product(n, s, &m));
+    FOX_TRY(fox__cuda_product(n, s, &m));
     FOX_TRY(fox__cuda_grn_tail(st, R, out, g->zgv, r, T(FOX_GRN_BG), T(FOX_GRN_BV), T(FOX_GRN_LN_G),
                                T(FOX_GRN_LN_B), g->xhat, g->rstd, g->y, pts ? n->glu : NULL,
                                pts ? n->ln_in : NULL, site ? &n->stab : NULL));
     if (pts) {
         /* Inside the fused tail on the CPU's side of it: these faults fire their slot only. */
-        FOX_TRY(point(n, s, FOX_SENT_H_S2_GATE, g->zgv, NULL, 0));
-        FOX_TRY(point(n, s, FOX_SENT_H_S2_GLU, n->glu, NULL, 0));
-        FOX_TRY(point(n, s, FOX_SENT_H_S2_LN_IN, n->ln_in, NULL, 0));
+        FOX_TRY(fox__cuda_point(n, s, FOX_SENT_H_S2_GATE, g->zgv, NULL, 0));
+        FOX_TRY(fox__cuda_point(n, s, FOX_SENT_H_S2_GLU, n->glu, NULL, 0));
+        FOX_TRY(fox__cuda_point(n, s, FOX_SENT_H_S2_LN_IN, n->ln_in, NULL, 0));
     }
 #undef T
     return 0;
 }
 
 /* The forward's trunk: X [R × S] → h_s2 in f->g2.y, with Mech 10 where site is set. */
-static int
-forward_trunk(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R, int target, int site)
+int
+fox__cuda_forward_trunk(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R, int target,
+                        int site)
 {
     if (R < 1 || R > f->cap)
         return FOX_EINVAL;
@@ -661,7 +664,7 @@ forward_trunk(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R, in
     f->rows = R;
     FOX_TRY(grn_fwd(n, s, P, FOX_P_GRN1_W2, dm->S, dm->H1, X, R, &f->g1, 0, 0));
     if (pts)
-        FOX_TRY(point(n, s, FOX_SENT_H_S1, f->g1.y, NULL, 0));
+        FOX_TRY(fox__cuda_point(n, s, FOX_SENT_H_S1, f->g1.y, NULL, 0));
     /*
      * Mech 10 on the online net's h_s2 (slot 12's fault injected first) inside GRN2's tail
      * with fixed bounds, one launch fewer on the critical chain; adaptive bounds need the
@@ -674,8 +677,8 @@ forward_trunk(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R, in
 }
 
 /* The forward's heads on f->g2.y (the trunk's rows): hid, out, then logp and Q. */
-static int
-forward_heads(fox_cuda_net *n, int s, fox_cuda_fwd *f, int target, int aux, int site)
+int
+fox__cuda_forward_heads(fox_cuda_net *n, int s, fox_cuda_fwd *f, int target, int aux, int site)
 {
     const fox_cuda_dims *dm = &n->dm;
     /* The target net's packed heads sit PK floats after the online's. */
@@ -684,11 +687,11 @@ forward_heads(fox_cuda_net *n, int s, fox_cuda_fwd *f, int target, int aux, int 
     const int R = f->rows, pts = site && n->stab.sites;
     /* The packed heads: one launch per layer (the C51 heads' only, without aux). */
     int nh = aux ? FOX_CUDA_HEADS : FOX_CUDA_C51_HEADS;
-    fox_cuda_gemm m =
-        gemm_of(R, nh * dm->HS, dm->H2, 1, f->g2.y, dm->H2, pk + dm->pk_w1, dm->H2, f->hid, dm->HW);
+    fox_cuda_gemm m = fox__cuda_gemm_of(R, nh * dm->HS, dm->H2, 1, f->g2.y, dm->H2, pk + dm->pk_w1,
+                                        dm->H2, f->hid, dm->HW);
     m.bias[0] = pk + dm->pk_b1;
     m.act[0] = FOX_ACT_RELU;
-    FOX_TRY(product(n, s, &m));
+    FOX_TRY(fox__cuda_product(n, s, &m));
     /*
      * The output layer: from slot_rows rows the C51 heads' outputs by slots of NA
      * (pointer-batched, so that no head is computed at the widest head's OS outputs), then the
@@ -699,24 +702,24 @@ forward_heads(fox_cuda_net *n, int s, fox_cuda_fwd *f, int target, int aux, int 
         FOX_TRY(fox__cuda_gemm_slots(n->cb[s], R, dm->NA, dm->HS, f->slots[target], 1 + dm->NAct,
                                      dm->HW, dm->HS, dm->OW));
     if (nh > h0) {
-        m = gemm_of(R, by_slots ? dm->AUXW : dm->OS, dm->HS, 1, f->hid + h0 * dm->HS, dm->HW,
-                    pk + dm->pk_w2 + (size_t)h0 * dm->OS * dm->HS, dm->HS, f->out + h0 * dm->OS,
-                    dm->OW);
+        m = fox__cuda_gemm_of(R, by_slots ? dm->AUXW : dm->OS, dm->HS, 1, f->hid + h0 * dm->HS,
+                              dm->HW, pk + dm->pk_w2 + (size_t)h0 * dm->OS * dm->HS, dm->HS,
+                              f->out + h0 * dm->OS, dm->OW);
         m.nz = nh - h0;
         m.sa = dm->HS;
         m.sb = (long long)dm->OS * dm->HS;
         m.sc = dm->OS;
-        FOX_TRY(product(n, s, &m));
+        FOX_TRY(fox__cuda_product(n, s, &m));
     }
     if (pts) {
-        FOX_TRY(point(n, s, FOX_SENT_V_LOGITS, f->out, NULL, 0));
-        FOX_TRY(point(n, s, FOX_SENT_ADV_LOGITS, f->out + dm->OS, NULL, 0));
+        FOX_TRY(fox__cuda_point(n, s, FOX_SENT_V_LOGITS, f->out, NULL, 0));
+        FOX_TRY(fox__cuda_point(n, s, FOX_SENT_ADV_LOGITS, f->out + dm->OS, NULL, 0));
     }
     /* The training forward on s: the chosen actions' only (the loss's; slot 7 as the CPU's). */
     FOX_TRY(fox__cuda_dueling(st, R, dm, f->out, pk + dm->pk_b2, n->z, site ? n->bt.a : NULL,
                               f->logp, f->q));
     if (pts)
-        FOX_TRY(point(n, s, FOX_SENT_CURRENT_LP, f->logp, NULL, 0));
+        FOX_TRY(fox__cuda_point(n, s, FOX_SENT_CURRENT_LP, f->logp, NULL, 0));
     return 0;
 }
 
@@ -724,8 +727,8 @@ int
 fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R, int target,
                   int aux, int site)
 {
-    FOX_TRY(forward_trunk(n, s, f, X, R, target, site));
-    return forward_heads(n, s, f, target, aux, site);
+    FOX_TRY(fox__cuda_forward_trunk(n, s, f, X, R, target, site));
+    return fox__cuda_forward_heads(n, s, f, target, aux, site);
 }
 
 /*
@@ -735,344 +738,39 @@ fox__cuda_forward(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R
  * φ ⊙ h (h's row for every NT of its τ), q = x·Wq; cos from
  * fox__cuda_iqn_cos already there. Fault points: slots 9 and 10.
  */
-static int
-iqn_fwd(fox_cuda_net *n, int s, int z0, int nz)
+int
+fox__cuda_iqn_fwd(fox_cuda_net *n, int s, int z0, int nz)
 {
     const fox_cuda_dims *dm = &n->dm;
     const size_t rq = (size_t)n->B * dm->NT;
     const float *P = n->params + (z0 ? n->np : 0);
-    fox_cuda_gemm m =
-        gemm_of((int)rq, dm->H2, dm->NC, 1, n->iq.cosf + z0 * rq * dm->NC, dm->NC,
-                P + toff(n, FOX_P_IQN_WPHI), dm->NC, n->iq.phi + z0 * rq * dm->H2, dm->H2);
+    fox_cuda_gemm m = fox__cuda_gemm_of((int)rq, dm->H2, dm->NC, 1, n->iq.cosf + z0 * rq * dm->NC,
+                                        dm->NC, P + fox__cuda_toff(n, FOX_P_IQN_WPHI), dm->NC,
+                                        n->iq.phi + z0 * rq * dm->H2, dm->H2);
     m.nz = nz;
     m.sa = (long long)(rq * dm->NC);
     m.sb = (long long)n->np;
     m.sc = (long long)(rq * dm->H2);
     for (int z = 0; z < nz; z++) {
-        m.bias[z] = P + z * n->np + toff(n, FOX_P_IQN_BPHI);
+        m.bias[z] = P + z * n->np + fox__cuda_toff(n, FOX_P_IQN_BPHI);
         m.act[z] = FOX_ACT_RELU;
         m.mul[z] = (z0 + z) ? n->tg.g2.y : n->on.g2.y;
     }
     m.mout = n->iq.x + z0 * rq * dm->H2;
     m.ldmul = dm->H2;
     m.mul_div = dm->NT;
-    FOX_TRY(product(n, s, &m));
+    FOX_TRY(fox__cuda_product(n, s, &m));
     float *q = n->iq.q + z0 * rq * dm->NAct;
-    m = gemm_of((int)rq, dm->NAct, dm->H2, 1, n->iq.x + z0 * rq * dm->H2, dm->H2,
-                P + toff(n, FOX_P_IQN_WQ), dm->H2, q, dm->NAct);
+    m = fox__cuda_gemm_of((int)rq, dm->NAct, dm->H2, 1, n->iq.x + z0 * rq * dm->H2, dm->H2,
+                          P + fox__cuda_toff(n, FOX_P_IQN_WQ), dm->H2, q, dm->NAct);
     m.nz = nz;
     m.sa = (long long)(rq * dm->H2);
     m.sb = (long long)n->np;
     m.sc = (long long)(rq * dm->NAct);
-    FOX_TRY(product(n, s, &m));
+    FOX_TRY(fox__cuda_product(n, s, &m));
     for (int z = z0; z < z0 + nz; z++)
-        FOX_TRY(point(n, s, z ? FOX_SENT_IQN_Q_TARGET : FOX_SENT_IQN_Q_ONLINE,
-                      n->iq.q + z * rq * dm->NAct, NULL, 0));
-    return 0;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Backward                                                                                   */
-
-/*
- * Backward of a GRN over the first B rows of its forward cache f_rows rows
- * long: weight gradients (side streams, cuBLAS) into grads at the block's
- * offsets, da [B × in] (NULL: not needed) on MAIN, or with aside on NEXT
- * forked after dη2 (d_states: in TF32, see below), *aside its stream for
- * the caller to join (nothing else on MAIN waits for it).
- */
-static int
-grn_bwd(fox_cuda_net *n, int first, int in, int out, const float *a, const fox_cuda_grn_act *c,
-        int f_rows, const float *dy, float *da, int *aside, fox_cuda_grn_grad *gg)
-{
-    const int B = n->B;
-    const float *P = n->params;
-    float *G = n->grads;
-    cudaStream_t s0 = n->st[0];
-    const float *ones = n->ones;
-    int ws;
-#define T(k) (P + toff(n, first + (k)))
-#define DT(k) (G + toff(n, first + (k)))
-    /* du and dη2 side by side in dud (rows 2·out apart), for the product [du dη2]·[Wr; W2]. */
-    float *du = gg->dud, *deta2 = gg->dud + out;
-    const int k = grn_index(first);
-    FOX_TRY(fox__cuda_ln_glu_bwd(s0, B, out, dy, c->xhat, c->rstd, T(FOX_GRN_LN_G), c->zgv,
-                                 (long long)f_rows * out, du, gg->dyx, gg->dzgv));
-    long long gv = (long long)(toff(n, first + FOX_GRN_WV) - toff(n, first + FOX_GRN_WG));
-    long long gvb = (long long)(toff(n, first + FOX_GRN_BV) - toff(n, first + FOX_GRN_BG));
-    FOX_TRY(side(n, &ws));
-    FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, gg->dyx, out, ones, DT(FOX_GRN_LN_G), 0.0f));
-    FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, dy, out, ones, DT(FOX_GRN_LN_B), 0.0f));
-    if (in != out)
-        FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, in, out, du, 2 * out, a, in, DT(FOX_GRN_WR), 0.0f));
-    FOX_TRY(fox__cuda_lin_dw_batched(n->cb[ws], n->dw_loop_rows, B, out, out, NULL, gg->dzgv,
-                                     2 * out, out, c->eta1, out, 0, DT(FOX_GRN_WG), gv, 2));
-    FOX_TRY(fox__cuda_colsum_batched(n->cb[ws], B, out, gg->dzgv, 2 * out, out, ones,
-                                     DT(FOX_GRN_BG), gvb, 2));
-    /* dη1 = dzg·Wg + dlin·Wv = [dzg dlin]·[Wg; Wv]: one product (pairs_init). */
-    fox_cuda_gemm m = gemm_of(B, out, 2 * out, 0, gg->dzgv, 2 * out, n->wgv[k], out, gg->deta1,
-                              out);
-    FOX_TRY(product(n, 0, &m));
-    FOX_TRY(side(n, &ws));
-    FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, out, out, gg->deta1, out, c->eta2, out, DT(FOX_GRN_W1),
-                             0.0f));
-    FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, gg->deta1, out, ones, DT(FOX_GRN_B1), 0.0f));
-    /* dη2 = (dη1·W1) ⊙ ELU'(η2). */
-    m = gemm_of(B, out, out, 0, gg->deta1, out, T(FOX_GRN_W1), out, deta2, 2 * out);
-    m.dy = c->eta2;
-    m.lddy = out;
-    m.dact = FOX_ACT_ELU;
-    FOX_TRY(product(n, 0, &m));
-    FOX_TRY(side(n, &ws));
-    FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, in, out, deta2, 2 * out, a, in, DT(FOX_GRN_W2), 0.0f));
-    FOX_TRY(fox__cuda_colsum(n->cb[ws], B, out, deta2, 2 * out, ones, DT(FOX_GRN_B2), 0.0f));
-    if (da) {
-        int ds = FOX_CUDA_MAIN;
-        if (aside) {
-            /*
-             * d_states feeds only its sentinel slot's NaN/Inf rule, which a product's rounding
-             * does not change (a NaN or Inf in du, dη2 or the weights reaches it either way;
-             * short of an overflow at FLT_MAX): NEXT's TF32 handle, ~4× less time before
-             * the optimizer, which waits for it.
-             */
-            FOX_TRY(fox__cuda_fork(n, FOX_CUDA_NEXT, aside));
-            ds = *aside;
-        }
-        /* da = [du dη2]·[Wr; W2] (skip path first, as the CPU adds them), or du + dη2·W2. */
-        if (n->wr2[k]) {
-            m = gemm_of(B, in, 2 * out, 0, du, 2 * out, n->wr2[k], in, da, in);
-        } else {
-            m = gemm_of(B, in, out, 0, deta2, 2 * out, T(FOX_GRN_W2), in, da, in);
-            m.add = du;
-            m.ldadd = 2 * out;
-        }
-        FOX_TRY(product(n, ds, &m));
-    }
-#undef T
-#undef DT
-    return 0;
-}
-
-int
-fox__cuda_loss_grad(fox_cuda_net *n, const fox_cuda_loss_hp *hp)
-{
-    const fox_cuda_dims *dm = &n->dm;
-    const int B = n->B, NT = dm->NT, rq = B * NT;
-    const float *P = n->params, *PT = n->params + n->np;
-    float *G = n->grads;
-    cudaStream_t s0 = n->st[0];
-    fox_cuda_batch *bt = &n->bt;
-    fox_cuda_bwd *bw = &n->bw;
-    fox_cuda_fwd *on = &n->on;
-    int ws;
-
-    /* The loss's inputs and outputs (fox__cuda_loss_targets and fox__cuda_loss). */
-    fox_cuda_loss_args la = {
-        .B = B,
-        .z = n->z,
-        .on_logp = on->logp,
-        .on_out = on->out,
-        .nx_q = n->nx.q,
-        .tg_logp = n->tg.logp,
-        .iq_q = n->iq.q,
-        .bq_on = P + toff(n, FOX_P_IQN_BQ),
-        .bq_tg = PT + toff(n, FOX_P_IQN_BQ),
-        .b2_on = n->pk + dm->pk_b2,
-        .tau = bt->tau,
-        .a = bt->a,
-        .regime = bt->regime,
-        .r = bt->r,
-        .done = bt->done,
-        .w = bt->w,
-        .aux_ret = bt->aux,
-        .dout = bw->dout,
-        .d_q = bw->d_q,
-        .prio = bt->prio,
-        .parts = n->loss_parts,
-        .a_star = bt->a_star,
-        .proj = n->proj,
-        .tq = n->tq,
-        .st = n->stab,
-    };
-
-    /*
-     * Forward: the online net on s′ for a* (C51 heads, TF32: greedy_tf32)
-     * on NEXT, the target net on s′ on SIDE, beside the online net on s with
-     * the stability points and Mech 10 on MAIN. Below iqn_beside_rows rows
-     * each net's IQN head runs on a stream of its own from its trunk's end,
-     * beside its C51 heads (its cosine embedding there from the step's
-     * start); from there, where the machine is full anyway, both in one
-     * product after the two forwards. SP4's TARGET_Q_BOUND (the p99 of the
-     * raw IQN targets) follows the target net's IQN and the online net's a*
-     * (NEXT), beside the online forward where the IQN runs beside.
-     */
-    const int sp4 = n->stab.adaptive && n->stab.sites; /* adaptive bounds in a training step */
-    const float *s_next = bt->s2 + (size_t)B * dm->S;
-    const int beside = B < n->iqn_beside_rows;
-    int ns, iq_tg = FOX_CUDA_MAIN, iq_on = FOX_CUDA_MAIN;
-    n->side_next = 0; /* every capture of a step assigns the same streams */
-    FOX_TRY(fox__cuda_fork(n, FOX_CUDA_NEXT, &ns));
-    FOX_TRY(fox__cuda_forward(n, ns, &n->nx, s_next, B, 0, 0, 0));
-    FOX_TRY(side(n, &ws));
-    if (beside) {
-        FOX_TRY(forward_trunk(n, ws, &n->tg, s_next, B, 1, 0));
-        FOX_TRY(side(n, &iq_tg));
-        FOX_TRY(fox__cuda_iqn_cos(n->st[iq_tg], rq, dm->NC, bt->tau + rq,
-                                  n->iq.cosf + (size_t)rq * dm->NC));
-        FOX_TRY(fox__cuda_dep(n, ws, iq_tg));
-        FOX_TRY(iqn_fwd(n, iq_tg, 1, 1));
-        if (sp4) {
-            FOX_TRY(fox__cuda_dep(n, ns, iq_tg));
-            FOX_TRY(fox__cuda_loss_targets(n->st[iq_tg], dm, hp, &la));
-        }
-        FOX_TRY(side(n, &iq_on));
-        FOX_TRY(fox__cuda_iqn_cos(n->st[iq_on], rq, dm->NC, bt->tau, n->iq.cosf));
-        FOX_TRY(forward_heads(n, ws, &n->tg, 1, 0, 0));
-    } else {
-        FOX_TRY(fox__cuda_iqn_cos(n->st[ws], 2 * rq, dm->NC, bt->tau, n->iq.cosf));
-        FOX_TRY(fox__cuda_forward(n, ws, &n->tg, s_next, B, 1, 0, 0));
-    }
-    FOX_TRY(forward_trunk(n, 0, on, bt->s2, B, 0, 1));
-    if (beside) {
-        FOX_TRY(fox__cuda_dep(n, FOX_CUDA_MAIN, iq_on));
-        FOX_TRY(iqn_fwd(n, iq_on, 0, 1));
-    }
-    FOX_TRY(forward_heads(n, 0, on, 0, 1, 1));
-    FOX_TRY(fox__cuda_dep(n, ws, 0));
-    FOX_TRY(point(n, 0, FOX_SENT_TARGET_LOGITS, n->tg.logp, NULL, 0));
-    if (beside) {
-        FOX_TRY(fox__cuda_dep(n, iq_tg, FOX_CUDA_MAIN));
-        FOX_TRY(fox__cuda_dep(n, iq_on, FOX_CUDA_MAIN));
-    } else {
-        FOX_TRY(iqn_fwd(n, FOX_CUDA_MAIN, 0, 2));
-    }
-    FOX_TRY(fox__cuda_dep(n, ns, FOX_CUDA_MAIN));
-    if (sp4 && !beside)
-        FOX_TRY(fox__cuda_loss_targets(s0, dm, hp, &la));
-
-    /* Losses and the gradients of every head output. */
-    FOX_TRY(fox__cuda_loss(s0, dm, hp, &la));
-    /*
-     * SP4: the last Adam step's Pearl B, Pearl C and L1 rate
-     * (fox_cpu_stab_post_adam), their second pass (pass 1, every read of
-     * grads, ran after that Adam: fox__cuda_optim): from the loss on
-     * COLLECT, the least urgent stream (after the collection in a full
-     * step), beside the backward, which writes none of what it reads
-     * (params, the Adam moments) and reads none of what it writes (bounds
-     * that only Adam reads): joined before this step's optimizer. Gated on an
-     * Adam step having run since (the backend runs it at the end of every run
-     * of steps, before the host reads the ISV).
-     */
-    if (sp4) {
-        int ps;
-        FOX_TRY(fox__cuda_fork(n, FOX_CUDA_COLLECT, &ps));
-        FOX_TRY(fox__cuda_post_adam_pass2(n->st[ps], &n->stab, 1, n->np, n->params, n->adam_m,
-                                          n->adam_v));
-    }
-    FOX_TRY(point(n, 0, FOX_SENT_PROJECTED, n->proj, NULL, 0));
-    FOX_TRY(point(n, 0, FOX_SENT_TARGET_Q_POST_CLIP, n->tq, NULL, 0));
-    FOX_TRY(point(n, 0, FOX_SENT_TD_ERRORS, bt->prio, NULL, 0));
-    FOX_TRY(point(n, 0, FOX_SENT_D_IQN_Q, bw->d_q, NULL, 0));
-    FOX_TRY(point(n, 0, FOX_SENT_D_V_LOGITS, bw->dout, NULL, 0));
-    FOX_TRY(point(n, 0, FOX_SENT_D_ADV_LOGITS, bw->dout + dm->OS, NULL, 0));
-
-    /*
-     * d h_s2's IQN part d_x = d_q·Wq on LATE from here, and its aux part there too once d hid
-     * exists, beside the heads' input gradient and the C51 part on MAIN; joined before the
-     * three are summed with their inline checks (dh_s2_join).
-     */
-    int ls;
-    FOX_TRY(fox__cuda_fork(n, FOX_CUDA_LATE, &ls));
-    fox_cuda_gemm m = gemm_of(rq, dm->H2, dm->NAct, 0, bw->d_q, dm->NAct, P + toff(n, FOX_P_IQN_WQ),
-                              dm->H2, bw->d_x, dm->H2);
-    FOX_TRY(product(n, ls, &m));
-    FOX_TRY(point(n, ls, FOX_SENT_IQN_TRUNK_GRAD, bw->d_x, NULL, 0));
-
-    /* The packed heads: input gradients on MAIN, weight gradients on the side streams. */
-    const float *pk = n->pk;
-    int w2s;
-    FOX_TRY(side(n, &w2s));
-    FOX_TRY(fox__cuda_lin_dw_batched(n->cb[w2s], n->dw_loop_rows, B, dm->HS, dm->OS, n->heads.out,
-                                     bw->dout, dm->OW, dm->OS, on->hid, dm->HW, dm->HS,
-                                     bw->dpk + dm->pk_w2, (long long)dm->OS * dm->HS,
-                                     FOX_CUDA_HEADS));
-    FOX_TRY(fox__cuda_colsum(n->cb[w2s], B, dm->OW, bw->dout, dm->OW, n->ones,
-                             bw->dpk + dm->pk_b2, 0.0f));
-    /* d hid = (d out · W2) ⊙ ReLU'(hid), the seven heads in one launch. */
-    m = gemm_of(B, dm->HS, dm->OS, 0, bw->dout, dm->OW, pk + dm->pk_w2, dm->HS, bw->dhid, dm->HW);
-    m.nz = FOX_CUDA_HEADS;
-    m.sa = dm->OS;
-    m.sb = (long long)dm->OS * dm->HS;
-    m.sc = dm->HS;
-    m.dy = on->hid;
-    m.lddy = dm->HW;
-    m.sdy = dm->HS;
-    m.dact = FOX_ACT_RELU;
-    if (B >= n->slot_rows) {
-        /*
-         * From slot_rows rows each head at its own output count (K: 51 for the value head, 1 and
-         * 4 for the aux heads, not every head's padding to the widest's 204), then one mask
-         * epilogue over the seven.
-         */
-        for (int h = 0; h < FOX_CUDA_HEADS; h++) {
-            fox_cuda_gemm p = gemm_of(B, dm->HS, n->heads.out[h], 0, bw->dout + (size_t)h * dm->OS,
-                                      dm->OW, pk + dm->pk_w2 + (size_t)h * dm->OS * dm->HS, dm->HS,
-                                      bw->dhid + (size_t)h * dm->HS, dm->HW);
-            FOX_TRY(product(n, 0, &p));
-        }
-        m.by_ones = !n->epilogue_fours;
-        FOX_TRY(fox__cuda_epilogue(s0, &m));
-    } else {
-        FOX_TRY(product(n, 0, &m));
-    }
-    FOX_TRY(side(n, &ws));
-    FOX_TRY(fox__cuda_lin_dw(n->cb[ws], B, dm->H2, dm->HW, bw->dhid, dm->HW, on->g2.y, dm->H2,
-                             bw->dpk + dm->pk_w1, 0.0f));
-    FOX_TRY(fox__cuda_colsum(n->cb[ws], B, dm->HW, bw->dhid, dm->HW, n->ones, bw->dpk + dm->pk_b1,
-                             0.0f));
-    /* The unpack reads every packed gradient: W2's and b2's too, written on w2s. */
-    FOX_TRY(fox__cuda_dep(n, w2s, ws));
-    FOX_TRY(fox__cuda_head_unpack(n->st[ws], dm, &n->heads, bw->dpk, G));
-    /* d h_s2's aux part (LATE), and from the C51 heads, scaled by 1/(D+1) as in BDQ (slot 33). */
-    float scale = hp->bdq_trunk_scale ? 1.0f / (float)(dm->D + 1) : 1.0f;
-    int c51w = FOX_CUDA_C51_HEADS * dm->HS;
-    FOX_TRY(fox__cuda_dep(n, FOX_CUDA_MAIN, ls));
-    m = gemm_of(B, dm->H2, dm->HW - c51w, 0, bw->dhid + c51w, dm->HW,
-                pk + dm->pk_w1 + (size_t)c51w * dm->H2, dm->H2, bw->dh_aux, dm->H2);
-    FOX_TRY(product(n, ls, &m));
-    FOX_TRY(point(n, ls, FOX_SENT_AUX_D_H_S2, bw->dh_aux, NULL, 0));
-    m = gemm_of(B, dm->H2, c51w, 0, bw->dhid, dm->HW, pk + dm->pk_w1, dm->H2, bw->dh_s2, dm->H2);
-    m.alpha = scale;
-    FOX_TRY(product(n, 0, &m));
-    FOX_TRY(point(n, 0, FOX_SENT_D_H_S2_POST_MAIN, bw->dh_s2, NULL, 0));
-
-    /* The IQN head's weight gradients, then d h_s2's three parts joined (inline checks 33–35). */
-    FOX_TRY(side(n, &ws));
-    FOX_TRY(fox__cuda_lin_dw(n->cb[ws], rq, dm->H2, dm->NAct, bw->d_q, dm->NAct, n->iq.x, dm->H2,
-                             G + toff(n, FOX_P_IQN_WQ), 0.0f));
-    FOX_TRY(fox__cuda_colsum(n->cb[ws], rq, dm->NAct, bw->d_q, dm->NAct, n->ones,
-                             G + toff(n, FOX_P_IQN_BQ), 0.0f));
-    FOX_TRY(fox__cuda_dep(n, ls, FOX_CUDA_MAIN));
-    FOX_TRY(fox__cuda_dh_s2_join(s0, &n->stab, B, NT, dm->H2, bw->dh_s2, bw->dh_aux, bw->dh_iqn,
-                                 bw->d_x, n->iq.phi, on->g2.y, bw->d_phi));
-    FOX_TRY(side(n, &ws));
-    FOX_TRY(fox__cuda_lin_dw(n->cb[ws], rq, dm->NC, dm->H2, bw->d_phi, dm->H2, n->iq.cosf, dm->NC,
-                             G + toff(n, FOX_P_IQN_WPHI), 0.0f));
-    FOX_TRY(fox__cuda_colsum(n->cb[ws], rq, dm->H2, bw->d_phi, dm->H2, n->ones,
-                             G + toff(n, FOX_P_IQN_BPHI), 0.0f));
-
-    /* Trunk. */
-    FOX_TRY(grn_bwd(n, FOX_P_GRN2_W2, dm->H1, dm->H2, on->g1.y, &on->g2, on->rows, bw->dh_s2,
-                    bw->dh_s1, NULL, &bw->g2));
-    /* d_states only feeds its sentinel slot: beside the last weight gradients. */
-    int want_ds = n->want_d_states && n->stab.sites, ds = FOX_CUDA_MAIN;
-    FOX_TRY(grn_bwd(n, FOX_P_GRN1_W2, dm->S, dm->H1, bt->s2, &on->g1, on->rows, bw->dh_s1,
-                    want_ds ? n->d_states : NULL, &ds, &bw->g1));
-    if (want_ds)
-        FOX_TRY(point(n, ds, FOX_SENT_D_STATES, n->d_states, NULL, 0));
-    /* Every gradient (side streams) and d_states (NEXT) in before the optimizer reads them. */
-    FOX_TRY(fox__cuda_join_all(n));
-    FOX_TRY(point(n, 0, FOX_SENT_GRADS, G, NULL, 0));
+        FOX_TRY(fox__cuda_point(n, s, z ? FOX_SENT_IQN_Q_TARGET : FOX_SENT_IQN_Q_ONLINE,
+                                n->iq.q + z * rq * dm->NAct, NULL, 0));
     return 0;
 }
 
@@ -1107,7 +805,7 @@ fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl *ctl
                            &n->aslots, oc, &n->stab));
     /* The points after Adam: params (14) and the slices of params / adam_m / adam_v (36–45, 48). */
     if (n->fault_at)
-        FOX_TRY(point(n, 0, n->fault_slot, n->fault_at, NULL, 0));
+        FOX_TRY(fox__cuda_point(n, 0, n->fault_slot, n->fault_at, NULL, 0));
     /*
      * Pearl B's pass 1 on this Adam's result, beside the rest of the step (which writes none
      * of params, grads and the moments, nor its scratch), before the next backward writes

@@ -1,12 +1,14 @@
 /*
  * net.h — the network on the device (net.c): its buffers, streams and
  * cuBLAS handles, and the orchestration of a forward, the losses and
- * gradients, and the optimizer over the kernel families' launchers.
+ * gradients (loss_grad.c), and the optimizer over the kernel families'
+ * launchers.
  */
 #ifndef FOX_CUDA_NET_H
 #define FOX_CUDA_NET_H
 
 #include "gpu/cuda/cuda_impl.h"
+#include "gpu/cuda/gemm.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,6 +47,30 @@ int fox__cuda_optim(fox_cuda_net *n, const fox_cuda_optim_cfg *oc, fox_cuda_ctl 
                     float *isv_dev, float *isv_map);
 /* After fox__cuda_optim, on stream s: the target update that is due, the heads re-packed. */
 int fox__cuda_repack(fox_cuda_net *n, int s, const fox_cuda_optim_cfg *oc, const fox_cuda_ctl *ctl);
+/*
+ * What net.c's forward and loss_grad.c's losses and gradients share: a
+ * tensor's offset in the flat parameters, the GRN block of tensor `first`
+ * (0: GRN1, 1: GRN2), a product with everything off (α 1, one batch entry),
+ * a product stage on stream s with its epilogue (gemm.cu), a stability
+ * point (the configured fault's injection into p[0] and p2[0] at its own
+ * slot in a training pass), and the next side stream in turn, forked now.
+ */
+size_t fox__cuda_toff(const fox_cuda_net *n, int tensor);
+int fox__cuda_grn_index(int first);
+fox_cuda_gemm fox__cuda_gemm_of(int M, int N, int K, int bt, const float *A, int lda,
+                                const float *B, int ldb, float *C, int ldc);
+int fox__cuda_product(fox_cuda_net *n, int s, fox_cuda_gemm *m);
+int fox__cuda_point(fox_cuda_net *n, int s, int slot, float *p, float *p2, int after_count);
+int fox__cuda_side(fox_cuda_net *n, int *ws);
+/*
+ * The parts of fox__cuda_forward on stream s: the trunk (site: the training
+ * pass's points and Mech 10), the heads (aux: the aux heads too), and the
+ * IQN heads of nz nets from net z0 (0 online, 1 target).
+ */
+int fox__cuda_forward_trunk(fox_cuda_net *n, int s, fox_cuda_fwd *f, const float *X, int R,
+                            int target, int site);
+int fox__cuda_forward_heads(fox_cuda_net *n, int s, fox_cuda_fwd *f, int target, int aux, int site);
+int fox__cuda_iqn_fwd(fox_cuda_net *n, int s, int z0, int nz);
 /* Record on stream `from`, wait on stream `to`. */
 int fox__cuda_dep(fox_cuda_net *n, int from, int to);
 /* *s = stream `to` (FOX_CUDA_*), forked from MAIN at this point; MAIN itself without use_side. */
