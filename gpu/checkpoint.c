@@ -451,7 +451,18 @@ load_policy(fox_engine *e, const char *path, int val_begin, int begin, int end)
                                 "backtest needs format 2 or later",
                                 path, h.version);
     }
-    /* A population's policy is its member 0's, as a fold report's lead while it trains. */
+    /*
+     * A population's policy is its member 0's, as a fold report's lead while
+     * it trains; under policy.members = ensemble, every member's together.
+     */
+    int ensemble = e->cfg.policy_members == FOX_POLICY_MEMBERS_ENSEMBLE;
+    if (ensemble && file_members(&h) != e->cfg.members) {
+        free(buf);
+        return fox__engine_fail(e, FOX_EMISMATCH,
+                                "checkpoint %s: holds %d members, the ensemble of this engine "
+                                "has %d (engine.members)",
+                                path, file_members(&h), e->cfg.members);
+    }
     size_t np = e->lay.n_params;
     const char *payload = buf + sizeof h;
     ckpt_counters cc;
@@ -462,8 +473,10 @@ load_policy(fox_engine *e, const char *path, int val_begin, int begin, int end)
     memcpy(e->feat.mean, norm, nf * sizeof(float));
     memcpy(e->feat.std, norm + nf * sizeof(float), nf * sizeof(float));
     fox_features_apply_norm(&e->feat);
-    e->m = &e->members[0];
-    rv = restore_member(e, payload);
+    for (int k = 0; k < (ensemble ? e->cfg.members : 1) && rv == FOX_OK; k++) {
+        e->m = &e->members[k];
+        rv = restore_member(e, payload + (size_t)k * member_bytes(np));
+    }
     free(buf);
     if (rv != FOX_OK)
         return fox__engine_fail(e, rv, "checkpoint %s: %s", path, fox_strerror(rv));
@@ -476,6 +489,9 @@ load_policy(fox_engine *e, const char *path, int val_begin, int begin, int end)
     e->policy_loaded = 1;
     e->seg = (fox_fold){val_begin, val_begin, val_begin, begin, begin, end};
     memset(&e->halt, 0, sizeof e->halt);
+    for (int k = 0; k < e->cfg.members; k++)
+        memset(&e->members[k].halt, 0, sizeof e->members[k].halt);
+    e->m = fox__engine_policy_member(e);
     fox_fold_report *fr = &e->m->rep;
     memset(fr, 0, sizeof *fr);
     fr->fold = e->fold;

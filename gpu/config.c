@@ -25,6 +25,7 @@ static const char *const cuda_math_names[] = {"fp32", "greedy_tf32", "tf32", NUL
 static const char *const select_names[] = {"smoothed", "best", "last", NULL};
 static const char *const band_rule_names[] = {"fixed", "validation", NULL};
 static const char *const eval_weights_names[] = {"online", "average", NULL};
+static const char *const policy_members_names[] = {"lead", "ensemble", NULL};
 
 typedef struct key_def {
     const char *name;
@@ -151,6 +152,10 @@ static const key_def keys[] = {
     ENM("policy.weights", eval_weights, eval_weights_names, "online",
         "the weights evaluation acts with: online, or average (their Polyak average, the target "
         "net; needs train.polyak > 0)"),
+
+    ENM("policy.members", policy_members, policy_members_names, "lead",
+        "a population's policy: lead (member 0, or the first still training) or ensemble (greedy "
+        "on the mean expected Q of the members still training; needs engine.members >= 2)"),
 
     STR("data.source", data, "synthetic",
         "a generator (\"synthetic\", \"randomwalk\", \"garch\", \"autocorr\", \"volmom\", "
@@ -435,6 +440,10 @@ fox_config_validate(const fox_config *cfg, char *err, size_t errlen)
         return fox_errf(err, errlen, FOX_EINVAL,
                         "policy.weights=average needs train.polyak > 0 (the target net is the "
                         "average only under a soft update)");
+    if (cfg->policy_members == FOX_POLICY_MEMBERS_ENSEMBLE && cfg->members < 2)
+        return fox_errf(err, errlen, FOX_EINVAL,
+                        "policy.members=ensemble needs engine.members >= 2 (it has %d)",
+                        cfg->members);
     if (cfg->quorum > cfg->members)
         return fox_errf(err, errlen, FOX_EINVAL,
                         "engine.quorum (%d) exceeds engine.members (%d)", cfg->quorum,

@@ -31,6 +31,12 @@ typedef enum {
     FOX_EVAL_WEIGHTS_AVERAGE = 1 /* their Polyak average: the target net under train.polyak */
 } fox_eval_weights;
 
+/* Whose greedy decision the fold's policy is, in a population (policy.members). */
+typedef enum {
+    FOX_POLICY_MEMBERS_LEAD = 0,    /* the lead member's: member 0, or the first still training */
+    FOX_POLICY_MEMBERS_ENSEMBLE = 1 /* the members' together: the mean of their expected Q */
+} fox_policy_members;
+
 typedef struct fox_config {
     /* model: widths of foxnet v1 (docs/design.md, "The model") */
     int state_dim;    /* S, market + portfolio features, zero-padded */
@@ -88,6 +94,7 @@ typedef struct fox_config {
     int band_rule;    /* fox_band_rule: policy.band fixed, or chosen on validation */
     float band_se;    /* validation rule: the standard errors a band must beat staying out by */
     int eval_weights; /* fox_eval_weights: the weights the evaluation acts with */
+    int policy_members; /* fox_policy_members: whose decision the fold's policy is */
 
     /* data */
     char data[FOX_PATH_MAX]; /* a generator ("synthetic", "randomwalk", "garch") or a CSV path */

@@ -100,6 +100,13 @@ fox_engine_create(fox_engine **out, const fox_config *cfg, char *err, size_t err
         m->cfg.seed = e->cfg.seed + (uint64_t)k;
         m->band = e->cfg.band;
     }
+    e->ensemble.cfg = e->cfg;
+    e->ensemble.band = e->cfg.band;
+    if (e->cfg.policy_members == FOX_POLICY_MEMBERS_ENSEMBLE &&
+        !(e->q_scratch = malloc((size_t)call_rows * e->lay.n_actions * sizeof(float)))) {
+        fox_engine_destroy(e);
+        return FOX_ENOMEM;
+    }
     e->m = &e->members[0];
     *out = e;
     return FOX_OK;
@@ -118,6 +125,9 @@ fox_engine_destroy(fox_engine *e)
         free(m->chosen_ret);
     }
     free(e->members);
+    free(e->ensemble.greedy_ret);
+    free(e->ensemble.chosen_ret);
+    free(e->q_scratch);
     fox_features_fini(&e->feat);
     fox_series_fini(&e->series);
     fox__lookahead_free(e->ahead);
@@ -226,7 +236,7 @@ members_training(const fox_engine *e)
     return n;
 }
 
-/* The member whose walk the policy's figures show: member 0, else the first still training. */
+/* The lead member: member 0, else the first still training. */
 static int
 lead_member(const fox_engine *e)
 {
@@ -235,6 +245,17 @@ lead_member(const fox_engine *e)
             return k;
     return 0;
 }
+
+fox_member *
+fox__engine_policy_member(const fox_engine *e)
+{
+    if (e->cfg.policy_members == FOX_POLICY_MEMBERS_ENSEMBLE)
+        return (fox_member *)&e->ensemble;
+    return &e->members[e->policy_loaded ? 0 : lead_member(e)];
+}
+
+/* The ensemble's index where a member's is asked for (fox_fold_report.lead). */
+#define ENSEMBLE_LEAD (-1)
 
 int
 fox_engine_reset_for_fold(fox_engine *e)
@@ -357,8 +378,8 @@ fox_engine_begin_fold(fox_engine *e, int fold)
         return rv;
     }
     /* Every member starts from the same report: the fold's baselines, no epoch yet. */
-    for (int k = 0; k < e->cfg.members; k++) {
-        fox_member *m = &e->members[k];
+    for (int k = 0; k <= e->cfg.members; k++) {
+        fox_member *m = k < e->cfg.members ? &e->members[k] : &e->ensemble;
         if (k > 0)
             m->rep = *fr;
         m->band = e->cfg.band;
@@ -523,20 +544,27 @@ fox__engine_select_epoch(fox_engine *e, const fox_epoch_report *rep)
     fr->test_sharpe_mean = m->test_sharpe_sum / (j + 1);
 }
 
-/* The current member's epoch: its validation and test walks, its selection, its report. */
+/*
+ * The current member's epoch: its validation and test walks, its selection,
+ * its report. The ensemble, which trains nothing, reports the training
+ * figures of `trainer`, the lead member, before that member's own epoch
+ * closes.
+ */
 static int
-end_member_epoch(fox_engine *e, double dt, fox_epoch_report *rep)
+end_member_epoch(fox_engine *e, const fox_member *trainer, double dt, fox_epoch_report *rep)
 {
     fox_member *m = e->m;
     memset(rep, 0, offsetof(fox_epoch_report, lead));
     fox_train_counters c;
-    e->ops->state_io(m->be, 0, NULL, NULL, NULL, NULL, &c);
+    e->ops->state_io(trainer->be, 0, NULL, NULL, NULL, NULL, &c);
     rep->fold = e->fold;
     rep->epoch = m->rep.epochs_done;
-    rep->last = m->last;
+    rep->last = trainer->last;
     rep->last.step = c.step;
     rep->last.env_steps = c.env_steps;
-    rep->mean_loss = m->epoch_loss_n ? m->epoch_loss_sum / (double)m->epoch_loss_n : 0.0;
+    rep->mean_loss = trainer->epoch_loss_n
+                         ? trainer->epoch_loss_sum / (double)trainer->epoch_loss_n
+                         : 0.0;
     rep->steps_per_sec = dt > 0 ? (double)(c.step - e->epoch_step0) / dt : 0.0;
     int rv;
     if (e->cfg.band_rule == FOX_BAND_RULE_VALIDATION) {
@@ -575,9 +603,14 @@ fox_engine_end_epoch(fox_engine *e, fox_epoch_report *rep)
         return fox__engine_fail(e, FOX_ESTATE, "end_epoch before begin_fold");
     double dt = fox_mono_s() - e->epoch_t0;
     int K = e->cfg.members, lead = lead_member(e), rv = FOX_OK;
+    int ensemble = e->cfg.policy_members == FOX_POLICY_MEMBERS_ENSEMBLE;
     fox_member *was = e->m;
-    /* The lead's report goes to the caller; the others' parts go into its members[]. */
+    /* The policy's report goes to the caller; the others' parts go into its members[]. */
     fox_epoch_report other;
+    if (ensemble) {
+        e->m = &e->ensemble;
+        rv = end_member_epoch(e, &e->members[lead], dt, rep);
+    }
     for (int k = 0; k < K && rv == FOX_OK; k++) {
         e->m = &e->members[k];
         if (e->m->halt.reason != FOX_HALT_NONE) {
@@ -586,12 +619,12 @@ fox_engine_end_epoch(fox_engine *e, fox_epoch_report *rep)
             e->m->epoch = (fox_member_epoch){0, NAN, NAN, NAN, e->m->band};
             continue;
         }
-        rv = end_member_epoch(e, dt, k == lead ? rep : &other);
+        rv = end_member_epoch(e, e->m, dt, k == lead && !ensemble ? rep : &other);
     }
     e->m = was;
     if (rv != FOX_OK)
         return rv;
-    rep->lead = lead;
+    rep->lead = ensemble ? ENSEMBLE_LEAD : lead;
     rep->n_members = K;
     for (int k = 0; k < K; k++)
         rep->members[k] = e->members[k].epoch;
@@ -645,9 +678,9 @@ fox_engine_fold_report(const fox_engine *e, fox_fold_report *out)
 {
     if (e->fold < 0)
         return FOX_ESTATE;
-    int lead = e->policy_loaded ? 0 : lead_member(e);
-    *out = e->members[lead].rep;
-    out->lead = lead;
+    const fox_member *policy = fox__engine_policy_member(e);
+    *out = policy->rep;
+    out->lead = policy == &e->ensemble ? ENSEMBLE_LEAD : (int)(policy - e->members);
     /* A slot set in any member is reported: the flags warn, whichever member raised them. */
     out->flagged = 0;
     for (int k = 0; k < e->cfg.members; k++)
@@ -677,8 +710,7 @@ fox_engine_backtest(fox_engine *e, fox_fold_report *out)
     if (!e->policy_loaded)
         return fox__engine_fail(e, FOX_ESTATE, "backtest before load_policy");
     fox_eval_result policy, val;
-    e->m = &e->members[0];
-    fox_member *m = e->m;
+    fox_member *m = e->m = fox__engine_policy_member(e);
     int rv = fox__engine_ret_bufs(e, e->seg.test_end - e->seg.test_begin);
     if (rv != FOX_OK)
         return rv;

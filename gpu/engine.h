@@ -117,7 +117,7 @@ typedef struct fox_member_epoch {
 } fox_member_epoch;
 
 /*
- * An epoch's report: the lead member's walk (fox_fold_report.lead) in the
+ * An epoch's report: the policy's walk (fox_fold_report.lead) in the
  * fields before `members`, every member's in members[0 .. n_members).
  */
 typedef struct fox_epoch_report {
@@ -127,7 +127,7 @@ typedef struct fox_epoch_report {
     fox_eval_result val, test;
     double steps_per_sec; /* train steps (with collection) per wall second */
     float band;           /* the no-trade band of val and test (cost multiples; FOX_BAND_FLAT) */
-    int lead;             /* the member the fields above show */
+    int lead;             /* the member the fields above show; -1: the ensemble */
     int n_members;
     fox_member_epoch members[FOX_MEMBERS_MAX];
 } fox_epoch_report;
@@ -148,8 +148,11 @@ typedef struct fox_member_report {
  * A fold's report. The policy's figures (best_epoch … test_sharpe_mean,
  * test_policy[FOX_POLICY_GREEDY], vs) are the lead member's: member 0,
  * or where it halted the lowest-index member still training, so that with
- * one member the report is that member's. members[] holds every member's
- * own walk and members_* their spread: one run, an error bar over seeds.
+ * one member the report is that member's; under policy.members = ensemble
+ * they are the ensemble's, the greedy decision on the mean expected Q of
+ * the members still training, walked and chosen on validation as a
+ * member is (lead -1). members[] holds every member's own walk and
+ * members_* their spread: one run, an error bar over seeds.
  */
 typedef struct fox_fold_report {
     int fold;
@@ -194,7 +197,7 @@ typedef struct fox_fold_report {
     uint64_t halt_slots; /* bit i: slot i (0–35) */
 
     int n_members;        /* engine.members */
-    int lead;             /* the member whose walk the policy's figures are */
+    int lead;             /* the member whose walk the policy's figures are; -1: the ensemble */
     int members_training; /* members not halted */
     fox_member_report members[FOX_MEMBERS_MAX];
     /*

@@ -48,7 +48,14 @@ struct fox_engine {
     fox_model_layout lay;
     const fox_backend_ops *ops;
     fox_member *members; /* cfg.members of them */
-    fox_member *m;       /* the member the calls below act on */
+    /*
+     * policy.members = ensemble: the members' decision together, walked as
+     * a member of its own (no backend: its Q is the mean of the training
+     * members', fox__engine_q_values), whose walk the fold's policy is.
+     */
+    fox_member ensemble;
+    float *q_scratch;    /* one member's Q of a forward pass, for the ensemble's mean */
+    fox_member *m;       /* the member the calls below act on (or &ensemble) */
     fox_series series;
     fox_features feat;
     int data_loaded;
@@ -110,6 +117,12 @@ int fox__engine_ret_bufs(fox_engine *e, int bars);
  * when a backtest has walked.
  */
 void fox__engine_compare(fox_engine *e);
+
+/* Expected Q of host states for the current member, or the ensemble's mean (evaluate.c). */
+int fox__engine_q_values(void *engine, const float *s, int B, float *q);
+
+/* The member whose walk is the fold's policy: the ensemble, or the lead (engine.c). */
+fox_member *fox__engine_policy_member(const fox_engine *e);
 
 /* policy.band_rule = validation: choose e->band on the validation split (evaluate.c). */
 int fox__engine_choose_band(fox_engine *e, fox_eval_result *val);

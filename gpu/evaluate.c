@@ -250,8 +250,8 @@ walk_splits(fox_engine *e, const walk_spec *specs, int n_splits, fox_policy poli
             for (int i = 0; i < n_live; i++)
                 segs[i] = (fox_lookahead_seg){live[i], w[live[i]].t, w[live[i]].end,
                                               &w[live[i]].st, band[live[i]]};
-            int rv = fox__lookahead_actions(e->ahead, e->m->be, e->ops, &e->feat, &p, &bars, segs,
-                                            n_live, greedy);
+            int rv = fox__lookahead_actions(e->ahead, fox__engine_q_values, e, &e->feat, &p,
+                                            &bars, segs, n_live, greedy);
             if (rv != FOX_OK)
                 return fox__engine_fail(e, rv, "evaluate: q_values: %s", fox_strerror(rv));
         }
@@ -269,6 +269,37 @@ walk_splits(fox_engine *e, const walk_spec *specs, int n_splits, fox_policy poli
     }
     for (int k = 0; k < n_splits; k++)
         walk_report(&w[k], e->series.bars_per_year, &out[k]);
+    return FOX_OK;
+}
+
+/*
+ * The ensemble's Q is the mean of the expected Q of the members still
+ * training, each at its weights now: a member that halted keeps its chosen
+ * epoch but no longer votes.
+ */
+int
+fox__engine_q_values(void *engine, const float *s, int B, float *q)
+{
+    fox_engine *e = engine;
+    if (e->m != &e->ensemble)
+        return e->ops->q_values(e->m->be, s, B, q);
+    size_t n = (size_t)B * (size_t)e->lay.n_actions;
+    int voters = 0;
+    for (int k = 0; k < e->cfg.members; k++) {
+        const fox_member *m = &e->members[k];
+        if (m->halt.reason != FOX_HALT_NONE)
+            continue;
+        int rv = e->ops->q_values(m->be, s, B, voters ? e->q_scratch : q);
+        if (rv != FOX_OK)
+            return rv;
+        for (size_t i = 0; voters && i < n; i++)
+            q[i] += e->q_scratch[i];
+        voters++;
+    }
+    if (voters == 0)
+        return FOX_ESTATE;
+    for (size_t i = 0; voters > 1 && i < n; i++)
+        q[i] /= (float)voters;
     return FOX_OK;
 }
 
@@ -414,6 +445,8 @@ fox__engine_ret_bufs(fox_engine *e, int bars)
     for (int k = 0; k < e->cfg.members && rv == FOX_OK; k++)
         if ((rv = ret_buf(e, &e->members[k].greedy_ret, bars)) == FOX_OK)
             rv = ret_buf(e, &e->members[k].chosen_ret, bars);
+    if (rv == FOX_OK && (rv = ret_buf(e, &e->ensemble.greedy_ret, bars)) == FOX_OK)
+        rv = ret_buf(e, &e->ensemble.chosen_ret, bars);
     if (rv == FOX_OK)
         e->ret_cap = bars;
     return rv;

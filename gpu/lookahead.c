@@ -147,7 +147,7 @@ predict(fox_lookahead *la, const fox_features *feat, const fox_env_params *p,
 }
 
 int
-fox__lookahead_actions(fox_lookahead *la, fox_backend *be, const fox_backend_ops *ops,
+fox__lookahead_actions(fox_lookahead *la, fox_q_fn q_values, void *q_arg,
                        const fox_features *feat, const fox_env_params *p,
                        const fox_env_bars *bars, const fox_lookahead_seg *segs, int n,
                        int32_t (*a)[4])
@@ -173,8 +173,8 @@ fox__lookahead_actions(fox_lookahead *la, fox_backend *be, const fox_backend_ops
     if (rows > 0) {
         for (int r = 0; r < rows; r += la->call_rows) {
             int m = rows - r < la->call_rows ? rows - r : la->call_rows;
-            int rv = ops->q_values(be, la->s_pass + (size_t)r * lay->S, m,
-                                   la->q_pass + (size_t)r * lay->n_actions);
+            int rv = q_values(q_arg, la->s_pass + (size_t)r * lay->S, m,
+                              la->q_pass + (size_t)r * lay->n_actions);
             if (rv != FOX_OK)
                 return rv;
             la->passes++;

@@ -54,9 +54,12 @@ typedef struct fox_lookahead_seg {
  * the segments that need one). Argmax ties go to the lowest sub-action; the
  * direction then keeps to the segment's no-trade band (fox_env_band), which
  * depends on the position alone besides Q, so a prediction that holds gives
- * the same action. Returns the backend's status.
+ * the same action. Returns q_values' status.
  */
-int fox__lookahead_actions(fox_lookahead *la, fox_backend *be, const fox_backend_ops *ops,
+/* Where a forward pass's Q comes from: expected Q [B × n_actions] of host states [B × S]. */
+typedef int (*fox_q_fn)(void *arg, const float *s, int B, float *q);
+
+int fox__lookahead_actions(fox_lookahead *la, fox_q_fn q_values, void *q_arg,
                            const fox_features *feat, const fox_env_params *p,
                            const fox_env_bars *bars, const fox_lookahead_seg *segs, int n,
                            int32_t (*a)[4]);

@@ -274,7 +274,8 @@ START_TEST(fault_armed_on_a_running_engine)
     fox_config c;
     small_config(&c);
     fox_engine *e = fox_test_engine_loaded(&c);
-    ck_assert_int_eq(fox_engine_inject_fault(e, -1, "no_such_buffer", FOX_FAULT_NAN, 0, 0), FOX_ENOENT);
+    ck_assert_int_eq(fox_engine_inject_fault(e, -1, "no_such_buffer", FOX_FAULT_NAN, 0, 0),
+                     FOX_ENOENT);
     FOX_CK_ENGINE_OK(e, fox_engine_begin_fold(e, 0));
     FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 40, NULL));
     size_t n = fox_engine_param_count(e);

@@ -39,9 +39,9 @@ hash_bits(const float *x, int n)
 }
 
 static int
-scripted_q_values(fox_backend *be, const float *s, int B, float *q)
+scripted_q_values(void *arg, const float *s, int B, float *q)
 {
-    scripted *sc = (scripted *)be;
+    scripted *sc = arg;
     for (int b = 0; b < B; b++) {
         const float *x = s + (size_t)b * S_DIM;
         float *qb = q + (size_t)b * 12;
@@ -59,8 +59,6 @@ scripted_q_values(fox_backend *be, const float *s, int B, float *q)
     sc->rows += B;
     return FOX_OK;
 }
-
-static const fox_backend_ops scripted_ops = {.name = "scripted", .q_values = scripted_q_values};
 
 typedef struct scripted_world {
     fox_model_layout lay;
@@ -118,7 +116,7 @@ scripted_walk(scripted_world *w, scripted *sc, int window_max, int32_t (*actions
         if (n == 0)
             break;
         int32_t a[2][4];
-        FOX_CK_OK(fox__lookahead_actions(la, (fox_backend *)sc, &scripted_ops, &w->feat, &w->p,
+        FOX_CK_OK(fox__lookahead_actions(la, scripted_q_values, sc, &w->feat, &w->p,
                                          &w->bars, segs, n, a));
         for (int i = 0; i < n; i++) {
             int k = segs[i].id;

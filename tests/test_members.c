@@ -10,6 +10,7 @@
  */
 #include <unistd.h>
 
+#include "gpu/engine_impl.h"
 #include "tests/testutil.h"
 
 #define SEED 7
@@ -245,6 +246,98 @@ START_TEST(checkpoint_keeps_every_member)
 }
 END_TEST
 
+/*
+ * policy.members = ensemble: the fold's policy is the greedy decision on the
+ * mean expected Q of the members still training. Training is untouched (each
+ * member still its seed alone); the ensemble's Q is the members' mean; its
+ * chosen epoch's checkpoint, backtested on the fold's own bars, gives the
+ * fold's figure; one member alone is refused.
+ */
+START_TEST(ensemble_decides_on_the_members_mean_q)
+{
+    enum { K = 3 };
+    fox_config c;
+    population_config(&c, K);
+    char err[256];
+    c.members = 1;
+    c.policy_members = FOX_POLICY_MEMBERS_ENSEMBLE;
+    ck_assert_int_eq(fox_config_validate(&c, err, sizeof err), FOX_EINVAL);
+    ck_assert_msg(strstr(err, "policy.members=ensemble"), "%s", err);
+    c.members = K;
+    fox_engine *e = fox_test_engine(&c);
+    static fox_epoch_report ep;
+    static fox_fold_report fr;
+    two_epochs(e, &ep, &fr);
+    ck_assert_int_eq(fr.lead, -1);
+    ck_assert_int_eq(ep.lead, -1);
+    ck_assert(isfinite(fr.test_at_best.sharpe));
+    ck_assert_int_eq(fr.members_n, K);
+
+    /* Training is each member's alone: member 2 equals its seed's run. */
+    fox_config a;
+    population_config(&a, 1);
+    a.seed = SEED + 2;
+    a.data_seed = SEED;
+    fox_engine *alone = fox_test_engine(&a);
+    static fox_epoch_report aep;
+    static fox_fold_report afr;
+    two_epochs(alone, &aep, &afr);
+    uint64_t d, da;
+    FOX_CK_ENGINE_OK(e, fox_engine_params_digest(e, 2, &d));
+    FOX_CK_ENGINE_OK(alone, fox_engine_params_digest(alone, 0, &da));
+    ck_assert(d == da);
+    ck_assert_double_eq(fr.members[2].test_at_best.sharpe, afr.test_at_best.sharpe);
+    fox_engine_destroy(alone);
+
+    /* The ensemble's Q is the mean of the members'. */
+    enum { B = 4 };
+    int S = c.state_dim, A = 0;
+    fox_engine_info info;
+    fox_engine_get_info(e, &info);
+    fox_model_layout lay;
+    FOX_CK_OK(fox_model_layout_init(&lay, &c));
+    A = lay.n_actions;
+    float *s = calloc((size_t)B * S, sizeof(float)), *q = calloc((size_t)B * A, sizeof(float));
+    float *mean = calloc((size_t)B * A, sizeof(float)), *one = calloc((size_t)B * A, sizeof(float));
+    for (int i = 0; i < B * S; i++)
+        s[i] = 0.1f * (float)((i * 7) % 11) - 0.5f;
+    fox_member *was = e->m;
+    for (int k = 0; k < K; k++) {
+        e->m = &e->members[k];
+        FOX_CK_OK(fox__engine_q_values(e, s, B, one));
+        for (int i = 0; i < B * A; i++)
+            mean[i] += one[i] / K;
+    }
+    e->m = &e->ensemble;
+    FOX_CK_OK(fox__engine_q_values(e, s, B, q));
+    e->m = was;
+    for (int i = 0; i < B * A; i++)
+        ck_assert_float_eq_tol(q[i], mean[i], 1e-5f);
+
+    /* The chosen epoch's checkpoint, backtested on the fold's bars, is the fold's policy. */
+    char path[] = "/tmp/fox_ensemble_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_int_eq(fr.best_epoch, 1); /* the last of two epochs under the smoothed rule */
+    FOX_CK_ENGINE_OK(e, fox_engine_checkpoint_save(e, path));
+    fox_engine *bt = fox_test_engine_loaded(&c);
+    FOX_CK_ENGINE_OK(bt, fox_engine_load_policy(bt, path, info.val_begin, info.test_begin,
+                                                info.test_end));
+    static fox_fold_report bfr;
+    FOX_CK_ENGINE_OK(bt, fox_engine_backtest(bt, &bfr));
+    ck_assert_int_eq(bfr.lead, -1);
+    ck_assert_double_eq(bfr.test_at_best.sharpe, fr.test_at_best.sharpe);
+    unlink(path);
+    free(s);
+    free(q);
+    free(mean);
+    free(one);
+    fox_engine_destroy(bt);
+    fox_engine_destroy(e);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -258,6 +351,7 @@ main(void)
     tcase_add_test(tc, halted_member_is_frozen_and_the_fold_goes_on);
     tcase_add_test(tc, quorum_halts_the_fold);
     tcase_add_test(tc, checkpoint_keeps_every_member);
+    tcase_add_test(tc, ensemble_decides_on_the_members_mean_q);
     suite_add_tcase(s, tc);
 #ifdef FOX_TEST_CUDA
     return fox_test_run_suite_nofork(s);
