@@ -2,7 +2,7 @@
  * loss.cu — the fused loss kernel: the double-DQN argmax, the C51
  * projection and cross-entropy, the dueling backward, the IQN quantile
  * Huber loss with SP4's Mech 1 on its targets, and the aux losses, one
- * block per sample; its parts are __device__ twins of gpu/cpu/net.c's
+ * block per sample; its parts are __device__ twins of gpu/cpu/loss_grad.c's
  * greedy_next, c51_targets, iqn_targets, c51_loss, iqn_loss, aux_loss and
  * c51_duel_bwd, by the same names, with the loss normalizations 1/(B·D),
  * 1/NT and 1/B and argmax ties to the lowest index.
@@ -39,10 +39,11 @@ huber_grad(float x)
 #define LOSS_THREADS 128
 
 /*
- * The kernel's parts below share its names with their twins in gpu/cpu/net.c
- * and run in the kernel's order; each is one block's share of the work for
- * its sample b, every thread of the block calling it unless the kernel says
- * which (a warp, a lane), so that the barriers inside match.
+ * The kernel's parts below share their names with their twins in
+ * gpu/cpu/loss_grad.c and run in the kernel's order; each is one block's
+ * share of the work for its sample b, every thread of the block calling it
+ * unless the kernel says which (a warp, a lane), so that the barriers
+ * inside match.
  */
 
 /*

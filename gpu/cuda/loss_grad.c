@@ -2,9 +2,9 @@
  * loss_grad.c (CUDA) — a training step's losses and gradients on the
  * device: the forwards they need, the loss kernel's launch and the
  * backward, in the order of their launches over the net's streams; the
- * twin of the CPU's loss_grad (gpu/cpu/net.c), its parts cut at the CPU's
- * seams: forwards, losses, iqn_trunk_grad (the start of the CPU's
- * iqn_bwd), heads_bwd (c51_heads_bwd and aux_bwd), iqn_bwd, trunk_bwd.
+ * twin of gpu/cpu/loss_grad.c, its parts cut at the CPU's seams:
+ * forwards, losses, iqn_trunk_grad (the start of the CPU's iqn_bwd),
+ * heads_bwd (c51_heads_bwd and aux_bwd), iqn_bwd, trunk_bwd.
  *
  * Not here: the net's buffers, streams, forward and optimizer (net.c), the
  * kernels themselves (*.cu).

@@ -2,7 +2,7 @@
  * net.c (CUDA) — foxnet v1's forward, losses, backward and optimizer step
  * as a sequence of cuBLAS products and hand kernels on seven streams, the
  * losses and the backward in loss_grad.c; with it the twin of
- * gpu/cpu/net.c + gpu/cpu/optim.c.
+ * gpu/cpu/net.c, gpu/cpu/loss_grad.c and gpu/cpu/optim.c.
  *
  * Layout choices, each to cut launches or the critical path:
  *   - the online net's forward on s′, which only picks the double-DQN
