@@ -250,7 +250,12 @@ apply_inject(fox_trainer *t, fox_tcmd *c)
      */
     int next_fold =
         (t->state != FOX_TSTATE_TRAINING && t->state != FOX_TSTATE_PAUSED) || t->walk.fold < 0;
-    int rv = fox_engine_inject_fault(t->engine, -1, c->fault_buffer, kind, c->fault_step, next_fold);
+    char msg[160];
+    if (c->fault_member >= 0 &&
+        fox_member_check(c->fault_member, t->cfg.members, "inject_fault", msg, sizeof msg))
+        return fox__trainer_refuse(c, FOX_EINVAL, "%s", msg);
+    int rv = fox_engine_inject_fault(t->engine, c->fault_member, c->fault_buffer, kind,
+                                     c->fault_step, next_fold);
     if (rv != FOX_OK)
         return fox__trainer_refuse(c, rv, "%s", fox_engine_errmsg(t->engine));
     c->result.fault_next_fold = next_fold;

@@ -562,7 +562,7 @@ START_TEST(test_trainer)
 
     /* ISV and flags are readable at any time. */
     float isv[FOX_ISV_TOTAL_DIM];
-    ck_assert_int_eq(fox_trainer_read_isv(t, isv, FOX_ISV_TOTAL_DIM), FOX_ISV_TOTAL_DIM);
+    ck_assert_int_eq(fox_trainer_read_isv(t, 0, isv, FOX_ISV_TOTAL_DIM), FOX_ISV_TOTAL_DIM);
 
     /* Checkpoints: save (long: op_done), load back, refuse a corrupt file untouched. */
     c = calloc(1, sizeof *c);
