@@ -33,15 +33,17 @@ static const struct {
      "Stop the walk after the current chunk; the engine keeps its state."},
     {"reset-fold", "reset-fold", "reset the fold's learning state",
      "Reset the fold's learning state (idle, paused or halted only)."},
-    {"isv", "isv [SLOT|NAME]...", "read slots of the internal state vector",
+    {"isv", "isv [SLOT|NAME]... [--member N]", "read slots of the internal state vector",
      "Read slots of the internal state vector, by index or name; all when\n"
-     "none are given. isv-list names them."},
+     "none are given. isv-list names them. With engine.members > 1 every\n"
+     "member's follow member 0's; --member N reads member N's alone."},
     {"isv-list", "isv-list", "the ISV slot table", "The ISV slot table: index, name, width."},
     {"sentinels", "sentinels", "the sentinel slots the stability check watches",
      "The sentinel slots the stability check watches."},
-    {"flags", "flags [--clear]", "sentinel flags that fired; --clear clears them",
+    {"flags", "flags [--clear] [--member N]", "sentinel flags that fired; --clear clears them",
      "Sentinel flags that fired since they were last cleared; --clear clears\n"
-     "them (a mutating command: needs the token)."},
+     "every member's (a mutating command: needs the token). With\n"
+     "engine.members > 1 each member's follow; --member N reads member N's alone."},
     {"checkpoint", "checkpoint save|load [PATH]\ncheckpoint list DIR",
      "save, load or list checkpoints",
      "Save or load a checkpoint inside foxd's state directory (default\n"
@@ -62,9 +64,10 @@ static const struct {
     {"watch", "watch [--count N] [--until EVENT]", "follow the event socket",
      "Follow the event socket and print each event; '! missed N event(s)'\n"
      "marks a gap in the sequence numbers."},
-    {"inject-fault", "inject-fault BUFFER nan|inf|huge [--step N]",
+    {"inject-fault", "inject-fault BUFFER nan|inf|huge [--step N] [--member N]",
      "arm a fault for a stability drill (debug.enable only)",
-     "Arm a fault for the next fold (needs debug.enable in foxd's config)."},
+     "Arm a fault for the next fold (needs debug.enable in foxd's config),\n"
+     "in every member, or in member N alone with --member N."},
     {"shutdown", "shutdown [--no-checkpoint]", "stop foxd, saving a checkpoint first",
      "Stop foxd, saving a checkpoint first unless --no-checkpoint."},
     {"version", "version", "foxd's version, protocol version and event socket",

@@ -350,7 +350,11 @@ fox__trainer_apply(fox_trainer *t, fox_tcmd *c)
         fox__trainer_publish(t);
         break;
     case FOX_CMD_NAN_FLAGS: {
-        uint64_t before = fox_sentinel_mask(fox_engine_flags(t->engine));
+        /* What any member had set: the clear below clears every member's. */
+        uint64_t before = 0;
+        const volatile int *f;
+        for (int k = 0; (f = fox_engine_member_flags(t->engine, k)); k++)
+            before |= fox_sentinel_mask(f);
         if ((rv = fox_engine_clear_flags(t->engine)) != FOX_OK) {
             fox__trainer_refuse(c, rv, "%s", fox_engine_errmsg(t->engine));
             break;

@@ -96,9 +96,10 @@ fox__trainer_publish(fox_trainer *t)
     s->steps_per_sec = t->rate;
     for (int k = 0; k < info.n_members; k++) {
         fox_halt_info hi;
+        const volatile int *flags = fox_engine_member_flags(t->engine, k);
         fox_engine_member_halt_info(t->engine, k, &hi);
         s->member_halted[k] = hi.reason != FOX_HALT_NONE;
-        s->member_flags[k] = __builtin_popcountll(fox_sentinel_mask(fox_engine_member_flags(t->engine, k)));
+        s->member_flags[k] = flags ? __builtin_popcountll(fox_sentinel_mask(flags)) : 0;
     }
     pthread_mutex_unlock(&t->slock);
 }

@@ -89,7 +89,7 @@ typedef struct fox_tresult {
     int state;                               /* FOX_TSTATE_* after the command */
     int engine_recreated;                    /* config_set (the keys are the command's values) */
     int folds_mask, epochs, steps_per_epoch; /* run, start_fold: the plan accepted */
-    uint64_t cleared;                        /* nan_flags: sentinel slots set before the clear */
+    uint64_t cleared;                        /* nan_flags: slots any member set before the clear */
     char params_digest[17];                  /* checkpoint_save/load: see params_digest */
     int checkpoint_saved;                    /* shutdown: the stop checkpoint is at path */
     int checkpoint_failed;                   /* shutdown: it was asked for and not saved */

@@ -226,7 +226,7 @@ fox_table_choice(FILE *out, const cJSON *f)
 static void
 members_line(FILE *out, const cJSON *f)
 {
-    char a[32], b[32], c[32];
+    char a[32], b[32], c[32], d[32];
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(f, "members");
     if (!cJSON_IsObject(m))
         return;
@@ -234,7 +234,7 @@ members_line(FILE *out, const cJSON *f)
     double best = num(m, "best"), worst = num(m, "worst");
     fprintf(out, "  members (%s, %s training): test Sharpe %s ± %s (mean ± SE over members)",
             text(a, num(m, "n"), 0), text(b, num(m, "training"), 0), text(c, num(m, "mean"), 2),
-            text(a, num(m, "se"), 2));
+            text(d, num(m, "se"), 2));
     if (!isnan(best))
         fprintf(out, ", best #%.0f %s", best,
                 text(a, num(cJSON_GetArrayItem(each, (int)best), "test_sharpe"), 2));
