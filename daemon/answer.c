@@ -74,7 +74,7 @@ by_member(const member_read *m, const fox_request *req, member_fn fn, int *statu
 {
     int members = members_of(m->s);
     if (req->member >= 0 &&
-        (*status = fox_member_check(req->member, members, fox_cmd_name(req->cmd), msg, len)))
+        (*status = fox_member_check(req->member, members, msg, len)))
         return NULL;
     cJSON *o = fn(m, req->member >= 0 ? req->member : 0);
     if (!o)

@@ -31,11 +31,10 @@ fox_trainer_healthy(const fox_snapshot *s, int64_t now_ms, int64_t stale_ms)
 }
 
 int
-fox_member_check(int member, int members, const char *cmd, char *msg, size_t len)
+fox_member_check(int member, int members, char *msg, size_t len)
 {
     if (member < 0 || member >= members)
-        return fox_errf(msg, len, FOX_EINVAL,
-                        "%s: member %d is outside [0, %d): engine.members is %d", cmd, member,
-                        members, members);
+        return fox_errf(msg, len, FOX_EINVAL, "args.member %d is outside [0, %d): engine.members is %d",
+                        member, members, members);
     return FOX_OK;
 }

@@ -185,11 +185,10 @@ typedef struct fox_tevent {
 } fox_tevent;
 
 /*
- * Whether member (of a request's args.member) is one of a population of
- * `members`: FOX_OK, or FOX_EINVAL with msg naming the command, the member
- * and the range.
+ * Whether member (a request's args.member) is one of a population of
+ * `members`: FOX_OK, or FOX_EINVAL with msg naming the member and the range.
  */
-int fox_member_check(int member, int members, const char *cmd, char *msg, size_t len);
+int fox_member_check(int member, int members, char *msg, size_t len);
 
 /* Whether the snapshot's heartbeat vouches for a live trainer now (watchdog, status). */
 int fox_trainer_healthy(const fox_snapshot *s, int64_t now_ms, int64_t stale_ms);

@@ -407,11 +407,11 @@ START_TEST(test_members_render)
     ck_assert_ptr_null(cJSON_GetObjectItem(j, "members"));
     cJSON_Delete(j);
 
-    /* A member outside the population: the error names the command and the range. */
+    /* A member outside the population: the error names the member and the range. */
     char msg[160];
-    ck_assert_int_eq(fox_member_check(2, 3, "isv_read", msg, sizeof msg), FOX_OK);
-    ck_assert_int_eq(fox_member_check(3, 3, "isv_read", msg, sizeof msg), FOX_EINVAL);
-    ck_assert_str_eq(msg, "isv_read: member 3 is outside [0, 3): engine.members is 3");
+    ck_assert_int_eq(fox_member_check(2, 3, msg, sizeof msg), FOX_OK);
+    ck_assert_int_eq(fox_member_check(3, 3, msg, sizeof msg), FOX_EINVAL);
+    ck_assert_str_eq(msg, "args.member 3 is outside [0, 3): engine.members is 3");
 }
 END_TEST
 
