@@ -77,14 +77,17 @@ static const struct {
     {"sweep",
      "sweep [SPEC.json] [--folds 0,1,2] [--seeds 1,2,3] [--grid KEY=V1,V2]...\n"
      "      [--set KEY=V]... [--epochs N] [--steps N] [--dir DIR]\n"
-     "      [--endpoints URL,...] [--attempts N] [--wait S] | --slurm\n"
+     "      [--endpoints URL,...] [--attempts N] [--wait S] [--no-pack] | --slurm\n"
      "sweep --gather DIR",
      "run folds x seeds x configurations over daemons",
      "Run folds x seeds x configurations, one fold per job from a fresh\n"
      "engine, over the endpoints (default: --url). Each result is kept in\n"
      "DIR/jobs/ as it arrives; the summary gives per configuration the test\n"
      "Sharpe, mean and SE over seeds, and the baselines. The same spec and\n"
-     "--dir again skip finished jobs. --slurm writes DIR/tasks.tsv for\n"
+     "--dir again skip finished jobs. Jobs of one configuration and fold\n"
+     "with consecutive seeds train as the members of one engine where their\n"
+     "data is the same (a CSV, or data.seed set); --no-pack runs each alone.\n"
+     "--slurm writes DIR/tasks.tsv for\n"
      "the Slurm array task " FOX_SBATCH "\n"
      "(scripts/ in the source) instead of running; --gather summarizes."},
     {"backtest",

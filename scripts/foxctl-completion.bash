@@ -59,7 +59,7 @@ _foxctl() {
         fi
         ;;
     sweep) COMPREPLY+=($(compgen -W "--folds --seeds --grid --set --epochs --steps --dir --endpoints
-        --attempts --wait --slurm --gather" -- "$cur")) ;;
+        --attempts --wait --slurm --gather --no-pack" -- "$cur")) ;;
     backtest) COMPREPLY+=($(compgen -W "--checkpoint --data --bars --out --daemon" -- "$cur")) ;;
     plot) COMPREPLY+=($(compgen -W "--follow --every" -- "$cur") $(compgen -d -- "$cur")) ;;
     compare) COMPREPLY+=($(compgen -W "--out" -- "$cur") $(compgen -d -- "$cur")) ;;
