@@ -3,7 +3,8 @@
 # foxctl on the CPU backend: --member's range on isv, flags and inject-fault (foxctl's own
 # bound and foxd's engine.members), a fault in one member that halts it while the fold goes
 # on, and where that shows: the fold table's members line, status, flags per member, the
-# Prometheus textfile, metrics.jsonl and folds.json. One member's outputs carry none of it.
+# Prometheus textfile, metrics.jsonl, folds.json, members.csv and the Sharpe picture. One
+# member's outputs carry none of it.
 set -u
 FOXD=$(realpath "$1") FOXCTL=$(realpath "$2")
 . "$(dirname "$(realpath "$0")")/lib.sh"
@@ -81,6 +82,14 @@ assert e["halt"] == "nan" and e["halt_slot"] == "h_s2" and e["halt_step"] > 0, e
 assert [x["seed"] - m["each"][0]["seed"] for x in m["each"]] == [0, 1, 2], m
 PY
 ok "metrics.jsonl and folds.json carry the members"
+[ "$(head -1 "$run/members.csv")" = fold,epoch,members,training,test_sharpe_min,test_sharpe_max,test_sharpe_mean ] &&
+    grep -q '^0,1,3,2,' "$run/members.csv" || fail "members.csv: $(cat "$run/members.csv")"
+if command -v gnuplot >/dev/null; then
+    for _ in $(seq 1 100); do [ -f "$run/fold0-sharpe.svg" ] && break; sleep 0.1; done
+    grep -q "members lowest to highest" "$run/fold0-sharpe.svg" ||
+        fail "the Sharpe picture has no band over the members"
+fi
+ok "members.csv keeps the members' spread per epoch; the Sharpe picture draws it as a band"
 ctl shutdown --no-checkpoint >/dev/null || fail "shutdown"
 wait "$pid"
 pid=
