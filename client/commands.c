@@ -26,7 +26,8 @@ take_member(const char *cmd, int *argc, char **argv, int *member)
     for (int i = 1; i < *argc; i++) {
         if (strcmp(argv[i], "--member") != 0)
             continue;
-        if (*member >= 0 || i + 1 >= *argc || !foxctl_parse_int(argv[i + 1], 0, MEMBER_MAX, member)) {
+        if (*member >= 0 || i + 1 >= *argc ||
+            !foxctl_parse_int(argv[i + 1], 0, MEMBER_MAX, member)) {
             fprintf(stderr, "foxctl: %s: --member takes one member index in [0, %d]\n", cmd,
                     MEMBER_MAX);
             return FOXCTL_USAGE;

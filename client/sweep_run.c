@@ -304,14 +304,13 @@ halt_kind(const char *member_halt)
 static cJSON *
 member_fold(const cJSON *f, int k)
 {
-    static const char *const lead_only[] = {"test_sharpe_gross", "test_max_drawdown",
-                                            "test_sharpe_last",  "test_sharpe_mean",
-                                            "select_score",      "oracle_fraction",
-                                            "final_loss"};
+    static const char *const lead_only[] = {
+        "test_sharpe_gross", "test_max_drawdown", "test_sharpe_last", "test_sharpe_mean",
+        "select_score",      "oracle_fraction",   "final_loss"};
     static const char *const own[][2] = {
-        {"best_epoch", "epoch"},         {"best_val_sharpe", "val_sharpe"},
-        {"test_sharpe", "test_sharpe"},  {"test_sharpe_se", "test_sharpe_se"},
-        {"test_turnover", "turnover"},   {"band", "band"}};
+        {"best_epoch", "epoch"},        {"best_val_sharpe", "val_sharpe"},
+        {"test_sharpe", "test_sharpe"}, {"test_sharpe_se", "test_sharpe_se"},
+        {"test_turnover", "turnover"},  {"band", "band"}};
     cJSON *o = cJSON_Duplicate(f, 1);
     const cJSON *members = cJSON_GetObjectItemCaseSensitive(f, "members");
     const cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(members, "each"), k);
@@ -321,8 +320,8 @@ member_fold(const cJSON *f, int k)
     if (foxctl_jnum(members, "lead", 0) != k) {
         for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) {
             const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, own[i][1]);
-            cJSON_ReplaceItemInObjectCaseSensitive(o, own[i][0], v ? cJSON_Duplicate(v, 1)
-                                                                   : cJSON_CreateNull());
+            cJSON_ReplaceItemInObjectCaseSensitive(o, own[i][0],
+                                                   v ? cJSON_Duplicate(v, 1) : cJSON_CreateNull());
         }
         for (size_t i = 0; i < sizeof lead_only / sizeof lead_only[0]; i++)
             cJSON_ReplaceItemInObjectCaseSensitive(o, lead_only[i], cJSON_CreateNull());
@@ -376,8 +375,8 @@ write_pack(const sweep_plan *p, const sweep_job *j, const cJSON *record, int fai
 {
     int rv = FOXCTL_OK;
     for (int k = (int)(j - p->jobs); k >= 0; k = p->jobs[k].next) {
-        cJSON *r = j->members > 1 ? member_record(j, &p->jobs[k], record)
-                                  : cJSON_Duplicate(record, 1);
+        cJSON *r =
+            j->members > 1 ? member_record(j, &p->jobs[k], record) : cJSON_Duplicate(record, 1);
         if (!r || foxctl_sweep_write_job(p, &p->jobs[k], r, failed) != FOXCTL_OK)
             rv = FOXCTL_EREPLY;
         cJSON_Delete(r);
@@ -395,9 +394,8 @@ finish_job(worker *w, sweep_job *j, job_outcome out, cJSON *record, const char *
     cJSON_AddNumberToObject(record, "wall_s", round(wall * 1000.0) / 1000.0);
     if (out == JOB_FAILED)
         cJSON_AddStringToObject(record, "error", msg);
-    int wrote = out == JOB_OK || out == JOB_FAILED
-                    ? write_pack(c->p, j, record, out == JOB_FAILED)
-                    : FOXCTL_OK;
+    int wrote = out == JOB_OK || out == JOB_FAILED ? write_pack(c->p, j, record, out == JOB_FAILED)
+                                                   : FOXCTL_OK;
     pthread_mutex_lock(&c->mu);
     if (wrote != FOXCTL_OK)
         c->write_errors++;

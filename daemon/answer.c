@@ -73,8 +73,7 @@ by_member(const member_read *m, const fox_request *req, member_fn fn, int *statu
           size_t len)
 {
     int members = members_of(m->s);
-    if (req->member >= 0 &&
-        (*status = fox_member_check(req->member, members, msg, len)))
+    if (req->member >= 0 && (*status = fox_member_check(req->member, members, msg, len)))
         return NULL;
     cJSON *o = fn(m, req->member >= 0 ? req->member : 0);
     if (!o)

@@ -251,8 +251,7 @@ apply_inject(fox_trainer *t, fox_tcmd *c)
     int next_fold =
         (t->state != FOX_TSTATE_TRAINING && t->state != FOX_TSTATE_PAUSED) || t->walk.fold < 0;
     char msg[160];
-    if (c->fault_member >= 0 &&
-        fox_member_check(c->fault_member, t->cfg.members, msg, sizeof msg))
+    if (c->fault_member >= 0 && fox_member_check(c->fault_member, t->cfg.members, msg, sizeof msg))
         return fox__trainer_refuse(c, FOX_EINVAL, "%s", msg);
     int rv = fox_engine_inject_fault(t->engine, c->fault_member, c->fault_buffer, kind,
                                      c->fault_step, next_fold);

@@ -397,8 +397,8 @@ members_line(fox_record *r, const fox_epoch_report *rep)
         sum += x;
         n++;
     }
-    snprintf(line, sizeof line, "%d,%d,%d,%d,%.9g,%.9g,%.9g", rep->fold, rep->epoch,
-             rep->n_members, training, lo, hi, n ? sum / n : NAN);
+    snprintf(line, sizeof line, "%d,%d,%d,%d,%.9g,%.9g,%.9g", rep->fold, rep->epoch, rep->n_members,
+             training, lo, hi, n ? sum / n : NAN);
     append(r, "members.csv",
            "fold,epoch,members,training,test_sharpe_min,test_sharpe_max,test_sharpe_mean", line);
 }

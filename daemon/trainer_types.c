@@ -34,7 +34,8 @@ int
 fox_member_check(int member, int members, char *msg, size_t len)
 {
     if (member < 0 || member >= members)
-        return fox_errf(msg, len, FOX_EINVAL, "args.member %d is outside [0, %d): engine.members is %d",
-                        member, members, members);
+        return fox_errf(msg, len, FOX_EINVAL,
+                        "args.member %d is outside [0, %d): engine.members is %d", member, members,
+                        members);
     return FOX_OK;
 }

@@ -220,7 +220,10 @@ static const arg_spec args_start_fold[] = {
 static const arg_spec args_config_get[] = {{"keys", A_KEYS, 0, 0, 0, OFF(n_keys)}, END};
 static const arg_spec args_config_set[] = {
     {"values", A_VALUES, 1, 0, 0, OFF(values)}, {"force", A_BOOL, 0, 0, 0, OFF(force)}, END};
-#define ARG_MEMBER {"member", A_INT, 0, 0, FOX_PROTO_MAX_MEMBER, OFF(member)}
+#define ARG_MEMBER                                                                                 \
+    {                                                                                              \
+        "member", A_INT, 0, 0, FOX_PROTO_MAX_MEMBER, OFF(member)                                   \
+    }
 static const arg_spec args_isv_read[] = {
     {"slots", A_SLOTS, 0, 0, 65535, OFF(n_slots)}, ARG_MEMBER, END};
 static const arg_spec args_nan_flags[] = {{"clear", A_BOOL, 0, 0, 0, OFF(clear)}, ARG_MEMBER, END};

@@ -773,7 +773,6 @@ START_TEST(test_fold_table)
 }
 END_TEST
 
-
 /*
  * A population's fold objects: the members line under the rows (the spread
  * over seeds, the best and worst member, every halted member with its step
@@ -807,12 +806,14 @@ START_TEST(test_members_table)
     snprintf(one, sizeof one, fold_json, 1, 1.0, 0.6, 0.5, 0.8, 1.0, "null", "null", members1);
     k += (size_t)snprintf(json + k, sizeof json - k, "%s]", one);
     char *buf = print_table(json);
-    ck_assert_msg(strstr(buf, "\n  members (8, 7 training): test Sharpe 0.42 ± 0.11 (mean ± SE over "
-                              "members), best #3 0.91, worst #5 -0.12; #2 halted at step 130 "
-                              "(h_s2), #7 halted at step 150 (grad_collapse)\n"),
+    ck_assert_msg(strstr(buf,
+                         "\n  members (8, 7 training): test Sharpe 0.42 ± 0.11 (mean ± SE over "
+                         "members), best #3 0.91, worst #5 -0.12; #2 halted at step 130 "
+                         "(h_s2), #7 halted at step 150 (grad_collapse)\n"),
                   "%s", buf);
-    ck_assert_msg(strstr(buf, "\n  members (2, 2 training): test Sharpe 0.18 ± 0.20 (mean ± SE over "
-                              "members), best #0 0.38, worst #1 -0.02\n"),
+    ck_assert_msg(strstr(buf,
+                         "\n  members (2, 2 training): test Sharpe 0.18 ± 0.20 (mean ± SE over "
+                         "members), best #0 0.38, worst #1 -0.02\n"),
                   "%s", buf);
     /* The mean of the members' means, (0.42 + 0.18) / 2, its SE sqrt(0.11² + 0.2²) / 2. */
     ck_assert_msg(strstr(buf, "\n  members: test Sharpe 0.300 ± 0.114 (the folds' mean over "
@@ -840,8 +841,7 @@ START_TEST(test_member_arg)
     ck_assert_int_eq(req.member, 2);
     fox_request_fini(&req);
     ck_assert_fox_code(
-        parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"nan_flags\",\"args\":{\"member\":0}}"),
-        FOX_OK);
+        parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"nan_flags\",\"args\":{\"member\":0}}"), FOX_OK);
     ck_assert_int_eq(req.member, 0);
     ck_assert_int_eq(fox_request_is_mutating(&req), 0);
     fox_request_fini(&req);
@@ -851,21 +851,18 @@ START_TEST(test_member_arg)
     ck_assert_int_eq(req.member, 63);
     fox_request_fini(&req);
     ck_assert_fox_code(
-        status_of("{\"v\":1,\"id\":1,\"cmd\":\"isv_read\",\"args\":{\"member\":64}}"),
-        FOX_EINVAL);
+        status_of("{\"v\":1,\"id\":1,\"cmd\":\"isv_read\",\"args\":{\"member\":64}}"), FOX_EINVAL);
     ck_assert_msg(strstr(err, "args.member must be an integer in [0, 63]"), "%s", err);
     ck_assert_fox_code(
-        status_of("{\"v\":1,\"id\":1,\"cmd\":\"nan_flags\",\"args\":{\"member\":-1}}"),
-        FOX_EINVAL);
+        status_of("{\"v\":1,\"id\":1,\"cmd\":\"nan_flags\",\"args\":{\"member\":-1}}"), FOX_EINVAL);
     /* A clear clears every member's flags: asking it of one member is refused, not half done. */
     ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"nan_flags\",\"args\":{"
                                  "\"clear\":true,\"member\":1}}"),
                        FOX_EINVAL);
     ck_assert_msg(strstr(err, "clears every member's flags"), "%s", err);
     /* Commands with nothing per member take no member. */
-    ck_assert_fox_code(
-        status_of("{\"v\":1,\"id\":1,\"cmd\":\"status\",\"args\":{\"member\":1}}"),
-        FOX_EINVAL);
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"status\",\"args\":{\"member\":1}}"),
+                       FOX_EINVAL);
 }
 END_TEST
 
