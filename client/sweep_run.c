@@ -445,9 +445,12 @@ remember_config(worker *w)
     cJSON *keys = cJSON_AddArrayToObject(args, "keys");
     for (const cJSON *v = w->ctx->p->jobs[0].values->child; v; v = v->next)
         cJSON_AddItemToArray(keys, cJSON_CreateString(v->string));
-    /* A pack sets engine.members beside the jobs' keys. */
-    if (!cJSON_GetObjectItemCaseSensitive(w->ctx->p->jobs[0].values, "engine.members"))
-        cJSON_AddItemToArray(keys, cJSON_CreateString("engine.members"));
+    /* A pack sets engine.members beside the jobs' keys (a sweep that sets it packs nothing). */
+    for (int i = 0; i < w->ctx->p->n_jobs; i++)
+        if (w->ctx->p->jobs[i].members > 1) {
+            cJSON_AddItemToArray(keys, cJSON_CreateString("engine.members"));
+            break;
+        }
     if (ask(w, "config_get", args, w->ctx->o->timeout_ms, &rep, msg, sizeof msg) != JOB_OK)
         return;
     w->found = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(rep.result, "values"), 1);
