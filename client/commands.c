@@ -12,10 +12,52 @@
 #include "client/records.h"
 #include "client/run.h"
 
+/* The highest member index foxctl sends; foxd checks it against its engine.members. */
+#define MEMBER_MAX 63
+
+/*
+ * Take "--member N" out of argv (anywhere after the command's name) into
+ * *member; -1 when absent. 0, or FOXCTL_USAGE with the reason printed.
+ */
+static int
+take_member(const char *cmd, int *argc, char **argv, int *member)
+{
+    *member = -1;
+    for (int i = 1; i < *argc; i++) {
+        if (strcmp(argv[i], "--member") != 0)
+            continue;
+        if (*member >= 0 || i + 1 >= *argc ||
+            !foxctl_parse_int(argv[i + 1], 0, MEMBER_MAX, member)) {
+            fprintf(stderr, "foxctl: %s: --member takes one member index in [0, %d]\n", cmd,
+                    MEMBER_MAX);
+            return FOXCTL_USAGE;
+        }
+        memmove(argv + i, argv + i + 2, (size_t)(*argc - i - 2) * sizeof *argv);
+        *argc -= 2;
+        i--;
+    }
+    return 0;
+}
+
+/* args with "member" added when one was given (args created when NULL). */
+static cJSON *
+with_member(cJSON *args, int member)
+{
+    if (member < 0)
+        return args;
+    if (!args)
+        args = cJSON_CreateObject();
+    cJSON_AddNumberToObject(args, "member", member);
+    return args;
+}
+
 int
 foxctl_cmd_isv(foxctl_opts *o, int argc, char **argv)
 {
-    cJSON *args = cJSON_CreateObject();
+    int member;
+    if (take_member("isv", &argc, argv, &member))
+        return FOXCTL_USAGE;
+    cJSON *args = with_member(cJSON_CreateObject(), member);
     if (argc > 1) {
         cJSON *slots = cJSON_AddArrayToObject(args, "slots");
         for (int i = 1; i < argc; i++) {
@@ -33,15 +75,18 @@ int
 foxctl_cmd_flags(foxctl_opts *o, int argc, char **argv)
 {
     cJSON *args = NULL;
+    int member;
+    if (take_member("flags", &argc, argv, &member))
+        return FOXCTL_USAGE;
     if (argc > 1) {
         if (strcmp(argv[1], "--clear") != 0 || argc > 2) {
-            fprintf(stderr, "foxctl: flags [--clear]\n");
+            fprintf(stderr, "foxctl: flags [--clear] [--member N]\n");
             return FOXCTL_USAGE;
         }
         args = cJSON_CreateObject();
         cJSON_AddTrueToObject(args, "clear");
     }
-    return foxctl_simple(o, "nan_flags", args, foxctl_print_flags);
+    return foxctl_simple(o, "nan_flags", with_member(args, member), foxctl_print_flags);
 }
 
 int
@@ -191,10 +236,12 @@ foxctl_cmd_watch(foxctl_opts *o, int argc, char **argv)
 int
 foxctl_cmd_inject(foxctl_opts *o, int argc, char **argv)
 {
-    int step = 0;
+    int step = 0, member;
+    if (take_member("inject-fault", &argc, argv, &member))
+        return FOXCTL_USAGE;
     if (argc != 3 && !(argc == 5 && !strcmp(argv[3], "--step") &&
                        foxctl_parse_int(argv[4], 0, 1 << 30, &step))) {
-        fprintf(stderr, "foxctl: inject-fault BUFFER nan|inf|huge [--step N]\n");
+        fprintf(stderr, "foxctl: inject-fault BUFFER nan|inf|huge [--step N] [--member N]\n");
         return FOXCTL_USAGE;
     }
     cJSON *args = cJSON_CreateObject();
@@ -202,6 +249,7 @@ foxctl_cmd_inject(foxctl_opts *o, int argc, char **argv)
     cJSON_AddStringToObject(args, "kind", argv[2]);
     if (argc == 5)
         cJSON_AddNumberToObject(args, "step", step);
+    with_member(args, member);
     return foxctl_simple(o, "inject_fault", args, NULL);
 }
 

@@ -33,15 +33,17 @@ static const struct {
      "Stop the walk after the current chunk; the engine keeps its state."},
     {"reset-fold", "reset-fold", "reset the fold's learning state",
      "Reset the fold's learning state (idle, paused or halted only)."},
-    {"isv", "isv [SLOT|NAME]...", "read slots of the internal state vector",
+    {"isv", "isv [SLOT|NAME]... [--member N]", "read slots of the internal state vector",
      "Read slots of the internal state vector, by index or name; all when\n"
-     "none are given. isv-list names them."},
+     "none are given. isv-list names them. With engine.members > 1 every\n"
+     "member's follow member 0's; --member N reads member N's alone."},
     {"isv-list", "isv-list", "the ISV slot table", "The ISV slot table: index, name, width."},
     {"sentinels", "sentinels", "the sentinel slots the stability check watches",
      "The sentinel slots the stability check watches."},
-    {"flags", "flags [--clear]", "sentinel flags that fired; --clear clears them",
+    {"flags", "flags [--clear] [--member N]", "sentinel flags that fired; --clear clears them",
      "Sentinel flags that fired since they were last cleared; --clear clears\n"
-     "them (a mutating command: needs the token)."},
+     "every member's (a mutating command: needs the token). With\n"
+     "engine.members > 1 each member's follow; --member N reads member N's alone."},
     {"checkpoint", "checkpoint save|load [PATH]\ncheckpoint list DIR",
      "save, load or list checkpoints",
      "Save or load a checkpoint inside foxd's state directory (default\n"
@@ -62,9 +64,10 @@ static const struct {
     {"watch", "watch [--count N] [--until EVENT]", "follow the event socket",
      "Follow the event socket and print each event; '! missed N event(s)'\n"
      "marks a gap in the sequence numbers."},
-    {"inject-fault", "inject-fault BUFFER nan|inf|huge [--step N]",
+    {"inject-fault", "inject-fault BUFFER nan|inf|huge [--step N] [--member N]",
      "arm a fault for a stability drill (debug.enable only)",
-     "Arm a fault for the next fold (needs debug.enable in foxd's config)."},
+     "Arm a fault for the next fold (needs debug.enable in foxd's config),\n"
+     "in every member, or in member N alone with --member N."},
     {"shutdown", "shutdown [--no-checkpoint]", "stop foxd, saving a checkpoint first",
      "Stop foxd, saving a checkpoint first unless --no-checkpoint."},
     {"version", "version", "foxd's version, protocol version and event socket",
@@ -74,14 +77,17 @@ static const struct {
     {"sweep",
      "sweep [SPEC.json] [--folds 0,1,2] [--seeds 1,2,3] [--grid KEY=V1,V2]...\n"
      "      [--set KEY=V]... [--epochs N] [--steps N] [--dir DIR]\n"
-     "      [--endpoints URL,...] [--attempts N] [--wait S] | --slurm\n"
+     "      [--endpoints URL,...] [--attempts N] [--wait S] [--no-pack] | --slurm\n"
      "sweep --gather DIR",
      "run folds x seeds x configurations over daemons",
      "Run folds x seeds x configurations, one fold per job from a fresh\n"
      "engine, over the endpoints (default: --url). Each result is kept in\n"
      "DIR/jobs/ as it arrives; the summary gives per configuration the test\n"
      "Sharpe, mean and SE over seeds, and the baselines. The same spec and\n"
-     "--dir again skip finished jobs. --slurm writes DIR/tasks.tsv for\n"
+     "--dir again skip finished jobs. Jobs of one configuration and fold\n"
+     "with consecutive seeds train as the members of one engine where their\n"
+     "data is the same (a CSV, or data.seed set); --no-pack runs each alone.\n"
+     "--slurm writes DIR/tasks.tsv for\n"
      "the Slurm array task " FOX_SBATCH "\n"
      "(scripts/ in the source) instead of running; --gather summarizes."},
     {"backtest",

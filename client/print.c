@@ -91,6 +91,9 @@ foxctl_print_status(const cJSON *r)
     }
     if (foxctl_jstr(r, "halt_reason", NULL))
         printf("halted   %s\n", foxctl_jstr(r, "halt_reason", ""));
+    if (foxctl_jnum(eng, "members", 1) > 1)
+        printf("members  %.0f/%.0f training\n", foxctl_jnum(eng, "members_training", 0),
+               foxctl_jnum(eng, "members", 0));
     printf("engine   %s, %.0f parameters, %.0f envs, batch %.0f, %.0f bars, fingerprint %s\n",
            foxctl_jstr(eng, "backend", "?"), foxctl_jnum(eng, "n_params", 0),
            foxctl_jnum(eng, "n_envs", 0), foxctl_jnum(eng, "batch", 0),
@@ -117,11 +120,32 @@ foxctl_print_version(const cJSON *r)
            foxctl_jstr(r, "events", "?"));
 }
 
-void
-foxctl_print_isv(const cJSON *r)
+/*
+ * A per-member reply (isv_read, nan_flags) printed by fn: a population's
+ * every member under its heading (the reply's own part is member 0's, so
+ * it is not printed twice), one member's under its heading, or as before
+ * populations existed.
+ */
+static void
+by_member(const cJSON *r, void (*fn)(const cJSON *part))
+{
+    const cJSON *members = cJSON_GetObjectItemCaseSensitive(r, "members");
+    if (!members) {
+        if (foxctl_jnum(r, "member", -1) >= 0)
+            printf("member %.0f\n", foxctl_jnum(r, "member", -1));
+        fn(r);
+        return;
+    }
+    for (const cJSON *m = members->child; m; m = m->next) {
+        printf("%smember %.0f\n", m == members->child ? "" : "\n", foxctl_jnum(m, "member", -1));
+        fn(m);
+    }
+}
+
+static void
+isv_slots(const cJSON *r)
 {
     const cJSON *slots = cJSON_GetObjectItemCaseSensitive(r, "slots");
-    printf("ISV as of step %.0f\n", foxctl_jnum(r, "as_of_step", 0));
     for (const cJSON *s = slots ? slots->child : NULL; s; s = s->next) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, "value");
         printf("%5.0f  %-28s %s", foxctl_jnum(s, "index", -1), foxctl_jstr(s, "name", "?"),
@@ -129,6 +153,13 @@ foxctl_print_isv(const cJSON *r)
         if (cJSON_IsNumber(v))
             printf("%.9g\n", v->valuedouble);
     }
+}
+
+void
+foxctl_print_isv(const cJSON *r)
+{
+    printf("ISV as of step %.0f\n", foxctl_jnum(r, "as_of_step", 0));
+    by_member(r, isv_slots);
 }
 
 void
@@ -141,18 +172,9 @@ foxctl_print_isv_list(const cJSON *r)
     printf("(%.0f slots in all; unnamed ones are reserved)\n", foxctl_jnum(r, "total", 0));
 }
 
-void
-foxctl_print_flags(const cJSON *r)
+static void
+flags_fired(const cJSON *fired)
 {
-    const cJSON *cleared = cJSON_GetObjectItemCaseSensitive(r, "cleared");
-    const cJSON *fired = cJSON_GetObjectItemCaseSensitive(r, "fired");
-    if (cleared) {
-        printf("cleared %d flag(s)", cJSON_GetArraySize(cleared));
-        for (const cJSON *c = cleared->child; c; c = c->next)
-            printf("%s %s", c == cleared->child ? ":" : ",", c->valuestring);
-        putchar('\n');
-        return;
-    }
     if (cJSON_GetArraySize(fired) == 0) {
         printf("no sentinel flag set\n");
         return;
@@ -161,6 +183,26 @@ foxctl_print_flags(const cJSON *r)
         printf("slot %2.0f  %-24s buffer %-16s%s\n", foxctl_jnum(f, "slot", -1),
                foxctl_jstr(f, "name", "?"), foxctl_jstr(f, "buffer", "?"),
                cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f, "halts")) ? "  (halts)" : "");
+}
+
+static void
+flags_of(const cJSON *part)
+{
+    flags_fired(cJSON_GetObjectItemCaseSensitive(part, "fired"));
+}
+
+void
+foxctl_print_flags(const cJSON *r)
+{
+    const cJSON *cleared = cJSON_GetObjectItemCaseSensitive(r, "cleared");
+    if (cleared) {
+        printf("cleared %d flag(s)", cJSON_GetArraySize(cleared));
+        for (const cJSON *c = cleared->child; c; c = c->next)
+            printf("%s %s", c == cleared->child ? ":" : ",", c->valuestring);
+        putchar('\n');
+        return;
+    }
+    by_member(r, flags_of);
 }
 
 void

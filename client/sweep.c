@@ -266,7 +266,10 @@ plan_build(sweep_plan *p)
             snprintf(p->labels[c], sizeof p->labels[c], "(as set)");
         for (const cJSON *s = seeds->child; s; s = s->next) {
             for (const cJSON *f = folds->child; f; f = f->next) {
-                sweep_job *j = &p->jobs[p->n_jobs++];
+                sweep_job *j = &p->jobs[p->n_jobs];
+                j->lead = p->n_jobs++;
+                j->next = -1;
+                j->members = 1;
                 j->config = c;
                 j->seed = (uint64_t)s->valuedouble;
                 j->fold = f->valueint;
@@ -342,6 +345,111 @@ plan_open_dir(sweep_plan *p)
         fprintf(stderr, "sweep: %s: %d of %d jobs already done, skipped\n", p->dir, done,
                 p->n_jobs);
     return rv;
+}
+
+/* ----------------------------------------------------------------- packing */
+
+#define PACK_MAX 64 /* engine.members' limit */
+
+/*
+ * Why the jobs of a configuration (values, train.seed aside) cannot train
+ * as members of one engine, or NULL when they can. Members share their
+ * data: a file, or a generator's series drawn from an explicit data.seed.
+ * A generator with data.seed unset draws it from train.seed, so each seed
+ * has its own series. Generators are named by bare words ("synthetic",
+ * "randomwalk", "garch"); a CSV path has a dot or a slash, and a source
+ * this cannot tell apart stays unpacked, which is always right.
+ */
+static const char *
+pack_refused(const cJSON *values, int has_job_set)
+{
+    const cJSON *members = cJSON_GetObjectItemCaseSensitive(values, "engine.members");
+    const cJSON *data_seed = cJSON_GetObjectItemCaseSensitive(values, "data.seed");
+    const char *source = foxctl_jstr(values, "data.source", NULL);
+    if (has_job_set)
+        return "job_set gives each job values of its own";
+    if (members)
+        return "the sweep sets engine.members itself";
+    if (cJSON_IsNumber(data_seed) && data_seed->valuedouble != 0)
+        return NULL;
+    if (source && strpbrk(source, "./"))
+        return NULL;
+    return "its data comes from train.seed (a generator with data.seed unset): set data.seed to "
+           "pack its seeds";
+}
+
+/* Jobs in the order packs are cut from: configuration, fold, seed. */
+static const sweep_job *sort_jobs;
+static int
+by_config_fold_seed(const void *a, const void *b)
+{
+    const sweep_job *x = &sort_jobs[*(const int *)a], *y = &sort_jobs[*(const int *)b];
+    if (x->config != y->config)
+        return x->config < y->config ? -1 : 1;
+    if (x->fold != y->fold)
+        return x->fold < y->fold ? -1 : 1;
+    return x->seed < y->seed ? -1 : x->seed > y->seed;
+}
+
+/*
+ * Pack the pending jobs: per configuration and fold, each run of
+ * consecutive seeds s, s+1, ... (up to PACK_MAX) becomes one run with
+ * engine.members = its length and train.seed = s. Says on stderr how many
+ * runs the jobs became and which configurations stay unpacked, and why.
+ */
+static int
+plan_pack(sweep_plan *p)
+{
+    int runs = 0, packed = 0, n = 0;
+    int has_job_set = cJSON_GetObjectItemCaseSensitive(p->spec, "job_set") != NULL;
+    int *order = malloc((size_t)(p->n_jobs ? p->n_jobs : 1) * sizeof *order);
+    char *refused = calloc((size_t)p->n_configs, 1);
+    if (!order || !refused) {
+        free(order);
+        free(refused);
+        return spec_error("plan", "out of memory");
+    }
+    for (int i = 0; i < p->n_jobs; i++) {
+        const sweep_job *j = &p->jobs[i];
+        /* Every job of a configuration has its values but train.seed: its first one speaks. */
+        if (!refused[j->config] && (i == 0 || j->config != p->jobs[i - 1].config)) {
+            const char *why = pack_refused(j->values, has_job_set);
+            if (why) {
+                refused[j->config] = 1;
+                fprintf(stderr, "sweep: configuration %d [%s] is not packed: %s\n", j->config,
+                        p->labels[j->config], why);
+            }
+        }
+        if (j->state == SWEEP_PENDING && !refused[j->config])
+            order[n++] = i;
+    }
+    sort_jobs = p->jobs;
+    qsort(order, (size_t)n, sizeof *order, by_config_fold_seed);
+    for (int a = 0, b; a < n; a = b) {
+        sweep_job *lead = &p->jobs[order[a]], *last = lead;
+        for (b = a + 1; b < n && b - a < PACK_MAX; b++) {
+            sweep_job *j = &p->jobs[order[b]];
+            if (j->config != lead->config || j->fold != lead->fold ||
+                j->seed != lead->seed + (uint64_t)(b - a))
+                break;
+            j->lead = order[a];
+            j->member = b - a;
+            last->next = order[b];
+            last = j;
+        }
+        lead->members = b - a;
+        if (lead->members > 1) {
+            runs++;
+            packed += lead->members;
+        }
+    }
+    free(order);
+    free(refused);
+    if (packed)
+        fprintf(stderr, "sweep: %d jobs of consecutive seeds packed into %d run%s (each seed a "
+                        "member of one engine; --no-pack runs them one by one)\n",
+                packed, runs, runs == 1 ? "" : "s");
+    return FOXCTL_OK;
 }
 
 /* ---------------------------------------------------------------- gather */
@@ -654,12 +762,16 @@ usage_sweep(FILE *out)
     fprintf(out,
             "usage: foxctl sweep [SPEC.json] [--folds 0,1,2] [--seeds 1,2,3] [--grid KEY=V1,V2]...\n"
             "                    [--set KEY=V]... [--epochs N] [--steps N] [--dir DIR]\n"
-            "                    [--endpoints URL,...] [--attempts N] [--wait S] | --slurm\n"
+            "                    [--endpoints URL,...] [--attempts N] [--wait S] [--no-pack]\n"
+            "                    | --slurm\n"
             "       foxctl sweep --gather DIR\n"
             "Runs folds x seeds x configurations, one fold per job from a fresh engine, over\n"
             "the endpoints (default: --url), keeps each result in DIR/jobs/ as it arrives and\n"
             "prints per configuration the test Sharpe, mean ± SE over seeds, and the baselines.\n"
-            "The same spec and --dir again skips finished jobs. --slurm writes DIR/tasks.tsv\n"
+            "The same spec and --dir again skips finished jobs. Jobs of one configuration and\n"
+            "fold with consecutive seeds train as the members of one engine (engine.members)\n"
+            "where their data is the same (a CSV, or data.seed set); --no-pack runs each\n"
+            "alone. --slurm writes DIR/tasks.tsv\n"
             "for " FOX_SBATCH " (scripts/ in the source)\n"
             "instead of running.\n");
 }
@@ -699,13 +811,14 @@ foxctl_cmd_sweep(foxctl_opts *o, int argc, char **argv)
         {"epochs", required_argument, 0, 'e'},    {"steps", required_argument, 0, 'n'},
         {"attempts", required_argument, 0, 'a'},  {"wait", required_argument, 0, 'w'},
         {"slurm", no_argument, 0, 'L'},           {"gather", required_argument, 0, 'G'},
-        {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
+        {"no-pack", no_argument, 0, 'P'},         {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
     sweep_plan p;
     memset(&p, 0, sizeof p);
     sweep_run_opts ro = {.attempts = 3, .wait_s = 300};
     char *endpoints = NULL, *eps[MAX_ENDPOINTS];
     const char *gather_dir = NULL;
-    int slurm = 0, c, n, rv = FOXCTL_OK;
+    int slurm = 0, pack = 1, c, n, rv = FOXCTL_OK;
     cJSON *cli = cJSON_CreateObject();
 
     /* 0, not 1: GNU getopt starts afresh and permutes, so SPEC.json may come first. */
@@ -744,6 +857,9 @@ foxctl_cmd_sweep(foxctl_opts *o, int argc, char **argv)
             break;
         case 'L':
             slurm = 1;
+            break;
+        case 'P':
+            pack = 0;
             break;
         case 'G':
             gather_dir = optarg;
@@ -827,6 +943,8 @@ foxctl_cmd_sweep(foxctl_opts *o, int argc, char **argv)
     }
     fprintf(stderr, "sweep: %d jobs (%d configurations) over %d endpoint(s), results in %s\n",
             p.n_jobs, p.n_configs, ro.n_endpoints, p.dir);
+    if (pack && (rv = plan_pack(&p)) != FOXCTL_OK)
+        goto out;
     rv = foxctl_sweep_run(o, &p, &ro);
     int grv = gather(p.dir, rv != FOXCTL_OK);
     if (rv == FOXCTL_OK)

@@ -1,6 +1,6 @@
 /*
- * sweep_plan.h — a sweep's plan as data (internal to client/): its jobs and
- * their states, and the JSON files of its directory (sweep.h describes
+ * sweep_plan.h — a sweep's plan as data (internal to client/): its jobs,
+ * their states and packs, and the JSON files of its directory (sweep.h describes
  * them): read whole, written atomically, a job's result file among them.
  * sweep.c builds and gathers the plan, sweep_run.c runs its jobs over
  * daemons; both stand on this file, and it on neither.
@@ -28,6 +28,14 @@ typedef struct sweep_job {
     sweep_state state;
     int attempts;     /* tries lost with their daemon */
     double started;   /* monotonic seconds, while running */
+    /*
+     * Packing (sweep.c): jobs that differ only in consecutive seeds train
+     * as the members of one engine. lead is the index of the job whose run
+     * trains this one (its own index when it runs alone or leads), member
+     * its place in that run (seed = the lead's + member), next the pack's
+     * next job (-1: the last), members on a lead the pack's size.
+     */
+    int lead, member, next, members;
 } sweep_job;
 
 typedef struct sweep_plan {

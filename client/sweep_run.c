@@ -102,9 +102,12 @@ take_job(sweep_ctx *c)
         }
         for (int i = 0; i < c->p->n_jobs; i++) {
             sweep_job *j = &c->p->jobs[i];
-            if (j->state == SWEEP_PENDING) {
-                j->state = SWEEP_RUNNING;
-                j->started = now_s();
+            /* A pack runs as its lead: its members go with it. */
+            if (j->state == SWEEP_PENDING && j->lead == i) {
+                for (int k = i; k >= 0; k = c->p->jobs[k].next) {
+                    c->p->jobs[k].state = SWEEP_RUNNING;
+                    c->p->jobs[k].started = now_s();
+                }
                 pthread_mutex_unlock(&c->mu);
                 return j;
             }
@@ -231,14 +234,20 @@ wait_op(worker *w, int64_t op, cJSON *record, char *msg, size_t len)
     }
 }
 
-/* One job on this worker's daemon: config, fresh run, wait. */
+/*
+ * One job (or a pack, as its lead: the lead's values with engine.members,
+ * its seed the first) on this worker's daemon: config, fresh run, wait.
+ */
 static job_outcome
 run_job(worker *w, sweep_job *j, cJSON *record, char *msg, size_t len)
 {
     const sweep_plan *p = w->ctx->p;
     fox_reply rep;
     cJSON *args = cJSON_CreateObject();
-    cJSON_AddItemToObject(args, "values", cJSON_Duplicate(j->values, 1));
+    cJSON *values = cJSON_Duplicate(j->values, 1);
+    if (j->members > 1)
+        cJSON_AddNumberToObject(values, "engine.members", j->members);
+    cJSON_AddItemToObject(args, "values", values);
     /* The fresh run below replaces the engine whatever it holds: the keys may recreate it now. */
     cJSON_AddTrueToObject(args, "force");
     job_outcome out = ask(w, "config_set", args, LONG_CALL_MS, &rep, msg, len);
@@ -277,6 +286,105 @@ run_job(worker *w, sweep_job *j, cJSON *record, char *msg, size_t len)
     return out;
 }
 
+/* The kind of a member's halt as a fold object's "halted" names it. */
+static const char *
+halt_kind(const char *member_halt)
+{
+    return !strcmp(member_halt, "nan") ? "halt_nan" : "halt_grad_collapse";
+}
+
+/*
+ * Fold object f of a packed run as member k's job sees it: the policy's
+ * figures are member k's own (its chosen epoch, validation and test Sharpe,
+ * SE, turnover, band), those a member's report does not carry are null
+ * unless k is the run's lead, the paired differences with the baselines go
+ * (they are the lead's), and a member that halted is marked as a fold
+ * halted alone would be. The baselines are the run's: they do not learn.
+ */
+static cJSON *
+member_fold(const cJSON *f, int k)
+{
+    static const char *const lead_only[] = {
+        "test_sharpe_gross", "test_max_drawdown", "test_sharpe_last", "test_sharpe_mean",
+        "select_score",      "oracle_fraction",   "final_loss"};
+    static const char *const own[][2] = {
+        {"best_epoch", "epoch"},        {"best_val_sharpe", "val_sharpe"},
+        {"test_sharpe", "test_sharpe"}, {"test_sharpe_se", "test_sharpe_se"},
+        {"test_turnover", "turnover"},  {"band", "band"}};
+    cJSON *o = cJSON_Duplicate(f, 1);
+    const cJSON *members = cJSON_GetObjectItemCaseSensitive(f, "members");
+    const cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(members, "each"), k);
+    if (!o || !m)
+        return o;
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "members");
+    if (foxctl_jnum(members, "lead", 0) != k) {
+        for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, own[i][1]);
+            cJSON_ReplaceItemInObjectCaseSensitive(o, own[i][0],
+                                                   v ? cJSON_Duplicate(v, 1) : cJSON_CreateNull());
+        }
+        for (size_t i = 0; i < sizeof lead_only / sizeof lead_only[0]; i++)
+            cJSON_ReplaceItemInObjectCaseSensitive(o, lead_only[i], cJSON_CreateNull());
+        cJSON *b = cJSON_GetObjectItemCaseSensitive(o, "baselines");
+        for (cJSON *it = b ? b->child : NULL; it; it = it->next) {
+            cJSON_DeleteItemFromObjectCaseSensitive(it, "policy_diff");
+            cJSON_DeleteItemFromObjectCaseSensitive(it, "policy_diff_se");
+        }
+    }
+    const char *halt = foxctl_jstr(m, "halt", NULL);
+    if (halt && !cJSON_GetObjectItemCaseSensitive(o, "halted")) {
+        cJSON *h = cJSON_AddObjectToObject(o, "halted");
+        const char *slot = foxctl_jstr(m, "halt_slot", NULL);
+        cJSON_AddStringToObject(h, "kind", halt_kind(halt));
+        cJSON_AddNumberToObject(h, "step", foxctl_jnum(m, "halt_step", -1));
+        cJSON *slots = cJSON_AddArrayToObject(h, "slots");
+        if (slot)
+            cJSON_AddItemToArray(slots, cJSON_CreateString(slot));
+    }
+    return o;
+}
+
+/*
+ * The record of job m of the pack led by j: the run's record with member
+ * m->member's fold objects, and where it came from ("packed").
+ */
+static cJSON *
+member_record(const sweep_job *j, const sweep_job *m, const cJSON *record)
+{
+    cJSON *r = cJSON_Duplicate(record, 1);
+    const cJSON *folds = cJSON_GetObjectItemCaseSensitive(record, "folds");
+    if (!r || !folds)
+        return r;
+    cJSON *mine = cJSON_CreateArray();
+    for (const cJSON *f = folds->child; f; f = f->next)
+        cJSON_AddItemToArray(mine, member_fold(f, m->member));
+    cJSON_ReplaceItemInObjectCaseSensitive(r, "folds", mine);
+    cJSON *pk = cJSON_AddObjectToObject(r, "packed");
+    cJSON_AddStringToObject(pk, "run", j->id);
+    cJSON_AddNumberToObject(pk, "members", j->members);
+    cJSON_AddNumberToObject(pk, "member", m->member);
+    return r;
+}
+
+/*
+ * Write the result file of job j and of every member of its pack, each
+ * from its own copy of the run's record. FOXCTL_OK or FOXCTL_EREPLY.
+ */
+static int
+write_pack(const sweep_plan *p, const sweep_job *j, const cJSON *record, int failed)
+{
+    int rv = FOXCTL_OK;
+    for (int k = (int)(j - p->jobs); k >= 0; k = p->jobs[k].next) {
+        cJSON *r =
+            j->members > 1 ? member_record(j, &p->jobs[k], record) : cJSON_Duplicate(record, 1);
+        if (!r || foxctl_sweep_write_job(p, &p->jobs[k], r, failed) != FOXCTL_OK)
+            rv = FOXCTL_EREPLY;
+        cJSON_Delete(r);
+    }
+    return rv;
+}
+
+/* The outcome of job j's run for j and every member of its pack: records, states, messages. */
 static void
 finish_job(worker *w, sweep_job *j, job_outcome out, cJSON *record, const char *msg)
 {
@@ -286,17 +394,16 @@ finish_job(worker *w, sweep_job *j, job_outcome out, cJSON *record, const char *
     cJSON_AddNumberToObject(record, "wall_s", round(wall * 1000.0) / 1000.0);
     if (out == JOB_FAILED)
         cJSON_AddStringToObject(record, "error", msg);
-    int wrote = out == JOB_OK || out == JOB_FAILED
-                    ? foxctl_sweep_write_job(c->p, j, record, out == JOB_FAILED)
-                    : FOXCTL_OK;
+    int wrote = out == JOB_OK || out == JOB_FAILED ? write_pack(c->p, j, record, out == JOB_FAILED)
+                                                   : FOXCTL_OK;
     pthread_mutex_lock(&c->mu);
     if (wrote != FOXCTL_OK)
         c->write_errors++;
     switch (out) {
     case JOB_OK:
         j->state = SWEEP_DONE;
-        c->n_done_here++;
-        c->wall_sum += wall;
+        c->n_done_here += j->members;
+        c->wall_sum += wall * j->members;
         break;
     case JOB_FAILED:
         j->state = SWEEP_FAILED;
@@ -310,7 +417,7 @@ finish_job(worker *w, sweep_job *j, job_outcome out, cJSON *record, const char *
                 j->state == SWEEP_FAILED ? "no tries left" : "queued again");
         if (j->state == SWEEP_FAILED) {
             cJSON_AddStringToObject(record, "error", msg);
-            foxctl_sweep_write_job(c->p, j, record, 1);
+            write_pack(c->p, j, record, 1);
         }
         break;
     case JOB_BUSY:
@@ -318,6 +425,9 @@ finish_job(worker *w, sweep_job *j, job_outcome out, cJSON *record, const char *
         j->state = SWEEP_PENDING;
         break;
     }
+    /* The pack's members share its lead's fate. */
+    for (int k = j->next; k >= 0; k = c->p->jobs[k].next)
+        c->p->jobs[k].state = j->state;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
 }
@@ -335,6 +445,12 @@ remember_config(worker *w)
     cJSON *keys = cJSON_AddArrayToObject(args, "keys");
     for (const cJSON *v = w->ctx->p->jobs[0].values->child; v; v = v->next)
         cJSON_AddItemToArray(keys, cJSON_CreateString(v->string));
+    /* A pack sets engine.members beside the jobs' keys (a sweep that sets it packs nothing). */
+    for (int i = 0; i < w->ctx->p->n_jobs; i++)
+        if (w->ctx->p->jobs[i].members > 1) {
+            cJSON_AddItemToArray(keys, cJSON_CreateString("engine.members"));
+            break;
+        }
     if (ask(w, "config_get", args, w->ctx->o->timeout_ms, &rep, msg, sizeof msg) != JOB_OK)
         return;
     w->found = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(rep.result, "values"), 1);

@@ -30,10 +30,78 @@ snapshot_of(fox_trainer *t)
     return s;
 }
 
+/* Members the snapshot's engine holds (its configuration's before there is one). */
+static int
+members_of(const fox_snapshot *s)
+{
+    return s->info.n_members > 0 ? s->info.n_members : s->cfg.members;
+}
+
+/* What one member's part of a per-member read is built from. */
+typedef struct member_read {
+    fox_trainer *t;
+    const fox_snapshot *s;
+    const int *idx; /* isv_read: the slots asked for */
+    int n;
+} member_read;
+typedef cJSON *(*member_fn)(const member_read *m, int member);
+
+static cJSON *
+isv_of(const member_read *m, int member)
+{
+    float isv[FOX_ISV_TOTAL_DIM];
+    fox_trainer_read_isv(m->t, member, isv, FOX_ISV_TOTAL_DIM);
+    return fox_render_isv_read(m->s, m->idx, m->n, isv);
+}
+
+static cJSON *
+flags_of(const member_read *m, int member)
+{
+    int flags[FOX_SENTINEL_SLOTS];
+    fox_trainer_read_flags(m->t, member, flags, FOX_SENTINEL_SLOTS);
+    return fox_render_nan_flags(flags);
+}
+
+/*
+ * A read of per-member memory (isv_read, nan_flags): with args.member, that
+ * member's, marked "member"; without it, member 0's as before populations
+ * existed and, where the engine holds more than one, every member's under
+ * "members", each in the same shape.
+ */
+static cJSON *
+by_member(const member_read *m, const fox_request *req, member_fn fn, int *status, char *msg,
+          size_t len)
+{
+    int members = members_of(m->s);
+    if (req->member >= 0 && (*status = fox_member_check(req->member, members, msg, len)))
+        return NULL;
+    cJSON *o = fn(m, req->member >= 0 ? req->member : 0);
+    if (!o)
+        return NULL;
+    if (req->member >= 0) {
+        cJSON_AddNumberToObject(o, "member", req->member);
+        return o;
+    }
+    if (members < 2)
+        return o;
+    cJSON *a = cJSON_AddArrayToObject(o, "members");
+    for (int k = 0; k < members; k++) {
+        cJSON *e = a ? fn(m, k) : NULL;
+        if (!e) {
+            cJSON_Delete(o);
+            return NULL;
+        }
+        /* The step is the reply's own; each member's part says whose it is instead. */
+        cJSON_DeleteItemFromObjectCaseSensitive(e, "as_of_step");
+        cJSON_AddNumberToObject(e, "member", k);
+        cJSON_AddItemToArray(a, e);
+    }
+    return o;
+}
+
 static cJSON *
 isv_read_json(fox_trainer *t, const fox_request *req, int *status, char *msg, size_t len)
 {
-    float isv[FOX_ISV_TOTAL_DIM];
     int idx[FOX_PROTO_MAX_SLOTS];
     int n = req->n_slots;
 
@@ -59,12 +127,11 @@ isv_read_json(fox_trainer *t, const fox_request *req, int *status, char *msg, si
             idx[i] = r->index;
         }
     }
-    fox_trainer_read_isv(t, isv, FOX_ISV_TOTAL_DIM);
-    fox_snapshot *s = malloc(sizeof *s);
+    fox_snapshot *s = snapshot_of(t);
     if (!s)
         return NULL;
-    fox_trainer_snapshot(t, s);
-    cJSON *o = fox_render_isv_read(s, idx, n, isv);
+    member_read m = {.t = t, .s = s, .idx = idx, .n = n};
+    cJSON *o = by_member(&m, req, isv_of, status, msg, len);
     free(s);
     return o;
 }
@@ -97,7 +164,6 @@ fox_answer_read(fox_trainer *t, const fox_dconf *d, const fox_counters *n, const
 {
     cJSON *r = NULL;
     fox_snapshot *s = NULL;
-    int flags[FOX_SENTINEL_SLOTS];
     *status = FOX_OK;
     msg[0] = 0;
     switch (req->cmd) {
@@ -119,8 +185,10 @@ fox_answer_read(fox_trainer *t, const fox_dconf *d, const fox_counters *n, const
         r = fox_render_isv_list();
         break;
     case FOX_CMD_NAN_FLAGS:
-        fox_trainer_read_flags(t, flags, FOX_SENTINEL_SLOTS);
-        r = fox_render_nan_flags(flags);
+        if ((s = snapshot_of(t))) {
+            member_read m = {.t = t, .s = s};
+            r = by_member(&m, req, flags_of, status, msg, len);
+        }
         break;
     case FOX_CMD_SENTINEL_LIST:
         r = fox_render_sentinel_list();
@@ -275,6 +343,7 @@ fox_answer_tcmd(const fox_dconf *d, const fox_request *req, fox_tcmd *c, char *m
     c->clear = req->clear;
     c->checkpoint = req->checkpoint;
     c->fault_step = req->fault_step;
+    c->fault_member = req->member;
     if (req->fault_buffer)
         snprintf(c->fault_buffer, sizeof c->fault_buffer, "%s", req->fault_buffer);
     if (req->fault_kind)
@@ -355,6 +424,27 @@ fox_answer_prometheus(const fox_snapshot *s, const fox_counters *n)
         const fox_epoch_report *r = &s->recent[s->n_recent - 1];
         GAUGE("val_sharpe", "validation Sharpe of the last epoch", "%.6g", r->val.sharpe);
         GAUGE("test_sharpe", "test Sharpe of the last epoch", "%.6g", r->test.sharpe);
+    }
+    /*
+     * The population member by member, one family each with a member label,
+     * so that a dashboard sees a member halt or fire flags while the fold
+     * goes on under engine.quorum.
+     */
+    fprintf(f, "# HELP foxd_member_halted 1 for a member halted in the fold\n"
+               "# TYPE foxd_member_halted gauge\n");
+    for (int k = 0; k < s->info.n_members; k++)
+        fprintf(f, "foxd_member_halted{member=\"%d\"} %d\n", k, s->member_halted[k]);
+    fprintf(f, "# HELP foxd_member_flags_set sentinel flags set for a member\n"
+               "# TYPE foxd_member_flags_set gauge\n");
+    for (int k = 0; k < s->info.n_members; k++)
+        fprintf(f, "foxd_member_flags_set{member=\"%d\"} %d\n", k, s->member_flags[k]);
+    if (s->n_recent > 0) {
+        const fox_epoch_report *r = &s->recent[s->n_recent - 1];
+        fprintf(f, "# HELP foxd_member_test_sharpe test Sharpe of a member in the last epoch\n"
+                   "# TYPE foxd_member_test_sharpe gauge\n");
+        for (int k = 0; k < r->n_members; k++)
+            fprintf(f, "foxd_member_test_sharpe{member=\"%d\"} %.6g\n", k,
+                    r->members[k].test_sharpe);
     }
     COUNTER("train_steps_total", "train steps since the engine was created", s->total_steps);
     COUNTER("epochs_total", "epochs completed", s->epochs_total);

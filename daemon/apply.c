@@ -250,8 +250,11 @@ apply_inject(fox_trainer *t, fox_tcmd *c)
      */
     int next_fold =
         (t->state != FOX_TSTATE_TRAINING && t->state != FOX_TSTATE_PAUSED) || t->walk.fold < 0;
-    int rv =
-        fox_engine_inject_fault(t->engine, -1, c->fault_buffer, kind, c->fault_step, next_fold);
+    char msg[160];
+    if (c->fault_member >= 0 && fox_member_check(c->fault_member, t->cfg.members, msg, sizeof msg))
+        return fox__trainer_refuse(c, FOX_EINVAL, "%s", msg);
+    int rv = fox_engine_inject_fault(t->engine, c->fault_member, c->fault_buffer, kind,
+                                     c->fault_step, next_fold);
     if (rv != FOX_OK)
         return fox__trainer_refuse(c, rv, "%s", fox_engine_errmsg(t->engine));
     c->result.fault_next_fold = next_fold;
@@ -346,7 +349,11 @@ fox__trainer_apply(fox_trainer *t, fox_tcmd *c)
         fox__trainer_publish(t);
         break;
     case FOX_CMD_NAN_FLAGS: {
-        uint64_t before = fox_sentinel_mask(fox_engine_flags(t->engine));
+        /* What any member had set: the clear below clears every member's. */
+        uint64_t before = 0;
+        const volatile int *f;
+        for (int k = 0; (f = fox_engine_member_flags(t->engine, k)); k++)
+            before |= fox_sentinel_mask(f);
         if ((rv = fox_engine_clear_flags(t->engine)) != FOX_OK) {
             fox__trainer_refuse(c, rv, "%s", fox_engine_errmsg(t->engine));
             break;

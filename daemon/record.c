@@ -372,6 +372,37 @@ metrics_line(fox_record *r, const fox_tevent *ev, int64_t op_id)
     free(s);
 }
 
+/*
+ * A population's epoch (engine.members > 1) as a line of members.csv: how
+ * many members train, and the lowest, highest and mean test Sharpe among
+ * those that do, for foxplot's band over seeds. One member writes nothing.
+ */
+static void
+members_line(fox_record *r, const fox_epoch_report *rep)
+{
+    char line[256];
+    double lo = NAN, hi = NAN, sum = 0.0;
+    int n = 0, training = 0;
+    if (rep->n_members < 2)
+        return;
+    for (int k = 0; k < rep->n_members; k++) {
+        double x = rep->members[k].test_sharpe;
+        training += rep->members[k].training;
+        if (!rep->members[k].training || !isfinite(x))
+            continue;
+        if (!n || x < lo)
+            lo = x;
+        if (!n || x > hi)
+            hi = x;
+        sum += x;
+        n++;
+    }
+    snprintf(line, sizeof line, "%d,%d,%d,%d,%.9g,%.9g,%.9g", rep->fold, rep->epoch, rep->n_members,
+             training, lo, hi, n ? sum / n : NAN);
+    append(r, "members.csv",
+           "fold,epoch,members,training,test_sharpe_min,test_sharpe_max,test_sharpe_mean", line);
+}
+
 void
 fox_record_epoch(fox_record *r, fox_engine *e, const fox_epoch_report *rep, int64_t op_id)
 {
@@ -393,6 +424,7 @@ fox_record_epoch(fox_record *r, fox_engine *e, const fox_epoch_report *rep, int6
            "fold,epoch,step,loss,mean_loss,loss_c51,loss_iqn,loss_aux,grad_norm,epsilon,"
            "val_sharpe,test_sharpe,val_sharpe_se,test_sharpe_se",
            line);
+    members_line(r, rep);
     /* This epoch became the fold's choice: keep its weights and its test equity. */
     fox_fold_report fr;
     if (fox_engine_fold_report(e, &fr) == FOX_OK && fr.best_epoch == rep->epoch) {

@@ -7,7 +7,8 @@
  * loadable again with --config), metrics.jsonl (one line per epoch and per
  * fold, the lines the daemon's state directory also keeps), epochs.csv and
  * isv.csv (the same figures and the key ISV signals as plain columns for
- * plotting), foxd.log, folds.json (the fold objects as render.c builds
+ * plotting), with engine.members > 1 members.csv (per epoch, the spread of
+ * the members' test Sharpe), foxd.log, folds.json (the fold objects as render.c builds
  * them), and per fold k: foldk-chosen.ckpt (the epoch chosen on
  * validation), foldk-last.ckpt (the last epoch), a sidecar .json for each
  * (fold, epoch, step, validation Sharpe, time), foldk-baselines.csv (the

@@ -98,6 +98,61 @@ fox_render_baseline_name(fox_policy p)
     return (int)p >= 0 && p < FOX_POLICY_COUNT ? baseline_names[p] : NULL;
 }
 
+/* A member's halt as its "halt" names it: null while it trains. */
+static void
+member_halt(cJSON *o, int reason)
+{
+    if (reason == FOX_HALT_NONE)
+        cJSON_AddNullToObject(o, "halt");
+    else
+        cJSON_AddStringToObject(o, "halt", reason == FOX_HALT_NAN ? "nan" : "grad_collapse");
+}
+
+/*
+ * A population's members (engine.members > 1): their spread over seeds and
+ * each member's own walk. Epochs count as best_epoch does (from 0, -1: none
+ * chosen yet); best and worst are null while no member has chosen one.
+ */
+static cJSON *
+members_json(const fox_fold_report *r)
+{
+    cJSON *m = cJSON_CreateObject();
+    if (!m)
+        return NULL;
+    cJSON_AddNumberToObject(m, "n", r->n_members);
+    cJSON_AddNumberToObject(m, "lead", r->lead);
+    cJSON_AddNumberToObject(m, "training", r->members_training);
+    cJSON_AddNumberToObject(m, "measured", r->members_n);
+    fox_render_num(m, "mean", r->members_n > 0 ? r->members_mean : NAN);
+    fox_render_num(m, "se", r->members_n > 0 ? r->members_se : NAN);
+    fox_render_num(m, "best", r->members_best >= 0 ? r->members_best : NAN);
+    fox_render_num(m, "worst", r->members_worst >= 0 ? r->members_worst : NAN);
+    cJSON *each = cJSON_AddArrayToObject(m, "each");
+    for (int k = 0; each && k < r->n_members; k++) {
+        const fox_member_report *x = &r->members[k];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "member", k);
+        cJSON_AddNumberToObject(e, "seed", (double)x->seed);
+        cJSON_AddNumberToObject(e, "epoch", x->best_epoch);
+        fox_render_num(e, "val_sharpe", x->best_val_sharpe);
+        fox_render_num(e, "test_sharpe", x->test_at_best.sharpe);
+        fox_render_num(e, "test_sharpe_se", x->test_at_best.sharpe_se);
+        fox_render_num(e, "turnover", x->test_at_best.turnover);
+        fox_render_band(e, x->band);
+        member_halt(e, x->halt_reason);
+        if (x->halt_reason == FOX_HALT_NONE)
+            cJSON_AddNullToObject(e, "halt_step");
+        else
+            cJSON_AddNumberToObject(e, "halt_step", (double)x->halt_step);
+        if (x->halt_slot >= 0)
+            cJSON_AddStringToObject(e, "halt_slot", fox_sentinel_name(x->halt_slot));
+        else
+            cJSON_AddNullToObject(e, "halt_slot");
+        cJSON_AddItemToArray(each, e);
+    }
+    return m;
+}
+
 static const char *const select_names[] = {
     [FOX_SELECT_SMOOTHED] = "smoothed", [FOX_SELECT_BEST] = "best", [FOX_SELECT_LAST] = "last"};
 
@@ -165,6 +220,9 @@ fox_render_fold(const fox_fold_report *r)
         cJSON_AddNumberToObject(h, "step", (double)r->halt_step);
         cJSON_AddItemToObject(h, "slots", fox_render_slots(r->halt_slots));
     }
+    /* One member's fold is the fold itself: its object stays as it always was. */
+    if (r->n_members > 1)
+        cJSON_AddItemToObject(o, "members", members_json(r));
     return o;
 }
 
@@ -204,6 +262,20 @@ fox_render_epoch(const fox_epoch_report *r)
     cJSON_AddItemToObject(o, "val", fox_render_eval(&r->val));
     cJSON_AddItemToObject(o, "test", fox_render_eval(&r->test));
     fox_render_band(o, r->band);
+    if (r->n_members > 1) {
+        cJSON *a = cJSON_AddArrayToObject(o, "members");
+        for (int k = 0; a && k < r->n_members; k++) {
+            const fox_member_epoch *x = &r->members[k];
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "member", k);
+            cJSON_AddBoolToObject(e, "training", x->training);
+            fox_render_num(e, "val_sharpe", x->val_sharpe);
+            fox_render_num(e, "test_sharpe", x->test_sharpe);
+            fox_render_num(e, "turnover", x->test_turnover);
+            fox_render_band(e, x->band);
+            cJSON_AddItemToArray(a, e);
+        }
+    }
     return o;
 }
 
@@ -280,6 +352,8 @@ fox_render_status(const fox_snapshot *s, int queued, const fox_counters *n, int6
         cJSON_AddStringToObject(eng, "bars_per_year_from", s->info.bars_per_year_from);
     snprintf(fp, sizeof fp, "%016" PRIx64, s->info.fingerprint);
     cJSON_AddStringToObject(eng, "fingerprint", fp);
+    cJSON_AddNumberToObject(eng, "members", s->info.n_members);
+    cJSON_AddNumberToObject(eng, "members_training", s->info.members_training);
     cJSON_AddItemToObject(eng, "times", fox_render_times(&s->info.times, 0.0));
     cJSON_AddNumberToObject(o, "queue", queued);
     cJSON_AddNumberToObject(o, "uptime_s", (double)(now - n->start_ms) / 1000.0);
@@ -452,6 +526,8 @@ fox_render_result(const fox_tcmd *c)
         cJSON_AddStringToObject(o, "kind", c->fault_kind);
         cJSON_AddNumberToObject(o, "step", c->fault_step);
         cJSON_AddBoolToObject(o, "next_fold", r->fault_next_fold);
+        if (c->fault_member >= 0)
+            cJSON_AddNumberToObject(o, "member", c->fault_member);
         break;
     case FOX_CMD_BACKTEST:
         /* The record's result as it is: bars, the fold row, policy, baselines, run_dir. */

@@ -94,6 +94,13 @@ fox__trainer_publish(fox_trainer *t)
     s->epsilon = t->last.epsilon;
     s->grad_norm = t->last.grad_norm;
     s->steps_per_sec = t->rate;
+    for (int k = 0; k < info.n_members; k++) {
+        fox_halt_info hi;
+        const volatile int *flags = fox_engine_member_flags(t->engine, k);
+        fox_engine_member_halt_info(t->engine, k, &hi);
+        s->member_halted[k] = hi.reason != FOX_HALT_NONE;
+        s->member_flags[k] = flags ? __builtin_popcountll(fox_sentinel_mask(flags)) : 0;
+    }
     pthread_mutex_unlock(&t->slock);
 }
 
@@ -686,12 +693,12 @@ fox_trainer_snapshot(fox_trainer *t, fox_snapshot *out)
 }
 
 int
-fox_trainer_read_isv(fox_trainer *t, float *out, int n)
+fox_trainer_read_isv(fox_trainer *t, int member, float *out, int n)
 {
     if (n > FOX_ISV_TOTAL_DIM)
         n = FOX_ISV_TOTAL_DIM;
     pthread_mutex_lock(&t->slock);
-    const volatile float *isv = t->engine ? fox_engine_isv(t->engine) : NULL;
+    const volatile float *isv = t->engine ? fox_engine_member_isv(t->engine, member) : NULL;
     for (int i = 0; i < n; i++)
         out[i] = isv ? isv[i] : NAN;
     pthread_mutex_unlock(&t->slock);
@@ -699,12 +706,12 @@ fox_trainer_read_isv(fox_trainer *t, float *out, int n)
 }
 
 int
-fox_trainer_read_flags(fox_trainer *t, int *out, int n)
+fox_trainer_read_flags(fox_trainer *t, int member, int *out, int n)
 {
     if (n > FOX_SENTINEL_SLOTS)
         n = FOX_SENTINEL_SLOTS;
     pthread_mutex_lock(&t->slock);
-    const volatile int *f = t->engine ? fox_engine_flags(t->engine) : NULL;
+    const volatile int *f = t->engine ? fox_engine_member_flags(t->engine, member) : NULL;
     for (int i = 0; i < n; i++)
         out[i] = f ? f[i] : 0;
     pthread_mutex_unlock(&t->slock);

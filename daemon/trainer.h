@@ -59,11 +59,13 @@ void fox_trainer_destroy(fox_trainer *t);
 void fox_trainer_snapshot(fox_trainer *t, fox_snapshot *out);
 
 /*
- * Copy the ISV (n floats) or the sentinel flags (n ints) from the engine's
- * mapped memory; returns how many were copied (the engine's size if smaller).
+ * Copy member's ISV (n floats) or sentinel flags (n ints) from the engine's
+ * mapped memory; returns how many were copied (the engine's size if
+ * smaller). Without an engine or such a member the ISV reads NaN and the
+ * flags 0: the caller checks the member against the population first.
  */
-int fox_trainer_read_isv(fox_trainer *t, float *out, int n);
-int fox_trainer_read_flags(fox_trainer *t, int *out, int n);
+int fox_trainer_read_isv(fox_trainer *t, int member, float *out, int n);
+int fox_trainer_read_flags(fox_trainer *t, int member, int *out, int n);
 
 /* Queue length, for status. */
 int fox_trainer_queued(fox_trainer *t);

@@ -1,10 +1,12 @@
 /*
- * trainer_types.c — the names of the trainer's states and the heartbeat's
- * verdict, over the snapshot alone (trainer_types.h), so that whoever shows
- * a snapshot needs nothing of the trainer thread.
+ * trainer_types.c — the names of the trainer's states, the heartbeat's
+ * verdict and the check of a member's index, over plain data alone
+ * (trainer_types.h), so that whoever shows a snapshot or answers a request
+ * needs nothing of the trainer thread.
  */
 #include <stdint.h>
 
+#include "common/error.h"
 #include "daemon/trainer_types.h"
 
 static const char *const state_names[FOX_TSTATE_COUNT] = {"starting", "idle",   "training",
@@ -26,4 +28,14 @@ fox_trainer_healthy(const fox_snapshot *s, int64_t now_ms, int64_t stale_ms)
     if (s->phase[0] && now_ms < s->phase_until_ms)
         return 1;
     return now_ms - s->beat_ms < stale_ms;
+}
+
+int
+fox_member_check(int member, int members, char *msg, size_t len)
+{
+    if (member < 0 || member >= members)
+        return fox_errf(msg, len, FOX_EINVAL,
+                        "args.member %d is outside [0, %d): engine.members is %d", member, members,
+                        members);
+    return FOX_OK;
 }

@@ -11,6 +11,7 @@
 #ifndef FOX_DAEMON_TRAINER_TYPES_H
 #define FOX_DAEMON_TRAINER_TYPES_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <cjson/cJSON.h>
@@ -58,6 +59,8 @@ typedef struct fox_snapshot {
 
     /* the engine */
     fox_engine_info info; /* info.backend points at a static string */
+    /* each member of info.n_members: halted in the fold (0/1), sentinel flags set */
+    int member_halted[FOX_MEMBERS_MAX], member_flags[FOX_MEMBERS_MAX];
     fox_config cfg;
 
     /* the last long operations (run, start_fold, checkpoint_save), newest last */
@@ -86,7 +89,7 @@ typedef struct fox_tresult {
     int state;                               /* FOX_TSTATE_* after the command */
     int engine_recreated;                    /* config_set (the keys are the command's values) */
     int folds_mask, epochs, steps_per_epoch; /* run, start_fold: the plan accepted */
-    uint64_t cleared;                        /* nan_flags: sentinel slots set before the clear */
+    uint64_t cleared;                        /* nan_flags: slots any member set before the clear */
     char params_digest[17];                  /* checkpoint_save/load: see params_digest */
     int checkpoint_saved;                    /* shutdown: the stop checkpoint is at path */
     int checkpoint_failed;                   /* shutdown: it was asked for and not saved */
@@ -108,6 +111,7 @@ typedef struct fox_tcmd {
     char fault_buffer[128];  /* inject_fault */
     char fault_kind[8];
     int fault_step;
+    int fault_member; /* inject_fault: the member it arms; -1 every member */
     cJSON *values; /* config_set: owned */
     char data[FOX_PATH_MAX]; /* backtest: the bars ("" = the config's data) */
     int bars_from, bars_to;  /* backtest: 0 = the first / last bar with features */
@@ -179,6 +183,12 @@ typedef struct fox_tevent {
         } halt;
     } u;
 } fox_tevent;
+
+/*
+ * Whether member (a request's args.member) is one of a population of
+ * `members`: FOX_OK, or FOX_EINVAL with msg naming the member and the range.
+ */
+int fox_member_check(int member, int members, char *msg, size_t len);
 
 /* Whether the snapshot's heartbeat vouches for a live trainer now (watchdog, status). */
 int fox_trainer_healthy(const fox_snapshot *s, int64_t now_ms, int64_t stale_ms);

@@ -220,13 +220,19 @@ static const arg_spec args_start_fold[] = {
 static const arg_spec args_config_get[] = {{"keys", A_KEYS, 0, 0, 0, OFF(n_keys)}, END};
 static const arg_spec args_config_set[] = {
     {"values", A_VALUES, 1, 0, 0, OFF(values)}, {"force", A_BOOL, 0, 0, 0, OFF(force)}, END};
-static const arg_spec args_isv_read[] = {{"slots", A_SLOTS, 0, 0, 65535, OFF(n_slots)}, END};
-static const arg_spec args_nan_flags[] = {{"clear", A_BOOL, 0, 0, 0, OFF(clear)}, END};
+#define ARG_MEMBER                                                                                 \
+    {                                                                                              \
+        "member", A_INT, 0, 0, FOX_PROTO_MAX_MEMBER, OFF(member)                                   \
+    }
+static const arg_spec args_isv_read[] = {
+    {"slots", A_SLOTS, 0, 0, 65535, OFF(n_slots)}, ARG_MEMBER, END};
+static const arg_spec args_nan_flags[] = {{"clear", A_BOOL, 0, 0, 0, OFF(clear)}, ARG_MEMBER, END};
 static const arg_spec args_path[] = {{"path", A_STR, 0, 0, FOX_PROTO_PATH_MAX, OFF(path)}, END};
 static const arg_spec args_inject[] = {
     {"buffer", A_STR, 1, 0, FOX_PROTO_NAME_MAX, OFF(fault_buffer)},
     {"kind", A_KIND, 1, 0, 0, OFF(fault_kind)},
     {"step", A_INT, 0, 0, 1000000000, OFF(fault_step)},
+    ARG_MEMBER,
     END};
 static const arg_spec args_shutdown[] = {{"checkpoint", A_BOOL, 0, 0, 0, OFF(checkpoint)}, END};
 static const arg_spec args_backtest[] = {
@@ -421,6 +427,10 @@ parse_args(fox_request *req, const cJSON *args, char *err, size_t errlen)
         if (rv != FOX_OK)
             return rv;
     }
+    /* Clearing clears every member's flags: one member's clear would be a promise not kept. */
+    if (req->cmd == FOX_CMD_NAN_FLAGS && req->clear && req->member >= 0)
+        return fox_errf(err, errlen, FOX_EINVAL,
+                        "%s: args.clear clears every member's flags; leave out args.member", cmd);
     return FOX_OK;
 }
 
@@ -515,6 +525,7 @@ fox_proto_parse_envelope(fox_request *req, const char *buf, size_t len, char *er
     memset(req, 0, sizeof *req);
     req->cmd = -1;
     req->checkpoint = 1;
+    req->member = -1;
     if (err && errlen)
         err[0] = 0;
 

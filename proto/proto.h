@@ -40,6 +40,7 @@
 #define FOX_PROTO_MAX_SLOTS 512                /* entries of isv_read's slot list */
 #define FOX_PROTO_MAX_KEYS  128                /* entries of config_get's and config_set's lists */
 #define FOX_PROTO_MAX_FOLDS 31                 /* folds are bits 0..30 of a mask */
+#define FOX_PROTO_MAX_MEMBER 63 /* the highest member index (engine.members is at most 64) */
 #define FOX_PROTO_MAX_ID    9007199254740991LL /* 2^53 - 1: exact in a JSON double */
 #define FOX_PROTO_MAX_VALUES 1024 /* values (members, elements) of a request; refused unparsed */
 #define FOX_PROTO_MAX_DEPTH  8    /* nesting of objects and arrays; refused unparsed */
@@ -124,6 +125,7 @@ typedef struct fox_request {
     const char *fault_buffer; /* inject_fault: a sentinel buffer name */
     const char *fault_kind;   /* inject_fault: "nan" | "inf" | "huge" */
     int fault_step;           /* inject_fault: steps from now, 0 = the next step */
+    int member; /* isv_read, nan_flags, inject_fault: one member of the population; -1 absent */
 
     int checkpoint; /* shutdown: save a checkpoint first (default 1) */
 

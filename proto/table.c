@@ -217,6 +217,45 @@ fox_table_choice(FILE *out, const cJSON *f)
                 text(a, num(f, "select_score"), 3));
 }
 
+/*
+ * A population's line under a fold's rows (its "members" object, present
+ * when engine.members > 1): the spread of the members' test Sharpe at their
+ * own chosen epochs over seeds, the best and worst member, and every member
+ * that halted with the step and the slot that stopped it.
+ */
+static void
+members_line(FILE *out, const cJSON *f)
+{
+    char a[32], b[32], c[32], d[32];
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(f, "members");
+    if (!cJSON_IsObject(m))
+        return;
+    const cJSON *each = cJSON_GetObjectItemCaseSensitive(m, "each");
+    double best = num(m, "best"), worst = num(m, "worst");
+    fprintf(out, "  members (%s, %s training): test Sharpe %s ± %s (mean ± SE over members)",
+            text(a, num(m, "n"), 0), text(b, num(m, "training"), 0), text(c, num(m, "mean"), 2),
+            text(d, num(m, "se"), 2));
+    if (!isnan(best))
+        fprintf(out, ", best #%.0f %s", best,
+                text(a, num(cJSON_GetArrayItem(each, (int)best), "test_sharpe"), 2));
+    if (!isnan(worst))
+        fprintf(out, ", worst #%.0f %s", worst,
+                text(a, num(cJSON_GetArrayItem(each, (int)worst), "test_sharpe"), 2));
+    int halted = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, each)
+    {
+        const cJSON *halt = cJSON_GetObjectItemCaseSensitive(x, "halt");
+        const cJSON *slot = cJSON_GetObjectItemCaseSensitive(x, "halt_slot");
+        if (!cJSON_IsString(halt))
+            continue;
+        fprintf(out, "%s#%s halted at step %s (%s)", halted++ ? ", " : "; ",
+                text(a, num(x, "member"), 0), text(b, num(x, "halt_step"), 0),
+                cJSON_IsString(slot) ? slot->valuestring : halt->valuestring);
+    }
+    fputc('\n', out);
+}
+
 static void
 fold_block(FILE *out, const cJSON *f)
 {
@@ -228,6 +267,7 @@ fold_block(FILE *out, const cJSON *f)
     fputc('\n', out);
     halted_mark(out, f);
     rows_block(out, f);
+    members_line(out, f);
     const cJSON *band = cJSON_GetObjectItemCaseSensitive(f, "band");
     if (cJSON_IsString(band) && !strcmp(band->valuestring, "flat"))
         fputs("  no-trade band: stays out (no band's validation net Sharpe beat its SE)\n", out);
@@ -325,11 +365,47 @@ excluded_why(const cJSON *f)
     return NULL;
 }
 
+/*
+ * The mean block's members line: over the folds that count and carry a
+ * population, the mean of the members' mean test Sharpe, its SE pooled as
+ * the rows' are (the folds' SEs in quadrature over their count: the test
+ * splits do not overlap). Nothing when no fold had more than one member.
+ */
+static void
+members_mean_line(FILE *out, const row_mean *m)
+{
+    char a[32], b[32];
+    double fig[N_FIGS];
+    if (!m->n[FIG_SHARPE])
+        return;
+    mean_get(m, fig);
+    fprintf(out,
+            "  members: test Sharpe %s ± %s (the folds' mean over members, averaged; SE pooled "
+            "over %d fold%s)\n",
+            text(a, fig[FIG_SHARPE], 3), text(b, fig[FIG_SE], 3), m->n[FIG_SHARPE],
+            m->n[FIG_SHARPE] == 1 ? "" : "s");
+}
+
+/* The members' mean and SE of fold f into m, when it has a population with a chosen epoch. */
+static void
+members_add(row_mean *m, const cJSON *f)
+{
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(f, "members");
+    double fig[N_FIGS];
+    for (int i = 0; i < N_FIGS; i++)
+        fig[i] = NAN;
+    fig[FIG_SHARPE] = num(o, "mean");
+    fig[FIG_SE] = num(o, "se");
+    if (cJSON_IsObject(o) && !isnan(fig[FIG_SHARPE]))
+        mean_add(m, fig);
+}
+
 void
 fox_table_folds(FILE *out, const cJSON *folds)
 {
-    row_mean means[N_ROWS];
+    row_mean means[N_ROWS], members;
     memset(means, 0, sizeof means);
+    memset(&members, 0, sizeof members);
     int n_folds = 0, n_seen = 0;
     char excluded[256] = "";
     size_t ex_len = 0;
@@ -350,6 +426,7 @@ fox_table_folds(FILE *out, const cJSON *folds)
             if (row_figures(f, &rows[i], fig))
                 mean_add(&means[i], fig);
         }
+        members_add(&members, f);
         n_folds++;
     }
     if (n_seen == 0) {
@@ -376,6 +453,7 @@ fox_table_folds(FILE *out, const cJSON *folds)
             continue;
         figures_line(out, rows[i].label, fig[i]);
     }
+    members_mean_line(out, &members);
     verdicts(out, fig, present);
     fputs("note: net Sharpe is mean/std of per-bar net returns x sqrt(P) on the test split, at\n"
           "      the epoch chosen on validation; ± SE is its standard error (Mertens); the\n"

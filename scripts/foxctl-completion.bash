@@ -48,7 +48,7 @@ _foxctl() {
     help) [ -z "$sub" ] && COMPREPLY=($(compgen -W "$commands" -- "$cur")) ;;
     run) COMPREPLY+=($(compgen -W "--folds --epochs --steps --detach --spawn" -- "$cur")) ;;
     start-fold) COMPREPLY+=($(compgen -W "--epochs --steps --detach" -- "$cur")) ;;
-    flags) COMPREPLY+=($(compgen -W "--clear" -- "$cur")) ;;
+    flags) COMPREPLY+=($(compgen -W "--clear --member" -- "$cur")) ;;
     watch) COMPREPLY+=($(compgen -W "--count --until" -- "$cur")) ;;
     shutdown) COMPREPLY+=($(compgen -W "--no-checkpoint" -- "$cur")) ;;
     checkpoint)
@@ -59,11 +59,13 @@ _foxctl() {
         fi
         ;;
     sweep) COMPREPLY+=($(compgen -W "--folds --seeds --grid --set --epochs --steps --dir --endpoints
-        --attempts --wait --slurm --gather" -- "$cur")) ;;
+        --attempts --wait --slurm --gather --no-pack" -- "$cur")) ;;
     backtest) COMPREPLY+=($(compgen -W "--checkpoint --data --bars --out --daemon" -- "$cur")) ;;
     plot) COMPREPLY+=($(compgen -W "--follow --every" -- "$cur") $(compgen -d -- "$cur")) ;;
     compare) COMPREPLY+=($(compgen -W "--out" -- "$cur") $(compgen -d -- "$cur")) ;;
+    inject-fault) COMPREPLY+=($(compgen -W "--step --member" -- "$cur")) ;;
     isv)
+        [[ $cur == -* ]] && COMPREPLY+=($(compgen -W "--member" -- "$cur"))
         # Slot names from foxd itself, when one answers quickly.
         local names
         names=$(foxctl "${conn[@]}" --timeout 1000 --json isv-list 2>/dev/null |

@@ -2,7 +2,8 @@
  * test_daemon.c — foxd's pieces without sockets: the configuration (JSON
  * file, --set, daemon keys), checkpoint path rules, the walk-forward driver
  * the trainer thread's state machine and commands, on the CPU backend
- * with a shrunken model, and the control plane's CPU. The sockets are
+ * with a shrunken model, the control plane's CPU, and a population's
+ * members as the reports render them. The sockets are
  * covered by test_daemon.sh.
  */
 #include <check.h>
@@ -24,6 +25,7 @@
 #include "daemon/foxd.h"
 #include "daemon/render.h"
 #include "gpu/isv.h"
+#include "gpu/sentinel.h"
 #include "proto/proto.h"
 #include "daemon/trainer.h"
 #include "daemon/walk.h"
@@ -327,6 +329,92 @@ START_TEST(test_walk)
 }
 END_TEST
 
+/*
+ * A population's fold and epoch objects: "members" with the spread and each
+ * member's walk, a halted member's kind, step and slot by name; nothing of
+ * it for one member, whose objects stay as they were.
+ */
+START_TEST(test_members_render)
+{
+    static fox_fold_report fr;
+    static fox_epoch_report ep;
+    memset(&fr, 0, sizeof fr);
+    fr.n_members = 3;
+    fr.members_training = 2;
+    fr.members_n = 3;
+    fr.members_mean = 0.25;
+    fr.members_se = 0.125;
+    fr.members_best = 2;
+    fr.members_worst = 1;
+    for (int k = 0; k < 3; k++) {
+        fr.members[k].seed = 7 + (uint64_t)k;
+        fr.members[k].best_epoch = k;
+        fr.members[k].test_at_best.sharpe = 0.5 * k - 0.25;
+        fr.members[k].halt_slot = -1;
+    }
+    fr.members[1].halt_reason = FOX_HALT_NAN;
+    fr.members[1].halt_step = 130;
+    fr.members[1].halt_slot = fox_sentinel_index("h_s2");
+    fr.members[2].halt_reason = FOX_HALT_GRAD_COLLAPSE;
+    fr.members[2].halt_step = 150;
+    cJSON *j = fox_render_fold(&fr);
+    const cJSON *m = cJSON_GetObjectItem(j, "members");
+    ck_assert(cJSON_IsObject(m));
+    ck_assert_int_eq(cJSON_GetObjectItem(m, "n")->valueint, 3);
+    ck_assert_int_eq(cJSON_GetObjectItem(m, "training")->valueint, 2);
+    ck_assert_double_eq(cJSON_GetObjectItem(m, "mean")->valuedouble, 0.25);
+    ck_assert_double_eq(cJSON_GetObjectItem(m, "se")->valuedouble, 0.125);
+    ck_assert_int_eq(cJSON_GetObjectItem(m, "best")->valueint, 2);
+    ck_assert_int_eq(cJSON_GetObjectItem(m, "worst")->valueint, 1);
+    const cJSON *each = cJSON_GetObjectItem(m, "each");
+    ck_assert_int_eq(cJSON_GetArraySize(each), 3);
+    const cJSON *e0 = cJSON_GetArrayItem(each, 0), *e1 = cJSON_GetArrayItem(each, 1),
+                *e2 = cJSON_GetArrayItem(each, 2);
+    ck_assert_int_eq(cJSON_GetObjectItem(e1, "seed")->valueint, 8);
+    ck_assert_int_eq(cJSON_GetObjectItem(e1, "epoch")->valueint, 1);
+    ck_assert_double_eq(cJSON_GetObjectItem(e2, "test_sharpe")->valuedouble, 0.75);
+    ck_assert(cJSON_IsNull(cJSON_GetObjectItem(e0, "halt")));
+    ck_assert(cJSON_IsNull(cJSON_GetObjectItem(e0, "halt_step")));
+    ck_assert(cJSON_IsNull(cJSON_GetObjectItem(e0, "halt_slot")));
+    ck_assert_str_eq(cJSON_GetObjectItem(e1, "halt")->valuestring, "nan");
+    ck_assert_int_eq(cJSON_GetObjectItem(e1, "halt_step")->valueint, 130);
+    ck_assert_str_eq(cJSON_GetObjectItem(e1, "halt_slot")->valuestring, "h_s2");
+    ck_assert_str_eq(cJSON_GetObjectItem(e2, "halt")->valuestring, "grad_collapse");
+    ck_assert(cJSON_IsNull(cJSON_GetObjectItem(e2, "halt_slot")));
+    cJSON_Delete(j);
+    fr.n_members = 1;
+    j = fox_render_fold(&fr);
+    ck_assert_ptr_null(cJSON_GetObjectItem(j, "members"));
+    cJSON_Delete(j);
+
+    memset(&ep, 0, sizeof ep);
+    ep.n_members = 2;
+    ep.members[0].training = 1;
+    ep.members[0].test_sharpe = 1.5;
+    ep.members[1].val_sharpe = NAN;
+    ep.members[1].test_sharpe = NAN;
+    j = fox_render_epoch(&ep);
+    const cJSON *a = cJSON_GetObjectItem(j, "members");
+    ck_assert_int_eq(cJSON_GetArraySize(a), 2);
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(a, 0), "training")));
+    ck_assert_double_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(a, 0), "test_sharpe")->valuedouble,
+                        1.5);
+    ck_assert(cJSON_IsFalse(cJSON_GetObjectItem(cJSON_GetArrayItem(a, 1), "training")));
+    ck_assert(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetArrayItem(a, 1), "test_sharpe")));
+    cJSON_Delete(j);
+    ep.n_members = 1;
+    j = fox_render_epoch(&ep);
+    ck_assert_ptr_null(cJSON_GetObjectItem(j, "members"));
+    cJSON_Delete(j);
+
+    /* A member outside the population: the error names the member and the range. */
+    char msg[160];
+    ck_assert_int_eq(fox_member_check(2, 3, msg, sizeof msg), FOX_OK);
+    ck_assert_int_eq(fox_member_check(3, 3, msg, sizeof msg), FOX_EINVAL);
+    ck_assert_str_eq(msg, "args.member 3 is outside [0, 3): engine.members is 3");
+}
+END_TEST
+
 /* ---------------------------------------------------------------- trainer */
 
 /* The hooks: completed commands and events, collected for the test thread. */
@@ -562,7 +650,7 @@ START_TEST(test_trainer)
 
     /* ISV and flags are readable at any time. */
     float isv[FOX_ISV_TOTAL_DIM];
-    ck_assert_int_eq(fox_trainer_read_isv(t, isv, FOX_ISV_TOTAL_DIM), FOX_ISV_TOTAL_DIM);
+    ck_assert_int_eq(fox_trainer_read_isv(t, 0, isv, FOX_ISV_TOTAL_DIM), FOX_ISV_TOTAL_DIM);
 
     /* Checkpoints: save (long: op_done), load back, refuse a corrupt file untouched. */
     c = calloc(1, sizeof *c);
@@ -940,6 +1028,7 @@ daemon_suite(void)
     tcase_add_test(tc, test_pipes_peer);
     tcase_add_test(tc, test_cpus_split);
     tcase_add_test(tc, test_cpus_one);
+    tcase_add_test(tc, test_members_render);
     suite_add_tcase(s, tc);
     tc = tcase_create("training");
     tcase_set_timeout(tc, 300);

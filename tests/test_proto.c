@@ -773,6 +773,98 @@ START_TEST(test_fold_table)
 }
 END_TEST
 
+/*
+ * A population's fold objects: the members line under the rows (the spread
+ * over seeds, the best and worst member, every halted member with its step
+ * and slot), the mean block's line over the folds' members, and none of it
+ * for a fold of one member.
+ */
+START_TEST(test_members_table)
+{
+    char json[8192], one[3000];
+    static const char members0[] =
+        ",\"members\":{\"n\":8,\"lead\":0,\"training\":7,\"measured\":8,\"mean\":0.42,"
+        "\"se\":0.11,\"best\":3,\"worst\":5,\"each\":["
+        "{\"member\":0,\"test_sharpe\":0.5,\"halt\":null},"
+        "{\"member\":1,\"test_sharpe\":0.4,\"halt\":null},"
+        "{\"member\":2,\"test_sharpe\":0.3,\"halt\":\"nan\",\"halt_step\":130,"
+        "\"halt_slot\":\"h_s2\"},"
+        "{\"member\":3,\"test_sharpe\":0.91,\"halt\":null},"
+        "{\"member\":4,\"test_sharpe\":0.4,\"halt\":null},"
+        "{\"member\":5,\"test_sharpe\":-0.12,\"halt\":null},"
+        "{\"member\":6,\"test_sharpe\":0.5,\"halt\":null},"
+        "{\"member\":7,\"test_sharpe\":0.47,\"halt\":\"grad_collapse\",\"halt_step\":150,"
+        "\"halt_slot\":null}]}";
+    static const char members1[] =
+        ",\"members\":{\"n\":2,\"lead\":0,\"training\":2,\"measured\":2,\"mean\":0.18,"
+        "\"se\":0.2,\"best\":0,\"worst\":1,\"each\":["
+        "{\"member\":0,\"test_sharpe\":0.38,\"halt\":null},"
+        "{\"member\":1,\"test_sharpe\":-0.02,\"halt\":null}]}";
+    size_t k = (size_t)snprintf(json, sizeof json, "[");
+    snprintf(one, sizeof one, fold_json, 0, 1.0, 0.6, 0.5, 0.8, 1.0, "null", "null", members0);
+    k += (size_t)snprintf(json + k, sizeof json - k, "%s,", one);
+    snprintf(one, sizeof one, fold_json, 1, 1.0, 0.6, 0.5, 0.8, 1.0, "null", "null", members1);
+    k += (size_t)snprintf(json + k, sizeof json - k, "%s]", one);
+    char *buf = print_table(json);
+    ck_assert_msg(strstr(buf,
+                         "\n  members (8, 7 training): test Sharpe 0.42 ± 0.11 (mean ± SE over "
+                         "members), best #3 0.91, worst #5 -0.12; #2 halted at step 130 "
+                         "(h_s2), #7 halted at step 150 (grad_collapse)\n"),
+                  "%s", buf);
+    ck_assert_msg(strstr(buf,
+                         "\n  members (2, 2 training): test Sharpe 0.18 ± 0.20 (mean ± SE over "
+                         "members), best #0 0.38, worst #1 -0.02\n"),
+                  "%s", buf);
+    /* The mean of the members' means, (0.42 + 0.18) / 2, its SE sqrt(0.11² + 0.2²) / 2. */
+    ck_assert_msg(strstr(buf, "\n  members: test Sharpe 0.300 ± 0.114 (the folds' mean over "
+                              "members, averaged; SE pooled over 2 folds)\n"),
+                  "%s", buf);
+    free(buf);
+    /* One member: the table is what it was before populations. */
+    snprintf(one, sizeof one, fold_json, 0, 1.0, 0.6, 0.5, 0.8, 1.0, "null", "null", "");
+    snprintf(json, sizeof json, "[%s]", one);
+    buf = print_table(json);
+    ck_assert_msg(!strstr(buf, "members"), "%s", buf);
+    free(buf);
+}
+END_TEST
+
+/* args.member of the per-member commands: absent reads -1, out of range names the range. */
+START_TEST(test_member_arg)
+{
+    fox_request req;
+    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"isv_read\"}"), FOX_OK);
+    ck_assert_int_eq(req.member, -1);
+    fox_request_fini(&req);
+    ck_assert_fox_code(
+        parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"isv_read\",\"args\":{\"member\":2}}"), FOX_OK);
+    ck_assert_int_eq(req.member, 2);
+    fox_request_fini(&req);
+    ck_assert_fox_code(
+        parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"nan_flags\",\"args\":{\"member\":0}}"), FOX_OK);
+    ck_assert_int_eq(req.member, 0);
+    ck_assert_int_eq(fox_request_is_mutating(&req), 0);
+    fox_request_fini(&req);
+    ck_assert_fox_code(parse(&req, "{\"v\":1,\"id\":1,\"cmd\":\"inject_fault\",\"args\":{"
+                                   "\"buffer\":\"h_s2\",\"kind\":\"nan\",\"member\":63}}"),
+                       FOX_OK);
+    ck_assert_int_eq(req.member, 63);
+    fox_request_fini(&req);
+    ck_assert_fox_code(
+        status_of("{\"v\":1,\"id\":1,\"cmd\":\"isv_read\",\"args\":{\"member\":64}}"), FOX_EINVAL);
+    ck_assert_msg(strstr(err, "args.member must be an integer in [0, 63]"), "%s", err);
+    ck_assert_fox_code(
+        status_of("{\"v\":1,\"id\":1,\"cmd\":\"nan_flags\",\"args\":{\"member\":-1}}"), FOX_EINVAL);
+    /* A clear clears every member's flags: asking it of one member is refused, not half done. */
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"nan_flags\",\"args\":{"
+                                 "\"clear\":true,\"member\":1}}"),
+                       FOX_EINVAL);
+    ck_assert_msg(strstr(err, "clears every member's flags"), "%s", err);
+    /* Commands with nothing per member take no member. */
+    ck_assert_fox_code(status_of("{\"v\":1,\"id\":1,\"cmd\":\"status\",\"args\":{\"member\":1}}"),
+                       FOX_EINVAL);
+}
+END_TEST
 
 /* ------------------------------------------------ strings and hostile sizes */
 
@@ -929,6 +1021,7 @@ proto_suite(void)
     tcase_add_test(tc, test_checkpoint);
     tcase_add_test(tc, test_config);
     tcase_add_test(tc, test_inject_and_shutdown);
+    tcase_add_test(tc, test_member_arg);
     tcase_add_test(tc, test_command_table);
     tcase_add_test(tc, test_backtest_args);
     tcase_add_test(tc, test_parse_bars);
@@ -938,6 +1031,7 @@ proto_suite(void)
     tcase_add_test(tc, test_reply_round_trip);
     tcase_add_test(tc, test_event_round_trip);
     tcase_add_test(tc, test_fold_table);
+    tcase_add_test(tc, test_members_table);
     tcase_add_test(tc, test_runtime_dir);
     tcase_add_test(tc, test_strings);
     tcase_add_test(tc, test_many_keys);

@@ -7,7 +7,10 @@
 # with 2 seeds; a job file names each member once; the same spec into the
 # same directory runs nothing again; a bad spec, a grid of too many jobs and
 # an endpoint listed twice are refused; killing one daemon mid-job still
-# completes the sweep on the other, the lost job run again there.
+# completes the sweep on the other, the lost job run again there; jobs of
+# consecutive seeds on the same data packed into one engine's members give
+# each job the figures it has run alone (--no-pack), and a generator whose
+# data follows train.seed is not packed and says why.
 # Bounded for a 2-core machine: a tiny model, 20 steps a job, one BLAS thread.
 set -u
 FOXD=$(realpath "$1") FOXCTL=$(realpath "$2")
@@ -109,6 +112,30 @@ sweep --folds 0,1 --seeds 5 --epochs 1 --steps 20 --endpoints "$A" --dir "$dir/s
     >"$dir/same.out" 2>&1 || { cat "$dir/same.out"; fail "one-daemon sweep exited $?"; }
 same_as_alone "$dir/same"
 ok "consecutive jobs of one config on one daemon each start from a fresh engine"
+
+# --- packing: 3 consecutive seeds on the same data (data.seed set) train as the members of
+# one engine, and each job's figures are those of the same sweep run job by job
+grep -q "configuration 0 \[train.lr=0.0003\] is not packed: its data comes from train.seed" \
+    "$dir/sw.err" || fail "a generator with data.seed unset should say why it is not packed"
+for mode in pack no-pack; do
+    sweep --folds 0 --seeds 1,2,3 --set data.seed=7 --epochs 1 --steps 20 --endpoints "$A" \
+        --dir "$dir/$mode" $([ $mode = no-pack ] && echo --no-pack) >"$dir/$mode.out" \
+        2>"$dir/$mode.err" || { cat "$dir/$mode.out" "$dir/$mode.err"; fail "$mode sweep exited $?"; }
+done
+grep -q "3 jobs of consecutive seeds packed into 1 run " "$dir/pack.err" ||
+    fail "the packed sweep should say so: $(cat "$dir/pack.err")"
+! grep -q "packed into" "$dir/no-pack.err" || fail "--no-pack packed: $(cat "$dir/no-pack.err")"
+python3 - "$dir/pack" "$dir/no-pack" <<'EOF' || fail "a packed job differs from its run alone"
+import json, sys
+for s in (1, 2, 3):
+    p, n = (json.load(open("%s/jobs/c0-s%d-f0.json" % (d, s))) for d in sys.argv[1:])
+    assert p["packed"]["members"] == 3 and p["packed"]["member"] == s - 1, p.get("packed")
+    assert "packed" not in n, n
+    for k in ("test_sharpe", "test_sharpe_se", "best_epoch", "best_val_sharpe", "test_turnover"):
+        assert p["folds"][0][k] == n["folds"][0][k], (s, k, p["folds"][0][k], n["folds"][0][k])
+EOF
+[ "$(grep -c '^c0-s[123]-f0 ' "$dir/pack.out")" = 3 ] || fail "packed table: $(cat "$dir/pack.out")"
+ok "a packed sweep of 3 seeds gives each job the figures of the sweep with --no-pack"
 
 # --- the same spec again: nothing runs (no daemon needed), the table comes back
 before=$(stat -c %Y "$dir"/sw/jobs/*.json | sort | md5sum)
