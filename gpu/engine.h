@@ -222,10 +222,15 @@ int fox_engine_reset_for_fold(fox_engine *e);
 /*
  * Run n full steps (collect from every environment, then one train step).
  * Every step ends with the fused sentinel check (engine.sentinel) and the
- * halts: FOX_EHALT when the step ended in halt_nan (a slot 0–35 is set) or
- * halt_grad_collapse (a non-finite loss, or a gradient norm ≈ 0 for
- * FOX_HALT_COLLAPSE_STEPS steps); fox_engine_errmsg then says which, naming
- * the slots ("halt_nan: slots 12 h_s2, 33 d_h_s2_post_main"), and
+ * halts (fox_halt_decide). A set slot is sticky and shows in the flags; under
+ * engine.halt_rule = seeds (the default) it halts nothing, its buffer's clamps
+ * and the isfinite guard having sanitized what it flagged, and the step's
+ * update goes on. FOX_EHALT when the step ended in halt_nan (its loss or its
+ * global gradient norm is not finite; under halt_rule = strict also any slot
+ * 0–35 set) or halt_grad_collapse (a gradient norm ≈ 0 for
+ * FOX_HALT_COLLAPSE_STEPS train steps); fox_engine_errmsg then says which,
+ * naming the slots 0–35 set ("halt_nan: loss nan, grad norm 2.1; slots 21
+ * total_loss", "halt_nan: slots 12 h_s2" under strict), and
  * fox_engine_halt_info gives the same as data. The fold is stopped: run_steps
  * and train_only refuse with FOX_ESTATE until begin_fold or reset_for_fold.
  */
@@ -244,7 +249,7 @@ typedef struct fox_halt_info {
     fox_halt_reason reason;
     int fold;     /* the fold that stopped */
     int64_t step; /* its full-step count when it stopped */
-    int n_slots;  /* halt_nan: the slots set, ascending */
+    int n_slots;  /* halt_nan: the slots 0–35 set, ascending (maybe none) */
     int slots[FOX_HALT_MAX_SLOTS];
     const char *names[FOX_HALT_MAX_SLOTS]; /* their names (static strings) */
     char message[512];                     /* the errmsg of the halt */
