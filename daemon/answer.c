@@ -119,11 +119,14 @@ fox_answer_read(fox_trainer *t, const fox_dconf *d, const fox_counters *n, const
         r = fox_render_isv_list();
         break;
     case FOX_CMD_NAN_FLAGS:
-        fox_trainer_read_flags(t, flags, FOX_SENTINEL_SLOTS);
-        r = fox_render_nan_flags(flags);
+        if ((s = snapshot_of(t))) {
+            fox_trainer_read_flags(t, flags, FOX_SENTINEL_SLOTS);
+            r = fox_render_nan_flags(flags, s->cfg.halt_rule);
+        }
         break;
     case FOX_CMD_SENTINEL_LIST:
-        r = fox_render_sentinel_list();
+        if ((s = snapshot_of(t)))
+            r = fox_render_sentinel_list(s->cfg.halt_rule);
         break;
     case FOX_CMD_METRICS:
         if ((s = snapshot_of(t)))
