@@ -59,7 +59,7 @@ flags_of(const member_read *m, int member)
 {
     int flags[FOX_SENTINEL_SLOTS];
     fox_trainer_read_flags(m->t, member, flags, FOX_SENTINEL_SLOTS);
-    return fox_render_nan_flags(flags);
+    return fox_render_nan_flags(flags, m->s->cfg.halt_rule);
 }
 
 /*
@@ -191,7 +191,8 @@ fox_answer_read(fox_trainer *t, const fox_dconf *d, const fox_counters *n, const
         }
         break;
     case FOX_CMD_SENTINEL_LIST:
-        r = fox_render_sentinel_list();
+        if ((s = snapshot_of(t)))
+            r = fox_render_sentinel_list(s->cfg.halt_rule);
         break;
     case FOX_CMD_METRICS:
         if ((s = snapshot_of(t)))

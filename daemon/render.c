@@ -422,8 +422,15 @@ fox_render_isv_list(void)
     return o;
 }
 
+/* Does slot i, once set, halt the fold under halt_rule (fox_halt_decide)? */
+static int
+slot_halts(int i, int halt_rule)
+{
+    return halt_rule == FOX_HALT_RULE_STRICT && fox_sentinel_is_halt(i);
+}
+
 cJSON *
-fox_render_nan_flags(const int *flags)
+fox_render_nan_flags(const int *flags, int halt_rule)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON *fired = cJSON_AddArrayToObject(o, "fired");
@@ -438,7 +445,7 @@ fox_render_nan_flags(const int *flags)
         cJSON_AddNumberToObject(e, "slot", i);
         cJSON_AddStringToObject(e, "name", fox_sentinel_name(i));
         cJSON_AddStringToObject(e, "buffer", fox_sentinel_buffer(i));
-        cJSON_AddBoolToObject(e, "halts", fox_sentinel_is_halt(i));
+        cJSON_AddBoolToObject(e, "halts", slot_halts(i, halt_rule));
         cJSON_AddItemToArray(fired, e);
     }
     cJSON_AddNumberToObject(o, "count", count);
@@ -446,7 +453,7 @@ fox_render_nan_flags(const int *flags)
 }
 
 cJSON *
-fox_render_sentinel_list(void)
+fox_render_sentinel_list(int halt_rule)
 {
     char rule[256];
     cJSON *o = cJSON_CreateObject();
@@ -459,7 +466,7 @@ fox_render_sentinel_list(void)
         cJSON_AddStringToObject(e, "kind", fox_sentinel_kind_name(fox_sentinel_kind(i)));
         if (fox_sentinel_rule_text(i, rule, sizeof rule) == 0)
             cJSON_AddStringToObject(e, "rule", rule);
-        cJSON_AddBoolToObject(e, "halts", fox_sentinel_is_halt(i));
+        cJSON_AddBoolToObject(e, "halts", slot_halts(i, halt_rule));
         cJSON_AddStringToObject(e, "doc", fox_sentinel_doc(i));
         cJSON_AddItemToArray(a, e);
     }

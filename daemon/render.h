@@ -62,9 +62,13 @@ cJSON *fox_render_metrics(const fox_snapshot *s, const fox_counters *n);
 /* The n slots idx[] of isv, as of the snapshot's step. */
 cJSON *fox_render_isv_read(const fox_snapshot *s, const int *idx, int n, const float *isv);
 cJSON *fox_render_isv_list(void);
-/* flags: FOX_SENTINEL_SLOTS values as read from the engine. */
-cJSON *fox_render_nan_flags(const int *flags);
-cJSON *fox_render_sentinel_list(void);
+/*
+ * flags: FOX_SENTINEL_SLOTS values as read from the engine. Each slot's
+ * `halts` says whether it halts the fold under halt_rule (FOX_HALT_RULE_*,
+ * the engine's engine.halt_rule): only under strict does any.
+ */
+cJSON *fox_render_nan_flags(const int *flags, int halt_rule);
+cJSON *fox_render_sentinel_list(int halt_rule);
 /* The config keys idx[] (every key when n is 0) of cfg, under "values". */
 cJSON *fox_render_config(const fox_config *cfg, const int *idx, int n);
 

@@ -20,6 +20,7 @@
 static const char *const backend_names[] = {"auto", "cpu", "cuda", NULL};
 static const char *const target_names[] = {"mean", "indep", NULL};
 static const char *const bounds_names[] = {"fixed", "adaptive", NULL};
+static const char *const halt_rule_names[] = {"seeds", "strict", NULL};
 static const char *const fault_names[] = {"none", "nan", "inf", "huge", NULL};
 static const char *const cuda_math_names[] = {"fp32", "greedy_tf32", "tf32", NULL};
 static const char *const select_names[] = {"smoothed", "best", "last", NULL};
@@ -182,6 +183,9 @@ static const key_def keys[] = {
     ENM("engine.bounds_mode", bounds_mode, bounds_names, "fixed",
         "fixed (SP3) or adaptive (SP4) bounds"),
     INT("engine.sentinel", sentinel, 0, 1, "1", "run the fused NaN/threshold check every step"),
+    ENM("engine.halt_rule", halt_rule, halt_rule_names, "seeds",
+        "seeds (a set slot 0-35 only flags; halt_nan on a non-finite loss or gradient norm) or "
+        "strict (any set slot 0-35 also halts the fold)"),
     INT("engine.threads", threads, 0, 256, "0",
         "BLAS threads on the CPU backend; 0 = all cores (--once), one per training CPU (serving)"),
     ENM("engine.cuda_math", cuda_math, cuda_math_names, "greedy_tf32",

@@ -22,6 +22,7 @@
 enum { FOX_BACKEND_AUTO = 0, FOX_BACKEND_CPU = 1, FOX_BACKEND_CUDA = 2 };
 enum { FOX_TARGET_MEAN = 0, FOX_TARGET_INDEP = 1 };
 enum { FOX_BOUNDS_FIXED = 0, FOX_BOUNDS_ADAPTIVE = 1 };
+enum { FOX_HALT_RULE_SEEDS = 0, FOX_HALT_RULE_STRICT = 1 };
 enum { FOX_FAULT_NONE = 0, FOX_FAULT_NAN = 1, FOX_FAULT_INF = 2, FOX_FAULT_HUGE = 3 };
 enum { FOX_CUDA_MATH_FP32 = 0, FOX_CUDA_MATH_GREEDY_TF32 = 1, FOX_CUDA_MATH_TF32 = 2 };
 
@@ -111,6 +112,7 @@ typedef struct fox_config {
     int quorum;       /* engine.quorum: members that must still train for the fold to go on */
     int bounds_mode;  /* FOX_BOUNDS_* */
     int sentinel;     /* 1: run the fused NaN check every step */
+    int halt_rule;    /* FOX_HALT_RULE_*: what a set slot 0–35 does */
     int threads;      /* BLAS threads on the CPU backend; 0 = library default */
     int cuda_math;    /* FOX_CUDA_MATH_*: the CUDA backend's cuBLAS products */
     int device;       /* CUDA device index the engine runs on; the CPU backend ignores it */

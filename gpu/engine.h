@@ -276,15 +276,20 @@ int fox_engine_reset_for_fold(fox_engine *e);
 /*
  * Run n full steps (collect from every environment, then one train step) on
  * every member still training. Every step ends with the fused sentinel
- * check (engine.sentinel) and the halts: a member halts on halt_nan (a slot
- * 0–35 is set) or halt_grad_collapse (a non-finite loss, or a gradient norm
- * ≈ 0 for FOX_HALT_COLLAPSE_STEPS steps), and from then on is frozen: it
- * trains no more in the fold, keeps its chosen epoch, and
+ * check (engine.sentinel) and the halts (fox_halt_decide). A set slot is
+ * sticky and shows in the flags; under engine.halt_rule = seeds (the
+ * default) it halts nothing, its buffer's clamps and the isfinite guard
+ * having sanitized what it flagged, and the step's update goes on. A member
+ * halts on halt_nan (its step's loss or global gradient norm is not finite;
+ * under halt_rule = strict also any slot 0–35 set) or halt_grad_collapse (a
+ * gradient norm ≈ 0 for FOX_HALT_COLLAPSE_STEPS train steps), and from then
+ * on is frozen: it trains no more in the fold, keeps its chosen epoch, and
  * fox_engine_member_halt_info says why. The fold goes on while at least
  * engine.quorum members train; when fewer are left the call returns
  * FOX_EHALT, fox_engine_errmsg says which member halted last and why,
- * naming the slots ("member 2: halt_nan: slots 12 h_s2, 33
- * d_h_s2_post_main"), and fox_engine_halt_info gives the same as data. The
+ * naming the slots 0–35 set ("halt_nan: loss nan, grad norm 2.1; slots 21
+ * total_loss", "member 2: halt_nan: slots 12 h_s2" under strict with
+ * several members), and fox_engine_halt_info gives the same as data. The
  * fold is stopped: run_steps and train_only refuse with FOX_ESTATE until
  * begin_fold or reset_for_fold, which bring every member back.
  */
@@ -304,7 +309,7 @@ typedef struct fox_halt_info {
     int member;   /* the member that halted (the last one, for a fold stopped) */
     int fold;     /* the fold that stopped */
     int64_t step; /* its full-step count when it stopped */
-    int n_slots;  /* halt_nan: the slots set, ascending */
+    int n_slots;  /* halt_nan: the slots 0–35 set, ascending (maybe none) */
     int slots[FOX_HALT_MAX_SLOTS];
     const char *names[FOX_HALT_MAX_SLOTS]; /* their names (static strings) */
     char message[512];                     /* the errmsg of the halt */

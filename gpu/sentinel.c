@@ -190,6 +190,22 @@ fox_sentinel_halt_text(const volatile int *flags, char *buf, size_t len)
     return count;
 }
 
+void
+fox_sentinel_halt_message(char *buf, size_t len, int reason, const volatile int *flags,
+                          float loss, float norm)
+{
+    char slots[400];
+    int n = fox_sentinel_halt_text(flags, slots, sizeof slots);
+    if (reason == FOX_HALT_GRAD_COLLAPSE)
+        snprintf(buf, len, "halt_grad_collapse: grad norm <= %g for %d train steps",
+                 FOX_HALT_COLLAPSE_NORM, FOX_HALT_COLLAPSE_STEPS);
+    else if (!isfinite(loss) || !isfinite(norm))
+        snprintf(buf, len, "halt_nan: loss %g, grad norm %g%s%s", (double)loss, (double)norm,
+                 n ? "; slots " : "", slots);
+    else
+        snprintf(buf, len, "halt_nan: slots %s", slots);
+}
+
 uint64_t
 fox_sentinel_mask(const volatile int *flags)
 {

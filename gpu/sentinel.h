@@ -13,12 +13,14 @@
  *         slot 49 of Mech 10)
  *
  * Flags are ints: a check writes 1, never 0; only reset_for_fold or the
- * explicit clear command clears them. halt_nan fires on any of slots 0–35.
+ * explicit clear command clears them. Under engine.halt_rule = seeds a set
+ * slot only flags; under strict any of slots 0–35 also halts the fold
+ * (fox_halt_decide, the one rule both backends run).
  *
- * It does not own the flag buffer (the engine does), launch anything, or
- * decide halts (the trainer does); the check functions here are the CPU
- * reference the CUDA fused kernel must agree with. Threading: everything is
- * pure; safe from any thread. C and C++ (nvcc) compatible.
+ * It does not own the flag buffer (the engine does) or launch anything; the
+ * check functions and the halt decision here are the CPU reference the CUDA
+ * fused kernel must agree with. Threading: everything is pure; safe from any
+ * thread. C and C++ (nvcc) compatible.
  */
 #ifndef FOX_SENTINEL_H
 #define FOX_SENTINEL_H
@@ -27,6 +29,8 @@
 #include <stdint.h>
 
 #include "gpu/model.h"
+#include "gpu/rng.h"         /* FOX_HD */
+#include "gpu/train_types.h" /* FOX_HALT_* */
 
 #define FOX_SENTINEL_SLOTS 50
 
@@ -200,18 +204,42 @@ enum {
 #undef X
 };
 
-/* halt_nan fires on any slot in [0, FOX_SENT_HALT_END) (reserved slots never fire). */
+/*
+ * The halting slots, [0, FOX_SENT_HALT_END) (reserved slots never fire): under
+ * engine.halt_rule = strict any of them set halts the fold through halt_nan.
+ */
 enum { FOX_SENT_HALT_END = 36 };
 
 /*
- * halt_grad_collapse: the loss is not finite, or the global gradient norm
- * (finite elements) stayed at or below FOX_HALT_COLLAPSE_NORM for
- * FOX_HALT_COLLAPSE_STEPS train steps in a row: every gradient poisoned
- * (the isfinite guard zeroes them all) or the network dead. A healthy foxnet
- * step has a norm many orders above the floor.
+ * halt_grad_collapse: the global gradient norm (finite elements) stayed at or
+ * below FOX_HALT_COLLAPSE_NORM for FOX_HALT_COLLAPSE_STEPS train steps in a
+ * row: every gradient poisoned (the isfinite guard zeroes them all) or the
+ * network dead. A healthy foxnet step has a norm many orders above the floor.
  */
 #define FOX_HALT_COLLAPSE_NORM  1e-10
 #define FOX_HALT_COLLAPSE_STEPS 50
+
+/*
+ * The halt a step ends in (FOX_HALT_*), the seeds' rule on both backends.
+ * halt_nan when the step trained and its loss or its global gradient norm
+ * (Mech 6's, over the finite gradients) is not finite as a float, as the
+ * seeds' trainer stopped on "NaN/Inf at step"; or when slot_halts, a halting
+ * slot set under the strict rule. Else, for a train step, halt_grad_collapse
+ * when *collapse_run, the train steps in a row whose norm stayed at or below
+ * FOX_HALT_COLLAPSE_NORM, reaches FOX_HALT_COLLAPSE_STEPS with this one.
+ * Under the seeds rule a set slot decides nothing: its buffer's clamps and
+ * the isfinite guard sanitize what it flagged, and the step's update goes on.
+ */
+FOX_HD int
+fox_halt_decide(int slot_halts, int trained, float loss, double norm, int *collapse_run)
+{
+    if (slot_halts || (trained && (!isfinite(loss) || !isfinite((float)norm))))
+        return FOX_HALT_NAN;
+    if (!trained)
+        return FOX_HALT_NONE;
+    *collapse_run = norm <= FOX_HALT_COLLAPSE_NORM ? *collapse_run + 1 : 0;
+    return *collapse_run >= FOX_HALT_COLLAPSE_STEPS ? FOX_HALT_GRAD_COLLAPSE : FOX_HALT_NONE;
+}
 
 /* Families for fox_sentinel_group_slot. */
 enum { FOX_SENT_FAMILY_WEIGHT = 0, FOX_SENT_FAMILY_ADAM_M = 1, FOX_SENT_FAMILY_ADAM_V = 2 };
@@ -299,9 +327,20 @@ int fox_sentinel_param_runs(int slot, const fox_model_layout *lay, fox_param_run
 /*
  * The halt_nan slots set in flags [FOX_SENTINEL_SLOTS], as text into buf:
  * "12 h_s2, 33 d_h_s2_post_main" (always NUL-terminated, cut if too long).
- * Returns how many there are; 0 leaves buf "".
+ * Returns how many there are; 0 leaves buf "". len 0 only counts them.
  */
 int fox_sentinel_halt_text(const volatile int *flags, char *buf, size_t len);
+
+/*
+ * The message of a halt (fox_halt_decide's reason) into buf, the same words
+ * on both backends: "halt_nan: loss nan, grad norm 3.2; slots 12 h_s2" for a
+ * non-finite loss or norm (the slots 0–35 set, if any), "halt_nan: slots 12
+ * h_s2, 33 d_h_s2_post_main" for a strict slot halt, "halt_grad_collapse:
+ * grad norm <= 1e-10 for 50 train steps". loss and norm are the halting
+ * step's, 0 when it did not train. Always NUL-terminated, cut if too long.
+ */
+void fox_sentinel_halt_message(char *buf, size_t len, int reason, const volatile int *flags,
+                               float loss, float norm);
 
 /* The slots set in flags [FOX_SENTINEL_SLOTS] as a mask, bit i for slot i. */
 uint64_t fox_sentinel_mask(const volatile int *flags);

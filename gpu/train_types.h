@@ -77,8 +77,8 @@ typedef struct fox_step_stats {
 /* Why a fold stopped (fox_backend_base.halt_reason, fox_halt_info.reason). */
 typedef enum {
     FOX_HALT_NONE = 0,         /* the fold runs */
-    FOX_HALT_NAN = 1,          /* halt_nan: a sentinel slot 0–35 fired */
-    FOX_HALT_GRAD_COLLAPSE = 2 /* halt_grad_collapse: non-finite loss or vanished gradient */
+    FOX_HALT_NAN = 1,          /* halt_nan: non-finite loss or gradient norm; strict: a slot 0–35 */
+    FOX_HALT_GRAD_COLLAPSE = 2 /* halt_grad_collapse: the gradient norm vanished */
 } fox_halt_reason;
 
 #endif

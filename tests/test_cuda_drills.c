@@ -2,9 +2,12 @@
  * test_cuda_drills.c — fault drills on the CUDA backend, end to end through
  * the engine: a fault injected into a named sentinel buffer at a chosen
  * train step fires that buffer's slot on the device (fused check, inline
- * check or in-kernel engagement flag), a slot 0–35 halts the fold naming
- * it as the CPU backend does, the fold refuses further steps, and the next
- * fold starts clean. A run without a fault fires nothing.
+ * check or in-kernel engagement flag); under engine.halt_rule = strict a
+ * slot 0–35 halts the fold naming it as the CPU backend does, the fold
+ * refuses further steps, and the next fold starts clean; under seeds (the
+ * default) the fault is sanitized and flagged and the fold trains on, or
+ * halts through halt_nan on the loss it reached, with finite weights either
+ * way. A run without a fault fires nothing.
  *
  * Every halting slot 0–35, with NaN and with Inf, against the CPU drills'
  * reach table (drill_reach.h): its own slot fires and nothing beyond what
@@ -15,9 +18,10 @@
  * the run of steps still computes its forwards and backwards on the
  * poisoned weights, where the CPU stops at once (params); and its TD errors
  * and replay priorities are one buffer (bt.prio), which both slots watch.
- * Then the threshold slots' huge values, h_s2 with adaptive bounds, and
- * halt_grad_collapse on both of its causes (a vanished gradient through the
- * debug library, gpu/cuda/debug.h: no run of the real step can make one).
+ * Then the threshold slots' huge values, h_s2 with adaptive bounds,
+ * halt_nan on a non-finite loss and halt_grad_collapse on a vanished
+ * gradient (through the debug library, gpu/cuda/debug.h: no run of the real
+ * step can make one).
  *
  * Exits 77 (meson: skipped) with the reason when no CUDA device is present,
  * as on CI. Runs without fork: a CUDA context does not survive fork().
@@ -82,14 +86,15 @@ START_TEST(clean_run_fires_nothing)
 END_TEST
 
 /*
- * The fault fires its slot and nothing outside `down` (its reach; ~0: not checked); a
- * halting slot halts the fold naming it; begin_fold clears it.
+ * The fault fires its slot and nothing outside `down` (its reach; ~0: not checked); under
+ * the strict rule a halting slot halts the fold naming it; begin_fold clears it.
  */
 static void
 drill(const char *name, const char *kind, int adaptive, uint64_t down)
 {
     fox_config c;
     config(&c, name, kind, adaptive);
+    c.halt_rule = FOX_HALT_RULE_STRICT;
     int slot = fox_sentinel_index(name);
     fox_engine *e = fox_test_engine(&c);
     int rv = fox_engine_run_steps(e, STEPS, NULL);
@@ -102,7 +107,7 @@ drill(const char *name, const char *kind, int adaptive, uint64_t down)
     if (fox_sentinel_is_halt(slot)) {
         ck_assert_msg(rv == FOX_EHALT, "%s %s: no halt (%s)", kind, name, fox_strerror(rv));
         snprintf(want, sizeof want, "%d %s", slot, name);
-        ck_assert_msg(strstr(fox_engine_errmsg(e), "halt_nan: slots ") &&
+        ck_assert_msg(strstr(fox_engine_errmsg(e), "halt_nan: ") &&
                           strstr(fox_engine_errmsg(e), want),
                       "%s %s: errmsg '%s'", kind, name, fox_engine_errmsg(e));
         fox_halt_info h;
@@ -158,16 +163,17 @@ START_TEST(threshold_faults_and_adaptive_h_s2)
 END_TEST
 
 /*
- * halt_grad_collapse as the device decides it: a non-finite loss with the checks off (no flag
- * set), end to end; and a gradient that vanished for FOX_HALT_COLLAPSE_STEPS train steps, on
+ * The halts as the device decides them: halt_nan on a non-finite loss with the checks off (no
+ * flag set), end to end; and halt_grad_collapse on a gradient that vanished for
+ * FOX_HALT_COLLAPSE_STEPS train steps, on
  * the decision itself (the step's norm and halt kernels on a gradient given from the host),
  * as test_drills does for the CPU: not one step short of them, nor on a norm just above
  * FOX_HALT_COLLAPSE_NORM.
  */
 static void
-collapse_on_nonfinite_loss(void)
+nan_on_nonfinite_loss(void)
 {
-    const char *want = "halt_grad_collapse: non-finite loss";
+    const char *want = "halt_nan: loss nan, grad norm ";
     fox_config c;
     config(&c, "total_loss", "nan", 0);
     c.sentinel = 0;
@@ -178,13 +184,13 @@ collapse_on_nonfinite_loss(void)
                   fox_engine_errmsg(e), want);
     fox_halt_info h;
     fox_engine_halt_info(e, &h);
-    ck_assert_int_eq(h.reason, FOX_HALT_GRAD_COLLAPSE);
+    ck_assert_int_eq(h.reason, FOX_HALT_NAN);
     ck_assert_uint_eq(fox_sentinel_mask(fox_engine_flags(e)), 0);
     char msg[256];
     snprintf(msg, sizeof msg, "%s", fox_engine_errmsg(e));
     fox_engine_destroy(e);
     int64_t at = fox_test_halt_step(&c, 2 * FOX_HALT_COLLAPSE_STEPS);
-    printf("drill collapse at step %lld: %s\n", (long long)at, msg);
+    printf("drill non-finite loss at step %lld: %s\n", (long long)at, msg);
 }
 
 static void
@@ -216,6 +222,7 @@ START_TEST(halt_reported_at_its_step)
 {
     fox_config c;
     config(&c, "h_s2", "nan", 0);
+    c.halt_rule = FOX_HALT_RULE_STRICT;
     printf("drill nan h_s2: halted at step %lld\n", (long long)fox_test_halt_step(&c, STEPS));
 }
 END_TEST
@@ -225,16 +232,48 @@ START_TEST(fault_fires_once_per_arming)
 {
     fox_config c;
     config(&c, "h_s2", "nan", 0);
+    c.halt_rule = FOX_HALT_RULE_STRICT;
     fox_test_fault_fires_once(&c, "h_s2", FOX_FAULT_NAN, STEPS);
     printf("drill fault once: fold 0 halted, fold 1 clean; re-armed: halted once, clean after "
            "reset_for_fold\n");
 }
 END_TEST
 
-START_TEST(halt_grad_collapse_on_device)
+START_TEST(halts_on_device)
 {
-    collapse_on_nonfinite_loss();
+    nan_on_nonfinite_loss();
     collapse_on_vanished_gradient();
+}
+END_TEST
+
+/*
+ * The seeds rule on the device, every halting slot with NaN and Inf: flagged, then trained
+ * on or halted through halt_nan on the loss, never on the slot alone, with finite weights
+ * (the CPU drills pin which of them reach the loss; the device's fused stages may differ).
+ */
+START_TEST(seeds_rule_every_slot)
+{
+    for (size_t k = 0; k < sizeof reaches / sizeof reaches[0]; k++) {
+        const char *name = fox_sentinel_name(reaches[k].slot);
+        for (int inf = 0; inf <= 1; inf++) {
+            fox_config c;
+            config(&c, name, inf ? "inf" : "nan", 0);
+            int halted = fox_test_seeds_drill(&c, STEPS);
+            printf("drill seeds %s %s: %s\n", inf ? "inf" : "nan", name,
+                   halted ? "halt_nan on the loss" : "sanitized, trained on");
+        }
+    }
+}
+END_TEST
+
+/* Under seeds a NaN in h_s2 is sanitized and flagged and the epochs finish; strict halts. */
+START_TEST(halt_rule_on_a_nan_in_h_s2)
+{
+    fox_config c;
+    config(&c, "h_s2", "nan", 0);
+    fox_test_halt_rule_h_s2(&c, 3, STEPS);
+    printf("drill halt rule: NaN in h_s2 flagged over 3 epochs under seeds, halts under "
+           "strict\n");
 }
 END_TEST
 
@@ -247,6 +286,7 @@ START_TEST(fault_armed_and_flags_cleared_mid_fold)
 {
     fox_config c;
     config(&c, NULL, NULL, 0);
+    c.halt_rule = FOX_HALT_RULE_STRICT;
     fox_engine *e = fox_test_engine(&c);
     FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, STEPS, NULL));
     FOX_CK_ENGINE_OK(e, fox_engine_inject_fault(e, -1, "target_q_post_clip", FOX_FAULT_HUGE, 3, 0));
@@ -258,7 +298,7 @@ START_TEST(fault_armed_and_flags_cleared_mid_fold)
     ck_assert_uint_eq(fox_sentinel_mask(fox_engine_flags(e)), 0);
     FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, STEPS, NULL));
     ck_assert_uint_eq(fox_sentinel_mask(fox_engine_flags(e)), 0);
-    /* A halting fault armed the same way halts at its step, naming its slot. */
+    /* A halting fault armed the same way halts at its step under strict, naming its slot. */
     FOX_CK_ENGINE_OK(e, fox_engine_inject_fault(e, -1, "h_s2", FOX_FAULT_NAN, 0, 0));
     ck_assert_int_eq(fox_engine_run_steps(e, STEPS, NULL), FOX_EHALT);
     ck_assert_msg(strstr(fox_engine_errmsg(e), "12 h_s2"), "%s", fox_engine_errmsg(e));
@@ -296,7 +336,9 @@ main(void)
     tcase_add_test(tc, halt_slots_fire_within_reach);
     tcase_add_test(tc, threshold_faults_and_adaptive_h_s2);
     tcase_add_test(tc, halt_reported_at_its_step);
-    tcase_add_test(tc, halt_grad_collapse_on_device);
+    tcase_add_test(tc, halts_on_device);
+    tcase_add_test(tc, seeds_rule_every_slot);
+    tcase_add_test(tc, halt_rule_on_a_nan_in_h_s2);
     tcase_add_test(tc, fault_fires_once_per_arming);
     tcase_add_test(tc, reset_for_fold_walks_the_state);
     tcase_add_test(tc, fault_armed_and_flags_cleared_mid_fold);

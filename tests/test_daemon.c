@@ -279,6 +279,29 @@ c_fold(void *a, const fox_fold_report *r)
     ((counts *)a)->folds++;
 }
 
+/* A slot's `halts` in nan_flags and sentinel_list follows engine.halt_rule: only strict halts. */
+START_TEST(test_render_halts_follow_the_rule)
+{
+    int flags[FOX_SENTINEL_SLOTS] = {0};
+    flags[FOX_SENT_H_S2] = 1;
+    flags[FOX_SENT_TRUNK_ADAM_M_MAX] = 1;
+    for (int rule = FOX_HALT_RULE_SEEDS; rule <= FOX_HALT_RULE_STRICT; rule++) {
+        cJSON *r = fox_render_nan_flags(flags, rule);
+        const cJSON *fired = cJSON_GetObjectItem(r, "fired");
+        ck_assert_int_eq(cJSON_GetArraySize(fired), 2);
+        ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(fired, 0), "halts")) ==
+                  (rule == FOX_HALT_RULE_STRICT));
+        ck_assert(cJSON_IsFalse(cJSON_GetObjectItem(cJSON_GetArrayItem(fired, 1), "halts")));
+        cJSON_Delete(r);
+        r = fox_render_sentinel_list(rule);
+        const cJSON *slots = cJSON_GetObjectItem(r, "slots");
+        ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(slots, FOX_SENT_H_S2),
+                                                   "halts")) == (rule == FOX_HALT_RULE_STRICT));
+        cJSON_Delete(r);
+    }
+}
+END_TEST
+
 START_TEST(test_walk)
 {
     fox_config cfg;
@@ -1029,6 +1052,7 @@ daemon_suite(void)
     tcase_add_test(tc, test_cpus_split);
     tcase_add_test(tc, test_cpus_one);
     tcase_add_test(tc, test_members_render);
+    tcase_add_test(tc, test_render_halts_follow_the_rule);
     suite_add_tcase(s, tc);
     tc = tcase_create("training");
     tcase_set_timeout(tc, 300);

@@ -387,7 +387,9 @@ rc=$?
 ok "a corrupt stop checkpoint stops the start and says why (payload CRC)"
 mv "$dir/state/foxd.ckpt" "$dir/state/corrupt.ckpt"
 # train.stop_on_halt=1: the halted fold stays open, for status, flags and reset-fold to see.
-start_foxd --set debug.enable=1 --set train.stop_on_halt=1
+# engine.halt_rule=strict in every drill here: under the default (seeds) rule the injected NaN
+# in h_s2 is sanitized and flagged, and the fold trains on.
+start_foxd --set debug.enable=1 --set train.stop_on_halt=1 --set engine.halt_rule=strict
 ctl inject-fault h_s2 nan --step 30 >/dev/null || fail "inject-fault"
 ok "inject_fault armed (debug.enable)"
 ctl start-fold 0 --steps 200 >"$dir/drill.out" 2>&1
@@ -420,17 +422,27 @@ ctl shutdown --no-checkpoint >/dev/null || fail "shutdown after the drill"
 wait "$pid"
 pid=
 "$FOXD" --once "${TINY[@]}" --set train.steps_per_epoch=200 --set debug.enable=1 \
-    --set debug.inject_fault.buffer=h_s2 --set debug.inject_fault.step=5 \
-    --set debug.inject_fault.kind=nan >"$dir/once.out" 2>"$dir/once.err"
+    --set engine.halt_rule=strict --set debug.inject_fault.buffer=h_s2 \
+    --set debug.inject_fault.step=5 --set debug.inject_fault.kind=nan \
+    >"$dir/once.out" 2>"$dir/once.err"
 rc=$?
 [ $rc -eq 3 ] && grep -q "h_s2" "$dir/once.err" || fail "foxd --once drill: exit $rc, $(cat "$dir/once.err")"
 ok "foxd --once: the drill halts with exit 3 and names the slot"
+# The default rule (seeds): the same fault is sanitized and flagged, and the run completes.
+"$FOXD" --once "${TINY[@]}" --set train.folds=0 --set train.steps_per_epoch=200 \
+    --set debug.enable=1 --set debug.inject_fault.buffer=h_s2 --set debug.inject_fault.step=5 \
+    --set debug.inject_fault.kind=nan >"$dir/seeds.out" 2>"$dir/seeds.err"
+rc=$?
+[ $rc -eq 0 ] && grep -q "^fold 0: sentinel flags:.* h_s2" "$dir/seeds.err" ||
+    fail "foxd --once, seeds rule: exit $rc, $(cat "$dir/seeds.err")"
+ok "foxd --once: under the seeds rule the drill's NaN is flagged and the run completes"
 
 # A halt no longer ends the walk (train.stop_on_halt=0, the default): the halted fold is marked,
 # the next fold runs (the fault fires once per arming), and the exit status says a fold halted.
 "$FOXD" --once "${TINY[@]}" --set train.folds=0,1 --set train.steps_per_epoch=200 \
-    --set debug.enable=1 --set debug.inject_fault.buffer=h_s2 --set debug.inject_fault.step=5 \
-    --set debug.inject_fault.kind=nan >"$dir/goon.out" 2>"$dir/goon.err"
+    --set debug.enable=1 --set engine.halt_rule=strict --set debug.inject_fault.buffer=h_s2 \
+    --set debug.inject_fault.step=5 --set debug.inject_fault.kind=nan \
+    >"$dir/goon.out" 2>"$dir/goon.err"
 rc=$?
 [ $rc -eq 3 ] || fail "foxd --once go-on drill: exit $rc, $(cat "$dir/goon.err")"
 # The line under a fold's first line says whether it halted.
@@ -443,7 +455,7 @@ grep -q "left out of every row's mean: fold 0 (halted)" "$dir/goon.out" ||
     fail "the halted fold is not left out of the means: $(cat "$dir/goon.out")"
 grep -q "1 fold halted" "$dir/goon.err" || fail "no halt count: $(cat "$dir/goon.err")"
 ok "foxd --once: a halted fold is marked, the next fold runs, exit 3 at the end"
-start_foxd --set debug.enable=1
+start_foxd --set debug.enable=1 --set engine.halt_rule=strict
 ctl inject-fault h_s2 nan --step 5 >/dev/null || fail "inject-fault (go-on)"
 ctl --json run --folds 0,1 --steps 200 >"$dir/goon.json" 2>&1
 rc=$?

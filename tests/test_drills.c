@@ -4,8 +4,12 @@
  *
  *   - every sentinel slot 0–35 (the reserved 29 and 31 aside), injected with
  *     NaN and with Inf, fires its own slot, plus only the downstream slots its
- *     value can reach (listed below), halts the fold naming it, and the fold
- *     refuses further steps until begin_fold;
+ *     value can reach (listed below), and under engine.halt_rule = strict
+ *     halts the fold naming it, and the fold refuses further steps until
+ *     begin_fold;
+ *   - the halt rule: under seeds (the default) a NaN in h_s2 is sanitized and
+ *     flagged and the fold's epochs finish, under strict it halts; halt_nan
+ *     on a non-finite loss or gradient norm under either;
  *   - every threshold slot 36–49 fires when its buffer crosses its threshold
  *     and not just below it, and fires on an injected huge value;
  *   - the clamps bound what they clamp (Mechs 1, 9, 10), the fold reset
@@ -74,6 +78,8 @@ drill_one(int slot, uint64_t down, const char *kind)
     fox_config c;
     tiny_config(&c);
     fox_test_set_fault(&c, fox_sentinel_name(slot), kind, FAULT_STEP);
+    /* Under the strict rule the slot's own halt ends the step it fired in, naming it. */
+    c.halt_rule = FOX_HALT_RULE_STRICT;
     fox_engine *e = fox_test_engine(&c);
     int rv = fox_engine_run_steps(e, DRILL_STEPS, NULL);
     const char *name = fox_sentinel_name(slot);
@@ -86,7 +92,7 @@ drill_one(int slot, uint64_t down, const char *kind)
                   txt);
     /* The halt names the slot, as text and as data. */
     snprintf(want, sizeof want, "%d %s", slot, name);
-    ck_assert_msg(strstr(fox_engine_errmsg(e), "halt_nan: slots ") &&
+    ck_assert_msg(strstr(fox_engine_errmsg(e), "halt_nan: ") &&
                       strstr(fox_engine_errmsg(e), want),
                   "%s %s: errmsg '%s'", kind, name, fox_engine_errmsg(e));
     fox_halt_info h;
@@ -113,6 +119,31 @@ START_TEST(drill_nonfinite_slots)
     for (size_t k = 0; k < sizeof reaches / sizeof reaches[0]; k++) {
         drill_one(reaches[k].slot, reaches[k].down, "nan");
         drill_one(reaches[k].slot, reaches[k].down, "inf");
+    }
+}
+END_TEST
+
+/*
+ * The slots whose fault reaches the loss unsanitized under the seeds rule: the
+ * logits and target logits (and the next states that feed them), the log-
+ * probabilities and the projected target read from them, the aux losses and
+ * the loss itself. Every other fault meets a clamp (Mech 1, Mech 10, the
+ * Phase C guard), the isfinite guard or the replay's own guard first.
+ */
+#define LOSS_REACH (S(1) | S(2) | S(3) | S(4) | S(5) | S(7) | S(8) | S(21))
+
+START_TEST(drill_seeds_every_slot)
+{
+    for (size_t k = 0; k < sizeof reaches / sizeof reaches[0]; k++) {
+        int slot = reaches[k].slot;
+        for (int inf = 0; inf <= 1; inf++) {
+            fox_config c;
+            tiny_config(&c);
+            fox_test_set_fault(&c, fox_sentinel_name(slot), inf ? "inf" : "nan", FAULT_STEP);
+            int halted = fox_test_seeds_drill(&c, DRILL_STEPS);
+            ck_assert_msg(halted == (int)(LOSS_REACH >> slot & 1), "%s %s: halted %d",
+                          inf ? "inf" : "nan", fox_sentinel_name(slot), halted);
+        }
     }
 }
 END_TEST
@@ -265,7 +296,7 @@ END_TEST
 
 /* ---- halts, injection rules, sentinel off ---------------------------------------------- */
 
-START_TEST(halt_grad_collapse_on_nonfinite_loss)
+START_TEST(halt_nan_on_nonfinite_loss)
 {
     /* With the checks off nothing sets a flag: the loss itself stops the fold. */
     fox_config c;
@@ -274,10 +305,11 @@ START_TEST(halt_grad_collapse_on_nonfinite_loss)
     fox_test_set_fault(&c, "total_loss", "nan", FAULT_STEP);
     fox_engine *e = fox_test_engine(&c);
     ck_assert_int_eq(fox_engine_run_steps(e, DRILL_STEPS, NULL), FOX_EHALT);
-    ck_assert_ptr_nonnull(strstr(fox_engine_errmsg(e), "halt_grad_collapse: non-finite loss"));
+    ck_assert_msg(strstr(fox_engine_errmsg(e), "halt_nan: loss nan, grad norm "), "errmsg '%s'",
+                  fox_engine_errmsg(e));
     fox_halt_info h;
     fox_engine_halt_info(e, &h);
-    ck_assert_int_eq(h.reason, FOX_HALT_GRAD_COLLAPSE);
+    ck_assert_int_eq(h.reason, FOX_HALT_NAN);
     ck_assert_int_eq(h.n_slots, 0);
     ck_assert_int_eq(fired_mask(e), 0);
     /* reset_for_fold also lifts the halt. */
@@ -285,6 +317,54 @@ START_TEST(halt_grad_collapse_on_nonfinite_loss)
     FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 2, NULL));
     fox_engine_destroy(e);
     fox_test_halt_step(&c, DRILL_STEPS);
+}
+END_TEST
+
+/*
+ * The decision itself, under both rules: a set slot halts only under strict;
+ * a non-finite loss, or a norm that is not finite as a float (1e39 is finite
+ * as the double it is summed in), halts through halt_nan under either, and
+ * the message names the set slots after the cause.
+ */
+START_TEST(halt_rule_decides_what_a_slot_does)
+{
+    volatile int flags[FOX_SENTINEL_SLOTS] = {0};
+    flags[FOX_SENT_H_S2] = 1;
+    char msg[200];
+    for (int strict = 0; strict <= 1; strict++) {
+        fox_cpu_stab st = {.flags = flags, .strict = strict};
+        int reason = FOX_HALT_NONE;
+        ck_assert_int_eq(fox_cpu_stab_halt(&st, 1, 1.0f, 1.0, &reason, msg, sizeof msg),
+                         strict ? FOX_EHALT : FOX_OK);
+        if (strict) {
+            ck_assert_int_eq(reason, FOX_HALT_NAN);
+            ck_assert_str_eq(msg, "halt_nan: slots 12 h_s2");
+        }
+        /* A step that collected only is judged on its slots alone. */
+        ck_assert_int_eq(fox_cpu_stab_halt(&st, 0, NAN, 0.0, &reason, msg, sizeof msg),
+                         strict ? FOX_EHALT : FOX_OK);
+        reason = FOX_HALT_NONE;
+        ck_assert_int_eq(fox_cpu_stab_halt(&st, 1, NAN, 1.0, &reason, msg, sizeof msg),
+                         FOX_EHALT);
+        ck_assert_int_eq(reason, FOX_HALT_NAN);
+        ck_assert_str_eq(msg, "halt_nan: loss nan, grad norm 1; slots 12 h_s2");
+        reason = FOX_HALT_NONE;
+        ck_assert_int_eq(fox_cpu_stab_halt(&st, 1, 0.5f, 1e39, &reason, msg, sizeof msg),
+                         FOX_EHALT);
+        ck_assert_int_eq(reason, FOX_HALT_NAN);
+        ck_assert_str_eq(msg, "halt_nan: loss 0.5, grad norm inf; slots 12 h_s2");
+    }
+}
+END_TEST
+
+/* Under seeds a NaN in h_s2 is sanitized and flagged and the epochs finish; strict halts. */
+START_TEST(halt_rule_on_a_nan_in_h_s2)
+{
+    fox_config c;
+    tiny_config(&c);
+    fox_test_set_fault(&c, "h_s2", "nan", FAULT_STEP);
+    ck_assert_int_eq(c.halt_rule, FOX_HALT_RULE_SEEDS);
+    fox_test_halt_rule_h_s2(&c, 3, DRILL_STEPS);
 }
 END_TEST
 
@@ -322,6 +402,7 @@ START_TEST(fault_fires_once_per_arming)
     fox_config c;
     tiny_config(&c);
     c.debug_enable = 1;
+    c.halt_rule = FOX_HALT_RULE_STRICT;
     fox_test_set_fault(&c, "h_s2", "nan", FAULT_STEP);
     fox_test_fault_fires_once(&c, "h_s2", FOX_FAULT_NAN, DRILL_STEPS);
 }
@@ -706,11 +787,14 @@ drills_suite(void)
     TCase *tc = tcase_create("drills");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, drill_covers_every_halt_slot);
+    tcase_add_test(tc, drill_seeds_every_slot);
     tcase_add_test(tc, drill_nonfinite_slots);
     tcase_add_test(tc, threshold_slots_fire_at_threshold);
     tcase_add_test(tc, threshold_slots_fire_on_huge);
     tcase_add_test(tc, clamps_hold_after_huge_faults);
-    tcase_add_test(tc, halt_grad_collapse_on_nonfinite_loss);
+    tcase_add_test(tc, halt_nan_on_nonfinite_loss);
+    tcase_add_test(tc, halt_rule_decides_what_a_slot_does);
+    tcase_add_test(tc, halt_rule_on_a_nan_in_h_s2);
     tcase_add_test(tc, halt_grad_collapse_on_vanished_gradient);
     tcase_add_test(tc, fault_fires_once_per_arming);
     tcase_add_test(tc, sentinel_off_keeps_the_clamps);

@@ -273,6 +273,8 @@ START_TEST(fault_armed_on_a_running_engine)
 {
     fox_config c;
     small_config(&c);
+    /* The strict rule: a NaN in h_s2 halts the fold rather than being sanitized and flagged. */
+    c.halt_rule = FOX_HALT_RULE_STRICT;
     fox_engine *e = fox_test_engine_loaded(&c);
     ck_assert_int_eq(fox_engine_inject_fault(e, -1, "no_such_buffer", FOX_FAULT_NAN, 0, 0),
                      FOX_ENOENT);

@@ -27,6 +27,8 @@ population_config(fox_config *c, int members)
 #endif
     c->seed = SEED;
     c->members = members;
+    /* A set slot halts its member: the halts below are the drills' faults. */
+    c->halt_rule = FOX_HALT_RULE_STRICT;
 }
 
 /* Two epochs of 60 full steps each, in chunks of 20, the reports of the second kept. */
@@ -107,7 +109,7 @@ START_TEST(member_equals_its_seed_alone)
 }
 END_TEST
 
-/* A NaN in member `member`'s h_s2, 2 train steps from now. */
+/* A NaN in member `member`'s h_s2, 2 train steps from now: a halt under engine.halt_rule=strict. */
 static void
 fault_member(fox_engine *e, int member)
 {

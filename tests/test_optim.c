@@ -152,6 +152,37 @@ START_TEST(test_adam_nonfinite_grad_skips_element)
 END_TEST
 
 /*
+ * A weight that is not finite is zeroed whatever its gradient: skipped by
+ * the isfinite guard with a non-finite gradient (m and v kept), through
+ * Mech 9's clamp_finite with a finite one; on the four-lane path and the
+ * scalar tail alike.
+ */
+START_TEST(test_adam_zeroes_a_nonfinite_weight)
+{
+    enum { N = 10 };
+    float p[N], g[N], m[N], v[N];
+    for (int k = 0; k < N; k++) {
+        p[k] = 0.5f;
+        g[k] = 0.01f;
+        m[k] = 0.02f;
+        v[k] = 1e-3f;
+    }
+    /* Skipped in a group the lanes hand to the scalar path whole. */
+    p[1] = NAN;
+    g[1] = NAN;
+    /* Updated on the lanes, all four gradients finite. */
+    p[6] = INFINITY;
+    /* Skipped in the scalar tail. */
+    p[9] = -INFINITY;
+    g[9] = NAN;
+    fox_cpu_adam_clamp c = fox_test_adam_clamp(100.0f, INFINITY, INFINITY);
+    fox_cpu_adam_step_clamped(p, g, m, v, N, 0.1f, 0.9f, 0.999f, 1e-8f, 5, 1.0f, &c, NULL);
+    ck_assert(p[1] == 0.0f && p[6] == 0.0f && p[9] == 0.0f);
+    ck_assert(m[1] == 0.02f && v[1] == 1e-3f && m[9] == 0.02f && v[9] == 1e-3f);
+}
+END_TEST
+
+/*
  * Pearl B's consumers in the clamped step, by hand (t = 1, m = v = 0: the
  * update is lr · sign(g)): decoupled weight decay takes lr · wd · p0 off the
  * updated weight, the L1 step then shrinks |p| by lr · l1, to 0 at most, and
@@ -334,6 +365,7 @@ optim_suite(void)
     tcase_add_test(tc, test_adam_step);
     tcase_add_test(tc, test_adam_clamped_lanes_match_scalar);
     tcase_add_test(tc, test_adam_nonfinite_grad_skips_element);
+    tcase_add_test(tc, test_adam_zeroes_a_nonfinite_weight);
     tcase_add_test(tc, test_adam_weight_decay_and_l1);
     tcase_add_test(tc, test_sanitize_norm_clip);
     tcase_add_test(tc, test_target_sync);

@@ -29,7 +29,8 @@ ok "one member: no members line in the table"
 # ---------------------------------------------------------------- three members
 foxd_start --url "$url" -- --listen "$url" --pub "$pub" --set "daemon.state_dir=$dir/state" \
     --set "daemon.runtime_dir=$dir" --set "daemon.token_file=$dir/token" \
-    --set daemon.metrics_interval_ms=200 "${TINY[@]}" --set engine.members=3 --set debug.enable=1
+    --set daemon.metrics_interval_ms=200 "${TINY[@]}" --set engine.members=3 --set debug.enable=1 \
+    --set engine.halt_rule=strict
 ok "foxd started with engine.members=3"
 
 out=$(ctl isv --member 3 2>&1)

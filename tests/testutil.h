@@ -209,6 +209,99 @@ fox_test_fault_fires_once(const fox_config *c, const char *buffer, int kind, int
     fox_engine_destroy(e);
 }
 
+/* Every parameter of e finite? what names the case in the failure. */
+static inline void
+fox_test_params_finite(fox_engine *e, const char *what)
+{
+    size_t n = fox_engine_param_count(e);
+    float *p = malloc(n * sizeof *p);
+    ck_assert_ptr_nonnull(p);
+    FOX_CK_ENGINE_OK(e, fox_engine_get_params(e, p, n));
+    size_t bad = 0;
+    for (size_t k = 0; k < n; k++)
+        bad += !isfinite(p[k]);
+    free(p);
+    ck_assert_msg(bad == 0, "%s: %zu of %zu parameters not finite", what, bad, n);
+}
+
+/*
+ * engine.halt_rule on the fault c arms (NaN in h_s2 within the first of
+ * `epochs` epochs of `steps` full steps). Under seeds the Mech 10 clamp
+ * sanitizes it and training goes on: slot 12 is set and stays set, in the
+ * flags and the fold report, every epoch closes, the last one still moves
+ * the weights, no halt, every parameter finite. Under strict the same fault
+ * halts the first epoch through halt_nan, naming the slot.
+ */
+static inline void
+fox_test_halt_rule_h_s2(const fox_config *c, int epochs, int steps)
+{
+    fox_config seeds = *c, strict = *c;
+    seeds.halt_rule = FOX_HALT_RULE_SEEDS;
+    strict.halt_rule = FOX_HALT_RULE_STRICT;
+    fox_engine *e = fox_test_engine(&seeds);
+    size_t n = fox_engine_param_count(e);
+    float *before = malloc(n * sizeof *before), *after = malloc(n * sizeof *after);
+    ck_assert(before && after);
+    for (int k = 0; k < epochs; k++) {
+        FOX_CK_ENGINE_OK(e, fox_engine_get_params(e, before, n));
+        FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, steps, NULL));
+        fox_epoch_report rep;
+        FOX_CK_ENGINE_OK(e, fox_engine_end_epoch(e, &rep));
+        ck_assert_msg(fox_engine_flags(e)[FOX_SENT_H_S2], "seeds: h_s2 not flagged by epoch %d",
+                      k);
+    }
+    FOX_CK_ENGINE_OK(e, fox_engine_get_params(e, after, n));
+    ck_assert_msg(memcmp(before, after, n * sizeof *after) != 0,
+                  "seeds: the last epoch moved no weight");
+    free(before);
+    free(after);
+    fox_halt_info h;
+    fox_engine_halt_info(e, &h);
+    ck_assert_int_eq(h.reason, FOX_HALT_NONE);
+    fox_fold_report fr;
+    FOX_CK_ENGINE_OK(e, fox_engine_fold_report(e, &fr));
+    ck_assert_msg(fr.flagged >> FOX_SENT_H_S2 & 1, "seeds: fold report flags %llx",
+                  (unsigned long long)fr.flagged);
+    fox_test_params_finite(e, "seeds, NaN in h_s2");
+    fox_engine_destroy(e);
+
+    e = fox_test_engine(&strict);
+    ck_assert_int_eq(fox_engine_run_steps(e, steps, NULL), FOX_EHALT);
+    fox_engine_halt_info(e, &h);
+    ck_assert_int_eq(h.reason, FOX_HALT_NAN);
+    ck_assert_msg(strstr(fox_engine_errmsg(e), "halt_nan: slots 12 h_s2"), "strict: '%s'",
+                  fox_engine_errmsg(e));
+    fox_engine_destroy(e);
+}
+
+/*
+ * The seeds rule on the fault c arms in a slot 0–35 within `steps` full
+ * steps: the slot is set, and either the run trains on, the fault sanitized,
+ * or it halts through halt_nan on the non-finite loss or gradient norm the
+ * fault reached, never on the slot alone; every parameter is finite either
+ * way. Returns 1 if it halted.
+ */
+static inline int
+fox_test_seeds_drill(const fox_config *c, int steps)
+{
+    const char *name = c->fault_buffer;
+    ck_assert_int_eq(c->halt_rule, FOX_HALT_RULE_SEEDS);
+    fox_engine *e = fox_test_engine(c);
+    int rv = fox_engine_run_steps(e, steps, NULL);
+    ck_assert_msg(rv == FOX_OK || rv == FOX_EHALT, "%s: %s", name, fox_engine_errmsg(e));
+    ck_assert_msg(fox_engine_flags(e)[fox_sentinel_index(name)], "%s: not flagged", name);
+    if (rv == FOX_EHALT) {
+        fox_halt_info h;
+        fox_engine_halt_info(e, &h);
+        ck_assert_int_eq(h.reason, FOX_HALT_NAN);
+        ck_assert_msg(strncmp(h.message, "halt_nan: loss ", 15) == 0, "%s: halted on '%s'", name,
+                      h.message);
+    }
+    fox_test_params_finite(e, name);
+    fox_engine_destroy(e);
+    return rv == FOX_EHALT;
+}
+
 /* One engine's life for fox_test_engines_same_bits: its config in, its results out. */
 typedef struct fox_test_run {
     fox_config cfg;

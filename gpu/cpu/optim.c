@@ -112,9 +112,16 @@ adam_elem(float *params, const float *grads, float *m, float *v, size_t k, const
      * The isfinite guard (the seeds' Adam kernels): a non-finite gradient
      * skips the element's update entirely, so m, v and the weight keep their
      * values; counting it as 0 would still move the weight by its momentum.
+     * A weight that is itself not finite (slot 14: only a fault can put one
+     * past Mech 9) poisons its own gradient through what it feeds, so the
+     * skip would keep it for good: it is zeroed, as the clamp_finite of Mech
+     * 9 zeroes it when its gradient is finite.
      */
-    if (!(fabsf(grads[k]) <= FLT_MAX))
+    if (!(fabsf(grads[k]) <= FLT_MAX)) {
+        if (!(fabsf(params[k]) <= FLT_MAX))
+            params[k] = 0.0f;
         return;
+    }
     float g = grads[k] * a->scale;
     float mk = a->b1 * m[k] + (1.0f - a->b1) * g;
     float vk = a->b2 * v[k] + (1.0f - a->b2) * g * g;

@@ -76,8 +76,9 @@ typedef struct fox_cpu_adam_clamp {
 
 /*
  * fox_cpu_adam_step with the isfinite guard (an element whose gradient is
- * not finite is skipped: its m, v and weight keep their values, and the
- * gradient stays in grads for the sentinel), then m and v clamped at their
+ * not finite is skipped: its m, v and weight keep their values, a
+ * non-finite weight aside, which is zeroed, and the gradient stays in grads
+ * for the sentinel), then m and v clamped at their
  * bounds, the update, c's weight decay and L1 step (fox_adam_regularize),
  * and the weight clamped at its bound, each clamp
  * reporting to c and, past its diag, to flags (may be NULL).

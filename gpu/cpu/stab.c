@@ -52,6 +52,7 @@ fox_cpu_stab_init(fox_cpu_stab *st, const fox_config *cfg, const fox_model_layou
     st->adam_v = adam_v;
     st->adaptive = cfg->bounds_mode == FOX_BOUNDS_ADAPTIVE;
     st->sentinel = cfg->sentinel != 0;
+    st->strict = cfg->halt_rule == FOX_HALT_RULE_STRICT;
     st->fault_slot = -1;
     /* A non-"none" kind is the explicit request (debug.enable alone injects nothing). */
     if (cfg->fault_kind != FOX_FAULT_NONE) {
@@ -498,27 +499,14 @@ int
 fox_cpu_stab_halt(fox_cpu_stab *st, int trained, float loss, double norm, int *reason, char *msg,
                   size_t len)
 {
-    char slots[400];
-    if (fox_sentinel_halt_text(st->flags, slots, sizeof slots) > 0) {
-        *reason = FOX_HALT_NAN;
-        snprintf(msg, len, "halt_nan: slots %s", slots);
-        return FOX_EHALT;
-    }
-    if (!trained)
+    int slot_halts = st->strict && fox_sentinel_halt_text(st->flags, NULL, 0) > 0;
+    int halt = fox_halt_decide(slot_halts, trained, loss, norm, &st->collapse_run);
+    if (halt == FOX_HALT_NONE)
         return FOX_OK;
-    if (!isfinite(loss)) {
-        *reason = FOX_HALT_GRAD_COLLAPSE;
-        snprintf(msg, len, "halt_grad_collapse: non-finite loss (%g)", (double)loss);
-        return FOX_EHALT;
-    }
-    st->collapse_run = norm <= FOX_HALT_COLLAPSE_NORM ? st->collapse_run + 1 : 0;
-    if (st->collapse_run >= FOX_HALT_COLLAPSE_STEPS) {
-        *reason = FOX_HALT_GRAD_COLLAPSE;
-        snprintf(msg, len, "halt_grad_collapse: grad norm <= %g for %d train steps",
-                 FOX_HALT_COLLAPSE_NORM, FOX_HALT_COLLAPSE_STEPS);
-        return FOX_EHALT;
-    }
-    return FOX_OK;
+    *reason = halt;
+    fox_sentinel_halt_message(msg, len, halt, st->flags, trained ? loss : 0.0f,
+                              trained ? (float)norm : 0.0f);
+    return FOX_EHALT;
 }
 
 void

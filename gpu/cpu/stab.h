@@ -55,6 +55,7 @@ typedef struct fox_cpu_stab {
     float *params, *grads, *adam_m, *adam_v; /* [n_params], the backend's */
     int adaptive;                            /* engine.bounds_mode = adaptive */
     int sentinel;                            /* engine.sentinel: checks on */
+    int strict;                              /* engine.halt_rule = strict: slots 0–35 halt */
 
     fox_cpu_check checks[FOX_CPU_MAX_CHECKS];
     int n_checks;
@@ -75,7 +76,7 @@ typedef struct fox_cpu_stab {
     int fault_done;
 
     /* halt_grad_collapse */
-    int64_t collapse_run;
+    int collapse_run;
 } fox_cpu_stab;
 
 /*
@@ -138,10 +139,12 @@ void fox_cpu_stab_adam(fox_cpu_stab *st, int64_t t, float grad_scale);
 void fox_cpu_stab_post_adam(fox_cpu_stab *st);
 
 /*
- * The halts, after a step: halt_nan when any slot 0–35 is set;
- * halt_grad_collapse when trained and the loss is not finite, or the norm
- * stayed ≈ 0 for FOX_HALT_COLLAPSE_STEPS steps. FOX_EHALT with the message
- * ("halt_nan: slots 12 h_s2, ...") in msg and *reason (FOX_HALT_*); else FOX_OK.
+ * The halts, after a step (fox_halt_decide under engine.halt_rule): halt_nan
+ * when the step trained and its loss or norm is not finite, or under the
+ * strict rule when any slot 0–35 is set; halt_grad_collapse when the norm
+ * stayed ≈ 0 for FOX_HALT_COLLAPSE_STEPS train steps. FOX_EHALT with the
+ * message (fox_sentinel_halt_message) in msg and *reason (FOX_HALT_*); else
+ * FOX_OK.
  */
 int fox_cpu_stab_halt(fox_cpu_stab *st, int trained, float loss, double norm, int *reason,
                       char *msg, size_t len);

@@ -211,9 +211,15 @@ adam_one(float &p, float &mm, float &vv, float gk, int grp, float scale,
          const fox_cuda_adam_slots &sl, const fox_cuda_optim_cfg &oc, const fox_cuda_stab &st,
          adam_block *ab, size_t k)
 {
-    /* The isfinite guard: a non-finite gradient leaves m, v and the weight as they are. */
-    if (!(fabsf(gk) <= FLT_MAX))
+    /*
+     * The isfinite guard: a non-finite gradient leaves m, v and the weight as
+     * they are, except a non-finite weight, which is zeroed (adam_elem's why).
+     */
+    if (!(fabsf(gk) <= FLT_MAX)) {
+        if (!(fabsf(p) <= FLT_MAX))
+            p = 0.0f;
         return;
+    }
     gk *= scale;
     float mk = oc.b1 * mm + (1.0f - oc.b1) * gk;
     float vk = oc.b2 * vv + (1.0f - oc.b2) * gk * gk;
@@ -237,7 +243,8 @@ adam_one(float &p, float &mm, float &vv, float gk, int grp, float scale,
 /*
  * The clamped Adam step at t = adam_t + 1 (fox_cpu_adam_step_clamped),
  * every tensor at once: the isfinite guard (an element whose gradient is
- * not finite is skipped: m, v and the weight unchanged), g·clip_scale, m and v with their clamps (infinite bounds in fixed
+ * not finite is skipped: m, v and the weight unchanged, a non-finite weight
+ * zeroed), g·clip_scale, m and v with their clamps (infinite bounds in fixed
  * mode: they engage on NaN/±Inf only; the group's ADAM_M/V_BOUND in
  * adaptive mode), the update, Pearl B's decoupled weight decay and L1 step
  * when train.pearl_wd / pearl_l1 ask (fox_adam_regularize), then Mech 9's

@@ -34,32 +34,31 @@
 /* The fused check and the halts                                                              */
 
 /*
- * Last block, all its threads: the halts of fox_cpu_stab_halt, into
- * ctl->halt (the first reason sticks). The halt slots' flags live in mapped
- * host memory, where every read is a trip over the bus: the block reads
- * them all at once (a thread per slot) rather than one after another.
+ * Last block, all its threads: the halts of fox_cpu_stab_halt (fox_halt_decide),
+ * into ctl->halt (the first reason sticks). A slot halts only under
+ * engine.halt_rule = strict (its rule's `halt`, set at construction). The
+ * halt slots' flags live in mapped host memory, where every read is a trip
+ * over the bus: the block reads them all at once (a thread per slot) rather
+ * than one after another, and under the seeds rule reads none.
  */
 static __device__ void
 halts(const fox_cuda_stab &st, int trained)
 {
     fox_cuda_ctl *c = st.ctl;
-    int nan = 0;
+    int slot_halts = 0;
     for (int i = threadIdx.x; i < FOX_SENT_HALT_END; i += blockDim.x)
-        nan |= st.rules[i].halt && ((volatile const int *)st.flags)[i] != 0;
-    nan = __syncthreads_or(nan);
+        slot_halts |= st.rules[i].halt && ((volatile const int *)st.flags)[i] != 0;
+    slot_halts = __syncthreads_or(slot_halts);
     if (threadIdx.x != 0 || c->halt != FOX_HALT_NONE)
         return;
-    int halt = nan ? FOX_HALT_NAN : FOX_HALT_NONE;
-    if (!halt && trained) {
-        c->collapse_run = (double)c->grad_norm <= FOX_HALT_COLLAPSE_NORM ? c->collapse_run + 1 : 0;
-        if (!isfinite(c->loss) || c->collapse_run >= FOX_HALT_COLLAPSE_STEPS)
-            halt = FOX_HALT_GRAD_COLLAPSE;
-    }
+    int halt = fox_halt_decide(slot_halts, trained, c->loss, (double)c->grad_norm,
+                               &c->collapse_run);
     if (halt) {
-        /* The chunk's later steps rewrite step and loss: the message needs this step's. */
+        /* The chunk's later steps rewrite step, loss and norm: the message needs this step's. */
         c->halt = halt;
         c->halt_step = c->step;
-        c->halt_loss = c->loss;
+        c->halt_loss = trained ? c->loss : 0.0f;
+        c->halt_norm = trained ? c->grad_norm : 0.0f;
     }
 }
 

@@ -15,9 +15,10 @@ extern "C" {
 /*
  * The fused check (SP2): one block per chunk of the table, each against its slots' rules
  * with the threshold computed from the device ISV; then the last block
- * decides the halts (halt_nan on any slot 0–35; with `trained`, halt_grad_
- * collapse on a non-finite loss or a vanished norm) into ctl->halt. With the
- * sentinel off only the halts run.
+ * decides the halts (fox_halt_decide: with `trained`, halt_nan on a
+ * non-finite loss or norm and halt_grad_collapse on a vanished norm; under
+ * engine.halt_rule = strict also halt_nan on any slot 0–35) into ctl->halt.
+ * With the sentinel off only the halts run.
  */
 int fox__cuda_check(cudaStream_t s, const fox_cuda_stab *st, const fox_cuda_chunk *chunks,
                     int n_chunks, int trained);

@@ -139,6 +139,7 @@ typedef struct fox_cuda_ctl {
     int64_t halt_step;  /* step at the halt: the rest of its chunk runs on, moving no weight */
     unsigned int done_blocks[3]; /* finished-block counters of the last-block reductions */
     float halt_loss; /* the halting step's loss, for its message (loss is the chunk's last) */
+    float halt_norm; /* and its gradient norm; both 0 when that step did not train */
     double loss_sum; /* the chunk's train steps' losses, summed in step order */
 } fox_cuda_ctl;
 
@@ -284,7 +285,8 @@ typedef struct fox_cuda_chunk {
 
 /* The rule of every slot (sentinel.h), copied once to the device. */
 typedef struct fox_cuda_rule {
-    int kind, measure, base, power, site, halt;
+    int kind, measure, base, power, site;
+    int halt; /* a halting slot under engine.halt_rule = strict; 0 for every slot under seeds */
     float mult;
 } fox_cuda_rule;
 

@@ -10,7 +10,6 @@
  * engine's; the eager first step and the captures hold the context's
  * section, so that no other engine's allocation or module load meets them.
  */
-#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -264,18 +263,8 @@ halted(fox_cuda_backend *be)
         return FOX_OK;
     be->base.halt_reason = h->halt;
     be->base.halt_step = h->halt_step;
-    if (h->halt == FOX_HALT_NAN) {
-        char slots[400];
-        fox_sentinel_halt_text(be->flags_mem, slots, sizeof slots);
-        snprintf(be->base.err, sizeof be->base.err, "halt_nan: slots %s", slots);
-    } else if (!isfinite(h->halt_loss)) {
-        snprintf(be->base.err, sizeof be->base.err, "halt_grad_collapse: non-finite loss (%g)",
-                 (double)h->halt_loss);
-    } else {
-        snprintf(be->base.err, sizeof be->base.err,
-                 "halt_grad_collapse: grad norm <= %g for %d train steps", FOX_HALT_COLLAPSE_NORM,
-                 FOX_HALT_COLLAPSE_STEPS);
-    }
+    fox_sentinel_halt_message(be->base.err, sizeof be->base.err, h->halt, be->flags_mem,
+                              h->halt_loss, h->halt_norm);
     return FOX_EHALT;
 }
 

@@ -257,9 +257,10 @@ fox__cuda_stab_init(fox_cuda_backend *be, char *err, size_t errlen)
     fox_cuda_rule rules[FOX_SENTINEL_SLOTS];
     for (int i = 0; i < FOX_SENTINEL_SLOTS; i++) {
         const fox_sentinel_slot_info *si = fox_sentinel_info(i);
-        rules[i] = (fox_cuda_rule){si->kind,  si->measure, si->base,
-                                   si->power, si->site,    fox_sentinel_is_halt(i),
-                                   si->mult};
+        /* Under the seeds rule no slot halts: a set slot only flags (fox_halt_decide). */
+        int halt = c->halt_rule == FOX_HALT_RULE_STRICT && fox_sentinel_is_halt(i);
+        rules[i] = (fox_cuda_rule){si->kind,  si->measure, si->base, si->power,
+                                   si->site,  halt,        si->mult};
     }
     FOX_TRY(fox__cuda_alloc(&be->d_rules, sizeof rules));
     FOX_CUDA_TRY(cudaMemcpy(be->d_rules, rules, sizeof rules, cudaMemcpyHostToDevice));
