@@ -703,7 +703,7 @@ static Suite *
 drills_suite(void)
 {
     Suite *s = suite_create("drills");
-    TCase *tc = tcase_create("drills");
+    TCase *tc = tcase_create("faults");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, drill_covers_every_halt_slot);
     tcase_add_test(tc, drill_nonfinite_slots);
@@ -721,11 +721,15 @@ drills_suite(void)
     tcase_add_test(tc, signals_take_pearl_d_in_adaptive_mode);
     tcase_add_test(tc, reset_for_fold_walks_the_state);
     suite_add_tcase(s, tc);
-    TCase *gate = tcase_create("gate");
-    tcase_set_timeout(gate, 600);
-    tcase_add_test(gate, gate_fixed);
-    tcase_add_test(gate, gate_adaptive);
-    suite_add_tcase(s, gate);
+    /* One case per bounds mode, so that meson runs the two Gates side by side (CK_RUN_CASE). */
+    TCase *fixed = tcase_create("gate_fixed");
+    tcase_set_timeout(fixed, 600);
+    tcase_add_test(fixed, gate_fixed);
+    suite_add_tcase(s, fixed);
+    TCase *adaptive = tcase_create("gate_adaptive");
+    tcase_set_timeout(adaptive, 600);
+    tcase_add_test(adaptive, gate_adaptive);
+    suite_add_tcase(s, adaptive);
     return s;
 }
 
