@@ -784,10 +784,9 @@ static Suite *
 drills_suite(void)
 {
     Suite *s = suite_create("drills");
-    TCase *tc = tcase_create("drills");
+    TCase *tc = tcase_create("faults");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, drill_covers_every_halt_slot);
-    tcase_add_test(tc, drill_seeds_every_slot);
     tcase_add_test(tc, drill_nonfinite_slots);
     tcase_add_test(tc, threshold_slots_fire_at_threshold);
     tcase_add_test(tc, threshold_slots_fire_on_huge);
@@ -805,11 +804,20 @@ drills_suite(void)
     tcase_add_test(tc, signals_take_pearl_d_in_adaptive_mode);
     tcase_add_test(tc, reset_for_fold_walks_the_state);
     suite_add_tcase(s, tc);
-    TCase *gate = tcase_create("gate");
-    tcase_set_timeout(gate, 600);
-    tcase_add_test(gate, gate_fixed);
-    tcase_add_test(gate, gate_adaptive);
-    suite_add_tcase(s, gate);
+    /* Every slot under the seeds' rule: long, so a case (and a meson test) of its own. */
+    TCase *seeds = tcase_create("seeds");
+    tcase_set_timeout(seeds, 600);
+    tcase_add_test(seeds, drill_seeds_every_slot);
+    suite_add_tcase(s, seeds);
+    /* One case per bounds mode, so that meson runs the two Gates side by side (CK_RUN_CASE). */
+    TCase *fixed = tcase_create("gate_fixed");
+    tcase_set_timeout(fixed, 600);
+    tcase_add_test(fixed, gate_fixed);
+    suite_add_tcase(s, fixed);
+    TCase *adaptive = tcase_create("gate_adaptive");
+    tcase_set_timeout(adaptive, 600);
+    tcase_add_test(adaptive, gate_adaptive);
+    suite_add_tcase(s, adaptive);
     return s;
 }
 

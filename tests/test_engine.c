@@ -375,8 +375,12 @@ engine_suite(void)
     tcase_add_test(tc, limit_orders_fill_only_when_reached);
     tcase_add_test(tc, checkpoint_round_trip_and_refusals);
     tcase_add_test(tc, fault_armed_on_a_running_engine);
-    tcase_add_test(tc, learning_beats_baselines);
     suite_add_tcase(s, tc);
+    /* A case of its own, so that meson runs it beside the others (CK_RUN_CASE). */
+    TCase *learning = tcase_create("learning");
+    tcase_set_timeout(learning, 600);
+    tcase_add_test(learning, learning_beats_baselines);
+    suite_add_tcase(s, learning);
     return s;
 }
 

@@ -376,8 +376,15 @@ fox_test_run_suite_fork(Suite *s, enum fork_status fork)
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, fork);
     srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
+    int failed = srunner_ntests_failed(sr), ran = srunner_ntests_run(sr);
     srunner_free(sr);
+    /* meson picks cases by CK_RUN_CASE: a name no case has would otherwise pass, running none. */
+    if (ran == 0) {
+        const char *rc = getenv("CK_RUN_CASE");
+        fprintf(stderr, "no test ran: CK_RUN_CASE=%s names no case of this suite\n",
+                rc ? rc : "(unset)");
+        return EXIT_FAILURE;
+    }
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
