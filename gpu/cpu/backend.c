@@ -59,7 +59,6 @@ cpu_destroy(fox_backend *be_)
     cpu_backend *be = (cpu_backend *)be_;
     if (!be)
         return;
-    fox_cpu_stab_fini(&be->stab);
     fox_cpu_net_destroy(be->net);
     fox_replay_fini(&be->replay);
     free(be->params);
@@ -304,6 +303,7 @@ collect(cpu_backend *be, float eps)
         fox__state_build(feat, S, e->bar, port, be->states + (size_t)i * S);
     }
     fox_cpu_stab_point(&be->stab, FOX_SENT_ENV_OBS, be->states, (size_t)be->N * S);
+    fox_cpu_stab_sync_atoms(&be->stab);
     int rv = fox_cpu_net_q_values(be->net, be->params, be->states, be->N, be->q);
     if (rv != FOX_OK)
         return rv;
@@ -382,7 +382,8 @@ train_begin(cpu_backend *be)
 {
     gather_batch(be);
     be->baux_scale = fox_cpu_stab_aux_label(&be->stab, be->baux, be->B);
-    fox_cpu_stab_atoms(&be->stab);
+    const fox_config *c = be->env.cfg;
+    fox_cpu_stab_atoms(&be->stab, be->br, be->bdone, be->B, powf(c->gamma, (float)c->n_step));
 }
 
 static int
@@ -517,6 +518,7 @@ cpu_q_values(fox_backend *be_, const float *s, int B, float *q)
 {
     cpu_backend *be = (cpu_backend *)be_;
     int average = be->env.cfg->eval_weights == FOX_EVAL_WEIGHTS_AVERAGE;
+    fox_cpu_stab_sync_atoms(&be->stab);
     return fox_cpu_net_q_values(be->net, average ? be->target : be->params, s, B, q);
 }
 

@@ -480,8 +480,9 @@ typedef struct aux_cache {
 struct FOX_NET_T {
     fox_model_layout lay;
     int max_batch;
-    real sup_min, sup_max; /* the C51 support: the layout's, or as Mech 2 moved it */
-    real *z;               /* [NA] atom support z_j = sup_min + j·Δz */
+    /* Branch d's C51 support: the layout's, or the grid as Mech 2 last wrote it. */
+    real sup_min[FOX_MAX_BRANCHES], sup_max[FOX_MAX_BRANCHES];
+    real *z; /* [D × NA] branch d's atoms z_dj = sup_min[d] + j·Δz_d at d·NA */
     c51_acts on;       /* online net on s: everything backward needs */
     c51_acts on_next;  /* online net on s′: the double-DQN argmax only (q_values reuses it) */
     c51_acts tgt;      /* target net on s′ */
@@ -658,7 +659,7 @@ carve_all(carver *c, struct FOX_NET_T *net)
 {
     const fox_model_layout *lay = &net->lay;
     size_t B = (size_t)net->max_batch, D = (size_t)lay->n_branches;
-    net->z = take(c, lay->NA);
+    net->z = take(c, D * lay->NA);
     carve_c51(c, &net->on, lay, B);
     carve_c51(c, &net->on_next, lay, B);
     carve_c51(c, &net->tgt, lay, B);
@@ -718,22 +719,24 @@ FOX_NET(create)(FOX_NET_T **out, const fox_model_layout *lay, int max_batch)
     }
     c = (carver){net->arena, 0};
     carve_all(&c, net);
-    FOX_NET(set_support)(net, (real)lay->v_min, (real)lay->v_max);
+    for (int d = 0; d < lay->n_branches; d++)
+        FOX_NET(set_support)(net, d, (real)lay->v_min, (real)lay->v_max);
     *out = net;
     return FOX_OK;
 }
 
 int
-FOX_NET(set_support)(FOX_NET_T *net, FOX_REAL lo, FOX_REAL hi)
+FOX_NET(set_support)(FOX_NET_T *net, int d, FOX_REAL lo, FOX_REAL hi)
 {
-    if (!net || !isfinite(lo) || !isfinite(hi) || !(lo < hi))
+    if (!net || d < 0 || d >= net->lay.n_branches || !isfinite(lo) || !isfinite(hi) ||
+        !(lo < hi))
         return FOX_EINVAL;
     int NA = net->lay.NA;
     real dz = (hi - lo) / (real)(NA - 1);
-    net->sup_min = lo;
-    net->sup_max = hi;
+    net->sup_min[d] = lo;
+    net->sup_max[d] = hi;
     for (int j = 0; j < NA; j++)
-        net->z[j] = lo + (real)j * dz;
+        net->z[(size_t)d * NA + j] = lo + (real)j * dz;
     return FOX_OK;
 }
 
@@ -864,7 +867,7 @@ greedy_next(struct FOX_NET_T *net, int B)
             for (int a = 0; a < n; a++) {
                 const real *lp =
                     branch_rows(lay, net->on_next.logp, B, d) + ((size_t)b * n + a) * lay->NA;
-                real q = expected_z(lp, net->z, lay->NA);
+                real q = expected_z(lp, net->z + (size_t)d * lay->NA, lay->NA);
                 if (a == 0 || q > best_q) {
                     best = a;
                     best_q = q;
@@ -893,7 +896,7 @@ c51_targets(struct FOX_NET_T *net, const FOX_NET(batch) *bt, const FOX_NET(hpara
                              ((size_t)b * n + net->a_star[b * D + d]) * NA;
             for (int j = 0; j < NA; j++)
                 net->p_tmp[j] = R_EXP(lp[j]);
-            FOX_NET(c51_project)(net->p_tmp, NA, net->sup_min, net->sup_max, bt->r[b], g,
+            FOX_NET(c51_project)(net->p_tmp, NA, net->sup_min[d], net->sup_max[d], bt->r[b], g,
                                  mb + (size_t)d * NA);
         }
         if (hp->target_mode != FOX_TARGET_MEAN)
@@ -969,12 +972,13 @@ c51_loss(struct FOX_NET_T *net, const FOX_NET(batch) *bt, FOX_NET(loss) *lo)
             const real *lp = net->cur_lp + ((size_t)b * D + d) * NA;
             const real *m = net->m + ((size_t)b * D + d) * NA;
             real *dl = branch_rows(lay, net->d_logit, B, d) + ((size_t)b * n + a) * NA;
+            const real *z = net->z + (size_t)d * NA;
             real ce = R(0), msum = R(0), em = R(0), ep = R(0);
             for (int j = 0; j < NA; j++) {
                 ce -= m[j] * lp[j];
                 msum += m[j];
-                em += m[j] * net->z[j];
-                ep += R_EXP(lp[j]) * net->z[j];
+                em += m[j] * z[j];
+                ep += R_EXP(lp[j]) * z[j];
             }
             for (int j = 0; j < NA; j++)
                 dl[j] = coef * (R_EXP(lp[j]) * msum - m[j]);
@@ -1166,7 +1170,7 @@ FOX_NET(q_values)(FOX_NET_T *net, const FOX_REAL *params, const FOX_REAL *s, int
                 const real *lp =
                     branch_rows(lay, net->on_next.logp, B, d) + ((size_t)b * n + a) * lay->NA;
                 q[(size_t)b * lay->n_actions + lay->branch_off[d] + a] =
-                    expected_z(lp, net->z, lay->NA);
+                    expected_z(lp, net->z + (size_t)d * lay->NA, lay->NA);
             }
         }
     return FOX_OK;
@@ -1305,7 +1309,7 @@ FOX_NET(sentinel_buffer)(FOX_NET_T *net, int slot, int B, FOX_REAL **ptr, size_t
         {FOX_SENT_D_H_S2_POST_AUX, net->dh_s2, b * H2},
         {FOX_SENT_D_H_S2_POST_IQN, net->dh_s2, b * H2},
         {FOX_SENT_TARGET_Q_POST_CLIP, net->target_q, b * D * NT},
-        {FOX_SENT_ATOM_SPAN_MAX, net->z, NA},
+        {FOX_SENT_ATOM_SPAN_MAX, net->z, (size_t)D * NA},
         {FOX_SENT_H_S2_MAX_ABS, net->on.g2.y, b * H2},
     };
     *ptr = NULL;
