@@ -284,14 +284,16 @@ fox_signal_observe(float *isv, fox_wiener_state *ws, int slot, float x, int adap
 
 /*
  * The grid's EMA rate per train step: each end moves this share of the way
- * to the batch's extreme target. With g = γⁿ ≈ 0.97 the grid settles within
- * about 1 / (rate × (1 − g)) ≈ 700 steps on the range the returns reach.
+ * to the batch's extreme target. At the default g = γⁿ = 0.9³ the grid
+ * settles within about 1 / (rate × (1 − g)) ≈ 75 train steps on the range
+ * the returns reach; a smaller rate would only slow that, since the batch
+ * extremes it averages already move slowly.
  */
 #define FOX_ATOM_GRID_RATE 0.05f
 /* The narrowest grid Mech 2 writes, as a share of its bound (Δz must stay a usable divisor). */
 #define FOX_ATOM_GRID_MIN_SPAN 1e-3f
 
-/* Branch d's live grid [*lo, *hi] from the ISV: the configured [v_min, v_max] while unset (both 0). */
+/* Branch d's live grid [*lo, *hi] from the ISV: the configured [v_min, v_max] while unset. */
 FOX_HD void
 fox_atom_grid_live(const float *isv, int d, float v_min, float v_max, float *lo, float *hi)
 {

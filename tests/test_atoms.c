@@ -3,17 +3,20 @@
  * through the engine (docs/stability.md, "The atom grid"): the same small
  * run at three reward scales, whose grids follow the scale with slots 46
  * and 47 quiet; a run whose rewards outgrow Mech 2's bound, where the clamp
- * binds and slot 47 fires; the fold reset and the checkpoint of the grid;
- * and the update rule alone.
+ * binds and slot 47 fires; the fold reset and the checkpoint of the grid,
+ * and a checkpoint from before the grid; and the update rule alone.
  */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "gpu/bounds.h"
 #include "gpu/engine.h"
+#include "gpu/engine_impl.h"
 #include "gpu/isv.h"
 #include "gpu/sentinel.h"
 #include "tests/testutil.h"
@@ -161,6 +164,65 @@ START_TEST(grid_checkpoint_and_fold_reset)
 END_TEST
 
 /*
+ * A checkpoint written before the grid's ISV slots were named: the same
+ * file with the fingerprint of the tables without them (in the header and
+ * ISV 115–116) and 0 in slots 121–128, where that layout had reserved
+ * slots. It loads; its grid is unset, so the configured support, and the
+ * ISV names this layout again. The header's offsets are the documented
+ * format's (gpu/checkpoint.c).
+ */
+START_TEST(checkpoint_before_grid_loads)
+{
+    fox_config c;
+    small_config(&c, "1");
+    fox_engine *e = fox_test_engine(&c);
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 300, NULL));
+    char path[] = "/tmp/fox_atoms_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    FOX_CK_ENGINE_OK(e, fox_engine_checkpoint_save(e, path));
+    uint64_t before = e->fingerprint_before_grid;
+    ck_assert(before != e->fingerprint);
+    size_t len, np = fox_engine_param_count(e);
+    char *buf = fox_test_read_file(path, &len);
+    ck_assert_ptr_nonnull(buf);
+    const size_t hdr = 56;
+    uint64_t payload;
+    memcpy(&payload, buf + 40, 8);
+    ck_assert_uint_eq(len, hdr + payload);
+    float *isv = (float *)(buf + hdr + 16 * np);
+    for (int i = FOX_ISV_ATOM_GRID_BASE; i < FOX_ISV_ATOM_GRID_BASE + 8; i++) {
+        ck_assert_msg(isv[i] != 0.0f, "slot %d: the run left no grid to drop", i);
+        isv[i] = 0.0f;
+    }
+    fox_isv_store_fingerprint(isv, before);
+    memcpy(buf + 16, &before, 8);
+    uint32_t pcrc = (uint32_t)crc32(crc32(0L, Z_NULL, 0), (const Bytef *)buf + hdr, (uInt)payload);
+    memcpy(buf + 48, &pcrc, 4);
+    uint32_t hcrc = (uint32_t)crc32(crc32(0L, Z_NULL, 0), (const Bytef *)buf, 52);
+    memcpy(buf + 52, &hcrc, 4);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(buf, 1, len, f), len);
+    fclose(f);
+    free(buf);
+    fox_engine *g = fox_test_engine(&c);
+    FOX_CK_ENGINE_OK(g, fox_engine_checkpoint_load(g, path));
+    unlink(path);
+    const volatile float *gi = fox_engine_isv(g);
+    for (int i = FOX_ISV_ATOM_GRID_BASE; i < FOX_ISV_ATOM_GRID_BASE + 8; i++)
+        ck_assert_msg(gi[i] == 0.0f, "slot %d: %g after the load", i, gi[i]);
+    ck_assert(fox_isv_load_fingerprint((const float *)gi) == g->fingerprint);
+    /* The train steps once the emptied ring refills move the grid in from the configured ±10. */
+    FOX_CK_ENGINE_OK(g, fox_engine_run_steps(g, 40, NULL));
+    ck_assert(gi[FOX_ISV_ATOM_GRID_BASE] > -10.0f && gi[FOX_ISV_ATOM_GRID_BASE] < 0.0f);
+    fox_engine_destroy(g);
+    fox_engine_destroy(e);
+}
+END_TEST
+
+/*
  * The rule alone (fixed mode, Q_ABS_REF 0: bound 10): an unset grid starts
  * from the configured support and moves 5 % of the way to the targets;
  * repeated, it settles on the range r / (1 − g) the Bellman targets reach;
@@ -204,6 +266,7 @@ atoms_suite(void)
     tcase_add_test(runs, grid_follows_reward_scale);
     tcase_add_test(runs, huge_rewards_bind_mech2);
     tcase_add_test(runs, grid_checkpoint_and_fold_reset);
+    tcase_add_test(runs, checkpoint_before_grid_loads);
     suite_add_tcase(s, runs);
     return s;
 }
