@@ -303,7 +303,6 @@ collect(cpu_backend *be, float eps)
         fox__state_build(feat, S, e->bar, port, be->states + (size_t)i * S);
     }
     fox_cpu_stab_point(&be->stab, FOX_SENT_ENV_OBS, be->states, (size_t)be->N * S);
-    fox_cpu_stab_sync_atoms(&be->stab);
     int rv = fox_cpu_net_q_values(be->net, be->params, be->states, be->N, be->q);
     if (rv != FOX_OK)
         return rv;
@@ -461,8 +460,15 @@ run_steps(cpu_backend *be, int n, fox_step_stats *st)
         int ready = be->replay.size >= c->learning_starts && be->replay.size >= be->B;
         float eps = ready ? epsilon(be) : c->eps_start;
         fox_cpu_stab_begin_step(&be->stab, be->ctr.train_steps, ready);
+        /*
+         * The collection acts on the train step's atoms, or without one on the grid in the
+         * ISV, which a checkpoint or a fold reset may have rewritten since (the CUDA backend's
+         * collection-only graph does the same).
+         */
         if (ready)
             train_begin(be);
+        else
+            fox_cpu_stab_sync_atoms(&be->stab);
         rv = collect(be, eps);
         if (rv == FOX_OK && ready)
             rv = train_end(be, st);
