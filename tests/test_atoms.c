@@ -25,6 +25,7 @@
 
 typedef struct grid_run {
     float lo[FOX_MAX_BRANCHES], hi[FOX_MAX_BRANCHES];
+    float pos_bound[FOX_MAX_BRANCHES]; /* ISV 132–135 */
     float q_abs_ref;
     int fired46, fired47;
 } grid_run;
@@ -54,19 +55,31 @@ read_grid(fox_engine *e, grid_run *g)
 }
 
 static void
-run_scale(const char *scale, grid_run *g)
+run_scale_mode(const char *scale, int adaptive, grid_run *g)
 {
     fox_config c;
     small_config(&c, scale);
+    c.bounds_mode = adaptive ? FOX_BOUNDS_ADAPTIVE : FOX_BOUNDS_FIXED;
     fox_engine *e = fox_test_engine(&c);
     int rv = fox_engine_run_steps(e, RUN_STEPS, NULL);
     ck_assert_msg(rv == FOX_OK, "scale %s: %s", scale, fox_engine_errmsg(e));
     read_grid(e, g);
-    printf("reward scale %s: Q_ABS_REF %.4g, grid", scale, (double)g->q_abs_ref);
+    const volatile float *isv = fox_engine_isv(e);
+    for (int d = 0; d < FOX_MAX_BRANCHES; d++)
+        g->pos_bound[d] = isv[fox_isv_atom_pos_bound_slot(d)];
+    printf("reward scale %s%s: Q_ABS_REF %.4g, grid", scale, adaptive ? " (adaptive)" : "",
+           (double)g->q_abs_ref);
     for (int d = 0; d < FOX_MAX_BRANCHES; d++)
         printf(" [%.4g, %.4g]", (double)g->lo[d], (double)g->hi[d]);
-    printf(", slot 46 %d, slot 47 %d\n", g->fired46, g->fired47);
+    printf(", ATOM_POS_BOUND %.4g, slot 46 %d, slot 47 %d\n", (double)g->pos_bound[0],
+           g->fired46, g->fired47);
     fox_engine_destroy(e);
+}
+
+static void
+run_scale(const char *scale, grid_run *g)
+{
+    run_scale_mode(scale, 0, g);
 }
 
 /*
@@ -128,6 +141,34 @@ START_TEST(huge_rewards_bind_mech2)
         ck_assert_msg(g.hi[d] <= 1.01f * bound, "branch %d: %g above the bound %g", d, g.hi[d],
                       bound);
     }
+}
+END_TEST
+
+/*
+ * Adaptive bounds: ATOM_POS_BOUND observes each branch's moved grid, so at
+ * the default reward scale the grid moves in unhindered, bound and grid
+ * together, no slot fires; at 1e6 the moved grid crosses slot 47's
+ * threshold and the Pearl-anchored bound holds it.
+ */
+START_TEST(adaptive_bound_follows_grid)
+{
+    grid_run g;
+    run_scale_mode("100", 1, &g);
+    for (int d = 0; d < FOX_MAX_BRANCHES; d++) {
+        float ext = fmaxf(fabsf(g.lo[d]), fabsf(g.hi[d]));
+        ck_assert_msg(g.lo[d] < g.hi[d] && ext < 10.0f, "branch %d: grid [%g, %g]", d, g.lo[d],
+                      g.hi[d]);
+        ck_assert_msg(g.pos_bound[d] > 0.0f && ext <= fox_bound_adaptive(g.pos_bound[d]),
+                      "branch %d: grid [%g, %g] beyond ATOM_POS_BOUND %g", d, g.lo[d], g.hi[d],
+                      g.pos_bound[d]);
+    }
+    ck_assert_msg(!g.fired46 && !g.fired47, "slot 46 %d, slot 47 %d", g.fired46, g.fired47);
+    run_scale_mode("1000000", 1, &g);
+    ck_assert_msg(g.fired47, "slot 47 did not fire");
+    for (int d = 0; d < FOX_MAX_BRANCHES; d++)
+        ck_assert_msg(fmaxf(fabsf(g.lo[d]), fabsf(g.hi[d])) <= fox_bound_adaptive(g.pos_bound[d]),
+                      "branch %d: grid [%g, %g] beyond ATOM_POS_BOUND %g", d, g.lo[d], g.hi[d],
+                      g.pos_bound[d]);
 }
 END_TEST
 
@@ -265,6 +306,7 @@ atoms_suite(void)
     TCase *runs = tcase_create("runs");
     tcase_add_test(runs, grid_follows_reward_scale);
     tcase_add_test(runs, huge_rewards_bind_mech2);
+    tcase_add_test(runs, adaptive_bound_follows_grid);
     tcase_add_test(runs, grid_checkpoint_and_fold_reset);
     tcase_add_test(runs, checkpoint_before_grid_loads);
     suite_add_tcase(s, runs);
