@@ -879,8 +879,10 @@ greedy_next(struct FOX_NET_T *net, int B)
 
 /*
  * Target pmf per (b, d): the target net's p_d(s′, a*_d) projected with
- * reward r and discount γⁿ(1 − done) onto the current support. MEAN replaces
- * every branch's pmf by the mean of the D projections (BDQ's shared target).
+ * reward r and discount γⁿ(1 − done) onto branch d's own support. MEAN
+ * replaces every branch's pmf by the mean of the D projections (BDQ's shared
+ * target), atom by atom: a mean of distributions because the grid's rule
+ * gives every branch the same support (docs/stability.md, "The atom grid").
  */
 static void
 c51_targets(struct FOX_NET_T *net, const FOX_NET(batch) *bt, const FOX_NET(hparams) *hp)

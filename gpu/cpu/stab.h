@@ -9,7 +9,7 @@
  *     it is written (net.c's hook, and the backend's own buffers), where a
  *     fault may be injected and where the inline checks and clamp sites run;
  *   the clamp sites: Mech 10 on h_s2 (slot 12 checked before it), Mech 1 on
- *     the IQN targets, Mech 2 on the atom support, Mech 6's global clip, the
+ *     the IQN targets, Mech 2 on the atom grid, Mech 6's global clip, the
  *     clamped Adam step (Mech 9 and the SP4 m/v clamps) and the SP1 Phase C
  *     guard on d_h_s2 — every bound read from the ISV at its use;
  *   the producers: the fixed-rate ISV signals and, in adaptive mode, the 40

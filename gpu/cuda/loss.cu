@@ -99,7 +99,8 @@ greedy_next(const fox_cuda_dims &dm, const fox_cuda_loss_args &A, int b, int d, 
  * The C51 targets of every branch into m [D × NA] (and A.proj): each
  * branch's shifted support's bins bj [D × NA] on its own grid (c51_project),
  * the target net's probabilities p [D × NA] at a*, their projection, and
- * under FOX_TARGET_MEAN the branches' mean.
+ * under FOX_TARGET_MEAN the branches' mean atom by atom (their grids are
+ * equal, as the CPU's c51_targets says).
  */
 static __device__ __forceinline__ void
 c51_targets(const fox_cuda_dims &dm, const fox_cuda_loss_hp &hp, const fox_cuda_loss_args &A,
