@@ -280,6 +280,76 @@ fox_signal_observe(float *isv, fox_wiener_state *ws, int slot, float x, int adap
         isv[slot] = fox_ema_first(isv[slot], x, FOX_SIGNAL_EMA_ALPHA);
 }
 
+/* ---- the moving C51 atom grid: its update rule and Mech 2 at its write ---------------- */
+
+/*
+ * The grid's EMA rate per train step: each end moves this share of the way
+ * to the batch's extreme target. At the default g = γⁿ = 0.9³ the grid
+ * settles within about 1 / (rate × (1 − g)) ≈ 75 train steps on the range
+ * the returns reach; a smaller rate would only slow that, since the batch
+ * extremes it averages already move slowly.
+ */
+#define FOX_ATOM_GRID_RATE 0.05f
+/* The narrowest grid Mech 2 writes, as a share of its bound (Δz must stay a usable divisor). */
+#define FOX_ATOM_GRID_MIN_SPAN 1e-3f
+
+/* Branch d's live grid [*lo, *hi] from the ISV: the configured [v_min, v_max] while unset. */
+FOX_HD void
+fox_atom_grid_live(const float *isv, int d, float v_min, float v_max, float *lo, float *hi)
+{
+    int k = fox_isv_atom_grid_slot(d);
+    float l = isv[k], h = isv[k + 1];
+    int unset = l == 0.0f && h == 0.0f;
+    *lo = unset ? v_min : l;
+    *hi = unset ? v_max : h;
+}
+
+/*
+ * One train step of branch d's grid, before the projection. tz_lo and tz_hi
+ * are the batch's lowest and highest Bellman targets over the live grid,
+ * min_b (r_b + g_b·lo) and max_b (r_b + g_b·hi), g_b = γⁿ(1 − done_b): each
+ * end moves FOX_ATOM_GRID_RATE of the way toward them, so the grid follows
+ * the range the projection sends mass to (an end whose target is not finite
+ * stays). In adaptive mode ATOM_POS_BOUND_d observes the moved grid's
+ * largest |z| (Pearls A+D, ws indexed by ISV slot; NULL in fixed mode).
+ * Mech 2 then clamps both ends to ±bound (10 × q_eff fixed, max(ATOM_POS_
+ * BOUND_d, 1) adaptive); a grid the clamp empties or narrows below
+ * FOX_ATOM_GRID_MIN_SPAN × bound is written as [−bound, bound]. The grid goes
+ * into the ISV; the return value is the moved grid's span before the clamp,
+ * which slot 47 compares.
+ */
+FOX_HD float
+fox_atom_grid_update(float *isv, fox_wiener_state *ws, int adaptive, int d, float v_min,
+                     float v_max, float tz_lo, float tz_hi)
+{
+    float lo, hi;
+    fox_atom_grid_live(isv, d, v_min, v_max, &lo, &hi);
+    if (isfinite(tz_lo))
+        lo += FOX_ATOM_GRID_RATE * (tz_lo - lo);
+    if (isfinite(tz_hi))
+        hi += FOX_ATOM_GRID_RATE * (tz_hi - hi);
+    float bound;
+    if (adaptive) {
+        int slot = fox_isv_atom_pos_bound_slot(d);
+        float ext = fmaxf(fabsf(lo), fabsf(hi));
+        if (ext > 0.0f && isfinite(ext))
+            fox_bounds_observe(isv, ws, slot, ext);
+        bound = fox_bound_adaptive(isv[slot]);
+    } else {
+        bound = fox_bound_atom_fixed(isv[FOX_ISV_Q_ABS_REF]);
+    }
+    float span = hi - lo;
+    float clo = fox_clamp_finite(lo, bound), chi = fox_clamp_finite(hi, bound);
+    if (!(chi - clo >= FOX_ATOM_GRID_MIN_SPAN * bound)) {
+        clo = -bound;
+        chi = bound;
+    }
+    int k = fox_isv_atom_grid_slot(d);
+    isv[k] = clo;
+    isv[k + 1] = chi;
+    return span;
+}
+
 /*
  * Pearl C: feed one step's engagement count of an in-kernel clamp (engaged of
  * total values clamped). The rate's EMA (meta-rate) is compared with the rate a

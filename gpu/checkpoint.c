@@ -326,7 +326,7 @@ read_verified(fox_engine *e, const char *path, char **buf, ckpt_header *h)
                          path, h->version, CKPT_VERSION);
         goto bad;
     }
-    if (h->fingerprint != e->fingerprint) {
+    if (h->fingerprint != e->fingerprint && h->fingerprint != e->fingerprint_before_grid) {
         rv = FOX_EMISMATCH;
         fox__engine_fail(e, rv,
                          "checkpoint %s: layout fingerprint %016llx, this engine has %016llx", path,
@@ -378,6 +378,8 @@ restore_member(fox_engine *e, const char *block)
     volatile float *isv = fox__be(e)->isv;
     for (int i = 0; i < FOX_ISV_TOTAL_DIM; i++)
         isv[i] = f[4 * np + (size_t)i];
+    /* A file of the layout before the atom grid names that layout: the ISV names this one. */
+    fox_isv_store_fingerprint((float *)isv, e->fingerprint);
     return rv;
 }
 

@@ -85,6 +85,8 @@ fox_engine_create(fox_engine **out, const fox_config *cfg, char *err, size_t err
         return rv;
     }
     e->fingerprint = fox_layout_fingerprint(fox_model_layout_hash(&e->lay), FOX_FORMAT_VERSION);
+    e->fingerprint_before_grid =
+        fox_layout_fingerprint_before_grid(fox_model_layout_hash(&e->lay), FOX_FORMAT_VERSION);
     /* A backend's q_values takes up to max(batch, envs) rows at a time. */
     int call_rows = e->cfg.batch > e->cfg.n_envs ? e->cfg.batch : e->cfg.n_envs;
     e->ahead = fox__lookahead_new(&e->lay, FOX_EVAL_WALKS_MAX, call_rows, e->ops->eval_lookahead);

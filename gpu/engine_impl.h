@@ -65,6 +65,7 @@ struct fox_engine {
     int64_t epoch_step0;
     int64_t total_steps;
     uint64_t fingerprint;
+    uint64_t fingerprint_before_grid; /* checkpoints of it load too (layout.h) */
     /* Why the fold stopped (fewer than engine.quorum members left): the last member's halt. */
     fox_halt_info halt;
     /*

@@ -68,6 +68,14 @@ enum {
       "new fold's clip cap starts from the gradient scale seen so far")                            \
     X(120, GRAD_CLIP, ZERO, 0.0f,                                                                  \
       "Mech 6 output: the global-norm clip threshold applied at the last step (after its cap)")    \
+    X(121, ATOM_LO_DIRECTION, ZERO, 0.0f, "Mech 2: atom grid, branch 0, low end")                  \
+    X(122, ATOM_HI_DIRECTION, ZERO, 0.0f, "Mech 2: atom grid, branch 0, high end")                 \
+    X(123, ATOM_LO_SIZE, ZERO, 0.0f, "Mech 2: atom grid, branch 1, low end")                       \
+    X(124, ATOM_HI_SIZE, ZERO, 0.0f, "Mech 2: atom grid, branch 1, high end")                      \
+    X(125, ATOM_LO_ORDER, ZERO, 0.0f, "Mech 2: atom grid, branch 2, low end")                      \
+    X(126, ATOM_HI_ORDER, ZERO, 0.0f, "Mech 2: atom grid, branch 2, high end")                     \
+    X(127, ATOM_LO_URGENCY, ZERO, 0.0f, "Mech 2: atom grid, branch 3, low end")                    \
+    X(128, ATOM_HI_URGENCY, ZERO, 0.0f, "Mech 2: atom grid, branch 3, high end")                   \
     X(131, TARGET_Q_BOUND, ZERO, 0.0f, "SP4 Mech 1: |target Q| bound (p99 of |target Q|)")         \
     X(132, ATOM_POS_BOUND_DIRECTION, ZERO, 0.0f, "SP4 Mech 2: atom position bound, branch 0")      \
     X(133, ATOM_POS_BOUND_SIZE, ZERO, 0.0f, "SP4 Mech 2: atom position bound, branch 1")           \
@@ -128,6 +136,21 @@ enum {
     FOX_ISV_ADAM_V_BOUND_BASE = 152,
     FOX_ISV_WD_RATE_BASE = 160
 };
+
+/*
+ * The moving C51 atom grid (docs/stability.md, "The atom grid"): branch d's
+ * support [lo, hi] in slots FOX_ISV_ATOM_GRID_BASE + 2d and + 2d + 1, so
+ * that checkpoints, which save the ISV, keep it. Both 0 is the fold reset's
+ * unset grid, read as the configured support.
+ */
+enum { FOX_ISV_ATOM_GRID_BASE = 121 };
+
+/* Slot of branch's low end (its high end is the next), or -1 for a bad branch. */
+FOX_HD int
+fox_isv_atom_grid_slot(int branch)
+{
+    return branch >= 0 && branch < FOX_ISV_SP4_BRANCHES ? FOX_ISV_ATOM_GRID_BASE + 2 * branch : -1;
+}
 
 /*
  * Slot of a per-group / per-branch SP4 family, or -1 when group (FOX_GROUP_*)

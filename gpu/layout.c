@@ -48,12 +48,33 @@ fox__layout_fingerprint_of(const fox_isv_slot_info *isv_named, int n_isv_named, 
     return (hi << 32) | lo;
 }
 
-uint64_t
-fox_layout_fingerprint(uint64_t model_layout_hash, int format_version)
+/* The fingerprint over the named ISV slots outside [skip_from, skip_to). */
+static uint64_t
+fingerprint_skipping(uint64_t model_layout_hash, int format_version, int skip_from, int skip_to)
 {
     const char *sent[FOX_SENTINEL_SLOTS];
     for (int i = 0; i < FOX_SENTINEL_SLOTS; i++)
         sent[i] = fox_sentinel_name(i);
-    return fox__layout_fingerprint_of(fox_isv_named(0), fox_isv_named_count(), FOX_ISV_TOTAL_DIM,
-                                      sent, FOX_SENTINEL_SLOTS, model_layout_hash, format_version);
+    fox_isv_slot_info named[FOX_ISV_TOTAL_DIM];
+    int n = 0;
+    for (int k = 0; k < fox_isv_named_count(); k++) {
+        const fox_isv_slot_info *s = fox_isv_named(k);
+        if (s->index < skip_from || s->index >= skip_to)
+            named[n++] = *s;
+    }
+    return fox__layout_fingerprint_of(named, n, FOX_ISV_TOTAL_DIM, sent, FOX_SENTINEL_SLOTS,
+                                      model_layout_hash, format_version);
+}
+
+uint64_t
+fox_layout_fingerprint(uint64_t model_layout_hash, int format_version)
+{
+    return fingerprint_skipping(model_layout_hash, format_version, 0, 0);
+}
+
+uint64_t
+fox_layout_fingerprint_before_grid(uint64_t model_layout_hash, int format_version)
+{
+    return fingerprint_skipping(model_layout_hash, format_version, FOX_ISV_ATOM_GRID_BASE,
+                                FOX_ISV_ATOM_GRID_BASE + 2 * FOX_ISV_SP4_BRANCHES);
 }

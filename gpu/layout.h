@@ -33,6 +33,15 @@
 uint64_t fox_layout_fingerprint(uint64_t model_layout_hash, int format_version);
 
 /*
+ * The fingerprint this layout had before the moving atom grid's ISV slots
+ * (FOX_ISV_ATOM_GRID_BASE, 2 per branch) were named. A checkpoint written
+ * then differs from one of this layout only by those slots, which it holds
+ * at 0, the grid's unset state: it loads, and its grid starts again from
+ * the configured support.
+ */
+uint64_t fox_layout_fingerprint_before_grid(uint64_t model_layout_hash, int format_version);
+
+/*
  * Internal (exposed for tests): the fingerprint of explicit tables, so a test
  * can change one entry and watch the hash move. fox_layout_fingerprint is
  * this function applied to the real tables.

@@ -2,9 +2,9 @@
  * test_cuda_parity_engine.c — part of the CUDA parity test
  * (test_cuda_parity.c has the fixture and main): whole engines on the GPU
  * (graph replay's determinism and the ISV, engines on threads giving the
- * same bits, adaptive training raising no flags, a short fold and the
- * evaluation walk against the CPU's) and prioritized replay, the device's
- * sum tree against gpu/cpu/replay.c.
+ * same bits, adaptive training raising no flags, the moving atom grid, a
+ * short fold and the evaluation walk against the CPU's) and prioritized
+ * replay, the device's sum tree against gpu/cpu/replay.c.
  */
 #include <check.h>
 #include <math.h>
@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "gpu/backend.h"
+#include "gpu/bounds.h"
 #include "gpu/cpu/replay.h"
 #include "gpu/cuda/debug.h"
 #include "gpu/engine.h"
@@ -132,6 +133,50 @@ START_TEST(adaptive_training_no_flags)
            set, st.loss, (double)isv[FOX_ISV_H_S2_BOUND], (double)isv[FOX_ISV_TARGET_Q_BOUND],
            (double)isv[FOX_ISV_GRAD_CLIP_BOUND], (double)isv[FOX_ISV_WEIGHT_BOUND_GRN1]);
     fox_engine_destroy(e);
+}
+END_TEST
+
+/*
+ * The moving atom grid on the device, as tests/test_atoms.c has it on the
+ * CPU: at reward scale 1 every branch's grid moves in from the configured
+ * ±10 and no slot fires; at 1e6 the moved grid crosses slot 47's threshold
+ * and Mech 2 holds both ends at its bound.
+ */
+START_TEST(atom_grid_moves_on_device)
+{
+    for (int huge = 0; huge < 2; huge++) {
+        fox_config c;
+        fox_config_default(&c);
+        c.backend = FOX_BACKEND_CUDA;
+        c.reward_scale = huge ? 1e6f : 1.0f;
+        fox_engine *e = fox_test_engine(&c);
+        int rv = fox_engine_run_steps(e, 300, NULL);
+        ck_assert_msg(rv == FOX_OK, "run_steps: %s", fox_engine_errmsg(e));
+        const volatile float *isv = fox_engine_isv(e);
+        const volatile int *fl = fox_engine_flags(e);
+        float bound = fox_bound_atom_fixed(isv[FOX_ISV_Q_ABS_REF]);
+        for (int d = 0; d < FOX_MAX_BRANCHES; d++) {
+            int k = fox_isv_atom_grid_slot(d);
+            float lo = isv[k], hi = isv[k + 1];
+            printf("atoms on the device, reward scale %g: branch %d [%.4g, %.4g]\n",
+                   (double)c.reward_scale, d, lo, hi);
+            ck_assert_msg(isfinite(lo) && isfinite(hi) && lo < hi, "branch %d: [%g, %g]", d, lo,
+                          hi);
+            if (huge)
+                ck_assert_msg(lo == -hi && hi >= 10.0f && hi <= 1.01f * bound,
+                              "branch %d: [%g, %g] not held at Mech 2's bound %g", d, lo, hi,
+                              bound);
+            else
+                ck_assert_msg(lo > -10.0f && hi < 10.0f, "branch %d: [%g, %g] did not move in",
+                              d, lo, hi);
+        }
+        if (huge)
+            ck_assert_msg(fl[FOX_SENT_ATOM_SPAN_MAX], "slot 47 did not fire at reward scale 1e6");
+        else
+            for (int i = 0; i < FOX_SENTINEL_SLOTS; i++)
+                ck_assert_msg(fl[i] == 0, "reward scale 1: slot %d fired", i);
+        fox_engine_destroy(e);
+    }
 }
 END_TEST
 
@@ -513,6 +558,7 @@ fox_parity_engine_tests(TCase *te)
     tcase_add_test(te, graph_determinism_and_isv);
     tcase_add_test(te, engines_on_threads_same_bits);
     tcase_add_test(te, adaptive_training_no_flags);
+    tcase_add_test(te, atom_grid_moves_on_device);
     tcase_add_test(te, fold_sharpe_vs_cpu);
     tcase_add_test(te, per_training_runs);
     tcase_add_test(te, eval_walk_vs_cpu);

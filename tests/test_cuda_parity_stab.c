@@ -2,8 +2,8 @@
  * test_cuda_parity_stab.c — part of the CUDA parity test (test_cuda_parity.c
  * has the fixture and main): the stability kernels against their CPU twins
  * (sentinel.h, bounds.h): the fused check on each kind of rule and on
- * strided buffers, the h_s2 site, the SP4 producers, the gradient clip, and
- * the target-Q bound inside the loss.
+ * strided buffers, the h_s2 site, the atom grid, the SP4 producers, the
+ * gradient clip, and the target-Q bound inside the loss.
  */
 #include <check.h>
 #include <math.h>
@@ -245,6 +245,100 @@ START_TEST(h_s2_site_vs_cpu)
     free(x);
     free(zero);
     free(dx);
+}
+END_TEST
+
+/*
+ * The atom grid's kernel against its CPU twin: fox_cpu_stab_atoms's
+ * reduction of the batch's Bellman targets over each branch's grid, the
+ * shared fox_atom_grid_update and the CPU net's atoms (set_support), in
+ * both bounds modes, from the unset grid and from a moved one: the same
+ * grids in the ISV, the same atoms, slot 47 alike. Rewards 1e4 times the
+ * bound (pass 2) move the grid past slot 47's threshold before Mech 2 holds
+ * it; B = 0 (pass 3) only rewrites the atoms of a grid set by hand.
+ */
+START_TEST(atoms_kernel_vs_cpu)
+{
+    const fox_model_layout *lay = &fox_parity_lay;
+    const int D = lay->n_branches, NA = lay->NA;
+    const float gn = powf(fox_parity_cfg.gamma, (float)fox_parity_cfg.n_step);
+    float r[BATCH], done[BATCH], isv[FOX_ISV_TOTAL_DIM], isv_ref[FOX_ISV_TOTAL_DIM];
+    float *z = malloc((size_t)D * NA * sizeof *z);
+    int flags[FOX_SENTINEL_SLOTS];
+    static fox_wiener_state ws[FOX_ISV_TOTAL_DIM];
+    fox_cpu_net *net = NULL;
+    FOX_CK_OK(fox_cpu_net_create(&net, lay, BATCH));
+    ck_assert_ptr_nonnull(z);
+    fox_rng rng;
+    fox_rng_seed(&rng, 47);
+    for (int adaptive = 0; adaptive < 2; adaptive++) {
+        fox_isv_init(isv);
+        for (int pass = 0; pass < 4; pass++) {
+            int B = pass == 3 ? 0 : BATCH;
+            float scale = pass == 2 ? 1e5f : 3.0f;
+            for (int b = 0; b < BATCH; b++) {
+                r[b] = scale * (float)fox_rng_normal(&rng);
+                done[b] = fox_rng_uniform(&rng) < 0.1f ? 1.0f : 0.0f;
+            }
+            if (pass == 3) {
+                int k = fox_isv_atom_grid_slot(D - 1);
+                isv[k] = -0.25f;
+                isv[k + 1] = 3.5f;
+            }
+            memcpy(isv_ref, isv, sizeof isv);
+            /* The twin: what fox_cpu_stab_atoms does, in its order. */
+            fox_bounds_wiener_init(ws);
+            float span = 0.0f;
+            for (int d = 0; d < D && B > 0; d++) {
+                float lo, hi, tz_lo = INFINITY, tz_hi = -INFINITY;
+                fox_atom_grid_live(isv_ref, d, lay->v_min, lay->v_max, &lo, &hi);
+                for (int b = 0; b < B; b++) {
+                    float g = gn * (1.0f - done[b]);
+                    tz_lo = fminf(tz_lo, r[b] + g * lo);
+                    tz_hi = fmaxf(tz_hi, r[b] + g * hi);
+                }
+                float sd = fox_atom_grid_update(isv_ref, adaptive ? ws : NULL, adaptive, d,
+                                                lay->v_min, lay->v_max, tz_lo, tz_hi);
+                span = sd > span ? sd : span;
+            }
+            float t;
+            FOX_CK_OK(fox_sentinel_threshold(FOX_SENT_ATOM_SPAN_MAX, isv_ref, &t));
+            int f47 = B > 0 && !(span < t);
+            FOX_CK_OK(fox_cuda_debug_atoms(fox_parity_gpu, r, done, B, gn, adaptive, isv, z,
+                                           flags));
+            for (int i = 0; i < FOX_ISV_TOTAL_DIM; i++)
+                ck_assert_msg(isv[i] == isv_ref[i] ||
+                                  fabsf(isv[i] - isv_ref[i]) <= 1e-6f * fabsf(isv_ref[i]),
+                              "adaptive %d pass %d: ISV %d (%s) %.9g, cpu %.9g", adaptive, pass,
+                              i, fox_isv_name(i), isv[i], isv_ref[i]);
+            ck_assert_msg(flags[FOX_SENT_ATOM_SPAN_MAX] == f47,
+                          "adaptive %d pass %d: slot 47 %d, cpu %d (span %g, threshold %g)",
+                          adaptive, pass, flags[FOX_SENT_ATOM_SPAN_MAX], f47, span, t);
+            ck_assert_msg(pass != 2 || f47, "adaptive %d: slot 47 did not fire", adaptive);
+            for (int d = 0; d < D; d++) {
+                float lo, hi, *zc;
+                size_t nzc;
+                fox_atom_grid_live(isv_ref, d, lay->v_min, lay->v_max, &lo, &hi);
+                FOX_CK_OK(fox_cpu_net_set_support(net, d, lo, hi));
+                fox_cpu_net_sentinel_buffer(net, FOX_SENT_ATOM_SPAN_MAX, 1, &zc, &nzc);
+                ck_assert_int_eq(nzc, (size_t)D * NA);
+                for (int j = 0; j < NA; j++) {
+                    float a = z[d * NA + j], c = zc[d * NA + j];
+                    ck_assert_msg(fabsf(a - c) <= 1e-6f * (fabsf(lo) + fabsf(hi)),
+                                  "adaptive %d pass %d: branch %d atom %d %.9g, cpu %.9g",
+                                  adaptive, pass, d, j, a, c);
+                }
+            }
+            printf("atoms %s pass %d: branch 0 [%.4g, %.4g], slot 47 %d\n",
+                   adaptive ? "adaptive" : "fixed", pass, isv[fox_isv_atom_grid_slot(0)],
+                   isv[fox_isv_atom_grid_slot(0) + 1], f47);
+        }
+    }
+    /* The shared backend's atoms back on the configured support, which later passes assume. */
+    fox_isv_init(isv);
+    FOX_CK_OK(fox_cuda_debug_atoms(fox_parity_gpu, r, done, 0, gn, 0, isv, z, flags));
+    fox_cpu_net_destroy(net);
+    free(z);
 }
 END_TEST
 
@@ -542,6 +636,7 @@ fox_parity_stab_tests(TCase *tc)
     tcase_add_test(tc, check_kernel_vs_cpu);
     tcase_add_test(tc, check_kernel_strided);
     tcase_add_test(tc, h_s2_site_vs_cpu);
+    tcase_add_test(tc, atoms_kernel_vs_cpu);
     tcase_add_test(tc, sp4_producers_vs_cpu);
     tcase_add_test(tc, grad_clip_vs_cpu);
     tcase_add_test(tc, target_q_bound_in_loss);

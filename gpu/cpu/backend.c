@@ -59,7 +59,6 @@ cpu_destroy(fox_backend *be_)
     cpu_backend *be = (cpu_backend *)be_;
     if (!be)
         return;
-    fox_cpu_stab_fini(&be->stab);
     fox_cpu_net_destroy(be->net);
     fox_replay_fini(&be->replay);
     free(be->params);
@@ -382,7 +381,8 @@ train_begin(cpu_backend *be)
 {
     gather_batch(be);
     be->baux_scale = fox_cpu_stab_aux_label(&be->stab, be->baux, be->B);
-    fox_cpu_stab_atoms(&be->stab);
+    const fox_config *c = be->env.cfg;
+    fox_cpu_stab_atoms(&be->stab, be->br, be->bdone, be->B, powf(c->gamma, (float)c->n_step));
 }
 
 static int
@@ -460,8 +460,15 @@ run_steps(cpu_backend *be, int n, fox_step_stats *st)
         int ready = be->replay.size >= c->learning_starts && be->replay.size >= be->B;
         float eps = ready ? epsilon(be) : c->eps_start;
         fox_cpu_stab_begin_step(&be->stab, be->ctr.train_steps, ready);
+        /*
+         * The collection acts on the train step's atoms, or without one on the grid in the
+         * ISV, which a checkpoint or a fold reset may have rewritten since (the CUDA backend's
+         * collection-only graph does the same).
+         */
         if (ready)
             train_begin(be);
+        else
+            fox_cpu_stab_sync_atoms(&be->stab);
         rv = collect(be, eps);
         if (rv == FOX_OK && ready)
             rv = train_end(be, st);
@@ -517,6 +524,7 @@ cpu_q_values(fox_backend *be_, const float *s, int B, float *q)
 {
     cpu_backend *be = (cpu_backend *)be_;
     int average = be->env.cfg->eval_weights == FOX_EVAL_WEIGHTS_AVERAGE;
+    fox_cpu_stab_sync_atoms(&be->stab);
     return fox_cpu_net_q_values(be->net, average ? be->target : be->params, s, B, q);
 }
 

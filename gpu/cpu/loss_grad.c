@@ -64,7 +64,7 @@ greedy_next(struct FOX_NET_T *net, int B)
             for (int a = 0; a < n; a++) {
                 const real *lp =
                     branch_rows(lay, net->on_next.logp, B, d) + ((size_t)b * n + a) * lay->NA;
-                real q = expected_z(lp, net->z, lay->NA);
+                real q = expected_z(lp, net->z + (size_t)d * lay->NA, lay->NA);
                 if (a == 0 || q > best_q) {
                     best = a;
                     best_q = q;
@@ -76,8 +76,10 @@ greedy_next(struct FOX_NET_T *net, int B)
 
 /*
  * Target pmf per (b, d): the target net's p_d(s′, a*_d) projected with
- * reward r and discount γⁿ(1 − done) onto the current support. MEAN replaces
- * every branch's pmf by the mean of the D projections (BDQ's shared target).
+ * reward r and discount γⁿ(1 − done) onto branch d's own support. MEAN
+ * replaces every branch's pmf by the mean of the D projections (BDQ's shared
+ * target), atom by atom: a mean of distributions because the grid's rule
+ * gives every branch the same support (docs/stability.md, "The atom grid").
  */
 static void
 c51_targets(struct FOX_NET_T *net, const FOX_NET(batch) *bt, const FOX_NET(hparams) *hp)
@@ -93,7 +95,7 @@ c51_targets(struct FOX_NET_T *net, const FOX_NET(batch) *bt, const FOX_NET(hpara
                              ((size_t)b * n + net->a_star[b * D + d]) * NA;
             for (int j = 0; j < NA; j++)
                 net->p_tmp[j] = R_EXP(lp[j]);
-            FOX_NET(c51_project)(net->p_tmp, NA, net->sup_min, net->sup_max, bt->r[b], g,
+            FOX_NET(c51_project)(net->p_tmp, NA, net->sup_min[d], net->sup_max[d], bt->r[b], g,
                                  mb + (size_t)d * NA);
         }
         if (hp->target_mode != FOX_TARGET_MEAN)
@@ -169,12 +171,13 @@ c51_loss(struct FOX_NET_T *net, const FOX_NET(batch) *bt, FOX_NET(loss) *lo)
             const real *lp = net->cur_lp + ((size_t)b * D + d) * NA;
             const real *m = net->m + ((size_t)b * D + d) * NA;
             real *dl = branch_rows(lay, net->d_logit, B, d) + ((size_t)b * n + a) * NA;
+            const real *z = net->z + (size_t)d * NA;
             real ce = R(0), msum = R(0), em = R(0), ep = R(0);
             for (int j = 0; j < NA; j++) {
                 ce -= m[j] * lp[j];
                 msum += m[j];
-                em += m[j] * net->z[j];
-                ep += R_EXP(lp[j]) * net->z[j];
+                em += m[j] * z[j];
+                ep += R_EXP(lp[j]) * z[j];
             }
             for (int j = 0; j < NA; j++)
                 dl[j] = coef * (R_EXP(lp[j]) * msum - m[j]);

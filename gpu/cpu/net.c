@@ -520,7 +520,7 @@ carve_all(carver *c, struct FOX_NET_T *net)
 {
     const fox_model_layout *lay = &net->lay;
     size_t B = (size_t)net->max_batch, D = (size_t)lay->n_branches;
-    net->z = take(c, lay->NA);
+    net->z = take(c, D * lay->NA);
     carve_c51(c, &net->on, lay, B);
     carve_c51(c, &net->on_next, lay, B);
     carve_c51(c, &net->tgt, lay, B);
@@ -580,22 +580,24 @@ FOX_NET(create)(FOX_NET_T **out, const fox_model_layout *lay, int max_batch)
     }
     c = (carver){net->arena, 0};
     carve_all(&c, net);
-    FOX_NET(set_support)(net, (real)lay->v_min, (real)lay->v_max);
+    for (int d = 0; d < lay->n_branches; d++)
+        FOX_NET(set_support)(net, d, (real)lay->v_min, (real)lay->v_max);
     *out = net;
     return FOX_OK;
 }
 
 int
-FOX_NET(set_support)(FOX_NET_T *net, FOX_REAL lo, FOX_REAL hi)
+FOX_NET(set_support)(FOX_NET_T *net, int d, FOX_REAL lo, FOX_REAL hi)
 {
-    if (!net || !isfinite(lo) || !isfinite(hi) || !(lo < hi))
+    if (!net || d < 0 || d >= net->lay.n_branches || !isfinite(lo) || !isfinite(hi) ||
+        !(lo < hi))
         return FOX_EINVAL;
     int NA = net->lay.NA;
     real dz = (hi - lo) / (real)(NA - 1);
-    net->sup_min = lo;
-    net->sup_max = hi;
+    net->sup_min[d] = lo;
+    net->sup_max[d] = hi;
     for (int j = 0; j < NA; j++)
-        net->z[j] = lo + (real)j * dz;
+        net->z[(size_t)d * NA + j] = lo + (real)j * dz;
     return FOX_OK;
 }
 
@@ -701,7 +703,7 @@ FOX_NET(q_values)(FOX_NET_T *net, const FOX_REAL *params, const FOX_REAL *s, int
                 const real *lp =
                     branch_rows(lay, net->on_next.logp, B, d) + ((size_t)b * n + a) * lay->NA;
                 q[(size_t)b * lay->n_actions + lay->branch_off[d] + a] =
-                    expected_z(lp, net->z, lay->NA);
+                    expected_z(lp, net->z + (size_t)d * lay->NA, lay->NA);
             }
         }
     return FOX_OK;
@@ -746,7 +748,7 @@ FOX_NET(sentinel_buffer)(FOX_NET_T *net, int slot, int B, FOX_REAL **ptr, size_t
         {FOX_SENT_D_H_S2_POST_AUX, net->dh_s2, b * H2},
         {FOX_SENT_D_H_S2_POST_IQN, net->dh_s2, b * H2},
         {FOX_SENT_TARGET_Q_POST_CLIP, net->target_q, b * D * NT},
-        {FOX_SENT_ATOM_SPAN_MAX, net->z, NA},
+        {FOX_SENT_ATOM_SPAN_MAX, net->z, (size_t)D * NA},
         {FOX_SENT_H_S2_MAX_ABS, net->on.g2.y, b * H2},
     };
     *ptr = NULL;

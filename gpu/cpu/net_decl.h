@@ -58,12 +58,13 @@ void FOX_NET(set_hook)(FOX_NET_T *net, FOX_NET(hook_fn) fn, void *ctx, int want_
 void FOX_NET(sentinel_buffer)(FOX_NET_T *net, int slot, int B, FOX_REAL **ptr, size_t *n);
 
 /*
- * Mech 2, the atom write path: move the C51 support to [lo, hi] (lo < hi),
- * atoms evenly spaced again (Δz recomputed from the clamped span, as the
- * seeds' per-sample support does). Every later forward, target projection
- * and q_values uses it. FOX_EINVAL unless lo < hi, both finite.
+ * Mech 2, the atom write path: move branch d's C51 support to [lo, hi]
+ * (lo < hi), its atoms evenly spaced again (Δz recomputed from the clamped
+ * span, as the seeds' per-sample support does). Every later forward, target
+ * projection, expected Q and q_values of that branch uses it. FOX_EINVAL
+ * unless d is a branch and lo < hi, both finite.
  */
-int FOX_NET(set_support)(FOX_NET_T *net, FOX_REAL lo, FOX_REAL hi);
+int FOX_NET(set_support)(FOX_NET_T *net, int d, FOX_REAL lo, FOX_REAL hi);
 
 /*
  * C51 projection of one distribution: probabilities p over the support

@@ -140,8 +140,9 @@ typedef struct aux_cache {
 struct FOX_NET_T {
     fox_model_layout lay;
     int max_batch;
-    real sup_min, sup_max; /* the C51 support: the layout's, or as Mech 2 moved it */
-    real *z;               /* [NA] atom support z_j = sup_min + j·Δz */
+    /* Branch d's C51 support: the layout's, or the grid as Mech 2 last wrote it. */
+    real sup_min[FOX_MAX_BRANCHES], sup_max[FOX_MAX_BRANCHES];
+    real *z; /* [D × NA] branch d's atoms z_dj = sup_min[d] + j·Δz_d at d·NA */
     c51_acts on;       /* online net on s: everything backward needs */
     c51_acts on_next;  /* online net on s′: the double-DQN argmax only (q_values reuses it) */
     c51_acts tgt;      /* target net on s′ */

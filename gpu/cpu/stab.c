@@ -70,21 +70,8 @@ fox_cpu_stab_init(fox_cpu_stab *st, const fox_config *cfg, const fox_model_layou
         if (n)
             st->gspan[g][st->gspans[g]++] = (fox_span){lay->t[i].offset, n};
     }
-    st->atoms0 = malloc((size_t)lay->NA * sizeof *st->atoms0);
-    if (!st->atoms0)
-        return FOX_ENOMEM;
-    float dz = (lay->v_max - lay->v_min) / (float)(lay->NA - 1);
-    for (int j = 0; j < lay->NA; j++)
-        st->atoms0[j] = lay->v_min + (float)j * dz;
     fox_bounds_wiener_init(st->ws);
     return FOX_OK;
-}
-
-void
-fox_cpu_stab_fini(fox_cpu_stab *st)
-{
-    free(st->atoms0);
-    st->atoms0 = NULL;
 }
 
 int
@@ -334,36 +321,49 @@ fox_cpu_stab_q_signals(fox_cpu_stab *st, double q_abs, double q_dir_abs)
     signal(st, FOX_ISV_Q_DIR_ABS_REF, q_dir_abs);
 }
 
-/*
- * Mech 2 site: the configured atoms are the pre-clamp positions. In adaptive
- * mode each branch's ATOM_POS_BOUND observes their p99 |z|; foxnet's branches
- * share one support, so the tightest of the four bounds applies. Slot 47 is
- * checked on the pre-clamp span; the support is cut to ±bound with Δz
- * recomputed (fox_cpu_net_set_support); slot 47's point follows the write.
- */
 void
-fox_cpu_stab_atoms(fox_cpu_stab *st)
+fox_cpu_stab_sync_atoms(fox_cpu_stab *st)
 {
     const fox_model_layout *lay = st->lay;
-    float bound;
-    if (st->adaptive) {
-        float p99 = fox_p99_abs(st->atoms0, (size_t)lay->NA);
-        bound = INFINITY;
-        for (int d = 0; d < FOX_ISV_SP4_BRANCHES; d++) {
-            int slot = fox_isv_atom_pos_bound_slot(d);
-            observe(st, slot, p99);
-            float b = fox_bound_adaptive(st->isv[slot]);
-            bound = b < bound ? b : bound;
-        }
-    } else {
-        bound = fox_bound_atom_fixed(st->isv[FOX_ISV_Q_ABS_REF]);
+    for (int d = 0; d < lay->n_branches; d++) {
+        float lo, hi;
+        fox_atom_grid_live((const float *)st->isv, d, lay->v_min, lay->v_max, &lo, &hi);
+        fox_cpu_net_set_support(st->net, d, lo, hi);
     }
-    check_now(st, FOX_SENT_ATOM_SPAN_MAX, st->atoms0, (size_t)lay->NA);
-    float lo = lay->v_min > -bound ? lay->v_min : -bound;
-    float hi = lay->v_max < bound ? lay->v_max : bound;
-    /* A configured support entirely outside ±bound is left as it is (the flag says so). */
-    if (lo < hi)
-        fox_cpu_net_set_support(st->net, lo, hi);
+}
+
+/*
+ * Mech 2 site, once per train step before the forward: every branch's grid
+ * moves toward the batch's Bellman targets over it and is clamped at its
+ * write (fox_atom_grid_update: the rule, ATOM_POS_BOUND's observation, the
+ * clamp). Slot 47 is checked on the widest moved grid's span before the
+ * clamp; the net takes the clamped grids (fox_cpu_net_set_support), and slot
+ * 47's point follows the write.
+ */
+void
+fox_cpu_stab_atoms(fox_cpu_stab *st, const float *r, const float *done, int B, float gamma_n)
+{
+    const fox_model_layout *lay = st->lay;
+    float *isv = (float *)st->isv;
+    float span = 0.0f;
+    for (int d = 0; d < lay->n_branches; d++) {
+        float lo, hi, tz_lo = INFINITY, tz_hi = -INFINITY;
+        fox_atom_grid_live(isv, d, lay->v_min, lay->v_max, &lo, &hi);
+        for (int b = 0; b < B; b++) {
+            float g = gamma_n * (1.0f - done[b]);
+            tz_lo = fminf(tz_lo, r[b] + g * lo);
+            tz_hi = fmaxf(tz_hi, r[b] + g * hi);
+        }
+        float s = fox_atom_grid_update(isv, st->adaptive ? st->ws : NULL, st->adaptive, d,
+                                       lay->v_min, lay->v_max, tz_lo, tz_hi);
+        /* A NaN span must win the maximum: slot 47 counts it as exceeding. */
+        span = isnan(s) || s > span ? s : span;
+    }
+    fox_cpu_stab_sync_atoms(st);
+    float t;
+    if (st->sentinel && fox_sentinel_threshold(FOX_SENT_ATOM_SPAN_MAX, isv, &t) == FOX_OK &&
+        !(span < t))
+        st->flags[FOX_SENT_ATOM_SPAN_MAX] = 1;
     float *z;
     size_t nz;
     fox_cpu_net_sentinel_buffer(st->net, FOX_SENT_ATOM_SPAN_MAX, 1, &z, &nz);

@@ -9,7 +9,7 @@
  *     it is written (net.c's hook, and the backend's own buffers), where a
  *     fault may be injected and where the inline checks and clamp sites run;
  *   the clamp sites: Mech 10 on h_s2 (slot 12 checked before it), Mech 1 on
- *     the IQN targets, Mech 2 on the atom support, Mech 6's global clip, the
+ *     the IQN targets, Mech 2 on the atom grid, Mech 6's global clip, the
  *     clamped Adam step (Mech 9 and the SP4 m/v clamps) and the SP1 Phase C
  *     guard on d_h_s2 — every bound read from the ISV at its use;
  *   the producers: the fixed-rate ISV signals and, in adaptive mode, the 40
@@ -66,7 +66,6 @@ typedef struct fox_cpu_stab {
     fox_span gspan[FOX_GROUP_COUNT][FOX_P_COUNT]; /* each group's tensors */
     int gspans[FOX_GROUP_COUNT];
     fox_cpu_adam_clamp adam[FOX_GROUP_COUNT]; /* the last Adam step's report */
-    float *atoms0;                            /* [NA] the configured support */
 
     /* fault injection (debug.inject_fault.*) */
     int fault_slot; /* -1: none */
@@ -82,12 +81,11 @@ typedef struct fox_cpu_stab {
 /*
  * Set up for cfg and lay over the backend's ISV, flags, net and optimizer
  * buffers; the table starts empty. FOX_EINVAL (message in err) when the
- * fault buffer names no sentinel buffer; FOX_ENOMEM.
+ * fault buffer names no sentinel buffer.
  */
 int fox_cpu_stab_init(fox_cpu_stab *st, const fox_config *cfg, const fox_model_layout *lay,
                       volatile float *isv, volatile int *flags, fox_cpu_net *net, float *params,
                       float *grads, float *adam_m, float *adam_v, char *err, size_t errlen);
-void fox_cpu_stab_fini(fox_cpu_stab *st);
 
 /*
  * Fused-check table, built once at construction: watch adds one run of slot
@@ -120,8 +118,21 @@ void fox_cpu_stab_begin_step(fox_cpu_stab *st, int64_t train_step, int will_trai
 /* AUX_LABEL_SCALE_EMA from the batch's next-bar return labels [B]; returns the scale to use. */
 float fox_cpu_stab_aux_label(fox_cpu_stab *st, const float *labels, int B);
 
-/* Mech 2, the atom write path: the support bounded, its producer, slot 47's point. */
-void fox_cpu_stab_atoms(fox_cpu_stab *st);
+/*
+ * Mech 2, the atom write path, before the forward: every branch's grid moved
+ * toward the batch's Bellman targets (rewards r [B], done flags [B], the
+ * bootstrap discount γⁿ) and clamped, ATOM_POS_BOUND's observation, slot 47,
+ * the net's supports set.
+ */
+void fox_cpu_stab_atoms(fox_cpu_stab *st, const float *r, const float *done, int B,
+                        float gamma_n);
+
+/*
+ * The net's supports from the grid in the ISV: what a train step wrote, or
+ * what a checkpoint or a fold reset put there since (the configured support
+ * while unset). Every forward that computes an expected Q runs after it.
+ */
+void fox_cpu_stab_sync_atoms(fox_cpu_stab *st);
 
 /* Q_ABS_REF and Q_DIR_ABS_REF from the train step's mean |E[Q]| of the taken actions. */
 void fox_cpu_stab_q_signals(fox_cpu_stab *st, double q_abs, double q_dir_abs);

@@ -37,6 +37,7 @@
 #include "gpu/cuda/backend_impl.h"
 #include "gpu/cuda/cuda_impl.h"
 #include "gpu/cuda/ctx.h"
+#include "gpu/cuda/atoms.h"
 #include "gpu/cuda/collect.h"
 #include "gpu/cuda/net.h"
 #include "gpu/cuda/sp4.h"
@@ -470,6 +471,14 @@ q_values(fox_cuda_backend *be, const float *s, int B, float *q)
     cudaStream_t s0 = n->st[0];
     int S = be->S, NAct = be->lay->n_actions;
     int target = be->cfg->eval_weights == FOX_EVAL_WEIGHTS_AVERAGE;
+    /*
+     * Each branch's atoms from the host's ISV, which a checkpoint or a fold reset may have
+     * rewritten since the last chunk (as chunk_begin takes it): the expected Q on the live grid.
+     */
+    FOX_CUDA_TRY(cudaMemcpyAsync(be->isv_dev, be->isv_mem, FOX_ISV_TOTAL_DIM * sizeof(float),
+                                 cudaMemcpyHostToDevice, s0));
+    FOX_TRY(fox__cuda_atoms_update(s0, &n->stab, 0, NULL, NULL, 0.0f, be->lay->n_branches,
+                                   be->lay->NA, be->lay->v_min, be->lay->v_max, n->z));
     for (int off = 0; off < B; off += be->col.cap) {
         int R = B - off < be->col.cap ? B - off : be->col.cap;
         FOX_CUDA_TRY(cudaMemcpyAsync(be->xcol, s + (size_t)off * S, (size_t)R * S * sizeof(float),

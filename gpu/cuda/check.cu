@@ -2,7 +2,7 @@
  * check.cu — the stability system's checks on the device: the fused check
  * (SP2) with the halts, fault injection at a stability point, d h_s2's
  * three inline checks with the Phase C guard, and the step's pre-forward
- * producers (AUX_LABEL_SCALE_EMA, Mech 2's support).
+ * producer AUX_LABEL_SCALE_EMA (Mech 2's grid is atoms.cu's).
  *
  * Twins: gpu/cpu/stab.c over gpu/sentinel.h's table and gpu/bounds.h's
  * per-value maths, which compile into these kernels as they are. Every
@@ -335,19 +335,11 @@ fox__cuda_dh_s2_join(cudaStream_t s, const fox_cuda_stab *st, int B, int NT, int
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Before the forward: the aux label scale and Mech 2 (aux_label + atoms)                     */
+/* Before the forward: the aux label scale                                                    */
 
-/*
- * One block. AUX_LABEL_SCALE_EMA ← EMA(mean |label|) with the Pearl A
- * sentinel. Mech 2: the bound 10 × max(Q_ABS_REF, 1) (fixed) or the tightest
- * ATOM_POS_BOUND after observing atoms_p99, the p99 |z| of the configured
- * atoms (adaptive); slot 47 on the configured support's span; the support
- * cut to ±bound (left as configured when that would empty it) and z rebuilt
- * on it.
- */
+/* One block. AUX_LABEL_SCALE_EMA ← EMA(mean |label|) with the Pearl A sentinel. */
 __global__ void
-pre_step_kernel(fox_cuda_stab st, int B, const float *aux, int NA, float v_min, float v_max,
-                float atoms_p99, float *z)
+pre_step_kernel(fox_cuda_stab st, int B, const float *aux)
 {
     pdl_enter();
     double v = 0.0;
@@ -356,7 +348,6 @@ pre_step_kernel(fox_cuda_stab st, int B, const float *aux, int NA, float v_min, 
         v += fabsf(aux[b]);
     v = warp_sum(v);
     __shared__ double part[THREADS / WARP];
-    __shared__ float s_lo, s_hi;
     if (threadIdx.x % WARP == 0)
         part[threadIdx.x / WARP] = v;
     __syncthreads();
@@ -364,48 +355,14 @@ pre_step_kernel(fox_cuda_stab st, int B, const float *aux, int NA, float v_min, 
         double tot = 0.0;
         for (int w = 0; w < THREADS / WARP; w++)
             tot += part[w];
-        float *isv = st.isv;
-        fox_signal_observe(isv, st.adaptive ? st.sp4->ws : NULL, FOX_ISV_AUX_LABEL_SCALE_EMA,
+        fox_signal_observe(st.isv, st.adaptive ? st.sp4->ws : NULL, FOX_ISV_AUX_LABEL_SCALE_EMA,
                            (float)(tot / B), st.adaptive);
-        float bound;
-        if (st.adaptive) {
-            bound = INFINITY;
-            for (int d = 0; d < FOX_ISV_SP4_BRANCHES; d++) {
-                int slot = fox_isv_atom_pos_bound_slot(d);
-                if (atoms_p99 > 0.0f)
-                    fox_bounds_observe(isv, st.sp4->ws, slot, atoms_p99);
-                float b = fox_bound_adaptive(isv[slot]);
-                bound = b < bound ? b : bound;
-            }
-        } else {
-            bound = fox_bound_atom_fixed(isv[FOX_ISV_Q_ABS_REF]);
-        }
-        /* Slot 47 on the pre-clamp positions: their span is v_max − v_min. */
-        if (st.sentinel && (!isfinite(v_max - v_min) ||
-                            !(v_max - v_min < threshold_of(st, FOX_SENT_ATOM_SPAN_MAX))))
-            st.flags[FOX_SENT_ATOM_SPAN_MAX] = 1;
-        float lo = v_min > -bound ? v_min : -bound;
-        float hi = v_max < bound ? v_max : bound;
-        if (!(lo < hi)) {
-            lo = v_min;
-            hi = v_max;
-        }
-        st.ctl->support[0] = lo;
-        st.ctl->support[1] = hi;
-        s_lo = lo;
-        s_hi = hi;
     }
-    __syncthreads();
-    float dz = (s_hi - s_lo) / (float)(NA - 1);
-    for (int j = threadIdx.x; j < NA; j += blockDim.x)
-        z[j] = s_lo + (float)j * dz;
 }
 
 int
-fox__cuda_pre_step(cudaStream_t s, const fox_cuda_stab *st, int B, const float *aux, int NA,
-                   float v_min, float v_max, float atoms_p99, float *z)
+fox__cuda_pre_step(cudaStream_t s, const fox_cuda_stab *st, int B, const float *aux)
 {
-    FOX_CUDA_TRY(
-        launch(pre_step_kernel, 1, THREADS, 0, s, *st, B, aux, NA, v_min, v_max, atoms_p99, z));
+    FOX_CUDA_TRY(launch(pre_step_kernel, 1, THREADS, 0, s, *st, B, aux));
     return 0;
 }

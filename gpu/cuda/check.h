@@ -37,14 +37,8 @@ int fox__cuda_inject(cudaStream_t s, const fox_cuda_stab *st, float *p, float *p
 int fox__cuda_dh_s2_join(cudaStream_t s, const fox_cuda_stab *st, int B, int NT, int H2,
                          float *dh, const float *dh_aux, float *dh_iqn, const float *d_x,
                          const float *phi, const float *h, float *d_phi);
-/*
- * Before the forward: AUX_LABEL_SCALE_EMA from the labels aux [B], and
- * Mech 2 on the configured support [v_min, v_max] (slot 47 on its span;
- * adaptive: ATOM_POS_BOUND observes atoms_p99, fox_cuda_net's), the bounded
- * support into ctl->support and z [NA].
- */
-int fox__cuda_pre_step(cudaStream_t s, const fox_cuda_stab *st, int B, const float *aux, int NA,
-                       float v_min, float v_max, float atoms_p99, float *z);
+/* Before the forward: AUX_LABEL_SCALE_EMA from the labels aux [B]. */
+int fox__cuda_pre_step(cudaStream_t s, const fox_cuda_stab *st, int B, const float *aux);
 
 #ifdef __cplusplus
 }

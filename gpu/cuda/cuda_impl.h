@@ -131,7 +131,7 @@ typedef struct fox_cuda_ctl {
     int halt;         /* FOX_HALT_* of the first halting step; sticky until the fold resets */
     int collapse_run; /* train steps in a row with grad norm ≤ FOX_HALT_COLLAPSE_NORM */
     float clip_scale; /* Mech 6: this step's factor on the gradient */
-    float support[2]; /* Mech 2: the C51 support [lo, hi] this step */
+    float support[FOX_MAX_BRANCHES][2]; /* Mech 2: each branch's C51 support [lo, hi] */
     int fault_slot;   /* debug.inject_fault: slot, -1 none */
     float fault_value;
     int fault_done;
@@ -441,8 +441,7 @@ typedef struct fox_cuda_net {
      */
     fox_cuda_segments pairs;
     float *wgv[2], *wr2[2];
-    float *z;           /* [NA] atom support */
-    float atoms_p99;    /* p99 |z| of the configured atoms (SP4 Mech 2), fixed for the net's life */
+    float *z;           /* [D × NA] branch d's atoms at d·NA (atoms.cu) */
     float *ones;        /* [n_ones] for column sums */
     int n_ones;
     fox_cuda_fwd on;    /* online net on s (B rows) */

@@ -23,6 +23,7 @@
 #include "gpu/cuda/cuda_impl.h"
 #include "gpu/cuda/ctx.h"
 #include "gpu/cuda/adam.h"
+#include "gpu/cuda/atoms.h"
 #include "gpu/cuda/check.h"
 #include "gpu/cuda/grn.h"
 #include "gpu/cuda/net.h"
@@ -501,6 +502,55 @@ fox_cuda_debug_h_s2_site(fox_backend *be_, float *h, size_t n, int tail_out, flo
         return FOX_EINVAL;
     return fox__cuda_be_fail(be, debug_h_s2_site(be, h, n, tail_out, gamma, adaptive, isv, flags),
                              "debug_h_s2_site");
+}
+
+static int
+debug_atoms(fox_cuda_backend *be, const float *r, const float *done, int B, float gamma_n,
+            int adaptive, float *isv, float *z, int *flags)
+{
+    fox_cuda_net *n = &be->net;
+    const fox_model_layout *lay = be->lay;
+    size_t nz = (size_t)lay->n_branches * lay->NA;
+    float *drd = NULL;
+    fox_cuda_stab st = n->stab;
+    st.adaptive = adaptive;
+    /* r and done side by side in one staged buffer (at least one float, for B = 0). */
+    float *rd = calloc(2 * (size_t)B + 1, sizeof *rd);
+    int rv = rd ? FOX_OK : FOX_ENOMEM;
+    if (rv == FOX_OK) {
+        memcpy(rd, r, (size_t)B * sizeof *rd);
+        memcpy(rd + B, done, (size_t)B * sizeof *rd);
+        rv = debug_stage(be, &drd, rd, 2 * (size_t)B + 1, isv);
+    }
+    if (rv == FOX_OK && adaptive)
+        rv = fox__cuda_sp4_reset(n->st[0], be->sp4);
+    if (rv == FOX_OK)
+        rv = fox__cuda_atoms_update(n->st[0], &st, B, drd, drd + B, gamma_n, lay->n_branches,
+                                    lay->NA, lay->v_min, lay->v_max, n->z);
+    if (rv == FOX_OK && cudaStreamSynchronize(n->st[0]) != cudaSuccess)
+        rv = fox__cuda_fail(__FILE__, __LINE__, "cudaStreamSynchronize", "atoms", 0);
+    if (rv == FOX_OK &&
+        (cudaMemcpy(z, n->z, nz * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess ||
+         cudaMemcpy(isv, be->isv_dev, FOX_ISV_TOTAL_DIM * sizeof(float), cudaMemcpyDeviceToHost) !=
+             cudaSuccess))
+        rv = fox__cuda_fail(__FILE__, __LINE__, "cudaMemcpy", "atoms", 0);
+    for (int i = 0; i < FOX_SENTINEL_SLOTS; i++)
+        flags[i] = be->flags_mem[i];
+    free(rd);
+    cudaFree(drd);
+    return rv;
+}
+
+int
+fox_cuda_debug_atoms(fox_backend *be_, const float *r, const float *done, int B, float gamma_n,
+                     int adaptive, float *isv, float *z, int *flags)
+{
+    fox_cuda_backend *be = (fox_cuda_backend *)be_;
+    FOX_CUDA_ALIVE(be);
+    if (B < 0 || B > be->B || (B > 0 && (!r || !done)) || !isv || !z || !flags)
+        return FOX_EINVAL;
+    return fox__cuda_be_fail(be, debug_atoms(be, r, done, B, gamma_n, adaptive, isv, z, flags),
+                             "debug_atoms");
 }
 
 static int

@@ -74,6 +74,17 @@ int fox_cuda_debug_h_s2_site(fox_backend *be, float *h, size_t n, int tail_out, 
                              int adaptive, float *isv, int *flags);
 
 /*
+ * The atom grid's kernel (atoms.cu) on rewards r [B] and done [B] (B ≤ the
+ * backend's batch; B = 0: the atoms of the grid in isv only) with discount
+ * gamma_n: isv [FOX_ISV_TOTAL_DIM] (host) in, its moved grid and (adaptive)
+ * ATOM_POS_BOUND out; z [D × NA] gets every branch's atoms, flags
+ * [FOX_SENTINEL_SLOTS] what it set (47). adaptive: a fresh SP4 state first.
+ * Overwrites the backend's device ISV and atoms and clears its flags.
+ */
+int fox_cuda_debug_atoms(fox_backend *be, const float *r, const float *done, int B, float gamma_n,
+                         int adaptive, float *isv, float *z, int *flags);
+
+/*
  * The SP4 producers on the device from host buffers, one round: the p99 of
  * |h [nh]| into H_S2_BOUND and of |tq [ntq]| into TARGET_Q_BOUND (Pearls
  * A+D, skipped when 0), then Pearl B on params / grads / m / v (n_params

@@ -25,7 +25,8 @@
  * (out holds the products only; V in output slot 0, branch d in slot 1 + d)
  * and each branch's mean advantage per atom once, then per warp logit_j =
  * V_j + A_a,j − mean_a′ A_a′,j, log_softmax over the atoms and q = Σ_j
- * p_j·z_j (one warp per action reading its branch's whole slot from global
+ * p_j·z_dj on branch d's own atoms z [D × NA] (one warp per action
+ * reading its branch's whole slot from global
  * memory instead read every slot once per action, which made the launch
  * several times longer at large batches). With `chosen` ([rows × D] sub-actions) one warp per branch, for the
  * row's chosen action only: logp [rows × D × NA], no q (the training
@@ -93,7 +94,7 @@ dueling_kernel(fox_cuda_dims dm, const float *__restrict__ out, const float *__r
         float v = value(j, c) - lse;
         lp[c] = v;
         if (q)
-            e += expf(v) * z[c];
+            e += expf(v) * z[d * NA + c];
     });
     if (q) {
         e = warp_sum(e);

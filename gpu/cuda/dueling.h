@@ -12,8 +12,9 @@ extern "C" {
 #endif
 
 /*
- * b2 is the net's packed output biases [7 × OS]. chosen NULL: logp [rows × NAct × NA] and q
- * [rows × NAct] of every action; else logp [rows × D × NA] of the chosen [rows × D] only.
+ * b2 is the net's packed output biases [7 × OS], z each branch's atoms [D × NA]. chosen
+ * NULL: logp [rows × NAct × NA] and q [rows × NAct] of every action; else logp [rows × D ×
+ * NA] of the chosen [rows × D] only.
  */
 int fox__cuda_dueling(cudaStream_t s, int rows, const fox_cuda_dims *dm, const float *out,
                       const float *b2, const float *z, const int32_t *chosen, float *logp,

@@ -97,25 +97,29 @@ greedy_next(const fox_cuda_dims &dm, const fox_cuda_loss_args &A, int b, int d, 
 }
 
 /*
- * The C51 targets of every branch into m [D × NA] (and A.proj): the shifted
- * support's bins bj [NA], shared by every branch (c51_project), the target
- * net's probabilities p [D × NA] at a*, their projection, and under
- * FOX_TARGET_MEAN the branches' mean.
+ * The C51 targets of every branch into m [D × NA] (and A.proj): each
+ * branch's shifted support's bins bj [D × NA] on its own grid (c51_project),
+ * the target net's probabilities p [D × NA] at a*, their projection, and
+ * under FOX_TARGET_MEAN the branches' mean atom by atom (their grids are
+ * equal, as the CPU's c51_targets says).
  */
 static __device__ __forceinline__ void
 c51_targets(const fox_cuda_dims &dm, const fox_cuda_loss_hp &hp, const fox_cuda_loss_args &A,
-            int b, int t, float v_min, float v_max, float dz, float rb, float g,
-            const int *s_astar, float *p, float *m, float *bj)
+            int b, int t, const float *s_sup, float rb, float g, const int *s_astar, float *p,
+            float *m, float *bj)
 {
     const int D = dm.D, NA = dm.NA, NAct = dm.NAct;
-    for (int j = t; j < NA; j += blockDim.x) {
+    for (int k = t; k < D * NA; k += blockDim.x) {
+        int d = k / NA, j = k % NA;
+        const float v_min = s_sup[2 * d], v_max = s_sup[2 * d + 1];
+        const float dz = (v_max - v_min) / (float)(NA - 1);
         float tz = rb + g * (v_min + (float)j * dz);
         /* A poisoned reward counts as 0, so the split indices stay in range (c51_project). */
         tz = isfinite(tz) ? tz : 0.0f;
         tz = tz < v_min ? v_min : tz > v_max ? v_max : tz;
         float bb = (tz - v_min) / dz;
         bb = bb < 0.0f ? 0.0f : bb > (float)(NA - 1) ? (float)(NA - 1) : bb;
-        bj[j] = bb;
+        bj[k] = bb;
     }
     __syncthreads();
     for (int k = t; k < D * NA; k += blockDim.x) {
@@ -132,18 +136,18 @@ c51_targets(const fox_cuda_dims &dm, const fox_cuda_loss_hp &hp, const fox_cuda_
      */
     for (int k = t; k < D * NA; k += blockDim.x) {
         int d = k / NA, i = k % NA;
-        const float *pd = p + d * NA;
+        const float *pd = p + d * NA, *bjd = bj + d * NA;
         float acc = 0.0f;
         int j0 = 0, j1 = NA; /* the first j with bj[j] > i − 1 */
         while (j0 < j1) {
             int mid = (j0 + j1) / 2;
-            if (bj[mid] > (float)(i - 1))
+            if (bjd[mid] > (float)(i - 1))
                 j1 = mid;
             else
                 j0 = mid + 1;
         }
-        for (int j = j0; j < NA && bj[j] < (float)(i + 1); j++) {
-            float bb = bj[j];
+        for (int j = j0; j < NA && bjd[j] < (float)(i + 1); j++) {
+            float bb = bjd[j];
             int l = (int)floorf(bb), u = (int)ceilf(bb);
             if (l == u) {
                 if (l == i)
@@ -221,14 +225,14 @@ c51_loss(const fox_cuda_dims &dm, const fox_cuda_loss_args &A, int b, int d, int
 {
     const int D = dm.D, NA = dm.NA, B = A.B;
     const float *lp = A.on_logp + ((size_t)b * D + d) * NA;
-    const float *md = m + d * NA;
+    const float *md = m + d * NA, *z = A.z + d * NA;
     float coef = w / (float)(B * D);
     float ce = 0.0f, msum = 0.0f, em = 0.0f, ep = 0.0f;
     for (int j = lane; j < NA; j += WARP) {
         ce -= md[j] * lp[j];
         msum += md[j];
-        em += md[j] * A.z[j];
-        ep += expf(lp[j]) * A.z[j];
+        em += md[j] * z[j];
+        ep += expf(lp[j]) * z[j];
     }
     ce = warp_sum(ce);
     msum = warp_sum(msum);
@@ -350,7 +354,8 @@ c51_duel_bwd(const fox_cuda_dims &dm, const fox_cuda_loss_args &A, int b, int t,
  * One block per sample b, 4 warps (D ≤ 4: warp d owns branch d's
  * cross-entropy). Shared memory: p [D × NA] target probabilities, m
  * [D × NA] projected targets, dl [D × NA] logit gradients at the chosen
- * actions, and per atom j of the shifted support its bin (lo, weight).
+ * actions, and per branch and atom j of its shifted support the bin bj
+ * [D × NA].
  */
 __global__ void
 loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
@@ -359,7 +364,7 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
     extern __shared__ float sm[];
     const int D = dm.D, NA = dm.NA, NT = dm.NT;
     float *p = sm, *m = sm + D * NA, *dl = sm + 2 * D * NA, *bj = sm + 3 * D * NA;
-    float *s_tq = bj + NA; /* [D × NT] the IQN targets after Mech 1 */
+    float *s_tq = bj + D * NA; /* [D × NT] the IQN targets after Mech 1 */
     __shared__ int s_astar[FOX_MAX_BRANCHES], s_a[FOX_MAX_BRANCHES];
     __shared__ double s_c51[FOX_MAX_BRANCHES], s_iqn[LOSS_THREADS / WARP], s_aux[2];
     __shared__ float s_prio[FOX_MAX_BRANCHES], s_ep[FOX_MAX_BRANCHES], s_daux[1 + 4];
@@ -372,10 +377,11 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
      */
     if (t == LOSS_THREADS - WARP && !A.tq_only)
         aux_loss(dm, hp, A, b, w, s_aux, s_daux);
-    /* The support as Mech 2 left it this step (pre_step_kernel); the layout's in a debug pass. */
-    const float v_min = A.st.sites ? A.st.ctl->support[0] : dm.v_min;
-    const float v_max = A.st.sites ? A.st.ctl->support[1] : dm.v_max;
-    const float dz = (v_max - v_min) / (float)(NA - 1);
+    /* Each branch's support as Mech 2 left it this step (atoms.cu); the layout's in a debug
+     * pass. */
+    __shared__ float s_sup[2 * FOX_MAX_BRANCHES];
+    if (t < 2 * D)
+        s_sup[t] = A.st.sites ? A.st.ctl->support[t / 2][t % 2] : t % 2 ? dm.v_max : dm.v_min;
 
     if (t < D)
         greedy_next(dm, A, b, t, s_astar, s_a);
@@ -391,7 +397,8 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
             A.tq[(size_t)b * D * NT + k] = iqn_target(dm, A, b, k, rb, g, s_astar);
         return;
     }
-    c51_targets(dm, hp, A, b, t, v_min, v_max, dz, rb, g, s_astar, p, m, bj);
+    __syncthreads(); /* s_sup */
+    c51_targets(dm, hp, A, b, t, s_sup, rb, g, s_astar, p, m, bj);
     iqn_targets(dm, A, b, t, rb, g, s_astar, s_tq);
     if (warp < D)
         c51_loss(dm, A, b, warp, lane, w, m, dl, s_c51, s_prio, s_ep);
@@ -409,7 +416,7 @@ fox__cuda_loss(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_loss_hp *
 {
     if (dm->D > 4 || dm->NR > 4)
         return FOX_EINVAL;
-    size_t smem = (size_t)(3 * dm->D * dm->NA + dm->NA + dm->D * dm->NT) * sizeof(float);
+    size_t smem = (size_t)(4 * dm->D * dm->NA + dm->D * dm->NT) * sizeof(float);
     FOX_CUDA_TRY(launch(loss_kernel, a->B, LOSS_THREADS, smem, s, *dm, *hp, *a));
     return 0;
 }

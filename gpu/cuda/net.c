@@ -370,17 +370,19 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
     DALLOC(n->pk, 2 * dm->PK);
     /* Alignment gaps of the packed heads are never written: zero them once. */
     FOX_CUDA_TRY(cudaMemset(n->pk, 0, 2 * dm->PK * sizeof(float)));
-    DALLOC(n->z, dm->NA);
-    float *z = malloc((size_t)dm->NA * sizeof *z);
+    size_t nz = (size_t)dm->D * dm->NA;
+    DALLOC(n->z, nz);
+    float *z = malloc(nz * sizeof *z);
     if (!z)
         return FOX_ENOMEM;
-    /* The CPU's support, computed the CPU's way, so both backends use the same atoms. */
+    /*
+     * Every branch on the configured support until atoms.cu moves it, computed the CPU's way,
+     * so both backends start from the same atoms.
+     */
     float dz = (lay->v_max - lay->v_min) / (float)(lay->NA - 1);
-    for (int j = 0; j < lay->NA; j++)
-        z[j] = lay->v_min + (float)j * dz;
-    /* A function of the configuration alone: the CPU's fox_p99_abs of these atoms, once. */
-    n->atoms_p99 = fox_p99_abs(z, (size_t)lay->NA);
-    cudaError_t ce = cudaMemcpy(n->z, z, (size_t)dm->NA * sizeof *z, cudaMemcpyHostToDevice);
+    for (size_t k = 0; k < nz; k++)
+        z[k] = lay->v_min + (float)(k % (size_t)lay->NA) * dz;
+    cudaError_t ce = cudaMemcpy(n->z, z, nz * sizeof *z, cudaMemcpyHostToDevice);
     free(z);
     FOX_CUDA_TRY(ce);
 

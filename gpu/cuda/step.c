@@ -21,6 +21,7 @@
 #include "gpu/cuda/cuda_impl.h"
 #include "gpu/cuda/ctx.h"
 #include "gpu/cuda/adam.h"
+#include "gpu/cuda/atoms.h"
 #include "gpu/cuda/check.h"
 #include "gpu/cuda/collect.h"
 #include "gpu/cuda/net.h"
@@ -79,8 +80,10 @@ enqueue_train(fox_cuda_backend *be, int collect)
     FOX_TRY(point(be, FOX_CUDA_MAIN, FOX_SENT_STATES, bt->s2, NULL, 0));
     FOX_TRY(point(be, FOX_CUDA_MAIN, FOX_SENT_NEXT_STATES, bt->s2 + BS, NULL, 0));
     FOX_TRY(point(be, FOX_CUDA_MAIN, FOX_SENT_REWARDS, bt->r, NULL, 0));
-    FOX_TRY(fox__cuda_pre_step(s0, &n->stab, be->B, bt->aux, be->lay->NA, be->lay->v_min,
-                               be->lay->v_max, n->atoms_p99, n->z));
+    FOX_TRY(fox__cuda_pre_step(s0, &n->stab, be->B, bt->aux));
+    FOX_TRY(fox__cuda_atoms_update(s0, &n->stab, be->B, bt->r, bt->done, be->hp.gamma_n,
+                                   be->lay->n_branches, be->lay->NA, be->lay->v_min,
+                                   be->lay->v_max, n->z));
     int cs = FOX_CUDA_MAIN;
     if (collect) {
         FOX_TRY(fox__cuda_fork(n, FOX_CUDA_COLLECT, &cs));
@@ -117,7 +120,14 @@ enqueue(fox_cuda_backend *be, int kind)
 {
     fox_cuda_net *n = &be->net;
     if (kind == G_COLLECT) {
-        /* On the collection's stream (its cuBLAS handle's math) as in a full step. */
+        /*
+         * The atoms of the grid in the ISV, which a checkpoint or a fold reset may have
+         * rewritten since the last train step; then, on the collection's stream (its cuBLAS
+         * handle's math), the collection as in a full step.
+         */
+        FOX_TRY(fox__cuda_atoms_update(n->st[FOX_CUDA_MAIN], &n->stab, 0, NULL, NULL, 0.0f,
+                                       be->lay->n_branches, be->lay->NA, be->lay->v_min,
+                                       be->lay->v_max, n->z));
         int cs;
         FOX_TRY(fox__cuda_fork(n, FOX_CUDA_COLLECT, &cs));
         FOX_TRY(enqueue_collect(be, cs, 0));

@@ -117,7 +117,7 @@ build_table(fox_cuda_backend *be)
             FOX_TRY(watch_groups(be, i, base));
     }
     FOX_TRY(watch(be, FOX_SENT_TARGET_Q_POST_CLIP, n->tq, B, dm->D * NT, dm->D * NT));
-    FOX_TRY(watch_run(be, FOX_SENT_ATOM_SPAN_MAX, n->z, dm->NA));
+    FOX_TRY(watch_run(be, FOX_SENT_ATOM_SPAN_MAX, n->z, (size_t)dm->D * dm->NA));
     FOX_TRY(watch(be, FOX_SENT_H_S2_MAX_ABS, on->g2.y, B, H2, H2));
     return FOX_OK;
 }
@@ -283,7 +283,7 @@ fox__cuda_stab_init(fox_cuda_backend *be, char *err, size_t errlen)
     const float *keep[][2] = {{n->params, n->params + 2 * be->np},
                               {n->adam_m, n->adam_m + be->np},
                               {n->adam_v, n->adam_v + be->np},
-                              {n->z, n->z + n->dm.NA},
+                              {n->z, n->z + (size_t)n->dm.D * n->dm.NA},
                               {(const float *)be->ctl, (const float *)(be->ctl + 1)}};
     for (int k = 0; k < be->n_checks; k++) {
         const fox_cuda_check *e = &be->checks[k];
