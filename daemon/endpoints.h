@@ -49,6 +49,7 @@ typedef struct fox_endpoints {
     _Atomic int64_t cap_logged_ms; /* last "connection refused" log line */
     _Atomic int cap;               /* connections per listener (fox_endpoints_set_budget) */
     fox_pipes pipes;               /* the control connections' activity (pipes.h) */
+    fox_pipes subscribers;         /* the events connections' peers; never swept */
 
     pthread_t probe_thread;
     int probe_running;
@@ -89,10 +90,11 @@ int fox_endpoint_listen(fox_endpoints *set, nng_socket sock, fox_endpoint *ep, c
 
 /*
  * Count the connections of sock's listeners and close at once any beyond
- * set->cap on one listener, or beyond a quarter of it from one tcp or tls
- * peer address on a control listener, so that a flood of idle clients
- * cannot use up the descriptors nor one address lock out the others, and
- * keep the activity of each control connection in set->pipes. (Connections that never finish the SP
+ * set->cap on one listener, or beyond a quarter of it from one peer (a tcp
+ * or tls address, an ipc uid), so that a flood of idle clients cannot use
+ * up the descriptors nor one neighbour lock out the others, on the control
+ * listeners and the events listener alike; and keep the activity of each
+ * control connection in set->pipes. (Connections that never finish the SP
  * handshake are nng's: it drops one after 10 s without progress.)
  */
 int fox_endpoints_limit_pipes(fox_endpoints *set, nng_socket sock);
@@ -111,7 +113,7 @@ void fox_endpoints_set_budget(fox_endpoints *set, int budget);
  * flight now and connected daemon.max_connection_age_s ago, so that clients
  * who keep asking cannot hold a listener's share for good. The events socket's
  * are never timed out: a subscriber sends nothing by design, so silence
- * says nothing about it; the cap bounds them.
+ * says nothing about it; the cap and the per-peer share bound them.
  */
 void fox_endpoints_close_idle(fox_endpoints *set);
 
