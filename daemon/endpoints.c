@@ -485,17 +485,22 @@ fox_endpoints_limit_pipes(fox_endpoints *set, nng_socket sock)
     return rv;
 }
 
-void
+int
 fox_endpoints_set_budget(fox_endpoints *set, int budget)
 {
     /*
      * Equal shares, so that a flood on one listener leaves the others their
-     * connections: the operator's ipc socket stays open under a tcp flood.
+     * connections: the operator's ipc socket stays open under a tcp flood,
+     * or under one on /metrics.
      */
-    int share = budget < 0 ? set->d->max_connections : budget / (set->n_eps + 1);
+    int listeners = set->n_eps + 1 + (set->d->metrics_listen[0] != 0);
+    int share = budget < 0 ? set->d->max_connections : budget / listeners;
     if (share < 1)
         share = 1;
-    atomic_store(&set->cap, share < set->d->max_connections ? share : set->d->max_connections);
+    if (share > set->d->max_connections)
+        share = set->d->max_connections;
+    atomic_store(&set->cap, share);
+    return share;
 }
 
 #define IDLE_BATCH 256 /* connections closed per sweep at most; the next sweep takes the rest */

@@ -100,12 +100,14 @@ int fox_endpoint_listen(fox_endpoints *set, nng_socket sock, fox_endpoint *ep, c
 int fox_endpoints_limit_pipes(fox_endpoints *set, nng_socket sock);
 
 /*
- * Share budget connections equally among every listener of both sockets,
- * each share no more than daemon.max_connections (-1: no budget, the
- * setting alone). Call it once the listeners are up; until then
- * daemon.max_connections alone applies.
+ * Share budget connections equally among every listener of both sockets
+ * and the /metrics one when daemon.metrics_listen is set, each share no
+ * more than daemon.max_connections (-1: no budget, the setting alone), and
+ * return the share: the caller hands it to /metrics (metrics_http.h). Call
+ * it once the listeners are up; until then daemon.max_connections alone
+ * applies.
  */
-void fox_endpoints_set_budget(fox_endpoints *set, int budget);
+int fox_endpoints_set_budget(fox_endpoints *set, int budget);
 
 /*
  * On the loop: close the control connections (the REP socket's) that have

@@ -77,7 +77,7 @@ foxd_wait() {
             wait "$pid"
             pid=
             if [ -n "${port_retry:-}" ] &&
-                tail -c +"$((log_from + 1))" "$dir/foxd.log" | grep -q "Address in use"; then
+                tail -c +"$((log_from + 1))" "$dir/foxd.log" | grep -qiE "address (already )?in use"; then
                 return 98
             fi
             fail "foxd exited at start"
