@@ -461,8 +461,8 @@ on_pipe(nng_pipe p, nng_pipe_ev ev, void *arg)
         int rv = fox_pipes_add(table, nng_pipe_id(p), peer_key(p, ep->transport), peer_max,
                                fox_mono_ms());
         if (rv == FOX_ENOMEM)
-            fox_log(FOX_LOG_WARNING, "%s: out of memory; connection %u is outside the limits", ep->url,
-                    (unsigned)nng_pipe_id(p));
+            fox_log(FOX_LOG_WARNING, "%s: out of memory; connection %u is outside the limits",
+                    ep->url, (unsigned)nng_pipe_id(p));
         if (rv != FOX_EBUSY)
             return;
     }

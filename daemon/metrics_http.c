@@ -17,8 +17,8 @@
 #define CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
 
 /* A request line and headers beyond this get 431: Prometheus sends a few hundred bytes. */
-#define HEADER_MAX 8192
-#define DISCARD    4096 /* what a peer sends after its request is read into this and dropped */
+#define HEADER_MAX  8192
+#define DISCARD     4096 /* what a peer sends after its request is read into this and dropped */
 #define WAIT_LOG_MS 1000 /* at most one line about connections left waiting this often */
 
 typedef struct conn {
@@ -30,8 +30,8 @@ typedef struct conn {
     struct conn *prev, *next; /* the server's open connections */
     int handles;              /* of tcp and deadline, not closed yet: freed at 0 */
     int closing;
-    int answered; /* the reply is on its way: what arrives now is dropped */
-    int sent;     /* the reply has left */
+    int answered;  /* the reply is on its way: what arrives now is dropped */
+    int sent;      /* the reply has left */
     int peer_done; /* the peer closed its side after the request */
     char *reply;
     size_t len;
@@ -122,7 +122,8 @@ on_written(uv_write_t *req, int status)
      * close with its unread bytes still queued would send a reset, which
      * may destroy the reply before the peer reads it.
      */
-    if (status < 0 || c->peer_done || uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, on_shutdown))
+    if (status < 0 || c->peer_done ||
+        uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, on_shutdown))
         close_conn(c);
 }
 
@@ -364,8 +365,7 @@ fox_metrics_http_start(fox_metrics_http **out, uv_loop_t *loop, const fox_dconf 
     if (rv != 0) {
         m->stopping = 1;
         uv_close((uv_handle_t *)&m->listener, on_listener_closed);
-        return fox_errf(err, errlen, FOX_EIO, "daemon.metrics_listen %s: %s", url,
-                        uv_strerror(rv));
+        return fox_errf(err, errlen, FOX_EIO, "daemon.metrics_listen %s: %s", url, uv_strerror(rv));
     }
     fox_log(FOX_LOG_INFO, "serving Prometheus metrics at %s/metrics", url);
     *out = m;
