@@ -78,6 +78,7 @@ static const dkey dkeys[] = {
     I("daemon.idle_timeout_s", idle_timeout_s, 0, 7 * 86400),
     I("daemon.max_connection_age_s", max_connection_age_s, 0, 7 * 86400),
     S("daemon.metrics_listen", metrics_listen),
+    I("daemon.metrics_timeout_ms", metrics_timeout_ms, 100, 600000),
     S("run.dir", run_dir),
     S("run.root", run_root),
     S("run.name", run_name),
@@ -139,6 +140,7 @@ fox_dconf_default(fox_dconf *d)
     d->max_connections = 128;
     d->idle_timeout_s = 300;
     d->max_connection_age_s = 3600;
+    d->metrics_timeout_ms = 5000;
     d->run_isv_steps = 16;
 }
 

@@ -54,6 +54,7 @@ typedef struct fox_dconf {
     int idle_timeout_s;          /* control connections idle this long are closed; 0 = never */
     int max_connection_age_s;    /* control connections this old are closed between requests; 0 = never */
     char metrics_listen[FOX_URL_MAX]; /* http:// URL serving /metrics; "" = off */
+    int metrics_timeout_ms;           /* a /metrics connection is closed this long after its accept */
     char run_dir[FOX_PATH_MAX];  /* run.dir: the run directory itself; "" = a fresh one per run */
     char run_root[FOX_PATH_MAX]; /* run.root: where fresh ones go; "" = ./runs or <state>/runs */
     char run_name[128];          /* run.name: appended to a fresh one's UTC time */

@@ -386,30 +386,42 @@ fox_endpoints_relisten(fox_endpoints *set, nng_socket sock, int deaf)
 /* ------------------------------------------------------- connection caps */
 
 #define CAP_LOG_MS 1000 /* at most one line about refused connections this often */
-#define PEER_SHARE 4    /* one peer address may hold this fraction of a listener's connections */
+#define PEER_SHARE 4    /* one peer may hold this fraction of a listener's connections */
 
 /*
- * A tcp or tls peer's address (not its port), hashed with FNV-1a; 0 when
- * nng cannot say it, which leaves the connection uncounted.
+ * Who is at the other end of a pipe, hashed with FNV-1a: a tcp or tls
+ * peer's address (not its port), an ipc peer's uid; 0 when nng cannot say
+ * it, which leaves the connection uncounted. On ipc the kernel names the
+ * user, and one user is one neighbour however many processes it runs.
  */
 static uint64_t
-peer_key(nng_pipe p)
+peer_key(nng_pipe p, int transport)
 {
     nng_sockaddr sa;
+    uint64_t uid;
     const uint8_t *b;
     size_t len;
-    if (nng_pipe_get_addr(p, NNG_OPT_REMADDR, &sa) != 0)
+    uint16_t family;
+    if (transport == FOX_TRANSPORT_IPC) {
+        if (nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_UID, &uid) != 0)
+            return 0;
+        family = NNG_AF_IPC;
+        b = (const uint8_t *)&uid;
+        len = sizeof uid;
+    } else if (nng_pipe_get_addr(p, NNG_OPT_REMADDR, &sa) != 0) {
         return 0;
-    if (sa.s_family == NNG_AF_INET) {
+    } else if (sa.s_family == NNG_AF_INET) {
+        family = NNG_AF_INET;
         b = (const uint8_t *)&sa.s_in.sa_addr;
         len = sizeof sa.s_in.sa_addr;
     } else if (sa.s_family == NNG_AF_INET6) {
+        family = NNG_AF_INET6;
         b = sa.s_in6.sa_addr;
         len = sizeof sa.s_in6.sa_addr;
     } else {
         return 0;
     }
-    uint64_t h = 14695981039346656037ull ^ sa.s_family;
+    uint64_t h = 14695981039346656037ull ^ family;
     for (size_t i = 0; i < len; i++)
         h = (h ^ b[i]) * 1099511628211ull;
     return h | 1;
@@ -434,24 +446,23 @@ on_pipe(nng_pipe p, nng_pipe_ev ev, void *arg)
     fox_endpoint *ep = endpoint_of_pipe(set, p);
     if (!ep)
         return;
+    /* Events pipes are counted per peer but never timed out (endpoints.h): a table of their own. */
+    fox_pipes *table = ep == &set->pub ? &set->subscribers : &set->pipes;
     /* nng reports the removal of every pipe that saw ADD_PRE, closed there or not. */
     if (ev == NNG_PIPE_EV_REM_POST) {
         atomic_fetch_sub(&ep->pipes, 1);
-        fox_pipes_remove(&set->pipes, nng_pipe_id(p));
+        fox_pipes_remove(table, nng_pipe_id(p));
         return;
     }
     int n = atomic_fetch_add(&ep->pipes, 1) + 1;
     int cap = atomic_load(&set->cap);
-    /* Events pipes are neither timed out nor counted per peer (endpoints.h). */
-    if (n <= cap && ep == &set->pub)
-        return;
     if (n <= cap) {
-        uint64_t peer = ep->transport == FOX_TRANSPORT_IPC ? 0 : peer_key(p);
         int peer_max = cap / PEER_SHARE > 0 ? cap / PEER_SHARE : 1;
-        int rv = fox_pipes_add(&set->pipes, nng_pipe_id(p), peer, peer_max, fox_mono_ms());
+        int rv = fox_pipes_add(table, nng_pipe_id(p), peer_key(p, ep->transport), peer_max,
+                               fox_mono_ms());
         if (rv == FOX_ENOMEM)
-            fox_log(FOX_LOG_WARNING, "%s: out of memory; connection %u is not timed out", ep->url,
-                    (unsigned)nng_pipe_id(p));
+            fox_log(FOX_LOG_WARNING, "%s: out of memory; connection %u is outside the limits",
+                    ep->url, (unsigned)nng_pipe_id(p));
         if (rv != FOX_EBUSY)
             return;
     }
@@ -461,7 +472,7 @@ on_pipe(nng_pipe p, nng_pipe_ev ev, void *arg)
     if (now - last >= CAP_LOG_MS && atomic_compare_exchange_strong(&set->cap_logged_ms, &last, now))
         fox_log(FOX_LOG_WARNING,
                 "%s: %d connections open; closing new ones (daemon.max_connections, this "
-                "listener's share of the descriptors, or a quarter of that from one address)",
+                "listener's share of the descriptors, or a quarter of that from one peer)",
                 ep->url, n - 1);
 }
 
@@ -474,17 +485,22 @@ fox_endpoints_limit_pipes(fox_endpoints *set, nng_socket sock)
     return rv;
 }
 
-void
+int
 fox_endpoints_set_budget(fox_endpoints *set, int budget)
 {
     /*
      * Equal shares, so that a flood on one listener leaves the others their
-     * connections: the operator's ipc socket stays open under a tcp flood.
+     * connections: the operator's ipc socket stays open under a tcp flood,
+     * or under one on /metrics.
      */
-    int share = budget < 0 ? set->d->max_connections : budget / (set->n_eps + 1);
+    int listeners = set->n_eps + 1 + (set->d->metrics_listen[0] != 0);
+    int share = budget < 0 ? set->d->max_connections : budget / listeners;
     if (share < 1)
         share = 1;
-    atomic_store(&set->cap, share < set->d->max_connections ? share : set->d->max_connections);
+    if (share > set->d->max_connections)
+        share = set->d->max_connections;
+    atomic_store(&set->cap, share);
+    return share;
 }
 
 #define IDLE_BATCH 256 /* connections closed per sweep at most; the next sweep takes the rest */
@@ -563,7 +579,7 @@ fox_endpoints_prepare(fox_endpoints *set, const fox_dconf *d, char *err, size_t 
     set->d = d;
     atomic_store(&set->cap, d->max_connections);
     set->pub.lock_fd = -1;
-    if (fox_pipes_init(&set->pipes) != FOX_OK)
+    if (fox_pipes_init(&set->pipes) != FOX_OK || fox_pipes_init(&set->subscribers) != FOX_OK)
         return fox_errf(err, errlen, FOX_ENOMEM, "out of memory");
     for (int i = 0; i < d->n_listen; i++)
         if ((rv = prepare_endpoint(set, &set->eps[set->n_eps++], d->listen[i], err, errlen)) !=
@@ -586,4 +602,5 @@ fox_endpoints_fini(fox_endpoints *set)
     set->n_eps = 0;
     set->pub.lock_fd = -1;
     fox_pipes_fini(&set->pipes);
+    fox_pipes_fini(&set->subscribers);
 }

@@ -49,6 +49,7 @@ typedef struct fox_endpoints {
     _Atomic int64_t cap_logged_ms; /* last "connection refused" log line */
     _Atomic int cap;               /* connections per listener (fox_endpoints_set_budget) */
     fox_pipes pipes;               /* the control connections' activity (pipes.h) */
+    fox_pipes subscribers;         /* the events connections' peers; never swept */
 
     pthread_t probe_thread;
     int probe_running;
@@ -89,21 +90,24 @@ int fox_endpoint_listen(fox_endpoints *set, nng_socket sock, fox_endpoint *ep, c
 
 /*
  * Count the connections of sock's listeners and close at once any beyond
- * set->cap on one listener, or beyond a quarter of it from one tcp or tls
- * peer address on a control listener, so that a flood of idle clients
- * cannot use up the descriptors nor one address lock out the others, and
- * keep the activity of each control connection in set->pipes. (Connections that never finish the SP
+ * set->cap on one listener, or beyond a quarter of it from one peer (a tcp
+ * or tls address, an ipc uid), so that a flood of idle clients cannot use
+ * up the descriptors nor one neighbour lock out the others, on the control
+ * listeners and the events listener alike; and keep the activity of each
+ * control connection in set->pipes. (Connections that never finish the SP
  * handshake are nng's: it drops one after 10 s without progress.)
  */
 int fox_endpoints_limit_pipes(fox_endpoints *set, nng_socket sock);
 
 /*
- * Share budget connections equally among every listener of both sockets,
- * each share no more than daemon.max_connections (-1: no budget, the
- * setting alone). Call it once the listeners are up; until then
- * daemon.max_connections alone applies.
+ * Share budget connections equally among every listener of both sockets
+ * and the /metrics one when daemon.metrics_listen is set, each share no
+ * more than daemon.max_connections (-1: no budget, the setting alone), and
+ * return the share: the caller hands it to /metrics (metrics_http.h). Call
+ * it once the listeners are up; until then daemon.max_connections alone
+ * applies.
  */
-void fox_endpoints_set_budget(fox_endpoints *set, int budget);
+int fox_endpoints_set_budget(fox_endpoints *set, int budget);
 
 /*
  * On the loop: close the control connections (the REP socket's) that have
@@ -111,7 +115,7 @@ void fox_endpoints_set_budget(fox_endpoints *set, int budget);
  * flight now and connected daemon.max_connection_age_s ago, so that clients
  * who keep asking cannot hold a listener's share for good. The events socket's
  * are never timed out: a subscriber sends nothing by design, so silence
- * says nothing about it; the cap bounds them.
+ * says nothing about it; the cap and the per-peer share bound them.
  */
 void fox_endpoints_close_idle(fox_endpoints *set);
 

@@ -14,8 +14,10 @@
  * age limit frees its slot now and then for others, and nng clients dial
  * again by themselves.
  *
- * A tcp or tls pipe carries its peer's address, hashed, so that one
- * address can be held to a part of a listener's connections.
+ * A pipe carries its peer (a tcp or tls address, an ipc uid), hashed, so
+ * that one peer can be held to a part of a listener's connections. The
+ * events listener keeps a table of its own for that count alone: its
+ * pipes are never swept.
  *
  * Threads: nng's threads add and remove pipes (pipe notifications) and
  * begin requests (the receive callback); the loop ends them and sweeps.

@@ -821,7 +821,7 @@ setup(server *s, const fox_config *cfg, char *err, size_t errlen)
                             "daemon.metrics_listen %s is beyond loopback: /metrics has no "
                             "authentication (set daemon.allow_insecure_remote to allow it)",
                             s->d.metrics_listen);
-        if ((rv = fox_metrics_http_start(&s->http, s->d.metrics_listen, err, errlen)) != FOX_OK)
+        if ((rv = fox_metrics_http_start(&s->http, &s->loop, &s->d, err, errlen)) != FOX_OK)
             return rv;
     }
     fox_endpoints_probe_start(&s->ends, probe_report, s);
@@ -912,7 +912,9 @@ fox_serve_main(const fox_config *cfg, const fox_dconf *d)
 
     /* Every fixed descriptor is open now: what is left below the limit is the connections'. */
     int budget = fox_fd_connection_budget(fds);
-    fox_endpoints_set_budget(&s->ends, budget);
+    int share = fox_endpoints_set_budget(&s->ends, budget);
+    if (s->http)
+        fox_metrics_http_set_cap(s->http, share);
 
     uv_signal_init(&s->loop, &s->sig_term);
     uv_signal_init(&s->loop, &s->sig_int);

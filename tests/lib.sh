@@ -77,7 +77,7 @@ foxd_wait() {
             wait "$pid"
             pid=
             if [ -n "${port_retry:-}" ] &&
-                tail -c +"$((log_from + 1))" "$dir/foxd.log" | grep -q "Address in use"; then
+                tail -c +"$((log_from + 1))" "$dir/foxd.log" | grep -qiE "address (already )?in use"; then
                 return 98
             fi
             fail "foxd exited at start"
@@ -101,4 +101,25 @@ foxd_start() {
     "$FOXD" "$@" 2>>"$dir/foxd.log" &
     pid=$!
     foxd_wait "${ctl[@]}"
+}
+
+# stop_and_check_records ST WHAT: SIGTERM the foxd $pid, which trains with
+# state directory ST and logs to $dir/foxd.log from byte $log_from on; fail,
+# naming WHAT, unless it exits 0 with its stop checkpoint written and every
+# epoch it logged in the run's epochs.csv and in both metrics.jsonl files,
+# no record refused. Sets $rows to the epochs recorded.
+stop_and_check_records() {
+    local st=$1 what=$2 rc run lines state logged
+    kill -TERM "$pid"; wait "$pid"; rc=$?; pid=
+    run=$(ls -d "$st"/runs/*/ | head -1)
+    rows=$(($(wc -l <"$run/epochs.csv") - 1))
+    lines=$(grep -c '"type":"epoch"' "$run/metrics.jsonl")
+    state=$(grep -c '"type":"epoch"' "$st/metrics.jsonl")
+    logged=$(tail -c +"$((log_from + 1))" "$dir/foxd.log" | grep -c "info: fold 0 epoch ")
+    [ $rc -eq 0 ] && [ -s "$st/foxd.ckpt" ] ||
+        fail "SIGTERM after $what: exit $rc, checkpoint $(ls -l "$st/foxd.ckpt" 2>&1)"
+    ! tail -c +"$((log_from + 1))" "$dir/foxd.log" | grep -q "warning: run directory\|warning: metrics" ||
+        fail "a record was not written: $(grep "warning: run directory\|warning: metrics" "$dir/foxd.log")"
+    [ "$rows" -ge 1 ] && [ "$rows" -eq "$lines" ] && [ "$rows" -eq "$state" ] && [ "$rows" -eq "$logged" ] ||
+        fail "$logged epochs ended; epochs.csv has $rows, metrics.jsonl $lines and $state ($what)"
 }

@@ -155,6 +155,14 @@ START_TEST(test_conf_set)
     ck_assert_int_eq(d.checkpoint_on_stop, 0);
     ck_assert_int_ne(
         fox_conf_set_pair(&cfg, &d, "daemon.checkpoint_on_stop=maybe", err, sizeof err), 0);
+    /* /metrics' deadline: at least 100 ms, or every scrape would be cut off. */
+    ck_assert_int_eq(d.metrics_timeout_ms, 5000);
+    FOX_CK_OK_MSG(fox_conf_set_pair(&cfg, &d, "daemon.metrics_timeout_ms=1000", err, sizeof err),
+                  err);
+    ck_assert_int_eq(d.metrics_timeout_ms, 1000);
+    ck_assert_int_ne(fox_conf_set_pair(&cfg, &d, "daemon.metrics_timeout_ms=50", err, sizeof err),
+                     0);
+    ck_assert_ptr_nonnull(strstr(err, "daemon.metrics_timeout_ms"));
     ck_assert_int_ne(fox_conf_set_pair(&cfg, &d, "train.epochs", err, sizeof err), 0);
     ck_assert_int_ne(fox_conf_set_pair(&cfg, &d, "=3", err, sizeof err), 0);
     ck_assert_int_ne(fox_conf_set_pair(&cfg, &d, "nope.key=1", err, sizeof err), 0);

@@ -1,6 +1,7 @@
 #!/bin/bash
 # test_metrics_http.sh FOXD FOXCTL — the opt-in /metrics endpoint: foxd
-# serves Prometheus' text format on a loopback port, a real Prometheus
+# serves Prometheus' text format on a loopback port and the HTTP errors
+# for anything else, a real Prometheus
 # server (Debian's prometheus, started here on loopback) scrapes it, and one
 # foxd series comes back through Prometheus' query API. Skipped with a
 # message where Prometheus is not installed or cannot start.
@@ -31,6 +32,28 @@ body=$(get "http://127.0.0.1:$mport/metrics") || fail "GET /metrics failed"
 grep -q '^foxd_state{state="idle"} 1$' <<<"$body" && grep -q '^# TYPE foxd_healthy gauge$' <<<"$body" ||
     fail "/metrics: ${body:0:300}"
 ok "GET /metrics answers in Prometheus' text format"
+# status REQUEST: the status line of foxd's reply to the raw bytes REQUEST.
+status() {
+    python3 -c '
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+s.sendall(sys.argv[2].encode().decode("unicode_escape").encode("latin-1"))
+reply = b""
+while True:
+    got = s.recv(65536)
+    if not got:
+        break
+    reply += got
+print(reply.split(b"\r\n")[0].decode(), len(reply.split(b"\r\n\r\n", 1)[1]))' "$mport" "$1"
+}
+for want in "404:GET /nope HTTP/1.1\r\n\r\n" "405:POST /metrics HTTP/1.1\r\nContent-Length: 2\r\n\r\nhi" \
+    "400:hello\r\n\r\n" "431:GET /metrics HTTP/1.1\r\nX: $(head -c 9000 /dev/zero | tr '\0' a)\r\n\r\n"; do
+    got=$(status "${want#*:}") || fail "no reply to ${want:0:40}"
+    [[ $got == "HTTP/1.1 ${want%%:*} "* ]] || fail "${want:4:30}: got $got, want ${want%%:*}"
+done
+got=$(status "HEAD /metrics HTTP/1.0\n\n")
+[[ $got == "HTTP/1.1 200 OK 0" ]] || fail "HEAD /metrics: $got"
+ok "other paths get 404, other methods 405, garbage 400, 9 KB of headers 431, HEAD no body"
 
 prom=$(command -v prometheus)
 if [ -z "$prom" ]; then

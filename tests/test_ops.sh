@@ -340,7 +340,7 @@ part_floods() {
         foxd_wait --url "$url"
     }
     flood_during_run() {
-        local handshake=$1 flood1 flood2 rc run rows lines state logged
+        local handshake=$1 flood1 flood2
         st=$dir/st-flood$handshake
         on_free_port start_training_at_256
         ctl --token right run --detach --folds 0 --epochs 400 --steps 20 >/dev/null || fail "run --detach"
@@ -353,19 +353,8 @@ part_floods() {
             ctl status >/dev/null || fail "a fresh ipc client got no answer during the flood"
         fi
         sleep 2
-        kill -TERM "$pid"; wait "$pid"; rc=$?; pid=
+        stop_and_check_records "$st" "a flood (handshake $handshake)"
         wait "$flood1" "$flood2"
-        run=$(ls -d "$st"/runs/*/ | head -1)
-        rows=$(($(wc -l <"$run/epochs.csv") - 1))
-        lines=$(grep -c '"type":"epoch"' "$run/metrics.jsonl")
-        state=$(grep -c '"type":"epoch"' "$st/metrics.jsonl")
-        logged=$(tail -c +"$((log_from + 1))" "$dir/foxd.log" | grep -c "info: fold 0 epoch ")
-        [ $rc -eq 0 ] && [ -s "$st/foxd.ckpt" ] ||
-            fail "SIGTERM during a flood (handshake $handshake): exit $rc, checkpoint $(ls -l "$st/foxd.ckpt" 2>&1)"
-        ! tail -c +"$((log_from + 1))" "$dir/foxd.log" | grep -q "warning: run directory\|warning: metrics" ||
-            fail "a record was not written: $(grep "warning: run directory\|warning: metrics" "$dir/foxd.log")"
-        [ "$rows" -ge 1 ] && [ "$rows" -eq "$lines" ] && [ "$rows" -eq "$state" ] && [ "$rows" -eq "$logged" ] ||
-            fail "$logged epochs ended; epochs.csv has $rows, metrics.jsonl $lines and $state (handshake $handshake)"
         ok "2 x 200 clients (handshake $handshake) beyond 256 descriptors during a run: $rows epochs recorded, stop checkpoint written"
     }
     flood_during_run 1
