@@ -318,6 +318,21 @@ fox_atom_grid_live(const float *isv, int d, float v_min, float v_max, float *lo,
  * into the ISV; the return value is the moved grid's span before the clamp,
  * which slot 47 compares.
  */
+/*
+ * The targets a grid update moves toward, from the batch's lowest and highest
+ * Bellman target over the grid (tz_lo, tz_hi): under model.atom_grid =
+ * static the configured support itself, so that the grid stays there and
+ * only Mech 2's clamp acts on it; under moving the batch's.
+ */
+FOX_HD void
+fox_atom_grid_targets(int moving, float v_min, float v_max, float *tz_lo, float *tz_hi)
+{
+    if (!moving) {
+        *tz_lo = v_min;
+        *tz_hi = v_max;
+    }
+}
+
 FOX_HD float
 fox_atom_grid_update(float *isv, fox_wiener_state *ws, int adaptive, int d, float v_min,
                      float v_max, float tz_lo, float tz_hi)

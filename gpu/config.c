@@ -27,6 +27,7 @@ static const char *const select_names[] = {"smoothed", "best", "last", NULL};
 static const char *const band_rule_names[] = {"fixed", "validation", NULL};
 static const char *const eval_weights_names[] = {"online", "average", NULL};
 static const char *const policy_members_names[] = {"lead", "ensemble", NULL};
+static const char *const atom_grid_names[] = {"static", "moving", NULL};
 
 typedef struct key_def {
     const char *name;
@@ -74,6 +75,9 @@ static const key_def keys[] = {
     INT("model.n_atoms", n_atoms, 3, 1001, "51", "C51 atoms"),
     FLT("model.v_min", v_min, -1e6, 1e6, "-10", "C51 support minimum"),
     FLT("model.v_max", v_max, -1e6, 1e6, "10", "C51 support maximum"),
+    ENM("model.atom_grid", atom_grid, atom_grid_names, "static",
+        "the C51 support: static (model.v_min..v_max, clamped by Mech 2) or moving (each branch's "
+        "grid follows its Bellman targets, clamped by Mech 2)"),
     INT("model.n_tau", n_tau, 1, 256, "8", "IQN sampled fractions"),
     INT("model.n_cos", n_cos, 1, 1024, "64", "IQN cosine embedding size"),
     INT("model.aux_hidden", aux_hidden, 1, 8192, "64", "aux heads' hidden width"),

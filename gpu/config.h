@@ -22,6 +22,7 @@
 enum { FOX_BACKEND_AUTO = 0, FOX_BACKEND_CPU = 1, FOX_BACKEND_CUDA = 2 };
 enum { FOX_TARGET_MEAN = 0, FOX_TARGET_INDEP = 1 };
 enum { FOX_BOUNDS_FIXED = 0, FOX_BOUNDS_ADAPTIVE = 1 };
+enum { FOX_ATOM_GRID_STATIC = 0, FOX_ATOM_GRID_MOVING = 1 };
 enum { FOX_HALT_RULE_SEEDS = 0, FOX_HALT_RULE_STRICT = 1 };
 enum { FOX_FAULT_NONE = 0, FOX_FAULT_NAN = 1, FOX_FAULT_INF = 2, FOX_FAULT_HUGE = 3 };
 enum { FOX_CUDA_MATH_FP32 = 0, FOX_CUDA_MATH_GREEDY_TF32 = 1, FOX_CUDA_MATH_TF32 = 2 };
@@ -52,6 +53,7 @@ typedef struct fox_config {
     int size_levels;  /* branch 1: position sizes (k+1)/n */
     int order_types;  /* branch 2: 1 = market only, 2 = market/limit */
     int urgency_levels; /* branch 3: fraction (k+1)/n of the gap moved */
+    int atom_grid;    /* FOX_ATOM_GRID_*: the C51 support fixed or moving with the targets */
 
     /* train */
     int batch;

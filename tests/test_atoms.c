@@ -35,7 +35,8 @@ small_config(fox_config *c, const char *scale)
 {
     char kv[64];
     snprintf(kv, sizeof kv, "env.reward_scale=%s", scale);
-    const char *pairs[] = {"data.synth_bars=8000", "train.learning_starts=256", kv, NULL};
+    const char *pairs[] = {"data.synth_bars=8000", "train.learning_starts=256", kv,
+                           "model.atom_grid=moving", NULL};
     fox_test_small_net(c);
     fox_test_set_pairs(c, pairs);
 }

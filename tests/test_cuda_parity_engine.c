@@ -149,6 +149,7 @@ START_TEST(atom_grid_moves_on_device)
         fox_config_default(&c);
         c.backend = FOX_BACKEND_CUDA;
         c.reward_scale = huge ? 1e6f : 1.0f;
+        c.atom_grid = FOX_ATOM_GRID_MOVING;
         fox_engine *e = fox_test_engine(&c);
         int rv = fox_engine_run_steps(e, 300, NULL);
         ck_assert_msg(rv == FOX_OK, "run_steps: %s", fox_engine_errmsg(e));

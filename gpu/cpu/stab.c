@@ -51,6 +51,7 @@ fox_cpu_stab_init(fox_cpu_stab *st, const fox_config *cfg, const fox_model_layou
     st->adam_m = adam_m;
     st->adam_v = adam_v;
     st->adaptive = cfg->bounds_mode == FOX_BOUNDS_ADAPTIVE;
+    st->moving_grid = cfg->atom_grid == FOX_ATOM_GRID_MOVING;
     st->sentinel = cfg->sentinel != 0;
     st->strict = cfg->halt_rule == FOX_HALT_RULE_STRICT;
     st->fault_slot = -1;
@@ -354,6 +355,7 @@ fox_cpu_stab_atoms(fox_cpu_stab *st, const float *r, const float *done, int B, f
             tz_lo = fminf(tz_lo, r[b] + g * lo);
             tz_hi = fmaxf(tz_hi, r[b] + g * hi);
         }
+        fox_atom_grid_targets(st->moving_grid, lay->v_min, lay->v_max, &tz_lo, &tz_hi);
         float s = fox_atom_grid_update(isv, st->adaptive ? st->ws : NULL, st->adaptive, d,
                                        lay->v_min, lay->v_max, tz_lo, tz_hi);
         /* A NaN span must win the maximum: slot 47 counts it as exceeding. */

@@ -54,6 +54,7 @@ typedef struct fox_cpu_stab {
     fox_cpu_net *net;
     float *params, *grads, *adam_m, *adam_v; /* [n_params], the backend's */
     int adaptive;                            /* engine.bounds_mode = adaptive */
+    int moving_grid;                         /* model.atom_grid = moving */
     int sentinel;                            /* engine.sentinel: checks on */
     int strict;                              /* engine.halt_rule = strict: slots 0–35 halt */
 

@@ -61,6 +61,7 @@ atoms_update_kernel(fox_cuda_stab st, int B, const float *r, const float *done, 
                     tz_lo = fminf(tz_lo, part_lo[k][d]);
                     tz_hi = fmaxf(tz_hi, part_hi[k][d]);
                 }
+                fox_atom_grid_targets(st.moving_grid, v_min, v_max, &tz_lo, &tz_hi);
                 float sd = fox_atom_grid_update(st.isv, st.adaptive ? st.sp4->ws : NULL,
                                                 st.adaptive, d, v_min, v_max, tz_lo, tz_hi);
                 /* A NaN span must win the maximum: slot 47 counts it as exceeding. */

@@ -341,6 +341,7 @@ typedef struct fox_cuda_stab {
     int ctl_fault_inline;       /* a fault is configured at an in-kernel point (27, 34, 35) */
     int sites;                  /* 1: the clamp sites and inline checks run (0: a parity pass) */
     int adaptive;               /* engine.bounds_mode = adaptive (SP4) */
+    int moving_grid;            /* model.atom_grid = moving */
     fox_cuda_sp4 *sp4;          /* device SP4 state (adaptive only) */
     const uint8_t *pgroup;      /* [np] param group of each element (Pearl B) */
     unsigned int gsize[FOX_GROUP_COUNT]; /* elements of each group (Pearl C's total) */

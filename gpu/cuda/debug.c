@@ -514,6 +514,7 @@ debug_atoms(fox_cuda_backend *be, const float *r, const float *done, int B, floa
     float *drd = NULL;
     fox_cuda_stab st = n->stab;
     st.adaptive = adaptive;
+    st.moving_grid = 1; /* the rule the CPU twin of the parity test computes */
     /* r and done side by side in one staged buffer (at least one float, for B = 0). */
     float *rd = calloc(2 * (size_t)B + 1, sizeof *rd);
     int rv = rd ? FOX_OK : FOX_ENOMEM;

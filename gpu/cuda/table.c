@@ -305,6 +305,7 @@ fox__cuda_stab_init(fox_cuda_backend *be, char *err, size_t errlen)
                               .site_part = be->site_part,
                               .sites = 1,
                               .adaptive = c->bounds_mode == FOX_BOUNDS_ADAPTIVE,
+                              .moving_grid = c->atom_grid == FOX_ATOM_GRID_MOVING,
                               .sp4 = be->sp4,
                               .pgroup = n->pgroup};
     /* SP4: Pearl C's totals (each group's elements) and the trunk input layer for the L1 rate. */
