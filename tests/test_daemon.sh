@@ -6,7 +6,7 @@
 # the protocol; the whole walk-forward; pause/resume/stop/reset; checkpoint
 # round trip; bad input of every kind gets its code while the daemon keeps
 # serving; a resent request is answered, not run twice; a second foxd on the
-# same path refuses and the first keeps serving new clients; 8 clients x 1000
+# same path refuses and the first keeps serving new clients; 8 clients x 250
 # requests while training; SIGTERM checkpoints and exits 0; run --spawn;
 # bash completion of config keys and ISV slot names from the running foxd.
 # Bounded for a 2-core machine: the model and the steps are shrunk.
@@ -181,7 +181,7 @@ ctl resume | grep -q training || fail "resume"
 ok "resume"
 
 # ----------------------------------------------- load while training
-out=$(timeout -k 5 300 "$LOAD" "$url" 8 1000) || fail "load: $out"
+out=$(timeout -k 5 300 "$LOAD" "$url" 8 250) || fail "load: $out"
 ok "load: $out"
 
 ctl stop | grep -q idle || fail "stop"
