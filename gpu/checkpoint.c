@@ -383,6 +383,17 @@ restore_member(fox_engine *e, const char *block)
     return rv;
 }
 
+/* FOX_OK when the file of header h holds the engine's engine.members; else the refusal. */
+static int
+same_members(fox_engine *e, const char *path, const ckpt_header *h, const char *engine_has)
+{
+    if (file_members(h) == e->cfg.members)
+        return FOX_OK;
+    return fox__engine_fail(e, FOX_EMISMATCH,
+                            "checkpoint %s: holds %d members, %s %d (engine.members)", path,
+                            file_members(h), engine_has, e->cfg.members);
+}
+
 static int
 checkpoint_load(fox_engine *e, const char *path)
 {
@@ -393,12 +404,9 @@ checkpoint_load(fox_engine *e, const char *path)
     int rv = read_verified(e, path, &buf, &h);
     if (rv != FOX_OK)
         return rv;
-    if (file_members(&h) != e->cfg.members) {
+    if ((rv = same_members(e, path, &h, "this engine trains")) != FOX_OK) {
         free(buf);
-        return fox__engine_fail(e, FOX_EMISMATCH,
-                                "checkpoint %s: holds %d members, this engine trains %d "
-                                "(engine.members)",
-                                path, file_members(&h), e->cfg.members);
+        return rv;
     }
     /* Verified: from here on the engine changes. */
     size_t np = e->lay.n_params;
@@ -458,12 +466,9 @@ load_policy(fox_engine *e, const char *path, int val_begin, int begin, int end)
      * it trains; under policy.members = ensemble, every member's together.
      */
     int ensemble = e->cfg.policy_members == FOX_POLICY_MEMBERS_ENSEMBLE;
-    if (ensemble && file_members(&h) != e->cfg.members) {
+    if (ensemble && (rv = same_members(e, path, &h, "the ensemble of this engine has")) != FOX_OK) {
         free(buf);
-        return fox__engine_fail(e, FOX_EMISMATCH,
-                                "checkpoint %s: holds %d members, the ensemble of this engine "
-                                "has %d (engine.members)",
-                                path, file_members(&h), e->cfg.members);
+        return rv;
     }
     size_t np = e->lay.n_params;
     const char *payload = buf + sizeof h;
