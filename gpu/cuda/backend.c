@@ -84,6 +84,9 @@ cuda_available(char *why, size_t len)
                  p.name, p.major, p.minor, FOX_CUDA_ARCH);
         return 0;
     }
+    /* cuBLAS only where there is a device to use it on: its start-up is not free. */
+    if (!fox__cuda_blas_open(why, len))
+        return 0;
     snprintf(why, len, "%s, sm_%d%d, %.0f GiB", p.name, p.major, p.minor,
              (double)p.totalGlobalMem / (1u << 30));
     return 1;

@@ -46,6 +46,14 @@ const char *fox__cuda_last_error(void);
             return fox__cuda_fail(__FILE__, __LINE__, #call, cudaGetErrorString(e_), (int)e_);     \
     } while (0)
 
+/*
+ * Open cuBLAS (blas.c) if it is not yet: 1, or 0 with why. Every cuBLAS call
+ * opens it too; the backend's available() asks once it has found a device,
+ * so that a machine without the library takes the CPU backend with the
+ * reason.
+ */
+int fox__cuda_blas_open(char *why, size_t len);
+
 /* The architecture the kernels are built for (meson -Dgpu_arch), as 90 for sm_90. */
 #ifndef FOX_CUDA_ARCH
 #define FOX_CUDA_ARCH 90
