@@ -253,6 +253,9 @@ members_line(FILE *out, const cJSON *f)
                 text(a, num(x, "member"), 0), text(b, num(x, "halt_step"), 0),
                 cJSON_IsString(slot) ? slot->valuestring : halt->valuestring);
     }
+    /* policy.members = ensemble: the rows above are the members' decision together. */
+    if (num(m, "lead") == -1.0)
+        fputs("; the policy is their ensemble", out);
     fputc('\n', out);
 }
 

@@ -776,8 +776,8 @@ END_TEST
 /*
  * A population's fold objects: the members line under the rows (the spread
  * over seeds, the best and worst member, every halted member with its step
- * and slot), the mean block's line over the folds' members, and none of it
- * for a fold of one member.
+ * and slot, and whether the policy is their ensemble), the mean block's line
+ * over the folds' members, and none of it for a fold of one member.
  */
 START_TEST(test_members_table)
 {
@@ -796,7 +796,7 @@ START_TEST(test_members_table)
         "{\"member\":7,\"test_sharpe\":0.47,\"halt\":\"grad_collapse\",\"halt_step\":150,"
         "\"halt_slot\":null}]}";
     static const char members1[] =
-        ",\"members\":{\"n\":2,\"lead\":0,\"training\":2,\"measured\":2,\"mean\":0.18,"
+        ",\"members\":{\"n\":2,\"lead\":-1,\"training\":2,\"measured\":2,\"mean\":0.18,"
         "\"se\":0.2,\"best\":0,\"worst\":1,\"each\":["
         "{\"member\":0,\"test_sharpe\":0.38,\"halt\":null},"
         "{\"member\":1,\"test_sharpe\":-0.02,\"halt\":null}]}";
@@ -813,7 +813,8 @@ START_TEST(test_members_table)
                   "%s", buf);
     ck_assert_msg(strstr(buf,
                          "\n  members (2, 2 training): test Sharpe 0.18 ± 0.20 (mean ± SE over "
-                         "members), best #0 0.38, worst #1 -0.02\n"),
+                         "members), best #0 0.38, worst #1 -0.02; the policy is their "
+                         "ensemble\n"),
                   "%s", buf);
     /* The mean of the members' means, (0.42 + 0.18) / 2, its SE sqrt(0.11² + 0.2²) / 2. */
     ck_assert_msg(strstr(buf, "\n  members: test Sharpe 0.300 ± 0.114 (the folds' mean over "
