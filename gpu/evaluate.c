@@ -232,6 +232,12 @@ walk_splits(fox_engine *e, const walk_spec *specs, int n_splits, fox_policy poli
                                                 (uint64_t)specs[k].split));
     }
     /*
+     * The per-bar hook sees the fold's policy: the baselines, and the greedy
+     * walks of the member whose walk the policy is (or of the ensemble), not
+     * every member's.
+     */
+    int hook = e->bar_hook && (policy != FOX_POLICY_GREEDY || e->m == fox__engine_policy_member(e));
+    /*
      * The segments walk in lockstep, one decision bar each per round, so the
      * greedy policy asks for every live segment's action at once: one forward
      * pass serves all the segments whose predicted bars (lookahead.h) ran out.
@@ -263,7 +269,7 @@ walk_splits(fox_engine *e, const walk_spec *specs, int n_splits, fox_policy poli
             else
                 rule_action(e, policy, trend_k, wk, a);
             walk_step(wk, &p, &bars, a);
-            if (e->bar_hook)
+            if (hook)
                 e->bar_hook(e->bar_arg, specs[live[i]].split, policy, wk->t, wk->cum);
         }
     }

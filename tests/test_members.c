@@ -116,6 +116,36 @@ fault_member(fox_engine *e, int member)
     FOX_CK_ENGINE_OK(e, fox_engine_inject_fault(e, member, "h_s2", FOX_FAULT_NAN, 2, 0));
 }
 
+/* The greedy test bars an evaluation hook saw. */
+static void
+count_greedy_test(void *arg, fox_split split, fox_policy policy, int bar, double cum)
+{
+    (void)bar;
+    (void)cum;
+    if (split == FOX_SPLIT_TEST && policy == FOX_POLICY_GREEDY)
+        ++*(int *)arg;
+}
+
+/* The per-bar hook (the run's equity curves) sees the policy's walk, not every member's. */
+START_TEST(eval_hook_sees_the_policy_walk)
+{
+    int bars[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        fox_config c;
+        population_config(&c, k ? 3 : 1);
+        fox_engine *e = fox_test_engine(&c);
+        fox_engine_set_eval_hook(e, count_greedy_test, &bars[k]);
+        FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 40, NULL));
+        static fox_epoch_report ep;
+        FOX_CK_ENGINE_OK(e, fox_engine_end_epoch(e, &ep));
+        fox_engine_set_eval_hook(e, NULL, NULL);
+        fox_engine_destroy(e);
+    }
+    ck_assert_int_gt(bars[0], 0);
+    ck_assert_int_eq(bars[1], bars[0]);
+}
+END_TEST
+
 START_TEST(halted_member_is_frozen_and_the_fold_goes_on)
 {
     enum { K = 3 };
@@ -350,6 +380,7 @@ main(void)
     TCase *tc = tcase_create("population");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, member_equals_its_seed_alone);
+    tcase_add_test(tc, eval_hook_sees_the_policy_walk);
     tcase_add_test(tc, halted_member_is_frozen_and_the_fold_goes_on);
     tcase_add_test(tc, quorum_halts_the_fold);
     tcase_add_test(tc, checkpoint_keeps_every_member);
