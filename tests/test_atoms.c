@@ -183,9 +183,7 @@ START_TEST(grid_checkpoint_and_fold_reset)
     grid_run a, b;
     read_grid(e, &a);
     char path[] = "/tmp/fox_atoms_XXXXXX";
-    int fd = mkstemp(path);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
+    fox_test_temp_file(path);
     FOX_CK_ENGINE_OK(e, fox_engine_checkpoint_save(e, path));
     fox_engine *f = fox_test_engine(&c);
     FOX_CK_ENGINE_OK(f, fox_engine_checkpoint_load(f, path));
@@ -220,9 +218,7 @@ START_TEST(checkpoint_before_grid_loads)
     fox_engine *e = fox_test_engine(&c);
     FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 300, NULL));
     char path[] = "/tmp/fox_atoms_XXXXXX";
-    int fd = mkstemp(path);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
+    fox_test_temp_file(path);
     FOX_CK_ENGINE_OK(e, fox_engine_checkpoint_save(e, path));
     uint64_t before = e->fingerprint_before_grid;
     ck_assert(before != e->fingerprint);

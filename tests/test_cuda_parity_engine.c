@@ -261,9 +261,7 @@ START_TEST(eval_walk_vs_cpu)
     fox_engine *ec = fox_test_engine(&c);
     FOX_CK_ENGINE_OK(ec, fox_engine_run_steps(ec, 600, NULL));
     char path[] = "/tmp/fox_eval_parity_XXXXXX";
-    int fd = mkstemp(path);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
+    fox_test_temp_file(path);
     FOX_CK_ENGINE_OK(ec, fox_engine_checkpoint_save(ec, path));
     c.backend = FOX_BACKEND_CUDA;
     fox_engine *eg = fox_test_engine_loaded(&c);

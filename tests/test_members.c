@@ -246,9 +246,7 @@ START_TEST(checkpoint_keeps_every_member)
     fox_engine *e = fox_test_engine(&c);
     FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 40, NULL));
     char path[] = "/tmp/fox_members_XXXXXX";
-    int fd = mkstemp(path);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
+    fox_test_temp_file(path);
     FOX_CK_ENGINE_OK(e, fox_engine_checkpoint_save(e, path));
     fox_engine *back = fox_test_engine_loaded(&c);
     FOX_CK_ENGINE_OK(back, fox_engine_checkpoint_load(back, path));
@@ -348,9 +346,7 @@ START_TEST(ensemble_decides_on_the_members_mean_q)
 
     /* The chosen epoch's checkpoint, backtested on the fold's bars, is the fold's policy. */
     char path[] = "/tmp/fox_ensemble_XXXXXX";
-    int fd = mkstemp(path);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
+    fox_test_temp_file(path);
     ck_assert_int_eq(fr.best_epoch, 1); /* the last of two epochs under the smoothed rule */
     FOX_CK_ENGINE_OK(e, fox_engine_checkpoint_save(e, path));
     fox_engine *bt = fox_test_engine_loaded(&c);

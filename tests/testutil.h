@@ -8,11 +8,13 @@
 #define FOX_TESTUTIL_H
 
 #include <check.h>
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpu/cpu/optim.h"
 #include "gpu/engine.h"
@@ -84,7 +86,6 @@ fox_test_set_fault(fox_config *c, const char *buffer, const char *kind, int step
     fox_test_set_pairs(c, pairs);
 }
 
-/* An engine created from c with its data loaded, before any fold. */
 /* The whole file at path, NUL-terminated (malloc'd), its size in *len (may be NULL); NULL when it cannot be read. */
 static inline char *
 fox_test_read_file(const char *path, size_t *len)
@@ -108,6 +109,16 @@ fox_test_read_file(const char *path, size_t *len)
     return buf;
 }
 
+/* Make path, a mkstemp template ("…XXXXXX"), the name of a new empty file of the test's own. */
+static inline void
+fox_test_temp_file(char *path)
+{
+    int fd = mkstemp(path);
+    ck_assert_msg(fd >= 0, "mkstemp %s: %s", path, strerror(errno));
+    close(fd);
+}
+
+/* An engine created from c with its data loaded, before any fold. */
 static inline fox_engine *
 fox_test_engine_loaded(const fox_config *c)
 {
