@@ -22,7 +22,7 @@ static const char *const target_names[] = {"mean", "indep", NULL};
 static const char *const bounds_names[] = {"fixed", "adaptive", NULL};
 static const char *const halt_rule_names[] = {"seeds", "strict", NULL};
 static const char *const fault_names[] = {"none", "nan", "inf", "huge", NULL};
-static const char *const cuda_math_names[] = {"fp32", "greedy_tf32", "tf32", NULL};
+static const char *const cuda_math_names[] = {"fp32", "greedy_tf32", "tf32", "bf16", NULL};
 static const char *const select_names[] = {"smoothed", "best", "last", NULL};
 static const char *const band_rule_names[] = {"fixed", "validation", NULL};
 static const char *const eval_weights_names[] = {"online", "average", NULL};
@@ -193,7 +193,9 @@ static const key_def keys[] = {
     INT("engine.threads", threads, 0, 256, "0",
         "BLAS threads on the CPU backend; 0 = all cores (--once), one per training CPU (serving)"),
     ENM("engine.cuda_math", cuda_math, cuda_math_names, "greedy_tf32",
-        "CUDA products: fp32; greedy_tf32 (TF32 where Q only picks greedy actions); tf32"),
+        "CUDA products: fp32; greedy_tf32 (TF32 where Q only picks greedy actions); tf32; bf16 "
+        "(inputs rounded to bfloat16, FP32 sums); the CPU backend computes in FP32 whatever "
+        "it says"),
     INT("engine.device", device, 0, 255, "0",
         "CUDA device index (one foxd per GPU: foxd@.service); the CPU backend ignores it"),
 
@@ -235,6 +237,18 @@ parse_folds(const char *v)
             return -1;
     }
     return mask ? mask : -1;
+}
+
+/* An enum key's refusal names the key and every choice it allows, so the fix needs no manual. */
+static int
+refuse_choice(const key_def *k, const char *v, char *err, size_t errlen)
+{
+    char list[256] = "";
+    size_t at = 0;
+    for (int i = 0; k->choices[i] && at < sizeof list; i++)
+        at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", i ? ", " : "", k->choices[i]);
+    return fox_errf(err, errlen, FOX_EINVAL, "%s: '%s' is not one of the allowed choices (%s)",
+                    k->name, v, list);
 }
 
 static int
@@ -303,8 +317,7 @@ set_key(fox_config *cfg, const key_def *k, const char *v, char *err, size_t errl
                 return FOX_OK;
             }
         }
-        return fox_errf(err, errlen, FOX_EINVAL, "%s: '%s' is not one of the allowed choices",
-                        k->name, v);
+        return refuse_choice(k, v, err, errlen);
     }
     return FOX_EINTERNAL;
 }

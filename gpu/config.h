@@ -25,7 +25,12 @@ enum { FOX_BOUNDS_FIXED = 0, FOX_BOUNDS_ADAPTIVE = 1 };
 enum { FOX_ATOM_GRID_STATIC = 0, FOX_ATOM_GRID_MOVING = 1 };
 enum { FOX_HALT_RULE_SEEDS = 0, FOX_HALT_RULE_STRICT = 1 };
 enum { FOX_FAULT_NONE = 0, FOX_FAULT_NAN = 1, FOX_FAULT_INF = 2, FOX_FAULT_HUGE = 3 };
-enum { FOX_CUDA_MATH_FP32 = 0, FOX_CUDA_MATH_GREEDY_TF32 = 1, FOX_CUDA_MATH_TF32 = 2 };
+enum {
+    FOX_CUDA_MATH_FP32 = 0,
+    FOX_CUDA_MATH_GREEDY_TF32 = 1,
+    FOX_CUDA_MATH_TF32 = 2,
+    FOX_CUDA_MATH_BF16 = 3
+};
 
 /* The weights the greedy evaluation acts with (policy.weights). */
 typedef enum {

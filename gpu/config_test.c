@@ -132,6 +132,39 @@ START_TEST(config_numbers_out_of_range_name_the_key)
 }
 END_TEST
 
+/*
+ * engine.cuda_math: every mode parses to its value and prints back, the default is the
+ * documented greedy_tf32, and a wrong mode is refused with the key and every allowed mode.
+ */
+START_TEST(config_cuda_math_modes)
+{
+    static const struct {
+        const char *text;
+        int value;
+    } modes[] = {{"fp32", FOX_CUDA_MATH_FP32},
+                 {"greedy_tf32", FOX_CUDA_MATH_GREEDY_TF32},
+                 {"tf32", FOX_CUDA_MATH_TF32},
+                 {"bf16", FOX_CUDA_MATH_BF16}};
+    fox_config c, before;
+    char buf[64], err[256];
+    fox_config_default(&c);
+    ck_assert_int_eq(c.cuda_math, FOX_CUDA_MATH_GREEDY_TF32);
+    for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+        ck_assert_int_eq(fox_config_set(&c, "engine.cuda_math", modes[k].text, err, sizeof err),
+                         FOX_OK);
+        ck_assert_int_eq(c.cuda_math, modes[k].value);
+        ck_assert_int_eq(fox_config_get(&c, "engine.cuda_math", buf, sizeof buf), FOX_OK);
+        ck_assert_str_eq(buf, modes[k].text);
+        ck_assert_int_eq(fox_config_validate(&c, err, sizeof err), FOX_OK);
+    }
+    before = c;
+    ck_assert_int_eq(fox_config_set(&c, "engine.cuda_math", "fp16", err, sizeof err), FOX_EINVAL);
+    assert_names_key(err, "engine.cuda_math", "'fp16' is not one of the allowed choices");
+    ck_assert_msg(strstr(err, "(fp32, greedy_tf32, tf32, bf16)"), "%s", err);
+    ck_assert(memcmp(&c, &before, sizeof c) == 0);
+}
+END_TEST
+
 START_TEST(config_validate_names_the_keys)
 {
     static const struct {
@@ -205,6 +238,7 @@ config_suite(void)
     tcase_add_test(tc, config_rejects_bad_values);
     tcase_add_test(tc, config_every_key_refuses_bad_text);
     tcase_add_test(tc, config_numbers_out_of_range_name_the_key);
+    tcase_add_test(tc, config_cuda_math_modes);
     tcase_add_test(tc, config_validate_names_the_keys);
     tcase_add_test(tc, config_lookup_edges);
     suite_add_tcase(s, tc);
