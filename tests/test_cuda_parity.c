@@ -166,9 +166,9 @@ START_TEST(forward_q_values)
      */
     float *qt = malloc((size_t)R * fox_parity_lay.n_actions * sizeof *qt);
     ck_assert_ptr_nonnull(qt);
-    FOX_CK_OK(fox_cuda_debug_set_math(fox_parity_gpu, 1, 1));
+    FOX_CK_OK(fox_cuda_debug_set_math(fox_parity_gpu, FOX_CUDA_MATH_TF32, 1));
     FOX_CK_OK(fox_cuda_backend_ops.q_values(fox_parity_gpu, s, R, qt));
-    FOX_CK_OK(fox_cuda_debug_set_math(fox_parity_gpu, 0, 1));
+    FOX_CK_OK(fox_cuda_debug_set_math(fox_parity_gpu, FOX_CUDA_MATH_FP32, 1));
     double et = rel_err_f(qt, qg, (size_t)R * fox_parity_lay.n_actions);
     int changed = 0, greedy = 0;
     for (int b = 0; b < BATCH && b < R; b++)
@@ -343,7 +343,7 @@ START_TEST(loss_and_gradients)
     ck_assert_ptr_nonnull(hb);
     make_batch(hb, 21);
     /* Every product in FP32, a*'s forward too: the backends' arithmetic side by side. */
-    FOX_CK_OK(fox_cuda_debug_set_math(fox_parity_gpu, 0, 0));
+    FOX_CK_OK(fox_cuda_debug_set_math(fox_parity_gpu, FOX_CUDA_MATH_FP32, 0));
     run_all(hb, 0, FOX_TARGET_MEAN, "fp32 mean", 1, 1e-4);
     run_all(hb, 1, FOX_TARGET_MEAN, "fp32 mean weighted", 0, 1e-4);
     run_all(hb, 0, FOX_TARGET_INDEP, "fp32 indep", 0, 1e-4);
@@ -372,7 +372,7 @@ START_TEST(tf32_accuracy)
     host_batch *hb = malloc(sizeof *hb);
     ck_assert_ptr_nonnull(hb);
     make_batch(hb, 31);
-    FOX_CK_OK(fox_cuda_debug_set_math(fox_parity_gpu, 1, 1));
+    FOX_CK_OK(fox_cuda_debug_set_math(fox_parity_gpu, FOX_CUDA_MATH_TF32, 1));
     run_all(hb, 0, FOX_TARGET_MEAN, "tf32 mean", 1, 5e-2);
     free(hb);
 }
@@ -401,7 +401,8 @@ START_TEST(greedy_next_tf32)
         r[k].prio = malloc(BATCH * sizeof(float));
         astar[k] = malloc(BATCH * 4 * sizeof(int32_t));
         ck_assert(r[k].grads && r[k].prio && astar[k]);
-        FOX_CK_OK(fox_cuda_debug_set_math(fox_parity_gpu, 0, k)); /* k = 1: the default */
+        /* k = 1: the default */
+        FOX_CK_OK(fox_cuda_debug_set_math(fox_parity_gpu, FOX_CUDA_MATH_FP32, k));
         FOX_CK_OK(fox_cuda_debug_loss_grad(fox_parity_gpu, fox_parity_params, fox_parity_target, &b,
                                            &hp, &r[k].loss, r[k].grads, r[k].prio, astar[k]));
     }

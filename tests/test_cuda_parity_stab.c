@@ -596,7 +596,7 @@ START_TEST(target_q_bound_in_loss)
     ck_assert(hb && grads && c.tq);
     make_batch(hb, 41);
     /* a* from an FP32 forward, as the CPU's (make_batch keeps its argmax clear of near-ties). */
-    FOX_CK_OK(fox_cuda_debug_set_math(fox_parity_gpu, 0, 0));
+    FOX_CK_OK(fox_cuda_debug_set_math(fox_parity_gpu, FOX_CUDA_MATH_FP32, 0));
     fox_cpu_net_batch b = batch_view(hb, 0);
     fox_cpu_net_hparams hp = loss_hparams(FOX_TARGET_MEAN);
     fox_cpu_net *net = NULL;

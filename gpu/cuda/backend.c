@@ -282,18 +282,27 @@ create_backend(fox_cuda_backend *be, char *err, size_t errlen)
                              c->polyak, c->target_sync, c->iqn_lambda, c->aux_lambda,
                              c->pearl_wd, c->pearl_l1};
     /*
-     * engine.cuda_math: the products' math (fox__cuda_set_math); debug.cuda_one_stream: every
-     * stage on MAIN, to measure what the other streams buy (the greedy-action forwards then
-     * run there, in the main math).
+     * engine.cuda_math: the products' math (fox__cuda_set_math), greedy_tf32 being FP32 with
+     * the greedy-action forwards in TF32; debug.cuda_one_stream: every stage on MAIN, to
+     * measure what the other streams buy (the greedy-action forwards then run there, in the
+     * main math).
      */
     be->net.use_side = !c->cuda_one_stream;
-    be->net.greedy_tf32 = c->cuda_math != FOX_CUDA_MATH_FP32;
+    be->net.greedy_tf32 = c->cuda_math == FOX_CUDA_MATH_GREEDY_TF32;
     be->unroll = be->B < FOX_CUDA_UNROLL_ROWS ? FOX_CUDA_UNROLL : 1;
-    if (fox__cuda_set_math(&be->net, c->cuda_math == FOX_CUDA_MATH_TF32) != FOX_OK) {
+    int math = c->cuda_math == FOX_CUDA_MATH_GREEDY_TF32 ? FOX_CUDA_MATH_FP32 : c->cuda_math;
+    if (fox__cuda_set_math(&be->net, math) != FOX_OK) {
         snprintf(err, errlen, "cuda backend: %s", fox__cuda_last_error());
         return FOX_ECUDA;
     }
     return FOX_OK;
+}
+
+/* A handle's math as the log line names it. */
+static const char *
+math_name(int math)
+{
+    return math == FOX_CUDA_MATH_BF16 ? "BF16" : math == FOX_CUDA_MATH_TF32 ? "TF32" : "FP32";
 }
 
 static int
@@ -353,9 +362,9 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     fox_log(FOX_LOG_INFO,
             "cuda backend: %zu MiB of device memory (replay ring %zu MiB), %s math, "
             "%d stream(s), dependent launch %s, greedy-action forwards %s",
-            be->bytes_total >> 20, be->bytes_replay >> 20, be->net.tf32 ? "TF32" : "FP32",
+            be->bytes_total >> 20, be->bytes_replay >> 20, math_name(be->net.math),
             be->net.use_side ? FOX_CUDA_STREAMS : 1, FOX_CUDA_PDL ? "on" : "off",
-            (be->net.greedy_tf32 && be->net.use_side) || be->net.tf32 ? "TF32" : "FP32");
+            math_name(be->net.use_side ? be->net.cb[FOX_CUDA_COLLECT].math : be->net.math));
     *out = (fox_backend *)be;
     return FOX_OK;
 }

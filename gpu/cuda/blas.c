@@ -39,7 +39,10 @@
     X(cublasSgemv_v2)                                                                              \
     X(cublasSgemmBatched)                                                                          \
     X(cublasSgemmStridedBatched)                                                                   \
-    X(cublasSgemvStridedBatched)
+    X(cublasSgemvStridedBatched)                                                                   \
+    X(cublasGemmEx)                                                                                \
+    X(cublasGemmBatchedEx)                                                                         \
+    X(cublasGemmStridedBatchedEx)
 
 static struct {
 #define FOX_CUBLAS_POINTER(name) __typeof__(name) *name;
@@ -180,4 +183,43 @@ cublasSgemvStridedBatched(cublasHandle_t handle, cublasOperation_t trans, int m,
     FOX_CUBLAS_READY(cublasSgemvStridedBatched);
     return blas.cublasSgemvStridedBatched(handle, trans, m, n, alpha, A, lda, strideA, x, incx,
                                           stridex, beta, y, incy, stridey, batchCount);
+}
+
+cublasStatus_t CUBLASWINAPI
+cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
+             int n, int k, const void *alpha, const void *A, cudaDataType Atype, int lda,
+             const void *B, cudaDataType Btype, int ldb, const void *beta, void *C,
+             cudaDataType Ctype, int ldc, cublasComputeType_t computeType, cublasGemmAlgo_t algo)
+{
+    FOX_CUBLAS_READY(cublasGemmEx);
+    return blas.cublasGemmEx(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb,
+                             beta, C, Ctype, ldc, computeType, algo);
+}
+
+cublasStatus_t CUBLASWINAPI
+cublasGemmBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                    int m, int n, int k, const void *alpha, const void *const Aarray[],
+                    cudaDataType Atype, int lda, const void *const Barray[], cudaDataType Btype,
+                    int ldb, const void *beta, void *const Carray[], cudaDataType Ctype, int ldc,
+                    int batchCount, cublasComputeType_t computeType, cublasGemmAlgo_t algo)
+{
+    FOX_CUBLAS_READY(cublasGemmBatchedEx);
+    return blas.cublasGemmBatchedEx(handle, transa, transb, m, n, k, alpha, Aarray, Atype, lda,
+                                    Barray, Btype, ldb, beta, Carray, Ctype, ldc, batchCount,
+                                    computeType, algo);
+}
+
+cublasStatus_t CUBLASWINAPI
+cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa,
+                           cublasOperation_t transb, int m, int n, int k, const void *alpha,
+                           const void *A, cudaDataType Atype, int lda, long long int strideA,
+                           const void *B, cudaDataType Btype, int ldb, long long int strideB,
+                           const void *beta, void *C, cudaDataType Ctype, int ldc,
+                           long long int strideC, int batchCount, cublasComputeType_t computeType,
+                           cublasGemmAlgo_t algo)
+{
+    FOX_CUBLAS_READY(cublasGemmStridedBatchedEx);
+    return blas.cublasGemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A, Atype, lda,
+                                           strideA, B, Btype, ldb, strideB, beta, C, Ctype, ldc,
+                                           strideC, batchCount, computeType, algo);
 }

@@ -396,7 +396,7 @@ typedef struct fox_cuda_stab {
  * turn), SIDE after Adam adaptive mode's
  * Pearl B first pass (until the step's end), COLLECT a full step's collection
  * (from the batch gather until the optimizer, whose update its forward must
- * not see half done; its products in TF32) and adaptive mode's deferred
+ * not see half done; its products in TF32 under greedy_tf32) and adaptive mode's deferred
  * Pearl B's second pass (from the loss kernel until the optimizer, whose
  * Adam reads its bounds), LATE what only the step's end or a later stage
  * reads: d h_s2's IQN and aux parts (beside its C51 part, until their
@@ -405,11 +405,21 @@ typedef struct fox_cuda_stab {
  * weight pairs (beside the fused check on MAIN), NEXT the online net's
  * forward on s′ for the double-DQN argmax (from the batch gather until the
  * loss) and the sentinel-only d_states product (until the optimizer: it
- * reads GRN1's weights), its products in TF32. Every stream forked during
+ * reads GRN1's weights), its products in TF32 under greedy_tf32. Every stream forked during
  * a step is joined back by its end (fox__cuda_join_all).
  */
 enum { FOX_CUDA_MAIN = 0, FOX_CUDA_SIDE = 1, FOX_CUDA_COLLECT = 2, FOX_CUDA_LATE = 3,
        FOX_CUDA_NEXT = 4, FOX_CUDA_SIDE2 = 5, FOX_CUDA_SIDE3 = 6, FOX_CUDA_STREAMS = 7 };
+
+/*
+ * A stream's cuBLAS handle and the math of its products (matmul.c): FOX_CUDA_MATH_FP32 or
+ * _TF32, the FP32 calls in the handle's math mode (net.c sets it); _BF16, the calls with FP32
+ * matrices and the CUBLAS_COMPUTE_32F_FAST_16BF compute type, which no math mode selects.
+ */
+typedef struct fox_cuda_blas {
+    cublasHandle_t h;
+    int math;
+} fox_cuda_blas;
 
 /*
  * The network on the device: parameters and optimizer state in the layout
@@ -423,10 +433,10 @@ typedef struct fox_cuda_net {
     size_t np;
     int B;              /* train batch */
     int use_side;       /* 0: everything on MAIN (debugging) */
-    int tf32;           /* cuBLAS math mode: 0 FP32, 1 TF32 tensor ops */
-    int greedy_tf32;    /* COLLECT's and NEXT's products in TF32 whatever tf32 says */
+    int math;           /* the products' math: FOX_CUDA_MATH_FP32, _TF32 or _BF16 */
+    int greedy_tf32;    /* COLLECT's and NEXT's products in TF32 where math is FP32 */
     cudaStream_t st[FOX_CUDA_STREAMS];
-    cublasHandle_t cb[FOX_CUDA_STREAMS];
+    fox_cuda_blas cb[FOX_CUDA_STREAMS];
     void *cb_work[FOX_CUDA_STREAMS];
     cudaEvent_t ev[FOX_CUDA_EVENTS];
     int ev_next;

@@ -238,13 +238,13 @@ fox_cuda_debug_adam(fox_backend *be_, float *params, const float *grads, float *
 }
 
 int
-fox_cuda_debug_set_math(fox_backend *be_, int tf32, int greedy_tf32)
+fox_cuda_debug_set_math(fox_backend *be_, int math, int greedy_tf32)
 {
     fox_cuda_backend *be = (fox_cuda_backend *)be_;
     FOX_CUDA_ALIVE(be);
     fox__cuda_drop_graphs(be);
     be->net.greedy_tf32 = greedy_tf32;
-    return fox__cuda_be_fail(be, fox__cuda_set_math(&be->net, tf32), "set_math");
+    return fox__cuda_be_fail(be, fox__cuda_set_math(&be->net, math), "set_math");
 }
 
 int

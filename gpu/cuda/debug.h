@@ -98,11 +98,12 @@ int fox_cuda_debug_sp4(fox_backend *be, int reset, const float *params, const fl
                        size_t ntq, float *isv);
 
 /*
- * Math mode of the cuBLAS products: tf32 1 puts every product in TF32 (0:
- * FP32, the default); greedy_tf32 1 (the default) the forwards whose Q
- * values only pick greedy actions (collection, double DQN's a*), 0 FP32.
+ * Math of the cuBLAS products: math FOX_CUDA_MATH_FP32 (the default), _TF32
+ * or _BF16 (else FOX_EINVAL) for every product; greedy_tf32 1 (the default)
+ * puts the forwards whose Q values only pick greedy actions (collection,
+ * double DQN's a*) in TF32 where math is FP32, 0 leaves them in it.
  */
-int fox_cuda_debug_set_math(fox_backend *be, int tf32, int greedy_tf32);
+int fox_cuda_debug_set_math(fox_backend *be, int math, int greedy_tf32);
 
 /*
  * The paths a stage takes where more than one computes the same thing: from slot_rows rows

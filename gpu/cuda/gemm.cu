@@ -3,8 +3,8 @@
  * with the elementwise stage that follows it in foxnet (bias, ELU/ReLU, an
  * activation's backward mask, a residual, the IQN h ⊙ φ): cuBLAS for the
  * product (row-major through the trick of matmul.c, up to nz batch entries
- * in one strided-batched call), then one epilogue launch for the whole
- * stage.
+ * in one strided-batched call, in the stream's math), then one epilogue
+ * launch for the whole stage.
  *
  * A hand-tiled FP32 kernel that fused the epilogue into the product lost
  * to cuBLAS at every batch measured: at these widths a k-tile holds too
@@ -18,6 +18,7 @@
 
 #include "gpu/cuda/device.cuh"
 #include "gpu/cuda/gemm.h"
+#include "gpu/cuda/matmul.h"
 
 
 static __device__ __forceinline__ float
@@ -177,14 +178,14 @@ fox__cuda_epilogue(cudaStream_t s, const fox_cuda_gemm *g)
 }
 
 int
-fox__cuda_gemm(cublasHandle_t h, cudaStream_t s, const fox_cuda_gemm *g)
+fox__cuda_gemm(fox_cuda_blas b, cudaStream_t s, const fox_cuda_gemm *g)
 {
     if (g->M < 1 || g->N < 1 || g->K < 1 || g->nz < 1 || (g->mout && g->mul_div < 1))
         return FOX_EINVAL;
-    /* Y = α·A·op(B) + β·Y for every batch entry. */
+    /* Y = α·A·op(B) + β·Y for every batch entry, in the handle's math (matmul.c). */
     cublasOperation_t tb = g->bt ? CUBLAS_OP_T : CUBLAS_OP_N;
-    FOX_CUBLAS_TRY(cublasSgemmStridedBatched(h, tb, CUBLAS_OP_N, g->N, g->M, g->K, &g->alpha, g->B,
-                                             g->ldb, g->sb, g->A, g->lda, g->sa, &g->beta, g->C,
-                                             g->ldc, g->sc, g->nz));
+    FOX_TRY(fox__cuda_gemm_strided(b, tb, CUBLAS_OP_N, g->N, g->M, g->K, g->alpha, g->B, g->ldb,
+                                   g->sb, g->A, g->lda, g->sa, g->beta, g->C, g->ldc, g->sc,
+                                   g->nz));
     return fox__cuda_epilogue(s, g);
 }

@@ -51,7 +51,7 @@ typedef struct fox_cuda_gemm {
     int by_ones; /* 1: the epilogue one output a thread even where four would do */
 } fox_cuda_gemm;
 
-int fox__cuda_gemm(cublasHandle_t h, cudaStream_t s, const fox_cuda_gemm *g);
+int fox__cuda_gemm(fox_cuda_blas b, cudaStream_t s, const fox_cuda_gemm *g);
 /* The epilogue stage of g alone, over Y as it is (products made some other way). */
 int fox__cuda_epilogue(cudaStream_t s, const fox_cuda_gemm *g);
 

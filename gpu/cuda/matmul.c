@@ -16,67 +16,108 @@
  * batch inside one matrix.
  *
  * Every call runs on the handle's stream with scalars on the host (captured
- * by value into a graph) and the handle's math mode (net.c sets FP32 or
- * TF32 explicitly). No call here synchronizes or allocates. The parity test
- * covers each transpose through the gradients of every tensor.
+ * by value into a graph) and in the handle's math (fox_cuda_blas): FP32 and
+ * TF32 through the FP32 calls in the math mode net.c sets on the handle,
+ * BF16 through the Ex calls on the same FP32 matrices with the
+ * CUBLAS_COMPUTE_32F_FAST_16BF compute type, so that no tensor needs a
+ * bfloat16 copy. FP32 and TF32 keep the FP32 calls rather than the Ex calls
+ * with a compute type: cuBLAS does not promise that both pick the same
+ * algorithm, and FP32 must stay the bits it was. The column sums are
+ * matrix-vector products, for which cuBLAS has no reduced-precision math:
+ * they stay FP32 in every mode. No call here synchronizes or allocates. The
+ * parity test covers each transpose through the gradients of every tensor.
  */
 #include "gpu/cuda/cuda_impl.h"
 #include "gpu/cuda/matmul.h"
 
-static const float one = 1.0f;
+static const float one = 1.0f, zero = 0.0f;
+
+/* The bf16 products' compute type: inputs rounded to bfloat16 on tensor cores, FP32 sums. */
+#define FOX_BF16_COMPUTE CUBLAS_COMPUTE_32F_FAST_16BF
+
+/* One column-major product C = op(A)·op(B) + β·C in b's math. */
+static int
+gemm(fox_cuda_blas b, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+    if (b.math == FOX_CUDA_MATH_BF16)
+        FOX_CUBLAS_TRY(cublasGemmEx(b.h, ta, tb, m, n, k, &one, A, CUDA_R_32F, lda, B, CUDA_R_32F,
+                                    ldb, &beta, C, CUDA_R_32F, ldc, FOX_BF16_COMPUTE,
+                                    CUBLAS_GEMM_DEFAULT));
+    else
+        FOX_CUBLAS_TRY(cublasSgemm(b.h, ta, tb, m, n, k, &one, A, lda, B, ldb, &beta, C, ldc));
+    return 0;
+}
 
 int
-fox__cuda_lin_dw(cublasHandle_t h, int rows, int in, int out, const float *dY, int ldy,
+fox__cuda_gemm_strided(fox_cuda_blas b, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                       int k, float alpha, const float *A, int lda, long long sa, const float *B,
+                       int ldb, long long sb, float beta, float *C, int ldc, long long sc,
+                       int count)
+{
+    if (b.math == FOX_CUDA_MATH_BF16)
+        FOX_CUBLAS_TRY(cublasGemmStridedBatchedEx(
+            b.h, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, sa, B, CUDA_R_32F, ldb, sb, &beta, C,
+            CUDA_R_32F, ldc, sc, count, FOX_BF16_COMPUTE, CUBLAS_GEMM_DEFAULT));
+    else
+        FOX_CUBLAS_TRY(cublasSgemmStridedBatched(b.h, ta, tb, m, n, k, &alpha, A, lda, sa, B, ldb,
+                                                 sb, &beta, C, ldc, sc, count));
+    return 0;
+}
+
+int
+fox__cuda_lin_dw(fox_cuda_blas b, int rows, int in, int out, const float *dY, int ldy,
                  const float *X, int ldx, float *dW, float beta)
 {
-    FOX_CUBLAS_TRY(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, rows, &one, X, ldx, dY, ldy,
-                               &beta, dW, in));
-    return 0;
+    return gemm(b, CUBLAS_OP_N, CUBLAS_OP_T, in, out, rows, X, ldx, dY, ldy, beta, dW, in);
 }
 
 int
-fox__cuda_lin_dw_batched(cublasHandle_t h, int loop_rows, int rows, int in, int out,
-                         const int *outs, const float *dY, int ldy, long long sdy, const float *X,
-                         int ldx, long long sx, float *dW, long long sdw, int batch)
+fox__cuda_lin_dw_batched(fox_cuda_blas b, int loop_rows, int rows, int in, int out, const int *outs,
+                         const float *dY, int ldy, long long sdy, const float *X, int ldx,
+                         long long sx, float *dW, long long sdw, int batch)
 {
-    const float zero = 0.0f;
     if (rows >= loop_rows) {
-        for (int b = 0; b < batch; b++)
-            FOX_CUBLAS_TRY(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, in, outs ? outs[b] : out, rows,
-                                       &one, X + b * sx, ldx, dY + b * sdy, ldy, &zero,
-                                       dW + b * sdw, in));
+        for (int e = 0; e < batch; e++)
+            FOX_TRY(gemm(b, CUBLAS_OP_N, CUBLAS_OP_T, in, outs ? outs[e] : out, rows, X + e * sx,
+                         ldx, dY + e * sdy, ldy, 0.0f, dW + e * sdw, in));
         return 0;
     }
-    FOX_CUBLAS_TRY(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, rows, &one, X,
-                                             ldx, sx, dY, ldy, sdy, &zero, dW, in, sdw, batch));
-    return 0;
+    return fox__cuda_gemm_strided(b, CUBLAS_OP_N, CUBLAS_OP_T, in, out, rows, 1.0f, X, ldx, sx, dY,
+                                  ldy, sdy, 0.0f, dW, in, sdw, batch);
 }
 
 int
-fox__cuda_gemm_slots(cublasHandle_t h, int rows, int n, int k, float *const *ptrs, int count,
+fox__cuda_gemm_slots(fox_cuda_blas b, int rows, int n, int k, float *const *ptrs, int count,
                      int lda, int ldb, int ldc)
 {
-    const float zero = 0.0f;
     const float *const *in = (const float *const *)ptrs;
-    FOX_CUBLAS_TRY(cublasSgemmBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &one, in + count,
-                                      ldb, in, lda, &zero, ptrs + 2 * count, ldc, count));
+    if (b.math == FOX_CUDA_MATH_BF16)
+        FOX_CUBLAS_TRY(cublasGemmBatchedEx(b.h, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &one,
+                                           (const void *const *)(in + count), CUDA_R_32F, ldb,
+                                           (const void *const *)in, CUDA_R_32F, lda, &zero,
+                                           (void *const *)(ptrs + 2 * count), CUDA_R_32F, ldc,
+                                           count, FOX_BF16_COMPUTE, CUBLAS_GEMM_DEFAULT));
+    else
+        FOX_CUBLAS_TRY(cublasSgemmBatched(b.h, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &one,
+                                          in + count, ldb, in, lda, &zero, ptrs + 2 * count, ldc,
+                                          count));
     return 0;
 }
 
 int
-fox__cuda_colsum(cublasHandle_t h, int rows, int cols, const float *dY, int ldy,
-                 const float *ones, float *db, float beta)
+fox__cuda_colsum(fox_cuda_blas b, int rows, int cols, const float *dY, int ldy, const float *ones,
+                 float *db, float beta)
 {
-    FOX_CUBLAS_TRY(cublasSgemv(h, CUBLAS_OP_N, cols, rows, &one, dY, ldy, ones, 1, &beta, db, 1));
+    FOX_CUBLAS_TRY(cublasSgemv(b.h, CUBLAS_OP_N, cols, rows, &one, dY, ldy, ones, 1, &beta, db, 1));
     return 0;
 }
 
 int
-fox__cuda_colsum_batched(cublasHandle_t h, int rows, int cols, const float *dY, int ldy,
+fox__cuda_colsum_batched(fox_cuda_blas b, int rows, int cols, const float *dY, int ldy,
                          long long sdy, const float *ones, float *db, long long sdb, int batch)
 {
-    const float zero = 0.0f;
-    FOX_CUBLAS_TRY(cublasSgemvStridedBatched(h, CUBLAS_OP_N, cols, rows, &one, dY, ldy, sdy, ones,
+    FOX_CUBLAS_TRY(cublasSgemvStridedBatched(b.h, CUBLAS_OP_N, cols, rows, &one, dY, ldy, sdy, ones,
                                              1, 0, &zero, db, 1, sdb, batch));
     return 0;
 }

@@ -1,7 +1,8 @@
 /*
  * matmul.h — the weight-gradient products, bias column sums and the heads'
  * pointer-batched output layer through cuBLAS on row-major data (matmul.c).
- * Every call runs on its handle's stream and neither synchronizes nor
+ * Every call runs on its handle's stream in the handle's math (fox_cuda_blas;
+ * the column sums in FP32 whatever it is) and neither synchronizes nor
  * allocates, so that a graph can capture it.
  */
 #ifndef FOX_CUDA_MATMUL_H
@@ -23,14 +24,22 @@ extern "C" {
  */
 #define FOX_CUDA_DW_LOOP_ROWS 1024
 
-int fox__cuda_lin_dw(cublasHandle_t h, int rows, int in, int out, const float *dY, int ldy,
+/*
+ * count products C_z = α·op(A_z)·op(B_z) + β·C_z, column-major with z strides, in b's math: the
+ * one strided-batched product every stage of gemm.cu and the batched weight gradients make.
+ */
+int fox__cuda_gemm_strided(fox_cuda_blas b, cublasOperation_t ta, cublasOperation_t tb, int m,
+                           int n, int k, float alpha, const float *A, int lda, long long sa,
+                           const float *B, int ldb, long long sb, float beta, float *C, int ldc,
+                           long long sc, int count);
+int fox__cuda_lin_dw(fox_cuda_blas b, int rows, int in, int out, const float *dY, int ldy,
                      const float *X, int ldx, float *dW, float beta);
 /*
  * batch weight gradients dW_b [out × in] = dY_bᵀ·X_b, one call an entry from loop_rows rows;
  * outs (not NULL): entry b's own output count, its first outs[b] rows only, where the products
  * go one call an entry.
  */
-int fox__cuda_lin_dw_batched(cublasHandle_t h, int loop_rows, int rows, int in, int out,
+int fox__cuda_lin_dw_batched(fox_cuda_blas b, int loop_rows, int rows, int in, int out,
                              const int *outs, const float *dY, int ldy, long long sdy,
                              const float *X, int ldx, long long sx, float *dW, long long sdw,
                              int batch);
@@ -38,11 +47,11 @@ int fox__cuda_lin_dw_batched(cublasHandle_t h, int loop_rows, int rows, int in, 
  * count products C_i [rows × n] = A_i [rows × k]·B_iᵀ (B_i [n × k]), row-major, one pointer-batched
  * call; ptrs: the device array of the A, then B, then C pointers (count each).
  */
-int fox__cuda_gemm_slots(cublasHandle_t h, int rows, int n, int k, float *const *ptrs, int count,
+int fox__cuda_gemm_slots(fox_cuda_blas b, int rows, int n, int k, float *const *ptrs, int count,
                          int lda, int ldb, int ldc);
-int fox__cuda_colsum(cublasHandle_t h, int rows, int cols, const float *dY, int ldy,
+int fox__cuda_colsum(fox_cuda_blas b, int rows, int cols, const float *dY, int ldy,
                      const float *ones, float *db, float beta);
-int fox__cuda_colsum_batched(cublasHandle_t h, int rows, int cols, const float *dY, int ldy,
+int fox__cuda_colsum_batched(fox_cuda_blas b, int rows, int cols, const float *dY, int ldy,
                              long long sdy, const float *ones, float *db, long long sdb, int batch);
 
 #ifdef __cplusplus

@@ -241,13 +241,17 @@ dims_of(fox_cuda_dims *dm, fox_cuda_heads *hd, const fox_model_layout *lay)
 }
 
 int
-fox__cuda_set_math(fox_cuda_net *n, int tf32)
+fox__cuda_set_math(fox_cuda_net *n, int math)
 {
     /*
      * FP32 by default: at these widths the step is bound by launches, not
      * arithmetic, and FP32 keeps the parity with the CPU backend at ~1e-6.
-     * TF32 (10-bit mantissa products) pays only at large batches; the
-     * parity test reports its error. The exceptions (greedy_tf32) are the
+     * TF32 (10-bit mantissa products) and BF16 (7-bit) pay only at large
+     * batches; the parity test measures their error against the CPU. A mode
+     * is the backend's (engine.cuda_math), so every stream's handle gets it
+     * here, where the handles are made. BF16 is no math mode: the handle
+     * keeps the default mode and matmul.c passes the compute type to each
+     * call. The exceptions to FP32 (greedy_tf32) are the
      * forwards whose Q values only pick greedy actions: the collection's on
      * COLLECT (the ε-greedy behaviour policy) and the online net's on s′ on
      * NEXT (double DQN's a*). TF32's ~1e-3 relative error there decides
@@ -257,12 +261,17 @@ fox__cuda_set_math(fox_cuda_net *n, int tf32)
      * also runs d_states, whose only reader is the sentinel's NaN/Inf rule
      * (grn_bwd).
      */
+    if (math != FOX_CUDA_MATH_FP32 && math != FOX_CUDA_MATH_TF32 && math != FOX_CUDA_MATH_BF16)
+        return FOX_EINVAL;
     for (int k = 0; k < FOX_CUDA_STREAMS; k++) {
-        int t = tf32 || ((k == FOX_CUDA_COLLECT || k == FOX_CUDA_NEXT) && n->greedy_tf32);
-        FOX_CUBLAS_TRY(
-            cublasSetMathMode(n->cb[k], t ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+        int greedy = (k == FOX_CUDA_COLLECT || k == FOX_CUDA_NEXT) && n->greedy_tf32;
+        int m = math == FOX_CUDA_MATH_FP32 && greedy ? FOX_CUDA_MATH_TF32 : math;
+        FOX_CUBLAS_TRY(cublasSetMathMode(n->cb[k].h, m == FOX_CUDA_MATH_TF32
+                                                         ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                         : CUBLAS_DEFAULT_MATH));
+        n->cb[k].math = m;
     }
-    n->tf32 = tf32;
+    n->math = math;
     return 0;
 }
 
@@ -346,13 +355,13 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
                    : k == FOX_CUDA_COLLECT                    ? least
                                                               : (least + greatest) / 2;
         FOX_CUDA_TRY(cudaStreamCreateWithPriority(&n->st[k], cudaStreamNonBlocking, prio));
-        FOX_CUBLAS_TRY(cublasCreate(&n->cb[k]));
-        FOX_CUBLAS_TRY(cublasSetStream(n->cb[k], n->st[k]));
+        FOX_CUBLAS_TRY(cublasCreate(&n->cb[k].h));
+        FOX_CUBLAS_TRY(cublasSetStream(n->cb[k].h, n->st[k]));
         /* A workspace of its own per handle: cuBLAS must not allocate inside a graph capture. */
         FOX_CUDA_TRY(cudaMalloc(&n->cb_work[k], CUBLAS_WORKSPACE));
-        FOX_CUBLAS_TRY(cublasSetWorkspace(n->cb[k], n->cb_work[k], CUBLAS_WORKSPACE));
+        FOX_CUBLAS_TRY(cublasSetWorkspace(n->cb[k].h, n->cb_work[k], CUBLAS_WORKSPACE));
     }
-    FOX_TRY(fox__cuda_set_math(n, 0));
+    FOX_TRY(fox__cuda_set_math(n, FOX_CUDA_MATH_FP32));
     for (int k = 0; k < FOX_CUDA_EVENTS; k++)
         FOX_CUDA_TRY(cudaEventCreateWithFlags(&n->ev[k], cudaEventDisableTiming));
 
@@ -476,8 +485,8 @@ fox__cuda_net_fini(fox_cuda_net *n)
         if (n->ev[k])
             cudaEventDestroy(n->ev[k]);
     for (int k = 0; k < FOX_CUDA_STREAMS; k++) {
-        if (n->cb[k])
-            cublasDestroy(n->cb[k]);
+        if (n->cb[k].h)
+            cublasDestroy(n->cb[k].h);
         cudaFree(n->cb_work[k]);
         if (n->st[k])
             cudaStreamDestroy(n->st[k]);

@@ -22,7 +22,11 @@ void fox__cuda_net_fini(fox_cuda_net *n);
  */
 int fox__cuda_fwd_alloc(fox_cuda_fwd *f, const fox_cuda_net *n, int R);
 void fox__cuda_fwd_free(fox_cuda_fwd *f);
-int fox__cuda_set_math(fox_cuda_net *n, int tf32);
+/*
+ * The products' math, FOX_CUDA_MATH_FP32, _TF32 or _BF16 (else FOX_EINVAL), on every stream's
+ * handle; under FP32, COLLECT's and NEXT's in TF32 where n->greedy_tf32 says so.
+ */
+int fox__cuda_set_math(fox_cuda_net *n, int math);
 /* Re-pack the heads of both nets after their parameters changed. */
 int fox__cuda_pack(fox_cuda_net *n, int s);
 /*
