@@ -11,8 +11,10 @@
  * tensor or within 4× the CPU float run's own error (summation order is
  * the only expected difference: cuBLAS and warp reductions sum in another
  * order than OpenBLAS and the CPU loops). TF32 is reported, not asserted
- * beyond a loose 5e-2 sanity bound. Runs without fork (CK_NOFORK): a CUDA
- * context does not survive fork().
+ * beyond a loose 5e-2 sanity bound, in the kernel-level cases; the math
+ * modes' own case (math_modes_train_steps) bounds each of engine.cuda_math's
+ * modes over a few train steps by its format's rounding. Runs without fork
+ * (CK_NOFORK): a CUDA context does not survive fork().
  */
 #include <check.h>
 #include <math.h>
@@ -379,6 +381,163 @@ START_TEST(tf32_accuracy)
 END_TEST
 
 /*
+ * engine.cuda_math's modes against the CPU reference: from the fixture's weights, MATH_STEPS
+ * train steps (losses and gradients, then the clipped Adam step) on one batch in each mode,
+ * the CPU backend's float trajectory beside them; then the expected Q of the batch's states
+ * with each side's weights. Printed and bounded per mode, with u the mode's unit roundoff
+ * (2^-11 for TF32's 10-bit mantissa, 2^-8 for BF16's 7) and τ = 32·u = 2^-p·sqrt(K), p the
+ * mantissa bits and K = 256 the batch a weight gradient sums over (a sum of K rounded products
+ * drifts as sqrt(K) of a product's rounding, which matters where the sum cancels):
+ * - the loss of every step and Q, within τ (FP32: the 1e-4 of the other cases);
+ * - the first step's gradients (the same weights on both sides), each tensor within 4·τ:
+ *   TF32's worst tensor already reaches ~τ (docs/performance.md), where a few sums cancel;
+ * - the parameters after the steps, as the error of their update p − p0 over the whole
+ *   vector, within 2·sqrt(τ): Adam's first updates are ~lr·sign(g), so a gradient error e
+ *   flips a fraction ~e of them, each off by 2·lr, an update error ~2·sqrt(e).
+ * A garbage product (rel err ~1 in its tensor, or Q and the loss off by as much) fails the
+ * gradient or Q bound in every mode: 4·τ is 0.5 at BF16. A mode that fell back to FP32 would
+ * pass the bounds, so the reduced modes must also move the parameters off the FP32 run's bits.
+ */
+#define MATH_STEPS 3
+
+/* One side's trajectory: the weights after the steps, each step's loss, the first gradients. */
+typedef struct math_run {
+    float *p, *m, *v, *g0, *q;
+    double loss[MATH_STEPS];
+} math_run;
+
+static void
+math_run_init(math_run *r, size_t np)
+{
+    r->p = malloc(np * sizeof *r->p);
+    r->m = calloc(np, sizeof *r->m);
+    r->v = calloc(np, sizeof *r->v);
+    r->g0 = malloc(np * sizeof *r->g0);
+    r->q = malloc((size_t)BATCH * fox_parity_lay.n_actions * sizeof *r->q);
+    ck_assert(r->p && r->m && r->v && r->g0 && r->q);
+    memcpy(r->p, fox_parity_params, np * sizeof *r->p);
+}
+
+static void
+math_run_free(math_run *r)
+{
+    free(r->p);
+    free(r->m);
+    free(r->v);
+    free(r->g0);
+    free(r->q);
+}
+
+START_TEST(math_modes_train_steps)
+{
+    static const struct {
+        const char *name;
+        int math;
+        double tol;
+    } modes[] = {{"fp32", FOX_CUDA_MATH_FP32, 1e-4},
+                 {"tf32", FOX_CUDA_MATH_TF32, 0x1p-6},
+                 {"bf16", FOX_CUDA_MATH_BF16, 0x1p-3}};
+    const size_t np = fox_parity_lay.n_params;
+    host_batch *hb = malloc(sizeof *hb);
+    float *g = malloc(np * sizeof *g), *fp32_p = malloc(np * sizeof *fp32_p);
+    ck_assert(hb && g && fp32_p);
+    make_batch(hb, 51);
+    fox_cpu_net_batch b = batch_view(hb, 0);
+    fox_cpu_net_hparams hp = loss_hparams(FOX_TARGET_MEAN);
+
+    /* The CPU reference: the backend's float step, its Adam in fixed mode on a fresh ISV. */
+    math_run c;
+    math_run_init(&c, np);
+    fox_cpu_net *net = NULL;
+    FOX_CK_OK(fox_cpu_net_create(&net, &fox_parity_lay, BATCH));
+    for (int t = 1; t <= MATH_STEPS; t++) {
+        fox_cpu_net_loss loss;
+        FOX_CK_OK(fox_cpu_net_loss_grad(net, c.p, fox_parity_target, &b, &hp, &loss, g, NULL));
+        c.loss[t - 1] = loss.total;
+        if (t == 1)
+            memcpy(c.g0, g, np * sizeof *g);
+        float scale =
+            fox_cpu_clip_scale(fox_cpu_grad_norm_finite(g, np, NULL), fox_parity_cfg.grad_clip);
+        fox_cpu_adam_clamp cl =
+            fox_test_adam_clamp(fox_bound_weight_fixed(0.0f), INFINITY, INFINITY);
+        fox_cpu_adam_step_clamped(c.p, g, c.m, c.v, np, fox_parity_cfg.lr, fox_parity_cfg.adam_b1,
+                                  fox_parity_cfg.adam_b2, fox_parity_cfg.adam_eps, t, scale, &cl,
+                                  NULL);
+    }
+    FOX_CK_OK(fox_cpu_net_q_values(net, c.p, hb->s, BATCH, c.q));
+    double upd_den = 0.0;
+    for (size_t k = 0; k < np; k++) {
+        double u = (double)c.p[k] - fox_parity_params[k];
+        upd_den += u * u;
+    }
+    ck_assert_msg(upd_den > 0.0, "the CPU's steps did not move the parameters");
+
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        const double tol = modes[i].tol;
+        math_run r;
+        math_run_init(&r, np);
+        /* Every product in the mode, the greedy-action forwards too (greedy_tf32 off). */
+        FOX_CK_OK(fox_cuda_debug_set_math(fox_parity_gpu, modes[i].math, 0));
+        for (int t = 1; t <= MATH_STEPS; t++) {
+            fox_train_loss loss;
+            FOX_CK_OK(fox_cuda_debug_loss_grad(fox_parity_gpu, r.p, fox_parity_target, &b, &hp,
+                                               &loss, g, NULL, NULL));
+            r.loss[t - 1] = loss.total;
+            if (t == 1)
+                memcpy(r.g0, g, np * sizeof *g);
+            FOX_CK_OK(fox_cuda_debug_adam(fox_parity_gpu, r.p, g, r.m, r.v, t, NULL, NULL));
+        }
+        fox_train_counters cnt;
+        FOX_CK_OK(fox_cuda_backend_ops.state_io(fox_parity_gpu, 0, NULL, NULL, NULL, NULL, &cnt));
+        FOX_CK_OK(fox_cuda_backend_ops.state_io(fox_parity_gpu, 1, r.p, fox_parity_target, r.m, r.v,
+                                                &cnt));
+        FOX_CK_OK(fox_cuda_backend_ops.q_values(fox_parity_gpu, hb->s, BATCH, r.q));
+
+        double e_loss = 0.0, e_grad = 0.0, num = 0.0;
+        const char *worst = "";
+        for (int t = 0; t < MATH_STEPS; t++)
+            e_loss = fmax(e_loss, rel_scalar(r.loss[t], c.loss[t]));
+        for (int k = 0; k < FOX_P_COUNT; k++) {
+            size_t n = fox_tensor_size(&fox_parity_lay, k), o = fox_parity_lay.t[k].offset;
+            double e = n ? rel_err_f(r.g0 + o, c.g0 + o, n) : 0.0;
+            if (e > e_grad) {
+                e_grad = e;
+                worst = fox_parity_lay.t[k].name;
+            }
+        }
+        for (size_t k = 0; k < np; k++) {
+            double d = (double)r.p[k] - c.p[k];
+            num += d * d;
+        }
+        double e_upd = sqrt(num / upd_den);
+        double e_q = rel_err_f(r.q, c.q, (size_t)BATCH * fox_parity_lay.n_actions);
+        printf("parity math %s: max rel err vs CPU over %d steps: loss %.3g, parameters' update "
+               "%.3g, Q %.3g; first gradients' worst tensor %.3g (%s); bounds %.3g, %.3g, %.3g; "
+               "%.3g\n",
+               modes[i].name, MATH_STEPS, e_loss, e_upd, e_q, e_grad, worst, tol, 2 * sqrt(tol),
+               tol, 4 * tol);
+        ck_assert_msg(e_loss < tol, "%s: loss rel err %g", modes[i].name, e_loss);
+        ck_assert_msg(e_q < tol, "%s: Q rel err %g", modes[i].name, e_q);
+        ck_assert_msg(e_grad < 4 * tol, "%s: gradient %s rel err %g", modes[i].name, worst, e_grad);
+        ck_assert_msg(e_upd < 2 * sqrt(tol), "%s: parameters' update rel err %g", modes[i].name,
+                      e_upd);
+        if (modes[i].math == FOX_CUDA_MATH_FP32)
+            memcpy(fp32_p, r.p, np * sizeof *fp32_p);
+        else
+            ck_assert_msg(memcmp(r.p, fp32_p, np * sizeof *fp32_p) != 0,
+                          "%s: the parameters are FP32's to the bit: the mode did not take effect",
+                          modes[i].name);
+        math_run_free(&r);
+    }
+    fox_cpu_net_destroy(net);
+    math_run_free(&c);
+    free(fp32_p);
+    free(g);
+    free(hb);
+}
+END_TEST
+
+/*
  * The default math: the online net's forward on s′ in TF32 (greedy_tf32),
  * whose Q values feed nothing but double DQN's a*. Against the same step
  * with that forward in FP32: a* may change only where the FP32 Q values
@@ -663,6 +822,7 @@ main(void)
     tcase_add_test(tc, forward_q_values);
     tcase_add_test(tc, loss_and_gradients);
     tcase_add_test(tc, tf32_accuracy);
+    tcase_add_test(tc, math_modes_train_steps);
     tcase_add_test(tc, greedy_next_tf32);
     tcase_add_test(tc, adam_step);
     tcase_add_test(tc, adam_weight_decay_and_l1);
