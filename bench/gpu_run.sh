@@ -42,6 +42,11 @@
 #   bench/gpu_run.sh sweep     on the GPU machine: run's sweeps and memcheck, without parity
 #   bench/gpu_run.sh memcheck  on the GPU machine: compute-sanitizer memcheck of a few steps
 #                              (batch $MC_BATCH, 256 unless set; $MC_ARGS to foxbench)
+#   bench/gpu_run.sh population  on the GPU machine: aggregate member train steps/s of one engine
+#                              of K members (K in $KS: 1 16 64) in each math mode of $MATHS
+#                              (fp32 greedy_tf32 tf32 bf16), 16 one-member engines on threads, and
+#                              the PyTorch peer batched over K members (torch_peer.py --members),
+#                              all in one call; $OUT/population.md
 #   bench/gpu_run.sh multi [K...]  on the GPU machine: bench/multi_run.sh K... with the carried
 #                              foxbench, foxd and foxctl (its MODE, MPS, ALONE, REPS, ... from
 #                              the environment; logs under $OUT/multi)
@@ -239,6 +244,31 @@ multi() {
     ln -s "$PWD/.carry/bin/foxctl" "$build/client/foxctl"
     rm -rf "$out/multi"
     BUILD=$build OUT=$out/multi bench/multi_run.sh "$@"
+}
+
+# A population's throughput against K engines and the PyTorch peer over K members, one call.
+population() {
+    local out=${OUT:-/tmp/foxgpu} bin=.carry/bin k m
+    mkdir -p "$out"
+    use_libs
+    local fb="timeout 120 $bin/foxbench --backend cuda --batch 256 --envs 1024 --reps 7 --chunk 200"
+    {
+        date -u
+        nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+        for m in ${MATHS:-fp32 greedy_tf32 tf32 bf16}; do
+            for k in ${KS:-1 16 64}; do
+                echo "## engine.members=$k, engine.cuda_math=$m"
+                $fb --set engine.members="$k" --set engine.cuda_math="$m" | tail -2
+            done
+        done
+        echo "## 16 engines of one member on 16 threads, fp32"
+        $fb --engines 16 --set engine.cuda_math=fp32 | tail -2
+        for k in ${KS:-1 16 64}; do
+            echo "## PyTorch peer, --members $k"
+            timeout 300 python3 bench/torch_peer.py --form graph --members "$k" --batch 256
+        done
+    } > "$out/population.md" 2>&1
+    cat "$out/population.md"
 }
 
 # .carry/lib first on the loader's path, and the fallbacks of .carry/lib/maybe the system lacks.
@@ -488,6 +518,7 @@ sweep) sweep ;;
 memcheck) memcheck ;;
 once) once ;;
 multi) shift; multi "$@" ;;
+population) population ;;
 probe_gemm) use_libs && for b in ${BATCHES:-256 4096}; do .carry/bin/gemm_probe "$b"; done ;;
 probe_launch) probe_launch ;;
 latency) shift; use_libs && mkdir -p "${OUT:-/tmp/foxgpu}" &&
