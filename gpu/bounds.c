@@ -103,6 +103,17 @@ fox_p99_abs(const float *x, size_t n)
     return fox_p99_abs_spans(x, &one, 1);
 }
 
+float
+fox_q_ref_obs(const float *tq, size_t rows, int nt, float bound)
+{
+    if (!tq || rows == 0 || nt <= 0)
+        return NAN;
+    double s = 0.0;
+    for (size_t r = 0; r < rows; r++)
+        s += fox_q_ref_row(tq + r * (size_t)nt, nt, bound);
+    return (float)(s / (double)rows);
+}
+
 int
 fox_pearl_b_group(const float *w, const float *g, const float *m, const float *v,
                   const fox_span *spans, int n_spans, fox_group_stats *out)

@@ -121,6 +121,31 @@ fox_bound_target_q_fixed(float q_abs_ref)
     return FOX_MECH1_TARGET_Q_MULT * fox_isv_eff(q_abs_ref);
 }
 
+/*
+ * Q_ABS_REF's observation of one row of raw IQN targets (sample b, branch d),
+ * θ′_j = r + γⁿ(1 − done)·q′(τ′_j) [nt]: |mean_j clamp_finite(θ′_j, bound)|,
+ * the magnitude of the Bellman target r + γⁿ·E[Q′] of the expected Q. The
+ * slot is the Q scale of Mechs 1, 2, 5, 6 and 9, so it observes the Q the
+ * targets state, where the rewards enter unbounded: the C51 head's E[Q]
+ * (what it observed before) lies on the atom grid, which Mech 2 bounds by
+ * this very scale, so rewards that outgrow the grid never reached it. bound
+ * is Mech 1's fixed bound on the slot before this observation
+ * (fox_bound_target_q_fixed), the winsorizer that keeps one outlier (or an
+ * injected fault) from dragging the scale, and so its own clip, up: the
+ * scale grows at most to 10 × itself per observation; a non-finite target
+ * counts as 0, as the clip makes it. The batch's observation is the mean of
+ * the rows (fox_q_ref_obs on the host; the CUDA loss kernel's first launch
+ * on the device), taken before Mech 1 and slot 46 read the slot.
+ */
+FOX_HD float
+fox_q_ref_row(const float *tq, int nt, float bound)
+{
+    float s = 0.0f;
+    for (int j = 0; j < nt; j++)
+        s += fox_clamp_finite(tq[j], bound);
+    return fabsf(s / (float)nt);
+}
+
 /* Mech 2 fixed mode: atom positions within ±10 × max(Q_ABS_REF, 1). */
 FOX_HD float
 fox_bound_atom_fixed(float q_abs_ref)
@@ -525,6 +550,13 @@ float fox_p99_abs(const float *x, size_t n);
 
 /* The same over several runs of one buffer (a param group's tensors, padding excluded). */
 float fox_p99_abs_spans(const float *base, const fox_span *spans, int n_spans);
+
+/*
+ * Q_ABS_REF's observation of a batch's raw IQN targets tq [rows × nt]: the
+ * mean of fox_q_ref_row over the rows, summed in row order in double; NaN
+ * (not observed) when rows or nt is 0.
+ */
+float fox_q_ref_obs(const float *tq, size_t rows, int nt, float bound);
 
 /*
  * Pearl B: one group's statistics over the runs spans of the flat buffers

@@ -58,8 +58,7 @@ typedef struct fox_train_hparams_d {
 /* The loss parts of one batch; double in both real types. */
 typedef struct fox_train_loss {
     double total, c51, iqn, aux_ret, aux_regime;
-    double q_abs;     /* mean |E[Z]| of the taken actions over batch and branches */
-    double q_dir_abs; /* the same over the direction branch (d = 0) alone */
+    double q_dir_abs; /* mean |E[Z]| of the direction branch's (d = 0) taken actions */
 } fox_train_loss;
 
 /* What a chunk of steps (run_steps, train_only) reports. */

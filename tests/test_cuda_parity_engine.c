@@ -140,7 +140,8 @@ END_TEST
  * The moving atom grid on the device, as tests/test_atoms.c has it on the
  * CPU: at reward scale 1 every branch's grid moves in from the configured
  * ±10 and no slot fires; at 1e6 the moved grid crosses slot 47's threshold
- * and Mech 2 holds both ends at its bound.
+ * while Q_ABS_REF catches up with the rewards, and Mech 2 holds both ends
+ * at its bound, which follows them (beyond 1e3).
  */
 START_TEST(atom_grid_moves_on_device)
 {
@@ -164,7 +165,8 @@ START_TEST(atom_grid_moves_on_device)
             ck_assert_msg(isfinite(lo) && isfinite(hi) && lo < hi, "branch %d: [%g, %g]", d, lo,
                           hi);
             if (huge)
-                ck_assert_msg(lo == -hi && hi >= 10.0f && hi <= 1.01f * bound,
+                ck_assert_msg(bound > 1e3f && lo <= -0.9f * bound && hi >= 0.9f * bound &&
+                                  lo >= -1.01f * bound && hi <= 1.01f * bound,
                               "branch %d: [%g, %g] not held at Mech 2's bound %g", d, lo, hi,
                               bound);
             else

@@ -405,7 +405,7 @@ train_end(cpu_backend *be, fox_step_stats *st)
                                    be->bprio);
     if (rv != FOX_OK)
         return rv;
-    fox_cpu_stab_q_signals(sb, loss.q_abs, loss.q_dir_abs);
+    fox_cpu_stab_q_dir_signal(sb, loss.q_dir_abs);
     fox_cpu_stab_point(sb, FOX_SENT_GRADS, be->grads, be->np);
     double norm;
     float scale = fox_cpu_stab_grad_clip(sb, &norm);

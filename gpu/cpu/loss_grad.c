@@ -144,8 +144,8 @@ weight_of(const FOX_NET(batch) *bt, int b)
 /*
  * C51: (1/(B·D)) Σ_b Σ_d w_b·(−Σ_j m_j log p_d(s, a_d, j)). d_logit gets
  * coef·(p_j·Σm − m_j) at the chosen action's row, 0 at the others.
- * td[b] = Σ_d |E_m[z] − E_{p_d(s,a_d)}[z]| (the PER priority). lo->q_abs and
- * lo->q_dir_abs get the mean |E_{p_d(s,a_d)}[z]| (all branches, direction).
+ * td[b] = Σ_d |E_m[z] − E_{p_d(s,a_d)}[z]| (the PER priority). lo->q_dir_abs
+ * gets the mean |E_{p_0(s,a_0)}[z]| of the direction branch.
  */
 static double
 c51_loss(struct FOX_NET_T *net, const FOX_NET(batch) *bt, FOX_NET(loss) *lo)
@@ -161,7 +161,7 @@ c51_loss(struct FOX_NET_T *net, const FOX_NET(batch) *bt, FOX_NET(loss) *lo)
                    (size_t)NA * sizeof *net->cur_lp);
         }
     point(net, FOX_SENT_CURRENT_LP, net->cur_lp, (size_t)B * D * NA);
-    double loss = 0.0, q_abs = 0.0, q_dir = 0.0;
+    double loss = 0.0, q_dir = 0.0;
     memset(net->d_logit, 0, (size_t)B * lay->n_actions * NA * sizeof *net->d_logit);
     for (int b = 0; b < B; b++) {
         real coef = weight_of(bt, b) / (real)(B * D);
@@ -183,14 +183,12 @@ c51_loss(struct FOX_NET_T *net, const FOX_NET(batch) *bt, FOX_NET(loss) *lo)
                 dl[j] = coef * (R_EXP(lp[j]) * msum - m[j]);
             loss += (double)(coef * ce);
             prio += R_FABS(em - ep);
-            q_abs += R_FABS(ep);
             if (d == 0)
                 q_dir += R_FABS(ep);
         }
         net->td[b] = prio;
     }
     point(net, FOX_SENT_TD_ERRORS, net->td, (size_t)B);
-    lo->q_abs = q_abs / (double)(B * D);
     lo->q_dir_abs = q_dir / (double)B;
     return loss;
 }

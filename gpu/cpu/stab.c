@@ -250,13 +250,19 @@ site_h_s2(fox_cpu_stab *st, float *h, size_t n)
 }
 
 /*
- * Mech 1 site on the IQN targets θ′ [n]: in adaptive mode TARGET_Q_BOUND from
- * their p99; slot 46 on the pre-clip values; the clip at 10 × max(Q_ABS_REF,
- * 1) (fixed) or max(TARGET_Q_BOUND, 1) (adaptive).
+ * Mech 1 site on the IQN targets θ′ [n = rows × NT]: Q_ABS_REF from their
+ * rows' expected values, winsorized at the slot's own Mech 1 bound
+ * (fox_q_ref_row), and in adaptive mode TARGET_Q_BOUND from their p99, both
+ * producers before their consumers (the SP4 order of a buffer clamp); slot
+ * 46 on the pre-clip values; the clip at 10 × max(Q_ABS_REF, 1) (fixed) or
+ * max(TARGET_Q_BOUND, 1) (adaptive).
  */
 static void
 site_target_q(fox_cpu_stab *st, float *tq, size_t n)
 {
+    int nt = st->lay->NT;
+    signal(st, FOX_ISV_Q_ABS_REF,
+           fox_q_ref_obs(tq, n / (size_t)nt, nt, fox_bound_target_q_fixed(st->isv[FOX_ISV_Q_ABS_REF])));
     if (st->adaptive)
         observe(st, FOX_ISV_TARGET_Q_BOUND, fox_p99_abs(tq, n));
     check_now(st, FOX_SENT_TARGET_Q_POST_CLIP, tq, n);
@@ -316,9 +322,8 @@ fox_cpu_stab_aux_label(fox_cpu_stab *st, const float *labels, int B)
 }
 
 void
-fox_cpu_stab_q_signals(fox_cpu_stab *st, double q_abs, double q_dir_abs)
+fox_cpu_stab_q_dir_signal(fox_cpu_stab *st, double q_dir_abs)
 {
-    signal(st, FOX_ISV_Q_ABS_REF, q_abs);
     signal(st, FOX_ISV_Q_DIR_ABS_REF, q_dir_abs);
 }
 

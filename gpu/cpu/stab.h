@@ -135,8 +135,12 @@ void fox_cpu_stab_atoms(fox_cpu_stab *st, const float *r, const float *done, int
  */
 void fox_cpu_stab_sync_atoms(fox_cpu_stab *st);
 
-/* Q_ABS_REF and Q_DIR_ABS_REF from the train step's mean |E[Q]| of the taken actions. */
-void fox_cpu_stab_q_signals(fox_cpu_stab *st, double q_abs, double q_dir_abs);
+/*
+ * Q_DIR_ABS_REF from the train step's mean |E[Q]| of the direction branch's
+ * taken actions. (Q_ABS_REF is observed at the Mech 1 site, from the
+ * targets: fox_q_ref_row.)
+ */
+void fox_cpu_stab_q_dir_signal(fox_cpu_stab *st, double q_dir_abs);
 
 /*
  * Mech 6: the global norm of the finite gradients (*norm), its EMAs, and the

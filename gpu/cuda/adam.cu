@@ -45,8 +45,8 @@ finite_sq(float v)
  * sums its share of the samples' loss parts (parts [B × FOX_CUDA_PARTS]):
  * one block adding all B of them lengthened the step's critical path at
  * large batches. The last block then runs what the CPU runs between the loss
- * and Adam, in its order: the step's losses into ctl; with sites, Q_ABS_REF
- * and Q_DIR_ABS_REF from the loss parts (fox_cpu_stab_q_signals) and Mech 6
+ * and Adam, in its order: the step's losses into ctl; with sites,
+ * Q_DIR_ABS_REF from the loss parts (fox_cpu_stab_q_dir_signal) and Mech 6
  * (fox_cpu_stab_grad_clip: winsorized EMAs, the clip from them, or in
  * adaptive mode fox_bound_grad_clip_adaptive on the unclipped norm;
  * train.grad_clip as a ceiling); without sites (a parity pass) the plain
@@ -132,9 +132,7 @@ grad_norm_kernel(size_t n, const float *g, double *partial, fox_cuda_stab st, in
     if (st.sites) {
         float *isv = st.isv;
         fox_wiener_state *ws = st.adaptive ? st.sp4->ws : NULL;
-        fox_signal_observe(isv, ws, FOX_ISV_Q_ABS_REF, (float)(tot[4] / (double)(B * D)),
-                           st.adaptive);
-        fox_signal_observe(isv, ws, FOX_ISV_Q_DIR_ABS_REF, (float)(tot[5] / (double)B),
+        fox_signal_observe(isv, ws, FOX_ISV_Q_DIR_ABS_REF, (float)(tot[4] / (double)B),
                            st.adaptive);
         float lastc = isv[FOX_ISV_GRAD_CLIP];
         float x = lastc > 0.0f && norm > lastc ? lastc : (float)norm;

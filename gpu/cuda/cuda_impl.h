@@ -145,7 +145,7 @@ typedef struct fox_cuda_ctl {
     int fault_done;
     int64_t fault_step; /* train step of the fold it fires at */
     int64_t halt_step;  /* step at the halt: the rest of its chunk runs on, moving no weight */
-    unsigned int done_blocks[3]; /* finished-block counters of the last-block reductions */
+    unsigned int done_blocks[4]; /* finished-block counters of the last-block reductions */
     float halt_loss; /* the halting step's loss, for its message (loss is the chunk's last) */
     float halt_norm; /* and its gradient norm; both 0 when that step did not train */
     double loss_sum; /* the chunk's train steps' losses, summed in step order */
@@ -304,7 +304,8 @@ typedef struct fox_cuda_rule {
 typedef struct fox_cuda_adam_slots {
     int w[FOX_GROUP_COUNT], m[FOX_GROUP_COUNT], v[FOX_GROUP_COUNT];
 } fox_cuda_adam_slots;
-enum { FOX_CUDA_DONE_CHECK = 0, FOX_CUDA_DONE_NORM = 1, FOX_CUDA_DONE_H_S2 = 2 };
+enum { FOX_CUDA_DONE_CHECK = 0, FOX_CUDA_DONE_NORM = 1, FOX_CUDA_DONE_H_S2 = 2,
+       FOX_CUDA_DONE_Q_REF = 3 };
 
 /*
  * SP4 (adaptive bounds) on the device. The p99 producer's scratch: one per
@@ -382,8 +383,8 @@ typedef struct fox_cuda_stab {
 #define FOX_CUDA_EVENTS 64
 #define FOX_CUDA_NORM_BLOCKS 256
 
-/* Per-sample loss parts: c51, iqn, aux_ret, aux_regime, Σ_d |E_p[z]|, |E_p[z]| of branch 0. */
-#define FOX_CUDA_PARTS 6
+/* Per-sample loss parts: c51, iqn, aux_ret, aux_regime, |E_p[z]| of branch 0. */
+#define FOX_CUDA_PARTS 5
 
 
 /*
@@ -471,6 +472,7 @@ typedef struct fox_cuda_net {
     fox_cuda_batch bt;
     double *loss_parts; /* [B × FOX_CUDA_PARTS] */
     double *norm_part;  /* [(1 + FOX_CUDA_PARTS) × FOX_CUDA_NORM_BLOCKS] */
+    double *q_ref_part; /* [B] each sample's share of Q_ABS_REF's observation (loss.cu) */
     /* stability: buffers the CPU names as sentinel buffers, materialized for the fused check */
     float *proj;        /* [B × D × NA] projected C51 targets */
     float *tq;          /* [B × D × NT] IQN targets after Mech 1 */

@@ -310,7 +310,7 @@ fox_cuda_debug_collapse(fox_backend *be_, const float *grads, int steps, int *ha
 }
 
 static int
-debug_grad_clip(fox_cuda_backend *be, int reset, int adaptive, const float *grads, float q_abs,
+debug_grad_clip(fox_cuda_backend *be, int reset, int adaptive, const float *grads,
                 float q_dir_abs, float *isv, float *clip_scale)
 {
     fox_cuda_net *n = &be->net;
@@ -318,10 +318,9 @@ debug_grad_clip(fox_cuda_backend *be, int reset, int adaptive, const float *grad
     if (reset)
         FOX_TRY(fox__cuda_sp4_reset(s0, be->sp4));
     FOX_CUDA_TRY(cudaMemcpy(n->grads, grads, be->np * sizeof(float), cudaMemcpyHostToDevice));
-    /* Sample 0 carries the batch's whole Σ|E[Z]| (parts 4 and 5), the kernel divides it back. */
+    /* Sample 0 carries the batch's whole Σ|E[Z]| (part 4), the kernel divides it back. */
     double parts[FOX_CUDA_PARTS] = {0};
-    parts[4] = (double)q_abs * be->B * n->dm.D;
-    parts[5] = (double)q_dir_abs * be->B;
+    parts[4] = (double)q_dir_abs * be->B;
     FOX_CUDA_TRY(cudaMemset(n->loss_parts, 0, (size_t)be->B * FOX_CUDA_PARTS * sizeof(double)));
     FOX_CUDA_TRY(cudaMemcpy(n->loss_parts, parts, sizeof parts, cudaMemcpyHostToDevice));
     FOX_CUDA_TRY(
@@ -342,14 +341,14 @@ debug_grad_clip(fox_cuda_backend *be, int reset, int adaptive, const float *grad
 
 int
 fox_cuda_debug_grad_clip(fox_backend *be_, int reset, int adaptive, const float *grads,
-                         float q_abs, float q_dir_abs, float *isv, float *clip_scale)
+                         float q_dir_abs, float *isv, float *clip_scale)
 {
     fox_cuda_backend *be = (fox_cuda_backend *)be_;
     FOX_CUDA_ALIVE(be);
     if (!grads || !isv || !clip_scale)
         return FOX_EINVAL;
     return fox__cuda_be_fail(
-        be, debug_grad_clip(be, reset, adaptive, grads, q_abs, q_dir_abs, isv, clip_scale),
+        be, debug_grad_clip(be, reset, adaptive, grads, q_dir_abs, isv, clip_scale),
         "debug_grad_clip");
 }
 

@@ -34,7 +34,8 @@ int fox_cuda_debug_loss_grad(fox_backend *be, const float *params, const float *
 /*
  * One training loss_grad as fox_cuda_debug_loss_grad's, with adaptive bounds
  * and every stability site (the Wiener state reset first): isv in, the
- * device's ISV after it out (SP4's TARGET_Q_BOUND from the raw IQN targets).
+ * device's ISV after it out (Q_ABS_REF and SP4's TARGET_Q_BOUND from the raw
+ * IQN targets).
  */
 int fox_cuda_debug_target_q_bound(fox_backend *be, const float *params, const float *target,
                                   const fox_train_batch *b, const fox_train_hparams *hp,
@@ -127,9 +128,8 @@ int fox_cuda_debug_set_unroll(fox_backend *be, int steps);
 /*
  * The step's norm kernel with its ISV producers on, in adaptive (SP4) or
  * fixed mode as `adaptive` says, on grads (n_params, host) and a zero loss
- * whose mean |E[Z]| observations are q_abs (all branches) and q_dir_abs
- * (the direction branch): Q_ABS_REF and Q_DIR_ABS_REF
- * (fox_cpu_stab_q_signals), then Mech 6 (fox_cpu_stab_grad_clip):
+ * whose direction branch's mean |E[Z]| is q_dir_abs: Q_DIR_ABS_REF
+ * (fox_cpu_stab_q_dir_signal), then Mech 6 (fox_cpu_stab_grad_clip):
  * GRAD_NORM_EMA, GRAD_NORM_SLOW_EMA, GRAD_CLIP_BOUND and GRAD_CLIP, updated
  * in isv (host, FOX_ISV_TOTAL_DIM, staged to the device first);
  * *clip_scale gets the step's factor. reset: the Wiener states start from
@@ -137,7 +137,7 @@ int fox_cuda_debug_set_unroll(fox_backend *be, int steps);
  * parts and device ISV.
  */
 int fox_cuda_debug_grad_clip(fox_backend *be, int reset, int adaptive, const float *grads,
-                             float q_abs, float q_dir_abs, float *isv, float *clip_scale);
+                             float q_dir_abs, float *isv, float *clip_scale);
 
 /*
  * The device's halt_grad_collapse decision on host gradients: the counters' halt and run

@@ -189,10 +189,35 @@ iqn_target(const fox_cuda_dims &dm, const fox_cuda_loss_args &A, int b, int k, f
 }
 
 /*
+ * Q_ABS_REF's observation (site_target_q's fox_q_ref_obs) in the first
+ * launch: sample b's Σ_d fox_q_ref_row over its raw targets s_tq [D × NT],
+ * winsorized at the slot's Mech 1 bound before the observation, which every
+ * block reads before it publishes its share; the block that finishes last
+ * adds the shares in a fixed order and observes their mean over the B·D rows.
+ */
+static __device__ void
+q_ref_observe(const fox_cuda_dims &dm, const fox_cuda_loss_args &A, int b, const float *s_tq)
+{
+    double v = 0.0;
+    if (threadIdx.x == 0) {
+        float bound = fox_bound_target_q_fixed(A.st.isv[FOX_ISV_Q_ABS_REF]);
+        for (int d = 0; d < dm.D; d++)
+            v += fox_q_ref_row(s_tq + d * dm.NT, dm.NT, bound);
+    }
+    unsigned int *done = &A.st.ctl->done_blocks[FOX_CUDA_DONE_Q_REF];
+    double tot;
+    if (!last_block_total(v, A.q_ref_part, done, &tot) || threadIdx.x != 0)
+        return;
+    *done = 0;
+    fox_signal_observe(A.st.isv, A.st.adaptive ? A.st.sp4->ws : NULL, FOX_ISV_Q_ABS_REF,
+                       (float)(tot / (double)(A.B * dm.D)), A.st.adaptive);
+}
+
+/*
  * The IQN targets (iqn_targets) into s_tq [D × NT] and A.tq, then the Mech 1
  * site (site_target_q) in a training step: slot 46 on the pre-clip values,
  * clamp_finite at 10 × max(Q_ABS_REF, 1) (fixed) or max(TARGET_Q_BOUND, 1)
- * (adaptive: observed by fox__cuda_loss_targets first).
+ * (adaptive), both observed by fox__cuda_loss_targets first.
  */
 static __device__ __forceinline__ void
 iqn_targets(const fox_cuda_dims &dm, const fox_cuda_loss_args &A, int b, int t, float rb, float g,
@@ -282,18 +307,17 @@ iqn_loss(const fox_cuda_dims &dm, const fox_cuda_loss_hp &hp, const fox_cuda_los
         s_iqn[t / WARP] = iqn_part;
 }
 
-/* Thread 0: the sample's loss parts, priority and |E_online| from the parts' shares. */
+/* Thread 0: the sample's loss parts, priority and branch 0's |E_online| from the parts' shares. */
 static __device__ __forceinline__ void
 loss_parts(const fox_cuda_dims &dm, const fox_cuda_loss_args &A, int b, const double *s_c51,
            const double *s_iqn, const double *s_aux, const float *s_prio, const float *s_ep)
 {
     const int D = dm.D;
-    double c51 = 0.0, iqn = 0.0, q_abs = 0.0;
+    double c51 = 0.0, iqn = 0.0;
     float prio = 0.0f;
     for (int d = 0; d < D; d++) {
         c51 += s_c51[d];
         prio += s_prio[d];
-        q_abs += s_ep[d];
     }
     for (int k = 0; k < LOSS_THREADS / WARP; k++)
         iqn += s_iqn[k];
@@ -302,8 +326,7 @@ loss_parts(const fox_cuda_dims &dm, const fox_cuda_loss_args &A, int b, const do
     pp[1] = iqn;
     pp[2] = s_aux[0];
     pp[3] = s_aux[1];
-    pp[4] = q_abs;
-    pp[5] = s_ep[0];
+    pp[4] = s_ep[0];
     A.prio[b] = prio;
 }
 
@@ -387,14 +410,20 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
         greedy_next(dm, A, b, t, s_astar, s_a);
     const float g = hp.gamma_n * (1.0f - A.done[b]), rb = A.r[b];
     /*
-     * SP4's first launch (tq_only): the raw IQN targets into A.tq and out, so
-     * that TARGET_Q_BOUND can observe their p99 over the whole batch before
-     * the second launch clips them.
+     * The first launch (tq_only): the raw IQN targets into A.tq, Q_ABS_REF
+     * from them, and out, so that Q_ABS_REF and, in adaptive mode,
+     * TARGET_Q_BOUND observe the whole batch before the second launch
+     * checks and clips them.
      */
     if (A.tq_only) {
         __syncthreads();
-        for (int k = t; k < D * NT; k += blockDim.x)
-            A.tq[(size_t)b * D * NT + k] = iqn_target(dm, A, b, k, rb, g, s_astar);
+        for (int k = t; k < D * NT; k += blockDim.x) {
+            float x = iqn_target(dm, A, b, k, rb, g, s_astar);
+            A.tq[(size_t)b * D * NT + k] = x;
+            s_tq[k] = x;
+        }
+        __syncthreads();
+        q_ref_observe(dm, A, b, s_tq);
         return;
     }
     __syncthreads(); /* s_sup */
@@ -428,6 +457,8 @@ fox__cuda_loss_targets(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_l
     fox_cuda_loss_args t = *a;
     t.tq_only = 1;
     FOX_TRY(fox__cuda_loss(s, dm, hp, &t));
+    if (!a->st.adaptive)
+        return 0;
     return fox__cuda_p99_observe(s, &a->st, a->tq, (size_t)a->B * dm->D * dm->NT,
                                  FOX_ISV_TARGET_Q_BOUND, FOX_CUDA_P99_TQ);
 }

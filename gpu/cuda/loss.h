@@ -27,19 +27,21 @@ typedef struct fox_cuda_loss_args {
     const float *r, *done, *w, *aux_ret;
     float *dout, *d_q, *prio;
     double *parts;                        /* [B × FOX_CUDA_PARTS] */
+    double *q_ref_part;                   /* [B] Q_ABS_REF's per-sample shares (first launch) */
     int32_t *a_star;
     float *proj;                          /* [B × D × NA] projected targets (slot 8) */
     float *tq;                            /* [B × D × NT] IQN targets after Mech 1 (slot 46) */
     fox_cuda_stab st;
-    int tq_only;                          /* SP4: write the raw IQN targets to tq and stop */
+    int tq_only;                          /* first launch: raw IQN targets, Q_ABS_REF, stop */
 } fox_cuda_loss_args;
 
 int fox__cuda_loss(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_loss_hp *hp,
                    const fox_cuda_loss_args *a);
 /*
- * SP4 Mech 1 (site_target_q) before fox__cuda_loss in adaptive mode with sites: the raw IQN
- * targets into a->tq (the loss kernel's tq_only launch: needs a* from nx_q and the target
- * net's IQN), then TARGET_Q_BOUND from their p99.
+ * Mech 1's producers (site_target_q) before fox__cuda_loss with sites: the raw IQN targets
+ * into a->tq (the loss kernel's tq_only launch: needs a* from nx_q and the target net's IQN),
+ * Q_ABS_REF from them in that launch's last block, then in adaptive mode TARGET_Q_BOUND from
+ * their p99.
  */
 int fox__cuda_loss_targets(cudaStream_t s, const fox_cuda_dims *dm, const fox_cuda_loss_hp *hp,
                            const fox_cuda_loss_args *a);

@@ -137,6 +137,7 @@ loss_args(fox_cuda_net *n)
         .a_star = bt->a_star,
         .proj = n->proj,
         .tq = n->tq,
+        .q_ref_part = n->q_ref_part,
         .st = n->stab,
     };
     return la;
@@ -156,9 +157,10 @@ sp4_on(const fox_cuda_net *n)
  * each net's IQN head runs on a stream of its own from its trunk's end,
  * beside its C51 heads (its cosine embedding there from the step's
  * start); from there, where the machine is full anyway, both in one
- * product after the two forwards. SP4's TARGET_Q_BOUND (the p99 of the
- * raw IQN targets) follows the target net's IQN and the online net's a*
- * (NEXT), beside the online forward where the IQN runs beside.
+ * product after the two forwards. Mech 1's producers on the raw IQN
+ * targets (Q_ABS_REF; in adaptive mode SP4's TARGET_Q_BOUND, their p99)
+ * follow the target net's IQN and the online net's a* (NEXT), beside the
+ * online forward where the IQN runs beside.
  */
 static int
 forwards(fox_cuda_net *n, const fox_cuda_loss_hp *hp, const fox_cuda_loss_args *la)
@@ -168,7 +170,7 @@ forwards(fox_cuda_net *n, const fox_cuda_loss_hp *hp, const fox_cuda_loss_args *
     cudaStream_t s0 = n->st[0];
     fox_cuda_batch *bt = &n->bt;
     fox_cuda_fwd *on = &n->on;
-    const int sp4 = sp4_on(n);
+    const int sites = n->stab.sites;
     int ws;
     const float *s_next = bt->s2 + (size_t)B * dm->S;
     const int beside = B < n->iqn_beside_rows;
@@ -184,7 +186,7 @@ forwards(fox_cuda_net *n, const fox_cuda_loss_hp *hp, const fox_cuda_loss_args *
                                   n->iq.cosf + (size_t)rq * dm->NC));
         FOX_TRY(fox__cuda_dep(n, ws, iq_tg));
         FOX_TRY(fox__cuda_iqn_fwd(n, iq_tg, 1, 1));
-        if (sp4) {
+        if (sites) {
             FOX_TRY(fox__cuda_dep(n, ns, iq_tg));
             FOX_TRY(fox__cuda_loss_targets(n->st[iq_tg], dm, hp, la));
         }
@@ -210,7 +212,7 @@ forwards(fox_cuda_net *n, const fox_cuda_loss_hp *hp, const fox_cuda_loss_args *
         FOX_TRY(fox__cuda_iqn_fwd(n, FOX_CUDA_MAIN, 0, 2));
     }
     FOX_TRY(fox__cuda_dep(n, ns, FOX_CUDA_MAIN));
-    if (sp4 && !beside)
+    if (sites && !beside)
         FOX_TRY(fox__cuda_loss_targets(s0, dm, hp, la));
     return 0;
 }

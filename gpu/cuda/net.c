@@ -446,6 +446,7 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
     bt->w = NULL;
     DALLOC(n->loss_parts, (size_t)B * FOX_CUDA_PARTS);
     DALLOC(n->norm_part, (1 + FOX_CUDA_PARTS) * FOX_CUDA_NORM_BLOCKS);
+    DALLOC(n->q_ref_part, B);
     DALLOC(n->proj, (size_t)B * dm->D * dm->NA);
     DALLOC(n->tq, (size_t)B * dm->D * dm->NT);
     DALLOC(n->glu, (size_t)B * dm->H2);
@@ -474,7 +475,7 @@ fox__cuda_net_fini(fox_cuda_net *n)
                     n->iq.cosf, n->iq.phi, n->iq.x, n->iq.q, n->bw.dout, n->bw.dhid, n->bw.dpk,
                     n->bw.dh_s2, n->bw.dh_s1, n->bw.d_q, n->bw.d_x,
                     n->bt.s2, n->bt.a, n->bt.r, n->bt.done, n->bt.aux, n->bt.regime, n->bt.tau,
-                    n->bt.idx, n->bt.prio, n->bt.a_star, n->loss_parts, n->norm_part,
+                    n->bt.idx, n->bt.prio, n->bt.a_star, n->loss_parts, n->norm_part, n->q_ref_part,
                     n->bw.d_phi, n->bw.dh_aux, n->bw.dh_iqn, n->proj, n->tq, n->glu, n->ln_in,
                     n->d_states, n->pgroup};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
