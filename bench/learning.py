@@ -72,11 +72,12 @@ def run_one(args, settings, seed):
             budget[k] = v
         else:
             rest.append(kv)
-    cmd = [args.foxctl, "--json", "run", "--spawn", "--folds", args.folds,
-           "--backend", args.backend, "--set", f"train.seed={seed}"]
+    # run's own options come first: after them, the rest goes to the spawned foxd.
+    cmd = [args.foxctl, "--json", "run", "--spawn", "--folds", args.folds]
     for flag, key in (("--epochs", "train.epochs"), ("--steps", "train.steps_per_epoch")):
         if budget[key] is not None:
             cmd += [flag, str(budget[key])]
+    cmd += ["--backend", args.backend, "--set", f"train.seed={seed}"]
     for kv in rest:
         cmd += ["--set", kv]
     t0 = time.monotonic()
