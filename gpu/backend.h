@@ -70,8 +70,18 @@ typedef struct fox_backend_ops {
      */
     int (*start_steps)(fox_backend *be, int n, int collect);
     int (*finish_steps)(fox_backend *be, fox_step_stats *st);
-    /* Expected Q [B × n_actions] of host states [B × S]. */
-    int (*q_values)(fox_backend *be, const float *s, int B, float *q);
+    /*
+     * Expected Q [B × n_actions] of host states [B × S], a forward pass in
+     * two halves as a chunk's steps: q_start runs or enqueues it (s stays
+     * the caller's, unchanged, until q_finish returns), q_finish waits for
+     * it and writes q. The engine starts the pass of every member that walks
+     * before it finishes any, so that a backend that runs a pass
+     * asynchronously (CUDA) runs the members' side by side. Each q_start is
+     * followed by one q_finish, whatever it returned, with no other call on
+     * the backend between them; q_finish returns q_start's failure, if any.
+     */
+    int (*q_start)(fox_backend *be, const float *s, int B);
+    int (*q_finish)(fox_backend *be, float *q);
     /* Copy the training state out (load = 0) or in (load = 1); arrays of n_params floats. */
     int (*state_io)(fox_backend *be, int load, float *params, float *target, float *adam_m,
                     float *adam_v, fox_train_counters *c);
@@ -84,7 +94,7 @@ typedef struct fox_backend_ops {
     /* Arm a fault into slot's buffer at the fold's train step `step`; NULL if unsupported. */
     int (*arm_fault)(fox_backend *be, int slot, int kind, int64_t step);
     /*
-     * Most bars a greedy evaluation walk predicts per q_values call (gpu/lookahead.h), 1 to
+     * Most bars a greedy evaluation walk predicts per forward pass (gpu/lookahead.h), 1 to
      * FOX_LOOKAHEAD_MAX: 1 where every row costs its arithmetic and a broken guess wastes it
      * (the CPU), more where a call costs its launches whatever its rows (CUDA).
      */

@@ -87,25 +87,34 @@ fox_engine_create(fox_engine **out, const fox_config *cfg, char *err, size_t err
     e->fingerprint = fox_layout_fingerprint(fox_model_layout_hash(&e->lay), FOX_FORMAT_VERSION);
     e->fingerprint_before_grid =
         fox_layout_fingerprint_before_grid(fox_model_layout_hash(&e->lay), FOX_FORMAT_VERSION);
-    /* A backend's q_values takes up to max(batch, envs) rows at a time. */
-    int call_rows = e->cfg.batch > e->cfg.n_envs ? e->cfg.batch : e->cfg.n_envs;
-    e->ahead = fox__lookahead_new(&e->lay, FOX_EVAL_WALKS_MAX, call_rows, e->ops->eval_lookahead);
+    /* A backend's forward pass takes up to max(batch, envs) rows at a time. */
+    e->call_rows = e->cfg.batch > e->cfg.n_envs ? e->cfg.batch : e->cfg.n_envs;
     e->members = calloc((size_t)e->cfg.members, sizeof *e->members);
-    if (!e->ahead || !e->members) {
+    if (!e->members) {
         fox_engine_destroy(e);
         return FOX_ENOMEM;
     }
-    /* Member k is the run of train.seed + k alone, on the same data (data.seed). */
+    /*
+     * Member k is the run of train.seed + k alone, on the same data
+     * (data.seed). Each walks with a lookahead of its own, so that the
+     * members' walks go side by side (evaluate.c).
+     */
     for (int k = 0; k < e->cfg.members; k++) {
         fox_member *m = &e->members[k];
         m->cfg = e->cfg;
         m->cfg.seed = e->cfg.seed + (uint64_t)k;
         m->band = e->cfg.band;
+        if (!(m->ahead = fox__lookahead_new(&e->lay, FOX_EVAL_WALKS_MAX, e->ops->eval_lookahead))) {
+            fox_engine_destroy(e);
+            return FOX_ENOMEM;
+        }
     }
     e->ensemble.cfg = e->cfg;
     e->ensemble.band = e->cfg.band;
     if (e->cfg.policy_members == FOX_POLICY_MEMBERS_ENSEMBLE &&
-        !(e->q_scratch = malloc((size_t)call_rows * e->lay.n_actions * sizeof(float)))) {
+        (!(e->ensemble.ahead =
+               fox__lookahead_new(&e->lay, FOX_EVAL_WALKS_MAX, e->ops->eval_lookahead)) ||
+         !(e->q_scratch = malloc((size_t)e->call_rows * e->lay.n_actions * sizeof(float))))) {
         fox_engine_destroy(e);
         return FOX_ENOMEM;
     }
@@ -125,14 +134,15 @@ fox_engine_destroy(fox_engine *e)
             e->ops->destroy(m->be);
         free(m->greedy_ret);
         free(m->chosen_ret);
+        fox__lookahead_free(m->ahead);
     }
     free(e->members);
     free(e->ensemble.greedy_ret);
     free(e->ensemble.chosen_ret);
+    fox__lookahead_free(e->ensemble.ahead);
     free(e->q_scratch);
     fox_features_fini(&e->feat);
     fox_series_fini(&e->series);
-    fox__lookahead_free(e->ahead);
     for (int p = 0; p < FOX_POLICY_COUNT; p++)
         free(e->test_ret[p]);
     free(e);
@@ -547,13 +557,14 @@ fox__engine_select_epoch(fox_engine *e, const fox_epoch_report *rep)
 }
 
 /*
- * The current member's epoch: its validation and test walks, its selection,
+ * The current member's epoch, its walks done (val and test): its selection,
  * its report. The ensemble, which trains nothing, reports the training
  * figures of `trainer`, the lead member, before that member's own epoch
  * closes.
  */
-static int
-end_member_epoch(fox_engine *e, const fox_member *trainer, double dt, fox_epoch_report *rep)
+static void
+end_member_epoch(fox_engine *e, const fox_member *trainer, double dt, const fox_eval_result *val,
+                 const fox_eval_result *test, fox_epoch_report *rep)
 {
     fox_member *m = e->m;
     memset(rep, 0, offsetof(fox_epoch_report, lead));
@@ -568,20 +579,8 @@ end_member_epoch(fox_engine *e, const fox_member *trainer, double dt, fox_epoch_
                          ? trainer->epoch_loss_sum / (double)trainer->epoch_loss_n
                          : 0.0;
     rep->steps_per_sec = dt > 0 ? (double)(c.step - e->epoch_step0) / dt : 0.0;
-    int rv;
-    if (e->cfg.band_rule == FOX_BAND_RULE_VALIDATION) {
-        /* The band first, on validation alone; then the test walk at that band. */
-        if ((rv = fox__engine_choose_band(e, &rep->val)) != FOX_OK ||
-            (rv = fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_GREEDY, &rep->test)) != FOX_OK)
-            return rv;
-    } else {
-        const fox_split both[2] = {FOX_SPLIT_VALIDATION, FOX_SPLIT_TEST};
-        fox_eval_result res[2];
-        if ((rv = fox_engine_evaluate_splits(e, both, 2, FOX_POLICY_GREEDY, res)) != FOX_OK)
-            return rv;
-        rep->val = res[0];
-        rep->test = res[1];
-    }
+    rep->val = *val;
+    rep->test = *test;
     rep->band = m->band;
     fox__engine_select_epoch(e, rep);
     fox_fold_report *fr = &m->rep;
@@ -595,7 +594,6 @@ end_member_epoch(fox_engine *e, const fox_member *trainer, double dt, fox_epoch_
                                   rep->band};
     m->epoch_loss_sum = 0.0;
     m->epoch_loss_n = 0;
-    return FOX_OK;
 }
 
 int
@@ -607,13 +605,27 @@ fox_engine_end_epoch(fox_engine *e, fox_epoch_report *rep)
     int K = e->cfg.members, lead = lead_member(e), rv = FOX_OK;
     int ensemble = e->cfg.policy_members == FOX_POLICY_MEMBERS_ENSEMBLE;
     fox_member *was = e->m;
+    /*
+     * The ensemble walks first, on its own: its passes are every member's.
+     * Then the members still training walk side by side (evaluate.c).
+     */
+    fox_eval_result val[FOX_MEMBERS_MAX], test[FOX_MEMBERS_MAX];
+    if (ensemble) {
+        fox_member *ens = &e->ensemble;
+        if ((rv = fox__engine_evaluate_members(e, &ens, 1, &val[0], &test[0])) != FOX_OK)
+            return rv;
+        e->m = ens;
+        end_member_epoch(e, &e->members[lead], dt, &val[0], &test[0], rep);
+    }
+    fox_member *walking[FOX_MEMBERS_MAX];
+    int n = 0;
+    for (int k = 0; k < K; k++)
+        if (e->members[k].halt.reason == FOX_HALT_NONE)
+            walking[n++] = &e->members[k];
+    rv = fox__engine_evaluate_members(e, walking, n, val, test);
     /* The policy's report goes to the caller; the others' parts go into its members[]. */
     fox_epoch_report other;
-    if (ensemble) {
-        e->m = &e->ensemble;
-        rv = end_member_epoch(e, &e->members[lead], dt, rep);
-    }
-    for (int k = 0; k < K && rv == FOX_OK; k++) {
+    for (int k = 0, i = 0; k < K && rv == FOX_OK; k++) {
         e->m = &e->members[k];
         if (e->m->halt.reason != FOX_HALT_NONE) {
             /* A frozen member's walk no longer moves: it counts its epochs, measures none. */
@@ -621,7 +633,8 @@ fox_engine_end_epoch(fox_engine *e, fox_epoch_report *rep)
             e->m->epoch = (fox_member_epoch){0, NAN, NAN, NAN, e->m->band};
             continue;
         }
-        rv = end_member_epoch(e, e->m, dt, k == lead && !ensemble ? rep : &other);
+        end_member_epoch(e, e->m, dt, &val[i], &test[i], k == lead && !ensemble ? rep : &other);
+        i++;
     }
     e->m = was;
     if (rv != FOX_OK)
@@ -720,7 +733,7 @@ fox_engine_backtest(fox_engine *e, fox_fold_report *out)
     m->band = e->cfg.band;
     if (e->cfg.band_rule == FOX_BAND_RULE_VALIDATION &&
         e->seg.val_end - e->seg.val_begin >= FOX_TREND_VAL_MIN_BARS &&
-        (rv = fox__engine_choose_band(e, &val)) != FOX_OK)
+        (rv = fox__engine_choose_bands(e, &m, 1, &val)) != FOX_OK)
         return rv;
     if ((rv = fox_engine_evaluate(e, FOX_SPLIT_TEST, FOX_POLICY_GREEDY, &policy)) != FOX_OK ||
         (rv = fox__engine_baselines(e)) != FOX_OK)

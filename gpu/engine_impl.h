@@ -41,6 +41,7 @@ typedef struct fox_member {
      * the engine's ret_cap bars each.
      */
     float *greedy_ret, *chosen_ret;
+    fox_lookahead *ahead; /* its greedy walks' predicted bars and their Q */
 } fox_member;
 
 struct fox_engine {
@@ -51,7 +52,7 @@ struct fox_engine {
     /*
      * policy.members = ensemble: the members' decision together, walked as
      * a member of its own (no backend: its Q is the mean of the training
-     * members', fox__engine_q_values), whose walk the fold's policy is.
+     * members', fox__engine_q_finish), whose walk the fold's policy is.
      */
     fox_member ensemble;
     float *q_scratch;    /* one member's Q of a forward pass, for the ensemble's mean */
@@ -75,7 +76,7 @@ struct fox_engine {
      */
     int next_fault_slot, next_fault_kind, next_fault_member;
     int64_t next_fault_step;
-    fox_lookahead *ahead;   /* the greedy evaluation's predicted bars and their Q */
+    int call_rows;          /* most rows of one forward pass: max(batch, envs) */
     fox_engine_times times; /* since creation; times.startup runs from create to load_data's end */
     fox_engine_times fold_times0; /* times at the fold's begin_fold, for the fold report */
     double created_at, fold_t0;   /* monotonic seconds */
@@ -119,14 +120,33 @@ int fox__engine_ret_bufs(fox_engine *e, int bars);
  */
 void fox__engine_compare(fox_engine *e);
 
-/* Expected Q of host states for the current member, or the ensemble's mean (evaluate.c). */
-int fox__engine_q_values(void *engine, const float *s, int B, float *q);
+/*
+ * Expected Q of host states [B × S] for member m, or the ensemble's mean, in
+ * the halves of a backend's forward pass (backend.h's q_start and q_finish;
+ * the ensemble's starts every voter's): each start is followed by one finish
+ * with the same B, whatever it returned (evaluate.c).
+ */
+int fox__engine_q_start(fox_engine *e, const fox_member *m, const float *s, int B);
+int fox__engine_q_finish(fox_engine *e, const fox_member *m, int B, float *q);
 
 /* The member whose walk is the fold's policy: the ensemble, or the lead (engine.c). */
 fox_member *fox__engine_policy_member(const fox_engine *e);
 
-/* policy.band_rule = validation: choose e->band on the validation split (evaluate.c). */
-int fox__engine_choose_band(fox_engine *e, fox_eval_result *val);
+/*
+ * policy.band_rule = validation: choose each of the n members' band on the
+ * validation split, their walks side by side, its validation figures into
+ * val[i] (evaluate.c).
+ */
+int fox__engine_choose_bands(fox_engine *e, fox_member *const *ms, int n, fox_eval_result *val);
+
+/*
+ * The greedy walks that end an epoch, of the n members ms side by side: each
+ * one's validation and test figures into val[i] and test[i]; under
+ * policy.band_rule = validation its band is chosen on validation first
+ * (evaluate.c).
+ */
+int fox__engine_evaluate_members(fox_engine *e, fox_member *const *ms, int n,
+                                 fox_eval_result *val, fox_eval_result *test);
 
 /* Bootstrap draws behind a paired comparison's standard error. */
 #define FOX_PAIRED_REPLICATES 400

@@ -9,7 +9,10 @@
  * Sequential on purpose: the portfolio features of bar t depend on the
  * position the policy took at t−1. Several segments (validation and test)
  * walk side by side, so each forward pass serves all of them, and the greedy
- * policy's passes predict bars ahead (lookahead.h). The rules that do not
+ * policy's passes predict bars ahead (lookahead.h). The members of a
+ * population walk side by side as well, each on its own backend: every round
+ * starts all their forward passes before it waits for any, so that a round
+ * costs about one pass's latency, not one per member. The rules that do not
  * learn need no pass: their actions follow from the bars and the position.
  */
 #include <math.h>
@@ -182,22 +185,127 @@ walk_report(const eval_walk *w, double P, fox_eval_result *out)
     out->sharpe_se = fox__sharpe_se(out->sharpe, w->sum, w->sum2, w->sum3, w->sum4, w->n, P);
 }
 
-/* One walk of walk_splits: the split it walks and the greedy policy's band there. */
+/* One walk of an evaluation: the split it walks and the greedy policy's band there. */
 typedef struct walk_spec {
     fox_split split;
     float band; /* in multiples of a change's cost (policy.band); FOX_BAND_FLAT never trades */
 } walk_spec;
 
-/* The walks of evaluate_k, untimed. */
+/* One member's part of an evaluation: its walks and where their results go. */
+typedef struct walk_job {
+    fox_member *m; /* a training member, or the ensemble */
+    const walk_spec *specs;
+    int n_splits;
+    fox_eval_result *out; /* [n_splits] */
+} walk_job;
+
+/* A job's walks in progress, and what its lookahead asked of this round. */
+typedef struct job_walk {
+    eval_walk w[FOX_EVAL_WALKS_MAX];
+    float band[FOX_EVAL_WALKS_MAX]; /* in the Q's units: Q learns rewards scaled by reward_scale */
+    int hook;                       /* its bars go to the per-bar hook */
+    int live[FOX_EVAL_WALKS_MAX], n_live;
+    fox_lookahead_seg segs[FOX_EVAL_WALKS_MAX];
+    fox_lookahead_pass pass;
+} job_walk;
+
+int
+fox__engine_q_start(fox_engine *e, const fox_member *m, const float *s, int B)
+{
+    if (m != &e->ensemble)
+        return e->ops->q_start(m->be, s, B);
+    /* Every voter starts, whatever another's start returned: each is finished below. */
+    int rv = FOX_OK;
+    for (int k = 0; k < e->cfg.members; k++) {
+        if (e->members[k].halt.reason != FOX_HALT_NONE)
+            continue;
+        int r = e->ops->q_start(e->members[k].be, s, B);
+        rv = rv != FOX_OK ? rv : r;
+    }
+    return rv;
+}
+
+/*
+ * The ensemble's Q is the mean of the expected Q of the members still
+ * training, each at its weights now: a member that halted keeps its chosen
+ * epoch but no longer votes.
+ */
+int
+fox__engine_q_finish(fox_engine *e, const fox_member *m, int B, float *q)
+{
+    if (m != &e->ensemble)
+        return e->ops->q_finish(m->be, q);
+    size_t n = (size_t)B * (size_t)e->lay.n_actions;
+    int voters = 0, rv = FOX_OK;
+    for (int k = 0; k < e->cfg.members; k++) {
+        if (e->members[k].halt.reason != FOX_HALT_NONE)
+            continue;
+        int r = e->ops->q_finish(e->members[k].be, voters ? e->q_scratch : q);
+        rv = rv != FOX_OK ? rv : r;
+        for (size_t i = 0; voters && i < n; i++)
+            q[i] += e->q_scratch[i];
+        voters++;
+    }
+    if (rv != FOX_OK)
+        return rv;
+    if (voters == 0)
+        return FOX_ESTATE;
+    for (size_t i = 0; voters > 1 && i < n; i++)
+        q[i] /= (float)voters;
+    return FOX_OK;
+}
+
+/*
+ * This round's forward passes, the jobs' side by side: e->call_rows rows at
+ * a time, every job's slice started before any is finished, so that the
+ * passes of a backend that runs them asynchronously (CUDA) overlap. Each
+ * job's rows are cut where a pass of its own would cut them.
+ */
 static int
-walk_splits(fox_engine *e, const walk_spec *specs, int n_splits, fox_policy policy, int trend_k,
-            fox_eval_result *out)
+run_passes(fox_engine *e, const walk_job *jobs, job_walk *jw, int n_jobs)
+{
+    int S = e->lay.S, A = e->lay.n_actions, rv = FOX_OK, failed = -1;
+    for (int r = 0;; r += e->call_rows) {
+        int started = 0;
+        for (int j = 0; j < n_jobs; j++) {
+            int B = jw[j].pass.rows - r;
+            if (B <= 0)
+                continue;
+            B = B < e->call_rows ? B : e->call_rows;
+            int st = fox__engine_q_start(e, jobs[j].m, jw[j].pass.s + (size_t)r * S, B);
+            if (st != FOX_OK && rv == FOX_OK)
+                rv = st, failed = j;
+            started++;
+        }
+        if (started == 0)
+            return FOX_OK;
+        for (int j = 0; j < n_jobs; j++) {
+            int B = jw[j].pass.rows - r;
+            if (B <= 0)
+                continue;
+            B = B < e->call_rows ? B : e->call_rows;
+            int fin = fox__engine_q_finish(e, jobs[j].m, B, jw[j].pass.q + (size_t)r * A);
+            if (fin != FOX_OK && rv == FOX_OK)
+                rv = fin, failed = j;
+        }
+        e->times.eval_passes += started;
+        if (rv != FOX_OK) {
+            const fox_member *m = jobs[failed].m;
+            if (m == &e->ensemble)
+                return fox__engine_fail(e, rv, "evaluate: the ensemble's forward pass: %s",
+                                        fox_strerror(rv));
+            return fox__engine_fail(e, rv, "evaluate: member %d's forward pass: %s",
+                                    (int)(m - e->members), fox_strerror(rv));
+        }
+    }
+}
+
+/* A policy's start on the jobs' walks: its checks, then each walk at its segment's first bar. */
+static int
+walks_begin(fox_engine *e, const walk_job *jobs, job_walk *jw, int n_jobs, fox_policy policy)
 {
     if (e->fold < 0)
         return fox__engine_fail(e, FOX_ESTATE, "evaluate before begin_fold");
-    if (n_splits < 1 || n_splits > FOX_EVAL_WALKS_MAX)
-        return fox__engine_fail(e, FOX_EINVAL, "evaluate: %d walks (1 to %d)", n_splits,
-                                FOX_EVAL_WALKS_MAX);
     if ((int)policy < 0 || policy >= FOX_POLICY_COUNT)
         return fox__engine_fail(e, FOX_EINVAL, "evaluate: no policy %d", (int)policy);
     if (policy == FOX_POLICY_ORACLE && !e->series.expected_return)
@@ -209,119 +317,123 @@ walk_splits(fox_engine *e, const walk_spec *specs, int n_splits, fox_policy poli
                                 "evaluate: %s is no known-edge generator's and has no rule",
                                 e->series.source);
     const fox_config *c = &e->cfg;
+    for (int j = 0; j < n_jobs; j++) {
+        const walk_job *job = &jobs[j];
+        if (job->n_splits < 1 || job->n_splits > FOX_EVAL_WALKS_MAX)
+            return fox__engine_fail(e, FOX_EINVAL, "evaluate: %d walks (1 to %d)", job->n_splits,
+                                    FOX_EVAL_WALKS_MAX);
+        for (int k = 0; k < job->n_splits; k++) {
+            const walk_spec *sp = &job->specs[k];
+            eval_walk *w = &jw[j].w[k];
+            int test = sp->split == FOX_SPLIT_TEST;
+            jw[j].band[k] = sp->band >= FOX_BAND_FLAT
+                                ? FOX_BAND_FLAT
+                                : sp->band * (c->fee + c->half_spread) * c->reward_scale;
+            w->t = test ? e->seg.test_begin : e->seg.val_begin;
+            w->end = test ? e->seg.test_end : e->seg.val_end;
+            w->st = (fox_env_pos){0.0f, e->series.close[w->t], 0};
+            float *rets = policy == FOX_POLICY_GREEDY ? job->m->greedy_ret : e->test_ret[policy];
+            if (test && rets && w->end - w->t <= e->ret_cap)
+                w->rets = rets;
+            /* The random baseline's draws are the data's: every member and seed meets the same. */
+            fox_rng_seed(&w->rng, c->data_seed ^ (0xe7a1ULL + 31ULL * (uint64_t)e->fold +
+                                                  (uint64_t)sp->split));
+        }
+        /*
+         * The per-bar hook sees the fold's policy: the baselines, and the greedy
+         * walks of the member whose walk the policy is (or of the ensemble), not
+         * every member's.
+         */
+        jw[j].hook = e->bar_hook &&
+                     (policy != FOX_POLICY_GREEDY || job->m == fox__engine_policy_member(e));
+        if (policy == FOX_POLICY_GREEDY)
+            fox__lookahead_reset(job->m->ahead);
+    }
+    return FOX_OK;
+}
+
+/*
+ * The jobs' walks, untimed. Every job's segments walk in lockstep, one
+ * decision bar each per round, and the jobs walk side by side: each round
+ * the greedy policy's lookaheads say which segments need a forward pass
+ * (their predicted bars, lookahead.h, ran out), one pass a job serves them
+ * all, the jobs' passes run side by side (run_passes), then every segment
+ * takes its bar. Each job's walk is the one it would walk alone: its own
+ * lookahead, its own passes cut the same, its own hook calls in order.
+ */
+static int
+walk_jobs(fox_engine *e, const walk_job *jobs, int n_jobs, fox_policy policy, int trend_k)
+{
+    job_walk *jw = calloc((size_t)n_jobs, sizeof *jw);
+    if (!jw)
+        return fox__engine_fail(e, FOX_ENOMEM, "evaluate: the walks of %d members", n_jobs);
+    int rv = walks_begin(e, jobs, jw, n_jobs, policy);
+    const fox_config *c = &e->cfg;
     fox_env_params p = {c->fee, c->half_spread, c->limit_fee,
                         1.0f,   c->size_levels, c->urgency_levels};
     fox_env_bars bars = {e->series.open, e->series.high, e->series.low, e->series.close};
-    /* The bands in the Q's units: Q learns rewards scaled by reward_scale. */
-    float band[FOX_EVAL_WALKS_MAX];
-    eval_walk w[FOX_EVAL_WALKS_MAX];
-    for (int k = 0; k < n_splits; k++) {
-        int test = specs[k].split == FOX_SPLIT_TEST;
-        band[k] = specs[k].band >= FOX_BAND_FLAT
-                      ? FOX_BAND_FLAT
-                      : specs[k].band * (c->fee + c->half_spread) * c->reward_scale;
-        memset(&w[k], 0, sizeof w[k]);
-        w[k].t = test ? e->seg.test_begin : e->seg.val_begin;
-        w[k].end = test ? e->seg.test_end : e->seg.val_end;
-        w[k].st = (fox_env_pos){0.0f, e->series.close[w[k].t], 0};
-        float *rets = policy == FOX_POLICY_GREEDY ? e->m->greedy_ret : e->test_ret[policy];
-        if (test && rets && w[k].end - w[k].t <= e->ret_cap)
-            w[k].rets = rets;
-        /* The random baseline's draws are the data's: every member, every seed meets the same. */
-        fox_rng_seed(&w[k].rng, c->data_seed ^ (0xe7a1ULL + 31ULL * (uint64_t)e->fold +
-                                                (uint64_t)specs[k].split));
-    }
-    /*
-     * The per-bar hook sees the fold's policy: the baselines, and the greedy
-     * walks of the member whose walk the policy is (or of the ensemble), not
-     * every member's.
-     */
-    int hook = e->bar_hook && (policy != FOX_POLICY_GREEDY || e->m == fox__engine_policy_member(e));
-    /*
-     * The segments walk in lockstep, one decision bar each per round, so the
-     * greedy policy asks for every live segment's action at once: one forward
-     * pass serves all the segments whose predicted bars (lookahead.h) ran out.
-     */
-    fox__lookahead_reset(e->ahead);
-    for (;;) {
-        int live[FOX_EVAL_WALKS_MAX], n_live = 0;
-        for (int k = 0; k < n_splits; k++)
-            if (w[k].t + 1 < w[k].end)
-                live[n_live++] = k;
-        if (n_live == 0)
-            break;
-        int32_t greedy[FOX_EVAL_WALKS_MAX][4];
-        if (policy == FOX_POLICY_GREEDY) {
-            fox_lookahead_seg segs[FOX_EVAL_WALKS_MAX];
-            for (int i = 0; i < n_live; i++)
-                segs[i] = (fox_lookahead_seg){live[i], w[live[i]].t, w[live[i]].end,
-                                              &w[live[i]].st, band[live[i]]};
-            int rv = fox__lookahead_actions(e->ahead, fox__engine_q_values, e, &e->feat, &p,
-                                            &bars, segs, n_live, greedy);
+    int greedy = policy == FOX_POLICY_GREEDY;
+    while (rv == FOX_OK) {
+        int walking = 0;
+        for (int j = 0; j < n_jobs && rv == FOX_OK; j++) {
+            job_walk *x = &jw[j];
+            x->n_live = 0;
+            x->pass.rows = 0;
+            for (int k = 0; k < jobs[j].n_splits; k++)
+                if (x->w[k].t + 1 < x->w[k].end)
+                    x->live[x->n_live++] = k;
+            walking += x->n_live;
+            if (!greedy || x->n_live == 0)
+                continue;
+            for (int i = 0; i < x->n_live; i++) {
+                int k = x->live[i];
+                x->segs[i] = (fox_lookahead_seg){k, x->w[k].t, x->w[k].end, &x->w[k].st,
+                                                 x->band[k]};
+            }
+            rv = fox__lookahead_prepare(jobs[j].m->ahead, &e->feat, &p, &bars, x->segs,
+                                        x->n_live, &x->pass);
             if (rv != FOX_OK)
-                return fox__engine_fail(e, rv, "evaluate: q_values: %s", fox_strerror(rv));
+                rv = fox__engine_fail(e, rv, "evaluate: lookahead: %s", fox_strerror(rv));
         }
-        for (int i = 0; i < n_live; i++) {
-            eval_walk *wk = &w[live[i]];
-            int32_t a[4] = {0};
-            if (policy == FOX_POLICY_GREEDY)
-                memcpy(a, greedy[i], sizeof a);
-            else
-                rule_action(e, policy, trend_k, wk, a);
-            walk_step(wk, &p, &bars, a);
-            if (hook)
-                e->bar_hook(e->bar_arg, specs[live[i]].split, policy, wk->t, wk->cum);
+        if (rv != FOX_OK || walking == 0)
+            break;
+        if (greedy && (rv = run_passes(e, jobs, jw, n_jobs)) != FOX_OK)
+            break;
+        for (int j = 0; j < n_jobs; j++) {
+            job_walk *x = &jw[j];
+            int32_t a[FOX_EVAL_WALKS_MAX][4] = {{0}};
+            if (greedy) {
+                fox__lookahead_consume(jobs[j].m->ahead, &p, x->segs, x->n_live, a);
+                e->times.eval_bars += x->n_live;
+            }
+            for (int i = 0; i < x->n_live; i++) {
+                eval_walk *wk = &x->w[x->live[i]];
+                if (!greedy)
+                    rule_action(e, policy, trend_k, wk, a[i]);
+                walk_step(wk, &p, &bars, a[i]);
+                if (x->hook)
+                    e->bar_hook(e->bar_arg, jobs[j].specs[x->live[i]].split, policy, wk->t,
+                                wk->cum);
+            }
         }
     }
-    for (int k = 0; k < n_splits; k++)
-        walk_report(&w[k], e->series.bars_per_year, &out[k]);
-    return FOX_OK;
+    for (int j = 0; j < n_jobs && rv == FOX_OK; j++)
+        for (int k = 0; k < jobs[j].n_splits; k++)
+            walk_report(&jw[j].w[k], e->series.bars_per_year, &jobs[j].out[k]);
+    free(jw);
+    return rv;
 }
 
 /*
- * The ensemble's Q is the mean of the expected Q of the members still
- * training, each at its weights now: a member that halted keeps its chosen
- * epoch but no longer votes.
- */
-int
-fox__engine_q_values(void *engine, const float *s, int B, float *q)
-{
-    fox_engine *e = engine;
-    if (e->m != &e->ensemble)
-        return e->ops->q_values(e->m->be, s, B, q);
-    size_t n = (size_t)B * (size_t)e->lay.n_actions;
-    int voters = 0;
-    for (int k = 0; k < e->cfg.members; k++) {
-        const fox_member *m = &e->members[k];
-        if (m->halt.reason != FOX_HALT_NONE)
-            continue;
-        int rv = e->ops->q_values(m->be, s, B, voters ? e->q_scratch : q);
-        if (rv != FOX_OK)
-            return rv;
-        for (size_t i = 0; voters && i < n; i++)
-            q[i] += e->q_scratch[i];
-        voters++;
-    }
-    if (voters == 0)
-        return FOX_ESTATE;
-    for (size_t i = 0; voters > 1 && i < n; i++)
-        q[i] /= (float)voters;
-    return FOX_OK;
-}
-
-/*
- * evaluate_splits with the trend rule's lookback given, timed for the run's
- * wall-time split: the fold's baselines count as evaluation as well.
+ * walk_jobs timed for the run's wall-time split: the fold's baselines count
+ * as evaluation as well.
  */
 static int
-evaluate_k(fox_engine *e, const walk_spec *specs, int n_splits, fox_policy policy, int trend_k,
-           fox_eval_result *out)
+evaluate_k(fox_engine *e, const walk_job *jobs, int n_jobs, fox_policy policy, int trend_k)
 {
     double t0 = fox_mono_s();
-    int rv = walk_splits(e, specs, n_splits, policy, trend_k, out);
+    int rv = walk_jobs(e, jobs, n_jobs, policy, trend_k);
     e->times.eval += fox_mono_s() - t0;
-    int64_t rows;
-    fox__lookahead_counts(e->ahead, &e->times.eval_passes, &rows, &e->times.eval_bars);
     return rv;
 }
 
@@ -335,7 +447,8 @@ fox_engine_evaluate_splits(fox_engine *e, const fox_split *splits, int n_splits,
                                 FOX_EVAL_SPLITS_MAX);
     for (int k = 0; k < n_splits; k++)
         specs[k] = (walk_spec){splits[k], e->m->band};
-    return evaluate_k(e, specs, n_splits, policy, e->trend_k, out);
+    walk_job job = {e->m, specs, n_splits, out};
+    return evaluate_k(e, &job, 1, policy, e->trend_k);
 }
 
 /*
@@ -348,34 +461,80 @@ fox_engine_evaluate_splits(fox_engine *e, const fox_split *splits, int n_splits,
  * was not trained on by more than that figure's own noise, and with the
  * margin that served best there: the margin comes from how good the
  * policy's estimates proved, not from a number fixed beforehand. Ties go
- * to the wider band. The chosen band goes into the current member's band
- * and its validation figures into val.
+ * to the wider band. Each member's walks side by side; the chosen band
+ * goes into each member's band and its validation figures into val[i].
  */
 int
-fox__engine_choose_band(fox_engine *e, fox_eval_result *val)
+fox__engine_choose_bands(fox_engine *e, fox_member *const *ms, int n, fox_eval_result *val)
 {
     static const float choices[FOX_BAND_CHOICES_N] = FOX_BAND_CHOICES;
     walk_spec specs[FOX_BAND_CHOICES_N];
-    fox_eval_result res[FOX_BAND_CHOICES_N];
     for (int k = 0; k < FOX_BAND_CHOICES_N; k++)
         specs[k] = (walk_spec){FOX_SPLIT_VALIDATION, choices[k]};
-    int rv = evaluate_k(e, specs, FOX_BAND_CHOICES_N, FOX_POLICY_GREEDY, e->trend_k, res);
-    if (rv != FOX_OK)
-        return rv;
-    double best = 0.0; /* staying out: Sharpe 0, SE 0 */
-    e->m->band = FOX_BAND_FLAT;
-    memset(val, 0, sizeof *val);
-    val->bars = res[0].bars;
-    val->bars_per_year = res[0].bars_per_year;
-    for (int k = FOX_BAND_CHOICES_N - 1; k >= 0; k--) {
-        double lcb = res[k].sharpe - e->cfg.band_se * res[k].sharpe_se;
-        if (lcb > best) {
-            best = lcb;
-            e->m->band = choices[k];
-            *val = res[k];
+    walk_job *jobs = calloc((size_t)n, sizeof *jobs);
+    fox_eval_result(*res)[FOX_BAND_CHOICES_N] = calloc((size_t)n, sizeof *res);
+    int rv = jobs && res ? FOX_OK
+                         : fox__engine_fail(e, FOX_ENOMEM, "evaluate: the bands of %d members", n);
+    for (int i = 0; i < n && rv == FOX_OK; i++)
+        jobs[i] = (walk_job){ms[i], specs, FOX_BAND_CHOICES_N, res[i]};
+    if (rv == FOX_OK)
+        rv = evaluate_k(e, jobs, n, FOX_POLICY_GREEDY, e->trend_k);
+    for (int i = 0; i < n && rv == FOX_OK; i++) {
+        double best = 0.0; /* staying out: Sharpe 0, SE 0 */
+        ms[i]->band = FOX_BAND_FLAT;
+        memset(&val[i], 0, sizeof val[i]);
+        val[i].bars = res[i][0].bars;
+        val[i].bars_per_year = res[i][0].bars_per_year;
+        for (int k = FOX_BAND_CHOICES_N - 1; k >= 0; k--) {
+            double lcb = res[i][k].sharpe - e->cfg.band_se * res[i][k].sharpe_se;
+            if (lcb > best) {
+                best = lcb;
+                ms[i]->band = choices[k];
+                val[i] = res[i][k];
+            }
         }
     }
-    return FOX_OK;
+    free(jobs);
+    free(res);
+    return rv;
+}
+
+int
+fox__engine_evaluate_members(fox_engine *e, fox_member *const *ms, int n, fox_eval_result *val,
+                             fox_eval_result *test)
+{
+    if (n == 0)
+        return FOX_OK;
+    int validation = e->cfg.band_rule == FOX_BAND_RULE_VALIDATION;
+    walk_job *jobs = calloc((size_t)n, sizeof *jobs);
+    walk_spec(*specs)[2] = calloc((size_t)n, sizeof *specs);
+    fox_eval_result(*res)[2] = calloc((size_t)n, sizeof *res);
+    int rv = jobs && specs && res
+                 ? FOX_OK
+                 : fox__engine_fail(e, FOX_ENOMEM, "evaluate: the walks of %d members", n);
+    /* The bands first, on validation alone; then the test walks at those bands. */
+    if (rv == FOX_OK && validation)
+        rv = fox__engine_choose_bands(e, ms, n, val);
+    for (int i = 0; i < n && rv == FOX_OK; i++) {
+        if (validation) {
+            specs[i][0] = (walk_spec){FOX_SPLIT_TEST, ms[i]->band};
+            jobs[i] = (walk_job){ms[i], specs[i], 1, &test[i]};
+        } else {
+            specs[i][0] = (walk_spec){FOX_SPLIT_VALIDATION, ms[i]->band};
+            specs[i][1] = (walk_spec){FOX_SPLIT_TEST, ms[i]->band};
+            jobs[i] = (walk_job){ms[i], specs[i], 2, res[i]};
+        }
+    }
+    if (rv == FOX_OK)
+        rv = evaluate_k(e, jobs, n, FOX_POLICY_GREEDY, e->trend_k);
+    for (int i = 0; i < n && rv == FOX_OK && !validation; i++) {
+        val[i] = res[i][0];
+        test[i] = res[i][1];
+    }
+    free(jobs);
+    free(specs);
+    free(res);
+    return rv;
 }
 
 int
@@ -404,7 +563,8 @@ fox__engine_baselines(fox_engine *e)
         for (int i = 0; i < FOX_TREND_K_COUNT; i++) {
             fox_eval_result r;
             walk_spec spec = {val, 0.0f};
-            if ((rv = evaluate_k(e, &spec, 1, FOX_POLICY_TREND, k_list[i], &r)) != FOX_OK)
+            walk_job job = {e->m, &spec, 1, &r};
+            if ((rv = evaluate_k(e, &job, 1, FOX_POLICY_TREND, k_list[i])) != FOX_OK)
                 return rv;
             if (r.sharpe > best) {
                 best = r.sharpe;
@@ -421,7 +581,8 @@ fox__engine_baselines(fox_engine *e)
         if ((p == FOX_POLICY_ORACLE && !fr->has_oracle) || (p == FOX_POLICY_RULE && !fr->has_rule))
             continue;
         walk_spec spec = {test, 0.0f};
-        if ((rv = evaluate_k(e, &spec, 1, (fox_policy)p, e->trend_k, &fr->test_policy[p])) != FOX_OK)
+        walk_job job = {e->m, &spec, 1, &fr->test_policy[p]};
+        if ((rv = evaluate_k(e, &job, 1, (fox_policy)p, e->trend_k)) != FOX_OK)
             return rv;
     }
     return FOX_OK;

@@ -26,19 +26,18 @@ typedef struct seg_ahead {
 
 struct fox_lookahead {
     const fox_model_layout *lay;
-    int n_seg, call_rows, window_max;
+    int n_seg, window_max;
     seg_ahead *seg;
     float *port;   /* [n_seg × window_max × 3] predicted portfolio features */
     float *q;      /* [n_seg × window_max × n_actions] their expected Q */
     float *s_pass; /* [n_seg × window_max × S] the states of one pass */
     float *q_pass; /* [n_seg × window_max × n_actions] */
-    int64_t passes, rows, bars;
 };
 
 fox_lookahead *
-fox__lookahead_new(const fox_model_layout *lay, int n_segments, int call_rows, int window_max)
+fox__lookahead_new(const fox_model_layout *lay, int n_segments, int window_max)
 {
-    if (n_segments < 1 || call_rows < 1 || window_max < 1 || window_max > FOX_LOOKAHEAD_MAX)
+    if (n_segments < 1 || window_max < 1 || window_max > FOX_LOOKAHEAD_MAX)
         return NULL;
     fox_lookahead *la = calloc(1, sizeof *la);
     if (!la)
@@ -46,7 +45,6 @@ fox__lookahead_new(const fox_model_layout *lay, int n_segments, int call_rows, i
     size_t rows = (size_t)n_segments * window_max;
     la->lay = lay;
     la->n_seg = n_segments;
-    la->call_rows = call_rows;
     la->window_max = window_max;
     la->seg = calloc((size_t)n_segments, sizeof *la->seg);
     la->port = calloc(rows * FOX_PORTFOLIO_FEATURES, sizeof(float));
@@ -81,14 +79,6 @@ fox__lookahead_reset(fox_lookahead *la)
         memset(&la->seg[k], 0, sizeof la->seg[k]);
         la->seg[k].window = WINDOW_START < la->window_max ? WINDOW_START : la->window_max;
     }
-}
-
-void
-fox__lookahead_counts(const fox_lookahead *la, int64_t *passes, int64_t *rows, int64_t *bars)
-{
-    *passes = la->passes;
-    *rows = la->rows;
-    *bars = la->bars;
 }
 
 /* Row j of segment k's prediction, if it holds for the true features port of bar t. */
@@ -147,12 +137,10 @@ predict(fox_lookahead *la, const fox_features *feat, const fox_env_params *p,
 }
 
 int
-fox__lookahead_actions(fox_lookahead *la, fox_q_fn q_values, void *q_arg,
-                       const fox_features *feat, const fox_env_params *p,
+fox__lookahead_prepare(fox_lookahead *la, const fox_features *feat, const fox_env_params *p,
                        const fox_env_bars *bars, const fox_lookahead_seg *segs, int n,
-                       int32_t (*a)[4])
+                       fox_lookahead_pass *pass)
 {
-    const fox_model_layout *lay = la->lay;
     int rows = 0;
     for (int i = 0; i < n; i++)
         if (segs[i].id < 0 || segs[i].id >= la->n_seg)
@@ -170,33 +158,27 @@ fox__lookahead_actions(fox_lookahead *la, fox_q_fn q_values, void *q_arg,
         g->pass_row = rows;
         rows += predict(la, feat, p, bars, sg, rows);
     }
-    if (rows > 0) {
-        for (int r = 0; r < rows; r += la->call_rows) {
-            int m = rows - r < la->call_rows ? rows - r : la->call_rows;
-            int rv = q_values(q_arg, la->s_pass + (size_t)r * lay->S, m,
-                              la->q_pass + (size_t)r * lay->n_actions);
-            if (rv != FOX_OK)
-                return rv;
-            la->passes++;
-        }
-        la->rows += rows;
-        for (int i = 0; i < n; i++) {
-            seg_ahead *g = &la->seg[segs[i].id];
-            if (g->pass_row < 0)
-                continue;
+    *pass = (fox_lookahead_pass){la->s_pass, la->q_pass, rows};
+    return FOX_OK;
+}
+
+void
+fox__lookahead_consume(fox_lookahead *la, const fox_env_params *p, const fox_lookahead_seg *segs,
+                       int n, int32_t (*a)[4])
+{
+    const fox_model_layout *lay = la->lay;
+    for (int i = 0; i < n; i++) {
+        seg_ahead *g = &la->seg[segs[i].id];
+        if (g->pass_row >= 0) {
+            /* The pass's rows become the segment's prediction, kept for the bars to come. */
             float *q = la->q + (size_t)segs[i].id * la->window_max * lay->n_actions;
             memcpy(q, la->q_pass + (size_t)g->pass_row * lay->n_actions,
                    (size_t)g->n * lay->n_actions * sizeof *q);
             g->q = q;
         }
-    }
-    for (int i = 0; i < n; i++) {
-        seg_ahead *g = &la->seg[segs[i].id];
         fox_model_greedy_action(lay, g->q, a[i]);
         fox_env_band(p, segs[i].st->pos, g->q + lay->branch_off[FOX_BR_DIRECTION], segs[i].band,
                      a[i]);
         memcpy(g->guess, a[i], sizeof a[i]);
     }
-    la->bars += n;
-    return FOX_OK;
 }

@@ -28,13 +28,11 @@
 typedef struct fox_lookahead fox_lookahead;
 
 /*
- * Buffers for up to n_segments segments of layout lay; a forward pass asks
- * the backend for at most call_rows rows at a time. window_max (1 to
+ * Buffers for up to n_segments segments of layout lay. window_max (1 to
  * FOX_LOOKAHEAD_MAX) bounds the bars a segment predicts: 1 gives one forward
  * pass per bar, the reference walk. NULL when out of memory.
  */
-fox_lookahead *fox__lookahead_new(const fox_model_layout *lay, int n_segments, int call_rows,
-                                  int window_max);
+fox_lookahead *fox__lookahead_new(const fox_model_layout *lay, int n_segments, int window_max);
 void fox__lookahead_free(fox_lookahead *la);
 
 /* Forget every prediction: a new walk (or new weights) begins. */
@@ -49,23 +47,31 @@ typedef struct fox_lookahead_seg {
 } fox_lookahead_seg;
 
 /*
- * The greedy action of each of the n live segments at its bar t into a[i]:
- * from a prediction where it holds, else from a new forward pass (one for all
- * the segments that need one). Argmax ties go to the lowest sub-action; the
- * direction then keeps to the segment's no-trade band (fox_env_band), which
- * depends on the position alone besides Q, so a prediction that holds gives
- * the same action. Returns q_values' status.
+ * The forward pass a round of a walk needs: rows states [rows × S], whose
+ * expected Q [rows × n_actions] the caller writes into q; both buffers are
+ * the lookahead's. rows is 0 when every segment's prediction held.
  */
-/* Where a forward pass's Q comes from: expected Q [B × n_actions] of host states [B × S]. */
-typedef int (*fox_q_fn)(void *arg, const float *s, int B, float *q);
+typedef struct fox_lookahead_pass {
+    const float *s;
+    float *q;
+    int rows;
+} fox_lookahead_pass;
 
-int fox__lookahead_actions(fox_lookahead *la, fox_q_fn q_values, void *q_arg,
-                           const fox_features *feat, const fox_env_params *p,
+/*
+ * A round in two halves, so that the caller can run the passes of several
+ * walks (several members' lookaheads) side by side between them. prepare:
+ * for each of the n live segments, its Q row from a prediction that holds,
+ * else its predicted bars join the round's pass; FOX_EINVAL for a segment
+ * id out of range. consume, once the pass's Q is in: the greedy action of
+ * each of the same n segments at its bar t into a[i]. Argmax ties go to the
+ * lowest sub-action; the direction then keeps to the segment's no-trade band
+ * (fox_env_band), which depends on the position alone besides Q, so a
+ * prediction that holds gives the same action.
+ */
+int fox__lookahead_prepare(fox_lookahead *la, const fox_features *feat, const fox_env_params *p,
                            const fox_env_bars *bars, const fox_lookahead_seg *segs, int n,
-                           int32_t (*a)[4]);
-
-/* Forward passes and rows computed since creation, for the run's timing report. */
-void fox__lookahead_counts(const fox_lookahead *la, int64_t *passes, int64_t *rows,
-                           int64_t *bars);
+                           fox_lookahead_pass *pass);
+void fox__lookahead_consume(fox_lookahead *la, const fox_env_params *p,
+                            const fox_lookahead_seg *segs, int n, int32_t (*a)[4]);
 
 #endif

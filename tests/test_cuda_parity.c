@@ -139,7 +139,7 @@ teardown(void)
 
 START_TEST(forward_q_values)
 {
-    int R = 300; /* more than one chunk of the backend's q_values forward when envs are few */
+    int R = 300; /* more than one chunk of the backend's evaluation forward when envs are few */
     host_batch *hb = malloc(sizeof *hb);
     ck_assert_ptr_nonnull(hb);
     make_batch(hb, 11);
@@ -157,10 +157,11 @@ START_TEST(forward_q_values)
     FOX_CK_OK(fox_cuda_backend_ops.state_io(fox_parity_gpu, 0, NULL, NULL, NULL, NULL, &c));
     FOX_CK_OK(fox_cuda_backend_ops.state_io(fox_parity_gpu, 1, fox_parity_params, fox_parity_target,
                                             fox_parity_params, fox_parity_params, &c));
-    FOX_CK_OK(fox_cuda_backend_ops.q_values(fox_parity_gpu, s, R, qg));
+    FOX_CK_OK(fox_cuda_backend_ops.q_start(fox_parity_gpu, s, R));
+    FOX_CK_OK(fox_cuda_backend_ops.q_finish(fox_parity_gpu, qg));
     double e = rel_err_f(qg, qc, (size_t)R * fox_parity_lay.n_actions);
     printf("parity forward: expected Q of %d states, rel err %.3g (FP32)\n", R, e);
-    ck_assert_msg(e < 1e-5, "q_values rel err %g", e);
+    ck_assert_msg(e < 1e-5, "expected Q rel err %g", e);
 
     /*
      * The same forward in TF32, the collection's math (net.c, fox__cuda_set_math): its error
@@ -169,7 +170,8 @@ START_TEST(forward_q_values)
     float *qt = malloc((size_t)R * fox_parity_lay.n_actions * sizeof *qt);
     ck_assert_ptr_nonnull(qt);
     FOX_CK_OK(fox_cuda_debug_set_math(fox_parity_gpu, FOX_CUDA_MATH_TF32, 1));
-    FOX_CK_OK(fox_cuda_backend_ops.q_values(fox_parity_gpu, s, R, qt));
+    FOX_CK_OK(fox_cuda_backend_ops.q_start(fox_parity_gpu, s, R));
+    FOX_CK_OK(fox_cuda_backend_ops.q_finish(fox_parity_gpu, qt));
     FOX_CK_OK(fox_cuda_debug_set_math(fox_parity_gpu, FOX_CUDA_MATH_FP32, 1));
     double et = rel_err_f(qt, qg, (size_t)R * fox_parity_lay.n_actions);
     int changed = 0, greedy = 0;
@@ -189,7 +191,7 @@ START_TEST(forward_q_values)
         }
     printf("parity forward: TF32 Q rel err %.3g against FP32; greedy actions changed %d of %d\n",
            et, changed, greedy);
-    ck_assert_msg(et < 5e-2, "TF32 q_values rel err %g", et);
+    ck_assert_msg(et < 5e-2, "TF32 expected Q rel err %g", et);
     free(qt);
     fox_cpu_net_destroy(net);
     free(s);
@@ -491,7 +493,8 @@ START_TEST(math_modes_train_steps)
         FOX_CK_OK(fox_cuda_backend_ops.state_io(fox_parity_gpu, 0, NULL, NULL, NULL, NULL, &cnt));
         FOX_CK_OK(fox_cuda_backend_ops.state_io(fox_parity_gpu, 1, r.p, fox_parity_target, r.m, r.v,
                                                 &cnt));
-        FOX_CK_OK(fox_cuda_backend_ops.q_values(fox_parity_gpu, hb->s, BATCH, r.q));
+        FOX_CK_OK(fox_cuda_backend_ops.q_start(fox_parity_gpu, hb->s, BATCH));
+        FOX_CK_OK(fox_cuda_backend_ops.q_finish(fox_parity_gpu, r.q));
 
         double e_loss = 0.0, e_grad = 0.0, num = 0.0;
         const char *worst = "";

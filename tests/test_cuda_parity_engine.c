@@ -271,7 +271,7 @@ START_TEST(eval_walk_vs_cpu)
     unlink(path);
     ck_assert_int_gt(eg->ops->eval_lookahead, 1);
 
-    /* The CPU's walk, state by state, through both backends' q_values. */
+    /* The CPU's walk, state by state, through both backends' forward passes. */
     const fox_model_layout *ly = &ec->lay;
     fox_env_params p = {c.fee, c.half_spread, c.limit_fee, 1.0f, c.size_levels, c.urgency_levels};
     fox_env_bars bars = {ec->series.open, ec->series.high, ec->series.low, ec->series.close};
@@ -288,8 +288,10 @@ START_TEST(eval_walk_vs_cpu)
             float port[3];
             fox_env_portfolio(&st, ec->series.close[t], port);
             fox__state_build(&ec->feat, ly->S, t, port, s);
-            FOX_CK_OK(ec->ops->q_values(ec->m->be, s, 1, qc));
-            FOX_CK_OK(eg->ops->q_values(eg->m->be, s, 1, qg));
+            FOX_CK_OK(fox__engine_q_start(ec, ec->m, s, 1));
+            FOX_CK_OK(fox__engine_q_start(eg, eg->m, s, 1));
+            FOX_CK_OK(fox__engine_q_finish(eg, eg->m, 1, qg));
+            FOX_CK_OK(fox__engine_q_finish(ec, ec->m, 1, qc));
             int32_t a[4];
             for (int d = 0; d < ly->n_branches; d++) {
                 const float *x = qc + ly->branch_off[d], *y = qg + ly->branch_off[d];

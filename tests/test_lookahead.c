@@ -2,7 +2,8 @@
  * test_lookahead.c — the greedy evaluation walk with predicted bars
  * (gpu/lookahead.h) against the walk of one forward pass per bar: the same
  * actions bar for bar under policies that hold and policies that change
- * every bar, through a scripted backend; and the same evaluation figures,
+ * every bar, through a scripted backend, walked alone or side by side with
+ * other walks (as the engine walks its members); and the same evaluation figures,
  * bit for bit, from the CPU backend's network before and after training
  * (the CUDA backend's walk is tests/test_cuda_parity.c's).
  */
@@ -97,39 +98,89 @@ world_init(scripted_world *w)
     w->p = (fox_env_params){1e-4f, 1e-4f, 5e-5f, 1.0f, 4, 3};
 }
 
-/* Walk two segments in lockstep; actions[k][t] records segment k's action at bar t. */
+/* Rows of one scripted forward pass: a pass of more rows is cut, as the engine cuts it. */
+#define CALL_ROWS 48
+
+/* One scripted walk of two segments: its network, its lookahead, where it is. */
+typedef struct scripted_walker {
+    scripted *sc;
+    fox_lookahead *la;
+    int t[2];
+    fox_env_pos st[2];
+    fox_lookahead_seg segs[2];
+    int n;
+    fox_lookahead_pass pass;
+    int32_t (*actions)[BARS][4]; /* actions[k][t]: segment k's action at bar t */
+    int64_t passes;
+} scripted_walker;
+
+static const int seg_begin[2] = {100, 1500}, seg_end[2] = {1500, BARS};
+
+/*
+ * n walks, each of two segments in lockstep, side by side as the engine walks
+ * its members: every round, every walk's prepare, then every walk's pass,
+ * then every walk's consume. window_max[i] bounds walk i's predictions.
+ */
+static void
+scripted_walks(scripted_world *w, int n, scripted *const *sc, const int *window_max,
+               int32_t (*const *actions)[BARS][4], int64_t *passes)
+{
+    scripted_walker wk[3];
+    ck_assert_int_le(n, 3);
+    for (int i = 0; i < n; i++) {
+        wk[i] = (scripted_walker){.sc = sc[i], .actions = actions[i]};
+        wk[i].la = fox__lookahead_new(&w->lay, 2, window_max[i]);
+        ck_assert_ptr_nonnull(wk[i].la);
+        for (int k = 0; k < 2; k++) {
+            wk[i].t[k] = seg_begin[k];
+            wk[i].st[k] = (fox_env_pos){0, w->close[seg_begin[k]], 0};
+        }
+    }
+    for (;;) {
+        int walking = 0;
+        for (int i = 0; i < n; i++) {
+            scripted_walker *x = &wk[i];
+            x->n = 0;
+            for (int k = 0; k < 2; k++)
+                if (x->t[k] + 1 < seg_end[k])
+                    x->segs[x->n++] = (fox_lookahead_seg){k, x->t[k], seg_end[k], &x->st[k], BAND};
+            walking += x->n;
+            FOX_CK_OK(fox__lookahead_prepare(x->la, &w->feat, &w->p, &w->bars, x->segs, x->n,
+                                             &x->pass));
+            ck_assert_int_le(x->pass.rows, 2 * window_max[i]);
+        }
+        if (walking == 0)
+            break;
+        for (int i = 0; i < n; i++)
+            for (int r = 0; r < wk[i].pass.rows; r += CALL_ROWS, wk[i].passes++) {
+                int B = wk[i].pass.rows - r < CALL_ROWS ? wk[i].pass.rows - r : CALL_ROWS;
+                FOX_CK_OK(scripted_q_values(wk[i].sc, wk[i].pass.s + (size_t)r * S_DIM, B,
+                                            wk[i].pass.q + (size_t)r * 12));
+            }
+        for (int i = 0; i < n; i++) {
+            scripted_walker *x = &wk[i];
+            int32_t a[2][4];
+            fox__lookahead_consume(x->la, &w->p, x->segs, x->n, a);
+            for (int j = 0; j < x->n; j++) {
+                int k = x->segs[j].id;
+                memcpy(x->actions[k][x->t[k]], a[j], sizeof a[j]);
+                fox_env_step(&w->p, &w->bars, x->t[k], &x->st[k], a[j]);
+                x->t[k]++;
+            }
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        passes[i] = wk[i].passes;
+        fox__lookahead_free(wk[i].la);
+    }
+}
+
+/* One walk alone. */
 static void
 scripted_walk(scripted_world *w, scripted *sc, int window_max, int32_t (*actions)[BARS][4],
               int64_t *passes)
 {
-    fox_lookahead *la = fox__lookahead_new(&w->lay, 2, 48, window_max);
-    ck_assert_ptr_nonnull(la);
-    const int begin[2] = {100, 1500}, end[2] = {1500, BARS};
-    int t[2] = {begin[0], begin[1]};
-    fox_env_pos st[2] = {{0, w->close[begin[0]], 0}, {0, w->close[begin[1]], 0}};
-    for (;;) {
-        fox_lookahead_seg segs[2];
-        int n = 0;
-        for (int k = 0; k < 2; k++)
-            if (t[k] + 1 < end[k])
-                segs[n++] = (fox_lookahead_seg){k, t[k], end[k], &st[k], BAND};
-        if (n == 0)
-            break;
-        int32_t a[2][4];
-        FOX_CK_OK(fox__lookahead_actions(la, scripted_q_values, sc, &w->feat, &w->p,
-                                         &w->bars, segs, n, a));
-        for (int i = 0; i < n; i++) {
-            int k = segs[i].id;
-            memcpy(actions[k][t[k]], a[i], sizeof a[i]);
-            fox_env_step(&w->p, &w->bars, t[k], &st[k], a[i]);
-            t[k]++;
-        }
-    }
-    int64_t rows, bars;
-    fox__lookahead_counts(la, passes, &rows, &bars);
-    ck_assert_int_eq(bars, (1500 - 100 - 1) + (BARS - 1500 - 1));
-    ck_assert_int_eq(rows, sc->rows);
-    fox__lookahead_free(la);
+    scripted_walks(w, 1, &sc, &window_max, &actions, passes);
 }
 
 static void
@@ -157,6 +208,7 @@ compare_walks(int chaotic, double max_passes_per_bar)
     ck_assert_msg(changes > (chaotic ? bars / 2 : 20), "the policy too rarely changes its mind");
     ck_assert_msg(p_fast <= max_passes_per_bar * bars, "%lld passes for %.0f bars",
                   (long long)p_fast, bars);
+    ck_assert_int_eq(sc_ref.rows, bars); /* one a bar: a row for each segment's every bar */
 }
 
 /* A policy that holds its action for stretches: few passes, the same actions. */
@@ -170,6 +222,39 @@ END_TEST
 START_TEST(chaotic_policy_same_actions)
 {
     compare_walks(1, 1.0);
+}
+END_TEST
+
+/*
+ * Walks side by side (the engine's members), each round's halves interleaved
+ * across them, choose the actions and take the passes of each walk alone:
+ * a lookahead keeps nothing of another's between its prepare and its consume.
+ */
+START_TEST(walks_side_by_side_are_each_walk_alone)
+{
+    static scripted_world w;
+    static int32_t alone[3][2][BARS][4], together[3][2][BARS][4];
+    world_init(&w);
+    memset(alone, 0, sizeof alone);
+    memset(together, 0, sizeof together);
+    /* A holding and a chaotic policy with predictions, and the holding one a bar at a time. */
+    scripted sa[3] = {{0, 0}, {1, 0}, {0, 0}}, st[3] = {{0, 0}, {1, 0}, {0, 0}};
+    const int window[3] = {FOX_LOOKAHEAD_MAX, FOX_LOOKAHEAD_MAX, 1};
+    int64_t p_alone[3], p_together[3];
+    for (int i = 0; i < 3; i++)
+        scripted_walk(&w, &sa[i], window[i], alone[i], &p_alone[i]);
+    scripted *sc[3] = {&st[0], &st[1], &st[2]};
+    int32_t(*acts[3])[BARS][4] = {together[0], together[1], together[2]};
+    scripted_walks(&w, 3, sc, window, acts, p_together);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_msg(memcmp(alone[i], together[i], sizeof alone[i]) == 0,
+                      "walk %d chose other actions beside the others", i);
+        ck_assert_int_eq(p_together[i], p_alone[i]);
+        ck_assert_int_eq(st[i].rows, sa[i].rows);
+    }
+    /* The walks differ from each other: the check above could tell them apart. */
+    ck_assert(memcmp(alone[0], alone[1], sizeof alone[0]) != 0);
+    ck_assert_int_lt(p_alone[0], p_alone[2]);
 }
 END_TEST
 
@@ -195,20 +280,25 @@ log_bar(void *arg, fox_split split, fox_policy policy, int bar, double cum_net)
 }
 
 /*
- * Policy's walk of both splits with the engine's lookahead swapped for la,
- * its figures into r and the bars its hook saw into l.
+ * Policy's walk of both splits with the member's lookahead swapped for la,
+ * its figures into r, the bars its hook saw into l, and the forward passes
+ * and greedy bars it counted into the run's times into *passes and *bars.
  */
 static void
-walk_with(fox_engine *e, fox_lookahead *la, fox_policy policy, fox_eval_result r[2], bar_log *l)
+walk_with(fox_engine *e, fox_lookahead *la, fox_policy policy, fox_eval_result r[2], bar_log *l,
+          int64_t *passes, int64_t *bars)
 {
     const fox_split both[2] = {FOX_SPLIT_VALIDATION, FOX_SPLIT_TEST};
-    fox_lookahead *own = e->ahead;
-    e->ahead = la;
+    fox_lookahead *own = e->m->ahead;
+    fox_engine_times t0 = e->times;
+    e->m->ahead = la;
     l->n = 0;
     fox_engine_set_eval_hook(e, log_bar, l);
     FOX_CK_ENGINE_OK(e, fox_engine_evaluate_splits(e, both, 2, policy, r));
     fox_engine_set_eval_hook(e, NULL, NULL);
-    e->ahead = own;
+    e->m->ahead = own;
+    *passes = e->times.eval_passes - t0.eval_passes;
+    *bars = e->times.eval_bars - t0.eval_bars;
     /* One hook call per decision bar of each split, whatever the passes. */
     ck_assert_int_eq(l->n, r[0].bars + r[1].bars);
 }
@@ -235,7 +325,7 @@ assert_same_walks(fox_policy policy, const fox_eval_result rf[2], const fox_eval
 /*
  * The CPU backend's network, untrained and trained: the fold figures and the
  * per-bar hook's calls are identical; the baselines, which take no forward
- * pass, walk the same and leave the lookahead untouched.
+ * pass, walk the same and count no pass.
  */
 START_TEST(engine_walks_identical)
 {
@@ -248,37 +338,33 @@ START_TEST(engine_walks_identical)
     fox_engine *e = fox_test_engine(&c);
     /* The CPU backend walks one pass a bar (its eval_lookahead); CUDA predicts. */
     ck_assert_int_eq(fox_cpu_backend_ops.eval_lookahead, 1);
-    fox_lookahead *ref = fox__lookahead_new(&e->lay, FOX_EVAL_SPLITS_MAX, 32, 1);
-    fox_lookahead *fast = fox__lookahead_new(&e->lay, FOX_EVAL_SPLITS_MAX, 32, FOX_LOOKAHEAD_MAX);
+    fox_lookahead *ref = fox__lookahead_new(&e->lay, FOX_EVAL_SPLITS_MAX, 1);
+    fox_lookahead *fast = fox__lookahead_new(&e->lay, FOX_EVAL_SPLITS_MAX, FOX_LOOKAHEAD_MAX);
     bar_log lf = {0}, lr = {0};
+    int64_t pf, barsf, pr, barsr;
     for (int round = 0; round < 3; round++) {
         fox_eval_result rf[2], rr[2];
-        walk_with(e, fast, FOX_POLICY_GREEDY, rf, &lf);
-        walk_with(e, ref, FOX_POLICY_GREEDY, rr, &lr);
-        int64_t pf, rowsf, barsf, pr, rowsr, barsr;
-        fox__lookahead_counts(fast, &pf, &rowsf, &barsf);
-        fox__lookahead_counts(ref, &pr, &rowsr, &barsr);
+        walk_with(e, fast, FOX_POLICY_GREEDY, rf, &lf, &pf, &barsf);
+        walk_with(e, ref, FOX_POLICY_GREEDY, rr, &lr, &pr, &barsr);
         printf("engine walk after %d steps: Sharpe val %.4f test %.4f, turnover %.4f; "
-               "%lld passes, %lld rows, %lld bars so far (one a bar: %lld passes)\n",
+               "%lld passes for %lld bars (one a bar: %lld passes)\n",
                round * 300, rf[0].sharpe, rf[1].sharpe, rf[1].turnover, (long long)pf,
-               (long long)rowsf, (long long)barsf, (long long)pr);
+               (long long)barsf, (long long)pr);
         assert_same_walks(FOX_POLICY_GREEDY, rf, rr, &lf, &lr);
         ck_assert_int_eq(barsf, barsr);
+        ck_assert_int_eq(barsf, rf[0].bars + rf[1].bars);
         ck_assert_int_lt(pf, pr);
         FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 300, NULL));
     }
-    int64_t p0, rows0, bars0;
-    fox__lookahead_counts(fast, &p0, &rows0, &bars0);
     for (int p = FOX_POLICY_BUY_HOLD; p < FOX_POLICY_RULE; p++) { /* the regime generator has no rule */
         fox_eval_result rf[2], rr[2];
-        walk_with(e, fast, (fox_policy)p, rf, &lf);
-        walk_with(e, ref, (fox_policy)p, rr, &lr);
+        walk_with(e, fast, (fox_policy)p, rf, &lf, &pf, &barsf);
+        walk_with(e, ref, (fox_policy)p, rr, &lr, &pr, &barsr);
         assert_same_walks((fox_policy)p, rf, rr, &lf, &lr);
+        /* A rule takes no forward pass, and its bars are no greedy bars. */
+        ck_assert_int_eq(pf + pr, 0);
+        ck_assert_int_eq(barsf + barsr, 0);
     }
-    int64_t p1, rows1, bars1;
-    fox__lookahead_counts(fast, &p1, &rows1, &bars1);
-    ck_assert_int_eq(p1, p0);
-    ck_assert_int_eq(bars1, bars0);
     free(lf.bar);
     free(lr.bar);
     fox__lookahead_free(fast);
@@ -295,6 +381,7 @@ main(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, holding_policy_same_actions_few_passes);
     tcase_add_test(tc, chaotic_policy_same_actions);
+    tcase_add_test(tc, walks_side_by_side_are_each_walk_alone);
     tcase_add_test(tc, engine_walks_identical);
     suite_add_tcase(s, tc);
     return fox_test_run_suite(s);

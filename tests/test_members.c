@@ -43,11 +43,13 @@ two_epochs(fox_engine *e, fox_epoch_report *ep, fox_fold_report *fr)
     FOX_CK_OK(fox_engine_fold_report(e, fr));
 }
 
+/* Under each band rule (the loop's _i): validation's walks twice an epoch, fixed's once. */
 START_TEST(member_equals_its_seed_alone)
 {
     enum { K = 3 };
     fox_config c;
     population_config(&c, K);
+    c.band_rule = _i;
     fox_engine *pop = fox_test_engine(&c);
     static fox_epoch_report ep;
     static fox_fold_report fr;
@@ -58,10 +60,12 @@ START_TEST(member_equals_its_seed_alone)
     ck_assert_int_eq(ep.n_members, K);
     uint64_t digest[K];
     double sum = 0.0, sum2 = 0.0;
+    int64_t passes = 0, greedy_bars = 0;
     for (int k = 0; k < K; k++) {
         /* Alone: train.seed + k on the population's data (data.seed). */
         fox_config a;
         population_config(&a, 1);
+        a.band_rule = _i;
         a.seed = SEED + (uint64_t)k;
         a.data_seed = SEED;
         fox_engine *alone = fox_test_engine(&a);
@@ -73,11 +77,30 @@ START_TEST(member_equals_its_seed_alone)
         FOX_CK_ENGINE_OK(alone, fox_engine_params_digest(alone, 0, &da));
         ck_assert_msg(digest[k] == da, "member %d's weights differ from its seed alone", k);
         ck_assert_uint_eq(fr.members[k].seed, SEED + (uint64_t)k);
+        /*
+         * Its evaluation, walked side by side with the other members', is its walk
+         * alone to the bit: the figures of the chosen epoch and of the last, the
+         * band, and the per-bar returns of both test walks.
+         */
         ck_assert_int_eq(fr.members[k].best_epoch, afr.best_epoch);
-        ck_assert_double_eq(fr.members[k].test_at_best.sharpe, afr.test_at_best.sharpe);
+        ck_assert_double_eq(fr.members[k].best_val_sharpe, afr.best_val_sharpe);
+        ck_assert(memcmp(&fr.members[k].test_at_best, &afr.test_at_best,
+                         sizeof afr.test_at_best) == 0);
+        ck_assert_float_eq(fr.members[k].band, afr.band);
         ck_assert_double_eq(ep.members[k].test_sharpe, aep.test.sharpe);
         ck_assert_double_eq(ep.members[k].val_sharpe, aep.val.sharpe);
+        ck_assert_double_eq(ep.members[k].test_turnover, aep.test.turnover);
+        ck_assert_float_eq(ep.members[k].band, aep.band);
         ck_assert_int_eq(ep.members[k].training, 1);
+        int bars = afr.test_at_best.bars;
+        ck_assert_int_gt(bars, 0);
+        ck_assert(memcmp(pop->members[k].greedy_ret, alone->members[0].greedy_ret,
+                         (size_t)bars * sizeof(float)) == 0);
+        ck_assert(memcmp(pop->members[k].chosen_ret, alone->members[0].chosen_ret,
+                         (size_t)bars * sizeof(float)) == 0);
+        /* Its passes are cut as alone: the population's are the members' own, summed. */
+        passes += afr.eval_passes;
+        greedy_bars += afr.eval_bars;
         if (k == 0) {
             /* The policy's rows are member 0's: a population of one is that run. */
             ck_assert_double_eq(fr.test_at_best.sharpe, afr.test_at_best.sharpe);
@@ -95,6 +118,8 @@ START_TEST(member_equals_its_seed_alone)
     }
     ck_assert_msg(digest[0] != digest[1] && digest[1] != digest[2],
                   "members with different seeds trained the same weights");
+    ck_assert_int_eq(fr.eval_passes, passes);
+    ck_assert_int_eq(fr.eval_bars, greedy_bars);
     ck_assert_int_eq(fr.members_n, K);
     double mean = sum / K, se = sqrt((sum2 - K * mean * mean) / (K - 1) / K);
     ck_assert_double_eq_tol(fr.members_mean, mean, 1e-12);
@@ -331,16 +356,14 @@ START_TEST(ensemble_decides_on_the_members_mean_q)
     float *mean = calloc((size_t)B * A, sizeof(float)), *one = calloc((size_t)B * A, sizeof(float));
     for (int i = 0; i < B * S; i++)
         s[i] = 0.1f * (float)((i * 7) % 11) - 0.5f;
-    fox_member *was = e->m;
     for (int k = 0; k < K; k++) {
-        e->m = &e->members[k];
-        FOX_CK_OK(fox__engine_q_values(e, s, B, one));
+        FOX_CK_OK(fox__engine_q_start(e, &e->members[k], s, B));
+        FOX_CK_OK(fox__engine_q_finish(e, &e->members[k], B, one));
         for (int i = 0; i < B * A; i++)
             mean[i] += one[i] / K;
     }
-    e->m = &e->ensemble;
-    FOX_CK_OK(fox__engine_q_values(e, s, B, q));
-    e->m = was;
+    FOX_CK_OK(fox__engine_q_start(e, &e->ensemble, s, B));
+    FOX_CK_OK(fox__engine_q_finish(e, &e->ensemble, B, q));
     for (int i = 0; i < B * A; i++)
         ck_assert_float_eq_tol(q[i], mean[i], 1e-5f);
 
@@ -375,7 +398,8 @@ main(void)
     Suite *s = suite_create("members");
     TCase *tc = tcase_create("population");
     tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, member_equals_its_seed_alone);
+    tcase_add_loop_test(tc, member_equals_its_seed_alone, FOX_BAND_RULE_FIXED,
+                        FOX_BAND_RULE_VALIDATION + 1);
     tcase_add_test(tc, eval_hook_sees_the_policy_walk);
     tcase_add_test(tc, halted_member_is_frozen_and_the_fold_goes_on);
     tcase_add_test(tc, quorum_halts_the_fold);

@@ -518,14 +518,32 @@ cpu_finish_steps(fox_backend *be_, fox_step_stats *st)
     return be->chunk_rv;
 }
 
-/* The evaluation's Q: of the online weights, or of their Polyak average (policy.weights). */
+/*
+ * The evaluation's Q: of the online weights, or of their Polyak average
+ * (policy.weights). The CPU computes a pass when it finishes: the caller
+ * keeps the states until then, and no buffer of the pass's Q is needed.
+ */
 static int
-cpu_q_values(fox_backend *be_, const float *s, int B, float *q)
+cpu_q_start(fox_backend *be_, const float *s, int B)
 {
     cpu_backend *be = (cpu_backend *)be_;
+    be->pass_s = s;
+    be->pass_B = B;
+    return s && B >= 1 ? FOX_OK : FOX_EINVAL;
+}
+
+static int
+cpu_q_finish(fox_backend *be_, float *q)
+{
+    cpu_backend *be = (cpu_backend *)be_;
+    if (!be->pass_s || be->pass_B < 1 || !q)
+        return FOX_EINVAL;
     int average = be->env.cfg->eval_weights == FOX_EVAL_WEIGHTS_AVERAGE;
     fox_cpu_stab_sync_atoms(&be->stab);
-    return fox_cpu_net_q_values(be->net, average ? be->target : be->params, s, B, q);
+    int rv = fox_cpu_net_q_values(be->net, average ? be->target : be->params, be->pass_s,
+                                  be->pass_B, q);
+    be->pass_s = NULL;
+    return rv;
 }
 
 static int
@@ -579,6 +597,7 @@ const fox_backend_ops fox_cpu_backend_ops = {
     .reset_for_fold = cpu_reset_for_fold,
     .start_steps = cpu_start_steps,
     .finish_steps = cpu_finish_steps,
-    .q_values = cpu_q_values,
+    .q_start = cpu_q_start,
+    .q_finish = cpu_q_finish,
     .state_io = cpu_state_io,
 };

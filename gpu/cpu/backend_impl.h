@@ -58,6 +58,9 @@ typedef struct cpu_backend {
     /* The chunk start_steps ran, for finish_steps: the CPU runs it there and then. */
     fox_step_stats chunk_stats;
     int chunk_rv;
+    /* The forward pass q_start took, for q_finish, which computes it. */
+    const float *pass_s;
+    int pass_B;
 } cpu_backend;
 
 #endif

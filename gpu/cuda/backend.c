@@ -1,7 +1,8 @@
 /*
  * backend.c (CUDA) — the CUDA backend's lifecycle and its ops table behind
  * gpu/backend.h: device state, the ISV and sentinel buffers in mapped-pinned
- * host memory, folds, q_values and the training state's copies in and out.
+ * host memory, folds, the evaluation's forward passes and the training state's
+ * copies in and out.
  * The step itself is step.c's, the fused check's table table.c's.
  *
  * A step never returns to the host: ε, the step counters, the ring's head
@@ -43,7 +44,7 @@
 #include "gpu/cuda/sp4.h"
 #include "gpu/lookahead.h"
 
-/* Rows of the collection / q_values forward when the envs are fewer. */
+/* Rows of the collection / evaluation forward when the envs are fewer. */
 #define QV_ROWS 256
 
 /*
@@ -117,6 +118,8 @@ cuda_destroy(fox_backend *be_)
     cudaFreeHost(be->hctl);
     cudaFreeHost(be->isv_mem);
     cudaFreeHost(be->flags_mem);
+    cudaFreeHost(be->pass_s);
+    cudaFreeHost(be->pass_q);
     free(be);
     cudaSetDevice(prev);
     fox__cuda_section_leave();
@@ -473,16 +476,45 @@ cuda_finish_steps(fox_backend *be_, fox_step_stats *st)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* q_values, state_io                                                                         */
+/* The evaluation's forward pass, state_io                                                    */
 
-/* The evaluation's Q: of the online net, or of the target net, the Polyak average (policy.weights). */
+/* Pinned room for a pass of B rows: grown (allocation holds the section alone) when smaller. */
 static int
-q_values(fox_cuda_backend *be, const float *s, int B, float *q)
+pass_reserve(fox_cuda_backend *be, int B)
+{
+    if (B <= be->pass_cap)
+        return FOX_OK;
+    fox__cuda_section_enter();
+    cudaFreeHost(be->pass_s);
+    cudaFreeHost(be->pass_q);
+    be->pass_s = be->pass_q = NULL;
+    be->pass_cap = 0;
+    cudaError_t e = cudaHostAlloc((void **)&be->pass_s, (size_t)B * be->S * sizeof(float),
+                                  cudaHostAllocDefault);
+    if (e == cudaSuccess)
+        e = cudaHostAlloc((void **)&be->pass_q, (size_t)B * be->lay->n_actions * sizeof(float),
+                          cudaHostAllocDefault);
+    fox__cuda_section_leave();
+    FOX_CUDA_TRY(e);
+    be->pass_cap = B;
+    return FOX_OK;
+}
+
+/*
+ * The evaluation's Q: of the online net, or of the target net, the Polyak
+ * average (policy.weights), enqueued on MAIN: the states into pinned memory,
+ * their copy up, the forward in col.cap rows at a time, the Q's copy down
+ * into pinned memory. Nothing waits here; q_finish does.
+ */
+static int
+q_start(fox_cuda_backend *be, const float *s, int B)
 {
     fox_cuda_net *n = &be->net;
     cudaStream_t s0 = n->st[0];
     int S = be->S, NAct = be->lay->n_actions;
     int target = be->cfg->eval_weights == FOX_EVAL_WEIGHTS_AVERAGE;
+    FOX_TRY(pass_reserve(be, B));
+    memcpy(be->pass_s, s, (size_t)B * S * sizeof(float));
     /*
      * Each branch's atoms from the host's ISV, which a checkpoint or a fold reset may have
      * rewritten since the last chunk (as chunk_begin takes it): the expected Q on the live grid.
@@ -493,27 +525,52 @@ q_values(fox_cuda_backend *be, const float *s, int B, float *q)
                                    be->lay->NA, be->lay->v_min, be->lay->v_max, n->z));
     for (int off = 0; off < B; off += be->col.cap) {
         int R = B - off < be->col.cap ? B - off : be->col.cap;
-        FOX_CUDA_TRY(cudaMemcpyAsync(be->xcol, s + (size_t)off * S, (size_t)R * S * sizeof(float),
-                                     cudaMemcpyHostToDevice, s0));
+        FOX_CUDA_TRY(cudaMemcpyAsync(be->xcol, be->pass_s + (size_t)off * S,
+                                     (size_t)R * S * sizeof(float), cudaMemcpyHostToDevice, s0));
         FOX_TRY(fox__cuda_forward(n, 0, &be->col, be->xcol, R, target, 0, 0));
-        FOX_CUDA_TRY(cudaMemcpyAsync(q + (size_t)off * NAct, be->col.q,
-                                     (size_t)R * NAct * sizeof(float), cudaMemcpyDeviceToHost, s0));
+        FOX_CUDA_TRY(cudaMemcpyAsync(be->pass_q + (size_t)off * NAct, be->col.q,
+                                     (size_t)R * NAct * sizeof(float), cudaMemcpyDeviceToHost,
+                                     s0));
     }
-    FOX_CUDA_TRY(cudaStreamSynchronize(s0));
     return FOX_OK;
 }
 
 static int
-cuda_q_values(fox_backend *be_, const float *s, int B, float *q)
+cuda_q_start(fox_backend *be_, const float *s, int B)
 {
     fox_cuda_backend *be = (fox_cuda_backend *)be_;
+    be->pass_B = B;
+    be->pass_rv = FOX_EINVAL;
     FOX_CUDA_ALIVE(be);
-    if (!s || !q || B < 1)
+    if (!s || B < 1)
         return FOX_EINVAL;
     fox__cuda_section_share();
-    int rv = q_values(be, s, B, q);
+    int rv = q_start(be, s, B);
     fox__cuda_section_leave();
-    return fox__cuda_be_fail(be, rv, "q_values");
+    return be->pass_rv = fox__cuda_be_fail(be, rv, "q_start");
+}
+
+/* Wait for the pass q_start enqueued, then its Q out of pinned memory. */
+static int
+q_finish(fox_cuda_backend *be, float *q)
+{
+    FOX_CUDA_TRY(cudaStreamSynchronize(be->net.st[0]));
+    memcpy(q, be->pass_q, (size_t)be->pass_B * be->lay->n_actions * sizeof(float));
+    return FOX_OK;
+}
+
+static int
+cuda_q_finish(fox_backend *be_, float *q)
+{
+    fox_cuda_backend *be = (fox_cuda_backend *)be_;
+    int started = be->pass_rv;
+    be->pass_rv = FOX_EINVAL; /* finished: a second q_finish has no pass to wait for */
+    FOX_CUDA_ALIVE(be);
+    if (started != FOX_OK)
+        return started;
+    if (!q)
+        return FOX_EINVAL;
+    return fox__cuda_be_fail(be, q_finish(be, q), "q_finish");
 }
 
 static int
@@ -588,7 +645,8 @@ const fox_backend_ops fox_cuda_backend_ops = {
     .reset_for_fold = cuda_reset_for_fold,
     .start_steps = cuda_start_steps,
     .finish_steps = cuda_finish_steps,
-    .q_values = cuda_q_values,
+    .q_start = cuda_q_start,
+    .q_finish = cuda_q_finish,
     .state_io = cuda_state_io,
     .arm_fault = cuda_arm_fault,
     .eval_lookahead = FOX_LOOKAHEAD_MAX,

@@ -29,7 +29,7 @@ typedef struct fox_cuda_backend {
     int N, B, S;
     size_t np;
     fox_cuda_net net;
-    fox_cuda_fwd col; /* forward of the collection and of q_values */
+    fox_cuda_fwd col; /* forward of the collection and of the evaluation's passes */
     float *xcol;      /* [col.cap × S] */
     fox_cuda_collect_cfg cc;
     fox_cuda_loss_hp hp;
@@ -60,6 +60,14 @@ typedef struct fox_cuda_backend {
     /* host */
     float *isv_mem;                    /* mapped pinned, FOX_ISV_TOTAL_DIM */
     int *flags_mem;                    /* mapped pinned, FOX_SENTINEL_SLOTS */
+    /*
+     * The evaluation's forward pass between q_start and q_finish: its states
+     * and Q in pinned memory, so that both copies run on the stream without
+     * the host, pass_cap rows of each (grown to the largest pass); its rows
+     * and q_start's status.
+     */
+    float *pass_s, *pass_q;
+    int pass_cap, pass_B, pass_rv;
     cudaGraphExec_t graph[G_KINDS][2]; /* one step of the kind, unroll steps in a row */
     int unroll;
     int warm[G_KINDS]; /* the kind ran once eagerly (modules loaded) */

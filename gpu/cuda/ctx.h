@@ -40,7 +40,7 @@ int fox__cuda_be_fail(fox_cuda_backend *be, int rv, const char *op);
  * So an engine's creation and destruction, and each step's eager first run
  * and captures, hold this process-wide section alone (enter); the other
  * entry points that launch outside a graph (begin_fold, reset_for_fold,
- * q_values, state_io: a new shape may load a kernel) hold it shared with
+ * q_start, state_io: a new shape may load a kernel) hold it shared with
  * each other (share). Otherwise an engine works on its own streams only: no
  * legacy-stream copy, no device-wide synchronization. Writers are preferred,
  * so that engines that evaluate all the time do not hold a capture off.
