@@ -95,12 +95,15 @@ fox_engine_create(fox_engine **out, const fox_config *cfg, char *err, size_t err
         fox_engine_destroy(e);
         return FOX_ENOMEM;
     }
-    /* Member k is the run of train.seed + k alone, on the same data (data.seed). */
+    /*
+     * Member k is the run of its own config alone (train.seed + k, and its
+     * values of the listed keys), on the same data (data.seed): its backend
+     * and its walks read nothing else.
+     */
     for (int k = 0; k < e->cfg.members; k++) {
         fox_member *m = &e->members[k];
-        m->cfg = e->cfg;
-        m->cfg.seed = e->cfg.seed + (uint64_t)k;
-        m->band = e->cfg.band;
+        fox_config_member(&e->cfg, k, &m->cfg);
+        m->band = m->cfg.band;
     }
     e->ensemble.cfg = e->cfg;
     e->ensemble.band = e->cfg.band;
@@ -384,7 +387,7 @@ fox_engine_begin_fold(fox_engine *e, int fold)
         fox_member *m = k < e->cfg.members ? &e->members[k] : &e->ensemble;
         if (k > 0)
             m->rep = *fr;
-        m->band = e->cfg.band;
+        m->band = m->cfg.band;
         m->test_sharpe_sum = 0.0;
         m->epoch_loss_sum = 0.0;
         m->epoch_loss_n = 0;
@@ -637,6 +640,26 @@ fox_engine_end_epoch(fox_engine *e, fox_epoch_report *rep)
     return FOX_OK;
 }
 
+/*
+ * Each member's values of the member keys into members[].values, and which
+ * keys the members hold apart into member_keys: with different values for
+ * lr (say), a reader sees which member learnt at which.
+ */
+static void
+members_values(const fox_engine *e, fox_fold_report *out)
+{
+    out->member_keys = 0;
+    for (int i = 0; i < FOX_MEMBER_KEYS; i++) {
+        for (int k = 0; k < e->cfg.members; k++) {
+            char text[64];
+            fox_config_get(&e->members[k].cfg, fox_member_key(i), text, sizeof text);
+            out->members[k].values[i] = strtod(text, NULL);
+            if (i != FOX_MEMBER_KEY_SEED && out->members[k].values[i] != out->members[0].values[i])
+                out->member_keys |= 1u << i;
+        }
+    }
+}
+
 /* members[] and the spread over them, from each member's own report. */
 static void
 members_spread(const fox_engine *e, fox_fold_report *out)
@@ -657,7 +680,8 @@ members_spread(const fox_engine *e, fox_fold_report *out)
                                  m->rep.band,
                                  m->halt.reason,
                                  m->halt.step,
-                                 m->halt.n_slots ? m->halt.slots[0] : -1};
+                                 m->halt.n_slots ? m->halt.slots[0] : -1,
+                                 {0}};
         if (m->rep.best_epoch < 0)
             continue;
         double s = m->rep.test_at_best.sharpe;
@@ -669,6 +693,7 @@ members_spread(const fox_engine *e, fox_fold_report *out)
         if (out->members_worst < 0 || s < out->members[out->members_worst].test_at_best.sharpe)
             out->members_worst = k;
     }
+    members_values(e, out);
     int n = out->members_n;
     out->members_mean = n ? sum / n : NAN;
     double var = n > 1 ? (sum2 - n * out->members_mean * out->members_mean) / (n - 1) : 0.0;
@@ -717,7 +742,7 @@ fox_engine_backtest(fox_engine *e, fox_fold_report *out)
     if (rv != FOX_OK)
         return rv;
     /* The band as a fold chooses it, on the bars before the range where there are enough. */
-    m->band = e->cfg.band;
+    m->band = m->cfg.band;
     if (e->cfg.band_rule == FOX_BAND_RULE_VALIDATION &&
         e->seg.val_end - e->seg.val_begin >= FOX_TREND_VAL_MIN_BARS &&
         (rv = fox__engine_choose_band(e, &val)) != FOX_OK)
