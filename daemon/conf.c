@@ -390,8 +390,8 @@ json_type_name(const cJSON *v)
 
 /*
  * A member key (common/member_keys.h) takes one value a member: in JSON an
- * array of the key's values ([0.001, 0.0003]) or the text of fox_config_set
- * ("0.001,0.0003"), beside the key's one value.
+ * array of the key's values ([0.001, 0.0003], each a number or its text) or
+ * the text of fox_config_set ("0.001,0.0003"), beside the key's one value.
  */
 static int
 set_member_list_json(fox_config *cfg, const char *key, fox_cfg_type type, const cJSON *v,
@@ -407,9 +407,9 @@ set_member_list_json(fox_config *cfg, const char *key, fox_cfg_type type, const 
     for (const cJSON *it = v->child; it; it = it->next) {
         char one[64];
         int ok;
-        if (type == FOX_CFG_U64 && cJSON_IsString(it)) {
-            /* Seeds beyond 2^53, as a single seed takes them. */
-            ok = strlen(it->valuestring) < sizeof one;
+        if (cJSON_IsString(it)) {
+            /* As a value's text (seeds beyond 2^53 need it); fox_config_set checks it. */
+            ok = strlen(it->valuestring) < sizeof one && !strchr(it->valuestring, ',');
             if (ok)
                 strcpy(one, it->valuestring);
         } else if (type == FOX_CFG_U64) {

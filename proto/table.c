@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "proto/table.h"
+#include "common/member_keys.h"
 
 /*
  * The last lines of a block's note: where every figure is explained, as
@@ -221,10 +222,9 @@ fox_table_choice(FILE *out, const cJSON *f)
 static void
 member_values(FILE *out, const cJSON *member)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(member, "values"), *x;
     int n = 0;
-    cJSON_ArrayForEach(x, v)
-    {
+    for (int i = 0; i < FOX_MEMBER_KEYS; i++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(member, fox_member_key(i));
         if (cJSON_IsNumber(x))
             fprintf(out, "%s%s=%g", n++ ? " " : " (", x->string, x->valuedouble);
     }

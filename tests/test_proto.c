@@ -800,9 +800,9 @@ START_TEST(test_members_table)
         ",\"members\":{\"n\":2,\"lead\":-1,\"training\":2,\"measured\":2,\"mean\":0.18,"
         "\"se\":0.2,\"best\":0,\"worst\":1,\"each\":["
         "{\"member\":0,\"test_sharpe\":0.38,\"halt\":null,"
-        "\"values\":{\"train.lr\":0.0003,\"policy.band\":2}},"
+        "\"train.lr\":0.0003,\"policy.band\":2},"
         "{\"member\":1,\"test_sharpe\":-0.02,\"halt\":null,"
-        "\"values\":{\"train.lr\":0.001,\"policy.band\":0}}]}";
+        "\"train.lr\":0.001,\"policy.band\":0}]}";
     size_t k = (size_t)snprintf(json, sizeof json, "[");
     snprintf(one, sizeof one, fold_json, 0, 1.0, 0.6, 0.5, 0.8, 1.0, "null", "null", members0);
     k += (size_t)snprintf(json + k, sizeof json - k, "%s,", one);
