@@ -120,7 +120,7 @@ static const key_def keys[] = {
         "train steps of the linear ε decay"),
     U64("train.seed", seed, "1",
         "seed of the learner's streams (initialization, exploration, replay sampling); member k "
-        "of a population takes train.seed + k"),
+        "of a population takes train.seed + k, or the k-th of a list"),
     {"train.folds", FOX_CFG_INT, OFF(folds_mask), 1, 255, "0,1,2", NULL,
      "folds a run trains, as a list \"0,1,2\" (stored as a bit mask)"},
     ENM("train.select", select_rule, select_names, "smoothed",
@@ -181,7 +181,9 @@ static const key_def keys[] = {
     ENM("engine.backend", backend, backend_names, "auto", "auto, cpu or cuda"),
     INT("engine.members", members, 1, FOX_MEMBERS_MAX, "1",
         "networks trained side by side on the same data, member k with train.seed + k: each its "
-        "own walk and report, their spread an error bar over seeds"),
+        "own walk and report, their spread an error bar over seeds; train.seed, train.lr, "
+        "train.gamma, train.eps_*, policy.band and env.train_cost_mult take a comma list, one "
+        "value a member"),
     INT("engine.quorum", quorum, 1, FOX_MEMBERS_MAX, "1",
         "a fold goes on while at least this many members train; a halted member is frozen"),
     ENM("engine.bounds_mode", bounds_mode, bounds_names, "fixed",
