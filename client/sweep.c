@@ -29,6 +29,7 @@
 #include "client/sweep_run.h"
 #include "common/clock.h"
 #include "common/fsutil.h"
+#include "common/member_keys.h"
 
 #define MAX_ENDPOINTS 64
 #define MAX_BASELINES 16
@@ -67,21 +68,6 @@ list_from_text(const char *s)
         cJSON_AddItemToArray(a, value_from_text(t));
     free(copy);
     return a;
-}
-
-/* A config value as --set text: cJSON prints numbers as the shortest text that reads back. */
-static void
-value_text(const cJSON *v, char *buf, size_t len)
-{
-    if (cJSON_IsString(v)) {
-        snprintf(buf, len, "%s", v->valuestring);
-    } else if (cJSON_IsBool(v)) {
-        snprintf(buf, len, "%d", cJSON_IsTrue(v));
-    } else {
-        char *t = cJSON_PrintUnformatted(v);
-        snprintf(buf, len, "%s", t ? t : "");
-        cJSON_free(t);
-    }
 }
 
 static int
@@ -257,7 +243,7 @@ plan_build(sweep_plan *p)
             char text[256];
             rest /= len;
             cJSON_AddItemToObject(vals, k->string, cJSON_Duplicate(v, 1));
-            value_text(v, text, sizeof text);
+            foxctl_sweep_value_text(v, text, sizeof text);
             used += (size_t)snprintf(p->labels[c] + used,
                                      used < sizeof p->labels[c] ? sizeof p->labels[c] - used : 0,
                                      "%s%s=%s", used ? " " : "", k->string, text);
@@ -378,37 +364,106 @@ pack_refused(const cJSON *values, int has_job_set)
            "pack its seeds";
 }
 
-/* Jobs in the order packs are cut from: configuration, fold, seed. */
-static const sweep_job *sort_jobs;
+/*
+ * The family of configuration c: its index in the grid's product over the
+ * keys that are not member keys. Configurations of one family differ in
+ * member keys alone (their jobs, in those and the seed): their jobs of one
+ * fold can train as the members of one engine.
+ */
 static int
-by_config_fold_seed(const void *a, const void *b)
+config_family(const sweep_plan *p, int c)
+{
+    const cJSON *grid = cJSON_GetObjectItemCaseSensitive(p->spec, "grid");
+    int family = 0, radix = 1;
+    for (const cJSON *k = grid ? grid->child : NULL; k; k = k->next) {
+        int len = cJSON_GetArraySize(k), digit = c % len;
+        c /= len;
+        if (fox_member_key_index(k->string) < 0) {
+            family += digit * radix;
+            radix *= len;
+        }
+    }
+    return family;
+}
+
+/* Jobs in the order packs are cut from: family, fold, configuration, seed. */
+static const sweep_job *sort_jobs;
+static const int *sort_family;
+static int
+by_family_fold_config_seed(const void *a, const void *b)
 {
     const sweep_job *x = &sort_jobs[*(const int *)a], *y = &sort_jobs[*(const int *)b];
-    if (x->config != y->config)
-        return x->config < y->config ? -1 : 1;
+    int fx = sort_family[x->config], fy = sort_family[y->config];
+    if (fx != fy)
+        return fx < fy ? -1 : 1;
     if (x->fold != y->fold)
         return x->fold < y->fold ? -1 : 1;
+    if (x->config != y->config)
+        return x->config < y->config ? -1 : 1;
     return x->seed < y->seed ? -1 : x->seed > y->seed;
 }
 
 /*
- * Pack the pending jobs: per configuration and fold, each run of
- * consecutive seeds s, s+1, ... (up to PACK_MAX) becomes one run with
- * engine.members = its length and train.seed = s. Says on stderr how many
- * runs the jobs became and which configurations stay unpacked, and why.
+ * Say on stderr what the packs became: how many jobs in how many runs, the
+ * keys their members hold apart, and the grid's keys that keep jobs in
+ * runs of their own (an engine's members share every other key).
+ */
+static void
+pack_report(const sweep_plan *p, int packed)
+{
+    char apart[256] = "", alone[256] = "", keys[256] = "";
+    size_t used = 0, n_keys = 0;
+    for (int i = 0; i < FOX_MEMBER_KEYS; i++) {
+        int listed = 0;
+        for (int j = 0; j < p->n_jobs && !listed; j++)
+            listed = p->jobs[j].lead == j && p->jobs[j].members > 1 &&
+                     foxctl_sweep_pack_apart(p, &p->jobs[j], fox_member_key(i));
+        if (listed)
+            used += (size_t)snprintf(apart + used, sizeof apart - used, "%s%s", used ? ", " : "",
+                                     fox_member_key(i));
+        n_keys += (size_t)snprintf(keys + n_keys, sizeof keys - n_keys, "%s%s",
+                                   n_keys ? ", " : "", fox_member_key(i));
+    }
+    used = 0;
+    const cJSON *grid = cJSON_GetObjectItemCaseSensitive(p->spec, "grid");
+    for (const cJSON *k = grid ? grid->child : NULL; k; k = k->next)
+        if (fox_member_key_index(k->string) < 0 && cJSON_GetArraySize(k) > 1 &&
+            used < sizeof alone)
+            used += (size_t)snprintf(alone + used, sizeof alone - used, "%s%s", used ? ", " : "",
+                                     k->string);
+    if (packed)
+        fprintf(stderr, "sweep: %d jobs packed into %d run%s, members apart in %s (each job a "
+                        "member of one engine; --no-pack runs them one by one)\n",
+                packed, p->packs, p->packs == 1 ? "" : "s", apart);
+    if (alone[0])
+        fprintf(stderr, "sweep: jobs apart in %s train in runs of their own (an engine's members "
+                        "differ only in %s)\n",
+                alone, keys);
+}
+
+/*
+ * Pack the pending jobs: per family of configurations (config_family) and
+ * fold, up to PACK_MAX jobs at a time become one run with engine.members =
+ * their number, member k with the k-th job's seed and values
+ * (foxctl_sweep_run_values). Says on stderr what became of the jobs, which
+ * configurations stay unpacked, and why.
  */
 static int
 plan_pack(sweep_plan *p)
 {
-    int runs = 0, packed = 0, n = 0;
+    int packed = 0, n = 0;
     int has_job_set = cJSON_GetObjectItemCaseSensitive(p->spec, "job_set") != NULL;
     int *order = malloc((size_t)(p->n_jobs ? p->n_jobs : 1) * sizeof *order);
+    int *family = malloc((size_t)p->n_configs * sizeof *family);
     char *refused = calloc((size_t)p->n_configs, 1);
-    if (!order || !refused) {
+    if (!order || !family || !refused) {
         free(order);
+        free(family);
         free(refused);
         return spec_error("plan", "out of memory");
     }
+    for (int c = 0; c < p->n_configs; c++)
+        family[c] = config_family(p, c);
     for (int i = 0; i < p->n_jobs; i++) {
         const sweep_job *j = &p->jobs[i];
         /* Every job of a configuration has its values but train.seed: its first one speaks. */
@@ -424,13 +479,13 @@ plan_pack(sweep_plan *p)
             order[n++] = i;
     }
     sort_jobs = p->jobs;
-    qsort(order, (size_t)n, sizeof *order, by_config_fold_seed);
+    sort_family = family;
+    qsort(order, (size_t)n, sizeof *order, by_family_fold_config_seed);
     for (int a = 0, b; a < n; a = b) {
         sweep_job *lead = &p->jobs[order[a]], *last = lead;
         for (b = a + 1; b < n && b - a < PACK_MAX; b++) {
             sweep_job *j = &p->jobs[order[b]];
-            if (j->config != lead->config || j->fold != lead->fold ||
-                j->seed != lead->seed + (uint64_t)(b - a))
+            if (family[j->config] != family[lead->config] || j->fold != lead->fold)
                 break;
             j->lead = order[a];
             j->member = b - a;
@@ -439,16 +494,14 @@ plan_pack(sweep_plan *p)
         }
         lead->members = b - a;
         if (lead->members > 1) {
-            runs++;
+            p->packs++;
             packed += lead->members;
         }
     }
+    pack_report(p, packed);
     free(order);
+    free(family);
     free(refused);
-    if (packed)
-        fprintf(stderr, "sweep: %d jobs of consecutive seeds packed into %d run%s (each seed a "
-                        "member of one engine; --no-pack runs them one by one)\n",
-                packed, runs, runs == 1 ? "" : "s");
     return FOXCTL_OK;
 }
 
@@ -721,7 +774,7 @@ write_slurm_tasks(const sweep_plan *p)
                                   p->steps_per_epoch);
         for (const cJSON *v = j->values->child; v && k < sizeof line; v = v->next) {
             char text[2048];
-            value_text(v, text, sizeof text);
+            foxctl_sweep_value_text(v, text, sizeof text);
             if (strchr(text, '\t') || strchr(text, '\n')) {
                 free(buf);
                 return spec_error(v->string, "a value for Slurm may not hold a tab or newline");
@@ -768,10 +821,11 @@ usage_sweep(FILE *out)
             "Runs folds x seeds x configurations, one fold per job from a fresh engine, over\n"
             "the endpoints (default: --url), keeps each result in DIR/jobs/ as it arrives and\n"
             "prints per configuration the test Sharpe, mean ± SE over seeds, and the baselines.\n"
-            "The same spec and --dir again skips finished jobs. Jobs of one configuration and\n"
-            "fold with consecutive seeds train as the members of one engine (engine.members)\n"
-            "where their data is the same (a CSV, or data.seed set); --no-pack runs each\n"
-            "alone. --slurm writes DIR/tasks.tsv\n"
+            "The same spec and --dir again skips finished jobs. Jobs of one fold that differ\n"
+            "only in their seed and member keys (train.lr, train.gamma, train.eps_*,\n"
+            "policy.band, env.train_cost_mult) train as the members of one engine\n"
+            "(engine.members) where their data is the same (a CSV, or data.seed set);\n"
+            "--no-pack runs each alone. --slurm writes DIR/tasks.tsv\n"
             "for " FOX_SBATCH " (scripts/ in the source)\n"
             "instead of running.\n");
 }

@@ -13,9 +13,10 @@
  * A job is one fold of one configuration with one seed, trained from a fresh
  * engine (`run` with fresh:true, or `foxd --once`), so that its result
  * depends on its configuration alone, not on the daemon it ran on. Over
- * daemons, jobs that differ only in consecutive seeds on the same data run
- * as the members of one engine (engine.members), each member the run of its
- * seed alone, and the run's result is split back into one per job.
+ * daemons, jobs that differ only in their seed and their values of the
+ * member keys (common/member_keys.h) on the same data run as the members of
+ * one engine (engine.members), each member the run of its seed and values
+ * alone, and the run's result is split back into one per job.
  */
 #ifndef FOX_CLIENT_SWEEP_H
 #define FOX_CLIENT_SWEEP_H

@@ -29,11 +29,12 @@ typedef struct sweep_job {
     int attempts;     /* tries lost with their daemon */
     double started;   /* monotonic seconds, while running */
     /*
-     * Packing (sweep.c): jobs that differ only in consecutive seeds train
-     * as the members of one engine. lead is the index of the job whose run
-     * trains this one (its own index when it runs alone or leads), member
-     * its place in that run (seed = the lead's + member), next the pack's
-     * next job (-1: the last), members on a lead the pack's size.
+     * Packing (sweep.c): jobs that differ only in their seed and their
+     * values of the member keys (common/member_keys.h) train as the
+     * members of one engine. lead is the index of the job whose run trains
+     * this one (its own index when it runs alone or leads), member its
+     * place in that run, next the pack's next job (-1: the last), members
+     * on a lead the pack's size.
      */
     int lead, member, next, members;
 } sweep_job;
@@ -46,7 +47,31 @@ typedef struct sweep_plan {
     char (*labels)[256]; /* per configuration: "key=value ..." of its grid values */
     sweep_job *jobs;
     int n_jobs;
+    int packs;        /* runs of more than one job (plan_pack) */
 } sweep_plan;
+
+/* A config value as --set text: cJSON prints numbers as the shortest text that reads back. */
+void foxctl_sweep_value_text(const cJSON *v, char *buf, size_t len);
+
+/*
+ * The values of array a as the comma list a member key takes in config_set
+ * ("0.001,0.0003"): the wire carries one value a key. NULL when out of memory.
+ */
+cJSON *foxctl_sweep_list_text(const cJSON *a);
+
+/*
+ * The config values the run of job j sets: its own, and where it leads a
+ * pack engine.members, with each member key whose values differ among the
+ * pack's jobs as the list of them in member order (foxctl_sweep_list_text). train.seed stays one
+ * value where the seeds run on from the lead's by one (member k takes
+ * train.seed + k). A plan that packs sets engine.members on every run, so
+ * that a run alone does not train the members a pack left on its daemon.
+ * NULL when out of memory; the caller owns it.
+ */
+cJSON *foxctl_sweep_run_values(const sweep_plan *p, const sweep_job *j);
+
+/* Whether the jobs of the pack led by j set key to different values (train.seed: seeds). */
+int foxctl_sweep_pack_apart(const sweep_plan *p, const sweep_job *j, const char *key);
 
 /* The JSON document of file path, or NULL with err set (the path and why). */
 cJSON *foxctl_sweep_read_json(const char *path, char *err, size_t errlen);

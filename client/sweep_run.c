@@ -235,8 +235,9 @@ wait_op(worker *w, int64_t op, cJSON *record, char *msg, size_t len)
 }
 
 /*
- * One job (or a pack, as its lead: the lead's values with engine.members,
- * its seed the first) on this worker's daemon: config, fresh run, wait.
+ * One job (or a pack, as its lead: foxctl_sweep_run_values, the members'
+ * values of the keys they hold apart as lists) on this worker's daemon:
+ * config, fresh run, wait.
  */
 static job_outcome
 run_job(worker *w, sweep_job *j, cJSON *record, char *msg, size_t len)
@@ -244,10 +245,7 @@ run_job(worker *w, sweep_job *j, cJSON *record, char *msg, size_t len)
     const sweep_plan *p = w->ctx->p;
     fox_reply rep;
     cJSON *args = cJSON_CreateObject();
-    cJSON *values = cJSON_Duplicate(j->values, 1);
-    if (j->members > 1)
-        cJSON_AddNumberToObject(values, "engine.members", j->members);
-    cJSON_AddItemToObject(args, "values", values);
+    cJSON_AddItemToObject(args, "values", foxctl_sweep_run_values(p, j));
     /* The fresh run below replaces the engine whatever it holds: the keys may recreate it now. */
     cJSON_AddTrueToObject(args, "force");
     job_outcome out = ask(w, "config_set", args, LONG_CALL_MS, &rep, msg, len);
@@ -445,16 +443,20 @@ remember_config(worker *w)
     cJSON *keys = cJSON_AddArrayToObject(args, "keys");
     for (const cJSON *v = w->ctx->p->jobs[0].values->child; v; v = v->next)
         cJSON_AddItemToArray(keys, cJSON_CreateString(v->string));
-    /* A pack sets engine.members beside the jobs' keys (a sweep that sets it packs nothing). */
-    for (int i = 0; i < w->ctx->p->n_jobs; i++)
-        if (w->ctx->p->jobs[i].members > 1) {
-            cJSON_AddItemToArray(keys, cJSON_CreateString("engine.members"));
-            break;
-        }
+    /* A plan that packs sets engine.members beside the jobs' keys (a sweep that sets it packs
+     * nothing). */
+    if (w->ctx->p->packs)
+        cJSON_AddItemToArray(keys, cJSON_CreateString("engine.members"));
     if (ask(w, "config_get", args, w->ctx->o->timeout_ms, &rep, msg, sizeof msg) != JOB_OK)
         return;
     w->found = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(rep.result, "values"), 1);
     fox_reply_fini(&rep);
+    /* A member key's list comes as an array and goes back as its text. */
+    for (cJSON *v = w->found ? w->found->child : NULL, *next; v; v = next) {
+        next = v->next;
+        if (cJSON_IsArray(v))
+            cJSON_ReplaceItemInObjectCaseSensitive(w->found, v->string, foxctl_sweep_list_text(v));
+    }
 }
 
 /* Put back what remember_config saw; a later sweep or run then starts from it. */

@@ -388,6 +388,47 @@ json_type_name(const cJSON *v)
     return "invalid";
 }
 
+/*
+ * A member key (common/member_keys.h) takes one value a member: in JSON an
+ * array of the key's values ([0.001, 0.0003], each a number or its text) or
+ * the text of fox_config_set ("0.001,0.0003"), beside the key's one value.
+ */
+static int
+set_member_list_json(fox_config *cfg, const char *key, fox_cfg_type type, const cJSON *v,
+                     char *err, size_t errlen)
+{
+    char text[2 * FOX_MEMBER_LIST_MAX];
+    size_t n = 0;
+    if (cJSON_IsString(v))
+        return fox_config_set(cfg, key, v->valuestring, err, errlen);
+    if (cJSON_GetArraySize(v) == 0 || cJSON_GetArraySize(v) > FOX_MEMBERS_MAX)
+        return fox_errf(err, errlen, FOX_EINVAL, "%s: expected 1 to %d values, one a member",
+                         key, FOX_MEMBERS_MAX);
+    for (const cJSON *it = v->child; it; it = it->next) {
+        char one[64];
+        int ok;
+        if (cJSON_IsString(it)) {
+            /* As a value's text (seeds beyond 2^53 need it); fox_config_set checks it. */
+            ok = strlen(it->valuestring) < sizeof one && !strchr(it->valuestring, ',');
+            if (ok)
+                strcpy(one, it->valuestring);
+        } else if (type == FOX_CFG_U64) {
+            ok = json_int_text(it, 0, 9007199254740991.0, one, sizeof one);
+        } else if (type == FOX_CFG_INT) {
+            ok = json_int_text(it, INT_MIN, INT_MAX, one, sizeof one);
+        } else {
+            ok = cJSON_IsNumber(it);
+            if (ok)
+                snprintf(one, sizeof one, "%.17g", it->valuedouble);
+        }
+        if (!ok)
+            return fox_errf(err, errlen, FOX_EINVAL, "%s: expected an array of numbers, got %s",
+                             key, json_type_name(it));
+        n += (size_t)snprintf(text + n, sizeof text - n, "%s%s", n ? "," : "", one);
+    }
+    return fox_config_set(cfg, key, text, err, errlen);
+}
+
 int
 fox_conf_set_json(fox_config *cfg, fox_dconf *d, const char *key, const cJSON *v, char *err,
                   size_t errlen)
@@ -447,6 +488,8 @@ fox_conf_set_json(fox_config *cfg, fox_dconf *d, const char *key, const cJSON *v
         return fox_errf(err, errlen, FOX_EINVAL, "unknown key '%s'", key);
     if (strcmp(key, FOLDS_KEY) == 0)
         return set_folds_json(cfg, v, err, errlen);
+    if (fox_member_key_index(key) >= 0 && (cJSON_IsArray(v) || cJSON_IsString(v)))
+        return set_member_list_json(cfg, key, fox_config_key_type(i), v, err, errlen);
     switch (fox_config_key_type(i)) {
     case FOX_CFG_INT:
         if (!json_int_text(v, INT_MIN, INT_MAX, text, sizeof text))
@@ -480,10 +523,31 @@ fox_conf_set_json(fox_config *cfg, fox_dconf *d, const char *key, const cJSON *v
     return fox_config_set(cfg, key, text, err, errlen);
 }
 
+/* One value of a key of this type, as fox_config_get wrote it, as JSON. */
+static cJSON *
+value_json(fox_cfg_type type, const char *text)
+{
+    switch (type) {
+    case FOX_CFG_INT:
+    case FOX_CFG_FLOAT:
+    case FOX_CFG_DOUBLE:
+        return cJSON_CreateNumber(strtod(text, NULL));
+    case FOX_CFG_U64: {
+        /* Exact as a number up to 2^53; beyond that, a string keeps every digit. */
+        unsigned long long x = strtoull(text, NULL, 10);
+        if (x <= 9007199254740991ULL)
+            return cJSON_CreateNumber((double)x);
+        return cJSON_CreateString(text);
+    }
+    default:
+        return cJSON_CreateString(text);
+    }
+}
+
 cJSON *
 fox_conf_key_json(const fox_config *cfg, int i)
 {
-    char buf[FOX_PATH_MAX + 64];
+    char buf[FOX_PATH_MAX + FOX_MEMBER_LIST_MAX];
     if (fox_config_get(cfg, fox_config_key_name(i), buf, sizeof buf) != FOX_OK)
         return cJSON_CreateNull();
     if (strcmp(fox_config_key_name(i), FOLDS_KEY) == 0) {
@@ -494,21 +558,15 @@ fox_conf_key_json(const fox_config *cfg, int i)
                 cJSON_AddItemToArray(a, cJSON_CreateNumber(k));
         return a;
     }
-    switch (fox_config_key_type(i)) {
-    case FOX_CFG_INT:
-    case FOX_CFG_FLOAT:
-    case FOX_CFG_DOUBLE:
-        return cJSON_CreateNumber(strtod(buf, NULL));
-    case FOX_CFG_U64: {
-        /* Exact as a number up to 2^53; beyond that, a string keeps every digit. */
-        unsigned long long x = strtoull(buf, NULL, 10);
-        if (x <= 9007199254740991ULL)
-            return cJSON_CreateNumber((double)x);
-        return cJSON_CreateString(buf);
+    /* A member key's list as the array the file and config_set take. */
+    if (strchr(buf, ',') && fox_member_key_index(fox_config_key_name(i)) >= 0) {
+        cJSON *a = cJSON_CreateArray();
+        for (char *save = NULL, *t = strtok_r(buf, ",", &save); a && t;
+             t = strtok_r(NULL, ",", &save))
+            cJSON_AddItemToArray(a, value_json(fox_config_key_type(i), t));
+        return a;
     }
-    default:
-        return cJSON_CreateString(buf);
-    }
+    return value_json(fox_config_key_type(i), buf);
 }
 
 /* ------------------------------------------------------------ the JSON file */

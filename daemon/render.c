@@ -110,7 +110,8 @@ member_halt(cJSON *o, int reason)
 
 /*
  * A population's members (engine.members > 1): their spread over seeds and
- * each member's own walk. Epochs count as best_epoch does (from 0, -1: none
+ * each member's own walk, with its values of the member keys the members
+ * hold apart ("train.lr": 0.001; none where they hold none apart). Epochs count as best_epoch does (from 0, -1: none
  * chosen yet); best and worst are null while no member has chosen one.
  */
 static cJSON *
@@ -139,6 +140,14 @@ members_json(const fox_fold_report *r)
         fox_render_num(e, "test_sharpe_se", x->test_at_best.sharpe_se);
         fox_render_num(e, "turnover", x->test_at_best.turnover);
         fox_render_band(e, x->band);
+        /*
+         * The member keys the members hold apart, by their dotted names
+         * beside the rest (a level deeper would pass the wire's nesting
+         * limit): which member learnt with which values.
+         */
+        for (int i = 0; i < FOX_MEMBER_KEYS; i++)
+            if (r->member_keys & (1u << i))
+                cJSON_AddNumberToObject(e, fox_member_key(i), x->values[i]);
         member_halt(e, x->halt_reason);
         if (x->halt_reason == FOX_HALT_NONE)
             cJSON_AddNullToObject(e, "halt_step");

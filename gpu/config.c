@@ -120,7 +120,7 @@ static const key_def keys[] = {
         "train steps of the linear ε decay"),
     U64("train.seed", seed, "1",
         "seed of the learner's streams (initialization, exploration, replay sampling); member k "
-        "of a population takes train.seed + k"),
+        "of a population takes train.seed + k, or the k-th of a list"),
     {"train.folds", FOX_CFG_INT, OFF(folds_mask), 1, 255, "0,1,2", NULL,
      "folds a run trains, as a list \"0,1,2\" (stored as a bit mask)"},
     ENM("train.select", select_rule, select_names, "smoothed",
@@ -181,7 +181,9 @@ static const key_def keys[] = {
     ENM("engine.backend", backend, backend_names, "auto", "auto, cpu or cuda"),
     INT("engine.members", members, 1, FOX_MEMBERS_MAX, "1",
         "networks trained side by side on the same data, member k with train.seed + k: each its "
-        "own walk and report, their spread an error bar over seeds"),
+        "own walk and report, their spread an error bar over seeds; train.seed, train.lr, "
+        "train.gamma, train.eps_*, policy.band and env.train_cost_mult take a comma list, one "
+        "value a member"),
     INT("engine.quorum", quorum, 1, FOX_MEMBERS_MAX, "1",
         "a fold goes on while at least this many members train; a halted member is frozen"),
     ENM("engine.bounds_mode", bounds_mode, bounds_names, "fixed",
@@ -322,6 +324,52 @@ set_key(fox_config *cfg, const key_def *k, const char *v, char *err, size_t errl
     return FOX_EINTERNAL;
 }
 
+static int get_key(const fox_config *cfg, const key_def *k, char *buf, size_t len);
+
+/*
+ * A member key's comma list v into cfg: each value checked as the key's
+ * one would be and kept as the key prints it, member 0's also in the
+ * field. cfg is unchanged when a value is refused.
+ */
+static int
+set_list(fox_config *cfg, const key_def *k, int li, const char *v, char *err, size_t errlen)
+{
+    fox_config scratch;
+    char text[FOX_MEMBER_LIST_MAX], one[64];
+    size_t used = 0;
+    int n = 0, rv;
+    memset(&scratch, 0, sizeof scratch);
+    text[0] = 0;
+    for (const char *p = v;; p++) {
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len >= sizeof one)
+            return fox_errf(err, errlen, FOX_EINVAL, "%s: '%s' has an %s value", k->name, v,
+                            len ? "overlong" : "empty");
+        if (n == FOX_MEMBERS_MAX)
+            return fox_errf(err, errlen, FOX_EINVAL,
+                            "%s: more than %d values (a list gives one to each of "
+                            "engine.members)",
+                            k->name, FOX_MEMBERS_MAX);
+        memcpy(one, p, len);
+        one[len] = 0;
+        if ((rv = set_key(&scratch, k, one, err, errlen)) != FOX_OK)
+            return rv;
+        get_key(&scratch, k, one, sizeof one);
+        used += (size_t)snprintf(text + used, sizeof text - used, "%s%s", n++ ? "," : "", one);
+        p += len;
+        if (!*p)
+            break;
+    }
+    /* Member 0's value in the field: what reads the key without asking for a member sees it. */
+    size_t first = strcspn(text, ",");
+    memcpy(one, text, first);
+    one[first] = 0;
+    set_key(cfg, k, one, NULL, 0);
+    cfg->lists[li].n = n;
+    memcpy(cfg->lists[li].text, text, used + 1);
+    return FOX_OK;
+}
+
 void
 fox_config_default(fox_config *cfg)
 {
@@ -340,7 +388,13 @@ fox_config_set(fox_config *cfg, const char *key, const char *value, char *err, s
     const key_def *k = find_key(key);
     if (!k)
         return fox_errf(err, errlen, FOX_EINVAL, "%s: unknown configuration key", key);
-    return set_key(cfg, k, value, err, errlen);
+    int li = fox_member_key_index(key);
+    if (li >= 0 && strchr(value, ','))
+        return set_list(cfg, k, li, value, err, errlen);
+    int rv = set_key(cfg, k, value, err, errlen);
+    if (rv == FOX_OK && li >= 0)
+        cfg->lists[li].n = 0; /* one value again: every member's */
+    return rv;
 }
 
 int
@@ -358,12 +412,10 @@ fox_config_set_pair(fox_config *cfg, const char *pair, char *err, size_t errlen)
     return fox_config_set(cfg, key, eq + 1, err, errlen);
 }
 
-int
-fox_config_get(const fox_config *cfg, const char *key, char *buf, size_t len)
+/* The value of k's field as text (a member key's list aside). */
+static int
+get_key(const fox_config *cfg, const key_def *k, char *buf, size_t len)
 {
-    const key_def *k = find_key(key);
-    if (!k)
-        return FOX_ENOENT;
     const void *field = (const char *)cfg + k->offset;
     switch (k->type) {
     case FOX_CFG_INT:
@@ -405,6 +457,20 @@ fox_config_get(const fox_config *cfg, const char *key, char *buf, size_t len)
 }
 
 int
+fox_config_get(const fox_config *cfg, const char *key, char *buf, size_t len)
+{
+    const key_def *k = find_key(key);
+    if (!k)
+        return FOX_ENOENT;
+    int li = fox_member_key_index(key);
+    if (li >= 0 && cfg->lists[li].n) {
+        snprintf(buf, len, "%s", cfg->lists[li].text);
+        return FOX_OK;
+    }
+    return get_key(cfg, k, buf, len);
+}
+
+int
 fox_config_key_count(void)
 {
     return N_KEYS;
@@ -438,16 +504,85 @@ fox_config_branches(const fox_config *cfg, int sizes[FOX_MAX_BRANCHES])
     return FOX_MAX_BRANCHES;
 }
 
+/* The i-th of a comma list into buf (the list has it). */
+static void
+list_item(const char *list, int i, char *buf, size_t len)
+{
+    for (; i > 0; i--)
+        list = strchr(list, ',') + 1;
+    size_t n = strcspn(list, ",");
+    snprintf(buf, len, "%.*s", (int)n, list);
+}
+
+void
+fox_config_member(const fox_config *cfg, int k, fox_config *out)
+{
+    *out = *cfg;
+    out->seed = cfg->seed + (uint64_t)k;
+    for (int i = 0; i < FOX_MEMBER_KEYS; i++) {
+        if (cfg->lists[i].n) {
+            char one[64];
+            list_item(cfg->lists[i].text, k, one, sizeof one);
+            set_key(out, find_key(fox_member_key(i)), one, NULL, 0);
+        }
+        out->lists[i].n = 0;
+    }
+}
+
+/* The checks of one member's values (or the engine's, without lists). */
+static int
+validate_member(const fox_config *cfg, int k, char *err, size_t errlen)
+{
+    char who[32] = "";
+    if (k >= 0)
+        snprintf(who, sizeof who, " (member %d)", k);
+    if (cfg->eps_end > cfg->eps_start)
+        return fox_errf(err, errlen, FOX_EINVAL,
+                        "train.eps_end must not exceed train.eps_start%s", who);
+    return FOX_OK;
+}
+
 int
 fox_config_validate(const fox_config *cfg, char *err, size_t errlen)
 {
+    int listed = 0, rv;
+    for (int i = 0; i < FOX_MEMBER_KEYS; i++) {
+        if (!cfg->lists[i].n)
+            continue;
+        listed = 1;
+        if (cfg->lists[i].n != cfg->members)
+            return fox_errf(err, errlen, FOX_EINVAL,
+                            "%s: %d values for engine.members = %d (a list gives each member "
+                            "its own value)",
+                            fox_member_key(i), cfg->lists[i].n, cfg->members);
+    }
+    /* The ensemble's decision is the members' together: its walk has one band. */
+    if (cfg->policy_members == FOX_POLICY_MEMBERS_ENSEMBLE &&
+        cfg->lists[fox_member_key_index("policy.band")].n)
+        return fox_errf(err, errlen, FOX_EINVAL,
+                        "policy.band: one value under policy.members=ensemble (the ensemble's "
+                        "walk acts with one band)");
+    if (!listed) {
+        if ((rv = validate_member(cfg, -1, err, errlen)) != FOX_OK)
+            return rv;
+    } else {
+        fox_config *m = malloc(sizeof *m);
+        if (!m)
+            return fox_errf(err, errlen, FOX_ENOMEM, "config: out of memory");
+        rv = FOX_OK;
+        for (int k = 0; k < cfg->members && rv == FOX_OK; k++) {
+            fox_config_member(cfg, k, m);
+            rv = validate_member(m, k, err, errlen);
+        }
+        free(m);
+        if (rv != FOX_OK)
+            return rv;
+    }
     if (!(cfg->v_min < cfg->v_max))
         return fox_errf(err, errlen, FOX_EINVAL, "model.v_min must be below model.v_max");
     if (cfg->state_dim < 4 + 3)
         return fox_errf(err, errlen, FOX_EINVAL,
                         "model.state_dim too small for the portfolio features");
-    if (cfg->eps_end > cfg->eps_start)
-        return fox_errf(err, errlen, FOX_EINVAL, "train.eps_end must not exceed train.eps_start");
     if (cfg->folds_mask >> cfg->n_folds)
         return fox_errf(err, errlen, FOX_EINVAL, "train.folds names a fold beyond data.folds");
     if (cfg->cuda_one_stream && !cfg->debug_enable)

@@ -14,10 +14,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/member_keys.h"
+
 #define FOX_MAX_BRANCHES 4
 /* Members a population (engine.members) may hold. */
 #define FOX_MEMBERS_MAX 64
 #define FOX_PATH_MAX 1024
+/* Text of a member key's list (common/member_keys.h): 64 values of up to 21 characters. */
+#define FOX_MEMBER_LIST_MAX (FOX_MEMBERS_MAX * 22)
 
 enum { FOX_BACKEND_AUTO = 0, FOX_BACKEND_CPU = 1, FOX_BACKEND_CUDA = 2 };
 enum { FOX_TARGET_MEAN = 0, FOX_TARGET_INDEP = 1 };
@@ -130,6 +134,17 @@ typedef struct fox_config {
     int fault_step;
     int fault_kind;   /* FOX_FAULT_* */
     int cuda_one_stream; /* the CUDA step on one stream (needs debug.enable) */
+
+    /*
+     * The member keys (common/member_keys.h) given as lists, indexed as
+     * fox_member_key: n values (engine.members of them once validated) as
+     * config text, "0.001,0.0003". n is 0 where the key holds one value for
+     * every member; with a list, the key's field above holds member 0's.
+     */
+    struct fox_member_list {
+        int n;
+        char text[FOX_MEMBER_LIST_MAX];
+    } lists[FOX_MEMBER_KEYS];
 } fox_config;
 
 /* Fill *cfg with every key's default. */
@@ -138,14 +153,17 @@ void fox_config_default(fox_config *cfg);
 /*
  * Set one key from text ("train.batch", "256"). Returns FOX_EINVAL with a
  * message in err (may be NULL) naming the key and the reason: unknown key,
- * unparsable value or value out of range.
+ * unparsable value or value out of range. A member key (common/member_keys.h)
+ * also takes a comma list, one value a member ("0.001,0.0003"): each value
+ * is checked as the key's one would be; that the list has engine.members
+ * values is fox_config_validate's to check, as the keys come in any order.
  */
 int fox_config_set(fox_config *cfg, const char *key, const char *value, char *err, size_t errlen);
 
 /* "key=value" form of fox_config_set, as given to --set. */
 int fox_config_set_pair(fox_config *cfg, const char *pair, char *err, size_t errlen);
 
-/* Value of one key as text into buf. FOX_ENOENT for an unknown key. */
+/* Value of one key as text into buf (a member key's list as its list). FOX_ENOENT for an unknown key. */
 int fox_config_get(const fox_config *cfg, const char *key, char *buf, size_t len);
 
 typedef enum { FOX_CFG_INT, FOX_CFG_U64, FOX_CFG_FLOAT, FOX_CFG_DOUBLE, FOX_CFG_STR, FOX_CFG_ENUM } fox_cfg_type;
@@ -156,8 +174,18 @@ const char *fox_config_key_name(int i);
 fox_cfg_type fox_config_key_type(int i);
 const char *fox_config_key_help(int i);
 
-/* Cross-key checks (h widths positive, v_min < v_max, ...). FOX_EINVAL + message. */
+/*
+ * Cross-key checks (h widths positive, v_min < v_max, every member key's list
+ * of engine.members values, ...), of each member's values. FOX_EINVAL + message.
+ */
 int fox_config_validate(const fox_config *cfg, char *err, size_t errlen);
+
+/*
+ * Member k's own config into *out (out != cfg): train.seed + k, or the k-th
+ * of train.seed's list, and the k-th value of every other listed key; out
+ * holds no lists. cfg must have passed fox_config_validate.
+ */
+void fox_config_member(const fox_config *cfg, int k, fox_config *out);
 
 /* Branch sizes implied by the config: {3, size_levels, order_types, urgency_levels}. */
 int fox_config_branches(const fox_config *cfg, int sizes[FOX_MAX_BRANCHES]);

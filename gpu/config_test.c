@@ -1,8 +1,9 @@
 /*
  * config_test.c — the configuration key table on its own: every key
  * round-trips through its text, every refusal names the key and why and
- * leaves the config as it was, and every cross-key check of
- * fox_config_validate names the keys it compares.
+ * leaves the config as it was, every cross-key check of
+ * fox_config_validate names the keys it compares, and a member key's list
+ * gives each member its own value.
  */
 #include <check.h>
 #include <stdio.h>
@@ -229,6 +230,80 @@ START_TEST(config_lookup_edges)
 }
 END_TEST
 
+/* A member key's comma list: one value a member, checked, printed back, resolved per member. */
+START_TEST(config_member_lists)
+{
+    fox_config c, before, m;
+    char buf[FOX_MEMBER_LIST_MAX], err[256];
+    fox_config_default(&c);
+    const char *pairs[] = {"engine.members=3", "train.lr=0.001,0.00030,3e-4",
+                           "policy.band=0,2,8", "train.seed=5,9,11", "train.eps_decay_steps=100",
+                           NULL};
+    fox_test_set_pairs(&c, pairs);
+    ck_assert_int_eq(fox_config_get(&c, "train.lr", buf, sizeof buf), FOX_OK);
+    ck_assert_str_eq(buf, "0.001,0.0003,0.0003"); /* each value as the key prints one */
+    ck_assert_float_eq(c.lr, 0.001f);                /* the field: member 0's */
+    ck_assert_int_eq(fox_config_validate(&c, err, sizeof err), FOX_OK);
+    static const float band[3] = {0, 2, 8};
+    static const uint64_t seed[3] = {5, 9, 11};
+    for (int k = 0; k < 3; k++) {
+        fox_config_member(&c, k, &m);
+        ck_assert_float_eq(m.lr, k ? 0.0003f : 0.001f);
+        ck_assert_float_eq(m.band, band[k]);
+        ck_assert_uint_eq(m.seed, seed[k]);
+        ck_assert_int_eq(m.eps_decay_steps, 100);
+        ck_assert_int_eq(fox_config_get(&m, "policy.band", buf, sizeof buf), FOX_OK);
+        ck_assert_msg(!strchr(buf, ','), "member %d still holds a list: %s", k, buf);
+    }
+    /* Without a seed list, member k takes train.seed + k. */
+    ck_assert_int_eq(fox_config_set(&c, "train.seed", "40", err, sizeof err), FOX_OK);
+    fox_config_member(&c, 2, &m);
+    ck_assert_uint_eq(m.seed, 42);
+    ck_assert_float_eq(m.band, 8.0f);
+
+    /* A list of another length than engine.members: the key, its count and engine.members. */
+    ck_assert_int_eq(fox_config_set(&c, "train.gamma", "0.9,0.99", err, sizeof err), FOX_OK);
+    ck_assert_int_eq(fox_config_validate(&c, err, sizeof err), FOX_EINVAL);
+    ck_assert_msg(strstr(err, "train.gamma: 2 values for engine.members = 3"), "%s", err);
+    ck_assert_int_eq(fox_config_set(&c, "train.gamma", "0.95", err, sizeof err), FOX_OK);
+    ck_assert_int_eq(fox_config_validate(&c, err, sizeof err), FOX_OK);
+
+    /* Each member's values meet the cross-key checks. */
+    ck_assert_int_eq(fox_config_set(&c, "train.eps_start", "0.5", err, sizeof err), FOX_OK);
+    ck_assert_int_eq(fox_config_set(&c, "train.eps_end", "0.1,0.1,0.9", err, sizeof err), FOX_OK);
+    ck_assert_int_eq(fox_config_validate(&c, err, sizeof err), FOX_EINVAL);
+    ck_assert_msg(strstr(err, "train.eps_start (member 2)"), "%s", err);
+    ck_assert_int_eq(fox_config_set(&c, "train.eps_end", "0.1", err, sizeof err), FOX_OK);
+    /* The ensemble walks one band. */
+    ck_assert_int_eq(fox_config_set(&c, "policy.members", "ensemble", err, sizeof err), FOX_OK);
+    ck_assert_int_eq(fox_config_validate(&c, err, sizeof err), FOX_EINVAL);
+    assert_names_key(err, "policy.band", "policy.members=ensemble");
+
+    /* A bad value anywhere in a list is refused as the key's one would be, changing nothing. */
+    static const struct {
+        const char *key, *value, *why;
+    } bad[] = {{"train.lr", "0.1,2", "out of range"},
+               {"train.gamma", "0.9,,0.8", "empty value"},
+               {"train.eps_decay_steps", "10,1.5", "not an integer"},
+               {"train.seed", "1,-2", "not an unsigned integer"},
+               {"env.train_cost_mult", "1,x", "not a finite number"}};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        before = c;
+        ck_assert_int_eq(fox_config_set(&c, bad[k].key, bad[k].value, err, sizeof err),
+                         FOX_EINVAL);
+        assert_names_key(err, bad[k].key, bad[k].why);
+        ck_assert(memcmp(&c, &before, sizeof c) == 0);
+    }
+    char many[4 * FOX_MEMBER_LIST_MAX] = "0.5";
+    for (int k = 1; k <= FOX_MEMBERS_MAX; k++)
+        strcat(many, ",0.5");
+    ck_assert_int_eq(fox_config_set(&c, "train.gamma", many, err, sizeof err), FOX_EINVAL);
+    assert_names_key(err, "train.gamma", "more than 64 values");
+    /* Other keys take no list. */
+    ck_assert_int_eq(fox_config_set(&c, "train.batch", "64,128", err, sizeof err), FOX_EINVAL);
+}
+END_TEST
+
 static Suite *
 config_suite(void)
 {
@@ -241,6 +316,7 @@ config_suite(void)
     tcase_add_test(tc, config_cuda_math_modes);
     tcase_add_test(tc, config_validate_names_the_keys);
     tcase_add_test(tc, config_lookup_edges);
+    tcase_add_test(tc, config_member_lists);
     suite_add_tcase(s, tc);
     return s;
 }

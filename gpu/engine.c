@@ -95,15 +95,15 @@ fox_engine_create(fox_engine **out, const fox_config *cfg, char *err, size_t err
         return FOX_ENOMEM;
     }
     /*
-     * Member k is the run of train.seed + k alone, on the same data
-     * (data.seed). Each walks with a lookahead of its own, so that the
-     * members' walks go side by side (evaluate.c).
+     * Member k is the run of its own config alone (train.seed + k, and its
+     * values of the listed keys), on the same data (data.seed): its backend
+     * and its walks read nothing else. Each walks with a lookahead of its
+     * own, so that the members' walks go side by side (evaluate.c).
      */
     for (int k = 0; k < e->cfg.members; k++) {
         fox_member *m = &e->members[k];
-        m->cfg = e->cfg;
-        m->cfg.seed = e->cfg.seed + (uint64_t)k;
-        m->band = e->cfg.band;
+        fox_config_member(&e->cfg, k, &m->cfg);
+        m->band = m->cfg.band;
         if (!(m->ahead = fox__lookahead_new(&e->lay, FOX_EVAL_WALKS_MAX, e->ops->eval_lookahead))) {
             fox_engine_destroy(e);
             return FOX_ENOMEM;
@@ -394,7 +394,7 @@ fox_engine_begin_fold(fox_engine *e, int fold)
         fox_member *m = k < e->cfg.members ? &e->members[k] : &e->ensemble;
         if (k > 0)
             m->rep = *fr;
-        m->band = e->cfg.band;
+        m->band = m->cfg.band;
         m->test_sharpe_sum = 0.0;
         m->epoch_loss_sum = 0.0;
         m->epoch_loss_n = 0;
@@ -650,6 +650,26 @@ fox_engine_end_epoch(fox_engine *e, fox_epoch_report *rep)
     return FOX_OK;
 }
 
+/*
+ * Each member's values of the member keys into members[].values, and which
+ * keys the members hold apart into member_keys: with different values for
+ * lr (say), a reader sees which member learnt at which.
+ */
+static void
+members_values(const fox_engine *e, fox_fold_report *out)
+{
+    out->member_keys = 0;
+    for (int i = 0; i < FOX_MEMBER_KEYS; i++) {
+        for (int k = 0; k < e->cfg.members; k++) {
+            char text[64];
+            fox_config_get(&e->members[k].cfg, fox_member_key(i), text, sizeof text);
+            out->members[k].values[i] = strtod(text, NULL);
+            if (i != FOX_MEMBER_KEY_SEED && out->members[k].values[i] != out->members[0].values[i])
+                out->member_keys |= 1u << i;
+        }
+    }
+}
+
 /* members[] and the spread over them, from each member's own report. */
 static void
 members_spread(const fox_engine *e, fox_fold_report *out)
@@ -670,7 +690,8 @@ members_spread(const fox_engine *e, fox_fold_report *out)
                                  m->rep.band,
                                  m->halt.reason,
                                  m->halt.step,
-                                 m->halt.n_slots ? m->halt.slots[0] : -1};
+                                 m->halt.n_slots ? m->halt.slots[0] : -1,
+                                 {0}};
         if (m->rep.best_epoch < 0)
             continue;
         double s = m->rep.test_at_best.sharpe;
@@ -682,6 +703,7 @@ members_spread(const fox_engine *e, fox_fold_report *out)
         if (out->members_worst < 0 || s < out->members[out->members_worst].test_at_best.sharpe)
             out->members_worst = k;
     }
+    members_values(e, out);
     int n = out->members_n;
     out->members_mean = n ? sum / n : NAN;
     double var = n > 1 ? (sum2 - n * out->members_mean * out->members_mean) / (n - 1) : 0.0;
@@ -730,7 +752,7 @@ fox_engine_backtest(fox_engine *e, fox_fold_report *out)
     if (rv != FOX_OK)
         return rv;
     /* The band as a fold chooses it, on the bars before the range where there are enough. */
-    m->band = e->cfg.band;
+    m->band = m->cfg.band;
     if (e->cfg.band_rule == FOX_BAND_RULE_VALIDATION &&
         e->seg.val_end - e->seg.val_begin >= FOX_TREND_VAL_MIN_BARS &&
         (rv = fox__engine_choose_bands(e, &m, 1, &val)) != FOX_OK)

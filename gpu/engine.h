@@ -134,7 +134,7 @@ typedef struct fox_epoch_report {
 
 /* One member's walk-forward in a fold (engine.members). */
 typedef struct fox_member_report {
-    uint64_t seed;                /* its train.seed: the engine's + its index */
+    uint64_t seed;                /* its train.seed: the engine's + its index, or its listed one */
     int best_epoch;               /* chosen on validation by the fold's rule; -1: none yet */
     double best_val_sharpe;
     fox_eval_result test_at_best; /* its unbiased figure */
@@ -142,6 +142,8 @@ typedef struct fox_member_report {
     int halt_reason;              /* FOX_HALT_* when it halted (0: still training) */
     int64_t halt_step;            /* the fold's step count when it did */
     int halt_slot;                /* the lowest sentinel slot set at a halt_nan; -1: none */
+    /* Its value of each member key (fox_member_key), as a number; the seed is `seed`. */
+    double values[FOX_MEMBER_KEYS];
 } fox_member_report;
 
 /*
@@ -199,6 +201,8 @@ typedef struct fox_fold_report {
     int n_members;        /* engine.members */
     int lead;             /* the member whose walk the policy's figures are; -1: the ensemble */
     int members_training; /* members not halted */
+    /* Bit i: the members hold member key i (fox_member_key) at different values, the seed aside. */
+    unsigned member_keys;
     fox_member_report members[FOX_MEMBERS_MAX];
     /*
      * Over the members with a chosen epoch (members_n of them): the mean of

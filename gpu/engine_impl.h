@@ -22,7 +22,7 @@
  * selection and checkpoints are written once for one member.
  */
 typedef struct fox_member {
-    fox_config cfg; /* the engine's, with this member's train.seed */
+    fox_config cfg; /* the engine's, with this member's own values (fox_config_member) */
     fox_backend *be;
     fox_fold_report rep; /* its fold report: the fold's baselines and its own walk */
     fox_halt_info halt;  /* reason FOX_HALT_NONE while it trains */

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "proto/table.h"
+#include "common/member_keys.h"
 
 /*
  * The last lines of a block's note: where every figure is explained, as
@@ -217,11 +218,26 @@ fox_table_choice(FILE *out, const cJSON *f)
                 text(a, num(f, "select_score"), 3));
 }
 
+/* A member's values of the keys the members hold apart, " (train.lr=0.001)"; none: nothing. */
+static void
+member_values(FILE *out, const cJSON *member)
+{
+    int n = 0;
+    for (int i = 0; i < FOX_MEMBER_KEYS; i++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(member, fox_member_key(i));
+        if (cJSON_IsNumber(x))
+            fprintf(out, "%s%s=%g", n++ ? " " : " (", x->string, x->valuedouble);
+    }
+    if (n)
+        fputc(')', out);
+}
+
 /*
  * A population's line under a fold's rows (its "members" object, present
  * when engine.members > 1): the spread of the members' test Sharpe at their
- * own chosen epochs over seeds, the best and worst member, and every member
- * that halted with the step and the slot that stopped it.
+ * own chosen epochs over seeds, the best and worst member (with its values
+ * of the keys the members hold apart), and every member that halted with the
+ * step and the slot that stopped it.
  */
 static void
 members_line(FILE *out, const cJSON *f)
@@ -235,12 +251,18 @@ members_line(FILE *out, const cJSON *f)
     fprintf(out, "  members (%s, %s training): test Sharpe %s ± %s (mean ± SE over members)",
             text(a, num(m, "n"), 0), text(b, num(m, "training"), 0), text(c, num(m, "mean"), 2),
             text(d, num(m, "se"), 2));
-    if (!isnan(best))
-        fprintf(out, ", best #%.0f %s", best,
-                text(a, num(cJSON_GetArrayItem(each, (int)best), "test_sharpe"), 2));
-    if (!isnan(worst))
-        fprintf(out, ", worst #%.0f %s", worst,
-                text(a, num(cJSON_GetArrayItem(each, (int)worst), "test_sharpe"), 2));
+    if (!isnan(best)) {
+        const cJSON *x = cJSON_GetArrayItem(each, (int)best);
+        fprintf(out, ", best #%.0f", best);
+        member_values(out, x);
+        fprintf(out, " %s", text(a, num(x, "test_sharpe"), 2));
+    }
+    if (!isnan(worst)) {
+        const cJSON *x = cJSON_GetArrayItem(each, (int)worst);
+        fprintf(out, ", worst #%.0f", worst);
+        member_values(out, x);
+        fprintf(out, " %s", text(a, num(x, "test_sharpe"), 2));
+    }
     int halted = 0;
     const cJSON *x;
     cJSON_ArrayForEach(x, each)

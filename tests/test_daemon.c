@@ -181,6 +181,33 @@ START_TEST(test_conf_set)
     cJSON *e = fox_conf_key_json(&cfg, i);
     ck_assert(cJSON_IsNumber(e) && e->valueint == 7);
     cJSON_Delete(e);
+    /* A member key's list: an array in JSON, or its text; an array back from config_get. */
+    v = cJSON_Parse("[0.001, 0.0003]");
+    FOX_CK_OK_MSG(fox_conf_set_json(&cfg, NULL, "train.lr", v, err, sizeof err), err);
+    cJSON_Delete(v);
+    e = fox_conf_key_json(&cfg, fox_conf_key_index("train.lr"));
+    ck_assert_int_eq(cJSON_GetArraySize(e), 2);
+    ck_assert_double_eq(cJSON_GetArrayItem(e, 1)->valuedouble, 0.0003);
+    cJSON_Delete(e);
+    v = cJSON_Parse("[\"18446744073709551615\", 3]");
+    FOX_CK_OK_MSG(fox_conf_set_json(&cfg, NULL, "train.seed", v, err, sizeof err), err);
+    cJSON_Delete(v);
+    e = fox_conf_key_json(&cfg, fox_conf_key_index("train.seed"));
+    ck_assert_str_eq(cJSON_GetArrayItem(e, 0)->valuestring, "18446744073709551615");
+    cJSON_Delete(e);
+    v = cJSON_CreateString("0.9,0.99");
+    FOX_CK_OK_MSG(fox_conf_set_json(&cfg, NULL, "train.gamma", v, err, sizeof err), err);
+    cJSON_Delete(v);
+    v = cJSON_Parse("[0.1, true]");
+    ck_assert_int_eq(fox_conf_set_json(&cfg, NULL, "train.gamma", v, err, sizeof err),
+                     FOX_EINVAL);
+    ck_assert_msg(strstr(err, "train.gamma: expected an array of numbers, got a boolean"), "%s",
+                  err);
+    cJSON_Delete(v);
+    v = cJSON_Parse("[100, 1.5]");
+    ck_assert_int_eq(fox_conf_set_json(&cfg, NULL, "train.eps_decay_steps", v, err, sizeof err),
+                     FOX_EINVAL);
+    cJSON_Delete(v);
 }
 END_TEST
 
@@ -412,6 +439,20 @@ START_TEST(test_members_render)
     ck_assert_str_eq(cJSON_GetObjectItem(e1, "halt_slot")->valuestring, "h_s2");
     ck_assert_str_eq(cJSON_GetObjectItem(e2, "halt")->valuestring, "grad_collapse");
     ck_assert(cJSON_IsNull(cJSON_GetObjectItem(e2, "halt_slot")));
+    ck_assert_ptr_null(cJSON_GetObjectItem(e0, "train.lr")); /* no key held apart: none */
+    cJSON_Delete(j);
+    /* Members that hold train.lr apart: each names its own, and nothing else. */
+    int lr = fox_member_key_index("train.lr");
+    fr.member_keys = 1u << lr;
+    for (int k = 0; k < 3; k++) {
+        fr.members[k].values[lr] = 0.001 * (k + 1);
+        fr.members[k].values[fox_member_key_index("train.gamma")] = 0.9;
+    }
+    j = fox_render_fold(&fr);
+    each = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "members"), "each");
+    const cJSON *m2 = cJSON_GetArrayItem(each, 2);
+    ck_assert_double_eq(cJSON_GetObjectItem(m2, "train.lr")->valuedouble, 0.003);
+    ck_assert_ptr_null(cJSON_GetObjectItem(m2, "train.gamma"));
     cJSON_Delete(j);
     fr.n_members = 1;
     j = fox_render_fold(&fr);

@@ -1,6 +1,7 @@
 /*
  * test_members.c — a population in one engine (engine.members): each member
- * is the run of its own seed alone, bit for bit; a member that halts is
+ * is the run of its own seed, and of its own values of the member keys
+ * (common/member_keys.h), alone, bit for bit; a member that halts is
  * frozen while the fold goes on (down to engine.quorum); the fold report
  * carries every member's walk and their spread; a checkpoint keeps every
  * member. Built twice: on the CPU backend, and as test_cuda_members
@@ -43,6 +44,44 @@ two_epochs(fox_engine *e, fox_epoch_report *ep, fox_fold_report *fr)
     FOX_CK_OK(fox_engine_fold_report(e, fr));
 }
 
+/*
+ * Member k of a population that ran two_epochs (its reports ep and fr)
+ * against config a run alone: the same weights, bit for bit, and the same
+ * walks. Its evaluation, walked side by side with the other members', is its
+ * walk alone to the bit: the figures of the chosen epoch and of the last,
+ * the band, and the per-bar returns of both test walks. The lone run's
+ * reports go to *aep and *afr.
+ */
+static void
+member_as_alone(fox_engine *pop, const fox_epoch_report *ep, const fox_fold_report *fr, int k,
+                const fox_config *a, fox_epoch_report *aep, fox_fold_report *afr)
+{
+    fox_engine *alone = fox_test_engine(a);
+    two_epochs(alone, aep, afr);
+    uint64_t d, da;
+    FOX_CK_ENGINE_OK(pop, fox_engine_params_digest(pop, k, &d));
+    FOX_CK_ENGINE_OK(alone, fox_engine_params_digest(alone, 0, &da));
+    ck_assert_msg(d == da, "member %d's weights differ from its run alone", k);
+    ck_assert_uint_eq(fr->members[k].seed, a->seed);
+    ck_assert_int_eq(fr->members[k].best_epoch, afr->best_epoch);
+    ck_assert_double_eq(fr->members[k].best_val_sharpe, afr->best_val_sharpe);
+    ck_assert(memcmp(&fr->members[k].test_at_best, &afr->test_at_best,
+                     sizeof afr->test_at_best) == 0);
+    ck_assert_float_eq(fr->members[k].band, afr->band);
+    ck_assert_double_eq(ep->members[k].test_sharpe, aep->test.sharpe);
+    ck_assert_double_eq(ep->members[k].val_sharpe, aep->val.sharpe);
+    ck_assert_double_eq(ep->members[k].test_turnover, aep->test.turnover);
+    ck_assert_float_eq(ep->members[k].band, aep->band);
+    ck_assert_int_eq(ep->members[k].training, 1);
+    int bars = afr->test_at_best.bars;
+    ck_assert_int_gt(bars, 0);
+    ck_assert(memcmp(pop->members[k].greedy_ret, alone->members[0].greedy_ret,
+                     (size_t)bars * sizeof(float)) == 0);
+    ck_assert(memcmp(pop->members[k].chosen_ret, alone->members[0].chosen_ret,
+                     (size_t)bars * sizeof(float)) == 0);
+    fox_engine_destroy(alone);
+}
+
 /* Under each band rule (the loop's _i): validation's walks twice an epoch, fixed's once. */
 START_TEST(member_equals_its_seed_alone)
 {
@@ -58,6 +97,7 @@ START_TEST(member_equals_its_seed_alone)
     ck_assert_int_eq(fr.members_training, K);
     ck_assert_int_eq(fr.lead, 0);
     ck_assert_int_eq(ep.n_members, K);
+    ck_assert_uint_eq(fr.member_keys, 0); /* seeds alone: no values apart */
     uint64_t digest[K];
     double sum = 0.0, sum2 = 0.0;
     int64_t passes = 0, greedy_bars = 0;
@@ -68,36 +108,10 @@ START_TEST(member_equals_its_seed_alone)
         a.band_rule = _i;
         a.seed = SEED + (uint64_t)k;
         a.data_seed = SEED;
-        fox_engine *alone = fox_test_engine(&a);
         static fox_epoch_report aep;
         static fox_fold_report afr;
-        two_epochs(alone, &aep, &afr);
-        uint64_t da;
+        member_as_alone(pop, &ep, &fr, k, &a, &aep, &afr);
         FOX_CK_ENGINE_OK(pop, fox_engine_params_digest(pop, k, &digest[k]));
-        FOX_CK_ENGINE_OK(alone, fox_engine_params_digest(alone, 0, &da));
-        ck_assert_msg(digest[k] == da, "member %d's weights differ from its seed alone", k);
-        ck_assert_uint_eq(fr.members[k].seed, SEED + (uint64_t)k);
-        /*
-         * Its evaluation, walked side by side with the other members', is its walk
-         * alone to the bit: the figures of the chosen epoch and of the last, the
-         * band, and the per-bar returns of both test walks.
-         */
-        ck_assert_int_eq(fr.members[k].best_epoch, afr.best_epoch);
-        ck_assert_double_eq(fr.members[k].best_val_sharpe, afr.best_val_sharpe);
-        ck_assert(memcmp(&fr.members[k].test_at_best, &afr.test_at_best,
-                         sizeof afr.test_at_best) == 0);
-        ck_assert_float_eq(fr.members[k].band, afr.band);
-        ck_assert_double_eq(ep.members[k].test_sharpe, aep.test.sharpe);
-        ck_assert_double_eq(ep.members[k].val_sharpe, aep.val.sharpe);
-        ck_assert_double_eq(ep.members[k].test_turnover, aep.test.turnover);
-        ck_assert_float_eq(ep.members[k].band, aep.band);
-        ck_assert_int_eq(ep.members[k].training, 1);
-        int bars = afr.test_at_best.bars;
-        ck_assert_int_gt(bars, 0);
-        ck_assert(memcmp(pop->members[k].greedy_ret, alone->members[0].greedy_ret,
-                         (size_t)bars * sizeof(float)) == 0);
-        ck_assert(memcmp(pop->members[k].chosen_ret, alone->members[0].chosen_ret,
-                         (size_t)bars * sizeof(float)) == 0);
         /* Its passes are cut as alone: the population's are the members' own, summed. */
         passes += afr.eval_passes;
         greedy_bars += afr.eval_bars;
@@ -114,7 +128,6 @@ START_TEST(member_equals_its_seed_alone)
         double s = fr.members[k].test_at_best.sharpe;
         sum += s;
         sum2 += s * s;
-        fox_engine_destroy(alone);
     }
     ck_assert_msg(digest[0] != digest[1] && digest[1] != digest[2],
                   "members with different seeds trained the same weights");
@@ -130,6 +143,68 @@ START_TEST(member_equals_its_seed_alone)
         ck_assert(fr.members[fr.members_worst].test_at_best.sharpe <=
                   fr.members[k].test_at_best.sharpe);
     }
+    fox_engine_destroy(pop);
+}
+END_TEST
+
+/*
+ * Members that hold the member keys apart (a list a key, one value a
+ * member): each is the run of its own values alone, bit for bit, and the
+ * fold report names the values of the keys that differ. Members 0 and 1
+ * share a seed (train.seed's list), so only their values set them apart.
+ */
+START_TEST(member_equals_its_values_alone)
+{
+    enum { K = 3 };
+    static const char *const lists[][2] = {
+        {"train.seed", "7,7,3"},           {"train.lr", "0.0003,0.003,0.001"},
+        {"policy.band", "0,2,8"},          {"train.gamma", "0.9,0.8,0.95"},
+        {"env.train_cost_mult", "1,2,1.5"}, {"train.eps_end", "0.05,0.05,0.05"},
+    };
+    static const double lr[K] = {0.0003, 0.003, 0.001}, band[K] = {0, 2, 8};
+    char err[256];
+    fox_config c;
+    population_config(&c, K);
+    FOX_CK_OK(fox_config_set(&c, "policy.band_rule", "fixed", err, sizeof err));
+    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
+        ck_assert_msg(fox_config_set(&c, lists[i][0], lists[i][1], err, sizeof err) == FOX_OK,
+                      "%s", err);
+    fox_engine *pop = fox_test_engine(&c);
+    static fox_epoch_report ep;
+    static fox_fold_report fr;
+    two_epochs(pop, &ep, &fr);
+    uint64_t digest[K];
+    for (int k = 0; k < K; k++) {
+        /* Alone: the k-th value of every list, as one value, on the population's data. */
+        fox_config a;
+        population_config(&a, 1);
+        FOX_CK_OK(fox_config_set(&a, "policy.band_rule", "fixed", err, sizeof err));
+        for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
+            char one[32];
+            const char *v = lists[i][1];
+            for (int j = 0; j < k; j++)
+                v = strchr(v, ',') + 1;
+            snprintf(one, sizeof one, "%.*s", (int)strcspn(v, ","), v);
+            FOX_CK_OK(fox_config_set(&a, lists[i][0], one, err, sizeof err));
+        }
+        a.data_seed = SEED;
+        static fox_epoch_report aep;
+        static fox_fold_report afr;
+        member_as_alone(pop, &ep, &fr, k, &a, &aep, &afr);
+        FOX_CK_ENGINE_OK(pop, fox_engine_params_digest(pop, k, &digest[k]));
+        if (k == 0)
+            ck_assert_float_eq(ep.last.epsilon, aep.last.epsilon); /* the lead's ε, reported */
+        /* policy.band_rule = fixed: the member walks at its own band. */
+        ck_assert_float_eq(fr.members[k].band, (float)band[k]);
+        ck_assert_double_eq(fr.members[k].values[fox_member_key_index("train.lr")], lr[k]);
+        ck_assert_double_eq(fr.members[k].values[fox_member_key_index("policy.band")], band[k]);
+    }
+    ck_assert_msg(digest[0] != digest[1], "one seed, two learning rates: the same weights");
+    /* The keys the members hold apart; not the seed (its own field), not the ε they share. */
+    unsigned want = 0;
+    for (size_t i = 1; i < 5; i++)
+        want |= 1u << fox_member_key_index(lists[i][0]);
+    ck_assert_uint_eq(fr.member_keys, want);
     fox_engine_destroy(pop);
 }
 END_TEST
@@ -333,16 +408,9 @@ START_TEST(ensemble_decides_on_the_members_mean_q)
     population_config(&a, 1);
     a.seed = SEED + 2;
     a.data_seed = SEED;
-    fox_engine *alone = fox_test_engine(&a);
     static fox_epoch_report aep;
     static fox_fold_report afr;
-    two_epochs(alone, &aep, &afr);
-    uint64_t d, da;
-    FOX_CK_ENGINE_OK(e, fox_engine_params_digest(e, 2, &d));
-    FOX_CK_ENGINE_OK(alone, fox_engine_params_digest(alone, 0, &da));
-    ck_assert(d == da);
-    ck_assert_double_eq(fr.members[2].test_at_best.sharpe, afr.test_at_best.sharpe);
-    fox_engine_destroy(alone);
+    member_as_alone(e, &ep, &fr, 2, &a, &aep, &afr);
 
     /* The ensemble's Q is the mean of the members'. */
     enum { B = 4 };
@@ -400,6 +468,7 @@ main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, member_equals_its_seed_alone, FOX_BAND_RULE_FIXED,
                         FOX_BAND_RULE_VALIDATION + 1);
+    tcase_add_test(tc, member_equals_its_values_alone);
     tcase_add_test(tc, eval_hook_sees_the_policy_walk);
     tcase_add_test(tc, halted_member_is_frozen_and_the_fold_goes_on);
     tcase_add_test(tc, quorum_halts_the_fold);

@@ -775,8 +775,9 @@ END_TEST
 
 /*
  * A population's fold objects: the members line under the rows (the spread
- * over seeds, the best and worst member, every halted member with its step
- * and slot, and whether the policy is their ensemble), the mean block's line
+ * over seeds, the best and worst member with the values the members hold
+ * apart, every halted member with its step and slot, and whether the policy
+ * is their ensemble), the mean block's line
  * over the folds' members, and none of it for a fold of one member.
  */
 START_TEST(test_members_table)
@@ -798,8 +799,10 @@ START_TEST(test_members_table)
     static const char members1[] =
         ",\"members\":{\"n\":2,\"lead\":-1,\"training\":2,\"measured\":2,\"mean\":0.18,"
         "\"se\":0.2,\"best\":0,\"worst\":1,\"each\":["
-        "{\"member\":0,\"test_sharpe\":0.38,\"halt\":null},"
-        "{\"member\":1,\"test_sharpe\":-0.02,\"halt\":null}]}";
+        "{\"member\":0,\"test_sharpe\":0.38,\"halt\":null,"
+        "\"train.lr\":0.0003,\"policy.band\":2},"
+        "{\"member\":1,\"test_sharpe\":-0.02,\"halt\":null,"
+        "\"train.lr\":0.001,\"policy.band\":0}]}";
     size_t k = (size_t)snprintf(json, sizeof json, "[");
     snprintf(one, sizeof one, fold_json, 0, 1.0, 0.6, 0.5, 0.8, 1.0, "null", "null", members0);
     k += (size_t)snprintf(json + k, sizeof json - k, "%s,", one);
@@ -813,7 +816,8 @@ START_TEST(test_members_table)
                   "%s", buf);
     ck_assert_msg(strstr(buf,
                          "\n  members (2, 2 training): test Sharpe 0.18 ± 0.20 (mean ± SE over "
-                         "members), best #0 0.38, worst #1 -0.02; the policy is their "
+                         "members), best #0 (train.lr=0.0003 policy.band=2) 0.38, worst #1 "
+                         "(train.lr=0.001 policy.band=0) -0.02; the policy is their "
                          "ensemble\n"),
                   "%s", buf);
     /* The mean of the members' means, (0.42 + 0.18) / 2, its SE sqrt(0.11² + 0.2²) / 2. */

@@ -8,9 +8,10 @@
 # same directory runs nothing again; a bad spec, a grid of too many jobs and
 # an endpoint listed twice are refused; killing one daemon mid-job still
 # completes the sweep on the other, the lost job run again there; jobs of
-# consecutive seeds on the same data packed into one engine's members give
-# each job the figures it has run alone (--no-pack), and a generator whose
-# data follows train.seed is not packed and says why.
+# consecutive seeds on the same data, and jobs of a grid over member keys
+# (train.lr, policy.band), packed into one engine's members give each job
+# the figures it has run alone (--no-pack), and a generator whose data
+# follows train.seed is not packed and says why.
 # Bounded for a 2-core machine: a tiny model, 20 steps a job, one BLAS thread.
 set -u
 FOXD=$(realpath "$1") FOXCTL=$(realpath "$2")
@@ -18,6 +19,8 @@ command -v python3 >/dev/null || { echo "python3 not installed: skipping"; exit 
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
 test_init foxd-sweep
+# Each run's pictures would take foxplot seconds and check nothing here (test_records.sh does).
+export FOXPLOT=/bin/true
 # FOXD_TEST_BACKEND=cuda runs the same checks on a GPU machine.
 TINY=(--backend "${FOXD_TEST_BACKEND:-cpu}" --set model.h1=32 --set model.h2=16 --set model.head_hidden=16
       --set model.aux_hidden=8 --set train.batch=16 --set env.n_envs=8
@@ -122,7 +125,7 @@ for mode in pack no-pack; do
         --dir "$dir/$mode" $([ $mode = no-pack ] && echo --no-pack) >"$dir/$mode.out" \
         2>"$dir/$mode.err" || { cat "$dir/$mode.out" "$dir/$mode.err"; fail "$mode sweep exited $?"; }
 done
-grep -q "3 jobs of consecutive seeds packed into 1 run " "$dir/pack.err" ||
+grep -q "3 jobs packed into 1 run, members apart in train.seed " "$dir/pack.err" ||
     fail "the packed sweep should say so: $(cat "$dir/pack.err")"
 ! grep -q "packed into" "$dir/no-pack.err" || fail "--no-pack packed: $(cat "$dir/no-pack.err")"
 python3 - "$dir/pack" "$dir/no-pack" <<'EOF' || fail "a packed job differs from its run alone"
@@ -136,6 +139,34 @@ for s in (1, 2, 3):
 EOF
 [ "$(grep -c '^c0-s[123]-f0 ' "$dir/pack.out")" = 3 ] || fail "packed table: $(cat "$dir/pack.out")"
 ok "a packed sweep of 3 seeds gives each job the figures of the sweep with --no-pack"
+
+# --- packing by values: a grid over train.lr and policy.band, one seed, packs into one run
+# whose members take their jobs' values (and one seed, as a list), each job's figures those
+# of the sweep job by job
+for mode in pack no-pack; do
+    sweep --folds 0 --seeds 4 --set data.seed=7 --set policy.band_rule=fixed \
+        --grid train.lr=0.0003,0.003 --grid policy.band=0,4 --epochs 1 --steps 20 \
+        --endpoints "$A" --dir "$dir/grid-$mode" $([ $mode = no-pack ] && echo --no-pack) \
+        >"$dir/grid-$mode.out" 2>"$dir/grid-$mode.err" ||
+        { cat "$dir/grid-$mode.out" "$dir/grid-$mode.err"; fail "grid $mode sweep exited $?"; }
+done
+grep -q "4 jobs packed into 1 run, members apart in train.lr, policy.band " "$dir/grid-pack.err" ||
+    fail "the packed grid should say what its members hold apart: $(cat "$dir/grid-pack.err")"
+python3 - "$dir/grid-pack" "$dir/grid-no-pack" <<'EOF' || fail "a packed grid job differs from its run alone"
+import json, sys
+for c in range(4):
+    p, n = (json.load(open("%s/jobs/c%d-s4-f0.json" % (d, c))) for d in sys.argv[1:])
+    assert p["packed"]["members"] == 4, p.get("packed")
+    eff = p["effective_config"]
+    assert eff["train.seed"] == [4, 4, 4, 4], eff["train.seed"]
+    member = p["packed"]["member"]
+    assert eff["train.lr"][member] == n["effective_config"]["train.lr"], (c, eff["train.lr"])
+    assert eff["policy.band"][member] == n["effective_config"]["policy.band"], c
+    for k in ("test_sharpe", "test_sharpe_se", "best_epoch", "best_val_sharpe", "test_turnover",
+              "band"):
+        assert p["folds"][0][k] == n["folds"][0][k], (c, k, p["folds"][0][k], n["folds"][0][k])
+EOF
+ok "a packed grid over train.lr and policy.band gives each job the figures of --no-pack"
 
 # --- the same spec again: nothing runs (no daemon needed), the table comes back
 before=$(stat -c %Y "$dir"/sw/jobs/*.json | sort | md5sum)
