@@ -263,9 +263,12 @@ population() {
         done
         echo "## 16 engines of one member on 16 threads, fp32"
         $fb --engines 16 --set engine.cuda_math=fp32 | tail -2
+        echo "## PyTorch peer: its vmapped members against its single-model steps"
+        timeout 120 python3 bench/torch_peer.py --check | tail -1
         for k in ${KS:-1 16 64}; do
-            echo "## PyTorch peer, --members $k"
-            timeout 300 python3 bench/torch_peer.py --form graph --members "$k" --batch 256
+            echo "## PyTorch peer, --members $k, the default widths"
+            timeout 300 python3 bench/torch_peer.py --form graph --members "$k" --batch 256 \
+                --widths default
         done
     } > "$out/population.md" 2>&1
     cat "$out/population.md"
