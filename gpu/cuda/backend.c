@@ -502,7 +502,8 @@ pass_reserve(fox_cuda_backend *be, int B)
 
 /*
  * The evaluation's Q: of the online net, or of the target net, the Polyak
- * average (policy.weights), enqueued on MAIN: the states into pinned memory,
+ * average (policy.weights), enqueued on MAIN: the states into pinned memory
+ * (pass_reserve made room for them),
  * their copy up, the forward in col.cap rows at a time, the Q's copy down
  * into pinned memory. Nothing waits here; q_finish does.
  */
@@ -513,7 +514,6 @@ q_start(fox_cuda_backend *be, const float *s, int B)
     cudaStream_t s0 = n->st[0];
     int S = be->S, NAct = be->lay->n_actions;
     int target = be->cfg->eval_weights == FOX_EVAL_WEIGHTS_AVERAGE;
-    FOX_TRY(pass_reserve(be, B));
     memcpy(be->pass_s, s, (size_t)B * S * sizeof(float));
     /*
      * Each branch's atoms from the host's ISV, which a checkpoint or a fold reset may have
@@ -544,9 +544,13 @@ cuda_q_start(fox_backend *be_, const float *s, int B)
     FOX_CUDA_ALIVE(be);
     if (!s || B < 1)
         return FOX_EINVAL;
-    fox__cuda_section_share();
-    int rv = q_start(be, s, B);
-    fox__cuda_section_leave();
+    /* Before the shared hold: growing holds the section alone, which a held share would block. */
+    int rv = pass_reserve(be, B);
+    if (rv == FOX_OK) {
+        fox__cuda_section_share();
+        rv = q_start(be, s, B);
+        fox__cuda_section_leave();
+    }
     return be->pass_rv = fox__cuda_be_fail(be, rv, "q_start");
 }
 
