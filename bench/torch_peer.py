@@ -352,7 +352,10 @@ def check_members(dev, K=3, B=16):
         d_clip = rel(m.flat.grad[k], flat(p.grad for p in net.parameters()))
         d_param = (m.flat[k].detach() - flat(net.parameters())).abs().max().item()
         d_tgt = (m.tflat[k] - flat(tgt.parameters())).abs().max().item()
-        good = same_init and max(d_loss, d_grad) <= 1e-5 and d_clip <= 1e-4 and max(d_param, d_tgt) <= 1e-6
+        # Adam's first step is ~lr·sign(g) whatever g's scale: a near-zero gradient that the two
+        # paths' summation orders give opposite signs moves its weight 2·lr apart (seen on the GPU,
+        # whose vmapped products reduce in another order). The clip is checked by d_clip.
+        good = same_init and max(d_loss, d_grad) <= 1e-5 and d_clip <= 1e-4 and max(d_param, d_tgt) <= 2e-4
         ok &= good
         print(f"member {k}: loss {loss_k.item():.6f}, grad norm {norms[k].item():.4f} "
               f"({'clipped' if norms[k] > m.clip else 'not clipped'}); vmap against plain: loss "
