@@ -485,6 +485,8 @@ pass_reserve(fox_cuda_backend *be, int B)
     if (B <= be->pass_cap)
         return FOX_OK;
     fox__cuda_section_enter();
+    /* The captured passes copy from and to the old room. */
+    fox__cuda_drop_graphs(be);
     cudaFreeHost(be->pass_s);
     cudaFreeHost(be->pass_q);
     be->pass_s = be->pass_q = NULL;
@@ -501,20 +503,18 @@ pass_reserve(fox_cuda_backend *be, int B)
 }
 
 /*
- * The evaluation's Q: of the online net, or of the target net, the Polyak
- * average (policy.weights), enqueued on MAIN: the states into pinned memory
- * (pass_reserve made room for them),
- * their copy up, the forward in col.cap rows at a time, the Q's copy down
- * into pinned memory. Nothing waits here; q_finish does.
+ * The evaluation's Q of B rows, enqueued on MAIN: of the online net, or of
+ * the target net, the Polyak average (policy.weights); the states' copy up
+ * from pinned memory, the forward in col.cap rows at a time, the Q's copy
+ * down into pinned memory.
  */
 static int
-q_start(fox_cuda_backend *be, const float *s, int B)
+enqueue_pass(fox_cuda_backend *be, int B)
 {
     fox_cuda_net *n = &be->net;
     cudaStream_t s0 = n->st[0];
     int S = be->S, NAct = be->lay->n_actions;
     int target = be->cfg->eval_weights == FOX_EVAL_WEIGHTS_AVERAGE;
-    memcpy(be->pass_s, s, (size_t)B * S * sizeof(float));
     /*
      * Each branch's atoms from the host's ISV, which a checkpoint or a fold reset may have
      * rewritten since the last chunk (as chunk_begin takes it): the expected Q on the live grid.
@@ -535,6 +535,59 @@ q_start(fox_cuda_backend *be, const float *s, int B)
     return FOX_OK;
 }
 
+/* The graph of a pass of B rows into *out, holding the context's section alone (ctx.h). */
+static int
+capture_pass(fox_cuda_backend *be, int B, cudaGraphExec_t *out)
+{
+    cudaStream_t s0 = be->net.st[0];
+    cudaGraph_t g = NULL;
+    fox__cuda_section_enter();
+    cudaError_t e = cudaStreamBeginCapture(s0, cudaStreamCaptureModeThreadLocal);
+    int rv = e == cudaSuccess ? enqueue_pass(be, B) : FOX_OK;
+    if (e == cudaSuccess) {
+        cudaError_t end = cudaStreamEndCapture(s0, &g);
+        e = rv == FOX_OK ? end : cudaSuccess;
+    }
+    if (e == cudaSuccess && rv == FOX_OK)
+        e = cudaGraphInstantiate(out, g, 0);
+    if (g)
+        cudaGraphDestroy(g);
+    fox__cuda_section_leave();
+    FOX_TRY(rv);
+    FOX_CUDA_TRY(e);
+    return FOX_OK;
+}
+
+/*
+ * A pass of B rows, started: a pass is some 40 launches, and a walk's rounds
+ * wait on them, so a row count met before replays its graph (one launch),
+ * met once runs eagerly and is captured the next time. Nothing waits here;
+ * q_finish does.
+ */
+static int
+q_start(fox_cuda_backend *be, const float *s, int B)
+{
+    memcpy(be->pass_s, s, (size_t)B * be->S * sizeof(float));
+    int k = 0;
+    while (k < be->n_pass_graphs && be->pass_graph[k].rows != B)
+        k++;
+    if (k < be->n_pass_graphs && !be->pass_graph[k].exec)
+        FOX_TRY(capture_pass(be, B, &be->pass_graph[k].exec));
+    if (k < be->n_pass_graphs) {
+        FOX_CUDA_TRY(cudaGraphLaunch(be->pass_graph[k].exec, be->net.st[0]));
+        return FOX_OK;
+    }
+    if (k < FOX_CUDA_PASS_GRAPHS) {
+        be->pass_graph[k].rows = B;
+        be->pass_graph[k].exec = NULL;
+        be->n_pass_graphs++;
+    }
+    fox__cuda_section_share();
+    int rv = enqueue_pass(be, B);
+    fox__cuda_section_leave();
+    return rv;
+}
+
 static int
 cuda_q_start(fox_backend *be_, const float *s, int B)
 {
@@ -544,13 +597,10 @@ cuda_q_start(fox_backend *be_, const float *s, int B)
     FOX_CUDA_ALIVE(be);
     if (!s || B < 1)
         return FOX_EINVAL;
-    /* Before the shared hold: growing holds the section alone, which a held share would block. */
+    /* Outside any hold of the section: growing and capturing hold it alone. */
     int rv = pass_reserve(be, B);
-    if (rv == FOX_OK) {
-        fox__cuda_section_share();
+    if (rv == FOX_OK)
         rv = q_start(be, s, B);
-        fox__cuda_section_leave();
-    }
     return be->pass_rv = fox__cuda_be_fail(be, rv, "q_start");
 }
 

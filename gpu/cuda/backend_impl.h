@@ -18,6 +18,13 @@
 #include "gpu/cuda/cuda_impl.h"
 #include "gpu/cuda/per.h"
 
+/*
+ * The evaluation passes' row counts a backend keeps a graph for: a walk's
+ * passes come in a few dozen sizes (segments times predicted bars); a size
+ * past the table runs eagerly.
+ */
+#define FOX_CUDA_PASS_GRAPHS 256
+
 /* The kinds of step, each captured into graphs of its own. */
 enum { G_COLLECT = 0, G_FULL = 1, G_TRAIN = 2, G_KINDS = 3 };
 
@@ -68,6 +75,16 @@ typedef struct fox_cuda_backend {
      */
     float *pass_s, *pass_q;
     int pass_cap, pass_B, pass_rv;
+    /*
+     * The passes captured: one graph a row count, taken on its second pass
+     * (the first runs eagerly, as a step's does), replayed after; dropped
+     * with the step's graphs and when the pinned room moves.
+     */
+    struct {
+        int rows;
+        cudaGraphExec_t exec; /* NULL: seen once */
+    } pass_graph[FOX_CUDA_PASS_GRAPHS];
+    int n_pass_graphs;
     cudaGraphExec_t graph[G_KINDS][2]; /* one step of the kind, unroll steps in a row */
     int unroll;
     int warm[G_KINDS]; /* the kind ran once eagerly (modules loaded) */

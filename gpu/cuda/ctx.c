@@ -99,6 +99,10 @@ fox__cuda_drop_graphs(fox_cuda_backend *be)
             cudaGraphExecDestroy(be->graph[k / 2][k % 2]);
             be->graph[k / 2][k % 2] = NULL;
         }
+    for (int k = 0; k < be->n_pass_graphs; k++)
+        if (be->pass_graph[k].exec)
+            cudaGraphExecDestroy(be->pass_graph[k].exec);
+    be->n_pass_graphs = 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */

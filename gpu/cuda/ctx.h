@@ -51,7 +51,7 @@ void fox__cuda_section_leave(void);
 
 /* cudaMalloc of bytes (at least 4) into *(void **)pp. */
 int fox__cuda_alloc(void *pp, size_t bytes);
-/* The captured graphs destroyed: the next step of each kind captures again. */
+/* The captured graphs destroyed, the evaluation passes' too: the next of each captures again. */
 void fox__cuda_drop_graphs(fox_cuda_backend *be);
 /* The host mirror of the device counters: read (sync) or written back (put), on MAIN. */
 int fox__cuda_sync_ctl(fox_cuda_backend *be);
