@@ -146,6 +146,21 @@ fox_q_ref_row(const float *tq, int nt, float bound)
     return fabsf(s / (float)nt);
 }
 
+/*
+ * The unit of the IQN's TD errors in its quantile Huber loss: with the moving
+ * atom grid (model.atom_grid = moving) q_eff = max(Q_ABS_REF, 1), so that the
+ * IQN loss and the gradient it sends into the trunk keep their size as the
+ * rewards grow, as the C51 loss does on a grid that grows with them; with the
+ * static support 1, the errors in the support's own units. (q_eff as the unit
+ * with the static support lowered the default walk's volmom from +0.63 to
+ * +0.33, where Q_ABS_REF passes 1; docs/stability.md.)
+ */
+FOX_HD float
+fox_td_scale(int moving_grid, float q_abs_ref)
+{
+    return moving_grid ? fox_isv_eff(q_abs_ref) : 1.0f;
+}
+
 /* Mech 2 fixed mode: atom positions within ±10 × max(Q_ABS_REF, 1). */
 FOX_HD float
 fox_bound_atom_fixed(float q_abs_ref)

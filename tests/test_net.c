@@ -520,11 +520,14 @@ part_grad(net_fx *f, int part, int mode, double *g)
     free(base);
 }
 
+/* The finite-difference check of every part under target mode `mode`, the IQN's TD errors in
+ * units of td_scale (set_td_scale). */
 static void
-net_fd_mode(int mode)
+net_fd_mode(int mode, double td_scale)
 {
     net_fx f;
     net_fx_init(&f, 3, 2024 + mode);
+    FOX_CK_OK(fox_cpud_net_set_td_scale(f.net, td_scale));
     size_t n = f.lay.n_params;
     double *an = dalloc(n);
     int failed = 0;
@@ -563,9 +566,9 @@ net_fd_mode(int mode)
                 ck_assert_msg(mx > 1e-9, "%s: no gradient reaches it", t->name);
             }
         }
-        printf("FD %-5s %-5s: worst rel %.2e (%s), worst abs %.2e, all %zu params\n",
-               mode == FOX_TARGET_MEAN ? "mean" : "indep", part_name[part], worst_rel, worst_name,
-               worst_abs, f.lay.n_real);
+        printf("FD %-5s %-5s td scale %g: worst rel %.2e (%s), worst abs %.2e, all %zu params\n",
+               mode == FOX_TARGET_MEAN ? "mean" : "indep", part_name[part], td_scale, worst_rel,
+               worst_name, worst_abs, f.lay.n_real);
     }
     ck_assert_msg(!failed, "finite-difference check failed (details on stderr)");
     free(an);
@@ -574,13 +577,39 @@ net_fd_mode(int mode)
 
 START_TEST(test_net_fd_mean)
 {
-    net_fd_mode(FOX_TARGET_MEAN);
+    net_fd_mode(FOX_TARGET_MEAN, 1.0);
 }
 END_TEST
 
 START_TEST(test_net_fd_indep)
 {
-    net_fd_mode(FOX_TARGET_INDEP);
+    net_fd_mode(FOX_TARGET_INDEP, 1.0);
+}
+END_TEST
+
+/*
+ * The IQN's TD errors in units of a scale: its gradient divides by the scale
+ * too (finite differences over every part at 2.5), the IQN loss shrinks as
+ * the same errors count as smaller ones, the C51 loss does not move, and a
+ * scale below 1 or not finite is refused.
+ */
+START_TEST(test_net_fd_td_scale)
+{
+    net_fd_mode(FOX_TARGET_MEAN, 2.5);
+    net_fx f;
+    net_fx_init(&f, 3, 77);
+    double *g = dalloc(f.lay.n_params);
+    fox_cpud_net_loss one, scaled;
+    net_grad(&f, LAMBDA_IQN, 0.0, FOX_TARGET_MEAN, 0, g, &one);
+    FOX_CK_OK(fox_cpud_net_set_td_scale(f.net, 4.0));
+    net_grad(&f, LAMBDA_IQN, 0.0, FOX_TARGET_MEAN, 0, g, &scaled);
+    ck_assert_msg(scaled.iqn < one.iqn && scaled.iqn > 0.0,
+                  "IQN loss at td scale 4: %g, at 1: %g", scaled.iqn, one.iqn);
+    ck_assert_double_eq(scaled.c51, one.c51);
+    ck_assert_int_eq(fox_cpud_net_set_td_scale(f.net, 0.5), FOX_EINVAL);
+    ck_assert_int_eq(fox_cpud_net_set_td_scale(f.net, NAN), FOX_EINVAL);
+    free(g);
+    net_fx_fini(&f);
 }
 END_TEST
 
@@ -698,6 +727,7 @@ net_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_net_fd_mean);
     tcase_add_test(tc, test_net_fd_indep);
+    tcase_add_test(tc, test_net_fd_td_scale);
     tcase_add_test(tc, test_bdq_trunk_scale);
     tcase_add_test(tc, test_priority);
     tcase_add_test(tc, test_create_errors);

@@ -209,8 +209,9 @@ huber_grad(real x)
 
 /*
  * IQN quantile Huber: θ_i = q(τ_i)[off_d + a_d], θ′_j the target_q row of
- * (b, d) (iqn_targets), δ_ij = θ′_j − θ_i, ρ_ij = |τ_i − 1{δ_ij < 0}|·Huber(δ_ij);
- * loss = (1/(B·D)) Σ_b w_b Σ_d Σ_i (1/NT) Σ_j ρ_ij. d_q gets λ·∂loss/∂q.
+ * (b, d) (iqn_targets), δ_ij = (θ′_j − θ_i) / s with s the net's td_scale,
+ * ρ_ij = |τ_i − 1{δ_ij < 0}|·Huber(δ_ij); loss = (1/(B·D)) Σ_b w_b Σ_d Σ_i
+ * (1/NT) Σ_j ρ_ij. d_q gets λ·∂loss/∂q.
  */
 static double
 iqn_loss(struct FOX_NET_T *net, const FOX_NET(batch) *bt, const FOX_NET(hparams) *hp)
@@ -218,6 +219,7 @@ iqn_loss(struct FOX_NET_T *net, const FOX_NET(batch) *bt, const FOX_NET(hparams)
     const fox_model_layout *lay = &net->lay;
     int B = bt->B, D = lay->n_branches, NT = lay->NT, NAct = lay->n_actions;
     double loss = 0.0;
+    const real s = net->td_scale;
     memset(net->d_q, 0, (size_t)B * NT * NAct * sizeof *net->d_q);
     for (int b = 0; b < B; b++) {
         real coef = weight_of(bt, b) / (real)(B * D) / (real)NT;
@@ -229,13 +231,13 @@ iqn_loss(struct FOX_NET_T *net, const FOX_NET(batch) *bt, const FOX_NET(hparams)
                 real theta = net->iq_on.q[qi], tau = bt->tau[b * NT + i];
                 real rho = R(0), drho = R(0);
                 for (int j = 0; j < NT; j++) {
-                    real delta = theta_t[j] - theta;
+                    real delta = (theta_t[j] - theta) / s;
                     real wq = R_FABS(tau - (delta < R(0) ? R(1) : R(0)));
                     rho += wq * huber(delta);
-                    drho += wq * huber_grad(delta);
+                    drho += wq * huber_grad(delta) / s;
                 }
                 loss += (double)(coef * rho);
-                /* ∂δ/∂θ_i = −1 */
+                /* ∂δ/∂θ_i = −1 / s */
                 net->d_q[qi] -= hp->iqn_lambda * coef * drho;
             }
         }

@@ -582,7 +582,17 @@ FOX_NET(create)(FOX_NET_T **out, const fox_model_layout *lay, int max_batch)
     carve_all(&c, net);
     for (int d = 0; d < lay->n_branches; d++)
         FOX_NET(set_support)(net, d, (real)lay->v_min, (real)lay->v_max);
+    net->td_scale = R(1);
     *out = net;
+    return FOX_OK;
+}
+
+int
+FOX_NET(set_td_scale)(FOX_NET_T *net, FOX_REAL scale)
+{
+    if (!net || !isfinite(scale) || !(scale >= R(1)))
+        return FOX_EINVAL;
+    net->td_scale = scale;
     return FOX_OK;
 }
 

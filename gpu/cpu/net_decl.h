@@ -67,6 +67,16 @@ void FOX_NET(sentinel_buffer)(FOX_NET_T *net, int slot, int B, FOX_REAL **ptr, s
 int FOX_NET(set_support)(FOX_NET_T *net, int d, FOX_REAL lo, FOX_REAL hi);
 
 /*
+ * The scale of the IQN's TD errors: its quantile Huber loss takes δ / scale
+ * (scale ≥ 1: fox_td_scale of Q_ABS_REF, which the Mech 1 site sets each
+ * train step after observing it), so that with the moving atom grid the loss
+ * and the gradient it sends through the IQN head into the trunk keep their
+ * size when the rewards grow, as the C51 loss does on a grid that grows with
+ * them. FOX_EINVAL unless finite and ≥ 1.
+ */
+int FOX_NET(set_td_scale)(FOX_NET_T *net, FOX_REAL scale);
+
+/*
  * C51 projection of one distribution: probabilities p over the support
  * z_j = v_min + j·Δz, shifted to Tz_j = clamp(r + g·z_j, v_min, v_max)
  * (g = γ^n·(1 − done)) and split between the two neighbouring atoms. out

@@ -263,6 +263,7 @@ site_target_q(fox_cpu_stab *st, float *tq, size_t n)
     int nt = st->lay->NT;
     signal(st, FOX_ISV_Q_ABS_REF,
            fox_q_ref_obs(tq, n / (size_t)nt, nt, fox_bound_target_q_fixed(st->isv[FOX_ISV_Q_ABS_REF])));
+    fox_cpu_net_set_td_scale(st->net, fox_td_scale(st->moving_grid, st->isv[FOX_ISV_Q_ABS_REF]));
     if (st->adaptive)
         observe(st, FOX_ISV_TARGET_Q_BOUND, fox_p99_abs(tq, n));
     check_now(st, FOX_SENT_TARGET_Q_POST_CLIP, tq, n);

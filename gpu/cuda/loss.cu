@@ -274,14 +274,17 @@ c51_loss(const fox_cuda_dims &dm, const fox_cuda_loss_args &A, int b, int d, int
 
 /*
  * IQN quantile Huber, a thread per (i, flat action); only each branch's
- * chosen action is live. d_q gets the gradient (λ included), s_iqn [warps]
- * each warp's share of the loss.
+ * chosen action is live; the TD errors in units of fox_td_scale of the
+ * Q_ABS_REF this step's first launch observed (the CPU net's td_scale, which
+ * its Mech 1 site sets), 1 in a pass without sites. d_q gets the gradient (λ
+ * included), s_iqn [warps] each warp's share of the loss.
  */
 static __device__ __forceinline__ void
 iqn_loss(const fox_cuda_dims &dm, const fox_cuda_loss_hp &hp, const fox_cuda_loss_args &A, int b,
          int t, float w, const int *s_a, const float *s_tq, double *s_iqn)
 {
     const int D = dm.D, NAct = dm.NAct, NT = dm.NT, B = A.B;
+    const float s = fox_td_scale(A.st.sites && A.st.moving_grid, A.st.isv[FOX_ISV_Q_ABS_REF]);
     double iqn_part = 0.0;
     for (int k = t; k < NT * NAct; k += blockDim.x) {
         int i = k / NAct, c = k % NAct, d = branch_of(dm, c);
@@ -292,10 +295,10 @@ iqn_loss(const fox_cuda_dims &dm, const fox_cuda_loss_hp &hp, const fox_cuda_los
             float theta = A.iq_q[((size_t)b * NT + i) * NAct + col] + A.bq_on[col];
             float tau = A.tau[b * NT + i], rho = 0.0f, drho = 0.0f;
             for (int j = 0; j < NT; j++) {
-                float delta = s_tq[d * NT + j] - theta;
+                float delta = (s_tq[d * NT + j] - theta) / s;
                 float wq = fabsf(tau - (delta < 0.0f ? 1.0f : 0.0f));
                 rho += wq * huber(delta);
-                drho += wq * huber_grad(delta);
+                drho += wq * huber_grad(delta) / s;
             }
             iqn_part += (double)(coef * rho);
             val = -(hp.iqn_lambda * coef * drho);
