@@ -274,7 +274,7 @@ wait_state training
 # The trainer applies a pause between chunks, the first after the fold's set-up: on a loaded
 # 2-core machine the first answer once took over 10 s, hence the long wait for it.
 out=$(timeout -k 5 75 nngcat --req --dial "$url" --recv-timeout 30 --ascii --count 2 --interval 1 \
-    --data "{\"v\":1,\"id\":4242,\"cmd\":\"pause\",\"token\":\"$token\"}")
+    --data "{\"v\":1,\"id\":4242,\"cmd\":\"pause\",\"token\":\"$token\"}" 2>&1)
 [ "$(echo "$out" | grep -o '"ok":true' | wc -l)" -eq 2 ] || fail "resend of pause: $out"
 ok "the same request twice from one client: the first answer twice (pause ran once)"
 ctl stop >/dev/null || fail "stop after resend test"
