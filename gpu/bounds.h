@@ -147,18 +147,28 @@ fox_q_ref_row(const float *tq, int nt, float bound)
 }
 
 /*
- * The unit of the IQN's TD errors in its quantile Huber loss: with the moving
- * atom grid (model.atom_grid = moving) q_eff = max(Q_ABS_REF, 1), so that the
- * IQN loss and the gradient it sends into the trunk keep their size as the
- * rewards grow, as the C51 loss does on a grid that grows with them; with the
- * static support 1, the errors in the support's own units. (q_eff as the unit
- * with the static support lowered the default walk's volmom from +0.63 to
- * +0.33, where Q_ABS_REF passes 1; docs/stability.md.)
+ * The unit of the IQN's values in a train step. With the moving atom grid
+ * (model.atom_grid = moving) it is Q_ABS_REF as the step begins, the mean
+ * magnitude of the Bellman targets, not floored at 1 as q_eff is (1 while
+ * the slot is unset, FOX_TD_UNIT_MIN against a degenerate one). The IQN head
+ * outputs values in this unit (its quantiles are unit × output, online and
+ * target alike) and its quantile Huber loss takes the TD errors in it, so
+ * that the head's weights, its loss and the gradient it sends into the trunk
+ * are the same at any reward scale, as the C51 head's are on a grid that
+ * moves with the rewards. With the static support the unit is 1, the values
+ * in the support's own units (q_eff as the unit there lowered the default
+ * walk's volmom from +0.63 to +0.33; docs/stability.md).
  */
+#define FOX_TD_UNIT_MIN 1e-6f
+
 FOX_HD float
 fox_td_scale(int moving_grid, float q_abs_ref)
 {
-    return moving_grid ? fox_isv_eff(q_abs_ref) : 1.0f;
+    if (!moving_grid)
+        return 1.0f;
+    if (!isfinite(q_abs_ref) || !(q_abs_ref > 0.0f))
+        return 1.0f; /* unset (the zero sentinel of a fold's first step) */
+    return fmaxf(q_abs_ref, FOX_TD_UNIT_MIN);
 }
 
 /* Mech 2 fixed mode: atom positions within ±10 × max(Q_ABS_REF, 1). */
@@ -333,31 +343,43 @@ fox_signal_observe(float *isv, fox_wiener_state *ws, int slot, float x, int adap
 /* The narrowest grid Mech 2 writes, as a share of its bound (Δz must stay a usable divisor). */
 #define FOX_ATOM_GRID_MIN_SPAN 1e-3f
 
+/* Branch d's grid is unset (both ends 0: created, or reset for a fold; a write never is). */
+FOX_HD int
+fox_atom_grid_unset(const float *isv, int d)
+{
+    int k = fox_isv_atom_grid_slot(d);
+    return isv[k] == 0.0f && isv[k + 1] == 0.0f;
+}
+
 /* Branch d's live grid [*lo, *hi] from the ISV: the configured [v_min, v_max] while unset. */
 FOX_HD void
 fox_atom_grid_live(const float *isv, int d, float v_min, float v_max, float *lo, float *hi)
 {
-    int k = fox_isv_atom_grid_slot(d);
-    float l = isv[k], h = isv[k + 1];
-    int unset = l == 0.0f && h == 0.0f;
-    *lo = unset ? v_min : l;
-    *hi = unset ? v_max : h;
+    int k = fox_isv_atom_grid_slot(d), unset = fox_atom_grid_unset(isv, d);
+    *lo = unset ? v_min : isv[k];
+    *hi = unset ? v_max : isv[k + 1];
 }
 
 /*
- * One train step of branch d's grid, before the projection. tz_lo and tz_hi
- * are the batch's lowest and highest Bellman targets over the live grid,
- * min_b (r_b + g_b·lo) and max_b (r_b + g_b·hi), g_b = γⁿ(1 − done_b): each
- * end moves FOX_ATOM_GRID_RATE of the way toward them, so the grid follows
- * the range the projection sends mass to (an end whose target is not finite
- * stays). In adaptive mode ATOM_POS_BOUND_d observes the moved grid's
- * largest |z| (Pearls A+D, ws indexed by ISV slot; NULL in fixed mode).
- * Mech 2 then clamps both ends to ±bound (10 × q_eff fixed, max(ATOM_POS_
- * BOUND_d, 1) adaptive); a grid the clamp empties or narrows below
- * FOX_ATOM_GRID_MIN_SPAN × bound is written as [−bound, bound]. The grid goes
- * into the ISV; the return value is the moved grid's span before the clamp,
- * which slot 47 compares.
+ * The grid a branch's update reduces the batch's Bellman targets over: the
+ * live grid, except that a moving grid still unset (a fold's first train
+ * step) counts as [0, 0], so that its targets are the batch's rewards and
+ * its first update starts from their range (fox_atom_grid_update) instead of
+ * moving there from the configured support, which fits one reward scale only
+ * (from ±10 to rewards of ±0.03 took ~340 train steps at 5 % a step).
  */
+FOX_HD void
+fox_atom_grid_base(const float *isv, int moving, int d, float v_min, float v_max, float *lo,
+                   float *hi)
+{
+    if (moving && fox_atom_grid_unset(isv, d)) {
+        *lo = 0.0f;
+        *hi = 0.0f;
+        return;
+    }
+    fox_atom_grid_live(isv, d, v_min, v_max, lo, hi);
+}
+
 /*
  * The targets a grid update moves toward, from the batch's lowest and highest
  * Bellman target over the grid (tz_lo, tz_hi): under model.atom_grid =
@@ -373,16 +395,39 @@ fox_atom_grid_targets(int moving, float v_min, float v_max, float *tz_lo, float 
     }
 }
 
+/*
+ * One train step of branch d's grid, before the projection. tz_lo and tz_hi
+ * are the batch's lowest and highest Bellman targets over the live grid,
+ * min_b (r_b + g_b·lo) and max_b (r_b + g_b·hi), g_b = γⁿ(1 − done_b): each
+ * end moves FOX_ATOM_GRID_RATE of the way toward them, so the grid follows
+ * the range the projection sends mass to (an end whose target is not finite
+ * stays). A moving grid still unset takes its targets, the batch's reward
+ * range (fox_atom_grid_base), as they are, once Q_ABS_REF has its first
+ * observation (the fold's first train step observes it after this update):
+ * before that it stays unset, on the configured support, because Mech 2's
+ * bound on the start would be 10 × max(unset, 1) whatever the rewards'
+ * scale. In adaptive mode ATOM_POS_BOUND_d observes the moved grid's largest
+ * |z| (Pearls A+D, ws indexed by ISV slot; NULL in fixed mode). Mech 2 then
+ * clamps both ends to ±bound (10 × q_eff fixed, max(ATOM_POS_BOUND_d, 1)
+ * adaptive); a grid the clamp empties or narrows below FOX_ATOM_GRID_MIN_SPAN
+ * × bound is written as [−bound, bound]. The grid goes into the ISV; the
+ * return value is the moved grid's span before the clamp, which slot 47
+ * compares (0 when the grid waited).
+ */
 FOX_HD float
-fox_atom_grid_update(float *isv, fox_wiener_state *ws, int adaptive, int d, float v_min,
-                     float v_max, float tz_lo, float tz_hi)
+fox_atom_grid_update(float *isv, fox_wiener_state *ws, int adaptive, int moving, int d,
+                     float v_min, float v_max, float tz_lo, float tz_hi)
 {
     float lo, hi;
-    fox_atom_grid_live(isv, d, v_min, v_max, &lo, &hi);
+    int fresh = moving && fox_atom_grid_unset(isv, d);
+    if (fresh && !(isv[FOX_ISV_Q_ABS_REF] > 0.0f))
+        return 0.0f; /* the scale Mech 2 bounds the start by is not yet observed */
+    float rate = fresh ? 1.0f : FOX_ATOM_GRID_RATE;
+    fox_atom_grid_base(isv, moving, d, v_min, v_max, &lo, &hi);
     if (isfinite(tz_lo))
-        lo += FOX_ATOM_GRID_RATE * (tz_lo - lo);
+        lo += rate * (tz_lo - lo);
     if (isfinite(tz_hi))
-        hi += FOX_ATOM_GRID_RATE * (tz_hi - hi);
+        hi += rate * (tz_hi - hi);
     float bound;
     if (adaptive) {
         int slot = fox_isv_atom_pos_bound_slot(d);

@@ -28,6 +28,7 @@ typedef struct grid_run {
     float lo[FOX_MAX_BRANCHES], hi[FOX_MAX_BRANCHES];
     float pos_bound[FOX_MAX_BRANCHES]; /* ISV 132–135 */
     float q_abs_ref;
+    float grad_norm; /* GRAD_NORM_EMA */
     int fired46, fired47;
 } grid_run;
 
@@ -58,6 +59,7 @@ read_grid(fox_engine *e, grid_run *g)
         g->hi[d] = isv[k + 1];
     }
     g->q_abs_ref = isv[FOX_ISV_Q_ABS_REF];
+    g->grad_norm = isv[FOX_ISV_GRAD_NORM_EMA];
     g->fired46 = fox_engine_flags(e)[FOX_SENT_TARGET_Q_POST_CLIP];
     g->fired47 = fox_engine_flags(e)[FOX_SENT_ATOM_SPAN_MAX];
 }
@@ -79,8 +81,8 @@ run_scale_mode(const char *scale, const char *grid, int adaptive, grid_run *g)
            adaptive ? " (adaptive)" : "", (double)g->q_abs_ref);
     for (int d = 0; d < FOX_MAX_BRANCHES; d++)
         printf(" [%.4g, %.4g]", (double)g->lo[d], (double)g->hi[d]);
-    printf(", ATOM_POS_BOUND %.4g, slot 46 %d, slot 47 %d\n", (double)g->pos_bound[0],
-           g->fired46, g->fired47);
+    printf(", ATOM_POS_BOUND %.4g, GRAD_NORM_EMA %.4g, slot 46 %d, slot 47 %d\n",
+           (double)g->pos_bound[0], (double)g->grad_norm, g->fired46, g->fired47);
     fox_engine_destroy(e);
 }
 
@@ -92,8 +94,8 @@ run_scale(const char *scale, grid_run *g)
 
 /*
  * Reward scales 1, 100 and 5000: every branch's grid is a finite, ordered
- * support inside Mech 2's bound, slots 46 and 47 stay quiet, and the grid
- * follows the scale. At 1 and 100 it moved off the configured ±10 to the
+ * support inside Mech 2's bound, slots 46 and 47 stay quiet, the grid
+ * follows the scale, and the gradient's norm does not. At 1 and 100 it moved off the configured ±10 to the
  * range the targets reach (±0.1, about ±9). At 5000 Q_ABS_REF, which
  * observes the Bellman targets, grew with the rewards (about 37), and with
  * it Mech 2's 10 × q_eff, so the grid spans tens of times its width at
@@ -105,12 +107,14 @@ run_scale(const char *scale, grid_run *g)
 START_TEST(grid_follows_reward_scale)
 {
     const char *scales[] = {"1", "100", "5000"};
-    float span[3];
+    float span[3], norm_lo = INFINITY, norm_hi = 0.0f;
     for (int k = 0; k < 3; k++) {
         grid_run g;
         run_scale(scales[k], &g);
         float bound = fox_bound_atom_fixed(g.q_abs_ref);
         span[k] = g.hi[0] - g.lo[0];
+        norm_lo = fminf(norm_lo, g.grad_norm);
+        norm_hi = fmaxf(norm_hi, g.grad_norm);
         for (int d = 0; d < FOX_MAX_BRANCHES; d++) {
             ck_assert_msg(isfinite(g.lo[d]) && isfinite(g.hi[d]) && g.lo[d] < g.hi[d],
                           "scale %s branch %d: grid [%g, %g]", scales[k], d, g.lo[d], g.hi[d]);
@@ -129,6 +133,14 @@ START_TEST(grid_follows_reward_scale)
     /* The rewards grow 50-fold from 100 to 5000; a grid held at ±10 would not grow at all. */
     ck_assert_msg(span[0] < span[1] && 10.0f * span[1] < span[2],
                   "spans %g, %g, %g do not follow the reward scale", span[0], span[1], span[2]);
+    /*
+     * The step does not see the scale: every loss's gradient is in units of it (the C51 head's
+     * on the grid, the IQN head's in fox_td_scale, the aux head's label scale), so the gradient
+     * norm's EMA, which Mech 6 and train.grad_clip act on, stays within 15 % over a 5,000-fold
+     * range (the static grid's grows 2.6-fold from 100 to 5,000).
+     */
+    ck_assert_msg(norm_hi < 1.15f * norm_lo, "GRAD_NORM_EMA from %g to %g across the scales",
+                  norm_lo, norm_hi);
 }
 END_TEST
 
@@ -290,32 +302,48 @@ START_TEST(checkpoint_before_grid_loads)
 END_TEST
 
 /*
- * The rule alone (fixed mode, Q_ABS_REF 0: bound 10): an unset grid starts
- * from the configured support and moves 5 % of the way to the targets;
- * repeated, it settles on the range r / (1 − g) the Bellman targets reach;
- * a target past the bound is clamped there and reported in the span; a
- * non-finite target leaves its end.
+ * The rule alone (fixed mode, Q_ABS_REF below 1: bound 10): an unset moving
+ * grid reduces its targets over [0, 0] and, once Q_ABS_REF is observed,
+ * takes them as they are, the batch's reward range; unset under the static rule it starts from the configured
+ * support and moves 5 % of the way; a set grid moves 5 % of the way to its
+ * targets and, repeated, settles on the range r / (1 − g) the Bellman
+ * targets reach; a target past the bound is clamped there and reported in
+ * the span; a non-finite target leaves its end.
  */
 START_TEST(grid_rule)
 {
     float isv[FOX_ISV_TOTAL_DIM] = {0};
     int k = fox_isv_atom_grid_slot(1);
-    float span = fox_atom_grid_update(isv, NULL, 0, 1, -10.0f, 10.0f, -2.0f, 4.0f);
+    float base_lo, base_hi;
+    fox_atom_grid_base(isv, 1, 1, -10.0f, 10.0f, &base_lo, &base_hi);
+    ck_assert(base_lo == 0.0f && base_hi == 0.0f);
+    fox_atom_grid_base(isv, 0, 1, -10.0f, 10.0f, &base_lo, &base_hi);
+    ck_assert(base_lo == -10.0f && base_hi == 10.0f);
+    float span = fox_atom_grid_update(isv, NULL, 0, 0, 1, -10.0f, 10.0f, -2.0f, 4.0f);
     ck_assert_float_eq_tol(isv[k], -10.0f + 0.05f * 8.0f, 1e-5f);
     ck_assert_float_eq_tol(isv[k + 1], 10.0f - 0.05f * 6.0f, 1e-5f);
     ck_assert_float_eq_tol(span, isv[k + 1] - isv[k], 1e-5f);
+    isv[k] = isv[k + 1] = 0.0f;
+    span = fox_atom_grid_update(isv, NULL, 0, 1, 1, -10.0f, 10.0f, -2.0f, 4.0f);
+    ck_assert(span == 0.0f && fox_atom_grid_unset(isv, 1)); /* Q_ABS_REF not yet observed */
+    isv[FOX_ISV_Q_ABS_REF] = 0.5f;                          /* observed; q_eff still 1 */
+    span = fox_atom_grid_update(isv, NULL, 0, 1, 1, -10.0f, 10.0f, -2.0f, 4.0f);
+    ck_assert(isv[k] == -2.0f && isv[k + 1] == 4.0f && span == 6.0f);
+    fox_atom_grid_base(isv, 1, 1, -10.0f, 10.0f, &base_lo, &base_hi);
+    ck_assert(base_lo == -2.0f && base_hi == 4.0f);
     ck_assert(isv[fox_isv_atom_grid_slot(0)] == 0.0f && isv[fox_isv_atom_grid_slot(2)] == 0.0f);
     /* Rewards in [−0.5, 1] with g = 0.5: the fixed point is [−1, 2]. */
     for (int t = 0; t < 2000; t++) {
         float lo = isv[k], hi = isv[k + 1];
-        fox_atom_grid_update(isv, NULL, 0, 1, -10.0f, 10.0f, -0.5f + 0.5f * lo, 1.0f + 0.5f * hi);
+        fox_atom_grid_update(isv, NULL, 0, 1, 1, -10.0f, 10.0f, -0.5f + 0.5f * lo,
+                             1.0f + 0.5f * hi);
     }
     ck_assert_float_eq_tol(isv[k], -1.0f, 1e-3f);
     ck_assert_float_eq_tol(isv[k + 1], 2.0f, 1e-3f);
-    span = fox_atom_grid_update(isv, NULL, 0, 1, -10.0f, 10.0f, -1.0f, 1e6f);
+    span = fox_atom_grid_update(isv, NULL, 0, 1, 1, -10.0f, 10.0f, -1.0f, 1e6f);
     ck_assert_float_eq(isv[k + 1], 10.0f);
     ck_assert(span > 4e4f);
-    fox_atom_grid_update(isv, NULL, 0, 1, -10.0f, 10.0f, NAN, INFINITY);
+    fox_atom_grid_update(isv, NULL, 0, 1, 1, -10.0f, 10.0f, NAN, INFINITY);
     ck_assert_float_eq_tol(isv[k], -1.0f, 1e-3f);
     ck_assert_float_eq(isv[k + 1], 10.0f);
     ck_assert_int_eq(fox_isv_atom_grid_slot(4), -1);

@@ -255,7 +255,7 @@ compare(const char *what, const grad_run *g, const grad_run *c, const double *gd
 
 static void
 run_all(const host_batch *hb, int weighted, int mode, const char *what, int verbose,
-        double tol_abs)
+        double tol_abs, float unit)
 {
     size_t np = fox_parity_lay.n_params;
     fox_cpu_net_batch b = batch_view(hb, weighted);
@@ -269,12 +269,14 @@ run_all(const host_batch *hb, int weighted, int mode, const char *what, int verb
 
     fox_cpu_net *net = NULL;
     FOX_CK_OK(fox_cpu_net_create(&net, &fox_parity_lay, BATCH));
+    FOX_CK_OK(fox_cpu_net_set_td_scale(net, unit));
     FOX_CK_OK(fox_cpu_net_loss_grad(net, fox_parity_params, fox_parity_target, &b, &hp, &c.loss,
                                     c.grads, c.prio));
 
     /* The double reference on the same (float) inputs. */
     fox_cpud_net *dnet = NULL;
     FOX_CK_OK(fox_cpud_net_create(&dnet, &fox_parity_lay, BATCH));
+    FOX_CK_OK(fox_cpud_net_set_td_scale(dnet, unit));
     size_t ns = (size_t)BATCH * fox_parity_lay.S, nt = (size_t)BATCH * fox_parity_lay.NT;
     double *ds = malloc(2 * ns * sizeof *ds), *dr = malloc(5 * BATCH * sizeof *dr);
     double *dtau = malloc(2 * nt * sizeof *dtau);
@@ -305,8 +307,10 @@ run_all(const host_batch *hb, int weighted, int mode, const char *what, int verb
     fox_cpud_net_loss ld;
     FOX_CK_OK(fox_cpud_net_loss_grad(dnet, pd, td, &bd, &hpd, &ld, gd, prio_d));
 
+    FOX_CK_OK(fox_cuda_debug_set_td_unit(fox_parity_gpu, unit));
     FOX_CK_OK(fox_cuda_debug_loss_grad(fox_parity_gpu, fox_parity_params, fox_parity_target, &b,
                                        &hp, &g.loss, g.grads, g.prio, astar));
+    FOX_CK_OK(fox_cuda_debug_set_td_unit(fox_parity_gpu, 1.0f));
     /* The greedy next actions: same as the CPU's argmax of E[Z] on s′. */
     float *q = malloc((size_t)BATCH * fox_parity_lay.n_actions * sizeof *q);
     ck_assert_ptr_nonnull(q);
@@ -348,9 +352,16 @@ START_TEST(loss_and_gradients)
     make_batch(hb, 21);
     /* Every product in FP32, a*'s forward too: the backends' arithmetic side by side. */
     FOX_CK_OK(fox_cuda_debug_set_math(fox_parity_gpu, FOX_CUDA_MATH_FP32, 0));
-    run_all(hb, 0, FOX_TARGET_MEAN, "fp32 mean", 1, 1e-4);
-    run_all(hb, 1, FOX_TARGET_MEAN, "fp32 mean weighted", 0, 1e-4);
-    run_all(hb, 0, FOX_TARGET_INDEP, "fp32 indep", 0, 1e-4);
+    run_all(hb, 0, FOX_TARGET_MEAN, "fp32 mean", 1, 1e-4, 1.0f);
+    run_all(hb, 1, FOX_TARGET_MEAN, "fp32 mean weighted", 0, 1e-4, 1.0f);
+    run_all(hb, 0, FOX_TARGET_INDEP, "fp32 indep", 0, 1e-4, 1.0f);
+    /*
+     * The IQN's values in a unit (the moving grid's fox_td_scale): both heads' outputs scaled,
+     * the TD errors in it; a unit below the errors puts most of them on Huber's linear part, one
+     * above on its quadratic part.
+     */
+    run_all(hb, 0, FOX_TARGET_MEAN, "fp32 mean, IQN unit 0.05", 0, 1e-4, 0.05f);
+    run_all(hb, 1, FOX_TARGET_MEAN, "fp32 mean weighted, IQN unit 30", 0, 1e-4, 30.0f);
     /*
      * The large-batch paths at this batch: the heads' output layer by slots and d hid by head
      * (from FOX_CUDA_SLOT_ROWS rows), each weight gradient of a batched pair or of the heads one
@@ -359,12 +370,12 @@ START_TEST(loss_and_gradients)
      */
     fox_cuda_paths defaults, was, large = {1, 1, 1, 0};
     FOX_CK_OK(fox_cuda_debug_set_paths(fox_parity_gpu, &large, &defaults));
-    run_all(hb, 0, FOX_TARGET_MEAN, "fp32 mean, large-batch paths", 0, 1e-4);
+    run_all(hb, 0, FOX_TARGET_MEAN, "fp32 mean, large-batch paths", 0, 1e-4, 1.0f);
     /* Every epilogue one output a thread (the path of widths that are not multiples of 4). */
     fox_cuda_paths scalar = defaults;
     scalar.epilogue_fours = 0;
     FOX_CK_OK(fox_cuda_debug_set_paths(fox_parity_gpu, &scalar, &was));
-    run_all(hb, 0, FOX_TARGET_MEAN, "fp32 mean, epilogues by one", 0, 1e-4);
+    run_all(hb, 0, FOX_TARGET_MEAN, "fp32 mean, epilogues by one", 0, 1e-4, 1.0f);
     /* Back to the defaults, which the later tests (one backend, CK_FORK=no on the GPU) assume. */
     FOX_CK_OK(fox_cuda_debug_set_paths(fox_parity_gpu, &defaults, &was));
     free(hb);
@@ -377,7 +388,7 @@ START_TEST(tf32_accuracy)
     ck_assert_ptr_nonnull(hb);
     make_batch(hb, 31);
     FOX_CK_OK(fox_cuda_debug_set_math(fox_parity_gpu, FOX_CUDA_MATH_TF32, 1));
-    run_all(hb, 0, FOX_TARGET_MEAN, "tf32 mean", 1, 5e-2);
+    run_all(hb, 0, FOX_TARGET_MEAN, "tf32 mean", 1, 5e-2, 1.0f);
     free(hb);
 }
 END_TEST

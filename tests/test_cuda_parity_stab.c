@@ -291,26 +291,26 @@ START_TEST(atoms_kernel_vs_cpu)
             float span = 0.0f;
             for (int d = 0; d < D && B > 0; d++) {
                 float lo, hi, tz_lo = INFINITY, tz_hi = -INFINITY;
-                fox_atom_grid_live(isv_ref, d, lay->v_min, lay->v_max, &lo, &hi);
+                fox_atom_grid_base(isv_ref, 1, d, lay->v_min, lay->v_max, &lo, &hi);
                 for (int b = 0; b < B; b++) {
                     float g = gn * (1.0f - done[b]);
                     tz_lo = fminf(tz_lo, r[b] + g * lo);
                     tz_hi = fmaxf(tz_hi, r[b] + g * hi);
                 }
-                float sd = fox_atom_grid_update(isv_ref, adaptive ? ws : NULL, adaptive, d,
+                float sd = fox_atom_grid_update(isv_ref, adaptive ? ws : NULL, adaptive, 1, d,
                                                 lay->v_min, lay->v_max, tz_lo, tz_hi);
                 span = sd > span ? sd : span;
             }
             float t;
             FOX_CK_OK(fox_sentinel_threshold(FOX_SENT_ATOM_SPAN_MAX, isv_ref, &t));
             int f47 = B > 0 && !(span < t);
-            FOX_CK_OK(fox_cuda_debug_atoms(fox_parity_gpu, r, done, B, gn, adaptive, isv, z,
-                                           flags));
+            FOX_CK_OK(
+                fox_cuda_debug_atoms(fox_parity_gpu, r, done, B, gn, adaptive, isv, z, flags));
             for (int i = 0; i < FOX_ISV_TOTAL_DIM; i++)
                 ck_assert_msg(isv[i] == isv_ref[i] ||
                                   fabsf(isv[i] - isv_ref[i]) <= 1e-6f * fabsf(isv_ref[i]),
-                              "adaptive %d pass %d: ISV %d (%s) %.9g, cpu %.9g", adaptive, pass,
-                              i, fox_isv_name(i), isv[i], isv_ref[i]);
+                              "adaptive %d pass %d: ISV %d (%s) %.9g, cpu %.9g", adaptive, pass, i,
+                              fox_isv_name(i), isv[i], isv_ref[i]);
             ck_assert_msg(flags[FOX_SENT_ATOM_SPAN_MAX] == f47,
                           "adaptive %d pass %d: slot 47 %d, cpu %d (span %g, threshold %g)",
                           adaptive, pass, flags[FOX_SENT_ATOM_SPAN_MAX], f47, span, t);

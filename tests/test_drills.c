@@ -578,7 +578,7 @@ START_TEST(signals_take_pearl_d_in_adaptive_mode)
         for (int t = 0; t < 9000; t++) {
             float level = t < 6000 ? 1.0f : 3.0f;
             float label = level * (1.0f + 0.1f * (float)fox_rng_normal(&r));
-            fox_cpu_stab_aux_label(&st, &label, 1);
+            fox_cpu_stab_pre_step(&st, &label, 1);
             float e = isv[FOX_ISV_AUX_LABEL_SCALE_EMA];
             if (t >= 4000 && t < 6000) {
                 s1 += e;

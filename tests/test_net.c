@@ -588,27 +588,52 @@ START_TEST(test_net_fd_indep)
 END_TEST
 
 /*
- * The IQN's TD errors in units of a scale: its gradient divides by the scale
- * too (finite differences over every part at 2.5), the IQN loss shrinks as
- * the same errors count as smaller ones, the C51 loss does not move, and a
- * scale below 1 or not finite is refused.
+ * The IQN's values in a unit (set_td_scale): finite differences over every
+ * part at units 2.5 and 0.2 (most TD errors on Huber's quadratic, then on
+ * its linear part); rewards k times larger in a unit k times larger give
+ * the same IQN loss and the same IQN gradient in every tensor (the head's
+ * quantiles are unit × outputs, targets included, the errors in the unit),
+ * which with the errors alone in the unit (the head's outputs unscaled) they
+ * did not; the C51 loss does not see the unit; a unit ≤ 0 or not finite is
+ * refused.
  */
 START_TEST(test_net_fd_td_scale)
 {
     net_fd_mode(FOX_TARGET_MEAN, 2.5);
+    net_fd_mode(FOX_TARGET_MEAN, 0.2);
     net_fx f;
     net_fx_init(&f, 3, 77);
-    double *g = dalloc(f.lay.n_params);
+    size_t n = f.lay.n_params;
+    double *g1 = dalloc(n), *gk = dalloc(n);
     fox_cpud_net_loss one, scaled;
-    net_grad(&f, LAMBDA_IQN, 0.0, FOX_TARGET_MEAN, 0, g, &one);
-    FOX_CK_OK(fox_cpud_net_set_td_scale(f.net, 4.0));
-    net_grad(&f, LAMBDA_IQN, 0.0, FOX_TARGET_MEAN, 0, g, &scaled);
-    ck_assert_msg(scaled.iqn < one.iqn && scaled.iqn > 0.0,
-                  "IQN loss at td scale 4: %g, at 1: %g", scaled.iqn, one.iqn);
+    part_grad(&f, PART_IQN, FOX_TARGET_MEAN, g1);
+    net_grad(&f, LAMBDA_IQN, 0.0, FOX_TARGET_MEAN, 0, gk, &one);
+    const double k = 40.0;
+    for (int b = 0; b < f.in.B; b++)
+        f.in.r[b] *= k;
+    FOX_CK_OK(fox_cpud_net_set_td_scale(f.net, k));
+    part_grad(&f, PART_IQN, FOX_TARGET_MEAN, gk);
+    net_grad(&f, LAMBDA_IQN, 0.0, FOX_TARGET_MEAN, 0, f.grads, &scaled);
+    ck_assert_msg(fabs(scaled.iqn - one.iqn) <= 1e-12 * one.iqn && one.iqn > 0.0,
+                  "IQN loss at rewards x%g, unit %g: %.15g; at unit 1: %.15g", k, k, scaled.iqn,
+                  one.iqn);
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        num += (gk[i] - g1[i]) * (gk[i] - g1[i]);
+        den += g1[i] * g1[i];
+    }
+    ck_assert_msg(den > 0.0 && sqrt(num / den) < 1e-10, "IQN gradient rel diff %g",
+                  sqrt(num / den));
+    FOX_CK_OK(fox_cpud_net_set_td_scale(f.net, 1.0));
+    net_grad(&f, LAMBDA_IQN, 0.0, FOX_TARGET_MEAN, 0, f.grads, &one);
+    FOX_CK_OK(fox_cpud_net_set_td_scale(f.net, k));
+    net_grad(&f, LAMBDA_IQN, 0.0, FOX_TARGET_MEAN, 0, f.grads, &scaled);
     ck_assert_double_eq(scaled.c51, one.c51);
-    ck_assert_int_eq(fox_cpud_net_set_td_scale(f.net, 0.5), FOX_EINVAL);
+    ck_assert_int_eq(fox_cpud_net_set_td_scale(f.net, 0.0), FOX_EINVAL);
+    ck_assert_int_eq(fox_cpud_net_set_td_scale(f.net, -1.0), FOX_EINVAL);
     ck_assert_int_eq(fox_cpud_net_set_td_scale(f.net, NAN), FOX_EINVAL);
-    free(g);
+    free(g1);
+    free(gk);
     net_fx_fini(&f);
 }
 END_TEST

@@ -380,7 +380,7 @@ static void
 train_begin(cpu_backend *be)
 {
     gather_batch(be);
-    be->baux_scale = fox_cpu_stab_aux_label(&be->stab, be->baux, be->B);
+    be->baux_scale = fox_cpu_stab_pre_step(&be->stab, be->baux, be->B);
     const fox_config *c = be->env.cfg;
     fox_cpu_stab_atoms(&be->stab, be->br, be->bdone, be->B, powf(c->gamma, (float)c->n_step));
 }

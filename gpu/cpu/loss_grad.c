@@ -112,9 +112,10 @@ c51_targets(struct FOX_NET_T *net, const FOX_NET(batch) *bt, const FOX_NET(hpara
 }
 
 /*
- * IQN targets θ′ [B × D × NT]: θ′_j = r + γⁿ(1 − done)·q_target(τ′_j)[off_d + a*_d].
- * Unlike the C51 target, nothing bounds them by construction: this is the
- * buffer Mech 1 clips (slot 46).
+ * IQN targets θ′ [B × D × NT]: θ′_j = r + γⁿ(1 − done)·s·q_target(τ′_j)[off_d + a*_d],
+ * the target head's output in the step's unit s (the net's td_scale). Unlike
+ * the C51 target, nothing bounds them by construction: this is the buffer
+ * Mech 1 clips (slot 46).
  */
 static void
 iqn_targets(struct FOX_NET_T *net, const FOX_NET(batch) *bt, const FOX_NET(hparams) *hp)
@@ -122,7 +123,7 @@ iqn_targets(struct FOX_NET_T *net, const FOX_NET(batch) *bt, const FOX_NET(hpara
     const fox_model_layout *lay = &net->lay;
     int D = lay->n_branches, NT = lay->NT, NAct = lay->n_actions;
     for (int b = 0; b < bt->B; b++) {
-        real g = hp->gamma_n * (R(1) - bt->done[b]);
+        real g = hp->gamma_n * (R(1) - bt->done[b]) * net->td_scale;
         for (int d = 0; d < D; d++) {
             int col_t = lay->branch_off[d] + net->a_star[b * D + d];
             real *th = net->target_q + ((size_t)b * D + d) * NT;
@@ -208,10 +209,10 @@ huber_grad(real x)
 }
 
 /*
- * IQN quantile Huber: θ_i = q(τ_i)[off_d + a_d], θ′_j the target_q row of
- * (b, d) (iqn_targets), δ_ij = (θ′_j − θ_i) / s with s the net's td_scale,
- * ρ_ij = |τ_i − 1{δ_ij < 0}|·Huber(δ_ij); loss = (1/(B·D)) Σ_b w_b Σ_d Σ_i
- * (1/NT) Σ_j ρ_ij. d_q gets λ·∂loss/∂q.
+ * IQN quantile Huber: θ_i = s·q(τ_i)[off_d + a_d] with s the step's unit (the
+ * net's td_scale), θ′_j the target_q row of (b, d) (iqn_targets), δ_ij =
+ * (θ′_j − θ_i) / s, ρ_ij = |τ_i − 1{δ_ij < 0}|·Huber(δ_ij); loss = (1/(B·D))
+ * Σ_b w_b Σ_d Σ_i (1/NT) Σ_j ρ_ij. d_q gets λ·∂loss/∂q, where ∂δ_ij/∂q = −1.
  */
 static double
 iqn_loss(struct FOX_NET_T *net, const FOX_NET(batch) *bt, const FOX_NET(hparams) *hp)
@@ -228,16 +229,15 @@ iqn_loss(struct FOX_NET_T *net, const FOX_NET(batch) *bt, const FOX_NET(hparams)
             const real *theta_t = net->target_q + ((size_t)b * D + d) * NT;
             for (int i = 0; i < NT; i++) {
                 size_t qi = ((size_t)b * NT + i) * NAct + col;
-                real theta = net->iq_on.q[qi], tau = bt->tau[b * NT + i];
+                real theta = s * net->iq_on.q[qi], tau = bt->tau[b * NT + i];
                 real rho = R(0), drho = R(0);
                 for (int j = 0; j < NT; j++) {
                     real delta = (theta_t[j] - theta) / s;
                     real wq = R_FABS(tau - (delta < R(0) ? R(1) : R(0)));
                     rho += wq * huber(delta);
-                    drho += wq * huber_grad(delta) / s;
+                    drho += wq * huber_grad(delta);
                 }
                 loss += (double)(coef * rho);
-                /* ∂δ/∂θ_i = −1 / s */
                 net->d_q[qi] -= hp->iqn_lambda * coef * drho;
             }
         }

@@ -590,7 +590,7 @@ FOX_NET(create)(FOX_NET_T **out, const fox_model_layout *lay, int max_batch)
 int
 FOX_NET(set_td_scale)(FOX_NET_T *net, FOX_REAL scale)
 {
-    if (!net || !isfinite(scale) || !(scale >= R(1)))
+    if (!net || !isfinite(scale) || !(scale > R(0)))
         return FOX_EINVAL;
     net->td_scale = scale;
     return FOX_OK;

@@ -67,12 +67,13 @@ void FOX_NET(sentinel_buffer)(FOX_NET_T *net, int slot, int B, FOX_REAL **ptr, s
 int FOX_NET(set_support)(FOX_NET_T *net, int d, FOX_REAL lo, FOX_REAL hi);
 
 /*
- * The scale of the IQN's TD errors: its quantile Huber loss takes δ / scale
- * (scale ≥ 1: fox_td_scale of Q_ABS_REF, which the Mech 1 site sets each
- * train step after observing it), so that with the moving atom grid the loss
- * and the gradient it sends through the IQN head into the trunk keep their
- * size when the rewards grow, as the C51 loss does on a grid that grows with
- * them. FOX_EINVAL unless finite and ≥ 1.
+ * The unit of the IQN's values (fox_td_scale, which the backend sets as each
+ * train step begins): the IQN head's quantiles are scale × its outputs,
+ * online and target, and its quantile Huber loss takes the TD errors
+ * divided by scale, so that with the moving atom grid the head, its loss and
+ * the gradient it sends into the trunk do not change with the size of the
+ * rewards, as the C51 head's do not on a grid that moves with them.
+ * FOX_EINVAL unless finite and > 0.
  */
 int FOX_NET(set_td_scale)(FOX_NET_T *net, FOX_REAL scale);
 

@@ -175,7 +175,7 @@ struct FOX_NET_T {
     real *d_reg;       /* [B × NR] */
     real *grn_tmp[4];  /* [B × max(H1, H2)] */
     real *arena;
-    real td_scale; /* the IQN's TD errors in units of this (set_td_scale; 1 at creation) */
+    real td_scale; /* the unit of the IQN's values (set_td_scale; 1 at creation) */
     FOX_NET(hook_fn) hook; /* stability points (set_hook); NULL: none */
     void *hook_ctx;
     int want_d_states;

@@ -262,8 +262,8 @@ site_target_q(fox_cpu_stab *st, float *tq, size_t n)
 {
     int nt = st->lay->NT;
     signal(st, FOX_ISV_Q_ABS_REF,
-           fox_q_ref_obs(tq, n / (size_t)nt, nt, fox_bound_target_q_fixed(st->isv[FOX_ISV_Q_ABS_REF])));
-    fox_cpu_net_set_td_scale(st->net, fox_td_scale(st->moving_grid, st->isv[FOX_ISV_Q_ABS_REF]));
+           fox_q_ref_obs(tq, n / (size_t)nt, nt,
+                         fox_bound_target_q_fixed(st->isv[FOX_ISV_Q_ABS_REF])));
     if (st->adaptive)
         observe(st, FOX_ISV_TARGET_Q_BOUND, fox_p99_abs(tq, n));
     check_now(st, FOX_SENT_TARGET_Q_POST_CLIP, tq, n);
@@ -311,12 +311,13 @@ fox_cpu_stab_point(void *ctx, int slot, float *buf, size_t n)
 /* ---- producers and the other clamp sites ---------------------------------------------- */
 
 float
-fox_cpu_stab_aux_label(fox_cpu_stab *st, const float *labels, int B)
+fox_cpu_stab_pre_step(fox_cpu_stab *st, const float *labels, int B)
 {
     double s = 0.0;
     for (int b = 0; b < B; b++)
         s += fabsf(labels[b]);
     signal(st, FOX_ISV_AUX_LABEL_SCALE_EMA, s / B);
+    fox_cpu_net_set_td_scale(st->net, fox_td_scale(st->moving_grid, st->isv[FOX_ISV_Q_ABS_REF]));
     /* The loss divides by it: floor the divisor (the seeds' 1e-6 hazard never reaches it). */
     float scale = st->isv[FOX_ISV_AUX_LABEL_SCALE_EMA];
     return isfinite(scale) && scale > 1e-8f ? scale : 1e-8f;
@@ -355,15 +356,15 @@ fox_cpu_stab_atoms(fox_cpu_stab *st, const float *r, const float *done, int B, f
     float span = 0.0f;
     for (int d = 0; d < lay->n_branches; d++) {
         float lo, hi, tz_lo = INFINITY, tz_hi = -INFINITY;
-        fox_atom_grid_live(isv, d, lay->v_min, lay->v_max, &lo, &hi);
+        fox_atom_grid_base(isv, st->moving_grid, d, lay->v_min, lay->v_max, &lo, &hi);
         for (int b = 0; b < B; b++) {
             float g = gamma_n * (1.0f - done[b]);
             tz_lo = fminf(tz_lo, r[b] + g * lo);
             tz_hi = fmaxf(tz_hi, r[b] + g * hi);
         }
         fox_atom_grid_targets(st->moving_grid, lay->v_min, lay->v_max, &tz_lo, &tz_hi);
-        float s = fox_atom_grid_update(isv, st->adaptive ? st->ws : NULL, st->adaptive, d,
-                                       lay->v_min, lay->v_max, tz_lo, tz_hi);
+        float s = fox_atom_grid_update(isv, st->adaptive ? st->ws : NULL, st->adaptive,
+                                       st->moving_grid, d, lay->v_min, lay->v_max, tz_lo, tz_hi);
         /* A NaN span must win the maximum: slot 47 counts it as exceeding. */
         span = isnan(s) || s > span ? s : span;
     }

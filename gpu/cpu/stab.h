@@ -116,8 +116,13 @@ void fox_cpu_stab_arm_fault(fox_cpu_stab *st, int slot, int kind, int64_t step);
 
 void fox_cpu_stab_begin_step(fox_cpu_stab *st, int64_t train_step, int will_train);
 
-/* AUX_LABEL_SCALE_EMA from the batch's next-bar return labels [B]; returns the scale to use. */
-float fox_cpu_stab_aux_label(fox_cpu_stab *st, const float *labels, int B);
+/*
+ * Before a train step's forward (the twin of the CUDA pre_step): AUX_LABEL_
+ * SCALE_EMA from the batch's next-bar return labels [B], and the net's IQN
+ * unit (fox_td_scale) from Q_ABS_REF as the step begins. Returns the label
+ * scale the aux loss divides by.
+ */
+float fox_cpu_stab_pre_step(fox_cpu_stab *st, const float *labels, int B);
 
 /*
  * Mech 2, the atom write path, before the forward: every branch's grid moved

@@ -28,7 +28,10 @@ atoms_update_kernel(fox_cuda_stab st, int B, const float *r, const float *done, 
     __shared__ float part_lo[ATOMS_THREADS / WARP][FOX_MAX_BRANCHES];
     __shared__ float part_hi[ATOMS_THREADS / WARP][FOX_MAX_BRANCHES];
     const int t = threadIdx.x, lane = t % WARP, w = t / WARP;
-    if (t < D)
+    /* The grid the targets are reduced over; with no batch, the live grid the atoms take. */
+    if (t < D && B > 0)
+        fox_atom_grid_base(st.isv, st.moving_grid, t, v_min, v_max, &s_lo[t], &s_hi[t]);
+    else if (t < D)
         fox_atom_grid_live(st.isv, t, v_min, v_max, &s_lo[t], &s_hi[t]);
     __syncthreads();
     if (B > 0) {
@@ -62,8 +65,9 @@ atoms_update_kernel(fox_cuda_stab st, int B, const float *r, const float *done, 
                     tz_hi = fmaxf(tz_hi, part_hi[k][d]);
                 }
                 fox_atom_grid_targets(st.moving_grid, v_min, v_max, &tz_lo, &tz_hi);
-                float sd = fox_atom_grid_update(st.isv, st.adaptive ? st.sp4->ws : NULL,
-                                                st.adaptive, d, v_min, v_max, tz_lo, tz_hi);
+                float sd =
+                    fox_atom_grid_update(st.isv, st.adaptive ? st.sp4->ws : NULL, st.adaptive,
+                                         st.moving_grid, d, v_min, v_max, tz_lo, tz_hi);
                 /* A NaN span must win the maximum: slot 47 counts it as exceeding. */
                 span = isnan(sd) || sd > span ? sd : span;
                 fox_atom_grid_live(st.isv, d, v_min, v_max, &s_lo[d], &s_hi[d]);

@@ -196,6 +196,7 @@ create_device(fox_cuda_backend *be)
 
     FOX_CUDA_TRY(cudaHostAlloc((void **)&be->hctl, sizeof *be->hctl, cudaHostAllocDefault));
     memset(be->hctl, 0, sizeof *be->hctl);
+    be->hctl->td_unit = 1.0f; /* a pass outside training: the IQN's values as they are */
     FOX_CUDA_TRY(cudaMemcpy(be->ctl, be->hctl, sizeof *be->ctl, cudaMemcpyHostToDevice));
     FOX_CUDA_TRY(cudaHostAlloc((void **)&be->isv_mem, FOX_ISV_TOTAL_DIM * sizeof(float),
                                cudaHostAllocMapped));

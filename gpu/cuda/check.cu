@@ -335,9 +335,13 @@ fox__cuda_dh_s2_join(cudaStream_t s, const fox_cuda_stab *st, int B, int NT, int
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Before the forward: the aux label scale                                                    */
+/* Before the forward: the aux label scale and the IQN's unit                                 */
 
-/* One block. AUX_LABEL_SCALE_EMA ← EMA(mean |label|) with the Pearl A sentinel. */
+/*
+ * One block. AUX_LABEL_SCALE_EMA ← EMA(mean |label|) with the Pearl A
+ * sentinel; the IQN's unit for the step (fox_td_scale) from Q_ABS_REF before
+ * the step's loss observes it, so that its two launches read the same one.
+ */
 __global__ void
 pre_step_kernel(fox_cuda_stab st, int B, const float *aux)
 {
@@ -352,6 +356,7 @@ pre_step_kernel(fox_cuda_stab st, int B, const float *aux)
         part[threadIdx.x / WARP] = v;
     __syncthreads();
     if (threadIdx.x == 0) {
+        st.ctl->td_unit = fox_td_scale(st.moving_grid, st.isv[FOX_ISV_Q_ABS_REF]);
         double tot = 0.0;
         for (int w = 0; w < THREADS / WARP; w++)
             tot += part[w];

@@ -139,6 +139,7 @@ typedef struct fox_cuda_ctl {
     int halt;         /* FOX_HALT_* of the first halting step; sticky until the fold resets */
     int collapse_run; /* train steps in a row with grad norm ≤ FOX_HALT_COLLAPSE_NORM */
     float clip_scale; /* Mech 6: this step's factor on the gradient */
+    float td_unit;    /* the IQN's unit this step (fox_td_scale, set by pre_step; 1 at creation) */
     float support[FOX_MAX_BRANCHES][2]; /* Mech 2: each branch's C51 support [lo, hi] */
     int fault_slot;   /* debug.inject_fault: slot, -1 none */
     float fault_value;

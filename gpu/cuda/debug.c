@@ -248,6 +248,21 @@ fox_cuda_debug_set_math(fox_backend *be_, int math, int greedy_tf32)
 }
 
 int
+fox_cuda_debug_set_td_unit(fox_backend *be_, float unit)
+{
+    fox_cuda_backend *be = (fox_cuda_backend *)be_;
+    FOX_CUDA_ALIVE(be);
+    if (!isfinite(unit) || !(unit > 0.0f))
+        return FOX_EINVAL;
+    int rv = fox__cuda_sync_ctl(be);
+    if (rv == FOX_OK) {
+        be->hctl->td_unit = unit;
+        rv = fox__cuda_put_ctl(be);
+    }
+    return fox__cuda_be_fail(be, rv, "set_td_unit");
+}
+
+int
 fox_cuda_debug_set_paths(fox_backend *be_, const fox_cuda_paths *want, fox_cuda_paths *was)
 {
     fox_cuda_backend *be = (fox_cuda_backend *)be_;

@@ -107,6 +107,13 @@ int fox_cuda_debug_sp4(fox_backend *be, int reset, const float *params, const fl
 int fox_cuda_debug_set_math(fox_backend *be, int math, int greedy_tf32);
 
 /*
+ * The unit of the IQN's values in the loss passes that follow (the CPU net's
+ * set_td_scale): what a train step's pre_step sets from Q_ABS_REF with the
+ * moving atom grid, 1 until then. FOX_EINVAL unless finite and > 0.
+ */
+int fox_cuda_debug_set_td_unit(fox_backend *be, float unit);
+
+/*
  * The paths a stage takes where more than one computes the same thing: from slot_rows rows
  * the heads' output layer goes by slots and their d hid head by head (net.c); from
  * dw_loop_rows rows a batched weight gradient is one product an entry (matmul.c); with

@@ -177,7 +177,10 @@ c51_targets(const fox_cuda_dims &dm, const fox_cuda_loss_hp &hp, const fox_cuda_
         A.proj[(size_t)b * D * NA + k] = m[k];
 }
 
-/* The raw IQN target k = d·NT + j, θ′[d, j] = r + γⁿ(1 − done)·q_target(τ′_j)[a*_d]. */
+/*
+ * The raw IQN target k = d·NT + j, θ′[d, j] = r + γⁿ(1 − done)·u·q_target(τ′_j)[a*_d]:
+ * g is γⁿ(1 − done)·u, the target head's output taken in the step's unit u.
+ */
 static __device__ __forceinline__ float
 iqn_target(const fox_cuda_dims &dm, const fox_cuda_loss_args &A, int b, int k, float rb, float g,
            const int *s_astar)
@@ -274,17 +277,17 @@ c51_loss(const fox_cuda_dims &dm, const fox_cuda_loss_args &A, int b, int d, int
 
 /*
  * IQN quantile Huber, a thread per (i, flat action); only each branch's
- * chosen action is live; the TD errors in units of fox_td_scale of the
- * Q_ABS_REF this step's first launch observed (the CPU net's td_scale, which
- * its Mech 1 site sets), 1 in a pass without sites. d_q gets the gradient (λ
- * included), s_iqn [warps] each warp's share of the loss.
+ * chosen action is live; θ_i the online head's output in the step's unit u
+ * (ctl's td_unit, fox_td_scale as pre_step found it: the CPU net's
+ * td_scale), the TD errors in units of u, so ∂δ/∂q = −1. d_q gets the
+ * gradient (λ included), s_iqn [warps] each warp's share of the loss.
  */
 static __device__ __forceinline__ void
 iqn_loss(const fox_cuda_dims &dm, const fox_cuda_loss_hp &hp, const fox_cuda_loss_args &A, int b,
          int t, float w, const int *s_a, const float *s_tq, double *s_iqn)
 {
     const int D = dm.D, NAct = dm.NAct, NT = dm.NT, B = A.B;
-    const float s = fox_td_scale(A.st.sites && A.st.moving_grid, A.st.isv[FOX_ISV_Q_ABS_REF]);
+    const float s = A.st.ctl->td_unit;
     double iqn_part = 0.0;
     for (int k = t; k < NT * NAct; k += blockDim.x) {
         int i = k / NAct, c = k % NAct, d = branch_of(dm, c);
@@ -292,13 +295,13 @@ iqn_loss(const fox_cuda_dims &dm, const fox_cuda_loss_hp &hp, const fox_cuda_los
         float val = 0.0f;
         if (c == col) {
             float coef = w / (float)(B * D) / (float)NT;
-            float theta = A.iq_q[((size_t)b * NT + i) * NAct + col] + A.bq_on[col];
+            float theta = s * (A.iq_q[((size_t)b * NT + i) * NAct + col] + A.bq_on[col]);
             float tau = A.tau[b * NT + i], rho = 0.0f, drho = 0.0f;
             for (int j = 0; j < NT; j++) {
                 float delta = (s_tq[d * NT + j] - theta) / s;
                 float wq = fabsf(tau - (delta < 0.0f ? 1.0f : 0.0f));
                 rho += wq * huber(delta);
-                drho += wq * huber_grad(delta) / s;
+                drho += wq * huber_grad(delta);
             }
             iqn_part += (double)(coef * rho);
             val = -(hp.iqn_lambda * coef * drho);
@@ -412,6 +415,7 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
     if (t < D)
         greedy_next(dm, A, b, t, s_astar, s_a);
     const float g = hp.gamma_n * (1.0f - A.done[b]), rb = A.r[b];
+    const float g_iqn = g * A.st.ctl->td_unit; /* the IQN targets' discount in the step's unit */
     /*
      * The first launch (tq_only): the raw IQN targets into A.tq, Q_ABS_REF
      * from them, and out, so that Q_ABS_REF and, in adaptive mode,
@@ -421,7 +425,7 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
     if (A.tq_only) {
         __syncthreads();
         for (int k = t; k < D * NT; k += blockDim.x) {
-            float x = iqn_target(dm, A, b, k, rb, g, s_astar);
+            float x = iqn_target(dm, A, b, k, rb, g_iqn, s_astar);
             A.tq[(size_t)b * D * NT + k] = x;
             s_tq[k] = x;
         }
@@ -431,7 +435,7 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
     }
     __syncthreads(); /* s_sup */
     c51_targets(dm, hp, A, b, t, s_sup, rb, g, s_astar, p, m, bj);
-    iqn_targets(dm, A, b, t, rb, g, s_astar, s_tq);
+    iqn_targets(dm, A, b, t, rb, g_iqn, s_astar, s_tq);
     if (warp < D)
         c51_loss(dm, A, b, warp, lane, w, m, dl, s_c51, s_prio, s_ep);
     __syncthreads();
