@@ -253,9 +253,11 @@ END_TEST
  * reduction of the batch's Bellman targets over each branch's grid, the
  * shared fox_atom_grid_update and the CPU net's atoms (set_support), in
  * both bounds modes, from the unset grid and from a moved one: the same
- * grids in the ISV, the same atoms, slot 47 alike. Rewards 1e4 times the
- * bound (pass 2) move the grid past slot 47's threshold before Mech 2 holds
- * it; B = 0 (pass 3) only rewrites the atoms of a grid set by hand.
+ * grids in the ISV, the same atoms, slot 47 alike. Before Q_ABS_REF is
+ * observed (pass 0) the unset grid stays so; then (pass 1) it starts from
+ * the batch's reward range; rewards 1e4 times the bound (pass 2) move the
+ * grid past slot 47's threshold before Mech 2 holds it; B = 0 (pass 3) only
+ * rewrites the atoms of a grid set by hand.
  */
 START_TEST(atoms_kernel_vs_cpu)
 {
@@ -275,6 +277,8 @@ START_TEST(atoms_kernel_vs_cpu)
         fox_isv_init(isv);
         for (int pass = 0; pass < 4; pass++) {
             int B = pass == 3 ? 0 : BATCH;
+            /* Pass 0 before Q_ABS_REF's first observation: the unset grid waits. */
+            isv[FOX_ISV_Q_ABS_REF] = pass == 0 ? 0.0f : 0.5f;
             float scale = pass == 2 ? 1e5f : 3.0f;
             for (int b = 0; b < BATCH; b++) {
                 r[b] = scale * (float)fox_rng_normal(&rng);
@@ -315,6 +319,9 @@ START_TEST(atoms_kernel_vs_cpu)
                           "adaptive %d pass %d: slot 47 %d, cpu %d (span %g, threshold %g)",
                           adaptive, pass, flags[FOX_SENT_ATOM_SPAN_MAX], f47, span, t);
             ck_assert_msg(pass != 2 || f47, "adaptive %d: slot 47 did not fire", adaptive);
+            ck_assert_msg((pass == 0) == fox_atom_grid_unset(isv, 0),
+                          "adaptive %d pass %d: grid unset %d", adaptive, pass,
+                          fox_atom_grid_unset(isv, 0));
             for (int d = 0; d < D; d++) {
                 float lo, hi, *zc;
                 size_t nzc;
