@@ -306,5 +306,12 @@ fox__cuda_finish_steps(fox_cuda_backend *be, fox_step_stats *st)
     st->epsilon = be->hctl->eps;
     st->step = be->hctl->step;
     st->env_steps = be->hctl->env_steps;
-    return halted(be);
+    int rv = halted(be);
+    /*
+     * The device ran the halted chunk to its end, moving no weight; the fold stopped at the
+     * halt's step, where the CPU backend stops, and that is the step the engine reports.
+     */
+    if (rv == FOX_EHALT)
+        st->step = be->hctl->halt_step;
+    return rv;
 }
