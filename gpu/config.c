@@ -77,8 +77,9 @@ static const key_def keys[] = {
     FLT("model.v_max", v_max, -1e6, 1e6, "10", "C51 support maximum"),
     ENM("model.atom_grid", atom_grid, atom_grid_names, "static",
         "the C51 support: static (model.v_min..v_max, clamped by Mech 2) or moving (each branch's "
-        "grid follows its Bellman targets, clamped by Mech 2, and the IQN's TD errors count in units "
-        "of q_eff)"),
+        "grid starts on its rewards' range and follows its Bellman targets, clamped by Mech 2, and "
+        "the IQN's values count in units of Q_ABS_REF: with engine.bounds_mode=adaptive the step "
+        "does not depend on env.reward_scale)"),
     INT("model.n_tau", n_tau, 1, 256, "8", "IQN sampled fractions"),
     INT("model.n_cos", n_cos, 1, 1024, "64", "IQN cosine embedding size"),
     INT("model.aux_hidden", aux_hidden, 1, 8192, "64", "aux heads' hidden width"),
