@@ -16,6 +16,7 @@ command -v nngcat >/dev/null || { echo "nngcat (nng-utils) not installed: skippi
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
 test_init foxd-it
+no_pictures
 url="ipc://$dir/foxd.sock"
 pub="ipc://$dir/events.sock"
 token=t0ken-$$

@@ -9,6 +9,7 @@ set -u
 FOXD=$(realpath "$1") FOXCTL=$(realpath "$2")
 . "$(dirname "$(realpath "$0")")/lib.sh"
 test_init foxd-listeners
+no_pictures
 FLOOD="$(dirname "$(realpath "$0")")/flood.py"
 TINY=(--backend cpu --set model.h1=32 --set model.h2=16 --set model.head_hidden=16
       --set model.aux_hidden=8 --set train.batch=16 --set env.n_envs=8

@@ -526,6 +526,7 @@ part_progress() {
 parts=$(declare -F | sed -n 's/^declare -f part_//p' | tr '\n' ' ')
 declare -F "part_$PART" >/dev/null || { echo "test_ops.sh: no part '$PART'; the parts: $parts" >&2; exit 2; }
 test_init "foxd-ops-$PART"
+no_pictures
 chmod 755 "$dir"
 url="ipc://$dir/foxd.sock"
 "part_$PART"

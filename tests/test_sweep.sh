@@ -19,8 +19,7 @@ command -v python3 >/dev/null || { echo "python3 not installed: skipping"; exit 
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
 test_init foxd-sweep
-# Each run's pictures would take foxplot seconds and check nothing here (test_records.sh does).
-export FOXPLOT=/bin/true
+no_pictures
 # FOXD_TEST_BACKEND=cuda runs the same checks on a GPU machine.
 TINY=(--backend "${FOXD_TEST_BACKEND:-cpu}" --set model.h1=32 --set model.h2=16 --set model.head_hidden=16
       --set model.aux_hidden=8 --set train.batch=16 --set env.n_envs=8

@@ -22,6 +22,7 @@ done
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
 test_init foxd-slurm
+no_pictures
 chmod 0755 "$dir"
 daemons=()
 cleanup_slurm() {
