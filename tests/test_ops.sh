@@ -16,7 +16,8 @@ FOXD=$(realpath "$1") FOXCTL=$(realpath "$2") PART=${3:-}
 TINY=(--backend cpu --set model.h1=32 --set model.h2=16 --set model.head_hidden=16
       --set model.aux_hidden=8 --set train.batch=16 --set env.n_envs=8
       --set train.learning_starts=64 --set data.synth_bars=3000
-      --set train.steps_per_epoch=20 --set train.epochs=1 --set daemon.metrics_interval_ms=0)
+      --set train.steps_per_epoch=20 --set train.epochs=1 --set daemon.metrics_interval_ms=0
+      "${REPLAY[@]}")
 as_root=0
 [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null && as_root=1
 # Run as uid/gid 65534 without supplementary groups (setpriv execs: $! is foxd).
@@ -469,7 +470,7 @@ part_restart() {
     # TINY without model.h1: the command line would win over the kept change.
     kept=(--backend cpu --set model.h2=16 --set model.head_hidden=16 --set model.aux_hidden=8
           --set train.batch=16 --set env.n_envs=8 --set train.learning_starts=64
-          --set data.synth_bars=3000 --set daemon.metrics_interval_ms=0
+          --set data.synth_bars=3000 --set daemon.metrics_interval_ms=0 "${REPLAY[@]}"
           --listen "$url" --pub "ipc://$dir/ev.sock" --set "daemon.runtime_dir=$dir/rt"
           --set "daemon.state_dir=$dir/kept" --set daemon.token=right)
     foxd_start --url "$url" -- "${kept[@]}"
@@ -527,7 +528,7 @@ part_restart() {
 # ------------------------------------------------------------- progress
 part_progress() {
     SPAWN=(--backend cpu --set model.h1=32 --set model.h2=16 --set data.synth_bars=3000
-           --set train.learning_starts=64 --set train.batch=16 --set env.n_envs=8)
+           --set train.learning_starts=64 --set train.batch=16 --set env.n_envs=8 "${REPLAY[@]}")
     if command -v script >/dev/null; then
         # script gives foxctl a terminal, where it draws its bar.
         TMPDIR=$dir timeout -k 5 300 script -qfec "$(printf '%q ' "$FOXCTL" run --spawn --folds 0,1 \
