@@ -90,6 +90,18 @@ nap(sweep_ctx *c, int s)
     }
 }
 
+/* With c->mu held: wait up to ms for a job's state to change (c->cv), or less. */
+static void
+wait_change(sweep_ctx *c, int ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long ns = ts.tv_nsec + (long long)ms * 1000000;
+    ts.tv_sec += (time_t)(ns / 1000000000);
+    ts.tv_nsec = (long)(ns % 1000000000);
+    pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+}
+
 /* The next pending job, or NULL once none is pending or running (or the sweep stops). */
 static sweep_job *
 take_job(sweep_ctx *c)
@@ -113,10 +125,7 @@ take_job(sweep_ctx *c)
             }
         }
         /* Every job left runs elsewhere; one may come back if its daemon dies. */
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
-        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+        wait_change(c, 1000);
     }
 }
 
@@ -715,10 +724,13 @@ foxctl_sweep_run(foxctl_opts *o, sweep_plan *p, const sweep_run_opts *ro)
                             "are kept)\n", ro->wait_s);
         }
         end = end || c.give_up;
+        /* The progress again after a while, or as soon as a job ends: the sweep ends with its
+         * last job, not up to a second later. */
+        if (!end)
+            wait_change(&c, tty ? 250 : 1000);
         pthread_mutex_unlock(&c.mu);
         if (end)
             break;
-        usleep(tty ? 250000 : 1000000);
     }
     for (int i = 0; i < ro->n_endpoints; i++)
         pthread_join(th[i], NULL);

@@ -1,7 +1,9 @@
 # lib.sh — what the shell tests of foxd share: a scratch directory removed
 # on exit (with any foxd still running killed), the ok/fail reporting,
 # starting a foxd and waiting until it answers, and the TCP ports tests
-# listen on (free_port, on_free_port: the one place they are chosen).
+# listen on (free_port, on_free_port: the one place they are chosen), the
+# replay ring the tests train with (REPLAY), and no_pictures for a test that
+# checks nothing of the pictures runs draw.
 #
 # Sourced by a test after it has set FOXD and FOXCTL. A test keeps the pid
 # of the foxd it runs in $pid (empty when none), so that the exit trap can
@@ -14,6 +16,20 @@ test_init() {
     checks=0
     trap test_cleanup EXIT
 }
+
+# no_pictures: every run foxd ends draws its pictures with foxplot (gnuplot, a second or two a
+# run on a 2-core machine, and the run's op ends after them); a test that checks nothing of them
+# runs /bin/true in its place. test_records.sh, test_population.sh and test_hostile_files.sh
+# check the pictures and keep foxplot.
+no_pictures() {
+    export FOXPLOT=/bin/true
+}
+
+# REPLAY: the replay ring of the foxds the tests train. Each engine zeroes its ring, all of it
+# under meson's MALLOC_PERTURB_: the default's million transitions (56 MB) cost a fraction of
+# a second an engine, seconds a test. A run here is either short, so that 65536 never wrap and
+# it trains as the default would, or stopped whatever it learned.
+REPLAY=(--set train.replay_capacity=65536)
 
 test_cleanup() {
     [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null

@@ -16,6 +16,7 @@ command -v nngcat >/dev/null || { echo "nngcat (nng-utils) not installed: skippi
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
 test_init foxd-it
+no_pictures
 url="ipc://$dir/foxd.sock"
 pub="ipc://$dir/events.sock"
 token=t0ken-$$
@@ -25,7 +26,7 @@ chmod 600 "$dir/token"
 TINY=(--backend "${FOXD_TEST_BACKEND:-cpu}" --set model.h1=32 --set model.h2=16 --set model.head_hidden=16
       --set model.aux_hidden=8 --set train.batch=16 --set env.n_envs=8
       --set train.learning_starts=64 --set data.synth_bars=3000
-      --set train.steps_per_epoch=20 --set train.epochs=1)
+      --set train.steps_per_epoch=20 --set train.epochs=1 "${REPLAY[@]}")
 
 ctl() { timeout -k 5 120 "$FOXCTL" --url "$url" --pub "$pub" --token "$token" --timeout 10000 "$@"; }
 ctl_notoken() { timeout -k 5 60 "$FOXCTL" --url "$url" --pub "$pub" --timeout 10000 "$@"; }

@@ -9,11 +9,13 @@ set -u
 FOXD=$(realpath "$1") FOXCTL=$(realpath "$2")
 . "$(dirname "$(realpath "$0")")/lib.sh"
 test_init foxd-listeners
+no_pictures
 FLOOD="$(dirname "$(realpath "$0")")/flood.py"
 TINY=(--backend cpu --set model.h1=32 --set model.h2=16 --set model.head_hidden=16
       --set model.aux_hidden=8 --set train.batch=16 --set env.n_envs=8
       --set train.learning_starts=64 --set data.synth_bars=3000
-      --set train.steps_per_epoch=20 --set train.epochs=1 --set daemon.metrics_interval_ms=0)
+      --set train.steps_per_epoch=20 --set train.epochs=1 --set daemon.metrics_interval_ms=0
+      "${REPLAY[@]}")
 url="ipc://$dir/foxd.sock"
 st=$dir/st
 ctl() { timeout -k 5 60 "$FOXCTL" --url "$url" --timeout 5000 "$@"; }

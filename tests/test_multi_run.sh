@@ -15,10 +15,11 @@ command -v python3 >/dev/null || { echo "python3 not installed: skipping"; exit 
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
 test_init foxd-multi-run
+no_pictures
 # One line: multi_run.sh reads ARGS as one line of words.
 TINY="--set model.h1=32 --set model.h2=16 --set model.head_hidden=16 --set model.aux_hidden=8"
 TINY+=" --set env.n_envs=8 --set train.learning_starts=64 --set data.synth_bars=3000"
-TINY+=" --set engine.threads=1"
+TINY+=" --set engine.threads=1 ${REPLAY[*]}"
 export BACKEND=cpu BATCH=16 REPS=3 CHUNK=5 JOBS=2 STEPS=20 EPOCHS=1 ARGS="$TINY"
 
 # build_dir NAME: a build directory of the real programs, as multi_run.sh finds them.

@@ -16,7 +16,8 @@ FOXD=$(realpath "$1") FOXCTL=$(realpath "$2") PART=${3:-}
 TINY=(--backend cpu --set model.h1=32 --set model.h2=16 --set model.head_hidden=16
       --set model.aux_hidden=8 --set train.batch=16 --set env.n_envs=8
       --set train.learning_starts=64 --set data.synth_bars=3000
-      --set train.steps_per_epoch=20 --set train.epochs=1 --set daemon.metrics_interval_ms=0)
+      --set train.steps_per_epoch=20 --set train.epochs=1 --set daemon.metrics_interval_ms=0
+      "${REPLAY[@]}")
 as_root=0
 [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null && as_root=1
 # Run as uid/gid 65534 without supplementary groups (setpriv execs: $! is foxd).
@@ -276,8 +277,9 @@ part_leaks() {
     foxd_start --url "$url" -- "${TINY[@]}" --listen "$url" --pub "ipc://$dir/ev.sock" \
         --set "daemon.runtime_dir=$dir/rt" --set "daemon.state_dir=$dir/st" --set daemon.token=right \
         --set model.h1=512 --set model.h2=512 --set daemon.resume=false
+    # foxd dies under the saves, so no answer comes: their clients give up after 2 s, not 10.
     for i in $(seq 1 10); do
-        ctl --token right checkpoint save "k$i.ckpt" >/dev/null 2>&1 &
+        ctl --token right --timeout 2000 checkpoint save "k$i.ckpt" >/dev/null 2>&1 &
         sleep 0.0$((RANDOM % 9))
     done
     kill -9 "$pid"; wait "$pid" 2>/dev/null; pid=
@@ -293,8 +295,42 @@ part_leaks() {
 
 # ---------------------------------------------------- descriptor floods
 part_floods() {
-    # foxd at 256 descriptors; 400 idle clients on its tcp listener.
-    rm -f "$dir/st/foxd.ckpt"
+    # The three floods below each have a foxd, ports and a scratch directory of their own (its
+    # foxd.log, sockets and state directories), so they run side by side: each in the
+    # background, its output kept, shown in order (its checks counted here) once all three end.
+    local floods=() flood rc=0 line
+    flood_apart() {
+        local name=$1
+        shift
+        mkdir "$dir/$name"
+        (
+            dir=$dir/$name pid=
+            url="ipc://$dir/foxd.sock"
+            trap '[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null' EXIT
+            "$@"
+        ) >"$dir/$name.out" 2>&1 &
+        floods+=("$name:$!")
+    }
+    flood_apart idle flood_idle
+    flood_apart handshake1 flood_during_run 1
+    flood_apart handshake0 flood_during_run 0
+    for flood in "${floods[@]}"; do
+        wait "${flood#*:}" || rc=1
+    done
+    for flood in "${floods[@]}"; do
+        while IFS= read -r line; do
+            case $line in
+            "ok "[0-9]*" - "*) ok "${line#ok * - }" ;;
+            *) printf '%s\n' "$line" ;;
+            esac
+        done <"$dir/${flood%:*}.out"
+    done
+    [ $rc -eq 0 ] || exit 1
+}
+
+# A foxd at 256 descriptors: 400 idle clients on its tcp listener, then a flood of silent ones
+# that SIGTERM must get through.
+flood_idle() {
     start_at_256_descriptors() {
         log_mark
         (ulimit -n 256 && exec "$FOXD" "${TINY[@]}" --listen "$url" --listen "tcp://127.0.0.1:$port" \
@@ -318,17 +354,19 @@ part_floods() {
     [ $rc -eq 0 ] && [ -s "$dir/st/foxd.ckpt" ] ||
         fail "SIGTERM under a descriptor flood: exit $rc, checkpoint $(ls -l "$dir/st/foxd.ckpt" 2>&1)"
     ok "SIGTERM with every descriptor taken still writes the checkpoint and exits 0"
+}
 
-    # A flood beyond foxd's 256 descriptors during a run, 200 clients on each of
-    # two tcp listeners: every epoch still reaches epochs.csv and both
-    # metrics.jsonl files, and SIGTERM writes the stop checkpoint.
-    #   handshake 1: the clients finish the SP handshake and hold on. The two
-    #     listeners' daemon.max_connections (128 each) would hold every
-    #     descriptor; they share those below the limit instead, and a fresh ipc
-    #     client is answered during the flood.
-    #   handshake 0: the clients stay silent, so nng holds each one unnegotiated
-    #     and every descriptor is taken: the records and the checkpoint are
-    #     written from the reserve.
+# flood_during_run HANDSHAKE: a flood beyond foxd's 256 descriptors during a run, 200 clients on
+# each of two tcp listeners: every epoch still reaches epochs.csv and both metrics.jsonl files,
+# and SIGTERM writes the stop checkpoint.
+#   handshake 1: the clients finish the SP handshake and hold on. The two listeners'
+#     daemon.max_connections (128 each) would hold every descriptor; they share those below
+#     the limit instead, and a fresh ipc client is answered during the flood.
+#   handshake 0: the clients stay silent, so nng holds each one unnegotiated and every
+#     descriptor is taken: the records and the checkpoint are written from the reserve.
+flood_during_run() {
+    local handshake=$1 flood1 flood2
+    st=$dir/st-flood$handshake
     start_training_at_256() {
         port2=$(free_port)
         log_mark
@@ -339,26 +377,20 @@ part_floods() {
         pid=$!
         foxd_wait --url "$url"
     }
-    flood_during_run() {
-        local handshake=$1 flood1 flood2
-        st=$dir/st-flood$handshake
-        on_free_port start_training_at_256
-        ctl --token right run --detach --folds 0 --epochs 400 --steps 20 >/dev/null || fail "run --detach"
-        python3 "$FLOOD" 127.0.0.1 "$port" 200 "$handshake" 8 >/dev/null &
-        flood1=$!
-        python3 "$FLOOD" 127.0.0.1 "$port2" 200 "$handshake" 8 >/dev/null &
-        flood2=$!
-        sleep 3
-        if [ "$handshake" = 1 ]; then
-            ctl status >/dev/null || fail "a fresh ipc client got no answer during the flood"
-        fi
-        sleep 2
-        stop_and_check_records "$st" "a flood (handshake $handshake)"
-        wait "$flood1" "$flood2"
-        ok "2 x 200 clients (handshake $handshake) beyond 256 descriptors during a run: $rows epochs recorded, stop checkpoint written"
-    }
-    flood_during_run 1
-    flood_during_run 0
+    on_free_port start_training_at_256
+    ctl --token right run --detach --folds 0 --epochs 400 --steps 20 >/dev/null || fail "run --detach"
+    python3 "$FLOOD" 127.0.0.1 "$port" 200 "$handshake" 8 >/dev/null &
+    flood1=$!
+    python3 "$FLOOD" 127.0.0.1 "$port2" 200 "$handshake" 8 >/dev/null &
+    flood2=$!
+    sleep 3
+    if [ "$handshake" = 1 ]; then
+        ctl status >/dev/null || fail "a fresh ipc client got no answer during the flood"
+    fi
+    sleep 2
+    stop_and_check_records "$st" "a flood (handshake $handshake)"
+    wait "$flood1" "$flood2"
+    ok "2 x 200 clients (handshake $handshake) beyond 256 descriptors during a run: $rows epochs recorded, stop checkpoint written"
 }
 
 # ---------------------------------------------------- idle connections
@@ -438,7 +470,7 @@ part_restart() {
     # TINY without model.h1: the command line would win over the kept change.
     kept=(--backend cpu --set model.h2=16 --set model.head_hidden=16 --set model.aux_hidden=8
           --set train.batch=16 --set env.n_envs=8 --set train.learning_starts=64
-          --set data.synth_bars=3000 --set daemon.metrics_interval_ms=0
+          --set data.synth_bars=3000 --set daemon.metrics_interval_ms=0 "${REPLAY[@]}"
           --listen "$url" --pub "ipc://$dir/ev.sock" --set "daemon.runtime_dir=$dir/rt"
           --set "daemon.state_dir=$dir/kept" --set daemon.token=right)
     foxd_start --url "$url" -- "${kept[@]}"
@@ -496,7 +528,7 @@ part_restart() {
 # ------------------------------------------------------------- progress
 part_progress() {
     SPAWN=(--backend cpu --set model.h1=32 --set model.h2=16 --set data.synth_bars=3000
-           --set train.learning_starts=64 --set train.batch=16 --set env.n_envs=8)
+           --set train.learning_starts=64 --set train.batch=16 --set env.n_envs=8 "${REPLAY[@]}")
     if command -v script >/dev/null; then
         # script gives foxctl a terminal, where it draws its bar.
         TMPDIR=$dir timeout -k 5 300 script -qfec "$(printf '%q ' "$FOXCTL" run --spawn --folds 0,1 \
@@ -526,6 +558,7 @@ part_progress() {
 parts=$(declare -F | sed -n 's/^declare -f part_//p' | tr '\n' ' ')
 declare -F "part_$PART" >/dev/null || { echo "test_ops.sh: no part '$PART'; the parts: $parts" >&2; exit 2; }
 test_init "foxd-ops-$PART"
+no_pictures
 chmod 755 "$dir"
 url="ipc://$dir/foxd.sock"
 "part_$PART"

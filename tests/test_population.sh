@@ -17,7 +17,7 @@ printf '%s\n' "$token" > "$dir/token"
 chmod 600 "$dir/token"
 TINY=(--backend cpu --set model.h1=32 --set model.h2=16 --set model.head_hidden=16
       --set model.aux_hidden=8 --set train.batch=16 --set env.n_envs=8
-      --set train.learning_starts=64 --set data.synth_bars=3000)
+      --set train.learning_starts=64 --set data.synth_bars=3000 "${REPLAY[@]}")
 ctl() { timeout -k 5 120 "$FOXCTL" --url "$url" --pub "$pub" --token "$token" --timeout 10000 "$@"; }
 
 # --------------------------------------------------------------- one member

@@ -19,12 +19,11 @@ command -v python3 >/dev/null || { echo "python3 not installed: skipping"; exit 
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
 test_init foxd-sweep
-# Each run's pictures would take foxplot seconds and check nothing here (test_records.sh does).
-export FOXPLOT=/bin/true
+no_pictures
 # FOXD_TEST_BACKEND=cuda runs the same checks on a GPU machine.
 TINY=(--backend "${FOXD_TEST_BACKEND:-cpu}" --set model.h1=32 --set model.h2=16 --set model.head_hidden=16
       --set model.aux_hidden=8 --set train.batch=16 --set env.n_envs=8
-      --set train.learning_starts=64 --set data.synth_bars=3000 --set engine.threads=1)
+      --set train.learning_starts=64 --set data.synth_bars=3000 --set engine.threads=1 "${REPLAY[@]}")
 pids=()
 cleanup_all() {
     for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done

@@ -22,6 +22,7 @@ done
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
 test_init foxd-slurm
+no_pictures
 chmod 0755 "$dir"
 daemons=()
 cleanup_slurm() {
@@ -95,13 +96,13 @@ done
 [ -n "$up" ] || skip "the cluster did not come up: $(tail -3 "$dir/slurmctld.log" "$dir/slurmd.log" 2>&1)"
 ok "single-node Slurm cluster up ($host, $cpus CPUs)"
 
-# --- the sweep: plan, array, gather
+# --- the sweep: plan, array, gather (the replay ring of lib.sh's REPLAY)
 cat >"$dir/spec.json" <<'EOF'
 {"folds":[0], "seeds":[1,2], "grid":{"train.lr":[0.0003,0.001]},
  "epochs":1, "steps_per_epoch":20,
  "set":{"engine.backend":"cpu", "model.h1":32, "model.h2":16, "model.head_hidden":16,
         "model.aux_hidden":8, "train.batch":16, "env.n_envs":8, "train.learning_starts":64,
-        "data.synth_bars":3000, "engine.threads":1}}
+        "data.synth_bars":3000, "engine.threads":1, "train.replay_capacity":65536}}
 EOF
 sw="$dir/sweep"
 "$FOXCTL" sweep "$dir/spec.json" --slurm --dir "$sw" >"$dir/plan.out" || fail "sweep --slurm exited $?"
