@@ -303,15 +303,18 @@ fox__cuda_finish_steps(fox_cuda_backend *be, fox_step_stats *st)
 {
     FOX_TRY(chunk_end(be));
     stats_of(be->hctl, st);
-    st->epsilon = be->hctl->eps;
-    st->step = be->hctl->step;
-    st->env_steps = be->hctl->env_steps;
     int rv = halted(be);
     /*
      * The device ran the halted chunk to its end, moving no weight; the fold stopped at the
-     * halt's step, where the CPU backend stops, and that is the step the engine reports.
+     * halt's step, where the CPU backend stops, and that is the step its counters keep (status,
+     * the fold's report), whatever the chunk's length.
      */
-    if (rv == FOX_EHALT)
-        st->step = be->hctl->halt_step;
+    if (rv == FOX_EHALT && be->hctl->step != be->hctl->halt_step) {
+        be->hctl->step = be->hctl->halt_step;
+        FOX_TRY(fox__cuda_put_ctl(be));
+    }
+    st->epsilon = be->hctl->eps;
+    st->step = be->hctl->step;
+    st->env_steps = be->hctl->env_steps;
     return rv;
 }
