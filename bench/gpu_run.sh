@@ -33,6 +33,9 @@
 #   bench/gpu_run.sh probe_launch on the GPU machine: bench/launch_probe's small-kernel rate on
 #                              1…32 streams of one process, then as 1…32 processes ($MPS=1:
 #                              under an MPS control daemon started here)
+#   bench/gpu_run.sh integration  on the GPU machine: tests/test_daemon.sh and tests/test_sweep.sh
+#                              with FOXD_TEST_BACKEND=cuda (the carried nngcat and load_client);
+#                              logs under $OUT
 #   bench/gpu_run.sh once      on the GPU machine: foxd --once on the default config, two epochs
 #   bench/gpu_run.sh latency [ARGS]  on the GPU machine: bench/latency.sh on the CUDA backend
 #                              (default model) with the carried binaries, ARGS to latency;
@@ -72,13 +75,15 @@ prepare() {
     [ -d "$build" ] || meson setup "$build" -Dcuda=enabled
     ninja -C "$build" bench/foxbench tests/test_cuda_parity tests/test_cuda_drills \
         tests/test_cuda_members daemon/foxd \
-        client/foxctl bench/gemm_probe bench/launch_probe bench/latency
+        client/foxctl bench/gemm_probe bench/launch_probe bench/latency tests/load_client
     rm -rf .carry
     mkdir -p .carry/bin .carry/lib
     cp "$build/bench/foxbench" "$build/tests/test_cuda_parity" "$build/tests/test_cuda_drills" \
         "$build/tests/test_cuda_members" \
         "$build/daemon/foxd" "$build/client/foxctl" "$build/bench/gemm_probe" \
-        "$build/bench/launch_probe" "$build/bench/latency" .carry/bin/
+        "$build/bench/launch_probe" "$build/bench/latency" "$build/tests/load_client" .carry/bin/
+    # The daemon's integration test drives foxd with nngcat too (the integration mode).
+    if command -v nngcat > /dev/null; then cp "$(command -v nngcat)" .carry/bin/; fi
     [ -n "${BASE:-}" ] && cp "$BASE/bench/foxbench" .carry/bin/foxbench_base
     [ -n "${BASE2:-}" ] && cp "$BASE2/bench/foxbench" .carry/bin/foxbench_base2
     # Everything the binaries link beyond the C runtime, libstdc++ and CUDA's own libraries;
@@ -393,6 +398,25 @@ overhead() {
     once
 }
 
+# The daemon's integration test and the sweep test with their foxds on the CUDA backend
+# (FOXD_TEST_BACKEND=cuda): every command of the protocol, the drills' halts and the sweeps'
+# packing on the device, with the carried foxd, foxctl, load_client and nngcat.
+integration() {
+    local out=${OUT:-/tmp/foxgpu} bin=$PWD/.carry/bin t rc
+    mkdir -p "$out"
+    use_libs
+    for t in daemon sweep; do
+        local args=("$bin/foxd" "$bin/foxctl")
+        [ $t = daemon ] && args+=("$bin/load_client" scripts/foxctl-completion.bash)
+        PATH=$bin:$PATH FOXD_TEST_BACKEND=cuda OPENBLAS_NUM_THREADS=4 \
+            timeout "${INTEGRATION_S:-300}" bash "tests/test_$t.sh" "${args[@]}" \
+            > "$out/test_$t.txt" 2>&1
+        rc=$?
+        echo "test_$t.sh on cuda: exit $rc"
+        grep -E "^FAIL|checks passed" "$out/test_$t.txt" | tail -1
+    done
+}
+
 # The walk-forward end to end on the GPU (two epochs a fold: a smoke run, not a result).
 once() {
     local out=${OUT:-/tmp/foxgpu}
@@ -520,6 +544,7 @@ timeline) timeline ;;
 sweep) sweep ;;
 memcheck) memcheck ;;
 once) once ;;
+integration) integration ;;
 multi) shift; multi "$@" ;;
 population) population ;;
 probe_gemm) use_libs && for b in ${BATCHES:-256 4096}; do .carry/bin/gemm_probe "$b"; done ;;
@@ -527,6 +552,6 @@ probe_launch) probe_launch ;;
 latency) shift; use_libs && mkdir -p "${OUT:-/tmp/foxgpu}" &&
     FOXD_BENCH_BACKEND=cuda bench/latency.sh .carry/bin "$@" | tee "${OUT:-/tmp/foxgpu}/latency.md" ;;
 learning) shift; use_libs && python3 bench/learning.py --foxctl .carry/bin/foxctl "$@" ;;
-*) echo "usage: $0 prepare|run|quick|final|overhead|probe|variants|envab|probe_gemm|timeline|once|sweep|memcheck|probe_launch|latency|learning|multi" >&2
+*) echo "usage: $0 prepare|run|quick|final|overhead|probe|variants|envab|probe_gemm|timeline|once|sweep|memcheck|probe_launch|latency|learning|multi|integration" >&2
     exit 2 ;;
 esac
