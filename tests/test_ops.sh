@@ -511,6 +511,9 @@ part_restart() {
     kill -CONT "$pid"
     [ $rc -eq 3 ] && [[ $out == *"goes on with the backtest"*"--timeout"* ]] ||
         fail "backtest --daemon past its --timeout: rc $rc, $out"
+    # A stopped foxd never finishes the connection's handshake: --timeout bounds that wait too.
+    [[ $out == *"did not complete the connection within 1000 ms"* ]] ||
+        fail "backtest --daemon to a stopped foxd should give up at its --timeout: $out"
     ok "backtest --daemon past its --timeout says the backtest goes on in foxd"
     for _ in $(seq 1 100); do
         ctl --json status | grep -q '"phase":"backtest"' || break
