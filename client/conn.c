@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
-#include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -25,6 +24,7 @@
 #include <nng/supplemental/tls/tls.h>
 
 #include "client/conn.h"
+#include "common/dial.h"
 #include "common/fsutil.h"
 
 static int errf(char *err, size_t errlen, int code, const char *fmt, ...)
@@ -105,68 +105,6 @@ tls_config(nng_tls_config **out, const foxctl_tls *tls, char *err, size_t errlen
     return FOXCTL_OK;
 }
 
-/* A synchronous dialer start on a thread of its own, so that its caller can stop waiting. */
-typedef struct dial_wait {
-    nng_dialer d;
-    int rv, done;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-} dial_wait;
-
-static void *
-dial_thread(void *arg)
-{
-    dial_wait *w = arg;
-    int rv = nng_dialer_start(w->d, 0);
-    pthread_mutex_lock(&w->mu);
-    w->rv = rv;
-    w->done = 1;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-    return NULL;
-}
-
-/*
- * nng_dialer_start(d, 0) within timeout_ms (≤ 0: as long as it takes). A
- * refused or absent socket fails at once either way; but a foxd that is
- * stopped (SIGSTOP, a debugger) or hung lets the connection open and never
- * finishes nng's handshake, which nng waits 10 s for, whatever the
- * request's --timeout. Past timeout_ms the dialer is closed, which ends
- * the start with NNG_ETIMEDOUT here.
- */
-static int
-dialer_start_within(nng_dialer d, int timeout_ms)
-{
-    if (timeout_ms <= 0)
-        return nng_dialer_start(d, 0);
-    dial_wait w = {.d = d};
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cv, NULL);
-    pthread_t th;
-    if (pthread_create(&th, NULL, dial_thread, &w) != 0) {
-        pthread_mutex_destroy(&w.mu);
-        pthread_cond_destroy(&w.cv);
-        return nng_dialer_start(d, 0);
-    }
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    long long ns = until.tv_nsec + (long long)timeout_ms * 1000000;
-    until.tv_sec += (time_t)(ns / 1000000000);
-    until.tv_nsec = (long)(ns % 1000000000);
-    int timed_out = 0;
-    pthread_mutex_lock(&w.mu);
-    while (!w.done && !timed_out)
-        timed_out = pthread_cond_timedwait(&w.cv, &w.mu, &until) == ETIMEDOUT;
-    int late = !w.done; /* decided here: a start that ends from now on is given up */
-    pthread_mutex_unlock(&w.mu);
-    if (late)
-        nng_dialer_close(d);
-    pthread_join(th, NULL);
-    pthread_mutex_destroy(&w.mu);
-    pthread_cond_destroy(&w.cv);
-    return late ? NNG_ETIMEDOUT : w.rv;
-}
-
 static int
 dial(nng_socket sock, const char *url, nng_tls_config *tls, int timeout_ms, char *err,
      size_t errlen)
@@ -178,7 +116,7 @@ dial(nng_socket sock, const char *url, nng_tls_config *tls, int timeout_ms, char
     if (tls && (rv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, tls)) != 0)
         return errf(err, errlen, FOXCTL_USAGE, "%s: TLS: %s", url, nng_strerror(rv));
     /* Synchronous: an absent daemon is an error now, not a silent retry loop. */
-    if ((rv = dialer_start_within(d, timeout_ms)) != 0) {
+    if ((rv = fox_dialer_start_within(d, timeout_ms)) != 0) {
         if (rv == NNG_ETIMEDOUT)
             return errf(err, errlen, FOXCTL_NODAEMON,
                         "the foxd at %s did not complete the connection within %d ms (stopped "

@@ -19,6 +19,7 @@
 #include <nng/protocol/reqrep0/req.h>
 
 #include "common/clock.h"
+#include "common/dial.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/log.h"
@@ -265,9 +266,13 @@ prepare_endpoint(fox_endpoints *set, fox_endpoint *ep, const char *url, char *er
     return FOX_OK;
 }
 
+/* The self-probe's bound on each of its dial, send and receive. */
+#define PROBE_MS 3000
+
 /*
  * Dial our own ipc endpoint afresh and ask for the version; 0 when it
- * answered. The socket lives as long as the probe thread: only the dialer
+ * answered. The dial is bounded too: a wedged listener lets the connection
+ * open and never finishes nng's 10 s handshake. The socket lives as long as the probe thread: only the dialer
  * (and so the connection) is new each time, since socket churn is where nng
  * 1.5.2 keeps its open/close races.
  */
@@ -282,7 +287,7 @@ probe_once(nng_socket sock, const char *url)
 
     if ((rv = nng_dialer_create(&dl, sock, url)) != 0)
         return rv;
-    if ((rv = nng_dialer_start(dl, 0)) == 0 &&
+    if ((rv = fox_dialer_start_within(dl, PROBE_MS)) == 0 &&
         (rv = nng_send(sock, (void *)req, strlen(req), 0)) == 0 &&
         (rv = nng_recv(sock, &reply, &len, NNG_FLAG_ALLOC)) == 0)
         nng_free(reply, len);
@@ -299,8 +304,8 @@ probe_main(void *arg)
         fox_log(FOX_LOG_WARNING, "self-probe disabled: no REQ socket");
         return NULL;
     }
-    nng_socket_set_ms(sock, NNG_OPT_SENDTIMEO, 3000);
-    nng_socket_set_ms(sock, NNG_OPT_RECVTIMEO, 3000);
+    nng_socket_set_ms(sock, NNG_OPT_SENDTIMEO, PROBE_MS);
+    nng_socket_set_ms(sock, NNG_OPT_RECVTIMEO, PROBE_MS);
     nng_socket_set_ms(sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
     for (;;) {
         struct timespec ts;
