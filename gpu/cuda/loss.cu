@@ -284,10 +284,9 @@ c51_loss(const fox_cuda_dims &dm, const fox_cuda_loss_args &A, int b, int d, int
  */
 static __device__ __forceinline__ void
 iqn_loss(const fox_cuda_dims &dm, const fox_cuda_loss_hp &hp, const fox_cuda_loss_args &A, int b,
-         int t, float w, const int *s_a, const float *s_tq, double *s_iqn)
+         int t, float w, float u, const int *s_a, const float *s_tq, double *s_iqn)
 {
     const int D = dm.D, NAct = dm.NAct, NT = dm.NT, B = A.B;
-    const float s = A.st.ctl->td_unit;
     double iqn_part = 0.0;
     for (int k = t; k < NT * NAct; k += blockDim.x) {
         int i = k / NAct, c = k % NAct, d = branch_of(dm, c);
@@ -295,10 +294,10 @@ iqn_loss(const fox_cuda_dims &dm, const fox_cuda_loss_hp &hp, const fox_cuda_los
         float val = 0.0f;
         if (c == col) {
             float coef = w / (float)(B * D) / (float)NT;
-            float theta = s * (A.iq_q[((size_t)b * NT + i) * NAct + col] + A.bq_on[col]);
+            float theta = u * (A.iq_q[((size_t)b * NT + i) * NAct + col] + A.bq_on[col]);
             float tau = A.tau[b * NT + i], rho = 0.0f, drho = 0.0f;
             for (int j = 0; j < NT; j++) {
-                float delta = (s_tq[d * NT + j] - theta) / s;
+                float delta = (s_tq[d * NT + j] - theta) / u;
                 float wq = fabsf(tau - (delta < 0.0f ? 1.0f : 0.0f));
                 rho += wq * huber(delta);
                 drho += wq * huber_grad(delta);
@@ -415,7 +414,7 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
     if (t < D)
         greedy_next(dm, A, b, t, s_astar, s_a);
     const float g = hp.gamma_n * (1.0f - A.done[b]), rb = A.r[b];
-    const float g_iqn = g * A.st.ctl->td_unit; /* the IQN targets' discount in the step's unit */
+    const float u = A.st.ctl->td_unit, g_iqn = g * u; /* the IQN's targets in the step's unit */
     /*
      * The first launch (tq_only): the raw IQN targets into A.tq, Q_ABS_REF
      * from them, and out, so that Q_ABS_REF and, in adaptive mode,
@@ -439,7 +438,7 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
     if (warp < D)
         c51_loss(dm, A, b, warp, lane, w, m, dl, s_c51, s_prio, s_ep);
     __syncthreads();
-    iqn_loss(dm, hp, A, b, t, w, s_a, s_tq, s_iqn);
+    iqn_loss(dm, hp, A, b, t, w, u, s_a, s_tq, s_iqn);
     __syncthreads();
     if (t == 0)
         loss_parts(dm, A, b, s_c51, s_iqn, s_aux, s_prio, s_ep);
