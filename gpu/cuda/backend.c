@@ -536,27 +536,11 @@ enqueue_pass(fox_cuda_backend *be, int B)
     return FOX_OK;
 }
 
-/* The graph of a pass of B rows into *out, holding the context's section alone (ctx.h). */
+/* A pass's enqueue as the capture calls it (ctx.h): arg points at its row count. */
 static int
-capture_pass(fox_cuda_backend *be, int B, cudaGraphExec_t *out)
+capture_of_pass(fox_cuda_backend *be, const void *arg)
 {
-    cudaStream_t s0 = be->net.st[0];
-    cudaGraph_t g = NULL;
-    fox__cuda_section_enter();
-    cudaError_t e = cudaStreamBeginCapture(s0, cudaStreamCaptureModeThreadLocal);
-    int rv = e == cudaSuccess ? enqueue_pass(be, B) : FOX_OK;
-    if (e == cudaSuccess) {
-        cudaError_t end = cudaStreamEndCapture(s0, &g);
-        e = rv == FOX_OK ? end : cudaSuccess;
-    }
-    if (e == cudaSuccess && rv == FOX_OK)
-        e = cudaGraphInstantiate(out, g, 0);
-    if (g)
-        cudaGraphDestroy(g);
-    fox__cuda_section_leave();
-    FOX_TRY(rv);
-    FOX_CUDA_TRY(e);
-    return FOX_OK;
+    return enqueue_pass(be, *(const int *)arg);
 }
 
 /*
@@ -573,7 +557,7 @@ q_start(fox_cuda_backend *be, const float *s, int B)
     while (k < be->n_pass_graphs && be->pass_graph[k].rows != B)
         k++;
     if (k < be->n_pass_graphs && !be->pass_graph[k].exec)
-        FOX_TRY(capture_pass(be, B, &be->pass_graph[k].exec));
+        FOX_TRY(fox__cuda_capture(be, capture_of_pass, &B, 0, &be->pass_graph[k].exec));
     if (k < be->n_pass_graphs) {
         FOX_CUDA_TRY(cudaGraphLaunch(be->pass_graph[k].exec, be->net.st[0]));
         return FOX_OK;

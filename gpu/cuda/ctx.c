@@ -91,6 +91,29 @@ fox__cuda_alloc(void *pp, size_t bytes)
     return 0;
 }
 
+int
+fox__cuda_capture(fox_cuda_backend *be, int (*enqueue)(fox_cuda_backend *be, const void *arg),
+                  const void *arg, unsigned long long flags, cudaGraphExec_t *out)
+{
+    cudaStream_t s0 = be->net.st[0];
+    cudaGraph_t g = NULL;
+    fox__cuda_section_enter();
+    cudaError_t e = cudaStreamBeginCapture(s0, cudaStreamCaptureModeThreadLocal);
+    int rv = e == cudaSuccess ? enqueue(be, arg) : FOX_OK;
+    if (e == cudaSuccess) {
+        cudaError_t end = cudaStreamEndCapture(s0, &g);
+        e = rv == FOX_OK ? end : cudaSuccess;
+    }
+    if (e == cudaSuccess && rv == FOX_OK)
+        e = cudaGraphInstantiate(out, g, flags);
+    if (g)
+        cudaGraphDestroy(g);
+    fox__cuda_section_leave();
+    FOX_TRY(rv);
+    FOX_CUDA_TRY(e);
+    return FOX_OK;
+}
+
 void
 fox__cuda_drop_graphs(fox_cuda_backend *be)
 {

@@ -51,6 +51,14 @@ void fox__cuda_section_leave(void);
 
 /* cudaMalloc of bytes (at least 4) into *(void **)pp. */
 int fox__cuda_alloc(void *pp, size_t bytes);
+/*
+ * What enqueue(be, arg) puts on stream MAIN (and the streams it forks and
+ * joins back), captured and instantiated into *out with flags (cudaGraph-
+ * InstantiateFlag*), holding the section alone: the step's graphs and the
+ * evaluation passes' both come from here.
+ */
+int fox__cuda_capture(fox_cuda_backend *be, int (*enqueue)(fox_cuda_backend *be, const void *arg),
+                      const void *arg, unsigned long long flags, cudaGraphExec_t *out);
 /* The captured graphs destroyed, the evaluation passes' too: the next of each captures again. */
 void fox__cuda_drop_graphs(fox_cuda_backend *be);
 /* The host mirror of the device counters: read (sync) or written back (put), on MAIN. */

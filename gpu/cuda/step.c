@@ -142,30 +142,7 @@ enqueue(fox_cuda_backend *be, int kind)
     return fox__cuda_join_all(n);
 }
 
-/* The graph of `count` steps of a kind in a row (1, or be->unroll), into *out. */
-static int
-capture(fox_cuda_backend *be, int kind, int count, cudaGraphExec_t *out)
-{
-    cudaStream_t s0 = be->net.st[0];
-    cudaGraph_t g = NULL;
-    FOX_CUDA_TRY(cudaStreamBeginCapture(s0, cudaStreamCaptureModeThreadLocal));
-    int rv = FOX_OK;
-    for (int i = 0; i < count && rv == FOX_OK; i++)
-        rv = enqueue(be, kind);
-    cudaError_t e = cudaStreamEndCapture(s0, &g);
-    if (rv != FOX_OK) {
-        if (g)
-            cudaGraphDestroy(g);
-        return rv;
-    }
-    FOX_CUDA_TRY(e);
-    e = cudaGraphInstantiate(out, g, cudaGraphInstantiateFlagUseNodePriority);
-    cudaGraphDestroy(g);
-    FOX_CUDA_TRY(e);
-    return FOX_OK;
-}
-
-/* The eager step or a capture, inside the context's section (ctx.h). */
+/* The eager step, inside the context's section (ctx.h). */
 static int
 eager_in_section(fox_cuda_backend *be, int kind)
 {
@@ -175,13 +152,25 @@ eager_in_section(fox_cuda_backend *be, int kind)
     return rv;
 }
 
+/* The steps of one graph: `count` steps of a kind in a row (1, or be->unroll). */
+typedef struct steps_of {
+    int kind, count;
+} steps_of;
+
+static int
+enqueue_steps(fox_cuda_backend *be, const void *arg)
+{
+    const steps_of *sk = arg;
+    for (int i = 0; i < sk->count; i++)
+        FOX_TRY(enqueue(be, sk->kind));
+    return FOX_OK;
+}
+
 static int
 capture_in_section(fox_cuda_backend *be, int kind, int count, cudaGraphExec_t *out)
 {
-    fox__cuda_section_enter();
-    int rv = capture(be, kind, count, out);
-    fox__cuda_section_leave();
-    return rv;
+    steps_of sk = {kind, count};
+    return fox__cuda_capture(be, enqueue_steps, &sk, cudaGraphInstantiateFlagUseNodePriority, out);
 }
 
 /*
