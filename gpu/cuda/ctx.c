@@ -59,6 +59,23 @@ fox__cuda_be_fail(fox_cuda_backend *be, int rv, const char *op)
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* The members a launch covers (cuda_impl.h)                                                  */
+
+static _Thread_local int launch_members = 1;
+
+int
+fox__cuda_launch_members(void)
+{
+    return launch_members;
+}
+
+void
+fox__cuda_set_launch_members(int members)
+{
+    launch_members = members;
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* The context's section (ctx.h)                                                              */
 
 static pthread_rwlock_t section = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;

@@ -81,6 +81,34 @@ int fox__cuda_blas_open(char *why, size_t len);
     } while (0)
 
 /* ------------------------------------------------------------------------------------------ */
+/* Populations: the members of one step at fixed distances                                    */
+
+/*
+ * A population's members (engine.members trained in one step, pop.c) hold
+ * their buffers at fixed distances from each other: member k's copy of any
+ * device buffer is member 0's plus k × FOX_CUDA_MEMBER_SPAN bytes (one
+ * reserved virtual range, each member's physical memory mapped into its own
+ * span), and its mapped host room (the ISV and the flags the host reads
+ * while a step runs) member 0's plus k × FOX_CUDA_MEMBER_HOST_SPAN. So one
+ * launch serves every member: block (x, y, z) works for member z on its
+ * arguments shifted by z spans (device.cuh's fox_member), and one
+ * strided-batched product serves all of them, striding by a span
+ * (matmul.c). Pointers kept in device memory (the fused check's table, the
+ * output slots' operands) are each member's own and are not shifted.
+ */
+#define FOX_CUDA_MEMBER_SPAN      ((size_t)1 << 35)
+#define FOX_CUDA_MEMBER_HOST_SPAN ((size_t)4096)
+
+/*
+ * The members that the launches and products of the calling thread cover:
+ * 1, except while a population's step is enqueued (step.c), when every
+ * kernel launches with K times its grid's z (always 1 otherwise) and every
+ * product runs batched over the K members (ctx.c keeps it per thread).
+ */
+int fox__cuda_launch_members(void);
+void fox__cuda_set_launch_members(int members);
+
+/* ------------------------------------------------------------------------------------------ */
 /* Shapes                                                                                     */
 
 /*
@@ -147,6 +175,12 @@ typedef struct fox_cuda_ctl {
     int64_t fault_step; /* train step of the fold it fires at */
     int64_t halt_step;  /* step at the halt: the rest of its chunk runs on, moving no weight */
     unsigned int done_blocks[4]; /* finished-block counters of the last-block reductions */
+    /*
+     * The member's random streams (train.seed's): the collection's and the prioritized draw's
+     * keys, read here rather than from launch arguments, so that one launch serves members of
+     * different seeds (a population's step).
+     */
+    uint64_t seed_collect, seed_per;
     float halt_loss; /* the halting step's loss, for its message (loss is the chunk's last) */
     float halt_norm; /* and its gradient norm; both 0 when that step did not train */
     double loss_sum; /* the chunk's train steps' losses, summed in step order */
