@@ -108,6 +108,12 @@ fox__cuda_alloc(void *pp, size_t bytes)
     return 0;
 }
 
+void
+fox__cuda_free(void *p)
+{
+    cudaFree(p);
+}
+
 int
 fox__cuda_capture(fox_cuda_backend *be, int (*enqueue)(fox_cuda_backend *be, const void *arg),
                   const void *arg, unsigned long long flags, cudaGraphExec_t *out)
