@@ -57,6 +57,11 @@ struct fox_engine {
     fox_member ensemble;
     float *q_scratch;    /* one member's Q of a forward pass, for the ensemble's mean */
     fox_member *m;       /* the member the calls below act on (or &ensemble) */
+    /*
+     * The members' shared state, where their backend keeps one (fox_backend_env.shared): set by
+     * member 0's create when the members train as one population.
+     */
+    void *backend_shared;
     fox_series series;
     fox_features feat;
     int data_loaded;

@@ -88,7 +88,7 @@ setup(void)
     fox_features_normalize(&fox_parity_feat, fox_parity_fold.train_begin,
                            fox_parity_fold.train_end);
     fox_backend_env env = {&fox_parity_cfg, &fox_parity_lay, &fox_parity_series, &fox_parity_feat,
-                           &fox_parity_fold};
+                           &fox_parity_fold, 0, 1, NULL};
     int rv = fox_cuda_backend_ops.create(&fox_parity_gpu, &env, err, sizeof err);
     ck_assert_msg(rv == FOX_OK, "create: %s", err);
 
@@ -713,7 +713,7 @@ START_TEST(adam_weight_decay_and_l1)
     c.pearl_wd = 1;
     c.pearl_l1 = 1;
     fox_backend_env env = {&c, &fox_parity_lay, &fox_parity_series, &fox_parity_feat,
-                           &fox_parity_fold};
+                           &fox_parity_fold, 0, 1, NULL};
     fox_backend *ad = NULL;
     int rv = fox_cuda_backend_ops.create(&ad, &env, err, sizeof err);
     ck_assert_msg(rv == FOX_OK, "create: %s", err);
@@ -809,7 +809,7 @@ START_TEST(replay_memory)
         c.replay_capacity = caps[k];
         fox_backend *be = NULL;
         fox_backend_env env = {&c, &fox_parity_lay, &fox_parity_series, &fox_parity_feat,
-                               &fox_parity_fold};
+                               &fox_parity_fold, 0, 1, NULL};
         int rv = fox_cuda_backend_ops.create(&be, &env, err, sizeof err);
         ck_assert_msg(rv == FOX_OK, "create: %s", err);
         fox_cuda_debug_memory(be, &tot[k], &rep[k]);

@@ -357,7 +357,7 @@ per_pair(fox_config *c, fox_replay *rb, int pushes)
     c->replay_capacity = PER_CAP;
     fox_backend *be = NULL;
     fox_backend_env env = {c, &fox_parity_lay, &fox_parity_series, &fox_parity_feat,
-                           &fox_parity_fold};
+                           &fox_parity_fold, 0, 1, NULL};
     int rv = fox_cuda_backend_ops.create(&be, &env, err, sizeof err);
     ck_assert_msg(rv == FOX_OK, "create prioritized: %s", err);
     FOX_CK_OK(fox_replay_init(rb, PER_CAP, 1, c->per_alpha));

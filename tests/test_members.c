@@ -13,6 +13,9 @@
 
 #include "gpu/engine_impl.h"
 #include "tests/testutil.h"
+#ifdef FOX_TEST_CUDA
+#include "gpu/cuda/debug.h"
+#endif
 
 #define SEED 7
 
@@ -101,6 +104,16 @@ START_TEST(member_equals_its_seed_alone)
     ck_assert_int_eq(fr.lead, 0);
     ck_assert_int_eq(ep.n_members, K);
     ck_assert_uint_eq(fr.member_keys, 0); /* seeds alone: no values apart */
+#ifdef FOX_TEST_CUDA
+    /*
+     * Members of different seeds are one population on the device: the first chunk fills the
+     * rings member by member, each of the other five is one step of all three.
+     */
+    int64_t together, alone;
+    fox_cuda_debug_pop_rounds(pop->members[0].be, &together, &alone);
+    ck_assert_int_eq(together, 5);
+    ck_assert_int_eq(alone, 1);
+#endif
     uint64_t digest[K];
     double sum = 0.0, sum2 = 0.0;
     int64_t passes = 0, greedy_bars = 0;

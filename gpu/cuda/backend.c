@@ -111,13 +111,23 @@ cuda_destroy(fox_backend *be_)
                     be->wr,      be->wa,        be->staged,   be->ring,   be->counts,   be->d_open,
                     be->d_high,  be->d_low,     be->d_close,  be->d_norm, be->d_regime, be->isv_dev,
                     be->d_rules, be->site_part, be->d_chunks, be->sp4};
+    /* A member's buffers are pieces of its span: they go with the population, below. */
+    if (be->pop)
+        fox__cuda_pop_build(be->pop, be->member);
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
-        cudaFree(bufs[k]);
+        fox__cuda_free(bufs[k]);
     fox__cuda_net_fini(&be->net);
     fox__cuda_per_fini(&be->per);
     cudaFreeHost(be->hctl);
-    cudaFreeHost(be->isv_mem);
-    cudaFreeHost(be->flags_mem);
+    if (be->pop) {
+        fox__cuda_pop_build(NULL, 0);
+        if (be->pop->be[be->member] == be)
+            be->pop->be[be->member] = NULL;
+        fox__cuda_pop_leave(be->pop);
+    } else {
+        cudaFreeHost(be->isv_mem);
+        cudaFreeHost(be->flags_mem);
+    }
     cudaFreeHost(be->pass_s);
     cudaFreeHost(be->pass_q);
     free(be);
@@ -198,12 +208,20 @@ create_device(fox_cuda_backend *be)
     memset(be->hctl, 0, sizeof *be->hctl);
     be->hctl->td_unit = 1.0f; /* a pass outside training: the IQN's values as they are */
     FOX_CUDA_TRY(cudaMemcpy(be->ctl, be->hctl, sizeof *be->ctl, cudaMemcpyHostToDevice));
-    FOX_CUDA_TRY(cudaHostAlloc((void **)&be->isv_mem, FOX_ISV_TOTAL_DIM * sizeof(float),
-                               cudaHostAllocMapped));
-    FOX_CUDA_TRY(cudaHostAlloc((void **)&be->flags_mem, FOX_SENTINEL_SLOTS * sizeof(int),
-                               cudaHostAllocMapped));
-    FOX_CUDA_TRY(cudaHostGetDevicePointer((void **)&be->isv_map, be->isv_mem, 0));
-    FOX_CUDA_TRY(cudaHostGetDevicePointer((void **)&be->flags_map, be->flags_mem, 0));
+    if (be->pop) {
+        /* The member's share of the population's mapped room, one host span from the next. */
+        be->isv_mem = fox__cuda_pop_host(be->pop, be->member, 0);
+        be->flags_mem = (int *)(be->isv_mem + FOX_ISV_TOTAL_DIM);
+        be->isv_map = fox__cuda_pop_host(be->pop, be->member, 1);
+        be->flags_map = (int *)(be->isv_map + FOX_ISV_TOTAL_DIM);
+    } else {
+        FOX_CUDA_TRY(cudaHostAlloc((void **)&be->isv_mem, FOX_ISV_TOTAL_DIM * sizeof(float),
+                                   cudaHostAllocMapped));
+        FOX_CUDA_TRY(cudaHostAlloc((void **)&be->flags_mem, FOX_SENTINEL_SLOTS * sizeof(int),
+                                   cudaHostAllocMapped));
+        FOX_CUDA_TRY(cudaHostGetDevicePointer((void **)&be->isv_map, be->isv_mem, 0));
+        FOX_CUDA_TRY(cudaHostGetDevicePointer((void **)&be->flags_map, be->flags_mem, 0));
+    }
     memset(be->flags_mem, 0, FOX_SENTINEL_SLOTS * sizeof(int));
     fox_isv_init(be->isv_mem);
     be->base.isv = be->isv_mem;
@@ -357,7 +375,31 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     be->np = lay->n_params;
     be->prioritized = c->prioritized;
     fox__cuda_section_enter();
-    int rv = create_backend(be, err, errlen);
+    int rv = FOX_OK;
+    /*
+     * The engine's members that differ in their seeds alone are a population: each member's
+     * buffers k spans from member 0's, so that one step trains them all (pop.c, step.c).
+     */
+    if (env->members > 1 && env->shared) {
+        be->member = env->member;
+        rv = fox__cuda_pop_join(env->shared, env->members, env->member, c->device, &be->pop);
+        if (rv != FOX_OK)
+            snprintf(err, errlen, "cuda backend: population member %d of %d: %s", env->member,
+                     env->members, rv == FOX_ECUDA ? fox__cuda_last_error() : fox_strerror(rv));
+    }
+    if (rv == FOX_OK) {
+        if (be->pop)
+            fox__cuda_pop_build(be->pop, be->member);
+        rv = create_backend(be, err, errlen);
+        int built = be->pop ? fox__cuda_pop_built(be->pop, be->member) : FOX_OK;
+        if (rv == FOX_OK && built != FOX_OK) {
+            rv = built;
+            snprintf(err, errlen, "cuda backend: population member %d: %s", be->member,
+                     fox__cuda_last_error());
+        }
+        if (rv == FOX_OK && be->pop)
+            be->pop->be[be->member] = be;
+    }
     fox__cuda_section_leave();
     if (rv != FOX_OK) {
         cuda_destroy((fox_backend *)be);

@@ -28,6 +28,8 @@
 /* The kinds of step, each captured into graphs of its own. */
 enum { G_COLLECT = 0, G_FULL = 1, G_TRAIN = 2, G_KINDS = 3 };
 
+typedef struct fox_cuda_pop fox_cuda_pop;
+
 typedef struct fox_cuda_backend {
     fox_backend_base base;
     fox_backend_env env;
@@ -94,7 +96,70 @@ typedef struct fox_cuda_backend {
     size_t bytes_total, bytes_replay;
     int prioritized;  /* train.prioritized: the batch is drawn by per and weighted */
     fox_cuda_per per; /* its sum tree and counters (per.cu) */
+    fox_cuda_pop *pop; /* the population this backend is member `member` of, or NULL */
+    int member;
 } fox_cuda_backend;
+
+/*
+ * A population (pop.c): K members' backends at fixed distances, and what
+ * step.c needs to run their chunks as one step. A span is a member's share
+ * of the reserved range: the bytes its allocations used, the bytes of
+ * physical memory mapped in pieces from its start.
+ */
+#define FOX_CUDA_SPAN_PIECES 256
+typedef struct fox_cuda_span {
+    size_t used, mapped;
+    int n_pieces;
+    struct {
+        unsigned long long handle; /* CUmemGenericAllocationHandle */
+        size_t size;
+    } piece[FOX_CUDA_SPAN_PIECES];
+} fox_cuda_span;
+
+/* One of member 0's allocations: every other member's must match it. */
+typedef struct fox_cuda_piece_log {
+    size_t offset, bytes;
+} fox_cuda_piece_log;
+
+struct fox_cuda_pop {
+    int K, device, refs;
+    void **shared;              /* the engine's slot that holds it (cleared when it goes) */
+    unsigned long long base;    /* CUdeviceptr: K × FOX_CUDA_MEMBER_SPAN reserved */
+    size_t gran;                /* the physical pieces' granularity */
+    fox_cuda_span span[FOX_MEMBERS_MAX];
+    fox_cuda_piece_log *log;
+    int n_log, cap_log;
+    char *host, *host_dev;      /* K × FOX_CUDA_MEMBER_HOST_SPAN mapped pinned: ISV, then flags */
+    fox_cuda_backend *be[FOX_MEMBERS_MAX];
+    /*
+     * A round of the members' chunks (step.c): which members started theirs, with what, and
+     * whether the round ran (the first finish runs it) and how.
+     */
+    int started[FOX_MEMBERS_MAX];
+    int n, collect, ran, rv;
+    int64_t rounds_together, rounds_alone; /* how the rounds ran, for the tests */
+    cudaGraphExec_t graph[G_KINDS][2]; /* as a backend's, every member in each launch */
+    int warm[G_KINDS];
+    cudaEvent_t ev_member[FOX_MEMBERS_MAX], ev_done;
+};
+
+/*
+ * pop.c. Join the population in *shared as member `member` of `members` on device (member 0
+ * makes it); leave (the last member out frees it). While a thread builds a member (between
+ * build and built), fox__cuda_alloc gives the next piece of that member's span (pop_alloc);
+ * built fails when the member's pieces differ from member 0's. Between build and
+ * build(NULL, 0) at a member's destruction, fox__cuda_free leaves the span's pieces alone.
+ */
+int fox__cuda_pop_join(void **shared, int members, int member, int device, fox_cuda_pop **out);
+void fox__cuda_pop_leave(fox_cuda_pop *pop);
+void fox__cuda_pop_build(fox_cuda_pop *pop, int member);
+int fox__cuda_pop_built(fox_cuda_pop *pop, int member);
+int fox__cuda_pop_building(void);
+int fox__cuda_pop_building_owns(const void *p);
+int fox__cuda_pop_alloc(void *pp, size_t bytes);
+/* Member's share of the mapped host room: as the host sees it, or (device_side) the device. */
+float *fox__cuda_pop_host(fox_cuda_pop *pop, int member, int device_side);
+void fox__cuda_pop_drop_graphs(fox_cuda_pop *pop);
 
 /* table.c: the rules, the fused check's table, the flags and the configured fault. */
 int fox__cuda_stab_init(fox_cuda_backend *be, char *err, size_t errlen);

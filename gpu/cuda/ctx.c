@@ -104,6 +104,8 @@ fox__cuda_section_leave(void)
 int
 fox__cuda_alloc(void *pp, size_t bytes)
 {
+    if (fox__cuda_pop_building())
+        return fox__cuda_pop_alloc(pp, bytes ? bytes : 4);
     FOX_CUDA_TRY(cudaMalloc((void **)pp, bytes ? bytes : 4));
     return 0;
 }
@@ -111,7 +113,8 @@ fox__cuda_alloc(void *pp, size_t bytes)
 void
 fox__cuda_free(void *p)
 {
-    cudaFree(p);
+    if (!fox__cuda_pop_building_owns(p))
+        cudaFree(p);
 }
 
 int
@@ -145,6 +148,9 @@ fox__cuda_drop_graphs(fox_cuda_backend *be)
             cudaGraphExecDestroy(be->graph[k / 2][k % 2]);
             be->graph[k / 2][k % 2] = NULL;
         }
+    /* The population's graphs are member 0's step: they hold this member's too. */
+    if (be->pop)
+        fox__cuda_pop_drop_graphs(be->pop);
     for (int k = 0; k < be->n_pass_graphs; k++)
         if (be->pass_graph[k].exec)
             cudaGraphExecDestroy(be->pass_graph[k].exec);

@@ -50,14 +50,6 @@ void fox__cuda_section_share(void);
 void fox__cuda_section_leave(void);
 
 /*
- * Device memory of bytes (at least 4) into *(void **)pp: cudaMalloc's, or
- * while the thread builds a population's member (pop.c) the next piece of
- * that member's span. fox__cuda_free frees what fox__cuda_alloc gave
- * (NULL: nothing); a member's pieces go with its population.
- */
-int fox__cuda_alloc(void *pp, size_t bytes);
-void fox__cuda_free(void *p);
-/*
  * What enqueue(be, arg) puts on stream MAIN (and the streams it forks and
  * joins back), captured and instantiated into *out with flags (cudaGraph-
  * InstantiateFlag*), holding the section alone: the step's graphs and the

@@ -108,6 +108,15 @@ int fox__cuda_blas_open(char *why, size_t len);
 int fox__cuda_launch_members(void);
 void fox__cuda_set_launch_members(int members);
 
+/*
+ * Device memory of bytes (at least 4) into *(void **)pp: cudaMalloc's, or
+ * while the thread builds a population's member (pop.c) the next piece of
+ * that member's span (ctx.c). fox__cuda_free frees what fox__cuda_alloc
+ * gave (NULL: nothing); a member's pieces go with its population.
+ */
+int fox__cuda_alloc(void *pp, size_t bytes);
+void fox__cuda_free(void *p);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Shapes                                                                                     */
 

@@ -753,3 +753,11 @@ fox_cuda_debug_per_update(fox_backend *be_, const int32_t *idx, const float *pri
             return FOX_EINVAL;
     return fox__cuda_be_fail(be, per_update(be, idx, prio), "debug_per_update");
 }
+
+void
+fox_cuda_debug_pop_rounds(const fox_backend *be_, int64_t *together, int64_t *alone)
+{
+    const fox_cuda_backend *be = (const fox_cuda_backend *)be_;
+    *together = be->pop ? be->pop->rounds_together : 0;
+    *alone = be->pop ? be->pop->rounds_alone : 0;
+}

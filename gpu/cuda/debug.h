@@ -176,4 +176,11 @@ int fox_cuda_debug_per_update(fox_backend *be, const int32_t *idx, const float *
 /* Device memory the backend holds: in all, and in its replay ring. */
 void fox_cuda_debug_memory(const fox_backend *be, size_t *total, size_t *replay);
 
+/*
+ * The rounds of chunks of be's population (be one of its members) that ran as one step of all
+ * the members, and those whose members stepped one after another; both 0 where be is no
+ * population's member.
+ */
+void fox_cuda_debug_pop_rounds(const fox_backend *be, int64_t *together, int64_t *alone);
+
 #endif

@@ -168,11 +168,11 @@ fox__cuda_per_init(fox_cuda_per *per, int capacity, int B)
     per->leaves = 1;
     while (per->leaves < capacity)
         per->leaves <<= 1;
-    FOX_CUDA_TRY(cudaMalloc((void **)&per->tree, 2 * (size_t)per->leaves * sizeof(double)));
-    FOX_CUDA_TRY(cudaMalloc((void **)&per->owner, (size_t)capacity * sizeof(int)));
-    FOX_CUDA_TRY(cudaMalloc((void **)&per->w, (size_t)B * sizeof(float)));
-    FOX_CUDA_TRY(cudaMalloc((void **)&per->p, (size_t)B * sizeof(float)));
-    FOX_CUDA_TRY(cudaMalloc((void **)&per->ctl, sizeof *per->ctl));
+    FOX_TRY(fox__cuda_alloc(&per->tree, 2 * (size_t)per->leaves * sizeof(double)));
+    FOX_TRY(fox__cuda_alloc(&per->owner, (size_t)capacity * sizeof(int)));
+    FOX_TRY(fox__cuda_alloc(&per->w, (size_t)B * sizeof(float)));
+    FOX_TRY(fox__cuda_alloc(&per->p, (size_t)B * sizeof(float)));
+    FOX_TRY(fox__cuda_alloc(&per->ctl, sizeof *per->ctl));
     FOX_CUDA_TRY(cudaMemset(per->owner, 0xff, (size_t)capacity * sizeof(int)));
     FOX_CUDA_TRY(cudaDeviceSynchronize());
     return 0;
@@ -181,11 +181,11 @@ fox__cuda_per_init(fox_cuda_per *per, int capacity, int B)
 void
 fox__cuda_per_fini(fox_cuda_per *per)
 {
-    cudaFree(per->tree);
-    cudaFree(per->owner);
-    cudaFree(per->w);
-    cudaFree(per->p);
-    cudaFree(per->ctl);
+    fox__cuda_free(per->tree);
+    fox__cuda_free(per->owner);
+    fox__cuda_free(per->w);
+    fox__cuda_free(per->p);
+    fox__cuda_free(per->ctl);
     per->tree = NULL;
     per->owner = NULL;
     per->w = per->p = NULL;

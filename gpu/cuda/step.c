@@ -174,32 +174,39 @@ capture_in_section(fox_cuda_backend *be, int kind, int count, cudaGraphExec_t *o
 }
 
 /*
- * count steps of a kind. The first of each kind runs eagerly (it loads
- * every kernel's module outside any capture); the next capture the graphs
- * every later one replays: unroll steps to a launch while that many are
- * left (a step inside a graph starts without the delay a graph's launch
- * puts before its second node), then one step to a launch.
+ * count steps of a kind, from be's step with the graphs `graph` and warm flags `warm` (be's own,
+ * or its population's, whose launches cover every member). The first of each kind runs eagerly
+ * (it loads every kernel's module outside any capture); the next capture the graphs every later
+ * one replays: unroll steps to a launch while that many are left (a step inside a graph starts
+ * without the delay a graph's launch puts before its second node), then one step to a launch.
  */
 static int
-steps(fox_cuda_backend *be, int kind, int count)
+steps_with(fox_cuda_backend *be, cudaGraphExec_t graph[G_KINDS][2], int warm[G_KINDS], int kind,
+           int count)
 {
-    if (count > 0 && !be->warm[kind]) {
-        be->warm[kind] = 1;
+    if (count > 0 && !warm[kind]) {
+        warm[kind] = 1;
         FOX_TRY(eager_in_section(be, kind));
         count--;
     }
     cudaStream_t s0 = be->net.st[0];
     for (; count >= be->unroll && be->unroll > 1; count -= be->unroll) {
-        if (!be->graph[kind][1])
-            FOX_TRY(capture_in_section(be, kind, be->unroll, &be->graph[kind][1]));
-        FOX_CUDA_TRY(cudaGraphLaunch(be->graph[kind][1], s0));
+        if (!graph[kind][1])
+            FOX_TRY(capture_in_section(be, kind, be->unroll, &graph[kind][1]));
+        FOX_CUDA_TRY(cudaGraphLaunch(graph[kind][1], s0));
     }
     for (; count > 0; count--) {
-        if (!be->graph[kind][0])
-            FOX_TRY(capture_in_section(be, kind, 1, &be->graph[kind][0]));
-        FOX_CUDA_TRY(cudaGraphLaunch(be->graph[kind][0], s0));
+        if (!graph[kind][0])
+            FOX_TRY(capture_in_section(be, kind, 1, &graph[kind][0]));
+        FOX_CUDA_TRY(cudaGraphLaunch(graph[kind][0], s0));
     }
     return FOX_OK;
+}
+
+static int
+steps(fox_cuda_backend *be, int kind, int count)
+{
+    return steps_with(be, be->graph, be->warm, kind, count);
 }
 
 /* Take the host's ISV writes, clear the chunk's train count. */
@@ -267,11 +274,11 @@ halted(fox_cuda_backend *be)
     return FOX_EHALT;
 }
 
-int
-fox__cuda_start_steps(fox_cuda_backend *be, int n, int collect)
+/* be's chunk of n steps on its own graphs, after chunk_begin. */
+static int
+steps_alone(fox_cuda_backend *be, int n, int collect)
 {
     const fox_config *c = be->cfg;
-    FOX_TRY(chunk_begin(be));
     if (!collect)
         return steps(be, G_TRAIN, n);
     int i = 0, halt = 0;
@@ -287,9 +294,92 @@ fox__cuda_start_steps(fox_cuda_backend *be, int n, int collect)
     return FOX_OK;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* A population's round: the members' chunks as one step                                      */
+
+/*
+ * May pop's round run as one step of all its members? The step is member 0's, captured with
+ * every launch covering all K, so every member takes part in it: each must have started its
+ * chunk or be frozen by a halt (whose steps move no weight), and none may still be filling its
+ * ring (a member steps alone until its ring is ready, as it would alone; a frozen member's ring
+ * must hold a batch for the step's draw). A fault armed on a member is a point of its own step:
+ * the members then step alone too.
+ */
+static int
+pop_together(const fox_cuda_pop *pop)
+{
+    for (int k = 0; k < pop->K; k++) {
+        const fox_cuda_backend *m = pop->be[k];
+        if (!m || !m->ready || m->net.fault_slot >= 0)
+            return 0;
+        if (!pop->started[k] && m->hctl->halt == FOX_HALT_NONE)
+            return 0;
+    }
+    return 1;
+}
+
+/*
+ * The round: one launch of the population's graphs on member 0's streams, after every member's
+ * own work (its chunk_begin, a fold's reset) and before any member's next (its chunk_end), or
+ * else each started member's chunk alone.
+ */
+static int
+pop_round(fox_cuda_pop *pop)
+{
+    if (!pop_together(pop)) {
+        pop->rounds_alone++;
+        int rv = FOX_OK;
+        for (int k = 0; k < pop->K && rv == FOX_OK; k++)
+            if (pop->started[k])
+                rv = steps_alone(pop->be[k], pop->n, pop->collect);
+        return rv;
+    }
+    pop->rounds_together++;
+    fox_cuda_backend *b0 = pop->be[0];
+    cudaStream_t s0 = b0->net.st[0];
+    for (int k = 1; k < pop->K; k++) {
+        FOX_CUDA_TRY(cudaEventRecord(pop->ev_member[k], pop->be[k]->net.st[0]));
+        FOX_CUDA_TRY(cudaStreamWaitEvent(s0, pop->ev_member[k], 0));
+    }
+    fox__cuda_set_launch_members(pop->K);
+    int rv = steps_with(b0, pop->graph, pop->warm, pop->collect ? G_FULL : G_TRAIN, pop->n);
+    fox__cuda_set_launch_members(1);
+    FOX_TRY(rv);
+    FOX_CUDA_TRY(cudaEventRecord(pop->ev_done, s0));
+    for (int k = 1; k < pop->K; k++)
+        FOX_CUDA_TRY(cudaStreamWaitEvent(pop->be[k]->net.st[0], pop->ev_done, 0));
+    return FOX_OK;
+}
+
+int
+fox__cuda_start_steps(fox_cuda_backend *be, int n, int collect)
+{
+    FOX_TRY(chunk_begin(be));
+    fox_cuda_pop *pop = be->pop;
+    if (!pop)
+        return steps_alone(be, n, collect);
+    /* A round's starts come first, then its finishes: the first finish runs it. */
+    if (pop->ran) {
+        memset(pop->started, 0, sizeof pop->started);
+        pop->ran = 0;
+    }
+    pop->started[be->member] = 1;
+    pop->n = n;
+    pop->collect = collect;
+    return FOX_OK;
+}
+
 int
 fox__cuda_finish_steps(fox_cuda_backend *be, fox_step_stats *st)
 {
+    fox_cuda_pop *pop = be->pop;
+    if (pop) {
+        if (!pop->ran) {
+            pop->rv = pop_round(pop);
+            pop->ran = 1;
+        }
+        FOX_TRY(pop->rv);
+    }
     FOX_TRY(chunk_end(be));
     stats_of(be->hctl, st);
     int rv = halted(be);
