@@ -411,6 +411,11 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
             be->bytes_total >> 20, be->bytes_replay >> 20, math_name(be->net.math),
             be->net.use_side ? FOX_CUDA_STREAMS : 1, FOX_CUDA_PDL ? "on" : "off",
             math_name(be->net.use_side ? be->net.cb[FOX_CUDA_COLLECT].math : be->net.math));
+    if (be->pop && be->member == be->pop->K - 1)
+        fox_log(FOX_LOG_INFO,
+                "cuda backend: the %d members train as one population: one step and one "
+                "evaluation pass for all",
+                be->pop->K);
     *out = (fox_backend *)be;
     return FOX_OK;
 }
@@ -586,33 +591,121 @@ capture_of_pass(fox_cuda_backend *be, const void *arg)
 }
 
 /*
- * A pass of B rows, started: a pass is some 40 launches, and a walk's rounds
- * wait on them, so a row count met before replays its graph (one launch),
- * met once runs eagerly and is captured the next time. Nothing waits here;
- * q_finish does.
+ * A pass of B rows (enqueue's, arg its row count) launched from table t: a
+ * pass is some 40 launches, and a walk's rounds wait on them, so a row count
+ * met before replays its graph (one launch), met once runs eagerly and is
+ * captured the next time. Nothing waits here; q_finish does.
  */
+static int
+pass_launch(fox_cuda_backend *be, fox_cuda_pass_graphs *t,
+            int (*enqueue)(fox_cuda_backend *be, const void *arg), int B)
+{
+    int k = 0;
+    while (k < t->n && t->g[k].rows != B)
+        k++;
+    if (k < t->n && !t->g[k].exec)
+        FOX_TRY(fox__cuda_capture(be, enqueue, &B, 0, &t->g[k].exec));
+    if (k < t->n) {
+        FOX_CUDA_TRY(cudaGraphLaunch(t->g[k].exec, be->net.st[0]));
+        return FOX_OK;
+    }
+    if (k < FOX_CUDA_PASS_GRAPHS) {
+        t->g[k].rows = B;
+        t->g[k].exec = NULL;
+        t->n++;
+    }
+    fox__cuda_section_share();
+    int rv = enqueue(be, &B);
+    fox__cuda_section_leave();
+    return rv;
+}
+
 static int
 q_start(fox_cuda_backend *be, const float *s, int B)
 {
     memcpy(be->pass_s, s, (size_t)B * be->S * sizeof(float));
-    int k = 0;
-    while (k < be->n_pass_graphs && be->pass_graph[k].rows != B)
-        k++;
-    if (k < be->n_pass_graphs && !be->pass_graph[k].exec)
-        FOX_TRY(fox__cuda_capture(be, capture_of_pass, &B, 0, &be->pass_graph[k].exec));
-    if (k < be->n_pass_graphs) {
-        FOX_CUDA_TRY(cudaGraphLaunch(be->pass_graph[k].exec, be->net.st[0]));
+    return pass_launch(be, &be->passes, capture_of_pass, B);
+}
+
+/* ---- A population's passes: every member's in one launch ---- */
+
+/*
+ * The passes of a population's round, R rows each (the most any member
+ * asked; a member that asked fewer, or none, computes rows nobody reads),
+ * on member 0's MAIN: every member's states up from its pinned room, one
+ * forward whose every launch covers all members, every member's Q down.
+ */
+static int
+enqueue_pop_pass(fox_cuda_backend *b0, const void *arg)
+{
+    fox_cuda_pop *pop = b0->pop;
+    int R = *(const int *)arg, S = b0->S, NAct = b0->lay->n_actions;
+    cudaStream_t s0 = b0->net.st[0];
+    for (int k = 0; k < pop->K; k++) {
+        fox_cuda_backend *m = pop->be[k];
+        FOX_CUDA_TRY(cudaMemcpyAsync(m->isv_dev, m->isv_mem, FOX_ISV_TOTAL_DIM * sizeof(float),
+                                     cudaMemcpyHostToDevice, s0));
+        FOX_CUDA_TRY(cudaMemcpyAsync(m->xcol, m->pass_s, (size_t)R * S * sizeof(float),
+                                     cudaMemcpyHostToDevice, s0));
+    }
+    fox__cuda_set_launch_members(pop->K);
+    int rv = fox__cuda_atoms_update(s0, &b0->net.stab, 0, NULL, NULL, 0.0f, b0->lay->n_branches,
+                                    b0->lay->NA, b0->lay->v_min, b0->lay->v_max, b0->net.z);
+    if (rv == FOX_OK)
+        rv = fox__cuda_forward(&b0->net, 0, &b0->col, b0->xcol, R,
+                               b0->cfg->eval_weights == FOX_EVAL_WEIGHTS_AVERAGE, 0, 0);
+    fox__cuda_set_launch_members(1);
+    FOX_TRY(rv);
+    for (int k = 0; k < pop->K; k++) {
+        fox_cuda_backend *m = pop->be[k];
+        FOX_CUDA_TRY(cudaMemcpyAsync(m->pass_q, m->col.q, (size_t)R * NAct * sizeof(float),
+                                     cudaMemcpyDeviceToHost, s0));
+    }
+    return FOX_OK;
+}
+
+/*
+ * The round of passes its members started: one pass of every member when
+ * the rows fit one forward (col.cap, every member's pinned room holds that
+ * many), else each started member's own pass.
+ */
+static int
+pop_pass_round(fox_cuda_pop *pop)
+{
+    fox_cuda_backend *b0 = pop->be[0];
+    int R = 0, together = 1;
+    for (int k = 0; k < pop->K; k++) {
+        if (!pop->be[k])
+            together = 0;
+        else if (pop->pass_started[k] && pop->be[k]->pass_B > R)
+            R = pop->be[k]->pass_B;
+    }
+    together = together && R <= b0->col.cap;
+    for (int k = 0; together && k < pop->K; k++)
+        FOX_TRY(pass_reserve(pop->be[k], R));
+    if (!together) {
+        pop->passes_alone++;
+        for (int k = 0; k < pop->K; k++)
+            if (pop->pass_started[k])
+                FOX_TRY(q_start(pop->be[k], pop->be[k]->pass_src, pop->be[k]->pass_B));
         return FOX_OK;
     }
-    if (k < FOX_CUDA_PASS_GRAPHS) {
-        be->pass_graph[k].rows = B;
-        be->pass_graph[k].exec = NULL;
-        be->n_pass_graphs++;
+    pop->passes_together++;
+    cudaStream_t s0 = b0->net.st[0];
+    for (int k = 0; k < pop->K; k++) {
+        fox_cuda_backend *m = pop->be[k];
+        if (pop->pass_started[k])
+            memcpy(m->pass_s, m->pass_src, (size_t)m->pass_B * m->S * sizeof(float));
+        if (k > 0) {
+            FOX_CUDA_TRY(cudaEventRecord(pop->ev_member[k], m->net.st[0]));
+            FOX_CUDA_TRY(cudaStreamWaitEvent(s0, pop->ev_member[k], 0));
+        }
     }
-    fox__cuda_section_share();
-    int rv = enqueue_pass(be, B);
-    fox__cuda_section_leave();
-    return rv;
+    FOX_TRY(pass_launch(b0, &pop->passes, enqueue_pop_pass, R));
+    FOX_CUDA_TRY(cudaEventRecord(pop->ev_done, s0));
+    for (int k = 1; k < pop->K; k++)
+        FOX_CUDA_TRY(cudaStreamWaitEvent(pop->be[k]->net.st[0], pop->ev_done, 0));
+    return FOX_OK;
 }
 
 static int
@@ -624,9 +717,21 @@ cuda_q_start(fox_backend *be_, const float *s, int B)
     FOX_CUDA_ALIVE(be);
     if (!s || B < 1)
         return FOX_EINVAL;
-    /* Outside any hold of the section: growing and capturing hold it alone. */
-    int rv = pass_reserve(be, B);
-    if (rv == FOX_OK)
+    fox_cuda_pop *pop = be->pop;
+    /*
+     * Outside any hold of the section: growing and capturing hold it alone. A population's
+     * member keeps room for a whole forward, so that no round's pass needs a started member's
+     * room to grow: its first q_finish runs the round (pop_pass_round).
+     */
+    int rv = pass_reserve(be, pop && B < be->col.cap ? be->col.cap : B);
+    if (rv == FOX_OK && pop) {
+        if (pop->pass_ran) {
+            memset(pop->pass_started, 0, sizeof pop->pass_started);
+            pop->pass_ran = 0;
+        }
+        be->pass_src = s;
+        pop->pass_started[be->member] = 1;
+    } else if (rv == FOX_OK)
         rv = q_start(be, s, B);
     return be->pass_rv = fox__cuda_be_fail(be, rv, "q_start");
 }
@@ -635,6 +740,13 @@ cuda_q_start(fox_backend *be_, const float *s, int B)
 static int
 q_finish(fox_cuda_backend *be, float *q)
 {
+    fox_cuda_pop *pop = be->pop;
+    if (pop && !pop->pass_ran) {
+        pop->pass_rv = pop_pass_round(pop);
+        pop->pass_ran = 1;
+    }
+    if (pop)
+        FOX_TRY(pop->pass_rv);
     FOX_CUDA_TRY(cudaStreamSynchronize(be->net.st[0]));
     memcpy(q, be->pass_q, (size_t)be->pass_B * be->lay->n_actions * sizeof(float));
     return FOX_OK;

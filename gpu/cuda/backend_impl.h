@@ -30,6 +30,19 @@ enum { G_COLLECT = 0, G_FULL = 1, G_TRAIN = 2, G_KINDS = 3 };
 
 typedef struct fox_cuda_pop fox_cuda_pop;
 
+/*
+ * The evaluation passes captured: one graph a row count, taken on its
+ * second pass (the first runs eagerly, as a step's does), replayed after;
+ * dropped with the step's graphs and when a pinned room moves.
+ */
+typedef struct fox_cuda_pass_graphs {
+    struct {
+        int rows;
+        cudaGraphExec_t exec; /* NULL: seen once */
+    } g[FOX_CUDA_PASS_GRAPHS];
+    int n;
+} fox_cuda_pass_graphs;
+
 typedef struct fox_cuda_backend {
     fox_backend_base base;
     fox_backend_env env;
@@ -77,16 +90,8 @@ typedef struct fox_cuda_backend {
      */
     float *pass_s, *pass_q;
     int pass_cap, pass_B, pass_rv;
-    /*
-     * The passes captured: one graph a row count, taken on its second pass
-     * (the first runs eagerly, as a step's does), replayed after; dropped
-     * with the step's graphs and when the pinned room moves.
-     */
-    struct {
-        int rows;
-        cudaGraphExec_t exec; /* NULL: seen once */
-    } pass_graph[FOX_CUDA_PASS_GRAPHS];
-    int n_pass_graphs;
+    const float *pass_src; /* q_start's states, the caller's until q_finish */
+    fox_cuda_pass_graphs passes;
     cudaGraphExec_t graph[G_KINDS][2]; /* one step of the kind, unroll steps in a row */
     int unroll;
     int warm[G_KINDS]; /* the kind ran once eagerly (modules loaded) */
@@ -140,6 +145,14 @@ struct fox_cuda_pop {
     int64_t rounds_together, rounds_alone; /* how the rounds ran, for the tests */
     cudaGraphExec_t graph[G_KINDS][2]; /* as a backend's, every member in each launch */
     int warm[G_KINDS];
+    /*
+     * A round of the members' evaluation passes (backend.c): which members started theirs, and
+     * whether the round ran; the passes of all members in one graph a row count.
+     */
+    int pass_started[FOX_MEMBERS_MAX];
+    int pass_ran, pass_rv;
+    fox_cuda_pass_graphs passes;
+    int64_t passes_together, passes_alone;
     cudaEvent_t ev_member[FOX_MEMBERS_MAX], ev_done;
 };
 

@@ -151,10 +151,16 @@ fox__cuda_drop_graphs(fox_cuda_backend *be)
     /* The population's graphs are member 0's step: they hold this member's too. */
     if (be->pop)
         fox__cuda_pop_drop_graphs(be->pop);
-    for (int k = 0; k < be->n_pass_graphs; k++)
-        if (be->pass_graph[k].exec)
-            cudaGraphExecDestroy(be->pass_graph[k].exec);
-    be->n_pass_graphs = 0;
+    fox__cuda_drop_pass_graphs(&be->passes);
+}
+
+void
+fox__cuda_drop_pass_graphs(fox_cuda_pass_graphs *t)
+{
+    for (int k = 0; k < t->n; k++)
+        if (t->g[k].exec)
+            cudaGraphExecDestroy(t->g[k].exec);
+    t->n = 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -301,6 +301,7 @@ fox__cuda_pop_host(fox_cuda_pop *pop, int member, int device_side)
 void
 fox__cuda_pop_drop_graphs(fox_cuda_pop *pop)
 {
+    fox__cuda_drop_pass_graphs(&pop->passes);
     for (int k = 0; k < 2 * G_KINDS; k++)
         if (pop->graph[k / 2][k % 2]) {
             cudaGraphExecDestroy(pop->graph[k / 2][k % 2]);
