@@ -107,12 +107,15 @@ START_TEST(member_equals_its_seed_alone)
 #ifdef FOX_TEST_CUDA
     /*
      * Members of different seeds are one population on the device: the first chunk fills the
-     * rings member by member, each of the other five is one step of all three.
+     * rings member by member, each of the other five is one step of all three, and every round
+     * of the walks' passes one pass of all three.
      */
-    int64_t together, alone;
-    fox_cuda_debug_pop_rounds(pop->members[0].be, &together, &alone);
-    ck_assert_int_eq(together, 5);
-    ck_assert_int_eq(alone, 1);
+    fox_cuda_pop_rounds pr;
+    fox_cuda_debug_pop_rounds(pop->members[0].be, &pr);
+    ck_assert_int_eq(pr.steps_together, 5);
+    ck_assert_int_eq(pr.steps_alone, 1);
+    ck_assert_int_gt(pr.passes_together, 0);
+    ck_assert_int_eq(pr.passes_alone, 0);
 #endif
     uint64_t digest[K];
     double sum = 0.0, sum2 = 0.0;

@@ -755,9 +755,11 @@ fox_cuda_debug_per_update(fox_backend *be_, const int32_t *idx, const float *pri
 }
 
 void
-fox_cuda_debug_pop_rounds(const fox_backend *be_, int64_t *together, int64_t *alone)
+fox_cuda_debug_pop_rounds(const fox_backend *be_, fox_cuda_pop_rounds *out)
 {
-    const fox_cuda_backend *be = (const fox_cuda_backend *)be_;
-    *together = be->pop ? be->pop->rounds_together : 0;
-    *alone = be->pop ? be->pop->rounds_alone : 0;
+    const fox_cuda_pop *pop = ((const fox_cuda_backend *)be_)->pop;
+    memset(out, 0, sizeof *out);
+    if (pop)
+        *out = (fox_cuda_pop_rounds){pop->rounds_together, pop->rounds_alone,
+                                     pop->passes_together, pop->passes_alone};
 }

@@ -177,10 +177,13 @@ int fox_cuda_debug_per_update(fox_backend *be, const int32_t *idx, const float *
 void fox_cuda_debug_memory(const fox_backend *be, size_t *total, size_t *replay);
 
 /*
- * The rounds of chunks of be's population (be one of its members) that ran as one step of all
- * the members, and those whose members stepped one after another; both 0 where be is no
- * population's member.
+ * The rounds of be's population (be one of its members): its chunks that ran as one step of
+ * all the members, and those whose members stepped one after another; its evaluation passes
+ * likewise. All 0 where be is no population's member.
  */
-void fox_cuda_debug_pop_rounds(const fox_backend *be, int64_t *together, int64_t *alone);
+typedef struct fox_cuda_pop_rounds {
+    int64_t steps_together, steps_alone, passes_together, passes_alone;
+} fox_cuda_pop_rounds;
+void fox_cuda_debug_pop_rounds(const fox_backend *be, fox_cuda_pop_rounds *out);
 
 #endif
