@@ -63,6 +63,11 @@
 /* ------------------------------------------------------------------------------------------ */
 /* Setup                                                                                      */
 
+/*
+ * Every device buffer of the net comes from fox__cuda_alloc, in the same order for every
+ * backend: while a population's member is built, that is the next piece of the member's span,
+ * so that each buffer lies a whole number of spans from member 0's (cuda_impl.h).
+ */
 static int
 dalloc(void *pp, size_t bytes)
 {
@@ -70,8 +75,7 @@ dalloc(void *pp, size_t bytes)
     *p = NULL;
     if (bytes == 0)
         return 0;
-    FOX_CUDA_TRY(cudaMalloc(p, bytes));
-    return 0;
+    return fox__cuda_alloc(p, bytes);
 }
 
 #define DALLOC(ptr, count) FOX_TRY(dalloc(&(ptr), (size_t)(count) * sizeof *(ptr)))
@@ -148,20 +152,20 @@ fox__cuda_fwd_alloc(fox_cuda_fwd *f, const fox_cuda_net *n, int R)
 void
 fox__cuda_fwd_free(fox_cuda_fwd *f)
 {
-    cudaFree(f->slots[0]);
+    fox__cuda_free(f->slots[0]);
     fox_cuda_grn_act *g[2] = {&f->g1, &f->g2};
     for (int k = 0; k < 2; k++) {
-        cudaFree(g[k]->eta2);
-        cudaFree(g[k]->eta1);
-        cudaFree(g[k]->zgv);
-        cudaFree(g[k]->xhat);
-        cudaFree(g[k]->rstd);
-        cudaFree(g[k]->y);
+        fox__cuda_free(g[k]->eta2);
+        fox__cuda_free(g[k]->eta1);
+        fox__cuda_free(g[k]->zgv);
+        fox__cuda_free(g[k]->xhat);
+        fox__cuda_free(g[k]->rstd);
+        fox__cuda_free(g[k]->y);
     }
-    cudaFree(f->hid);
-    cudaFree(f->out);
-    cudaFree(f->logp);
-    cudaFree(f->q);
+    fox__cuda_free(f->hid);
+    fox__cuda_free(f->out);
+    fox__cuda_free(f->logp);
+    fox__cuda_free(f->q);
     memset(f, 0, sizeof *f);
 }
 
@@ -179,10 +183,10 @@ grn_grad_alloc(fox_cuda_grn_grad *g, int B, int out)
 static void
 grn_grad_free(fox_cuda_grn_grad *g)
 {
-    cudaFree(g->dud);
-    cudaFree(g->dyx);
-    cudaFree(g->dzgv);
-    cudaFree(g->deta1);
+    fox__cuda_free(g->dud);
+    fox__cuda_free(g->dyx);
+    fox__cuda_free(g->dzgv);
+    fox__cuda_free(g->deta1);
 }
 
 static void
@@ -358,7 +362,7 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
         FOX_CUBLAS_TRY(cublasCreate(&n->cb[k].h));
         FOX_CUBLAS_TRY(cublasSetStream(n->cb[k].h, n->st[k]));
         /* A workspace of its own per handle: cuBLAS must not allocate inside a graph capture. */
-        FOX_CUDA_TRY(cudaMalloc(&n->cb_work[k], CUBLAS_WORKSPACE));
+        FOX_TRY(dalloc(&n->cb_work[k], CUBLAS_WORKSPACE));
         FOX_CUBLAS_TRY(cublasSetWorkspace(n->cb[k].h, n->cb_work[k], CUBLAS_WORKSPACE));
     }
     FOX_TRY(fox__cuda_set_math(n, FOX_CUDA_MATH_FP32));
@@ -479,7 +483,7 @@ fox__cuda_net_fini(fox_cuda_net *n)
                     n->bw.d_phi, n->bw.dh_aux, n->bw.dh_iqn, n->proj, n->tq, n->glu, n->ln_in,
                     n->d_states, n->pgroup};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
-        cudaFree(bufs[k]);
+        fox__cuda_free(bufs[k]);
     grn_grad_free(&n->bw.g1);
     grn_grad_free(&n->bw.g2);
     for (int k = 0; k < FOX_CUDA_EVENTS; k++)
@@ -488,7 +492,7 @@ fox__cuda_net_fini(fox_cuda_net *n)
     for (int k = 0; k < FOX_CUDA_STREAMS; k++) {
         if (n->cb[k].h)
             cublasDestroy(n->cb[k].h);
-        cudaFree(n->cb_work[k]);
+        fox__cuda_free(n->cb_work[k]);
         if (n->st[k])
             cudaStreamDestroy(n->st[k]);
     }
