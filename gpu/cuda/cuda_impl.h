@@ -94,7 +94,9 @@ int fox__cuda_blas_open(char *why, size_t len);
  * arguments shifted by z spans (device.cuh's fox_member), and one
  * strided-batched product serves all of them, striding by a span
  * (matmul.c). Pointers kept in device memory (the fused check's table, the
- * output slots' operands) are each member's own and are not shifted.
+ * output slots' operands) are each member's own and are not shifted; the
+ * output slots' lists hold the pointers of every member (net.c's
+ * slots_init), so that one pointer-batched product covers them too.
  */
 #define FOX_CUDA_MEMBER_SPAN      ((size_t)1 << 35)
 #define FOX_CUDA_MEMBER_HOST_SPAN ((size_t)4096)
@@ -259,8 +261,12 @@ typedef struct fox_cuda_fwd {
     float *out;   /* [R × OW] packed head outputs (without their biases; padding stays 0) */
     /*
      * Per net (online, target), device arrays of the C51 output slots' operand pointers, hid,
-     * W2 and out for each of the 1 + NAct slots of NA outputs (the value, then every action):
-     * the output layer as one pointer-batched product (fox__cuda_gemm_slots).
+     * W2 and out for each of the S = 1 + NAct slots of NA outputs (the value, then every
+     * action), each list for the net's members (fox_cuda_net.members) member after member:
+     * [hid: members × S][W2: members × S][out: members × S], member j's entry this backend's
+     * pointer plus j spans. The output layer is one pointer-batched product
+     * (fox__cuda_gemm_slots) over the first S, or under a population's step over every
+     * member's S from member 0's lists.
      */
     float **slots[2];
     float *logp; /* [R × NAct × NA]; the training forward on s: [R × D × NA], chosen actions */
@@ -477,6 +483,7 @@ typedef struct fox_cuda_net {
     fox_cuda_heads heads;
     size_t np;
     int B;              /* train batch */
+    int members;        /* the population's member count (1: none): the output slots' lanes */
     int use_side;       /* 0: everything on MAIN (debugging) */
     int math;           /* the products' math: FOX_CUDA_MATH_FP32, _TF32 or _BF16 */
     int greedy_tf32;    /* COLLECT's and NEXT's products in TF32 where math is FP32 */

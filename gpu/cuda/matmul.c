@@ -89,19 +89,25 @@ fox__cuda_lin_dw_batched(fox_cuda_blas b, int loop_rows, int rows, int in, int o
 
 int
 fox__cuda_gemm_slots(fox_cuda_blas b, int rows, int n, int k, float *const *ptrs, int count,
-                     int lda, int ldb, int ldc)
+                     int lanes, int lda, int ldb, int ldc)
 {
+    /* Each list holds lanes members' count entries, member j's from j·count: K members take K. */
+    const int members = fox__cuda_launch_members();
+    if (members > lanes)
+        return FOX_EINVAL;
+    const size_t list = (size_t)count * lanes;
+    const int batch = count * members;
     const float *const *in = (const float *const *)ptrs;
     if (b.math == FOX_CUDA_MATH_BF16)
         FOX_CUBLAS_TRY(cublasGemmBatchedEx(b.h, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &one,
-                                           (const void *const *)(in + count), CUDA_R_32F, ldb,
+                                           (const void *const *)(in + list), CUDA_R_32F, ldb,
                                            (const void *const *)in, CUDA_R_32F, lda, &zero,
-                                           (void *const *)(ptrs + 2 * count), CUDA_R_32F, ldc,
-                                           count, FOX_BF16_COMPUTE, CUBLAS_GEMM_DEFAULT));
+                                           (void *const *)(ptrs + 2 * list), CUDA_R_32F, ldc,
+                                           batch, FOX_BF16_COMPUTE, CUBLAS_GEMM_DEFAULT));
     else
         FOX_CUBLAS_TRY(cublasSgemmBatched(b.h, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &one,
-                                          in + count, ldb, in, lda, &zero, ptrs + 2 * count, ldc,
-                                          count));
+                                          in + list, ldb, in, lda, &zero, ptrs + 2 * list, ldc,
+                                          batch));
     return 0;
 }
 

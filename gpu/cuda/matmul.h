@@ -44,11 +44,13 @@ int fox__cuda_lin_dw_batched(fox_cuda_blas b, int loop_rows, int rows, int in, i
                              const float *X, int ldx, long long sx, float *dW, long long sdw,
                              int batch);
 /*
- * count products C_i [rows × n] = A_i [rows × k]·B_iᵀ (B_i [n × k]), row-major, one pointer-batched
- * call; ptrs: the device array of the A, then B, then C pointers (count each).
+ * count products C_i [rows × n] = A_i [rows × k]·B_iᵀ (B_i [n × k]) of every member, row-major,
+ * one pointer-batched call; ptrs: the device array of the A, then B, then C pointers, each list
+ * lanes members' count entries (member j's from j·count). The call takes the entries of the
+ * first fox__cuda_launch_members() members (more than lanes: FOX_EINVAL).
  */
 int fox__cuda_gemm_slots(fox_cuda_blas b, int rows, int n, int k, float *const *ptrs, int count,
-                         int lda, int ldb, int ldc);
+                         int lanes, int lda, int ldb, int ldc);
 int fox__cuda_colsum(fox_cuda_blas b, int rows, int cols, const float *dY, int ldy,
                      const float *ones, float *db, float beta);
 int fox__cuda_colsum_batched(fox_cuda_blas b, int rows, int cols, const float *dY, int ldy,

@@ -91,35 +91,42 @@ fox__cuda_toff(const fox_cuda_net *n, int tensor)
  * value head's NA outputs, then NA for every action of every branch, each
  * at its place in the packed heads (head h's row block of W2, its output
  * slot in out), so that the output layer skips the padding that makes
- * every head as wide as the widest.
+ * every head as wide as the widest. Each list holds n->members lanes of
+ * them, lane j this backend's pointers plus j spans: for a population's
+ * member 0 those are member j's, so that its step's one product covers
+ * every member; any other member's passes read their first lane alone.
  */
 static int
 slots_init(fox_cuda_fwd *f, const fox_cuda_net *n)
 {
     const fox_cuda_dims *dm = &n->dm;
-    const int S = 1 + dm->NAct;
-    float **host = malloc((size_t)6 * S * sizeof *host);
+    const size_t S = 1 + (size_t)dm->NAct, list = S * (size_t)n->members;
+    float **host = malloc(6 * list * sizeof *host);
     if (!host)
         return FOX_ENOMEM;
     for (int net = 0; net < 2; net++) {
-        float **p = host + (size_t)3 * S * net, *pk = n->pk + (size_t)net * dm->PK;
-        int sl = 0;
-        for (int h = 0; h < FOX_CUDA_C51_HEADS; h++)
-            for (int a = 0; a < (h == 0 ? 1 : dm->bsize[h - 1]); a++, sl++) {
-                size_t col = (size_t)h * dm->OS + (size_t)a * dm->NA;
-                p[sl] = f->hid + (size_t)h * dm->HS;
-                p[S + sl] = pk + dm->pk_w2 + col * dm->HS;
-                p[2 * S + sl] = f->out + col;
-            }
+        float **p = host + 3 * list * net, *pk = n->pk + (size_t)net * dm->PK;
+        for (int j = 0; j < n->members; j++) {
+            /* Lane j: every pointer j spans on (in floats). */
+            const size_t span = (size_t)j * (FOX_CUDA_MEMBER_SPAN / sizeof(float));
+            size_t sl = (size_t)j * S;
+            for (int h = 0; h < FOX_CUDA_C51_HEADS; h++)
+                for (int a = 0; a < (h == 0 ? 1 : dm->bsize[h - 1]); a++, sl++) {
+                    size_t col = (size_t)h * dm->OS + (size_t)a * dm->NA;
+                    p[sl] = f->hid + span + (size_t)h * dm->HS;
+                    p[list + sl] = pk + span + dm->pk_w2 + col * dm->HS;
+                    p[2 * list + sl] = f->out + span + col;
+                }
+        }
     }
-    int rv = dalloc(&f->slots[0], (size_t)6 * S * sizeof *host);
-    cudaError_t e = rv == 0 ? cudaMemcpy(f->slots[0], host, (size_t)6 * S * sizeof *host,
+    int rv = dalloc(&f->slots[0], 6 * list * sizeof *host);
+    cudaError_t e = rv == 0 ? cudaMemcpy(f->slots[0], host, 6 * list * sizeof *host,
                                          cudaMemcpyHostToDevice)
                             : cudaSuccess;
     free(host);
     FOX_TRY(rv);
     FOX_CUDA_TRY(e);
-    f->slots[1] = f->slots[0] + (size_t)3 * S;
+    f->slots[1] = f->slots[0] + 3 * list;
     return 0;
 }
 
@@ -331,12 +338,15 @@ pairs_init(fox_cuda_net *n)
 }
 
 int
-fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_rows)
+fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_rows, int members)
 {
     memset(n, 0, sizeof *n);
+    if (members < 1)
+        return FOX_EINVAL;
     n->lay = lay;
     n->np = lay->n_params;
     n->B = B;
+    n->members = members;
     n->use_side = 1;
     n->slot_rows = FOX_CUDA_SLOT_ROWS;
     n->iqn_beside_rows = FOX_CUDA_IQN_BESIDE_ROWS;
@@ -716,7 +726,7 @@ fox__cuda_forward_heads(fox_cuda_net *n, int s, fox_cuda_fwd *f, int target, int
     const int by_slots = R >= n->slot_rows, h0 = by_slots ? FOX_CUDA_C51_HEADS : 0;
     if (by_slots)
         FOX_TRY(fox__cuda_gemm_slots(n->cb[s], R, dm->NA, dm->HS, f->slots[target], 1 + dm->NAct,
-                                     dm->HW, dm->HS, dm->OW));
+                                     n->members, dm->HW, dm->HS, dm->OW));
     if (nh > h0) {
         m = fox__cuda_gemm_of(R, by_slots ? dm->AUXW : dm->OS, dm->HS, 1, f->hid + h0 * dm->HS,
                               dm->HW, pk + dm->pk_w2 + (size_t)h0 * dm->OS * dm->HS, dm->HS,

@@ -14,7 +14,12 @@
 extern "C" {
 #endif
 
-int fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_rows);
+/*
+ * The net of a train batch of B rows whose forwards take up to fwd_rows; members: the
+ * population's member count, 1 outside one (the output slots' lanes, fox_cuda_fwd.slots).
+ */
+int fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_rows,
+                       int members);
 void fox__cuda_net_fini(fox_cuda_net *n);
 /*
  * Activation buffers of a forward pass over up to R rows, once the net's own buffers (its packed
