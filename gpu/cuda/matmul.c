@@ -26,6 +26,19 @@
  * matrix-vector products, for which cuBLAS has no reduced-precision math:
  * they stay FP32 in every mode. No call here synchronizes or allocates. The
  * parity test covers each transpose through the gradients of every tensor.
+ *
+ * Under a population's step (fox__cuda_launch_members() = K > 1) every
+ * call covers the K members, whose operands each lie a span (cuda_impl.h's
+ * FOX_CUDA_MEMBER_SPAN) from the previous member's: a single product becomes
+ * one strided-batched call of K at span strides, and a batch of count
+ * entries count such calls, one an entry. Entries × members is a batch of
+ * two levels that no one stride describes; one pointer-batched call over
+ * count × K would need device arrays of every operand's pointers made
+ * before the capture for each call site, where count calls need nothing
+ * and count is small (the seven heads at most) whatever K is. The output
+ * slots' product is pointer-batched already: its arrays hold every
+ * member's pointers (net.c's slots_init). Under one member every call is
+ * the one it always was.
  */
 #include "gpu/cuda/cuda_impl.h"
 #include "gpu/cuda/matmul.h"
@@ -35,11 +48,34 @@ static const float one = 1.0f, zero = 0.0f;
 /* The bf16 products' compute type: inputs rounded to bfloat16 on tensor cores, FP32 sums. */
 #define FOX_BF16_COMPUTE CUBLAS_COMPUTE_32F_FAST_16BF
 
-/* One column-major product C = op(A)·op(B) + β·C in b's math. */
+/* One member span in floats: every operand's stride from one member to the next. */
+#define MEMBER_FLOATS ((long long)(FOX_CUDA_MEMBER_SPAN / sizeof(float)))
+
+/* count products in one strided-batched call in b's math (fox__cuda_gemm_strided's). */
+static int
+strided(fox_cuda_blas b, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+        float alpha, const float *A, int lda, long long sa, const float *B, int ldb, long long sb,
+        float beta, float *C, int ldc, long long sc, int count)
+{
+    if (b.math == FOX_CUDA_MATH_BF16)
+        FOX_CUBLAS_TRY(cublasGemmStridedBatchedEx(
+            b.h, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, sa, B, CUDA_R_32F, ldb, sb, &beta, C,
+            CUDA_R_32F, ldc, sc, count, FOX_BF16_COMPUTE, CUBLAS_GEMM_DEFAULT));
+    else
+        FOX_CUBLAS_TRY(cublasSgemmStridedBatched(b.h, ta, tb, m, n, k, &alpha, A, lda, sa, B, ldb,
+                                                 sb, &beta, C, ldc, sc, count));
+    return 0;
+}
+
+/* One column-major product C = op(A)·op(B) + β·C in b's math, for every member. */
 static int
 gemm(fox_cuda_blas b, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
      const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
+    const int members = fox__cuda_launch_members();
+    if (members > 1)
+        return strided(b, ta, tb, m, n, k, 1.0f, A, lda, MEMBER_FLOATS, B, ldb, MEMBER_FLOATS,
+                       beta, C, ldc, MEMBER_FLOATS, members);
     if (b.math == FOX_CUDA_MATH_BF16)
         FOX_CUBLAS_TRY(cublasGemmEx(b.h, ta, tb, m, n, k, &one, A, CUDA_R_32F, lda, B, CUDA_R_32F,
                                     ldb, &beta, C, CUDA_R_32F, ldc, FOX_BF16_COMPUTE,
@@ -55,13 +91,14 @@ fox__cuda_gemm_strided(fox_cuda_blas b, cublasOperation_t ta, cublasOperation_t 
                        int ldb, long long sb, float beta, float *C, int ldc, long long sc,
                        int count)
 {
-    if (b.math == FOX_CUDA_MATH_BF16)
-        FOX_CUBLAS_TRY(cublasGemmStridedBatchedEx(
-            b.h, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, sa, B, CUDA_R_32F, ldb, sb, &beta, C,
-            CUDA_R_32F, ldc, sc, count, FOX_BF16_COMPUTE, CUBLAS_GEMM_DEFAULT));
-    else
-        FOX_CUBLAS_TRY(cublasSgemmStridedBatched(b.h, ta, tb, m, n, k, &alpha, A, lda, sa, B, ldb,
-                                                 sb, &beta, C, ldc, sc, count));
+    const int members = fox__cuda_launch_members();
+    if (members == 1)
+        return strided(b, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc,
+                       count);
+    /* An entry a call, each over the members (the file's head says why). */
+    for (int e = 0; e < count; e++)
+        FOX_TRY(strided(b, ta, tb, m, n, k, alpha, A + e * sa, lda, MEMBER_FLOATS, B + e * sb,
+                        ldb, MEMBER_FLOATS, beta, C + e * sc, ldc, MEMBER_FLOATS, members));
     return 0;
 }
 
@@ -111,10 +148,24 @@ fox__cuda_gemm_slots(fox_cuda_blas b, int rows, int n, int k, float *const *ptrs
     return 0;
 }
 
+/* count column sums in one strided-batched call: sx 0 shares one vector of ones. */
+static int
+gemv_strided(fox_cuda_blas b, int rows, int cols, const float *dY, int ldy, long long sdy,
+             const float *ones, long long sx, float beta, float *db, long long sdb, int count)
+{
+    FOX_CUBLAS_TRY(cublasSgemvStridedBatched(b.h, CUBLAS_OP_N, cols, rows, &one, dY, ldy, sdy, ones,
+                                             1, sx, &beta, db, 1, sdb, count));
+    return 0;
+}
+
 int
 fox__cuda_colsum(fox_cuda_blas b, int rows, int cols, const float *dY, int ldy, const float *ones,
                  float *db, float beta)
 {
+    const int members = fox__cuda_launch_members();
+    if (members > 1)
+        return gemv_strided(b, rows, cols, dY, ldy, MEMBER_FLOATS, ones, MEMBER_FLOATS, beta, db,
+                            MEMBER_FLOATS, members);
     FOX_CUBLAS_TRY(cublasSgemv(b.h, CUBLAS_OP_N, cols, rows, &one, dY, ldy, ones, 1, &beta, db, 1));
     return 0;
 }
@@ -123,7 +174,12 @@ int
 fox__cuda_colsum_batched(fox_cuda_blas b, int rows, int cols, const float *dY, int ldy,
                          long long sdy, const float *ones, float *db, long long sdb, int batch)
 {
-    FOX_CUBLAS_TRY(cublasSgemvStridedBatched(b.h, CUBLAS_OP_N, cols, rows, &one, dY, ldy, sdy, ones,
-                                             1, 0, &zero, db, 1, sdb, batch));
+    const int members = fox__cuda_launch_members();
+    if (members == 1)
+        return gemv_strided(b, rows, cols, dY, ldy, sdy, ones, 0, 0.0f, db, sdb, batch);
+    /* An entry a call, each over the members (the file's head says why); ones are a member's. */
+    for (int e = 0; e < batch; e++)
+        FOX_TRY(gemv_strided(b, rows, cols, dY + e * sdy, ldy, MEMBER_FLOATS, ones, MEMBER_FLOATS,
+                             0.0f, db + e * sdb, MEMBER_FLOATS, members));
     return 0;
 }

@@ -2,8 +2,9 @@
  * matmul.h — the weight-gradient products, bias column sums and the heads'
  * pointer-batched output layer through cuBLAS on row-major data (matmul.c).
  * Every call runs on its handle's stream in the handle's math (fox_cuda_blas;
- * the column sums in FP32 whatever it is) and neither synchronizes nor
- * allocates, so that a graph can capture it.
+ * the column sums in FP32 whatever it is), covers the members of
+ * fox__cuda_launch_members() (each operand a span from the previous one's),
+ * and neither synchronizes nor allocates, so that a graph can capture it.
  */
 #ifndef FOX_CUDA_MATMUL_H
 #define FOX_CUDA_MATMUL_H
