@@ -166,7 +166,7 @@ create_device(fox_cuda_backend *be)
     FOX_CUDA_TRY(cudaMemGetInfo(&free0, &total));
 
     int rows = be->N > QV_ROWS ? be->N : QV_ROWS;
-    FOX_TRY(fox__cuda_net_init(&be->net, lay, be->B, rows, 1));
+    FOX_TRY(fox__cuda_net_init(&be->net, lay, be->B, rows, be->pop ? be->pop->K : 1));
     FOX_TRY(fox__cuda_fwd_alloc(&be->col, &be->net, rows));
     FOX_TRY(fox__cuda_alloc(&be->xcol, (size_t)rows * be->S * sizeof(float)));
 
