@@ -48,22 +48,23 @@ env_reset(fox_cuda_env *e, const fox_cuda_collect_cfg &c, fox_cuda_fold f, uint6
 }
 
 __global__ void
-env_reset_kernel(fox_cuda_collect_cfg c, const fox_cuda_fold *fold, fox_cuda_env *envs,
-                 uint64_t gen)
+env_reset_kernel(fox_cuda_collect_cfg c, const fox_cuda_ctl *ctl, const fox_cuda_fold *fold,
+                 fox_cuda_env *envs, uint64_t gen)
 {
     pdl_enter();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= c.N)
         return;
     uint64_t key = ((gen + 1) * (uint64_t)c.N + (uint64_t)i) * SLOTS_PER_ENV + SLOT_RESET;
-    env_reset(&envs[i], c, *fold, fox_rng_at(c.seed ^ 0xbe61f01dULL, key));
+    env_reset(&envs[i], c, *fold, fox_rng_at(ctl->seed_collect ^ 0xbe61f01dULL, key));
 }
 
 int
-fox__cuda_env_reset(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_cuda_fold *fold,
-                    fox_cuda_env *envs, uint64_t gen)
+fox__cuda_env_reset(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_cuda_ctl *ctl,
+                    const fox_cuda_fold *fold, fox_cuda_env *envs, uint64_t gen)
 {
-    FOX_CUDA_TRY(launch(env_reset_kernel, (c->N + 255) / 256, 256, 0, s, *c, fold, envs, gen));
+    FOX_CUDA_TRY(
+        launch(env_reset_kernel, (c->N + 255) / 256, 256, 0, s, *c, ctl, fold, envs, gen));
     return 0;
 }
 
@@ -126,6 +127,7 @@ collect_act_kernel(fox_cuda_collect_cfg c, const fox_cuda_fold *fold, fox_cuda_e
     fox_cuda_fold f = *fold;
     fox_cuda_env e = envs[i];
     uint64_t key = ((uint64_t)ctl->step * (uint64_t)c.N + (uint64_t)i) * SLOTS_PER_ENV;
+    const uint64_t seed = ctl->seed_collect;
     int32_t a[4] = {0, 0, 0, 0};
     const float *qi = q + (size_t)i * c.NAct;
     for (int d = 0; d < c.D; d++) {
@@ -135,8 +137,8 @@ collect_act_kernel(fox_cuda_collect_cfg c, const fox_cuda_fold *fold, fox_cuda_e
             if (qd[k] > qd[best])
                 best = k;
         a[d] = best;
-        if (fox_rng_unit(fox_rng_at(c.seed, key + 2 * d)) < eps)
-            a[d] = (int32_t)below_bits(fox_rng_at(c.seed, key + 2 * d + 1), (uint32_t)c.bsize[d]);
+        if (fox_rng_unit(fox_rng_at(seed, key + 2 * d)) < eps)
+            a[d] = (int32_t)below_bits(fox_rng_at(seed, key + 2 * d + 1), (uint32_t)c.bsize[d]);
     }
     float port[3];
     fox_env_portfolio(&e.st, c.bars.close[e.bar], port);
@@ -183,7 +185,7 @@ collect_act_kernel(fox_cuda_collect_cfg c, const fox_cuda_fold *fold, fox_cuda_e
     }
     counts[i] = emit;
     if (ended)
-        env_reset(&e, c, f, fox_rng_at(c.seed, key + SLOT_RESET));
+        env_reset(&e, c, f, fox_rng_at(seed, key + SLOT_RESET));
     envs[i] = e;
 }
 
@@ -250,7 +252,7 @@ gather_kernel(fox_cuda_collect_cfg c, const fox_cuda_trans *ring, const int8_t *
 {
     pdl_enter();
     int B = c.batch, S = c.S;
-    uint64_t seed = c.seed ^ 0x5a3b1eULL;
+    uint64_t seed = ctl->seed_collect ^ 0x5a3b1eULL;
     uint64_t base = (uint64_t)ctl->train_steps * ((uint64_t)B * (1 + 2 * (uint64_t)NT));
     uint32_t size = (uint32_t)ctl->ring_size;
     size_t n = (size_t)B * S;

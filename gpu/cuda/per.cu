@@ -93,7 +93,7 @@ per_sample_kernel(fox_cuda_per per, const fox_cuda_ctl *ctl, int32_t *idx)
     int64_t t = ctl->train_steps;
     double wmax = 0.0;
     for (int b = threadIdx.x; b < B; b += blockDim.x) {
-        int i = fox_per_draw(per.tree, L, size, b, B, fox_per_uniform(per.seed, t, b, B));
+        int i = fox_per_draw(per.tree, L, size, b, B, fox_per_uniform(ctl->seed_per, t, b, B));
         idx[b] = i;
         wmax = max_op()(wmax, fox_per_weight(per.tree, L, size, i, per.beta));
     }
