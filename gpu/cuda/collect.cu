@@ -52,6 +52,7 @@ env_reset_kernel(fox_cuda_collect_cfg c, const fox_cuda_ctl *ctl, const fox_cuda
                  fox_cuda_env *envs, uint64_t gen)
 {
     pdl_enter();
+    fox_member_args(c, ctl, fold, envs);
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= c.N)
         return;
@@ -81,6 +82,7 @@ __global__ void
 collect_state_kernel(fox_cuda_collect_cfg c, const fox_cuda_env *envs, float *X)
 {
     pdl_enter();
+    fox_member_args(c, envs, X);
     size_t n = (size_t)c.N * c.S;
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
          k += (size_t)gridDim.x * blockDim.x) {
@@ -114,6 +116,7 @@ collect_act_kernel(fox_cuda_collect_cfg c, const fox_cuda_fold *fold, fox_cuda_e
                    fox_cuda_ctl *ctl, fox_cuda_trans *staged, int *counts)
 {
     pdl_enter();
+    fox_member_args(c, fold, envs, wbar, wport, wa, wr, q, ctl, staged, counts);
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     int ready = ctl->ring_size >= c.learning_starts && ctl->ring_size >= c.batch;
     double frac = (double)ctl->train_steps / (double)c.eps_decay_steps;
@@ -130,7 +133,11 @@ collect_act_kernel(fox_cuda_collect_cfg c, const fox_cuda_fold *fold, fox_cuda_e
     const uint64_t seed = ctl->seed_collect;
     int32_t a[4] = {0, 0, 0, 0};
     const float *qi = q + (size_t)i * c.NAct;
-    for (int d = 0; d < c.D; d++) {
+    /* Unrolled: c (the member's copy) indexed by constants stays in registers. */
+#pragma unroll
+    for (int d = 0; d < FOX_MAX_BRANCHES; d++) {
+        if (d >= c.D)
+            break;
         const float *qd = qi + c.boff[d];
         int best = 0;
         for (int k = 1; k < c.bsize[d]; k++)
@@ -211,6 +218,7 @@ collect_push_kernel(int N, int n_step, int capacity, const fox_cuda_trans *stage
                     const int *counts, fox_cuda_trans *ring, fox_cuda_ctl *ctl)
 {
     pdl_enter();
+    fox_member_args(staged, counts, ring, ctl);
     typedef cub::BlockScan<int, PUSH_THREADS> scan_t;
     __shared__ typename scan_t::TempStorage tmp;
     int head = ctl->ring_head, total = 0;
@@ -251,6 +259,7 @@ gather_kernel(fox_cuda_collect_cfg c, const fox_cuda_trans *ring, const int8_t *
               const fox_cuda_ctl *ctl, fox_cuda_batch bt)
 {
     pdl_enter();
+    fox_member_args(c, ring, regime, ctl, bt);
     int B = c.batch, S = c.S;
     uint64_t seed = ctl->seed_collect ^ 0x5a3b1eULL;
     uint64_t base = (uint64_t)ctl->train_steps * ((uint64_t)B * (1 + 2 * (uint64_t)NT));

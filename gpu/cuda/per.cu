@@ -47,6 +47,7 @@ __global__ void
 per_push_kernel(fox_cuda_per per, const int *counts, int N)
 {
     pdl_enter();
+    fox_member_args(per, counts);
     typedef cub::BlockReduce<int, PER_THREADS> reduce_t;
     __shared__ typename reduce_t::TempStorage tmp;
     __shared__ int s_total;
@@ -86,6 +87,7 @@ __global__ void
 per_sample_kernel(fox_cuda_per per, const fox_cuda_ctl *ctl, int32_t *idx)
 {
     pdl_enter();
+    fox_member_args(per, ctl, idx);
     typedef cub::BlockReduce<double, PER_THREADS> reduce_t;
     __shared__ typename reduce_t::TempStorage tmp;
     __shared__ double s_max;
@@ -121,6 +123,7 @@ __global__ void
 per_update_kernel(fox_cuda_per per, const int32_t *idx, const float *prio)
 {
     pdl_enter();
+    fox_member_args(per, idx, prio);
     typedef cub::BlockScan<float, PER_THREADS> scan_t;
     __shared__ typename scan_t::TempStorage tmp;
     int B = per.B, cap = per.capacity, L = per.leaves;
