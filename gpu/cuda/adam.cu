@@ -61,6 +61,7 @@ grad_norm_kernel(size_t n, const float *g, double *partial, fox_cuda_stab st, in
                  const double *parts, float iqn_lambda, float aux_lambda)
 {
     pdl_enter();
+    fox_member_args(g, partial, st, parts);
     /*
      * The block's samples [b0, b1): thread t adds part t % PARTS of samples
      * b0 + t / PARTS, + groups, …; then PARTS threads add the groups in order,
@@ -172,6 +173,20 @@ struct adam_eng {
 };
 
 /*
+ * The block's constants of one Adam step, in shared memory; st is the
+ * block's member's stab (fox_member_shift), which engage (out of line)
+ * takes by reference: from here, not from a copy on every thread's stack.
+ */
+struct adam_block {
+    fox_cuda_stab st;
+    float bc[2];                    /* the bias corrections 1 − β₁ᵗ, 1 − β₂ᵗ */
+    float b[3][FOX_GROUP_COUNT + 1]; /* each group's w, m, v bound; padding: unbounded */
+    float wd[FOX_GROUP_COUNT + 1];   /* each group's decoupled weight-decay rate (0: off) */
+    float l1;                        /* the L1 proximal rate of GRN1 W2 (0: off) */
+    adam_eng eng;
+};
+
+/*
  * One clamp of the Adam loop, the slow path (optim.c's engage): flag past
  * diag, clamp_finite. In adaptive mode the engagement is counted for Pearl
  * C with its largest finite magnitude, in the block's shared counters: the
@@ -179,8 +194,10 @@ struct adam_eng {
  * queue on 24 global addresses.
  */
 static __device__ __noinline__ float
-engage(float x, float bound, int slot, const fox_cuda_stab &st, int fam, int grp, adam_eng *be)
+engage(float x, float bound, int slot, int fam, int grp, adam_block *ab)
 {
+    const fox_cuda_stab &st = ab->st;
+    adam_eng *be = &ab->eng;
     float a = fabsf(x);
     if (a <= bound && a != INFINITY)
         return x;
@@ -193,15 +210,6 @@ engage(float x, float bound, int slot, const fox_cuda_stab &st, int fam, int grp
         st.flags[slot] = 1;
     return fox_clamp_finite(x, bound);
 }
-
-/* The block's constants of one Adam step, in shared memory. */
-struct adam_block {
-    float bc[2];                    /* the bias corrections 1 − β₁ᵗ, 1 − β₂ᵗ */
-    float b[3][FOX_GROUP_COUNT + 1]; /* each group's w, m, v bound; padding: unbounded */
-    float wd[FOX_GROUP_COUNT + 1];   /* each group's decoupled weight-decay rate (0: off) */
-    float l1;                        /* the L1 proximal rate of GRN1 W2 (0: off) */
-    adam_eng eng;
-};
 
 /* One element of the clamped Adam step: p, mm, vv updated in place from gradient gk. */
 static __device__ __forceinline__ void
@@ -224,9 +232,9 @@ adam_one(float &p, float &mm, float &vv, float gk, int grp, float scale,
     int gi = grp < FOX_GROUP_COUNT ? grp : FOX_GROUP_COUNT;
     float wb = ab->b[0][gi], mb = ab->b[1][gi], vb = ab->b[2][gi];
     if (!(fabsf(mk) <= fminf(mb, FLT_MAX)))
-        mk = engage(mk, mb, grp < FOX_GROUP_COUNT ? sl.m[grp] : -1, st, 1, grp, &ab->eng);
+        mk = engage(mk, mb, grp < FOX_GROUP_COUNT ? sl.m[grp] : -1, 1, grp, ab);
     if (!(fabsf(vk) <= fminf(vb, FLT_MAX)))
-        vk = engage(vk, vb, grp < FOX_GROUP_COUNT ? sl.v[grp] : -1, st, 2, grp, &ab->eng);
+        vk = engage(vk, vb, grp < FOX_GROUP_COUNT ? sl.v[grp] : -1, 2, grp, ab);
     mm = mk;
     vv = vk;
     float q = p - oc.lr * (mk / ab->bc[0]) / (sqrtf(vk / ab->bc[1]) + oc.eps);
@@ -234,7 +242,7 @@ adam_one(float &p, float &mm, float &vv, float gk, int grp, float scale,
     int in_l1 = k - st.l1_off < (size_t)st.l1_rows * (size_t)st.l1_cols;
     q = fox_adam_regularize(q, p, oc.lr, ab->wd[gi], in_l1 ? ab->l1 : 0.0f);
     if (!(fabsf(q) <= fminf(wb, FLT_MAX)))
-        q = engage(q, wb, grp < FOX_GROUP_COUNT ? sl.w[grp] : -1, st, 0, grp, &ab->eng);
+        q = engage(q, wb, grp < FOX_GROUP_COUNT ? sl.w[grp] : -1, 0, grp, ab);
     p = q;
 }
 
@@ -262,30 +270,38 @@ adam_one(float &p, float &mm, float &vv, float gk, int grp, float scale,
 __global__ void __launch_bounds__(256, 5)
 adam_kernel(size_t n, float *params, const float *g, float *m, float *v, const uint8_t *pgroup,
             const __grid_constant__ fox_cuda_adam_slots sl, fox_cuda_optim_cfg oc,
-            const __grid_constant__ fox_cuda_stab st)
+            const __grid_constant__ fox_cuda_stab st0)
 {
     pdl_enter();
     /*
-     * sl and st are __grid_constant__: engage (out of line) takes st by
-     * reference and sl is indexed by the group, either of which otherwise
-     * copies the struct to every thread's stack (328 bytes of local traffic
-     * per thread, ~120 MB a step: most of this kernel's time).
+     * sl and st0 are __grid_constant__: sl is indexed by the group, and a
+     * stab that engage (out of line) takes by reference, either of which
+     * otherwise copies the struct to every thread's stack (328 bytes of
+     * local traffic per thread, ~120 MB a step: most of this kernel's
+     * time). engage takes the member's stab from the block's shared copy
+     * (adam_block).
+     *
+     * The member's elements by index (fox_member's shift as a count of
+     * floats, mf; of pgroup's bytes, 4·mf), one offset for the five arrays:
+     * five shifted pointers, live until the tail, spilled at this kernel's
+     * 48 registers.
      */
-    const size_t n4 = n / 4, q = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    const size_t mf = (size_t)blockIdx.z * (FOX_CUDA_MEMBER_SPAN / sizeof(float));
+    const size_t n4 = n / 4, q = blockIdx.x * (size_t)blockDim.x + threadIdx.x, q4 = q + mf / 4;
     float4 g4, m4, v4, p4;
     uchar4 gr4;
     if (q < n4) {
-        g4 = __ldg((const float4 *)g + q);
-        m4 = ((const float4 *)m)[q];
-        v4 = ((const float4 *)v)[q];
-        p4 = ((const float4 *)params)[q];
-        gr4 = __ldg((const uchar4 *)pgroup + q);
+        g4 = __ldg((const float4 *)g + q4);
+        m4 = ((const float4 *)m)[q4];
+        v4 = ((const float4 *)v)[q4];
+        p4 = ((const float4 *)params)[q4];
+        gr4 = __ldg((const uchar4 *)pgroup + q + mf);
     }
-    const fox_cuda_ctl *c = st.ctl;
+    const fox_cuda_ctl *c = fox_member(st0.ctl);
     if (c->halt != FOX_HALT_NONE)
         return;
-    if (st.adaptive && blockIdx.x == 0 && threadIdx.x == 0)
-        st.sp4->pending = 1u; /* Pearl B is due (fox__cuda_post_adam, gated) */
+    if (st0.adaptive && blockIdx.x == 0 && threadIdx.x == 0)
+        fox_member(st0.sp4)->pending = 1u; /* Pearl B is due (fox__cuda_post_adam, gated) */
     const float scale = c->clip_scale;
     /* The bias corrections once per block, not per thread; each group's bounds from the ISV now. */
     __shared__ adam_block ab;
@@ -293,49 +309,52 @@ adam_kernel(size_t n, float *params, const float *g, float *m, float *v, const u
     for (int k = threadIdx.x; k < (int)(sizeof ab.eng / sizeof *eng_words); k += blockDim.x)
         eng_words[k] = 0u;
     if (threadIdx.x == 0) {
+        ab.st = fox_member_shift(st0);
         double t = (double)(c->adam_t + 1);
         ab.bc[0] = (float)(1.0 - pow((double)oc.b1, t));
         ab.bc[1] = (float)(1.0 - pow((double)oc.b2, t));
-        ab.l1 = st.adaptive && oc.pearl_l1 ? st.isv[FOX_ISV_L1_LAMBDA] : 0.0f;
+        ab.l1 = st0.adaptive && oc.pearl_l1 ? ab.st.isv[FOX_ISV_L1_LAMBDA] : 0.0f;
     } else if (threadIdx.x <= FOX_GROUP_COUNT + 1) {
         int grp = threadIdx.x - 1;
-        float wfix = fox_bound_weight_fixed(st.isv[FOX_ISV_Q_ABS_REF]);
+        const float *isv = fox_member(st0.isv);
+        float wfix = fox_bound_weight_fixed(isv[FOX_ISV_Q_ABS_REF]);
         float wb = wfix, mb = INFINITY, vb = INFINITY;
         if (grp == FOX_GROUP_COUNT) {
-            wb = st.adaptive ? INFINITY : wfix;
-        } else if (st.adaptive) {
-            wb = fox_bound_adaptive(st.isv[fox_isv_weight_bound_slot(grp)]);
-            mb = fox_bound_adaptive(st.isv[fox_isv_adam_m_bound_slot(grp)]);
-            vb = fox_bound_adaptive(st.isv[fox_isv_adam_v_bound_slot(grp)]);
+            wb = st0.adaptive ? INFINITY : wfix;
+        } else if (st0.adaptive) {
+            wb = fox_bound_adaptive(isv[fox_isv_weight_bound_slot(grp)]);
+            mb = fox_bound_adaptive(isv[fox_isv_adam_m_bound_slot(grp)]);
+            vb = fox_bound_adaptive(isv[fox_isv_adam_v_bound_slot(grp)]);
         }
         ab.b[0][grp] = wb;
         ab.b[1][grp] = mb;
         ab.b[2][grp] = vb;
-        ab.wd[grp] = st.adaptive && oc.pearl_wd && grp < FOX_GROUP_COUNT
-                         ? st.isv[fox_isv_wd_rate_slot(grp)]
+        ab.wd[grp] = st0.adaptive && oc.pearl_wd && grp < FOX_GROUP_COUNT
+                         ? isv[fox_isv_wd_rate_slot(grp)]
                          : 0.0f;
     }
     __syncthreads();
     if (q < n4) {
-        adam_one(p4.x, m4.x, v4.x, g4.x, gr4.x, scale, sl, oc, st, &ab, 4 * q);
-        adam_one(p4.y, m4.y, v4.y, g4.y, gr4.y, scale, sl, oc, st, &ab, 4 * q + 1);
-        adam_one(p4.z, m4.z, v4.z, g4.z, gr4.z, scale, sl, oc, st, &ab, 4 * q + 2);
-        adam_one(p4.w, m4.w, v4.w, g4.w, gr4.w, scale, sl, oc, st, &ab, 4 * q + 3);
-        ((float4 *)m)[q] = m4;
-        ((float4 *)v)[q] = v4;
-        ((float4 *)params)[q] = p4;
+        adam_one(p4.x, m4.x, v4.x, g4.x, gr4.x, scale, sl, oc, st0, &ab, 4 * q);
+        adam_one(p4.y, m4.y, v4.y, g4.y, gr4.y, scale, sl, oc, st0, &ab, 4 * q + 1);
+        adam_one(p4.z, m4.z, v4.z, g4.z, gr4.z, scale, sl, oc, st0, &ab, 4 * q + 2);
+        adam_one(p4.w, m4.w, v4.w, g4.w, gr4.w, scale, sl, oc, st0, &ab, 4 * q + 3);
+        ((float4 *)m)[q4] = m4;
+        ((float4 *)v)[q4] = v4;
+        ((float4 *)params)[q4] = p4;
     }
     if (blockIdx.x == gridDim.x - 1)
         for (size_t k = 4 * n4 + threadIdx.x; k < n; k += blockDim.x)
-            adam_one(params[k], m[k], v[k], g[k], pgroup[k], scale, sl, oc, st, &ab, k);
-    if (!st.adaptive)
+            adam_one(params[k + mf], m[k + mf], v[k + mf], g[k + mf], pgroup[k + 4 * mf], scale,
+                     sl, oc, st0, &ab, k);
+    if (!st0.adaptive)
         return;
     __syncthreads();
     if (threadIdx.x < 3 * FOX_GROUP_COUNT) {
         int f = threadIdx.x / FOX_GROUP_COUNT, grp = threadIdx.x % FOX_GROUP_COUNT;
         if (ab.eng.n[f][grp]) {
-            atomicAdd(&st.sp4->eng[f][grp], (unsigned long long)ab.eng.n[f][grp]);
-            atomicMax(&st.sp4->emax[f][grp], ab.eng.emax[f][grp]);
+            atomicAdd(&ab.st.sp4->eng[f][grp], (unsigned long long)ab.eng.n[f][grp]);
+            atomicMax(&ab.st.sp4->emax[f][grp], ab.eng.emax[f][grp]);
         }
     }
 }
@@ -364,6 +383,8 @@ finish_kernel(fox_cuda_ctl *ctl, float *isv, float *isv_map, int hold)
     pdl_wait();
     if (!hold)
         pdl_release();
+    fox_member_args(ctl, isv);
+    isv_map = fox_member_host(isv_map);
     if (threadIdx.x == 0) {
         if (ctl->halt == FOX_HALT_NONE)
             ctl->adam_t++;
@@ -393,6 +414,7 @@ target_kernel(size_t n, const float *params, float *target, fox_cuda_optim_cfg o
               const fox_cuda_ctl *ctl)
 {
     pdl_enter();
+    fox_member_args(params, target, ctl);
     int soft = oc.polyak > 0.0f && oc.polyak < 1.0f;
     if (!(oc.polyak > 0.0f) && ctl->train_steps % oc.target_sync != 0)
         return;
@@ -421,6 +443,8 @@ __global__ void
 publish_kernel(const float *src, float *dst, int n)
 {
     pdl_enter();
+    src = fox_member(src);
+    dst = fox_member_host(dst);
     for (int k = threadIdx.x; k < n; k += blockDim.x)
         dst[k] = src[k];
 }

@@ -24,6 +24,7 @@ atoms_update_kernel(fox_cuda_stab st, int B, const float *r, const float *done, 
                     int D, int NA, float v_min, float v_max, float *z)
 {
     pdl_enter();
+    fox_member_args(st, r, done, z);
     __shared__ float s_lo[FOX_MAX_BRANCHES], s_hi[FOX_MAX_BRANCHES];
     __shared__ float part_lo[ATOMS_THREADS / WARP][FOX_MAX_BRANCHES];
     __shared__ float part_hi[ATOMS_THREADS / WARP][FOX_MAX_BRANCHES];

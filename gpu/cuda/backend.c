@@ -184,7 +184,6 @@ create_device(fox_cuda_backend *be)
     if (be->prioritized) {
         be->per.alpha = c->per_alpha;
         be->per.beta = c->per_beta;
-        be->per.seed = c->seed ^ 0x9e125a3bULL;
         FOX_TRY(fox__cuda_per_init(&be->per, c->replay_capacity, be->B));
         /* The loss weighs every sample by its importance weight. */
         be->net.bt.w = be->per.w;
@@ -207,6 +206,8 @@ create_device(fox_cuda_backend *be)
     FOX_CUDA_TRY(cudaHostAlloc((void **)&be->hctl, sizeof *be->hctl, cudaHostAllocDefault));
     memset(be->hctl, 0, sizeof *be->hctl);
     be->hctl->td_unit = 1.0f; /* a pass outside training: the IQN's values as they are */
+    be->hctl->seed_collect = c->seed ^ 0xc011ec7ULL;
+    be->hctl->seed_per = c->seed ^ 0x9e125a3bULL;
     FOX_CUDA_TRY(cudaMemcpy(be->ctl, be->hctl, sizeof *be->ctl, cudaMemcpyHostToDevice));
     if (be->pop) {
         /* The member's share of the population's mapped room, one host span from the next. */
@@ -290,7 +291,6 @@ create_backend(fox_cuda_backend *be, char *err, size_t errlen)
     cc->eps_start = c->eps_start;
     cc->eps_end = c->eps_end;
     cc->eps_decay_steps = c->eps_decay_steps;
-    cc->seed = c->seed ^ 0xc011ec7ULL;
     cc->prioritized = be->prioritized;
     cc->train_cost_mult = c->train_cost_mult;
     be->hp = (fox_cuda_loss_hp){powf(c->gamma, (float)c->n_step),
@@ -444,7 +444,7 @@ begin_fold(fox_cuda_backend *be)
     if (be->prioritized)
         FOX_TRY(fox__cuda_per_clear(s0, &be->per));
     be->ready = 0;
-    FOX_TRY(fox__cuda_env_reset(s0, &be->cc, be->fold, be->envs, ++be->reset_gen));
+    FOX_TRY(fox__cuda_env_reset(s0, &be->cc, be->ctl, be->fold, be->envs, ++be->reset_gen));
     FOX_CUDA_TRY(cudaStreamSynchronize(s0));
     return FOX_OK;
 }

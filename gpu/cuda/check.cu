@@ -132,6 +132,7 @@ __global__ void __launch_bounds__(THREADS, 8)
 check_kernel(fox_cuda_stab st, const fox_cuda_chunk *chunks, int n, int trained)
 {
     pdl_enter();
+    fox_member_args(st, chunks); /* the table's own pointers are its member's already */
     if (st.sentinel && (int)blockIdx.x < n) {
         const fox_cuda_chunk ch = chunks[blockIdx.x];
         check_acc a;
@@ -228,6 +229,7 @@ __global__ void
 inject_kernel(fox_cuda_ctl *c, float *p, float *p2, int after_count)
 {
     pdl_enter();
+    fox_member_args(c, p, p2);
     if (!fault_now(c, c->fault_slot, after_count))
         return;
     p[0] = c->fault_value;
@@ -260,6 +262,7 @@ dh_s2_join_kernel(fox_cuda_stab st, int B, int NT, int H2, float *dh, const floa
                   float *dh_iqn, const float *d_x, const float *phi, const float *h, float *d_phi)
 {
     pdl_enter();
+    fox_member_args(st, dh, dh_aux, dh_iqn, d_x, phi, h, d_phi);
     const fox_cuda_ctl *c = st.ctl;
     float guard = fox_bound_backward_guard(st.isv[FOX_ISV_H_S2_RMS_EMA]);
     size_t n = (size_t)B * H2;
@@ -316,6 +319,7 @@ __global__ void
 fault_spent_kernel(fox_cuda_ctl *c)
 {
     pdl_enter();
+    fox_member_args(c);
     if (fault_now(c, FOX_SENT_D_H_S2_POST_AUX, 0) || fault_now(c, FOX_SENT_IQN_D_H_S2, 0) ||
         fault_now(c, FOX_SENT_D_H_S2_POST_IQN, 0))
         c->fault_done = 1;
@@ -346,6 +350,7 @@ __global__ void
 pre_step_kernel(fox_cuda_stab st, int B, const float *aux)
 {
     pdl_enter();
+    fox_member_args(st, aux);
     double v = 0.0;
 #pragma unroll 4 /* four loads in flight (one block reads the whole batch) */
     for (int b = threadIdx.x; b < B; b += blockDim.x)

@@ -48,22 +48,24 @@ env_reset(fox_cuda_env *e, const fox_cuda_collect_cfg &c, fox_cuda_fold f, uint6
 }
 
 __global__ void
-env_reset_kernel(fox_cuda_collect_cfg c, const fox_cuda_fold *fold, fox_cuda_env *envs,
-                 uint64_t gen)
+env_reset_kernel(fox_cuda_collect_cfg c, const fox_cuda_ctl *ctl, const fox_cuda_fold *fold,
+                 fox_cuda_env *envs, uint64_t gen)
 {
     pdl_enter();
+    fox_member_args(c, ctl, fold, envs);
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= c.N)
         return;
     uint64_t key = ((gen + 1) * (uint64_t)c.N + (uint64_t)i) * SLOTS_PER_ENV + SLOT_RESET;
-    env_reset(&envs[i], c, *fold, fox_rng_at(c.seed ^ 0xbe61f01dULL, key));
+    env_reset(&envs[i], c, *fold, fox_rng_at(ctl->seed_collect ^ 0xbe61f01dULL, key));
 }
 
 int
-fox__cuda_env_reset(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_cuda_fold *fold,
-                    fox_cuda_env *envs, uint64_t gen)
+fox__cuda_env_reset(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_cuda_ctl *ctl,
+                    const fox_cuda_fold *fold, fox_cuda_env *envs, uint64_t gen)
 {
-    FOX_CUDA_TRY(launch(env_reset_kernel, (c->N + 255) / 256, 256, 0, s, *c, fold, envs, gen));
+    FOX_CUDA_TRY(
+        launch(env_reset_kernel, (c->N + 255) / 256, 256, 0, s, *c, ctl, fold, envs, gen));
     return 0;
 }
 
@@ -80,6 +82,7 @@ __global__ void
 collect_state_kernel(fox_cuda_collect_cfg c, const fox_cuda_env *envs, float *X)
 {
     pdl_enter();
+    fox_member_args(c, envs, X);
     size_t n = (size_t)c.N * c.S;
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
          k += (size_t)gridDim.x * blockDim.x) {
@@ -113,6 +116,7 @@ collect_act_kernel(fox_cuda_collect_cfg c, const fox_cuda_fold *fold, fox_cuda_e
                    fox_cuda_ctl *ctl, fox_cuda_trans *staged, int *counts)
 {
     pdl_enter();
+    fox_member_args(c, fold, envs, wbar, wport, wa, wr, q, ctl, staged, counts);
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     int ready = ctl->ring_size >= c.learning_starts && ctl->ring_size >= c.batch;
     double frac = (double)ctl->train_steps / (double)c.eps_decay_steps;
@@ -126,17 +130,22 @@ collect_act_kernel(fox_cuda_collect_cfg c, const fox_cuda_fold *fold, fox_cuda_e
     fox_cuda_fold f = *fold;
     fox_cuda_env e = envs[i];
     uint64_t key = ((uint64_t)ctl->step * (uint64_t)c.N + (uint64_t)i) * SLOTS_PER_ENV;
+    const uint64_t seed = ctl->seed_collect;
     int32_t a[4] = {0, 0, 0, 0};
     const float *qi = q + (size_t)i * c.NAct;
-    for (int d = 0; d < c.D; d++) {
+    /* Unrolled: c (the member's copy) indexed by constants stays in registers. */
+#pragma unroll
+    for (int d = 0; d < FOX_MAX_BRANCHES; d++) {
+        if (d >= c.D)
+            break;
         const float *qd = qi + c.boff[d];
         int best = 0;
         for (int k = 1; k < c.bsize[d]; k++)
             if (qd[k] > qd[best])
                 best = k;
         a[d] = best;
-        if (fox_rng_unit(fox_rng_at(c.seed, key + 2 * d)) < eps)
-            a[d] = (int32_t)below_bits(fox_rng_at(c.seed, key + 2 * d + 1), (uint32_t)c.bsize[d]);
+        if (fox_rng_unit(fox_rng_at(seed, key + 2 * d)) < eps)
+            a[d] = (int32_t)below_bits(fox_rng_at(seed, key + 2 * d + 1), (uint32_t)c.bsize[d]);
     }
     float port[3];
     fox_env_portfolio(&e.st, c.bars.close[e.bar], port);
@@ -183,7 +192,7 @@ collect_act_kernel(fox_cuda_collect_cfg c, const fox_cuda_fold *fold, fox_cuda_e
     }
     counts[i] = emit;
     if (ended)
-        env_reset(&e, c, f, fox_rng_at(c.seed, key + SLOT_RESET));
+        env_reset(&e, c, f, fox_rng_at(seed, key + SLOT_RESET));
     envs[i] = e;
 }
 
@@ -209,6 +218,7 @@ collect_push_kernel(int N, int n_step, int capacity, const fox_cuda_trans *stage
                     const int *counts, fox_cuda_trans *ring, fox_cuda_ctl *ctl)
 {
     pdl_enter();
+    fox_member_args(staged, counts, ring, ctl);
     typedef cub::BlockScan<int, PUSH_THREADS> scan_t;
     __shared__ typename scan_t::TempStorage tmp;
     int head = ctl->ring_head, total = 0;
@@ -249,8 +259,9 @@ gather_kernel(fox_cuda_collect_cfg c, const fox_cuda_trans *ring, const int8_t *
               const fox_cuda_ctl *ctl, fox_cuda_batch bt)
 {
     pdl_enter();
+    fox_member_args(c, ring, regime, ctl, bt);
     int B = c.batch, S = c.S;
-    uint64_t seed = c.seed ^ 0x5a3b1eULL;
+    uint64_t seed = ctl->seed_collect ^ 0x5a3b1eULL;
     uint64_t base = (uint64_t)ctl->train_steps * ((uint64_t)B * (1 + 2 * (uint64_t)NT));
     uint32_t size = (uint32_t)ctl->ring_size;
     size_t n = (size_t)B * S;

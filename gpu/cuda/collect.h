@@ -12,8 +12,9 @@
 extern "C" {
 #endif
 
-int fox__cuda_env_reset(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_cuda_fold *fold,
-                        fox_cuda_env *envs, uint64_t gen);
+/* The draws' key: ctl->seed_collect (so are the collection's and the gather's). */
+int fox__cuda_env_reset(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_cuda_ctl *ctl,
+                        const fox_cuda_fold *fold, fox_cuda_env *envs, uint64_t gen);
 int fox__cuda_collect_state(cudaStream_t s, const fox_cuda_collect_cfg *c,
                             const fox_cuda_env *envs, float *X);
 int fox__cuda_collect_act(cudaStream_t s, const fox_cuda_collect_cfg *c, const fox_cuda_fold *fold,

@@ -226,7 +226,6 @@ typedef struct fox_cuda_collect_cfg {
     int capacity;
     float gamma, eps_start, eps_end;
     int eps_decay_steps;
-    uint64_t seed;
     int prioritized; /* the gather takes the batch's slots drawn by per.cu */
     float train_cost_mult; /* env.train_cost_mult: the costs the training reward charges */
 } fox_cuda_collect_cfg;

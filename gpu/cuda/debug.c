@@ -687,7 +687,7 @@ per_sample(fox_cuda_backend *be, int64_t t, int32_t *idx, float *w, float *u)
         cudaMemcpy(idx, be->net.bt.idx, (size_t)B * sizeof *idx, cudaMemcpyDeviceToHost));
     FOX_CUDA_TRY(cudaMemcpy(w, be->per.w, (size_t)B * sizeof *w, cudaMemcpyDeviceToHost));
     for (int b = 0; b < B; b++)
-        u[b] = fox_per_uniform(be->per.seed, t, b, B);
+        u[b] = fox_per_uniform(be->hctl->seed_per, t, b, B);
     return FOX_OK;
 }
 

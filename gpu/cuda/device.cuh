@@ -1,6 +1,7 @@
 /*
- * device.cuh — device helpers shared by the kernel files: launch grids, warp
- * and block reductions, sentinel thresholds. Included only by .cu files.
+ * device.cuh — device helpers shared by the kernel files: launch grids, a
+ * population's members (fox_member), warp and block reductions, sentinel
+ * thresholds. Included only by .cu files.
  */
 #ifndef FOX_CUDA_DEVICE_CUH
 #define FOX_CUDA_DEVICE_CUH
@@ -14,6 +15,9 @@
 #include "gpu/isv.h"
 #include "gpu/sentinel.h"
 #include "gpu/cuda/cuda_impl.h"
+#include "gpu/cuda/gemm.h"
+#include "gpu/cuda/loss.h"
+#include "gpu/cuda/per.h"
 
 #define WARP 32
 #define FULL_MASK 0xffffffffu
@@ -53,6 +57,178 @@ pdl_enter()
     pdl_release();
 }
 
+/*
+ * A population's launch (cuda_impl.h): launch() multiplies the grid's z by
+ * the members the launch covers, and block (x, y, z) works for member z on
+ * its arguments shifted by z spans. Every kernel's first act after
+ * pdl_enter is to shift all its parameters that hold device pointers
+ * (fox_member_args), except where a shifted copy would cost: a struct
+ * whose arrays a kernel indexes at run time (a copy of it would live on
+ * the thread's stack) has the pointers it uses shifted alone or its copy
+ * in shared memory, and Adam moves its five arrays' indices (adam.cu).
+ * Every grid's own z is 1 and no kernel reads blockIdx.z or gridDim.z
+ * otherwise, so a block's reductions and last-block counters (over
+ * gridDim.x) are its member's. With one member blockIdx.z is 0 and every
+ * shift leaves its pointer as it was. NULL stays NULL: an operand absent
+ * by design is absent for every member. Pointers read from device memory
+ * (the fused check's table, the sum tree) are each member's own and are
+ * never shifted.
+ */
+template <typename T>
+static __device__ __forceinline__ T *
+fox_member_by(T *p, size_t span)
+{
+    /* Through a byte pointer, not an integer, so that the compiler still sees global memory. */
+    typedef std::conditional_t<std::is_const_v<T>, const char, char> byte;
+    return p ? (T *)((byte *)p + (size_t)blockIdx.z * span) : p;
+}
+
+/* Member blockIdx.z's copy of the device buffer at p (member 0's). */
+template <typename T>
+static __device__ __forceinline__ T *
+fox_member(T *p)
+{
+    return fox_member_by(p, FOX_CUDA_MEMBER_SPAN);
+}
+
+/* Member blockIdx.z's copy of the mapped host buffer at p (the flags, the mapped ISV). */
+template <typename T>
+static __device__ __forceinline__ T *
+fox_member_host(T *p)
+{
+    return fox_member_by(p, FOX_CUDA_MEMBER_HOST_SPAN);
+}
+
+/*
+ * fox_member_shift(x): x with every device pointer it holds moved to member
+ * blockIdx.z's copy (the stab's flags: its mapped host copy), one overload
+ * for each kind of kernel parameter that holds pointers. A struct gains a
+ * pointer field only with its line here; fox_cuda_segments' one pointer is
+ * shifted where it is used (heads.cu).
+ */
+template <typename T>
+static __device__ __forceinline__ T *
+fox_member_shift(T *p)
+{
+    return fox_member(p);
+}
+
+static __device__ __forceinline__ fox_cuda_stab
+fox_member_shift(fox_cuda_stab s)
+{
+    s.flags = fox_member_host(s.flags); /* mapped host memory */
+    s.rules = fox_member(s.rules);
+    s.isv = fox_member(s.isv);
+    s.ctl = fox_member(s.ctl);
+    s.site_part = fox_member(s.site_part);
+    s.sp4 = fox_member(s.sp4);
+    s.pgroup = fox_member(s.pgroup);
+    return s;
+}
+
+static __device__ __forceinline__ fox_cuda_collect_cfg
+fox_member_shift(fox_cuda_collect_cfg c)
+{
+    c.bars.open = fox_member(c.bars.open);
+    c.bars.high = fox_member(c.bars.high);
+    c.bars.low = fox_member(c.bars.low);
+    c.bars.close = fox_member(c.bars.close);
+    c.norm = fox_member(c.norm);
+    return c;
+}
+
+static __device__ __forceinline__ fox_cuda_batch
+fox_member_shift(fox_cuda_batch b)
+{
+    b.s2 = fox_member(b.s2);
+    b.a = fox_member(b.a);
+    b.r = fox_member(b.r);
+    b.done = fox_member(b.done);
+    b.w = fox_member(b.w);
+    b.aux = fox_member(b.aux);
+    b.regime = fox_member(b.regime);
+    b.tau = fox_member(b.tau);
+    b.idx = fox_member(b.idx);
+    b.prio = fox_member(b.prio);
+    b.a_star = fox_member(b.a_star);
+    return b;
+}
+
+static __device__ __forceinline__ fox_cuda_loss_hp
+fox_member_shift(fox_cuda_loss_hp h)
+{
+    h.aux_scale = fox_member(h.aux_scale);
+    return h;
+}
+
+static __device__ __forceinline__ fox_cuda_gemm
+fox_member_shift(fox_cuda_gemm g)
+{
+    g.A = fox_member(g.A);
+    g.B = fox_member(g.B);
+    g.C = fox_member(g.C);
+    g.bias[0] = fox_member(g.bias[0]);
+    g.bias[1] = fox_member(g.bias[1]);
+    g.dy = fox_member(g.dy);
+    g.add = fox_member(g.add);
+    g.mul[0] = fox_member(g.mul[0]);
+    g.mul[1] = fox_member(g.mul[1]);
+    g.mout = fox_member(g.mout);
+    g.fill = fox_member(g.fill);
+    g.fill_bias = fox_member(g.fill_bias);
+    return g;
+}
+
+static __device__ __forceinline__ fox_cuda_loss_args
+fox_member_shift(fox_cuda_loss_args a)
+{
+    a.z = fox_member(a.z);
+    a.on_logp = fox_member(a.on_logp);
+    a.on_out = fox_member(a.on_out);
+    a.nx_q = fox_member(a.nx_q);
+    a.tg_logp = fox_member(a.tg_logp);
+    a.iq_q = fox_member(a.iq_q);
+    a.bq_on = fox_member(a.bq_on);
+    a.bq_tg = fox_member(a.bq_tg);
+    a.b2_on = fox_member(a.b2_on);
+    a.tau = fox_member(a.tau);
+    a.a = fox_member(a.a);
+    a.regime = fox_member(a.regime);
+    a.r = fox_member(a.r);
+    a.done = fox_member(a.done);
+    a.w = fox_member(a.w);
+    a.aux_ret = fox_member(a.aux_ret);
+    a.dout = fox_member(a.dout);
+    a.d_q = fox_member(a.d_q);
+    a.prio = fox_member(a.prio);
+    a.parts = fox_member(a.parts);
+    a.q_ref_part = fox_member(a.q_ref_part);
+    a.a_star = fox_member(a.a_star);
+    a.proj = fox_member(a.proj);
+    a.tq = fox_member(a.tq);
+    a.st = fox_member_shift(a.st);
+    return a;
+}
+
+static __device__ __forceinline__ fox_cuda_per
+fox_member_shift(fox_cuda_per p)
+{
+    p.tree = fox_member(p.tree);
+    p.owner = fox_member(p.owner);
+    p.w = fox_member(p.w);
+    p.p = fox_member(p.p);
+    p.ctl = fox_member(p.ctl);
+    return p;
+}
+
+/* Each of x's parameters (lvalues) shifted in place: fox_member_args(a, b, st). */
+template <typename... T>
+static __device__ __forceinline__ void
+fox_member_args(T &...x)
+{
+    ((x = fox_member_shift(x)), ...);
+}
+
 template <typename... P, typename... A>
 static cudaError_t
 launch(void (*kernel)(P...), dim3 grid, unsigned int block, size_t smem, cudaStream_t s,
@@ -63,6 +239,7 @@ launch(void (*kernel)(P...), dim3 grid, unsigned int block, size_t smem, cudaStr
     pdl.val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
+    cfg.gridDim.z *= (unsigned int)fox__cuda_launch_members(); /* member z: blockIdx.z */
     cfg.blockDim = dim3(block);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;

@@ -41,6 +41,7 @@ dueling_kernel(fox_cuda_dims dm, const float *__restrict__ out, const float *__r
                float *__restrict__ logp, float *__restrict__ q)
 {
     pdl_enter();
+    fox_member_args(out, b2, z, chosen, logp, q);
     /* [(1 + D)·OS] outputs + biases, then [D × NA] mean advantages */
     extern __shared__ __align__(16) float sh[];
     const int NA = dm.NA, n_out = (1 + dm.D) * dm.OS;

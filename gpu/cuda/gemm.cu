@@ -85,9 +85,16 @@ __global__ void
 epilogue_kernel(fox_cuda_gemm g, fox_divider cells, fox_divider mdiv)
 {
     pdl_enter();
+    fox_member_args(g);
     const int Q = g.N / V; /* cells of V outputs a row */
     const size_t per = (size_t)g.M * Q;
     const int z = blockIdx.y, zi = z == 0 ? 0 : 1; /* a batch entry a grid row */
+    /*
+     * The entry's operands chosen once, not indexed by zi: an array of g indexed at run time
+     * would keep the member's copy of g in local memory.
+     */
+    const float *bias = zi ? g.bias[1] : g.bias[0], *mul = zi ? g.mul[1] : g.mul[0];
+    const int act = zi ? g.act[1] : g.act[0];
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < per;
          e += (size_t)gridDim.x * blockDim.x) {
         /*
@@ -109,20 +116,20 @@ epilogue_kernel(fox_cuda_gemm g, fox_divider cells, fox_divider mdiv)
         }
         size_t at = z * g.sc + (size_t)r * g.ldc + c;
         floats<V> v = load<V>(g.C + at), b = {}, d = {}, a = {}, m = {};
-        if (g.bias[zi])
-            b = load<V>(g.bias[zi] + c);
+        if (bias)
+            b = load<V>(bias + c);
         if (g.dy)
             d = load<V>(g.dy + z * g.sdy + (size_t)r * g.lddy + c);
         if (g.add)
             a = load<V>(g.add + (size_t)r * g.ldadd + c);
         if (g.mout)
-            m = load<V>(g.mul[zi] + (size_t)mr * g.ldmul + c);
+            m = load<V>(mul + (size_t)mr * g.ldmul + c);
 #pragma unroll
         for (int j = 0; j < V; j++) {
             float x = v.x[j];
-            if (g.bias[zi])
+            if (bias)
                 x += b.x[j];
-            x = act_apply(x, g.act[zi]);
+            x = act_apply(x, act);
             if (g.dy)
                 x = act_back(x, d.x[j], g.dact);
             if (g.add)

@@ -43,6 +43,7 @@ grn_tail_kernel(int rows, int out, float *__restrict__ zgv, const float *__restr
                 float *__restrict__ glu, float *__restrict__ ln_in, fox_cuda_stab st)
 {
     pdl_enter();
+    fox_member_args(zgv, r, bg, bv, g, beta, xhat, rstd, y, glu, ln_in, st);
     int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     /* The site's block reductions need every thread: a row past the end only skips the row. */
     h_s2_site site;
@@ -172,6 +173,7 @@ ln_glu_bwd_kernel(int rows, int out, const float *__restrict__ dy, const float *
                   float *__restrict__ dyx, float *__restrict__ dzgv)
 {
     pdl_enter();
+    fox_member_args(dy, xhat, rstd, g, zgv, du, dyx, dzgv);
     int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     if (row >= rows)
         return;

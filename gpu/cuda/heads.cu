@@ -73,6 +73,9 @@ head_pack_kernel(fox_cuda_dims dm, fox_cuda_heads hd, fox_cuda_segments sg, floa
                  size_t np, float *pk, int update, int target_sync, const fox_cuda_ctl *ctl)
 {
     pdl_enter();
+    fox_member_args(params, pk, ctl);
+    /* sg's one pointer alone: its arrays, indexed by segment, stay in the parameter space. */
+    float *dst = fox_member(sg.dst);
     int sync = update && ctl->train_steps % target_sync == 0;
     size_t n_sync = sync ? np : 0, n_pk = n_sync + (update && !sync ? 1 : 2) * dm.PK;
     size_t n = n_pk + sg.total;
@@ -87,7 +90,7 @@ head_pack_kernel(fox_cuda_dims dm, fox_cuda_heads hd, fox_cuda_segments sg, floa
             int q = 0;
             while (at >= sg.len[q])
                 at -= sg.len[q++];
-            sg.dst[j] = params[sg.src[q] + at];
+            dst[j] = params[sg.src[q] + at];
             continue;
         }
         size_t e = k - n_sync;
@@ -117,6 +120,7 @@ __global__ void
 head_unpack_kernel(fox_cuda_dims dm, fox_cuda_heads hd, const float *dpk, float *grads)
 {
     pdl_enter();
+    fox_member_args(dpk, grads);
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < dm.PK;
          k += (size_t)gridDim.x * blockDim.x) {
         long long i = packed_source(dm, hd, (unsigned)k);

@@ -30,6 +30,7 @@ __global__ void
 iqn_cos_kernel(size_t n, fox_divider nc, const float *tau, float *cosf_)
 {
     pdl_enter();
+    fox_member_args(tau, cosf_);
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
          e += (size_t)gridDim.x * blockDim.x) {
         const fox_quot_rem rk = fox_div_rem<Fast>(nc, e);

@@ -389,6 +389,7 @@ __global__ void
 loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
 {
     pdl_enter();
+    fox_member_args(hp, A);
     extern __shared__ float sm[];
     const int D = dm.D, NA = dm.NA, NT = dm.NT;
     float *p = sm, *m = sm + D * NA, *dl = sm + 2 * D * NA, *bj = sm + 3 * D * NA;

@@ -47,6 +47,7 @@ __global__ void
 per_push_kernel(fox_cuda_per per, const int *counts, int N)
 {
     pdl_enter();
+    fox_member_args(per, counts);
     typedef cub::BlockReduce<int, PER_THREADS> reduce_t;
     __shared__ typename reduce_t::TempStorage tmp;
     __shared__ int s_total;
@@ -86,6 +87,7 @@ __global__ void
 per_sample_kernel(fox_cuda_per per, const fox_cuda_ctl *ctl, int32_t *idx)
 {
     pdl_enter();
+    fox_member_args(per, ctl, idx);
     typedef cub::BlockReduce<double, PER_THREADS> reduce_t;
     __shared__ typename reduce_t::TempStorage tmp;
     __shared__ double s_max;
@@ -93,7 +95,7 @@ per_sample_kernel(fox_cuda_per per, const fox_cuda_ctl *ctl, int32_t *idx)
     int64_t t = ctl->train_steps;
     double wmax = 0.0;
     for (int b = threadIdx.x; b < B; b += blockDim.x) {
-        int i = fox_per_draw(per.tree, L, size, b, B, fox_per_uniform(per.seed, t, b, B));
+        int i = fox_per_draw(per.tree, L, size, b, B, fox_per_uniform(ctl->seed_per, t, b, B));
         idx[b] = i;
         wmax = max_op()(wmax, fox_per_weight(per.tree, L, size, i, per.beta));
     }
@@ -121,6 +123,7 @@ __global__ void
 per_update_kernel(fox_cuda_per per, const int32_t *idx, const float *prio)
 {
     pdl_enter();
+    fox_member_args(per, idx, prio);
     typedef cub::BlockScan<float, PER_THREADS> scan_t;
     __shared__ typename scan_t::TempStorage tmp;
     int B = per.B, cap = per.capacity, L = per.leaves;

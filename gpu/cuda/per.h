@@ -32,10 +32,12 @@ typedef struct fox_cuda_per {
     fox_cuda_per_ctl *ctl; /* device */
     int leaves, capacity, B;
     float alpha, beta;
-    uint64_t seed;         /* of the draws' counter stream (gpu/per.h fox_per_uniform) */
 } fox_cuda_per;
 
-/* Allocate for a ring of capacity and batch B (per->alpha, beta, seed set by the caller). */
+/*
+ * Allocate for a ring of capacity and batch B (per->alpha, beta set by the caller; the draws'
+ * key is fox_cuda_ctl's seed_per).
+ */
 int fox__cuda_per_init(fox_cuda_per *per, int capacity, int B);
 void fox__cuda_per_fini(fox_cuda_per *per);
 /* The ring emptied (a fold begins): every leaf 0, max priority 1, counters 0. */

@@ -68,6 +68,7 @@ p99_pass1_kernel(fox_cuda_p99_scratch *sc, size_t n, const float *b0, const floa
                  const unsigned int *due)
 {
     pdl_enter();
+    fox_member_args(sc, b0, b1, b2, cls, g, due);
     if (due && *due == 0u)
         return;
     constexpr int NT = NB * NC, NW = THREADS / WARP, NG = G ? NC : 1;
@@ -361,6 +362,8 @@ __global__ void __launch_bounds__(L1_THREADS)
 l1_deficit_kernel(const __grid_constant__ fox_cuda_stab st, const float *g)
 {
     pdl_enter();
+    fox_cuda_sp4 *sp4 = fox_member(st.sp4); /* the one pointer of st used here */
+    fox_member_args(g);
     const float *gl = g + st.l1_off;
     const int rows = st.l1_rows, cols = st.l1_cols;
     __shared__ double s_col[FOX_CUDA_L1_COLS], s_part[L1_THREADS];
@@ -406,7 +409,7 @@ l1_deficit_kernel(const __grid_constant__ fox_cuda_stab st, const float *g)
         }
     plogp = block_sum(plogp);
     if (threadIdx.x == 0)
-        st.sp4->l1_deficit = fox_entropy_deficit_of(live, tot, plogp);
+        sp4->l1_deficit = fox_entropy_deficit_of(live, tot, plogp);
 }
 
 int
@@ -427,17 +430,25 @@ fox__cuda_l1_deficit(cudaStream_t s, const fox_cuda_stab *st, const float *g)
  */
 template <int NB, int NC>
 __global__ void __launch_bounds__(THREADS)
-p99_pass2_kernel(const __grid_constant__ fox_cuda_stab st, fox_cuda_p99_scratch *sc, size_t n,
+p99_pass2_kernel(const __grid_constant__ fox_cuda_stab st0, fox_cuda_p99_scratch *sc, size_t n,
                  const float *b0, const float *b1, const float *b2, const uint8_t *cls, int slot,
                  const unsigned int *due)
 {
     pdl_enter();
+    fox_member_args(sc, b0, b1, b2, cls, due);
     if (due && *due == 0u)
         return;
     constexpr int NT = NB * NC;
     __shared__ unsigned int s_h[NT * FOX_P99_BINS];
     __shared__ float s_lo[NT], s_scale[NT];
     __shared__ int last;
+    /*
+     * The member's stab, for the last block, in shared memory: post_adam_tail indexes its
+     * gsize by group, which in a copy of the thread's own would put the copy on its stack.
+     */
+    __shared__ fox_cuda_stab st;
+    if (threadIdx.x == 0)
+        st = fox_member_shift(st0);
     for (int k = threadIdx.x; k < NT * FOX_P99_BINS; k += blockDim.x)
         s_h[k] = 0u;
     for (int t = threadIdx.x; t < NT; t += blockDim.x)
@@ -520,6 +531,7 @@ __global__ void
 h_s2_site_kernel(fox_cuda_stab st, float *h, size_t n, double *partial)
 {
     pdl_enter();
+    fox_member_args(st, h, partial);
     h_s2_site site(st);
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
          k += (size_t)gridDim.x * blockDim.x)
