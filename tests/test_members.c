@@ -322,6 +322,48 @@ fault_member(fox_engine *e, int member)
     FOX_CK_ENGINE_OK(e, fox_engine_inject_fault(e, member, "h_s2", FOX_FAULT_NAN, 2, 0));
 }
 
+#ifdef FOX_TEST_CUDA
+/*
+ * A member of a population that halts is frozen inside the population's
+ * step: the same fault armed in every member (so that each member's step
+ * has the same points, and the step of all stays one), due in member 1
+ * alone. Its weights stay while the other two train on, and every chunk
+ * after the rings filled is one step of all three.
+ */
+START_TEST(population_member_halts_alone)
+{
+    enum { K = 3 };
+    fox_config c;
+    population_config(&c, K);
+    fox_engine *e = fox_test_engine(&c);
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 40, NULL));
+    FOX_CK_ENGINE_OK(e, fox_engine_inject_fault(e, -1, "h_s2", FOX_FAULT_NAN, 1000000, 0));
+    fault_member(e, 1);
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 10, NULL));
+    fox_halt_info h;
+    FOX_CK_OK(fox_engine_member_halt_info(e, 1, &h));
+    ck_assert_int_eq(h.reason, FOX_HALT_NAN);
+    FOX_CK_OK(fox_engine_member_halt_info(e, 0, &h));
+    ck_assert_int_eq(h.reason, FOX_HALT_NONE);
+    fox_engine_halt_info(e, &h);
+    ck_assert_int_eq(h.reason, FOX_HALT_NONE);
+    uint64_t d[K], after[K];
+    for (int k = 0; k < K; k++)
+        FOX_CK_ENGINE_OK(e, fox_engine_params_digest(e, k, &d[k]));
+    FOX_CK_ENGINE_OK(e, fox_engine_run_steps(e, 20, NULL));
+    for (int k = 0; k < K; k++)
+        FOX_CK_ENGINE_OK(e, fox_engine_params_digest(e, k, &after[k]));
+    ck_assert_msg(d[1] == after[1], "a halted member trained on in the population's step");
+    ck_assert_msg(d[0] != after[0] && d[2] != after[2], "a member stopped training");
+    fox_cuda_pop_rounds pr;
+    fox_cuda_debug_pop_rounds(e->members[0].be, &pr);
+    ck_assert_int_eq(pr.steps_alone, 1);
+    ck_assert_int_eq(pr.steps_together, 3);
+    fox_engine_destroy(e);
+}
+END_TEST
+#endif
+
 /* The greedy test bars an evaluation hook saw. */
 static void
 count_greedy_test(void *arg, fox_split split, fox_policy policy, int bar, double cum)
@@ -509,7 +551,11 @@ START_TEST(ensemble_decides_on_the_members_mean_q)
     ck_assert(isfinite(fr.test_at_best.sharpe));
     ck_assert_int_eq(fr.members_n, K);
 
-    /* Training is each member's alone: member 2 equals its seed's run. */
+#ifndef FOX_TEST_CUDA
+    /*
+     * Training is each member's alone: member 2 equals its seed's run (on the device, within the
+     * population's batched products: population_member_near_its_seed_alone).
+     */
     fox_config a;
     population_config(&a, 1);
     a.seed = SEED + 2;
@@ -517,6 +563,7 @@ START_TEST(ensemble_decides_on_the_members_mean_q)
     static fox_epoch_report aep;
     static fox_fold_report afr;
     member_as_alone(e, &ep, &fr, 2, &a, &aep, &afr);
+#endif
 
     /* The ensemble's Q is the mean of the members'. */
     enum { B = 4 };
@@ -577,6 +624,7 @@ main(void)
                         FOX_BAND_RULE_VALIDATION + 1);
 #else
     tcase_add_test(tc, population_member_near_its_seed_alone);
+    tcase_add_test(tc, population_member_halts_alone);
 #endif
     tcase_add_test(tc, member_equals_its_values_alone);
     tcase_add_test(tc, eval_hook_sees_the_policy_walk);

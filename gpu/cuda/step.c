@@ -302,15 +302,16 @@ steps_alone(fox_cuda_backend *be, int n, int collect)
  * every launch covering all K, so every member takes part in it: each must have started its
  * chunk or be frozen by a halt (whose steps move no weight), and none may still be filling its
  * ring (a member steps alone until its ring is ready, as it would alone; a frozen member's ring
- * must hold a batch for the step's draw). A fault armed on a member is a point of its own step:
- * the members then step alone too.
+ * must hold a batch for the step's draw). A fault armed is a point of member 0's step: the
+ * members step together only where every member has one at the same slot (each member's own
+ * counters then say whether and when it fires), or none.
  */
 static int
 pop_together(const fox_cuda_pop *pop)
 {
     for (int k = 0; k < pop->K; k++) {
         const fox_cuda_backend *m = pop->be[k];
-        if (!m || !m->ready || m->net.fault_slot >= 0)
+        if (!m || !m->ready || m->net.fault_slot != pop->be[0]->net.fault_slot)
             return 0;
         if (!pop->started[k] && m->hctl->halt == FOX_HALT_NONE)
             return 0;
