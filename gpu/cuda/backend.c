@@ -648,13 +648,13 @@ enqueue_pop_pass(fox_cuda_backend *b0, const void *arg)
         FOX_CUDA_TRY(cudaMemcpyAsync(m->xcol, m->pass_s, (size_t)R * S * sizeof(float),
                                      cudaMemcpyHostToDevice, s0));
     }
-    fox__cuda_set_launch_members(pop->K);
+    fox__cuda_set_launch_members(pop->K, &pop->ptrs);
     int rv = fox__cuda_atoms_update(s0, &b0->net.stab, 0, NULL, NULL, 0.0f, b0->lay->n_branches,
                                     b0->lay->NA, b0->lay->v_min, b0->lay->v_max, b0->net.z);
     if (rv == FOX_OK)
         rv = fox__cuda_forward(&b0->net, 0, &b0->col, b0->xcol, R,
                                b0->cfg->eval_weights == FOX_EVAL_WEIGHTS_AVERAGE, 0, 0);
-    fox__cuda_set_launch_members(1);
+    fox__cuda_set_launch_members(1, NULL);
     FOX_TRY(rv);
     for (int k = 0; k < pop->K; k++) {
         fox_cuda_backend *m = pop->be[k];

@@ -153,6 +153,7 @@ struct fox_cuda_pop {
     int pass_ran, pass_rv;
     fox_cuda_pass_graphs passes;
     int64_t passes_together, passes_alone;
+    fox_cuda_ptr_pool ptrs; /* the two-level products' pointer arrays (cuda_impl.h) */
     cudaEvent_t ev_member[FOX_MEMBERS_MAX], ev_done;
 };
 

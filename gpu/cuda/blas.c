@@ -40,6 +40,7 @@
     X(cublasSgemmBatched)                                                                          \
     X(cublasSgemmStridedBatched)                                                                   \
     X(cublasSgemvStridedBatched)                                                                   \
+    X(cublasSgemvBatched)                                                                          \
     X(cublasGemmEx)                                                                                \
     X(cublasGemmBatchedEx)                                                                         \
     X(cublasGemmStridedBatchedEx)
@@ -183,6 +184,16 @@ cublasSgemvStridedBatched(cublasHandle_t handle, cublasOperation_t trans, int m,
     FOX_CUBLAS_READY(cublasSgemvStridedBatched);
     return blas.cublasSgemvStridedBatched(handle, trans, m, n, alpha, A, lda, strideA, x, incx,
                                           stridex, beta, y, incy, stridey, batchCount);
+}
+
+cublasStatus_t CUBLASWINAPI
+cublasSgemvBatched(cublasHandle_t handle, cublasOperation_t trans, int m, int n, const float *alpha,
+                   const float *const Aarray[], int lda, const float *const xarray[], int incx,
+                   const float *beta, float *const yarray[], int incy, int batchCount)
+{
+    FOX_CUBLAS_READY(cublasSgemvBatched);
+    return blas.cublasSgemvBatched(handle, trans, m, n, alpha, Aarray, lda, xarray, incx, beta,
+                                   yarray, incy, batchCount);
 }
 
 cublasStatus_t CUBLASWINAPI

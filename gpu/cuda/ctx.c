@@ -62,6 +62,7 @@ fox__cuda_be_fail(fox_cuda_backend *be, int rv, const char *op)
 /* The members a launch covers (cuda_impl.h)                                                  */
 
 static _Thread_local int launch_members = 1;
+static _Thread_local fox_cuda_ptr_pool *launch_pool;
 
 int
 fox__cuda_launch_members(void)
@@ -70,9 +71,20 @@ fox__cuda_launch_members(void)
 }
 
 void
-fox__cuda_set_launch_members(int members)
+fox__cuda_set_launch_members(int members, fox_cuda_ptr_pool *pool)
 {
     launch_members = members;
+    launch_pool = pool;
+}
+
+const float **
+fox__cuda_launch_ptrs(int n)
+{
+    fox_cuda_ptr_pool *p = launch_pool;
+    if (!p || n > p->cap - p->used)
+        return NULL;
+    p->used += n;
+    return p->base + (p->used - n);
 }
 
 /* ------------------------------------------------------------------------------------------ */

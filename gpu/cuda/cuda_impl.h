@@ -102,13 +102,27 @@ int fox__cuda_blas_open(char *why, size_t len);
 #define FOX_CUDA_MEMBER_HOST_SPAN ((size_t)4096)
 
 /*
+ * Device arrays of operand pointers for a population's products of two
+ * levels (a batch of entries in each member, matmul.c): a population's
+ * pool, taken in order by the captures and eager steps that use it and
+ * given back whole when their graphs are dropped.
+ */
+typedef struct fox_cuda_ptr_pool {
+    const float **base;
+    int cap, used;
+} fox_cuda_ptr_pool;
+
+/*
  * The members that the launches and products of the calling thread cover:
  * 1, except while a population's step is enqueued (step.c), when every
  * kernel launches with K times its grid's z (always 1 otherwise) and every
- * product runs batched over the K members (ctx.c keeps it per thread).
+ * product runs batched over the K members, its pointer arrays from pool
+ * (ctx.c keeps both per thread). fox__cuda_launch_ptrs: n entries of that
+ * pool, or NULL where none is set or it has no room left.
  */
 int fox__cuda_launch_members(void);
-void fox__cuda_set_launch_members(int members);
+void fox__cuda_set_launch_members(int members, fox_cuda_ptr_pool *pool);
+const float **fox__cuda_launch_ptrs(int n);
 
 /*
  * Device memory of bytes (at least 4) into *(void **)pp: cudaMalloc's, or
@@ -469,6 +483,7 @@ enum { FOX_CUDA_MAIN = 0, FOX_CUDA_SIDE = 1, FOX_CUDA_COLLECT = 2, FOX_CUDA_LATE
 typedef struct fox_cuda_blas {
     cublasHandle_t h;
     int math;
+    cudaStream_t s; /* the handle's stream */
 } fox_cuda_blas;
 
 /*

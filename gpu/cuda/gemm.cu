@@ -145,6 +145,33 @@ epilogue_kernel(fox_cuda_gemm g, fox_divider cells, fox_divider mdiv)
     }
 }
 
+/*
+ * fox__cuda_member_ptrs's arrays, block z member z's entries: the one kernel that reads no
+ * member's buffers, so it shifts no argument, and writes every member's pointers itself.
+ */
+__global__ void
+member_ptrs_kernel(const float *A, long long sa, const float *B, long long sb, const float *C,
+                   long long sc, int count, const float **out)
+{
+    pdl_enter();
+    const size_t z = blockIdx.z, list = (size_t)count * gridDim.z;
+    const size_t span = z * (FOX_CUDA_MEMBER_SPAN / sizeof(float));
+    for (int e = threadIdx.x; e < count; e += blockDim.x) {
+        const size_t at = z * count + e;
+        out[at] = A + e * sa + span;
+        out[list + at] = B + e * sb + span;
+        out[2 * list + at] = C + e * sc + span;
+    }
+}
+
+int
+fox__cuda_member_ptrs(cudaStream_t s, const float *A, long long sa, const float *B, long long sb,
+                      const float *C, long long sc, int count, const float **out)
+{
+    FOX_CUDA_TRY(launch(member_ptrs_kernel, 1, 32, 0, s, A, sa, B, sb, C, sc, count, out));
+    return 0;
+}
+
 /* Can every operand of g's epilogue go 4 floats at a time? */
 static bool
 by_fours(const fox_cuda_gemm *g)

@@ -52,6 +52,14 @@ typedef struct fox_cuda_gemm {
 } fox_cuda_gemm;
 
 int fox__cuda_gemm(fox_cuda_blas b, cudaStream_t s, const fox_cuda_gemm *g);
+/*
+ * The operand pointers of count entries (A + e·sa, B + e·sb, C + e·sc, strides in floats) in
+ * each of the fox__cuda_launch_members() members, member z's a span past member 0's, into out:
+ * every A, then every B, then every C, member by member (3 × count × members), on stream s.
+ */
+int fox__cuda_member_ptrs(cudaStream_t s, const float *A, long long sa, const float *B,
+                          long long sb, const float *C, long long sc, int count,
+                          const float **out);
 /* The epilogue stage of g alone, over Y as it is (products made some other way). */
 int fox__cuda_epilogue(cudaStream_t s, const fox_cuda_gemm *g);
 

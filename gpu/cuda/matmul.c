@@ -30,17 +30,20 @@
  * Under a population's step (fox__cuda_launch_members() = K > 1) every
  * call covers the K members, whose operands each lie a span (cuda_impl.h's
  * FOX_CUDA_MEMBER_SPAN) from the previous member's: a single product becomes
- * one strided-batched call of K at span strides, and a batch of count
- * entries count such calls, one an entry. Entries × members is a batch of
- * two levels that no one stride describes; one pointer-batched call over
- * count × K would need device arrays of every operand's pointers made
- * before the capture for each call site, where count calls need nothing
- * and count is small (the seven heads at most) whatever K is. The output
- * slots' product is pointer-batched already: its arrays hold every
+ * one strided-batched call of K at span strides. Entries × members (a
+ * batch of count entries in each member: the seven heads, a GRN's gate and
+ * value) is a batch of two levels that no one stride describes: there a
+ * small kernel writes every operand's pointer into arrays from the
+ * population's pool (gemm.cu's fox__cuda_member_ptrs) and one
+ * pointer-batched call takes them, where count calls each over the members
+ * would put the heads' seven products one after another on the step's
+ * critical path; only a pool with no room left goes an entry a call. The
+ * output slots' product is pointer-batched already: its arrays hold every
  * member's pointers (net.c's slots_init). Under one member every call is
  * the one it always was.
  */
 #include "gpu/cuda/cuda_impl.h"
+#include "gpu/cuda/gemm.h"
 #include "gpu/cuda/matmul.h"
 
 static const float one = 1.0f, zero = 0.0f;
@@ -65,6 +68,36 @@ strided(fox_cuda_blas b, cublasOperation_t ta, cublasOperation_t tb, int m, int 
         FOX_CUBLAS_TRY(cublasSgemmStridedBatched(b.h, ta, tb, m, n, k, &alpha, A, lda, sa, B, ldb,
                                                  sb, &beta, C, ldc, sc, count));
     return 0;
+}
+
+/* count products from device arrays of operand pointers in one call in b's math. */
+static int
+batched(fox_cuda_blas b, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+        float alpha, const float *const *A, int lda, const float *const *B, int ldb, float beta,
+        float *const *C, int ldc, int count)
+{
+    if (b.math == FOX_CUDA_MATH_BF16)
+        FOX_CUBLAS_TRY(cublasGemmBatchedEx(b.h, ta, tb, m, n, k, &alpha, (const void *const *)A,
+                                           CUDA_R_32F, lda, (const void *const *)B, CUDA_R_32F,
+                                           ldb, &beta, (void *const *)C, CUDA_R_32F, ldc, count,
+                                           FOX_BF16_COMPUTE, CUBLAS_GEMM_DEFAULT));
+    else
+        FOX_CUBLAS_TRY(cublasSgemmBatched(b.h, ta, tb, m, n, k, &alpha, A, lda, B, ldb, &beta, C,
+                                          ldc, count));
+    return 0;
+}
+
+/*
+ * The operand arrays of count entries in each of the members (fox__cuda_member_ptrs) from the
+ * thread's pool: every A, then every B, then every C; NULL where the pool has no room.
+ */
+static const float **
+member_table(fox_cuda_blas b, const float *A, long long sa, const float *B, long long sb,
+             const float *C, long long sc, int count, int members, int *rv)
+{
+    const float **t = fox__cuda_launch_ptrs(3 * count * members);
+    *rv = t ? fox__cuda_member_ptrs(b.s, A, sa, B, sb, C, sc, count, t) : 0;
+    return t;
 }
 
 /* One column-major product C = op(A)·op(B) + β·C in b's math, for every member. */
@@ -95,7 +128,14 @@ fox__cuda_gemm_strided(fox_cuda_blas b, cublasOperation_t ta, cublasOperation_t 
     if (members == 1)
         return strided(b, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc,
                        count);
-    /* An entry a call, each over the members (the file's head says why). */
+    /* One call over entries × members from a table, else an entry a call (the file's head). */
+    int rv;
+    const float **t = member_table(b, A, sa, B, sb, C, sc, count, members, &rv);
+    FOX_TRY(rv);
+    const size_t list = (size_t)count * members;
+    if (t)
+        return batched(b, ta, tb, m, n, k, alpha, t, lda, t + list, ldb, beta,
+                       (float *const *)(t + 2 * list), ldc, count * members);
     for (int e = 0; e < count; e++)
         FOX_TRY(strided(b, ta, tb, m, n, k, alpha, A + e * sa, lda, MEMBER_FLOATS, B + e * sb,
                         ldb, MEMBER_FLOATS, beta, C + e * sc, ldc, MEMBER_FLOATS, members));
@@ -133,19 +173,9 @@ fox__cuda_gemm_slots(fox_cuda_blas b, int rows, int n, int k, float *const *ptrs
     if (members > lanes)
         return FOX_EINVAL;
     const size_t list = (size_t)count * lanes;
-    const int batch = count * members;
     const float *const *in = (const float *const *)ptrs;
-    if (b.math == FOX_CUDA_MATH_BF16)
-        FOX_CUBLAS_TRY(cublasGemmBatchedEx(b.h, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &one,
-                                           (const void *const *)(in + list), CUDA_R_32F, ldb,
-                                           (const void *const *)in, CUDA_R_32F, lda, &zero,
-                                           (void *const *)(ptrs + 2 * list), CUDA_R_32F, ldc,
-                                           batch, FOX_BF16_COMPUTE, CUBLAS_GEMM_DEFAULT));
-    else
-        FOX_CUBLAS_TRY(cublasSgemmBatched(b.h, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &one,
-                                          in + list, ldb, in, lda, &zero, ptrs + 2 * list, ldc,
-                                          batch));
-    return 0;
+    return batched(b, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, 1.0f, in + list, ldb, in, lda, 0.0f,
+                   ptrs + 2 * list, ldc, count * members);
 }
 
 /* count column sums in one strided-batched call: sx 0 shares one vector of ones. */
@@ -177,7 +207,17 @@ fox__cuda_colsum_batched(fox_cuda_blas b, int rows, int cols, const float *dY, i
     const int members = fox__cuda_launch_members();
     if (members == 1)
         return gemv_strided(b, rows, cols, dY, ldy, sdy, ones, 0, 0.0f, db, sdb, batch);
-    /* An entry a call, each over the members (the file's head says why); ones are a member's. */
+    /* One call over entries × members from a table, else an entry a call; ones are a member's. */
+    int rv;
+    const float **t = member_table(b, dY, sdy, ones, 0, db, sdb, batch, members, &rv);
+    FOX_TRY(rv);
+    const size_t list = (size_t)batch * members;
+    if (t) {
+        FOX_CUBLAS_TRY(cublasSgemvBatched(b.h, CUBLAS_OP_N, cols, rows, &one, t, ldy, t + list, 1,
+                                          &zero, (float *const *)(t + 2 * list), 1,
+                                          batch * members));
+        return 0;
+    }
     for (int e = 0; e < batch; e++)
         FOX_TRY(gemv_strided(b, rows, cols, dY + e * sdy, ldy, MEMBER_FLOATS, ones, MEMBER_FLOATS,
                              0.0f, db + e * sdb, MEMBER_FLOATS, members));

@@ -371,6 +371,7 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
         FOX_CUDA_TRY(cudaStreamCreateWithPriority(&n->st[k], cudaStreamNonBlocking, prio));
         FOX_CUBLAS_TRY(cublasCreate(&n->cb[k].h));
         FOX_CUBLAS_TRY(cublasSetStream(n->cb[k].h, n->st[k]));
+        n->cb[k].s = n->st[k];
         /* A workspace of its own per handle: cuBLAS must not allocate inside a graph capture. */
         FOX_TRY(dalloc(&n->cb_work[k], CUBLAS_WORKSPACE));
         FOX_CUBLAS_TRY(cublasSetWorkspace(n->cb[k].h, n->cb_work[k], CUBLAS_WORKSPACE));

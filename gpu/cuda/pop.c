@@ -39,6 +39,13 @@ _Static_assert(FOX_ISV_TOTAL_DIM * sizeof(float) + FOX_SENTINEL_SLOTS * sizeof(i
 #define PIECE_MIN ((size_t)64 << 20)
 /* Every allocation starts on this boundary, as cudaMalloc's do. */
 #define ALIGN 256
+/*
+ * Pointers in the pool of the two-level products' arrays: a step's or a
+ * pass's sites take 3 × entries × members each, and every eager run and
+ * capture of a kind or a row count takes its own until the graphs go
+ * (8 MiB; past it the products go an entry a call).
+ */
+#define POINTER_POOL (1 << 20)
 
 /* The driver's virtual memory management, looked up once. */
 static struct {
@@ -126,6 +133,9 @@ fox__cuda_pop_join(void **shared, int members, int member, int device, fox_cuda_
                               cudaHostAllocMapped);
         if (rv == FOX_OK && e == cudaSuccess)
             e = cudaHostGetDevicePointer((void **)&pop->host_dev, pop->host, 0);
+        pop->ptrs.cap = POINTER_POOL;
+        if (rv == FOX_OK && e == cudaSuccess)
+            e = cudaMalloc((void **)&pop->ptrs.base, POINTER_POOL * sizeof *pop->ptrs.base);
         for (int k = 0; rv == FOX_OK && e == cudaSuccess && k < members; k++)
             e = cudaEventCreateWithFlags(&pop->ev_member[k], cudaEventDisableTiming);
         if (rv == FOX_OK && e == cudaSuccess)
@@ -172,6 +182,7 @@ fox__cuda_pop_leave(fox_cuda_pop *pop)
     if (pop->base)
         drv.address_free(pop->base, (size_t)pop->K * FOX_CUDA_MEMBER_SPAN);
     cudaFreeHost(pop->host);
+    cudaFree(pop->ptrs.base);
     free(pop->log);
     free(pop);
 }
@@ -302,6 +313,7 @@ void
 fox__cuda_pop_drop_graphs(fox_cuda_pop *pop)
 {
     fox__cuda_drop_pass_graphs(&pop->passes);
+    pop->ptrs.used = 0; /* no graph holds an array of it now */
     for (int k = 0; k < 2 * G_KINDS; k++)
         if (pop->graph[k / 2][k % 2]) {
             cudaGraphExecDestroy(pop->graph[k / 2][k % 2]);

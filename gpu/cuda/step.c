@@ -342,9 +342,9 @@ pop_round(fox_cuda_pop *pop)
         FOX_CUDA_TRY(cudaEventRecord(pop->ev_member[k], pop->be[k]->net.st[0]));
         FOX_CUDA_TRY(cudaStreamWaitEvent(s0, pop->ev_member[k], 0));
     }
-    fox__cuda_set_launch_members(pop->K);
+    fox__cuda_set_launch_members(pop->K, &pop->ptrs);
     int rv = steps_with(b0, pop->graph, pop->warm, pop->collect ? G_FULL : G_TRAIN, pop->n);
-    fox__cuda_set_launch_members(1);
+    fox__cuda_set_launch_members(1, NULL);
     FOX_TRY(rv);
     FOX_CUDA_TRY(cudaEventRecord(pop->ev_done, s0));
     for (int k = 1; k < pop->K; k++)
