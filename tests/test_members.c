@@ -358,7 +358,7 @@ START_TEST(population_member_halts_alone)
     fox_cuda_pop_rounds pr;
     fox_cuda_debug_pop_rounds(e->members[0].be, &pr);
     ck_assert_int_eq(pr.steps_alone, 1);
-    ck_assert_int_eq(pr.steps_together, 3);
+    ck_assert_int_eq(pr.steps_together, 2);
     fox_engine_destroy(e);
 }
 END_TEST

@@ -77,14 +77,10 @@ fox__cuda_set_launch_members(int members, fox_cuda_ptr_pool *pool)
     launch_pool = pool;
 }
 
-const float **
-fox__cuda_launch_ptrs(int n)
+fox_cuda_ptr_pool *
+fox__cuda_launch_pool(void)
 {
-    fox_cuda_ptr_pool *p = launch_pool;
-    if (!p || n > p->cap - p->used)
-        return NULL;
-    p->used += n;
-    return p->base + (p->used - n);
+    return launch_pool;
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -104,12 +104,22 @@ int fox__cuda_blas_open(char *why, size_t len);
 /*
  * Device arrays of operand pointers for a population's products of two
  * levels (a batch of entries in each member, matmul.c): a population's
- * pool, taken in order by the captures and eager steps that use it and
- * given back whole when their graphs are dropped.
+ * pool of them, one table a call site's operands (its pointers, strides
+ * and counts), written once, when the site first runs (the eager step
+ * before any capture), and read by every later run of the site: a
+ * member's buffers never move, so neither do its tables.
  */
+#define FOX_CUDA_PTR_TABLES 512
+typedef struct fox_cuda_ptr_table {
+    const float *A, *B, *C;
+    long long sa, sb, sc;
+    int count, members, at; /* at: the table's first entry in the pool */
+} fox_cuda_ptr_table;
 typedef struct fox_cuda_ptr_pool {
     const float **base;
     int cap, used;
+    fox_cuda_ptr_table table[FOX_CUDA_PTR_TABLES];
+    int n_tables;
 } fox_cuda_ptr_pool;
 
 /*
@@ -117,12 +127,11 @@ typedef struct fox_cuda_ptr_pool {
  * 1, except while a population's step is enqueued (step.c), when every
  * kernel launches with K times its grid's z (always 1 otherwise) and every
  * product runs batched over the K members, its pointer arrays from pool
- * (ctx.c keeps both per thread). fox__cuda_launch_ptrs: n entries of that
- * pool, or NULL where none is set or it has no room left.
+ * (ctx.c keeps both per thread; fox__cuda_launch_pool: that pool, or NULL).
  */
 int fox__cuda_launch_members(void);
 void fox__cuda_set_launch_members(int members, fox_cuda_ptr_pool *pool);
-const float **fox__cuda_launch_ptrs(int n);
+fox_cuda_ptr_pool *fox__cuda_launch_pool(void);
 
 /*
  * Device memory of bytes (at least 4) into *(void **)pp: cudaMalloc's, or

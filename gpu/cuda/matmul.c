@@ -88,16 +88,44 @@ batched(fox_cuda_blas b, cublasOperation_t ta, cublasOperation_t tb, int m, int 
 }
 
 /*
- * The operand arrays of count entries in each of the members (fox__cuda_member_ptrs) from the
- * thread's pool: every A, then every B, then every C; NULL where the pool has no room.
+ * The operand arrays of count entries in each of the members from the thread's pool: every A,
+ * then every B, then every C. A site's table is written by fox__cuda_member_ptrs the first
+ * time the site runs and found again after; NULL where the pool has no room for a new one.
  */
 static const float **
 member_table(fox_cuda_blas b, const float *A, long long sa, const float *B, long long sb,
              const float *C, long long sc, int count, int members, int *rv)
 {
-    const float **t = fox__cuda_launch_ptrs(3 * count * members);
-    *rv = t ? fox__cuda_member_ptrs(b.s, A, sa, B, sb, C, sc, count, t) : 0;
-    return t;
+    fox_cuda_ptr_pool *p = fox__cuda_launch_pool();
+    *rv = 0;
+    if (!p)
+        return NULL;
+    for (int i = 0; i < p->n_tables; i++) {
+        const fox_cuda_ptr_table *t = &p->table[i];
+        if (t->A == A && t->B == B && t->C == C && t->sa == sa && t->sb == sb && t->sc == sc &&
+            t->count == count && t->members == members)
+            return p->base + t->at;
+    }
+    int n = 3 * count * members;
+    if (p->n_tables == FOX_CUDA_PTR_TABLES || n > p->cap - p->used)
+        return NULL;
+    /*
+     * A table first written inside a capture is that graph's alone (its kernel rewrites it at
+     * every replay): another graph could run before it ever has. Only an eager run's is kept.
+     */
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaStreamIsCapturing(b.s, &cs);
+    if (e != cudaSuccess) {
+        *rv = fox__cuda_fail(__FILE__, __LINE__, "cudaStreamIsCapturing", cudaGetErrorString(e),
+                             (int)e);
+        return NULL;
+    }
+    if (cs == cudaStreamCaptureStatusNone)
+        p->table[p->n_tables++] =
+            (fox_cuda_ptr_table){A, B, C, sa, sb, sc, count, members, p->used};
+    p->used += n;
+    *rv = fox__cuda_member_ptrs(b.s, A, sa, B, sb, C, sc, count, p->base + (p->used - n));
+    return p->base + (p->used - n);
 }
 
 /* One column-major product C = op(A)·op(B) + β·C in b's math, for every member. */

@@ -40,10 +40,9 @@ _Static_assert(FOX_ISV_TOTAL_DIM * sizeof(float) + FOX_SENTINEL_SLOTS * sizeof(i
 /* Every allocation starts on this boundary, as cudaMalloc's do. */
 #define ALIGN 256
 /*
- * Pointers in the pool of the two-level products' arrays: a step's or a
- * pass's sites take 3 × entries × members each, and every eager run and
- * capture of a kind or a row count takes its own until the graphs go
- * (8 MiB; past it the products go an entry a call).
+ * Pointers in the pool of the two-level products' arrays: each call site of
+ * a step or a pass takes 3 × entries × members once (8 MiB; past it the
+ * products go an entry a call).
  */
 #define POINTER_POOL (1 << 20)
 
@@ -313,7 +312,6 @@ void
 fox__cuda_pop_drop_graphs(fox_cuda_pop *pop)
 {
     fox__cuda_drop_pass_graphs(&pop->passes);
-    pop->ptrs.used = 0; /* no graph holds an array of it now */
     for (int k = 0; k < 2 * G_KINDS; k++)
         if (pop->graph[k / 2][k % 2]) {
             cudaGraphExecDestroy(pop->graph[k / 2][k % 2]);
