@@ -41,6 +41,7 @@
 #include "gpu/cuda/atoms.h"
 #include "gpu/cuda/collect.h"
 #include "gpu/cuda/net.h"
+#include "gpu/cuda/pass.h"
 #include "gpu/cuda/sp4.h"
 #include "gpu/lookahead.h"
 
@@ -632,8 +633,9 @@ q_start(fox_cuda_backend *be, const float *s, int B)
 /*
  * The passes of a population's round, R rows each (the most any member
  * asked; a member that asked fewer, or none, computes rows nobody reads),
- * on member 0's MAIN: every member's states up from its pinned room, one
- * forward whose every launch covers all members, every member's Q down.
+ * on member 0's MAIN, every launch covering all members: every member's
+ * states and ISV taken from the population's mapped room, the atoms, one
+ * forward, every member's Q given back to the room.
  */
 static int
 enqueue_pop_pass(fox_cuda_backend *b0, const void *arg)
@@ -641,70 +643,89 @@ enqueue_pop_pass(fox_cuda_backend *b0, const void *arg)
     fox_cuda_pop *pop = b0->pop;
     int R = *(const int *)arg, S = b0->S, NAct = b0->lay->n_actions;
     cudaStream_t s0 = b0->net.st[0];
-    for (int k = 0; k < pop->K; k++) {
-        fox_cuda_backend *m = pop->be[k];
-        FOX_CUDA_TRY(cudaMemcpyAsync(m->isv_dev, m->isv_mem, FOX_ISV_TOTAL_DIM * sizeof(float),
-                                     cudaMemcpyHostToDevice, s0));
-        FOX_CUDA_TRY(cudaMemcpyAsync(m->xcol, m->pass_s, (size_t)R * S * sizeof(float),
-                                     cudaMemcpyHostToDevice, s0));
-    }
-    fox__cuda_set_launch_members(pop->K, &pop->ptrs);
-    int rv = fox__cuda_atoms_update(s0, &b0->net.stab, 0, NULL, NULL, 0.0f, b0->lay->n_branches,
-                                    b0->lay->NA, b0->lay->v_min, b0->lay->v_max, b0->net.z);
-    if (rv == FOX_OK)
-        rv = fox__cuda_forward(&b0->net, 0, &b0->col, b0->xcol, R,
-                               b0->cfg->eval_weights == FOX_EVAL_WEIGHTS_AVERAGE, 0, 0);
+    FOX_TRY(fox__cuda_pass_take(s0, pop->pass_room_dev, pop->pass_stride, R * S, b0->xcol,
+                                b0->isv_map, b0->isv_dev, FOX_ISV_TOTAL_DIM));
+    FOX_TRY(fox__cuda_atoms_update(s0, &b0->net.stab, 0, NULL, NULL, 0.0f, b0->lay->n_branches,
+                                   b0->lay->NA, b0->lay->v_min, b0->lay->v_max, b0->net.z));
+    FOX_TRY(fox__cuda_forward(&b0->net, 0, &b0->col, b0->xcol, R,
+                              b0->cfg->eval_weights == FOX_EVAL_WEIGHTS_AVERAGE, 0, 0));
+    return fox__cuda_pass_give(s0, b0->col.q, R * NAct, pop->pass_room_dev, pop->pass_stride,
+                               (size_t)pop->pass_rows * S);
+}
+
+/* enqueue_pop_pass with every launch over the members (as the capture calls it too). */
+static int
+enqueue_pop_pass_all(fox_cuda_backend *b0, const void *arg)
+{
+    fox__cuda_set_launch_members(b0->pop->K, &b0->pop->ptrs);
+    int rv = enqueue_pop_pass(b0, arg);
     fox__cuda_set_launch_members(1, NULL);
-    FOX_TRY(rv);
-    for (int k = 0; k < pop->K; k++) {
-        fox_cuda_backend *m = pop->be[k];
-        FOX_CUDA_TRY(cudaMemcpyAsync(m->pass_q, m->col.q, (size_t)R * NAct * sizeof(float),
-                                     cudaMemcpyDeviceToHost, s0));
-    }
+    return rv;
+}
+
+/* The population's room for its passes, a forward's rows a member, made once. */
+static int
+pop_pass_room(fox_cuda_pop *pop)
+{
+    if (pop->pass_room)
+        return FOX_OK;
+    const fox_cuda_backend *b0 = pop->be[0];
+    int rows = b0->col.cap;
+    size_t stride = (size_t)rows * (b0->S + b0->lay->n_actions);
+    stride = (stride + 63) / 64 * 64; /* each member's room on a 256-byte line */
+    fox__cuda_section_enter();
+    cudaError_t e = cudaHostAlloc((void **)&pop->pass_room, pop->K * stride * sizeof(float),
+                                  cudaHostAllocMapped);
+    if (e == cudaSuccess)
+        e = cudaHostGetDevicePointer((void **)&pop->pass_room_dev, pop->pass_room, 0);
+    fox__cuda_section_leave();
+    FOX_CUDA_TRY(e);
+    pop->pass_rows = rows;
+    pop->pass_stride = stride;
     return FOX_OK;
 }
 
 /*
  * The round of passes its members started: one pass of every member when
- * the rows fit one forward (col.cap, every member's pinned room holds that
- * many), else each started member's own pass.
+ * the rows fit one forward (col.cap), else each started member's own pass.
  */
 static int
 pop_pass_round(fox_cuda_pop *pop)
 {
     fox_cuda_backend *b0 = pop->be[0];
     int R = 0, together = 1;
+    pop->pass_in_room = 0;
     for (int k = 0; k < pop->K; k++) {
         if (!pop->be[k])
             together = 0;
         else if (pop->pass_started[k] && pop->be[k]->pass_B > R)
             R = pop->be[k]->pass_B;
     }
-    together = together && R <= b0->col.cap;
-    for (int k = 0; together && k < pop->K; k++)
-        FOX_TRY(pass_reserve(pop->be[k], R));
-    if (!together) {
+    if (!(together && R <= b0->col.cap)) {
         pop->passes_alone++;
         for (int k = 0; k < pop->K; k++)
             if (pop->pass_started[k])
                 FOX_TRY(q_start(pop->be[k], pop->be[k]->pass_src, pop->be[k]->pass_B));
         return FOX_OK;
     }
+    FOX_TRY(pop_pass_room(pop));
     pop->passes_together++;
     cudaStream_t s0 = b0->net.st[0];
     for (int k = 0; k < pop->K; k++) {
         fox_cuda_backend *m = pop->be[k];
         if (pop->pass_started[k])
-            memcpy(m->pass_s, m->pass_src, (size_t)m->pass_B * m->S * sizeof(float));
+            memcpy(pop->pass_room + k * pop->pass_stride, m->pass_src,
+                   (size_t)m->pass_B * m->S * sizeof(float));
         if (k > 0) {
             FOX_CUDA_TRY(cudaEventRecord(pop->ev_member[k], m->net.st[0]));
             FOX_CUDA_TRY(cudaStreamWaitEvent(s0, pop->ev_member[k], 0));
         }
     }
-    FOX_TRY(pass_launch(b0, &pop->passes, enqueue_pop_pass, R));
+    FOX_TRY(pass_launch(b0, &pop->passes, enqueue_pop_pass_all, R));
     FOX_CUDA_TRY(cudaEventRecord(pop->ev_done, s0));
     for (int k = 1; k < pop->K; k++)
         FOX_CUDA_TRY(cudaStreamWaitEvent(pop->be[k]->net.st[0], pop->ev_done, 0));
+    pop->pass_in_room = 1;
     return FOX_OK;
 }
 
@@ -720,10 +741,10 @@ cuda_q_start(fox_backend *be_, const float *s, int B)
     fox_cuda_pop *pop = be->pop;
     /*
      * Outside any hold of the section: growing and capturing hold it alone. A population's
-     * member keeps room for a whole forward, so that no round's pass needs a started member's
-     * room to grow: its first q_finish runs the round (pop_pass_round).
+     * member's round runs at its first q_finish (pop_pass_round), from the population's room or,
+     * past a forward's rows, each member's own.
      */
-    int rv = pass_reserve(be, pop && B < be->col.cap ? be->col.cap : B);
+    int rv = pass_reserve(be, B);
     if (rv == FOX_OK && pop) {
         if (pop->pass_ran) {
             memset(pop->pass_started, 0, sizeof pop->pass_started);
@@ -748,7 +769,10 @@ q_finish(fox_cuda_backend *be, float *q)
     if (pop)
         FOX_TRY(pop->pass_rv);
     FOX_CUDA_TRY(cudaStreamSynchronize(be->net.st[0]));
-    memcpy(q, be->pass_q, (size_t)be->pass_B * be->lay->n_actions * sizeof(float));
+    const float *from = be->pass_q;
+    if (pop && pop->pass_in_room)
+        from = pop->pass_room + be->member * pop->pass_stride + (size_t)pop->pass_rows * be->S;
+    memcpy(q, from, (size_t)be->pass_B * be->lay->n_actions * sizeof(float));
     return FOX_OK;
 }
 

@@ -154,6 +154,14 @@ struct fox_cuda_pop {
     fox_cuda_pass_graphs passes;
     int64_t passes_together, passes_alone;
     fox_cuda_ptr_pool ptrs; /* the two-level products' pointer arrays (cuda_impl.h) */
+    /*
+     * The passes' room (backend.c): mapped pinned, member k's pass_stride floats from
+     * pass_room's start: pass_rows rows of states, then as many of Q; pass_room_dev the device's
+     * address of it; pass_in_room: this round's Q lie there.
+     */
+    float *pass_room, *pass_room_dev;
+    size_t pass_stride;
+    int pass_rows, pass_in_room;
     cudaEvent_t ev_member[FOX_MEMBERS_MAX], ev_done;
 };
 

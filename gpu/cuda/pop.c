@@ -181,6 +181,7 @@ fox__cuda_pop_leave(fox_cuda_pop *pop)
     if (pop->base)
         drv.address_free(pop->base, (size_t)pop->K * FOX_CUDA_MEMBER_SPAN);
     cudaFreeHost(pop->host);
+    cudaFreeHost(pop->pass_room);
     cudaFree(pop->ptrs.base);
     free(pop->log);
     free(pop);
