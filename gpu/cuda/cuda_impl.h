@@ -99,6 +99,8 @@ int fox__cuda_blas_open(char *why, size_t len);
  * slots_init), so that one pointer-batched product covers them too.
  */
 #define FOX_CUDA_MEMBER_SPAN      ((size_t)1 << 35)
+/* The row blocks of a population's long weight-gradient sums (matmul.h's lin_dw_rows). */
+#define FOX_CUDA_SPLIT_BLOCKS     8
 #define FOX_CUDA_MEMBER_HOST_SPAN ((size_t)4096)
 
 /*
@@ -552,6 +554,12 @@ typedef struct fox_cuda_net {
     float *tq;          /* [B × D × NT] IQN targets after Mech 1 */
     float *glu, *ln_in; /* [B × H2] GRN2's g = σ ⊙ lin and LayerNorm input r + g */
     float *d_states;    /* [B × S] (sentinel on only) */
+    /*
+     * A population's member only: each of the IQN head's two weight gradients over B·NT rows
+     * summed in FOX_CUDA_SPLIT_BLOCKS row blocks (matmul.c's fox__cuda_lin_dw_rows), its own
+     * partial sums' room (they may run on two streams at once).
+     */
+    float *split_part[2];
     uint8_t *pgroup;    /* [np] param group of each element (255: padding) */
     fox_cuda_adam_slots aslots;
     fox_cuda_stab stab; /* set by the backend; stab.sites 0 in a parity pass */

@@ -172,6 +172,28 @@ fox__cuda_member_ptrs(cudaStream_t s, const float *A, long long sa, const float 
     return 0;
 }
 
+/* fox__cuda_slices_sum: each output the sum of its slices in slice order. */
+__global__ void
+slices_sum_kernel(const float *src, int slices, size_t n, float *dst)
+{
+    pdl_enter();
+    fox_member_args(src, dst);
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float v = src[i];
+        for (int k = 1; k < slices; k++)
+            v += src[k * n + i];
+        dst[i] = v;
+    }
+}
+
+int
+fox__cuda_slices_sum(cudaStream_t s, const float *src, int slices, size_t n, float *dst)
+{
+    FOX_CUDA_TRY(launch(slices_sum_kernel, grid_for(n, 256), 256, 0, s, src, slices, n, dst));
+    return 0;
+}
+
 /* Can every operand of g's epilogue go 4 floats at a time? */
 static bool
 by_fours(const fox_cuda_gemm *g)

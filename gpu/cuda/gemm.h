@@ -57,6 +57,8 @@ int fox__cuda_gemm(fox_cuda_blas b, cudaStream_t s, const fox_cuda_gemm *g);
  * each of the fox__cuda_launch_members() members, member z's a span past member 0's, into out:
  * every A, then every B, then every C, member by member (3 × count × members), on stream s.
  */
+/* dst = Σ_s src[s·n …] over slices s = 0..slices−1, in that order, for n floats (every member). */
+int fox__cuda_slices_sum(cudaStream_t s, const float *src, int slices, size_t n, float *dst);
 int fox__cuda_member_ptrs(cudaStream_t s, const float *A, long long sa, const float *B,
                           long long sb, const float *C, long long sc, int count,
                           const float **out);

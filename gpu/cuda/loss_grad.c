@@ -363,16 +363,17 @@ iqn_bwd(fox_cuda_net *n, int ls)
     fox_cuda_fwd *on = &n->on;
     int ws;
     FOX_TRY(fox__cuda_side(n, &ws));
-    FOX_TRY(fox__cuda_lin_dw(n->cb[ws], rq, dm->H2, dm->NAct, bw->d_q, dm->NAct, n->iq.x, dm->H2,
-                             G + fox__cuda_toff(n, FOX_P_IQN_WQ), 0.0f));
+    FOX_TRY(fox__cuda_lin_dw_rows(n->cb[ws], rq, dm->H2, dm->NAct, bw->d_q, dm->NAct, n->iq.x,
+                                  dm->H2, G + fox__cuda_toff(n, FOX_P_IQN_WQ), n->split_part[0]));
     FOX_TRY(fox__cuda_colsum(n->cb[ws], rq, dm->NAct, bw->d_q, dm->NAct, n->ones,
                              G + fox__cuda_toff(n, FOX_P_IQN_BQ), 0.0f));
     FOX_TRY(fox__cuda_dep(n, ls, FOX_CUDA_MAIN));
     FOX_TRY(fox__cuda_dh_s2_join(s0, &n->stab, B, NT, dm->H2, bw->dh_s2, bw->dh_aux, bw->dh_iqn,
                                  bw->d_x, n->iq.phi, on->g2.y, bw->d_phi));
     FOX_TRY(fox__cuda_side(n, &ws));
-    FOX_TRY(fox__cuda_lin_dw(n->cb[ws], rq, dm->NC, dm->H2, bw->d_phi, dm->H2, n->iq.cosf, dm->NC,
-                             G + fox__cuda_toff(n, FOX_P_IQN_WPHI), 0.0f));
+    FOX_TRY(fox__cuda_lin_dw_rows(n->cb[ws], rq, dm->NC, dm->H2, bw->d_phi, dm->H2, n->iq.cosf,
+                                  dm->NC, G + fox__cuda_toff(n, FOX_P_IQN_WPHI),
+                                  n->split_part[1]));
     FOX_TRY(fox__cuda_colsum(n->cb[ws], rq, dm->H2, bw->d_phi, dm->H2, n->ones,
                              G + fox__cuda_toff(n, FOX_P_IQN_BPHI), 0.0f));
     return 0;

@@ -178,6 +178,25 @@ fox__cuda_lin_dw(fox_cuda_blas b, int rows, int in, int out, const float *dY, in
 }
 
 int
+fox__cuda_lin_dw_rows(fox_cuda_blas b, int rows, int in, int out, const float *dY, int ldy,
+                      const float *X, int ldx, float *dW, float *part)
+{
+    const int members = fox__cuda_launch_members(), S = FOX_CUDA_SPLIT_BLOCKS;
+    if (members == 1 || rows < FOX_CUDA_SPLIT_ROWS || rows % S || !part)
+        return fox__cuda_lin_dw(b, rows, in, out, dY, ldy, X, ldx, dW, 0.0f);
+    const long long rb = rows / S, cell = (long long)in * out;
+    int rv;
+    const float **t = member_table(b, X, rb * ldx, dY, rb * ldy, part, cell, S, members, &rv);
+    FOX_TRY(rv);
+    if (!t)
+        return fox__cuda_lin_dw(b, rows, in, out, dY, ldy, X, ldx, dW, 0.0f);
+    const size_t list = (size_t)S * members;
+    FOX_TRY(batched(b, CUBLAS_OP_N, CUBLAS_OP_T, in, out, (int)rb, 1.0f, t, ldx, t + list, ldy,
+                    0.0f, (float *const *)(t + 2 * list), in, S * members));
+    return fox__cuda_slices_sum(b.s, part, S, (size_t)cell, dW);
+}
+
+int
 fox__cuda_lin_dw_batched(fox_cuda_blas b, int loop_rows, int rows, int in, int out, const int *outs,
                          const float *dY, int ldy, long long sdy, const float *X, int ldx,
                          long long sx, float *dW, long long sdw, int batch)

@@ -36,6 +36,16 @@ int fox__cuda_gemm_strided(fox_cuda_blas b, cublasOperation_t ta, cublasOperatio
 int fox__cuda_lin_dw(fox_cuda_blas b, int rows, int in, int out, const float *dY, int ldy,
                      const float *X, int ldx, float *dW, float beta);
 /*
+ * dW [out × in] = dYᵀ·X over many rows, as fox__cuda_lin_dw with β 0. Under a population, from
+ * FOX_CUDA_SPLIT_ROWS rows that FOX_CUDA_SPLIT_BLOCKS divide, in row blocks: cuBLAS splits such
+ * a sum for one member but not in a batch of members, where each member's few output tiles
+ * would each walk every row; so the blocks' partial products go in one pointer-batched call
+ * into part [FOX_CUDA_SPLIT_BLOCKS × out × in] and a kernel sums them (gemm.cu).
+ */
+#define FOX_CUDA_SPLIT_ROWS 2048
+int fox__cuda_lin_dw_rows(fox_cuda_blas b, int rows, int in, int out, const float *dY, int ldy,
+                          const float *X, int ldx, float *dW, float *part);
+/*
  * batch weight gradients dW_b [out × in] = dY_bᵀ·X_b, one call an entry from loop_rows rows;
  * outs (not NULL): entry b's own output count, its first outs[b] rows only, where the products
  * go one call an entry.

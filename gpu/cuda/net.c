@@ -432,6 +432,11 @@ fox__cuda_net_init(fox_cuda_net *n, const fox_model_layout *lay, int B, int fwd_
     DALLOC(n->iq.phi, 2 * rq * dm->H2);
     DALLOC(n->iq.x, 2 * rq * dm->H2);
     DALLOC(n->iq.q, 2 * rq * dm->NAct);
+    if (members > 1) {
+        size_t wide = (size_t)dm->H2 * (dm->NAct > dm->NC ? dm->NAct : dm->NC);
+        DALLOC(n->split_part[0], FOX_CUDA_SPLIT_BLOCKS * wide);
+        DALLOC(n->split_part[1], FOX_CUDA_SPLIT_BLOCKS * wide);
+    }
 
     fox_cuda_bwd *bw = &n->bw;
     DALLOC(bw->dout, (size_t)B * dm->OW);
@@ -492,7 +497,7 @@ fox__cuda_net_fini(fox_cuda_net *n)
                     n->bt.s2, n->bt.a, n->bt.r, n->bt.done, n->bt.aux, n->bt.regime, n->bt.tau,
                     n->bt.idx, n->bt.prio, n->bt.a_star, n->loss_parts, n->norm_part, n->q_ref_part,
                     n->bw.d_phi, n->bw.dh_aux, n->bw.dh_iqn, n->proj, n->tq, n->glu, n->ln_in,
-                    n->d_states, n->pgroup};
+                    n->d_states, n->pgroup, n->split_part[0], n->split_part[1]};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         fox__cuda_free(bufs[k]);
     grn_grad_free(&n->bw.g1);
