@@ -328,6 +328,9 @@ math_name(int math)
     return math == FOX_CUDA_MATH_BF16 ? "BF16" : math == FOX_CUDA_MATH_TF32 ? "TF32" : "FP32";
 }
 
+/* The engine's shared slot when member 0 could not make a population: the rest train alone. */
+static char population_declined;
+
 static int
 cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t errlen)
 {
@@ -379,12 +382,23 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     int rv = FOX_OK;
     /*
      * The engine's members that differ in their seeds alone are a population: each member's
-     * buffers k spans from member 0's, so that one step trains them all (pop.c, step.c).
+     * buffers k spans from member 0's, so that one step trains them all (pop.c, step.c). Where
+     * member 0 cannot make one (no room for the members' address range, a driver without
+     * virtual memory management), the members train side by side instead, as members that
+     * differ in other keys do, and the log says why.
      */
-    if (env->members > 1 && env->shared) {
+    if (env->members > 1 && env->shared && *env->shared != &population_declined) {
         be->member = env->member;
         rv = fox__cuda_pop_join(env->shared, env->members, env->member, c->device, &be->pop);
-        if (rv != FOX_OK)
+        if (rv != FOX_OK && env->member == 0 && !*env->shared) {
+            fox_log(FOX_LOG_WARNING,
+                    "cuda backend: the %d members cannot train as one population (%s); they "
+                    "train side by side",
+                    env->members, rv == FOX_ECUDA ? fox__cuda_last_error() : fox_strerror(rv));
+            *env->shared = &population_declined;
+            be->member = 0;
+            rv = FOX_OK;
+        } else if (rv != FOX_OK)
             snprintf(err, errlen, "cuda backend: population member %d of %d: %s", env->member,
                      env->members, rv == FOX_ECUDA ? fox__cuda_last_error() : fox_strerror(rv));
     }
@@ -722,10 +736,13 @@ pop_pass_round(fox_cuda_pop *pop)
         }
     }
     FOX_TRY(pass_launch(b0, &pop->passes, enqueue_pop_pass_all, R));
+    /*
+     * The first q_finish waits for this event, and every member's work after it comes from the
+     * host after that wait: no member's stream needs to wait on the pass.
+     */
     FOX_CUDA_TRY(cudaEventRecord(pop->ev_done, s0));
-    for (int k = 1; k < pop->K; k++)
-        FOX_CUDA_TRY(cudaStreamWaitEvent(pop->be[k]->net.st[0], pop->ev_done, 0));
     pop->pass_in_room = 1;
+    pop->pass_waited = 0;
     return FOX_OK;
 }
 
@@ -768,10 +785,14 @@ q_finish(fox_cuda_backend *be, float *q)
     }
     if (pop)
         FOX_TRY(pop->pass_rv);
-    FOX_CUDA_TRY(cudaStreamSynchronize(be->net.st[0]));
     const float *from = be->pass_q;
-    if (pop && pop->pass_in_room)
+    if (pop && pop->pass_in_room) {
+        if (!pop->pass_waited)
+            FOX_CUDA_TRY(cudaEventSynchronize(pop->ev_done));
+        pop->pass_waited = 1;
         from = pop->pass_room + be->member * pop->pass_stride + (size_t)pop->pass_rows * be->S;
+    } else
+        FOX_CUDA_TRY(cudaStreamSynchronize(be->net.st[0]));
     memcpy(q, from, (size_t)be->pass_B * be->lay->n_actions * sizeof(float));
     return FOX_OK;
 }

@@ -157,11 +157,11 @@ struct fox_cuda_pop {
     /*
      * The passes' room (backend.c): mapped pinned, member k's pass_stride floats from
      * pass_room's start: pass_rows rows of states, then as many of Q; pass_room_dev the device's
-     * address of it; pass_in_room: this round's Q lie there.
+     * address of it; pass_in_room: this round's Q lie there; pass_waited: its pass is done.
      */
     float *pass_room, *pass_room_dev;
     size_t pass_stride;
-    int pass_rows, pass_in_room;
+    int pass_rows, pass_in_room, pass_waited;
     cudaEvent_t ev_member[FOX_MEMBERS_MAX], ev_done;
 };
 
