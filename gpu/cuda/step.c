@@ -3,7 +3,9 @@
  * one train step and the target update, enqueued on the device's streams
  * and captured into CUDA graphs, one per kind of step (collect only, full,
  * train only), replayed until the fold ends or the graphs are dropped (a
- * fault armed, the math changed).
+ * fault armed, the math changed). A population's members (pop.c) run a
+ * round of their chunks as one step: member 0's, captured with every
+ * launch and product covering all of them.
  *
  * Not here: the math each stage launches (net.c, *.cu), the device state
  * (backend.c), the fused check's table (table.c). One thread a backend: its
