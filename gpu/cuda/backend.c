@@ -2,7 +2,9 @@
  * backend.c (CUDA) — the CUDA backend's lifecycle and its ops table behind
  * gpu/backend.h: device state, the ISV and sentinel buffers in mapped-pinned
  * host memory, folds, the evaluation's forward passes and the training state's
- * copies in and out.
+ * copies in and out. A population's member (pop.c) is built inside its
+ * span, and its members' evaluation passes of a round run as one pass
+ * (pass.cu).
  * The step itself is step.c's, the fused check's table table.c's.
  *
  * A step never returns to the host: ε, the step counters, the ring's head
