@@ -26,11 +26,10 @@ typedef struct fox_backend_env {
     const fox_features *feat; /* norm refitted by the engine at each fold */
     const fox_fold *fold;     /* current fold's segments */
     /*
-     * A population: members > 1 when the engine's members differ in
-     * train.seed alone, so that a backend may train them in one step (CUDA;
-     * the CPU's members go one after another whatever this says). member is
-     * this one's index; *shared is the slot every member's create sees, NULL
-     * before member 0's, where the members find what they share.
+     * A population: the engine's members (engine.members), which a backend
+     * may train in one step (CUDA; the CPU's members go one after another).
+     * member is this one's index; *shared is the slot every member's create
+     * sees, NULL before member 0's, where the members find what they share.
      */
     int member, members;
     void **shared;

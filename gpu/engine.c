@@ -160,24 +160,6 @@ fox_engine_source_is_generator(const char *source)
     return fox_series_is_generator(source);
 }
 
-/*
- * Do the members differ in nothing their training step reads but their
- * seeds? Then a backend may train them as one population (one step for
- * all). policy.band acts in the walks alone; the other member keys (the
- * learning rate, γ, the ε schedule, the costs) are constants of a step.
- */
-static int
-members_share_the_step(const fox_config *c)
-{
-    if (c->members < 2)
-        return 0;
-    for (int i = 0; i < FOX_MEMBER_KEYS; i++)
-        if (c->lists[i].n && i != FOX_MEMBER_KEY_SEED &&
-            i != fox_member_key_index("policy.band"))
-            return 0;
-    return 1;
-}
-
 int
 fox_engine_load_data(fox_engine *e)
 {
@@ -211,7 +193,11 @@ fox_engine_load_data(fox_engine *e)
         return fox__engine_fail(e, rv, "features: %s", fox_strerror(rv));
     /* The backends need the series; they are created once the data exists, one a member. */
     fox_fold_split(e->series.n, e->feat.warmup, e->cfg.n_folds, 0, &e->seg);
-    int population = members_share_the_step(&e->cfg) ? e->cfg.members : 1;
+    /*
+     * The members are a population: what sets them apart (their seeds and the member keys) is
+     * each member's data, so that a backend may train them in one step.
+     */
+    int population = e->cfg.members;
     for (int k = 0; k < e->cfg.members; k++) {
         fox_member *m = &e->members[k];
         fox_backend_env env = {&m->cfg,   &e->lay,    &e->series,         &e->feat,

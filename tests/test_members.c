@@ -56,6 +56,7 @@ two_epochs(fox_engine *e, fox_epoch_report *ep, fox_fold_report *fr)
     FOX_CK_OK(fox_engine_fold_report(e, fr));
 }
 
+#ifndef FOX_TEST_CUDA
 /*
  * Member k of a population that ran two_epochs (its reports ep and fr)
  * against config a run alone: the same weights, bit for bit, and the same
@@ -93,6 +94,7 @@ member_as_alone(fox_engine *pop, const fox_epoch_report *ep, const fox_fold_repo
                      (size_t)bars * sizeof(float)) == 0);
     fox_engine_destroy(alone);
 }
+#endif
 
 #ifndef FOX_TEST_CUDA
 /* Under each band rule (the loop's _i): validation's walks twice an epoch, fixed's once. */
@@ -186,20 +188,39 @@ rel_l2(const float *a, const float *b, const float *c, size_t n)
  * as one pass of all members a round, and the report's spread is the
  * members' own. The loop's _i 1 runs it with prioritized replay, adaptive
  * bounds and the moving atom grid, whose kernels and buffers the defaults
- * leave out.
+ * leave out; _i 2 with members that hold every member key apart, each
+ * member's step constants (its learning rate, γ, ε schedule and costs)
+ * read by the population's launches from its own counters.
  */
 static void
-population_variant(fox_config *c, int variant)
+population_variant(fox_config *c, int variant, int member)
 {
-    if (variant == 0)
-        return;
     char err[256];
-    const char *pairs[][2] = {{"train.prioritized", "1"},
-                              {"engine.bounds_mode", "adaptive"},
-                              {"model.atom_grid", "moving"}};
-    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
-        ck_assert_msg(fox_config_set(c, pairs[i][0], pairs[i][1], err, sizeof err) == FOX_OK, "%s",
-                      err);
+    static const char *const extras[][2] = {{"train.prioritized", "1"},
+                                            {"engine.bounds_mode", "adaptive"},
+                                            {"model.atom_grid", "moving"}};
+    static const char *const lists[][2] = {
+        {"train.lr", "0.0003,0.003,0.001"},  {"train.gamma", "0.9,0.8,0.95"},
+        {"train.eps_end", "0.05,0.2,0.1"},   {"train.eps_start", "1,0.8,0.6"},
+        {"train.eps_decay_steps", "50,80,120"}, {"env.train_cost_mult", "1,2,1.5"},
+        {"policy.band", "0,2,8"}};
+    if (variant == 1)
+        for (size_t i = 0; i < sizeof extras / sizeof extras[0]; i++)
+            ck_assert_msg(fox_config_set(c, extras[i][0], extras[i][1], err, sizeof err) == FOX_OK,
+                          "%s", err);
+    if (variant != 2)
+        return;
+    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
+        /* The population: each list as it is; member k alone: its k-th value. */
+        char one[32];
+        const char *v = lists[i][1];
+        for (int j = 0; member >= 0 && j < member; j++)
+            v = strchr(v, ',') + 1;
+        snprintf(one, sizeof one, "%.*s", (int)strcspn(v, member >= 0 ? "," : ""), v);
+        ck_assert_msg(fox_config_set(c, lists[i][0], member >= 0 ? one : v, err, sizeof err) ==
+                          FOX_OK,
+                      "%s", err);
+    }
 }
 
 START_TEST(population_member_near_its_seed_alone)
@@ -207,7 +228,7 @@ START_TEST(population_member_near_its_seed_alone)
     enum { K = 3 };
     fox_config c;
     population_config(&c, K);
-    population_variant(&c, _i);
+    population_variant(&c, _i, -1);
     fox_engine *pop = fox_test_engine(&c), *alone[K];
     size_t n = fox_engine_param_count(pop);
     float *w0 = malloc(K * n * sizeof *w0), *wp = malloc(n * sizeof *wp),
@@ -217,7 +238,7 @@ START_TEST(population_member_near_its_seed_alone)
     for (int k = 0; k < K; k++) {
         fox_config a;
         population_config(&a, 1);
-        population_variant(&a, _i);
+        population_variant(&a, _i, k);
         a.seed = SEED + (uint64_t)k;
         a.data_seed = SEED;
         alone[k] = fox_test_engine(&a);
@@ -272,6 +293,7 @@ START_TEST(population_member_near_its_seed_alone)
 END_TEST
 #endif
 
+#ifndef FOX_TEST_CUDA
 /*
  * Members that hold the member keys apart (a list a key, one value a
  * member): each is the run of its own values alone, bit for bit, and the
@@ -333,6 +355,7 @@ START_TEST(member_equals_its_values_alone)
     fox_engine_destroy(pop);
 }
 END_TEST
+#endif
 
 /* A NaN in member `member`'s h_s2, 2 train steps from now: a halt under engine.halt_rule=strict. */
 static void
@@ -642,10 +665,12 @@ main(void)
     tcase_add_loop_test(tc, member_equals_its_seed_alone, FOX_BAND_RULE_FIXED,
                         FOX_BAND_RULE_VALIDATION + 1);
 #else
-    tcase_add_loop_test(tc, population_member_near_its_seed_alone, 0, 2);
+    tcase_add_loop_test(tc, population_member_near_its_seed_alone, 0, 3);
     tcase_add_test(tc, population_member_halts_alone);
 #endif
+#ifndef FOX_TEST_CUDA
     tcase_add_test(tc, member_equals_its_values_alone);
+#endif
     tcase_add_test(tc, eval_hook_sees_the_policy_walk);
     tcase_add_test(tc, halted_member_is_frozen_and_the_fold_goes_on);
     tcase_add_test(tc, quorum_halts_the_fold);

@@ -298,6 +298,8 @@ adam_kernel(size_t n, float *params, const float *g, float *m, float *v, const u
         gr4 = __ldg((const uchar4 *)pgroup + q + mf);
     }
     const fox_cuda_ctl *c = fox_member(st0.ctl);
+    if (fox_member_steps())
+        oc.lr = c->key.lr;
     if (c->halt != FOX_HALT_NONE)
         return;
     if (st0.adaptive && blockIdx.x == 0 && threadIdx.x == 0)

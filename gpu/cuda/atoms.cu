@@ -25,6 +25,8 @@ atoms_update_kernel(fox_cuda_stab st, int B, const float *r, const float *done, 
 {
     pdl_enter();
     fox_member_args(st, r, done, z);
+    if (fox_member_steps())
+        gamma_n = st.ctl->key.gamma_n;
     __shared__ float s_lo[FOX_MAX_BRANCHES], s_hi[FOX_MAX_BRANCHES];
     __shared__ float part_lo[ATOMS_THREADS / WARP][FOX_MAX_BRANCHES];
     __shared__ float part_hi[ATOMS_THREADS / WARP][FOX_MAX_BRANCHES];

@@ -306,6 +306,19 @@ create_backend(fox_cuda_backend *be, char *err, size_t errlen)
         (fox_cuda_optim_cfg){c->lr,     c->adam_b1,     c->adam_b2,    c->adam_eps,  c->grad_clip,
                              c->polyak, c->target_sync, c->iqn_lambda, c->aux_lambda,
                              c->pearl_wd, c->pearl_l1};
+    /* The step constants a population's launch reads from the member's counters. */
+    be->hctl->key.lr = be->oc.lr;
+    be->hctl->key.gamma = cc->gamma;
+    be->hctl->key.gamma_n = be->hp.gamma_n;
+    be->hctl->key.eps_start = cc->eps_start;
+    be->hctl->key.eps_end = cc->eps_end;
+    be->hctl->key.eps_decay_steps = cc->eps_decay_steps;
+    be->hctl->key.train_cost_mult = cc->train_cost_mult;
+    if (cudaMemcpy(be->ctl, be->hctl, sizeof *be->ctl, cudaMemcpyHostToDevice) != cudaSuccess) {
+        snprintf(err, errlen, "cuda backend: the counters' upload: %s",
+                 cudaGetErrorString(cudaGetLastError()));
+        return FOX_ECUDA;
+    }
     /*
      * engine.cuda_math: the products' math (fox__cuda_set_math), greedy_tf32 being FP32 with
      * the greedy-action forwards in TF32; debug.cuda_one_stream: every stage on MAIN, to
@@ -383,11 +396,11 @@ cuda_create(fox_backend **out, const fox_backend_env *env, char *err, size_t err
     fox__cuda_section_enter();
     int rv = FOX_OK;
     /*
-     * The engine's members that differ in their seeds alone are a population: each member's
-     * buffers k spans from member 0's, so that one step trains them all (pop.c, step.c). Where
+     * The engine's members are a population: each member's buffers k spans from member 0's, so
+     * that one step trains them all (pop.c, step.c). Where
      * member 0 cannot make one (no room for the members' address range, a driver without
-     * virtual memory management), the members train side by side instead, as members that
-     * differ in other keys do, and the log says why.
+     * virtual memory management), the members train side by side instead, each on its own
+     * graphs (as they do in a round where one must step alone), and the log says why.
      */
     if (env->members > 1 && env->shared && *env->shared != &population_declined) {
         be->member = env->member;

@@ -117,6 +117,13 @@ collect_act_kernel(fox_cuda_collect_cfg c, const fox_cuda_fold *fold, fox_cuda_e
 {
     pdl_enter();
     fox_member_args(c, fold, envs, wbar, wport, wa, wr, q, ctl, staged, counts);
+    if (fox_member_steps()) {
+        c.gamma = ctl->key.gamma;
+        c.eps_start = ctl->key.eps_start;
+        c.eps_end = ctl->key.eps_end;
+        c.eps_decay_steps = ctl->key.eps_decay_steps;
+        c.train_cost_mult = ctl->key.train_cost_mult;
+    }
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     int ready = ctl->ring_size >= c.learning_starts && ctl->ring_size >= c.batch;
     double frac = (double)ctl->train_steps / (double)c.eps_decay_steps;

@@ -217,6 +217,15 @@ typedef struct fox_cuda_ctl {
      * different seeds (a population's step).
      */
     uint64_t seed_collect, seed_per;
+    /*
+     * The member's step constants of the member keys (common/member_keys.h), which a
+     * population's launch reads here (device.cuh's fox_member_steps): one member's launches
+     * take them from their arguments, as they always have.
+     */
+    struct {
+        float lr, gamma, gamma_n, eps_start, eps_end, train_cost_mult;
+        int eps_decay_steps;
+    } key;
     float halt_loss; /* the halting step's loss, for its message (loss is the chunk's last) */
     float halt_norm; /* and its gradient norm; both 0 when that step did not train */
     double loss_sum; /* the chunk's train steps' losses, summed in step order */

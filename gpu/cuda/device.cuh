@@ -221,6 +221,17 @@ fox_member_shift(fox_cuda_per p)
     return p;
 }
 
+/*
+ * A launch over several members (a population's) takes each member's step constants of the
+ * member keys from its counters (fox_cuda_ctl.key), since the arguments are member 0's; a
+ * launch for one member keeps its arguments' (the debug library's passes set their own).
+ */
+static __device__ __forceinline__ bool
+fox_member_steps()
+{
+    return gridDim.z > 1;
+}
+
 /* Each of x's parameters (lvalues) shifted in place: fox_member_args(a, b, st). */
 template <typename... T>
 static __device__ __forceinline__ void

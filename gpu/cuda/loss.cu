@@ -390,6 +390,8 @@ loss_kernel(fox_cuda_dims dm, fox_cuda_loss_hp hp, fox_cuda_loss_args A)
 {
     pdl_enter();
     fox_member_args(hp, A);
+    if (fox_member_steps())
+        hp.gamma_n = A.st.ctl->key.gamma_n;
     extern __shared__ float sm[];
     const int D = dm.D, NA = dm.NA, NT = dm.NT;
     float *p = sm, *m = sm + D * NA, *dl = sm + 2 * D * NA, *bj = sm + 3 * D * NA;
