@@ -2,8 +2,9 @@
  * pop.c (CUDA) — a population's members at fixed distances (cuda_impl.h's
  * FOX_CUDA_MEMBER_SPAN), so that one launch and one batched product serve
  * all of them: one reserved virtual range of K spans, member k's device
- * memory mapped into span k while its backend is built, and one mapped
- * host block of K host spans for the members' ISV and flags.
+ * memory mapped into span k while its backend is built, one mapped host
+ * block of K host spans for the members' ISV and flags, and the pool of
+ * the two-level products' pointer tables (matmul.c).
  *
  * A member's backend makes its allocations through fox__cuda_alloc (ctx.c)
  * in a fixed order; while this file builds member k (fox__cuda_pop_build),
@@ -24,7 +25,6 @@
 #include <cudaTypedefs.h>
 
 #include "common/error.h"
-#include "common/log.h"
 #include "gpu/isv.h"
 #include "gpu/sentinel.h"
 #include "gpu/cuda/backend_impl.h"
