@@ -151,15 +151,21 @@ fox__cuda_capture(fox_cuda_backend *be, int (*enqueue)(fox_cuda_backend *be, con
 void
 fox__cuda_drop_graphs(fox_cuda_backend *be)
 {
-    for (int k = 0; k < 2 * G_KINDS; k++)
-        if (be->graph[k / 2][k % 2]) {
-            cudaGraphExecDestroy(be->graph[k / 2][k % 2]);
-            be->graph[k / 2][k % 2] = NULL;
-        }
+    fox__cuda_drop_step_graphs(be->graph);
     /* The population's graphs are member 0's step: they hold this member's too. */
     if (be->pop)
         fox__cuda_pop_drop_graphs(be->pop);
     fox__cuda_drop_pass_graphs(&be->passes);
+}
+
+void
+fox__cuda_drop_step_graphs(cudaGraphExec_t graph[G_KINDS][2])
+{
+    for (int k = 0; k < 2 * G_KINDS; k++)
+        if (graph[k / 2][k % 2]) {
+            cudaGraphExecDestroy(graph[k / 2][k % 2]);
+            graph[k / 2][k % 2] = NULL;
+        }
 }
 
 void

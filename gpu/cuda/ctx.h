@@ -59,6 +59,8 @@ int fox__cuda_capture(fox_cuda_backend *be, int (*enqueue)(fox_cuda_backend *be,
                       const void *arg, unsigned long long flags, cudaGraphExec_t *out);
 /* The captured graphs destroyed, the evaluation passes' too: the next of each captures again. */
 void fox__cuda_drop_graphs(fox_cuda_backend *be);
+/* A table of step graphs (a backend's or its population's), and one of passes, destroyed. */
+void fox__cuda_drop_step_graphs(cudaGraphExec_t graph[G_KINDS][2]);
 void fox__cuda_drop_pass_graphs(fox_cuda_pass_graphs *t);
 /* The host mirror of the device counters: read (sync) or written back (put), on MAIN. */
 int fox__cuda_sync_ctl(fox_cuda_backend *be);

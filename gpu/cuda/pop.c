@@ -312,10 +312,6 @@ fox__cuda_pop_host(fox_cuda_pop *pop, int member, int device_side)
 void
 fox__cuda_pop_drop_graphs(fox_cuda_pop *pop)
 {
+    fox__cuda_drop_step_graphs(pop->graph);
     fox__cuda_drop_pass_graphs(&pop->passes);
-    for (int k = 0; k < 2 * G_KINDS; k++)
-        if (pop->graph[k / 2][k % 2]) {
-            cudaGraphExecDestroy(pop->graph[k / 2][k % 2]);
-            pop->graph[k / 2][k % 2] = NULL;
-        }
 }
