@@ -44,6 +44,25 @@ population_config(fox_config *c, int members)
     c->halt_rule = FOX_HALT_RULE_STRICT;
 }
 
+/*
+ * Each of n member-key lists into c: the list as it is (member < 0, a population's), or its
+ * member-th value alone (that member's run alone).
+ */
+static void
+set_lists(fox_config *c, const char *const lists[][2], size_t n, int member)
+{
+    char err[256], one[32];
+    for (size_t i = 0; i < n; i++) {
+        const char *v = lists[i][1];
+        for (int j = 0; j < member; j++)
+            v = strchr(v, ',') + 1;
+        snprintf(one, sizeof one, "%.*s", (int)strcspn(v, ","), v);
+        ck_assert_msg(fox_config_set(c, lists[i][0], member < 0 ? lists[i][1] : one, err,
+                                     sizeof err) == FOX_OK,
+                      "%s", err);
+    }
+}
+
 /* Two epochs of 60 full steps each, in chunks of 20, the reports of the second kept. */
 static void
 two_epochs(fox_engine *e, fox_epoch_report *ep, fox_fold_report *fr)
@@ -195,7 +214,6 @@ rel_l2(const float *a, const float *b, const float *c, size_t n)
 static void
 population_variant(fox_config *c, int variant, int member)
 {
-    char err[256];
     static const char *const extras[][2] = {{"train.prioritized", "1"},
                                             {"engine.bounds_mode", "adaptive"},
                                             {"model.atom_grid", "moving"}};
@@ -205,22 +223,9 @@ population_variant(fox_config *c, int variant, int member)
         {"train.eps_decay_steps", "50,80,120"}, {"env.train_cost_mult", "1,2,1.5"},
         {"policy.band", "0,2,8"}};
     if (variant == 1)
-        for (size_t i = 0; i < sizeof extras / sizeof extras[0]; i++)
-            ck_assert_msg(fox_config_set(c, extras[i][0], extras[i][1], err, sizeof err) == FOX_OK,
-                          "%s", err);
-    if (variant != 2)
-        return;
-    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
-        /* The population: each list as it is; member k alone: its k-th value. */
-        char one[32];
-        const char *v = lists[i][1];
-        for (int j = 0; member >= 0 && j < member; j++)
-            v = strchr(v, ',') + 1;
-        snprintf(one, sizeof one, "%.*s", (int)strcspn(v, member >= 0 ? "," : ""), v);
-        ck_assert_msg(fox_config_set(c, lists[i][0], member >= 0 ? one : v, err, sizeof err) ==
-                          FOX_OK,
-                      "%s", err);
-    }
+        set_lists(c, extras, sizeof extras / sizeof extras[0], -1);
+    if (variant == 2)
+        set_lists(c, lists, sizeof lists / sizeof lists[0], member);
 }
 
 START_TEST(population_member_near_its_seed_alone)
@@ -313,9 +318,7 @@ START_TEST(member_equals_its_values_alone)
     fox_config c;
     population_config(&c, K);
     FOX_CK_OK(fox_config_set(&c, "policy.band_rule", "fixed", err, sizeof err));
-    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
-        ck_assert_msg(fox_config_set(&c, lists[i][0], lists[i][1], err, sizeof err) == FOX_OK,
-                      "%s", err);
+    set_lists(&c, lists, sizeof lists / sizeof lists[0], -1);
     fox_engine *pop = fox_test_engine(&c);
     static fox_epoch_report ep;
     static fox_fold_report fr;
@@ -326,14 +329,7 @@ START_TEST(member_equals_its_values_alone)
         fox_config a;
         population_config(&a, 1);
         FOX_CK_OK(fox_config_set(&a, "policy.band_rule", "fixed", err, sizeof err));
-        for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
-            char one[32];
-            const char *v = lists[i][1];
-            for (int j = 0; j < k; j++)
-                v = strchr(v, ',') + 1;
-            snprintf(one, sizeof one, "%.*s", (int)strcspn(v, ","), v);
-            FOX_CK_OK(fox_config_set(&a, lists[i][0], one, err, sizeof err));
-        }
+        set_lists(&a, lists, sizeof lists / sizeof lists[0], k);
         a.data_seed = SEED;
         static fox_epoch_report aep;
         static fox_fold_report afr;
